@@ -1,0 +1,1 @@
+//! Local clients of a node's IPC endpoint: `tuic-bridge` and the `tuic` CLI.

@@ -1,0 +1,189 @@
+//! Command line of `tuic-node` (and of `tuic-hub`, which is a node plus federation):
+//! `serve` (the default), `set-password`, `token`.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::config::{ConfigFile, SecretStore};
+use crate::logs::LogRing;
+use crate::paths::{LocationEnv, Paths};
+use crate::state::{NODE_TOKEN, Node, RunOverrides};
+use crate::vault::{self, Vault};
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "tuic node: terminals, files and agent mail for one machine"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the node in the foreground until SIGINT/SIGTERM (the default).
+    Serve(ServeArgs),
+    /// Set the remote-access password (read from stdin; one trailing newline is stripped).
+    SetPassword {
+        #[command(flatten)]
+        loc: Location,
+        /// User name for Basic and login (default: keep the configured one, "admin").
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Print the node's connection token (created on first use); a hub presents it.
+    Token {
+        #[command(flatten)]
+        loc: Location,
+    },
+}
+
+#[derive(Debug, Args, Clone, Default)]
+struct Location {
+    /// Config dir (default: $TUIC_CONFIG_DIR, $XDG_CONFIG_HOME/tuicommander, ~/.config/tuicommander).
+    #[arg(long)]
+    config_dir: Option<PathBuf>,
+    /// Named instance (default: $TUIC_APP_INSTANCE, else the default instance).
+    #[arg(long)]
+    instance: Option<String>,
+}
+
+#[derive(Debug, Args, Clone, Default)]
+struct ServeArgs {
+    #[command(flatten)]
+    loc: Location,
+    /// Enable remote access (the TCP listener) for this run without saving it.
+    #[arg(long)]
+    remote_access: bool,
+    /// TCP port for this run (also `TUIC_PORT`); not saved.
+    #[arg(long)]
+    port: Option<u16>,
+    /// TCP bind address for this run; not saved.
+    #[arg(long)]
+    bind: Option<String>,
+}
+
+/// Entry point shared by the `tuic-node` and `tuic-hub` binaries.
+pub fn main_with_name(name: &'static str) -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        None => serve(name, cli.serve),
+        Some(Cmd::Serve(a)) => serve(name, a),
+        Some(Cmd::SetPassword { loc, user }) => set_password(&loc, user),
+        Some(Cmd::Token { loc }) => token(&loc),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn paths(loc: &Location) -> anyhow::Result<Paths> {
+    Paths::resolve(
+        loc.config_dir.as_deref(),
+        loc.instance.as_deref(),
+        &LocationEnv::from_process(),
+    )
+}
+
+fn serve(name: &'static str, args: ServeArgs) -> anyhow::Result<()> {
+    let logs = LogRing::default();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TUIC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(logs.layer())
+        .init();
+    let port_env = std::env::var("TUIC_PORT").ok().filter(|v| !v.is_empty());
+    let env_port = port_env
+        .map(|v| {
+            v.parse::<u16>()
+                .with_context(|| format!("TUIC_PORT={v} is not a port"))
+        })
+        .transpose()?;
+    let overrides = RunOverrides {
+        remote_access: args.remote_access.then_some(true),
+        port: args.port.or(env_port),
+        bind: args.bind,
+    };
+    let paths = paths(&args.loc)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    paths.ensure_dir()?;
+    let _instance_lock = crate::server::claim_instance(&paths.node_lock_file(), &paths.socket)?;
+    let node = Node::open(name, paths, overrides, logs)?;
+    rt.block_on(crate::server::run(node))
+}
+
+fn set_password(loc: &Location, user: Option<String>) -> anyhow::Result<()> {
+    let p = paths(loc)?;
+    p.ensure_dir()?;
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .context("reading the password from stdin")?;
+    let pass = input
+        .strip_suffix('\n')
+        .map(|s| s.strip_suffix('\r').unwrap_or(s))
+        .unwrap_or(&input);
+    anyhow::ensure!(!pass.is_empty(), "the password is empty");
+    let hash = crate::auth::hash_password(pass)?;
+    ConfigFile::new(p.config_file())
+        .update(|doc| {
+            let obj = doc
+                .as_object_mut()
+                .ok_or_else(|| crate::config::SaveError::Invalid("not an object".into()))?;
+            let services = obj
+                .entry("services")
+                .or_insert_with(|| serde_json::json!({}));
+            if !services.is_object() {
+                *services = serde_json::json!({});
+            }
+            let auth = services
+                .as_object_mut()
+                .expect("object")
+                .entry("auth")
+                .or_insert_with(|| serde_json::json!({}));
+            if !auth.is_object() {
+                *auth = serde_json::json!({});
+            }
+            let auth = auth.as_object_mut().expect("object");
+            auth.insert("password_hash".into(), hash.clone().into());
+            if let Some(u) = &user {
+                auth.insert("username".into(), u.clone().into());
+            }
+            Ok(())
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("password set in {}", p.config_file().display());
+    Ok(())
+}
+
+fn token(loc: &Location) -> anyhow::Result<()> {
+    let p = paths(loc)?;
+    p.ensure_dir()?;
+    let cfg = ConfigFile::new(p.config_file()).load()?;
+    let v = Vault::open(
+        &p.config_dir,
+        p.secrets_file(),
+        cfg.secret_store == SecretStore::Auto,
+    );
+    println!("{}", v.get_or_create(NODE_TOKEN, vault::random_token)?);
+    Ok(())
+}

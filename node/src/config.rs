@@ -1,0 +1,483 @@
+//! `config.json`: typed settings with documented defaults, redaction, and the `{base, config}`
+//! three-way save.
+//!
+//! The file is the user's: it may be edited by hand while the node runs, so every save locks
+//! the file across processes, re-reads the latest version, applies only the caller's
+//! base→config delta, and publishes the result with an atomic rename. Unknown keys are kept.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// All settings of a node. Every field has a default, so an empty file is a valid config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Whether the authenticated TCP listener runs. The IPC socket always runs.
+    pub remote_access_enabled: bool,
+    /// Listener and authentication settings.
+    pub services: Services,
+    /// Browser origins allowed besides the HTTP(S) origin of the validated Host.
+    pub allowed_origins: Vec<String>,
+    /// Whether the `/mcp` protocol route is active (the HTTP API stays up either way).
+    pub mcp_server_enabled: bool,
+    /// Native MCP tools hidden from listing and refused at dispatch.
+    pub disabled_native_tools: Vec<String>,
+    /// Whether `tools/list` shows the collapsed search/schema/call surface.
+    pub collapse_tools: bool,
+    /// Whether the progress journal records.
+    pub progress_tracking: bool,
+    /// Tailscale integration.
+    pub tailscale: Tailscale,
+    /// Where secrets go: `auto` (OS keyring when one answers, else a 0600 file) or `file`.
+    pub secret_store: SecretStore,
+    /// Timeouts and TTLs; tests shorten these through the file, not hidden switches.
+    pub tuning: Tuning,
+    /// Keys this version does not know, kept as they are.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `services.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Services {
+    /// TCP listener.
+    pub server: Server,
+    /// Credentials for TCP callers.
+    pub auth: Auth,
+    /// Other service sections, kept as they are.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `services.server`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Server {
+    /// TCP port (9876); when busy the next two ports are tried.
+    pub port: u16,
+    /// Bind address ("0.0.0.0").
+    pub bind: String,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self {
+            port: 9876,
+            bind: "0.0.0.0".into(),
+        }
+    }
+}
+
+/// `services.auth`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Auth {
+    /// Basic/login user name ("admin").
+    pub username: String,
+    /// bcrypt hash of the password; never returned by `GET /config`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        Self {
+            username: "admin".into(),
+            password_hash: None,
+        }
+    }
+}
+
+/// `tailscale.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tailscale {
+    /// Whether to trust the machine's Tailscale name in the Host guard.
+    pub enabled: bool,
+    /// The Tailscale DNS name to trust (e.g. `box.tailnet.ts.net`) when detection is unavailable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+impl Default for Tailscale {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            hostname: None,
+        }
+    }
+}
+
+/// Secret storage backend choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretStore {
+    /// OS keyring when a Secret Service answers, else the 0600 file.
+    #[default]
+    Auto,
+    /// Always the 0600 file.
+    File,
+}
+
+/// Timeouts, TTLs and bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tuning {
+    /// Request/response deadline (301 s: one second above the longest in-handler deadline).
+    pub request_timeout_ms: u64,
+    /// SSE keep-alive interval (15 s).
+    pub sse_keepalive_ms: u64,
+    /// Failed logins per client address per minute before 429 (5).
+    pub login_failures_per_minute: u32,
+    /// Login session lifetime, sliding (30 days).
+    pub login_session_days: u32,
+    /// How long a successful Basic check is remembered (60 s), so a request never pays bcrypt.
+    pub basic_cache_secs: u64,
+    /// Drain deadline at shutdown (5 s).
+    pub shutdown_drain_ms: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            request_timeout_ms: 301_000,
+            sse_keepalive_ms: 15_000,
+            login_failures_per_minute: 5,
+            login_session_days: 30,
+            basic_cache_secs: 60,
+            shutdown_drain_ms: 5_000,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            remote_access_enabled: false,
+            services: Services::default(),
+            allowed_origins: Vec::new(),
+            mcp_server_enabled: true,
+            disabled_native_tools: vec!["config".into(), "debug".into()],
+            collapse_tools: false,
+            progress_tracking: true,
+            tailscale: Tailscale::default(),
+            secret_store: SecretStore::Auto,
+            tuning: Tuning::default(),
+            extra: Map::new(),
+        }
+    }
+}
+
+/// Paths into the config document that hold secrets; redacted on read, refused on write.
+const SECRET_PATHS: &[&[&str]] = &[
+    &["services", "auth", "password_hash"],
+    &["services", "auth", "session_token"],
+    &["services", "relay", "token"],
+    &["services", "push", "vapid_private_key"],
+];
+
+impl Config {
+    /// The redacted JSON shape for `GET /config`: secrets removed, `<name>_exists` booleans added.
+    pub fn redacted(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        redact(&mut v);
+        v
+    }
+}
+
+/// Removes every secret path from `v` and adds its `<name>_exists` boolean beside it.
+pub fn redact(v: &mut Value) {
+    for path in SECRET_PATHS {
+        let (leaf, parents) = path.split_last().expect("non-empty path");
+        let pointer: String = parents.iter().map(|p| format!("/{p}")).collect();
+        if let Some(obj) = v.pointer_mut(&pointer).and_then(Value::as_object_mut) {
+            let present = obj.remove(*leaf).is_some_and(|s| !s.is_null());
+            obj.insert(format!("{leaf}_exists"), Value::Bool(present));
+        }
+    }
+}
+
+/// Errors of a config save.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The delta tries to write a secret; secrets have their own commands.
+    #[error("config field {0} is a secret and cannot be set through this route")]
+    SecretField(String),
+    /// The merged document is not a valid config.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+    /// Reading, locking or writing the file failed.
+    #[error("config file: {0:#}")]
+    Io(anyhow::Error),
+}
+
+/// The `config.json` file of one node, with cross-process locking.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    /// The file at `path` (it may not exist yet: then every field has its default).
+    pub fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock_path(&self) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(".lock");
+        PathBuf::from(p)
+    }
+
+    /// Reads the document as JSON (an absent or empty file is `{}`).
+    fn read_value(&self) -> anyhow::Result<Value> {
+        match std::fs::read(&self.path) {
+            Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Ok(Value::Object(Map::new())),
+            Ok(b) => serde_json::from_slice(&b)
+                .with_context(|| format!("parsing {}", self.path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Value::Object(Map::new())),
+            Err(e) => Err(e).with_context(|| format!("reading {}", self.path.display())),
+        }
+    }
+
+    /// Loads the typed config.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let v = self.read_value()?;
+        serde_json::from_value(v)
+            .with_context(|| format!("reading settings from {}", self.path.display()))
+    }
+
+    /// Runs `f` on the latest document under the cross-process lock and publishes its result
+    /// atomically. Blocking: call from a blocking thread.
+    pub fn update<F>(&self, f: F) -> Result<Config, SaveError>
+    where
+        F: FnOnce(&mut Value) -> Result<(), SaveError>,
+    {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.lock_path())
+            .context("opening the config lock")
+            .map_err(SaveError::Io)?;
+        fs4::fs_std::FileExt::lock_exclusive(&lock)
+            .context("locking the config")
+            .map_err(SaveError::Io)?;
+        let mut doc = self.read_value().map_err(SaveError::Io)?;
+        f(&mut doc)?;
+        let cfg: Config =
+            serde_json::from_value(doc.clone()).map_err(|e| SaveError::Invalid(e.to_string()))?;
+        self.write_atomic(&doc).map_err(SaveError::Io)?;
+        // The lock is released when `lock` drops, after the rename is visible.
+        drop(lock);
+        Ok(cfg)
+    }
+
+    /// Applies the caller's `base`→`edited` delta to the latest file (the `PUT /config` save).
+    pub fn save_delta(&self, base: &Value, edited: &Value) -> Result<Config, SaveError> {
+        let mut delta = Vec::new();
+        diff(&mut Vec::new(), base, edited, &mut delta);
+        for (path, _) in &delta {
+            let joined = path.join(".");
+            if SECRET_PATHS
+                .iter()
+                .any(|s| s.iter().copied().eq(path.iter().map(String::as_str)))
+            {
+                return Err(SaveError::SecretField(joined));
+            }
+        }
+        // `*_exists` markers are read-only projections of secrets; edits to them are ignored.
+        delta.retain(|(path, _)| !path.last().is_some_and(|l| l.ends_with("_exists")));
+        self.update(|doc| {
+            for (path, change) in delta {
+                apply(doc, &path, change);
+            }
+            Ok(())
+        })
+    }
+
+    fn write_atomic(&self, doc: &Value) -> anyhow::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.path.parent().context("config path has no parent")?;
+        let tmp = dir.join(format!(".config.json.{}.tmp", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        let mut bytes = serde_json::to_vec_pretty(doc)?;
+        bytes.push(b'\n');
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &self.path)
+            .with_context(|| format!("publishing {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+/// One change between two documents: set a value, or remove the key.
+#[derive(Debug, Clone, PartialEq)]
+enum Change {
+    Set(Value),
+    Remove,
+}
+
+/// Collects the changes from `a` to `b`; objects recurse, anything else is replaced whole.
+fn diff(path: &mut Vec<String>, a: &Value, b: &Value, out: &mut Vec<(Vec<String>, Change)>) {
+    match (a, b) {
+        (Value::Object(ma), Value::Object(mb)) => {
+            for (k, vb) in mb {
+                path.push(k.clone());
+                match ma.get(k) {
+                    Some(va) => diff(path, va, vb, out),
+                    None => out.push((path.clone(), Change::Set(vb.clone()))),
+                }
+                path.pop();
+            }
+            for k in ma.keys().filter(|k| !mb.contains_key(*k)) {
+                let mut p = path.clone();
+                p.push(k.clone());
+                out.push((p, Change::Remove));
+            }
+        }
+        _ if a == b => {}
+        _ => out.push((path.clone(), Change::Set(b.clone()))),
+    }
+}
+
+fn apply(doc: &mut Value, path: &[String], change: Change) {
+    let Some((leaf, parents)) = path.split_last() else {
+        if let Change::Set(v) = change {
+            *doc = v;
+        }
+        return;
+    };
+    let mut cur = doc;
+    for p in parents {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        cur = cur
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(p.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !cur.is_object() {
+        *cur = Value::Object(Map::new());
+    }
+    let obj = cur.as_object_mut().expect("made an object above");
+    match change {
+        Change::Set(v) => {
+            obj.insert(leaf.clone(), v);
+        }
+        Change::Remove => {
+            obj.remove(leaf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let d = tempfile::tempdir().unwrap();
+        let f = ConfigFile::new(d.path().join("config.json"));
+        let c = f.load().unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.services.server.port, 9876);
+        assert_eq!(c.disabled_native_tools, vec!["config", "debug"]);
+    }
+
+    #[test]
+    fn redaction_hides_secrets_and_reports_presence() {
+        let mut c = Config::default();
+        c.services.auth.password_hash = Some("$2b$...".into());
+        let v = c.redacted();
+        assert!(v["services"]["auth"].get("password_hash").is_none());
+        assert_eq!(v["services"]["auth"]["password_hash_exists"], json!(true));
+        assert!(!v.to_string().contains("$2b$"));
+    }
+
+    #[test]
+    fn delta_keeps_a_concurrent_edit_to_another_field() {
+        let d = tempfile::tempdir().unwrap();
+        let f = ConfigFile::new(d.path().join("config.json"));
+        let base = Config::default().redacted();
+        // Writer A changes the port, writer B (same stale base) changes allowed origins.
+        let mut a = base.clone();
+        a["services"]["server"]["port"] = json!(1234);
+        let mut b = base.clone();
+        b["allowed_origins"] = json!(["http://x.test"]);
+        f.save_delta(&base, &a).unwrap();
+        let c = f.save_delta(&base, &b).unwrap();
+        assert_eq!(c.services.server.port, 1234);
+        assert_eq!(c.allowed_origins, vec!["http://x.test"]);
+    }
+
+    #[test]
+    fn secrets_cannot_be_written_and_hash_survives_saves() {
+        let d = tempfile::tempdir().unwrap();
+        let f = ConfigFile::new(d.path().join("config.json"));
+        f.update(|doc| {
+            doc["services"] = json!({"auth": {"password_hash": "h"}});
+            Ok(())
+        })
+        .unwrap();
+        let base = f.load().unwrap().redacted();
+        let mut edited = base.clone();
+        edited["services"]["auth"]["password_hash"] = json!("evil");
+        assert!(matches!(
+            f.save_delta(&base, &edited),
+            Err(SaveError::SecretField(_))
+        ));
+        let mut edited = base.clone();
+        edited["remote_access_enabled"] = json!(true);
+        edited["services"]["auth"]["password_hash_exists"] = json!(false);
+        let c = f.save_delta(&base, &edited).unwrap();
+        assert_eq!(c.services.auth.password_hash.as_deref(), Some("h"));
+        assert!(c.remote_access_enabled);
+    }
+
+    #[test]
+    fn unknown_keys_survive_and_invalid_types_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("config.json");
+        std::fs::write(
+            &path,
+            r#"{"my_note": "keep me", "services": {"relay": {"url": "x"}}}"#,
+        )
+        .unwrap();
+        let f = ConfigFile::new(path.clone());
+        let base = f.load().unwrap().redacted();
+        let mut edited = base.clone();
+        edited["collapse_tools"] = json!(true);
+        f.save_delta(&base, &edited).unwrap();
+        let raw: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(raw["my_note"], json!("keep me"));
+        assert_eq!(raw["services"]["relay"]["url"], json!("x"));
+        let mut bad = base.clone();
+        bad["services"]["server"]["port"] = json!("not a port");
+        assert!(matches!(
+            f.save_delta(&base, &bad),
+            Err(SaveError::Invalid(_))
+        ));
+        // A refused save leaves the file as it was.
+        assert_eq!(f.load().unwrap().services.server.port, 9876);
+    }
+}

@@ -1,0 +1,101 @@
+//! The HTTP edge's one error type: a status, a stable code and a human message.
+//!
+//! Handlers return `Result<_, ApiError>`; logging happens in middleware, not here. A message
+//! never carries a secret, a token or a URL with credentials.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error answered as `{error, code}` JSON with a fitting status.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status of the answer.
+    pub status: StatusCode,
+    /// Stable machine-readable code (`not_found`, `unauthorized`, ...).
+    pub code: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with an explicit status and code.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    /// 400: the request is malformed.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    /// 404: unknown resource.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    /// 401: credentials missing or wrong.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "authentication required",
+        )
+    }
+    /// 403: refused by the request boundary.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+    /// 409: conflicts with current state.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+    /// 500: something on our side failed.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.message, "code": self.code})),
+        )
+            .into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = r.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "too_large"
+        } else {
+            "bad_request"
+        };
+        Self::new(status, code, r.body_text())
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        Self::internal(format!("{e:#}"))
+    }
+}
+
+/// A JSON body extractor whose rejections are [`ApiError`]s (JSON, stable code).
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct JsonBody<T>(pub T);

@@ -1,0 +1,21 @@
+//! tuic-node: the per-machine daemon.
+//!
+//! It owns this machine's PTYs, its registered file roots, its embedded store and its agents'
+//! inboxes, and serves them over the always-on IPC socket and, when remote access is on, an
+//! authenticated TCP listener. It deliberately knows nothing about other hosts: federation is
+//! the hub's job (`tuic-hub`), which is a node plus peer links.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod guard;
+pub mod logs;
+pub mod paths;
+pub mod routes;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod vault;
+pub mod web;

@@ -1,0 +1,179 @@
+//! Where this node keeps its files: config dir resolution and the instance's IPC socket.
+//!
+//! This is the one place that reads the environment for locations (`TUIC_CONFIG_DIR`,
+//! `XDG_CONFIG_HOME`, `HOME`, `TMPDIR`, `TUIC_SOCKET`, `TUIC_APP_INSTANCE`); the naming rules
+//! themselves are the pure [`tuic_proto::endpoint`] functions.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use tuic_proto::endpoint::{self, AppInstance, EndpointInputs};
+
+/// Resolved locations of this node.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The instance this process serves.
+    pub instance: AppInstance,
+    /// Holds `config.json`, `state.redb`, the secrets file and (default instance) the socket.
+    pub config_dir: PathBuf,
+    /// The IPC socket path.
+    pub socket: PathBuf,
+}
+
+/// Environment values that location resolution reads, gathered in one place.
+#[derive(Debug, Clone, Default)]
+pub struct LocationEnv {
+    /// `TUIC_CONFIG_DIR`.
+    pub tuic_config_dir: Option<PathBuf>,
+    /// `XDG_CONFIG_HOME`.
+    pub xdg_config_home: Option<PathBuf>,
+    /// `HOME`.
+    pub home: Option<PathBuf>,
+    /// `TMPDIR`.
+    pub tmpdir: Option<PathBuf>,
+    /// `TUIC_SOCKET`.
+    pub socket: Option<PathBuf>,
+    /// `TUIC_APP_INSTANCE`.
+    pub instance: Option<String>,
+}
+
+impl LocationEnv {
+    /// Reads the process environment (empty values count as unset).
+    pub fn from_process() -> Self {
+        fn var(name: &str) -> Option<String> {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        }
+        Self {
+            tuic_config_dir: var("TUIC_CONFIG_DIR").map(PathBuf::from),
+            xdg_config_home: var("XDG_CONFIG_HOME").map(PathBuf::from),
+            home: var("HOME").map(PathBuf::from),
+            tmpdir: var("TMPDIR").map(PathBuf::from),
+            socket: var("TUIC_SOCKET").map(PathBuf::from),
+            instance: var("TUIC_APP_INSTANCE"),
+        }
+    }
+}
+
+impl Paths {
+    /// Resolves the config dir (`--config-dir`, else `TUIC_CONFIG_DIR`, else
+    /// `$XDG_CONFIG_HOME/tuicommander`, else `~/.config/tuicommander`) and the socket.
+    pub fn resolve(
+        config_dir_flag: Option<&Path>,
+        instance_flag: Option<&str>,
+        env: &LocationEnv,
+    ) -> anyhow::Result<Self> {
+        let (base, explicit) = if let Some(d) = config_dir_flag {
+            (d.to_path_buf(), true)
+        } else if let Some(d) = &env.tuic_config_dir {
+            (d.clone(), true)
+        } else if let Some(x) = &env.xdg_config_home {
+            (x.join("tuicommander"), false)
+        } else if let Some(h) = &env.home {
+            (h.join(".config").join("tuicommander"), false)
+        } else {
+            bail!("cannot find a config dir: set --config-dir, TUIC_CONFIG_DIR or HOME");
+        };
+        let base = absolute(&base)?;
+        let instance = AppInstance::from_id(instance_flag.or(env.instance.as_deref()));
+        let temp_dir = env.tmpdir.clone().unwrap_or_else(|| PathBuf::from("/tmp"));
+        let ep = endpoint::resolve(&EndpointInputs {
+            instance: &instance,
+            base_config_dir: &base,
+            config_dir_explicit: explicit,
+            temp_dir: &temp_dir,
+            uid: rustix::process::getuid().as_raw(),
+            socket_override: env.socket.as_deref(),
+        });
+        Ok(Self {
+            instance,
+            config_dir: ep.config_dir,
+            socket: ep.socket,
+        })
+    }
+
+    /// Creates the config dir (mode 0700) if needed.
+    pub fn ensure_dir(&self) -> anyhow::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.config_dir)
+            .with_context(|| format!("creating config dir {}", self.config_dir.display()))
+    }
+
+    /// `config.json`.
+    pub fn config_file(&self) -> PathBuf {
+        self.config_dir.join("config.json")
+    }
+    /// `state.redb`.
+    pub fn store_file(&self) -> PathBuf {
+        self.config_dir.join("state.redb")
+    }
+    /// The lock a running node holds for its whole life.
+    pub fn node_lock_file(&self) -> PathBuf {
+        self.config_dir.join("node.lock")
+    }
+    /// The 0600 secrets file used when no OS keyring answers.
+    pub fn secrets_file(&self) -> PathBuf {
+        self.config_dir.join("secrets.json")
+    }
+}
+
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()
+            .context("reading the current dir")?
+            .join(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_flag_env_xdg_home() {
+        let mut env = LocationEnv {
+            home: Some("/h".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            Paths::resolve(None, None, &env).unwrap().config_dir,
+            Path::new("/h/.config/tuicommander")
+        );
+        env.xdg_config_home = Some("/x".into());
+        assert_eq!(
+            Paths::resolve(None, None, &env).unwrap().config_dir,
+            Path::new("/x/tuicommander")
+        );
+        env.tuic_config_dir = Some("/t".into());
+        let p = Paths::resolve(None, None, &env).unwrap();
+        assert_eq!(p.config_dir, Path::new("/t"));
+        assert_eq!(p.socket, Path::new("/t/mcp.sock"));
+        let p = Paths::resolve(Some(Path::new("/f")), None, &env).unwrap();
+        assert_eq!(p.config_dir, Path::new("/f"));
+    }
+
+    #[test]
+    fn named_instance_from_env_or_flag() {
+        let env = LocationEnv {
+            home: Some("/h".into()),
+            instance: Some("envinst".into()),
+            ..Default::default()
+        };
+        let p = Paths::resolve(None, None, &env).unwrap();
+        assert_eq!(
+            p.config_dir,
+            Path::new("/h/.config/tuicommander/instances/envinst")
+        );
+        assert!(p.socket.starts_with("/tmp"));
+        let q = Paths::resolve(None, Some("flag"), &env).unwrap();
+        assert_eq!(
+            q.config_dir,
+            Path::new("/h/.config/tuicommander/instances/flag")
+        );
+        assert_ne!(p.socket, q.socket);
+    }
+}

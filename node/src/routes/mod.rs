@@ -1,0 +1,67 @@
+//! The node's HTTP router: one route group per file, assembled here with the server limits.
+//!
+//! The same router serves the IPC socket and the TCP listener; the boundary middleware
+//! decides per transport which guards apply.
+
+mod auth;
+mod config;
+mod events;
+mod system;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::routing::{get, post};
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+use tower_http::timeout::TimeoutLayer;
+
+use crate::error::ApiError;
+use crate::state::Node;
+
+/// The request body bound: deliberately equal to axum's own default, stated so a test pins it.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Responses smaller than this are not compressed.
+pub const COMPRESS_ABOVE_BYTES: u16 = 860;
+
+/// Builds the full router with the server limits and the request boundary.
+pub fn router(node: Arc<Node>) -> Router {
+    let routes = Router::new()
+        .route("/health", get(system::health))
+        .route("/logs", get(system::logs))
+        .route("/config", get(config::get_config).put(config::put_config))
+        .route("/auth/login", post(auth::login))
+        .route("/events", get(events::sse))
+        .merge(crate::web::routes())
+        .fallback(|| async { ApiError::not_found("no such route") });
+    with_server_limits(routes, node.request_timeout())
+        .layer(middleware::from_fn_with_state(
+            node.clone(),
+            crate::server::boundary::boundary,
+        ))
+        .with_state(node)
+}
+
+/// The two bounds every request/response route gets: a deadline and a body limit, plus
+/// compression. The deadline races only the future producing the response head, so SSE and
+/// WebSocket bodies stream past it; compression skips event streams.
+pub fn with_server_limits(
+    routes: Router<Arc<Node>>,
+    timeout: std::time::Duration,
+) -> Router<Arc<Node>> {
+    let compress = SizeAbove::new(COMPRESS_ABOVE_BYTES)
+        .and(NotForContentType::GRPC)
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE);
+    routes
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .layer(CompressionLayer::new().compress_when(compress))
+}

@@ -1,0 +1,36 @@
+//! `GET /health` and `GET /logs`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::state::Node;
+
+/// `{ok, uptime_secs, session_count, protocol_version}`; public on every listener.
+pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
+    Json(json!({
+        "ok": true,
+        "uptime_secs": node.started.elapsed().as_secs(),
+        "session_count": 0,
+        "protocol_version": tuic_proto::PROTOCOL_VERSION,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct LogsQuery {
+    source: Option<String>,
+    level: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Recent log records, newest last.
+pub(super) async fn logs(State(node): State<Arc<Node>>, Query(q): Query<LogsQuery>) -> Json<Value> {
+    let limit = q.limit.unwrap_or(200).min(crate::logs::RING_CAPACITY);
+    let records = node
+        .logs
+        .query(q.source.as_deref(), q.level.as_deref(), limit);
+    Json(json!({ "records": records }))
+}

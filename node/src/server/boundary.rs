@@ -1,0 +1,291 @@
+//! The request boundary middleware: Host guard, Origin guard and CORS, then authentication.
+//!
+//! IPC requests are trusted (the socket is 0600) except that `/mcp` refuses a foreign
+//! Origin. TCP requests pass the guards in order; public routes skip only authentication.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::header::{
+    ACCEPT, ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS,
+    ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS,
+    ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, COOKIE, LOCATION,
+    RETRY_AFTER, SET_COOKIE, VARY,
+};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::auth::{self, Admission, COOKIE_NAME};
+use crate::error::ApiError;
+use crate::guard::{self, Transport};
+use crate::state::Node;
+
+/// Routes that answer without credentials (still behind the Host and Origin guards).
+fn is_public(method: &Method, path: &str) -> bool {
+    matches!(
+        path,
+        "/health" | "/mobile/login" | "/auth/login" | "/favicon.ico"
+    ) || (method == Method::GET && path.starts_with("/assets/login"))
+}
+
+/// Routes where browsers cannot set headers, so `?token=` is accepted. Nowhere else.
+fn accepts_query_token(method: &Method, path: &str) -> bool {
+    method == Method::GET
+        && (path == "/events" || (path.starts_with("/sessions/") && path.ends_with("/stream")))
+}
+
+/// The middleware. Apply with `middleware::from_fn_with_state(node, boundary)`.
+pub async fn boundary(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+    // A request without a transport did not come through a listener: treat it as remote.
+    let transport = req
+        .extensions()
+        .get::<Transport>()
+        .copied()
+        .unwrap_or(Transport::Tcp {
+            peer: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        });
+    let cfg = node.config();
+    let peer = match transport {
+        Transport::Ipc => {
+            let path = req.uri().path();
+            if (path == "/mcp" || path.starts_with("/mcp/"))
+                && let Err(e) = guard::check_ipc_origin(req.headers(), &cfg.allowed_origins)
+            {
+                return ApiError::forbidden(e.to_string()).into_response();
+            }
+            return next.run(req).await;
+        }
+        Transport::Tcp { peer } => peer,
+    };
+
+    let trust = node.host_trust();
+    let host = match guard::check_host(req.headers(), &trust) {
+        Ok(h) => h.to_owned(),
+        Err(e) => return ApiError::forbidden(e.to_string()).into_response(),
+    };
+    let origin = match guard::check_origin(req.headers(), &host, &cfg.allowed_origins) {
+        Ok(o) => o.map(str::to_owned),
+        Err(e) => return ApiError::forbidden(e.to_string()).into_response(),
+    };
+    if req.method() == Method::OPTIONS
+        && let Some(o) = &origin
+        && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        return preflight(o);
+    }
+
+    let mut refresh_cookie = None;
+    if !is_public(req.method(), req.uri().path()) {
+        match authenticate(&node, req.method(), req.uri(), req.headers(), peer.ip()).await {
+            Ok(r) => refresh_cookie = r,
+            Err(resp) => return with_cors(resp, origin.as_deref()),
+        }
+    }
+    let mut resp = next.run(req).await;
+    if let Some(c) = refresh_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        resp.headers_mut().append(SET_COOKIE, c);
+    }
+    with_cors(resp, origin.as_deref())
+}
+
+fn preflight(origin: &str) -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, PUT, DELETE, OPTIONS"),
+    );
+    h.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, x-tuic-session",
+        ),
+    );
+    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    with_cors(r, Some(origin))
+}
+
+/// Adds the CORS answer for an allowed origin (never `*`).
+fn with_cors(mut resp: Response, origin: Option<&str>) -> Response {
+    if let Some(v) = origin.and_then(|o| HeaderValue::from_str(o).ok()) {
+        let h = resp.headers_mut();
+        h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(
+            ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.insert(
+            ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("mcp-session-id"),
+        );
+        h.append(VARY, HeaderValue::from_static("origin"));
+    }
+    resp
+}
+
+/// Checks the request's credentials. `Ok(Some(cookie))` asks to refresh the sliding cookie.
+async fn authenticate(
+    node: &Arc<Node>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    ip: IpAddr,
+) -> Result<Option<String>, Response> {
+    let cfg = node.config();
+    let lifetime_ms = u64::from(cfg.tuning.login_session_days) * 86_400_000;
+    let cookies = headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    if let Some(tok) = auth::find_cookie(cookies, COOKIE_NAME) {
+        if auth::secret_eq(tok, &node.node_token) {
+            return Ok(None);
+        }
+        if let Some(slid) = check_login(node, tok, lifetime_ms) {
+            return Ok(slid.map(|_| auth::session_cookie(tok, lifetime_ms / 1000)));
+        }
+    }
+    if accepts_query_token(method, uri.path())
+        && let Some(tok) = query_token(uri.query())
+    {
+        if auth::secret_eq(&tok, &node.node_token) || check_login(node, &tok, lifetime_ms).is_some()
+        {
+            return Ok(None);
+        }
+    }
+    if let Some((user, pass)) = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(auth::parse_basic)
+    {
+        let now = Instant::now();
+        if node.auth.basic_cached(&user, &pass, now) {
+            return Ok(None);
+        }
+        if let Admission::Throttled { retry_after_secs } =
+            node.auth
+                .admit(ip, now, cfg.tuning.login_failures_per_minute)
+        {
+            return Err(throttled(retry_after_secs));
+        }
+        if check_password(&cfg, &user, &pass).await {
+            node.auth.remember_basic(
+                &user,
+                &pass,
+                now + Duration::from_secs(cfg.tuning.basic_cache_secs),
+            );
+            return Ok(None);
+        }
+        node.auth.record_failure(ip, now);
+        tracing::info!(source = "auth", ip = %ip, "rejected Basic credentials");
+        return Err(ApiError::unauthorized().into_response());
+    }
+    Err(unauthenticated(method, uri.path(), uri.query(), headers))
+}
+
+/// Verifies user and password against the configured bcrypt hash, off the async workers.
+pub async fn check_password(cfg: &crate::config::Config, user: &str, pass: &str) -> bool {
+    let Some(hash) = cfg.services.auth.password_hash.clone() else {
+        return false;
+    };
+    let user_ok = auth::secret_eq(user, &cfg.services.auth.username);
+    let pass = pass.to_owned();
+    // Hash even for a wrong user name, so timing does not reveal which part was wrong.
+    let pass_ok = tokio::task::spawn_blocking(move || auth::verify_password(&pass, &hash))
+        .await
+        .unwrap_or(false);
+    user_ok && pass_ok
+}
+
+fn check_login(node: &Arc<Node>, tok: &str, lifetime_ms: u64) -> Option<Option<u64>> {
+    let r = node
+        .auth
+        .check_login_token(tok, crate::logs::now_ms(), lifetime_ms)?;
+    if let Some(exp) = r {
+        let (store, hash) = (node.store.clone(), auth::token_hash(tok));
+        node.tasks.spawn_blocking(move || {
+            if let Err(e) = store.put_login_session(&hash, exp) {
+                tracing::warn!(error = %format!("{e:#}"), "persisting a login session's new expiry");
+            }
+        });
+    }
+    Some(r)
+}
+
+/// 429 with `Retry-After`.
+pub fn throttled(retry_after_secs: u64) -> Response {
+    let mut r = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        "too many failed attempts; retry later",
+    )
+    .into_response();
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    r
+}
+
+fn query_token(query: Option<&str>) -> Option<String> {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query?)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v)
+}
+
+/// HTML navigation to the apps goes to the login form; everything else gets 401 JSON.
+fn unauthenticated(
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Response {
+    let wants_html = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"));
+    let app_page = path == "/" || path == "/mobile" || path.starts_with("/mobile/");
+    if method == Method::GET && wants_html && app_page {
+        let next = match query {
+            Some(q) => format!("{path}?{q}"),
+            None => path.to_owned(),
+        };
+        let target = format!(
+            "/mobile/login?next={}",
+            percent_encoding::utf8_percent_encode(&next, percent_encoding::NON_ALPHANUMERIC)
+        );
+        let mut r = StatusCode::SEE_OTHER.into_response();
+        if let Ok(v) = HeaderValue::from_str(&target) {
+            r.headers_mut().insert(LOCATION, v);
+        }
+        return r;
+    }
+    ApiError::unauthorized().into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_token_only_on_stream_routes() {
+        assert!(accepts_query_token(&Method::GET, "/events"));
+        assert!(accepts_query_token(&Method::GET, "/sessions/abc/stream"));
+        assert!(!accepts_query_token(&Method::POST, "/events"));
+        assert!(!accepts_query_token(&Method::POST, "/fs/upload-copy"));
+        assert!(!accepts_query_token(&Method::POST, "/remote/update"));
+        assert!(!accepts_query_token(&Method::GET, "/mcp/peer"));
+        assert!(!accepts_query_token(&Method::GET, "/sessions"));
+    }
+
+    #[test]
+    fn query_token_parsing() {
+        assert_eq!(query_token(Some("a=1&token=x%2By")), Some("x+y".into()));
+        assert_eq!(query_token(Some("a=1")), None);
+        assert_eq!(query_token(None), None);
+    }
+}

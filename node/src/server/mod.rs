@@ -1,0 +1,393 @@
+//! Listeners: the always-on IPC socket and the opt-in TCP listener, their accept loops,
+//! runtime toggling of TCP, and graceful shutdown.
+//!
+//! Both listeners serve the same router; each connection's requests carry a
+//! [`Transport`] extension, and the [`boundary`] middleware applies the guards that
+//! transport needs. Toggling remote access starts or stops only TCP.
+
+pub mod boundary;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use axum::Router;
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+use tracing::{debug, error, info, warn};
+
+use crate::guard::Transport;
+use crate::state::Node;
+
+/// The running TCP listener, if any, and the router it serves.
+#[derive(Debug, Default)]
+pub struct TcpControl {
+    /// The router shared with the IPC listener; set when serving starts.
+    app: Option<Router>,
+    running: Option<RunningTcp>,
+}
+
+#[derive(Debug)]
+struct RunningTcp {
+    /// Address actually bound.
+    addr: SocketAddr,
+    /// Requested bind address and port (what the config asked for).
+    want: (String, u16),
+    stop: CancellationToken,
+    done: JoinHandle<()>,
+}
+
+impl TcpControl {
+    /// The bound TCP address, when remote access is serving.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.running.as_ref().map(|r| r.addr)
+    }
+}
+
+/// Serves the node until SIGINT/SIGTERM or `node.shutdown` fires.
+pub async fn run(node: Arc<Node>) -> anyhow::Result<()> {
+    let ipc = bind_ipc(&node.paths.socket).await?;
+    let app = crate::routes::router(node.clone());
+    node.tcp.lock().await.app = Some(app.clone());
+    let drain = Duration::from_millis(node.config().tuning.shutdown_drain_ms);
+    let ipc_task = tokio::spawn(accept_loop(
+        Listener::Unix(ipc),
+        app,
+        node.shutdown.clone(),
+        drain,
+    ));
+    info!(listener = "ipc", socket = %node.paths.socket.display(), "IPC listener started");
+    let tcp = apply_remote_access(&node).await;
+    println!(
+        "{} ready ipc={} tcp={}",
+        node.name,
+        node.paths.socket.display(),
+        tcp.map(|a| a.to_string()).unwrap_or_else(|| "off".into())
+    );
+    spawn_background(&node);
+
+    wait_for_signal(&node.shutdown).await;
+    info!("shutting down: draining connections");
+    node.shutdown.cancel();
+    if let Some(r) = node.tcp.lock().await.running.take() {
+        r.stop.cancel();
+        let _ = r.done.await;
+    }
+    let _ = ipc_task.await;
+    if let Err(e) = std::fs::remove_file(&node.paths.socket) {
+        warn!(error = %e, "removing the IPC socket");
+    }
+    node.tasks.close();
+    let _ = tokio::time::timeout(drain, node.tasks.wait()).await;
+    info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal(shutdown: &CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let sigterm = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm => {}
+        _ = shutdown.cancelled() => {}
+    }
+}
+
+/// Refuses to start when another node answers on `socket`, then takes the config dir's node
+/// lock, held for the process's life so two nodes never share a store. Call before opening
+/// the store, so the message names the socket rather than a database lock.
+pub fn claim_instance(lock_path: &Path, socket: &Path) -> anyhow::Result<std::fs::File> {
+    if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+        bail!(
+            "another tuic node is already listening on {}",
+            socket.display()
+        );
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    match fs4::fs_std::FileExt::try_lock_exclusive(&f) {
+        Ok(true) => Ok(f),
+        Ok(false) => bail!(
+            "another tuic node is already running with config dir {} (socket {})",
+            lock_path.parent().unwrap_or(lock_path).display(),
+            socket.display()
+        ),
+        Err(e) => Err(e).context("locking the config dir"),
+    }
+}
+
+/// Binds the IPC socket (mode 0600), replacing a stale socket file and refusing a live one.
+pub async fn bind_ipc(path: &Path) -> anyhow::Result<UnixListener> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        match UnixStream::connect(path).await {
+            Ok(_) => bail!(
+                "another tuic node is already listening on {}",
+                path.display()
+            ),
+            Err(e) => {
+                info!(socket = %path.display(), error = %e, "replacing stale IPC socket");
+                std::fs::remove_file(path)
+                    .with_context(|| format!("removing stale socket {}", path.display()))?;
+            }
+        }
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // The socket is created with no group/other access at all, not chmod-ed afterwards.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    bound.with_context(|| format!("binding the IPC socket {}", path.display()))
+}
+
+/// Reconciles the TCP listener with config and overrides; returns the bound address.
+pub async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> {
+    let cfg = node.config();
+    let ov = node
+        .overrides
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let enabled = ov.remote_access.unwrap_or(cfg.remote_access_enabled);
+    let want_port = ov.port.unwrap_or(cfg.services.server.port);
+    let want_bind = ov
+        .bind
+        .clone()
+        .unwrap_or_else(|| cfg.services.server.bind.clone());
+    let has_password = cfg
+        .services
+        .auth
+        .password_hash
+        .as_deref()
+        .is_some_and(|h| !h.is_empty());
+    if enabled && !has_password {
+        warn!(
+            listener = "tcp",
+            "remote access is enabled but no password is set: TCP listener not started (run `set-password`)"
+        );
+    }
+    let want = (enabled && has_password).then_some((want_bind, want_port));
+    let mut tcp = node.tcp.lock().await;
+    if tcp.running.as_ref().map(|r| &r.want) == want.as_ref() {
+        return tcp.addr();
+    }
+    if let Some(r) = tcp.running.take() {
+        r.stop.cancel();
+        let _ = r.done.await;
+        info!(listener = "tcp", addr = %r.addr, "TCP listener stopped; the IPC listener is unaffected");
+    }
+    let (bind, port) = want?;
+    let Some(app) = tcp.app.clone() else {
+        return None;
+    };
+    match bind_tcp(&bind, port).await {
+        Ok(listener) => {
+            let addr = listener.local_addr().ok()?;
+            if addr.port() != port && port != 0 {
+                warn!(
+                    listener = "tcp",
+                    requested = port,
+                    bound = addr.port(),
+                    "configured port busy; bound a fallback port"
+                );
+            }
+            info!(listener = "tcp", addr = %addr, "TCP listener started; the IPC listener is unaffected");
+            let stop = node.shutdown.child_token();
+            let drain = Duration::from_millis(cfg.tuning.shutdown_drain_ms);
+            let done = tokio::spawn(accept_loop(
+                Listener::Tcp(listener),
+                app,
+                stop.clone(),
+                drain,
+            ));
+            tcp.running = Some(RunningTcp {
+                addr,
+                want: (bind, port),
+                stop,
+                done,
+            });
+            Some(addr)
+        }
+        Err(e) => {
+            error!(listener = "tcp", error = %format!("{e:#}"), "TCP listener not started");
+            None
+        }
+    }
+}
+
+/// Binds `bind:port`, trying the next two ports when it is busy.
+async fn bind_tcp(bind: &str, port: u16) -> anyhow::Result<TcpListener> {
+    let tries = if port == 0 { 1 } else { 3 };
+    let mut last = None;
+    for p in (0..tries).map(|i| port.saturating_add(i)) {
+        match TcpListener::bind((bind, p)).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                warn!(listener = "tcp", port = p, "port in use");
+                last = Some(e);
+            }
+            Err(e) => return Err(e).with_context(|| format!("binding {bind}:{p}")),
+        }
+    }
+    Err(last.expect("at least one try"))
+        .with_context(|| format!("binding {bind}:{port}..={}", port.saturating_add(2)))
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+/// Accepts until `stop`, then lets open connections finish for up to `drain` before closing them.
+async fn accept_loop(listener: Listener, app: Router, stop: CancellationToken, drain: Duration) {
+    let conns = TaskTracker::new();
+    let hard = CancellationToken::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => break,
+            a = accept(&listener) => a,
+        };
+        match accepted {
+            Ok(Accepted::Unix(s)) => serve_conn(s, Transport::Ipc, &app, &stop, &hard, &conns),
+            Ok(Accepted::Tcp(s, peer)) => {
+                // Terminal frames are small: without NODELAY an echo waits on a delayed ACK.
+                let _ = s.set_nodelay(true);
+                serve_conn(s, Transport::Tcp { peer }, &app, &stop, &hard, &conns)
+            }
+            Err(e) => {
+                // Out of descriptors and similar: back off briefly instead of spinning.
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    drop(listener);
+    conns.close();
+    if tokio::time::timeout(drain, conns.wait()).await.is_err() {
+        debug!("drain deadline passed; closing remaining connections");
+        hard.cancel();
+        conns.wait().await;
+    }
+}
+
+enum Accepted {
+    Unix(UnixStream),
+    Tcp(tokio::net::TcpStream, SocketAddr),
+}
+
+async fn accept(l: &Listener) -> std::io::Result<Accepted> {
+    match l {
+        Listener::Unix(u) => u.accept().await.map(|(s, _)| Accepted::Unix(s)),
+        Listener::Tcp(t) => t.accept().await.map(|(s, a)| Accepted::Tcp(s, a)),
+    }
+}
+
+fn serve_conn<I>(
+    io: I,
+    transport: Transport,
+    app: &Router,
+    stop: &CancellationToken,
+    hard: &CancellationToken,
+    conns: &TaskTracker,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = app.clone().map_request(move |mut r: Request<Incoming>| {
+        r.extensions_mut().insert(transport);
+        r
+    });
+    let svc = TowerToHyperService::new(svc);
+    let (stop, hard) = (stop.clone(), hard.clone());
+    conns.spawn(async move {
+        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+        tokio::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    debug!(error = %e, "connection ended with an error");
+                }
+            }
+            _ = stop.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    _ = hard.cancelled() => {}
+                }
+            }
+        }
+    });
+}
+
+fn spawn_background(node: &Arc<Node>) {
+    // Hand edits and `set-password` change config.json under a running node: reload it.
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        let path = n.config_file.path().to_path_buf();
+        let stamp = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.modified().ok(), m.len()));
+        let mut last = stamp(&path);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let now = stamp(&path);
+            if now == last {
+                continue;
+            }
+            last = now;
+            let file = n.config_file.clone();
+            match tokio::task::spawn_blocking(move || file.load()).await {
+                Ok(Ok(c)) if c != *n.config() => {
+                    info!(source = "config", "config.json changed on disk; reloaded");
+                    n.set_config(c);
+                    apply_remote_access(&n).await;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!(error = %format!("{e:#}"), "config.json is invalid; keeping the previous settings"),
+                Err(_) => {}
+            }
+        }
+    });
+    // Interface addresses change (DHCP, VPN up/down); the Host guard reads the latest list.
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            if let Ok(ips) = tokio::task::spawn_blocking(crate::guard::interface_ips).await {
+                n.host_trust
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .interface_ips = ips;
+            }
+        }
+    });
+}

@@ -1,0 +1,159 @@
+//! The node's shared state, passed explicitly to every handler as `State<Arc<Node>>`.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::AuthState;
+use crate::config::{Config, ConfigFile, SecretStore};
+use crate::events::Bus;
+use crate::guard::HostTrust;
+use crate::logs::LogRing;
+use crate::paths::Paths;
+use crate::server::TcpControl;
+use crate::store::Store;
+use crate::vault::{self, Vault};
+
+/// Name of the node's long-lived connection token in the vault.
+pub const NODE_TOKEN: &str = "session_token";
+
+/// Per-run overrides from flags and `TUIC_PORT`; never persisted.
+#[derive(Debug, Clone, Default)]
+pub struct RunOverrides {
+    /// `--remote-access` for this run (cleared when a config save changes the setting).
+    pub remote_access: Option<bool>,
+    /// `--port` or `TUIC_PORT`.
+    pub port: Option<u16>,
+    /// `--bind`.
+    pub bind: Option<String>,
+}
+
+/// Everything a running node shares between its listeners and handlers.
+#[derive(Debug)]
+pub struct Node {
+    /// Binary name used in the `ready` line and logs (`tuic-node`, `tuic-hub`).
+    pub name: &'static str,
+    /// Where the node's files are.
+    pub paths: Paths,
+    /// `config.json`.
+    pub config_file: ConfigFile,
+    /// The latest loaded config; replaced whole on every reload.
+    config: RwLock<Arc<Config>>,
+    /// Flag overrides for this run.
+    pub overrides: Mutex<RunOverrides>,
+    /// Secrets.
+    pub vault: Vault,
+    /// The embedded store.
+    pub store: Arc<Store>,
+    /// Event bus behind `GET /events`.
+    pub bus: Bus,
+    /// Recent log records behind `GET /logs`.
+    pub logs: LogRing,
+    /// Login sessions, Basic cache and login throttling.
+    pub auth: AuthState,
+    /// The long-lived connection token a hub presents (as the `tui-session` cookie).
+    pub node_token: String,
+    /// Process start, for `uptime_secs`.
+    pub started: Instant,
+    /// Fired once at shutdown; streams end and listeners drain.
+    pub shutdown: CancellationToken,
+    /// Hosts the TCP Host guard trusts besides literals.
+    pub host_trust: RwLock<HostTrust>,
+    /// The TCP listener, when running.
+    pub tcp: tokio::sync::Mutex<TcpControl>,
+    /// Owner of every background task, so shutdown can wait for them.
+    pub tasks: TaskTracker,
+}
+
+impl Node {
+    /// Opens the node's config, vault and store. Blocking; call before serving.
+    pub fn open(
+        name: &'static str,
+        paths: Paths,
+        overrides: RunOverrides,
+        logs: LogRing,
+    ) -> anyhow::Result<Arc<Self>> {
+        paths.ensure_dir()?;
+        let config_file = ConfigFile::new(paths.config_file());
+        let config = config_file.load()?;
+        let vault = Vault::open(
+            &paths.config_dir,
+            paths.secrets_file(),
+            config.secret_store == SecretStore::Auto,
+        );
+        let node_token = vault
+            .get_or_create(NODE_TOKEN, vault::random_token)
+            .context("loading the node token")?;
+        let store = Store::open(&paths.store_file())?;
+        let now = crate::logs::now_ms();
+        store.prune_login_sessions(now)?;
+        let auth = AuthState::with_sessions(store.login_sessions()?);
+        let tailscale_name = tailscale_name(&config);
+        Ok(Arc::new(Self {
+            name,
+            paths,
+            config_file,
+            config: RwLock::new(Arc::new(config)),
+            overrides: Mutex::new(overrides),
+            vault,
+            store: Arc::new(store),
+            bus: Bus::default(),
+            logs,
+            auth,
+            node_token,
+            started: Instant::now(),
+            shutdown: CancellationToken::new(),
+            host_trust: RwLock::new(HostTrust {
+                interface_ips: crate::guard::interface_ips(),
+                tailscale_name,
+            }),
+            tcp: tokio::sync::Mutex::new(TcpControl::default()),
+            tasks: TaskTracker::new(),
+        }))
+    }
+
+    /// The current config.
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the in-memory config (after a save or a reload from disk).
+    pub fn set_config(&self, c: Config) {
+        let ts = tailscale_name(&c);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(c);
+        self.host_trust
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .tailscale_name = ts;
+        // A changed password hash must not be satisfied by a cached Basic check.
+        self.auth.clear_basic_cache();
+    }
+
+    /// A snapshot of what the Host guard trusts.
+    pub fn host_trust(&self) -> HostTrust {
+        self.host_trust
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The request deadline in force.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.config().tuning.request_timeout_ms)
+    }
+}
+
+fn tailscale_name(c: &Config) -> Option<String> {
+    c.tailscale
+        .enabled
+        .then(|| c.tailscale.hostname.as_deref())
+        .flatten()
+        .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+}

@@ -1,0 +1,85 @@
+//! The node's embedded store: one `redb` file, `state.redb`, in the config dir.
+//!
+//! Durable records live here (login sessions now; repositories, the progress journal,
+//! stories and the cross-host outboxes and dedupe rings as those features land). What the
+//! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
+//! Every call is blocking; async callers use `spawn_blocking`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+/// Login sessions: sha256(token) hex → expiry, unix ms.
+const LOGIN_SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("login_sessions");
+
+/// Handle to the store.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens (creating) the store file.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let db = Database::create(path)
+            .with_context(|| format!("opening the store {}", path.display()))?;
+        let tx = db.begin_write()?;
+        tx.open_table(LOGIN_SESSIONS)?;
+        tx.commit()?;
+        Ok(Self { db })
+    }
+
+    /// All login sessions (hash → expiry ms).
+    pub fn login_sessions(&self) -> anyhow::Result<Vec<(String, u64)>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(LOGIN_SESSIONS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((k.value().to_owned(), v.value()));
+        }
+        Ok(out)
+    }
+
+    /// Inserts or extends a login session.
+    pub fn put_login_session(&self, hash: &str, expires_ms: u64) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(LOGIN_SESSIONS)?.insert(hash, expires_ms)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes login sessions that expired before `now_ms`.
+    pub fn prune_login_sessions(&self, now_ms: u64) -> anyhow::Result<usize> {
+        let tx = self.db.begin_write()?;
+        let removed = {
+            let mut t = tx.open_table(LOGIN_SESSIONS)?;
+            let before = t.len()?;
+            t.retain(|_, exp| exp >= now_ms)?;
+            (before - t.len()?) as usize
+        };
+        tx.commit()?;
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_sessions_persist_and_prune() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.redb");
+        {
+            let s = Store::open(&p).unwrap();
+            s.put_login_session("a", 10).unwrap();
+            s.put_login_session("b", 100).unwrap();
+        }
+        let s = Store::open(&p).unwrap();
+        assert_eq!(s.login_sessions().unwrap().len(), 2);
+        assert_eq!(s.prune_login_sessions(50).unwrap(), 1);
+        assert_eq!(s.login_sessions().unwrap(), vec![("b".to_owned(), 100)]);
+    }
+}

@@ -1,0 +1,121 @@
+//! Typed events published on a node's event bus and served on `GET /events` (SSE).
+//!
+//! The SSE event name is the kebab-case tag; the payload is the variant's fields. Payload
+//! field names are public contract (the phone UI and scripts read them).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One event on the bus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data", rename_all = "kebab-case")]
+pub enum Event {
+    /// A PTY session was created (locally, over MCP, or by a spawn).
+    SessionCreated {
+        session_id: String,
+        cwd: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent_type: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        display_name: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_session: Option<String>,
+        tuic_session: String,
+    },
+    /// A session received its human-friendly alias (fires once, after `session-created`).
+    TermAliasAssigned { session_id: String, alias: String },
+    /// A session's display name changed.
+    SessionRenamed {
+        session_id: String,
+        name: String,
+        is_custom: bool,
+    },
+    /// A session ended and left the session list.
+    SessionClosed { session_id: String },
+    /// The output parser recognised something (question, rate limit, error, agent state).
+    PtyParsed { session_id: String, parsed: Value },
+    /// A session's process exited.
+    PtyExit {
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+    },
+    /// The set of registered repositories changed.
+    RepositoriesChanged { repos: Value },
+    /// A progress record was journaled.
+    ProgressRecorded(Value),
+    /// A toast for every connected UI.
+    McpToast {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        message: String,
+        level: String,
+        sound: bool,
+    },
+    /// The configuration file changed (after `PUT /config`).
+    ConfigChanged { remote_access_enabled: bool },
+    /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
+    Lagged { missed: u64 },
+}
+
+impl Event {
+    /// The SSE event name (the kebab-case tag).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::SessionCreated { .. } => "session-created",
+            Self::TermAliasAssigned { .. } => "term-alias-assigned",
+            Self::SessionRenamed { .. } => "session-renamed",
+            Self::SessionClosed { .. } => "session-closed",
+            Self::PtyParsed { .. } => "pty-parsed",
+            Self::PtyExit { .. } => "pty-exit",
+            Self::RepositoriesChanged { .. } => "repositories-changed",
+            Self::ProgressRecorded(_) => "progress-recorded",
+            Self::McpToast { .. } => "mcp-toast",
+            Self::ConfigChanged { .. } => "config-changed",
+            Self::Lagged { .. } => "lagged",
+        }
+    }
+
+    /// The JSON payload carried in the SSE `data:` line.
+    pub fn payload(&self) -> Value {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut m)) => m.remove("data").unwrap_or(Value::Null),
+            _ => Value::Null,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_matches_serde_tag() {
+        let samples = [
+            Event::SessionClosed {
+                session_id: "1".into(),
+            },
+            Event::Lagged { missed: 3 },
+            Event::PtyExit {
+                session_id: "1".into(),
+                exit_code: None,
+            },
+            Event::ProgressRecorded(serde_json::json!({"a": 1})),
+        ];
+        for e in samples {
+            let v = serde_json::to_value(&e).unwrap();
+            assert_eq!(v["type"], e.name());
+            let back: Event = serde_json::from_value(v).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+
+    #[test]
+    fn payload_omits_absent_optionals() {
+        let e = Event::PtyExit {
+            session_id: "s".into(),
+            exit_code: None,
+        };
+        assert_eq!(e.payload(), serde_json::json!({"session_id": "s"}));
+    }
+}

@@ -1,0 +1,11 @@
+//! tuic-proto: the wire types and pure logic that every tuic process shares.
+//!
+//! Nothing in this crate does IO, reads a clock or looks at the environment: callers pass
+//! time, paths and identities in. That keeps the protocol cores testable without sockets
+//! and lets a simulator drive them with virtual time.
+
+pub mod endpoint;
+pub mod events;
+
+/// Version of the node's HTTP/peer protocol, reported by `GET /health`.
+pub const PROTOCOL_VERSION: u32 = 1;

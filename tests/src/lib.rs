@@ -1,0 +1,1 @@
+//! Shared harness for tuic's end-to-end tests: starting real binaries and talking to them.
