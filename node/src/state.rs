@@ -13,6 +13,7 @@ use crate::events::Bus;
 use crate::guard::HostTrust;
 use crate::logs::LogRing;
 use crate::paths::Paths;
+use crate::repos::Repos;
 use crate::server::TcpControl;
 use crate::store::Store;
 use crate::vault::{self, Vault};
@@ -66,6 +67,10 @@ pub struct Node {
     pub tcp: tokio::sync::Mutex<TcpControl>,
     /// Owner of every background task, so shutdown can wait for them.
     pub tasks: TaskTracker,
+    /// Registered repositories (the roots of every file route).
+    pub repos: Repos,
+    /// Concurrent uploads allowed; a permit is held through extraction.
+    pub upload_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl Node {
@@ -92,6 +97,12 @@ impl Node {
         store.prune_login_sessions(now)?;
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
+        let store = Arc::new(store);
+        let repos = Repos::new(store.clone());
+        crate::fs::upload::sweep_staging(&repos.roots());
+        let upload_permits = Arc::new(tokio::sync::Semaphore::new(
+            config.tuning.upload_concurrency.max(1) as usize,
+        ));
         Ok(Arc::new(Self {
             name,
             paths,
@@ -99,7 +110,7 @@ impl Node {
             config: RwLock::new(Arc::new(config)),
             overrides: Mutex::new(overrides),
             vault,
-            store: Arc::new(store),
+            store,
             bus: Bus::default(),
             logs,
             auth,
@@ -112,6 +123,8 @@ impl Node {
             }),
             tcp: tokio::sync::Mutex::new(TcpControl::default()),
             tasks: TaskTracker::new(),
+            repos,
+            upload_permits,
         }))
     }
 
