@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test packages: ${need[*]}"
   sudo_cmd=()

@@ -22,7 +22,10 @@ fn html(body: &'static str) -> impl IntoResponse {
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
-    ([(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")], body)
+    (
+        [(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")],
+        body,
+    )
 }
 
 /// Routes of the UI pages.
@@ -32,7 +35,16 @@ pub fn routes() -> Router<Arc<Node>> {
         .route("/", get(|| async { html(APP_HTML) }))
         .route("/mobile", get(|| async { html(APP_HTML) }))
         .route("/mobile/{*rest}", get(|| async { html(APP_HTML) }))
-        .route("/assets/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/assets/ansi.js", get(|| async { asset("text/javascript; charset=utf-8", ANSI_JS) }))
-        .route("/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+        .route(
+            "/assets/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/assets/ansi.js",
+            get(|| async { asset("text/javascript; charset=utf-8", ANSI_JS) }),
+        )
+        .route(
+            "/assets/app.css",
+            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
+        )
 }

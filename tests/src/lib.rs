@@ -4,6 +4,8 @@
 //! The binaries are the ones cargo built next to the test executables (`.ci/run` builds
 //! them with `cargo build --workspace --bins` before running the tests).
 
+pub mod webdriver;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
