@@ -61,6 +61,8 @@ impl Browser {
                     format!("--window-size={width},{height}"),
                     format!("--user-data-dir={}", profile.path().display()),
                 ],
+                // Headless windows cannot be narrower than 500 px; device metrics can.
+                "mobileEmulation": {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 2.0, "touch": true}},
             },
             "timeouts": {"implicit": 10000, "script": 15000, "pageLoad": 20000},
         }}});
@@ -189,27 +191,38 @@ impl Browser {
     }
 
     /// Waits until `predicate` (a JS expression over `document`) is truthy, observing DOM
-    /// mutations rather than polling on a timer; fails after `timeout_ms`.
+    /// mutations rather than polling on a timer; fails after `timeout_ms`. A navigation in the
+    /// middle ends one observation, and the next one starts on the new page.
     pub async fn wait_for(&self, predicate: &str, timeout_ms: u64) -> anyhow::Result<()> {
-        let script = format!(
-            "const done = arguments[arguments.length - 1];
-             const check = () => {{ try {{ return !!({predicate}); }} catch (e) {{ return false; }} }};
-             if (check()) return done(true);
-             const obs = new MutationObserver(() => {{ if (check()) {{ obs.disconnect(); done(true); }} }});
-             obs.observe(document, {{subtree: true, childList: true, characterData: true, attributes: true}});
-             setTimeout(() => {{ obs.disconnect(); done(check()); }}, {timeout_ms});"
-        );
-        let ok = self
-            .cmd(
-                reqwest::Method::POST,
-                "/execute/async",
-                Some(json!({"script": script, "args": []})),
-            )
-            .await?;
-        if ok != json!(true) {
-            bail!("timed out waiting for: {predicate}");
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let mut last_err = None;
+        while Instant::now() < deadline {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(3000);
+            let script = format!(
+                "const done = arguments[arguments.length - 1];
+                 const check = () => {{ try {{ return !!({predicate}); }} catch (e) {{ return false; }} }};
+                 if (check()) return done(true);
+                 const obs = new MutationObserver(() => {{ if (check()) {{ obs.disconnect(); done(true); }} }});
+                 obs.observe(document, {{subtree: true, childList: true, characterData: true, attributes: true}});
+                 setTimeout(() => {{ obs.disconnect(); done(check()); }}, {slice});"
+            );
+            match self
+                .cmd(
+                    reqwest::Method::POST,
+                    "/execute/async",
+                    Some(json!({"script": script, "args": []})),
+                )
+                .await
+            {
+                Ok(v) if v == json!(true) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => last_err = Some(e),
+            }
         }
-        Ok(())
+        bail!("timed out waiting for: {predicate} (last error: {last_err:?})")
     }
 
     /// Saves a PNG screenshot.
