@@ -217,7 +217,7 @@ impl Browser {
                 )
                 .await
             {
-                Ok(v) if v == json!(true) => return Ok(()),
+                Ok(Value::Bool(true)) => return Ok(()),
                 Ok(_) => {}
                 Err(e) => last_err = Some(e),
             }
