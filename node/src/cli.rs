@@ -4,6 +4,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -48,40 +49,47 @@ enum Cmd {
     },
 }
 
+/// Where a node's files are: `--config-dir`, `--instance`.
 #[derive(Debug, Args, Clone, Default)]
-struct Location {
+pub struct Location {
     /// Config dir (default: $TUIC_CONFIG_DIR, $XDG_CONFIG_HOME/tuicommander, ~/.config/tuicommander).
     #[arg(long)]
-    config_dir: Option<PathBuf>,
+    pub config_dir: Option<PathBuf>,
     /// Named instance (default: $TUIC_APP_INSTANCE, else the default instance).
     #[arg(long)]
-    instance: Option<String>,
+    pub instance: Option<String>,
 }
 
+/// Flags of `serve`.
 #[derive(Debug, Args, Clone, Default)]
-struct ServeArgs {
+pub struct ServeArgs {
     #[command(flatten)]
-    loc: Location,
+    pub loc: Location,
     /// Enable remote access (the TCP listener) for this run without saving it.
     #[arg(long)]
-    remote_access: bool,
+    pub remote_access: bool,
     /// TCP port for this run (also `TUIC_PORT`); not saved.
     #[arg(long)]
-    port: Option<u16>,
+    pub port: Option<u16>,
     /// TCP bind address for this run; not saved.
     #[arg(long)]
-    bind: Option<String>,
+    pub bind: Option<String>,
 }
 
 /// Entry point shared by the `tuic-node` and `tuic-hub` binaries.
 pub fn main_with_name(name: &'static str) -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        None => serve(name, cli.serve),
-        Some(Cmd::Serve(a)) => serve(name, a),
+        None => serve(name, cli.serve, |_| Ok(None)),
+        Some(Cmd::Serve(a)) => serve(name, a, |_| Ok(None)),
         Some(Cmd::SetPassword { loc, user }) => set_password(&loc, user),
         Some(Cmd::Token { loc }) => token(&loc),
     };
+    exit(name, result)
+}
+
+/// Prints an error the way every tuic binary does and turns it into an exit code.
+pub fn exit(name: &str, result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -91,7 +99,8 @@ pub fn main_with_name(name: &'static str) -> ExitCode {
     }
 }
 
-fn paths(loc: &Location) -> anyhow::Result<Paths> {
+/// Resolves a node's locations from flags and the environment.
+pub fn paths(loc: &Location) -> anyhow::Result<Paths> {
     Paths::resolve(
         loc.config_dir.as_deref(),
         loc.instance.as_deref(),
@@ -99,7 +108,13 @@ fn paths(loc: &Location) -> anyhow::Result<Paths> {
     )
 }
 
-fn serve(name: &'static str, args: ServeArgs) -> anyhow::Result<()> {
+/// Runs a node in the foreground. `hook` receives the opened node inside the runtime and may
+/// return a router hook (the hub's federation) and start its own tasks.
+pub fn serve(
+    name: &'static str,
+    args: ServeArgs,
+    hook: impl FnOnce(&Arc<Node>) -> anyhow::Result<Option<crate::routes::RouterHook>>,
+) -> anyhow::Result<()> {
     let logs = LogRing::default();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TUIC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -128,10 +143,14 @@ fn serve(name: &'static str, args: ServeArgs) -> anyhow::Result<()> {
     paths.ensure_dir()?;
     let _instance_lock = crate::server::claim_instance(&paths.node_lock_file(), &paths.socket)?;
     let node = Node::open(name, paths, overrides, logs)?;
-    rt.block_on(crate::server::run(node))
+    rt.block_on(async move {
+        let hook = hook(&node)?;
+        crate::server::run(node, hook).await
+    })
 }
 
-fn set_password(loc: &Location, user: Option<String>) -> anyhow::Result<()> {
+/// `set-password`: reads the password from stdin and stores its bcrypt hash.
+pub fn set_password(loc: &Location, user: Option<String>) -> anyhow::Result<()> {
     let p = paths(loc)?;
     p.ensure_dir()?;
     let mut input = String::new();
@@ -175,7 +194,8 @@ fn set_password(loc: &Location, user: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn token(loc: &Location) -> anyhow::Result<()> {
+/// `token`: prints the node's connection token, creating it once.
+pub fn token(loc: &Location) -> anyhow::Result<()> {
     let p = paths(loc)?;
     p.ensure_dir()?;
     let cfg = ConfigFile::new(p.config_file()).load()?;

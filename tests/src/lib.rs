@@ -4,6 +4,8 @@
 //! The binaries are the ones cargo built next to the test executables (`.ci/run` builds
 //! them with `cargo build --workspace --bins` before running the tests).
 
+pub mod bench_upload;
+pub mod netns;
 pub mod webdriver;
 
 use std::io::{BufRead, BufReader};
@@ -46,9 +48,26 @@ pub struct NodeProc {
 impl NodeProc {
     /// Starts `binary` with `args` and waits (bounded) for its ready line.
     pub fn start(binary: &str, args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<Self> {
+        Self::start_in(None, binary, args, envs)
+    }
+
+    /// Like [`NodeProc::start`], inside network namespace `netns` when given.
+    pub fn start_in(
+        netns: Option<&str>,
+        binary: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let log =
             std::env::temp_dir().join(format!("tuic-test-{}-{}.log", std::process::id(), unique()));
-        let mut cmd = Command::new(bin(binary));
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin(binary));
+                c
+            }
+            None => Command::new(bin(binary)),
+        };
         cmd.args(args)
             .env_remove("TUIC_SOCKET")
             .env_remove("TUIC_APP_INSTANCE")

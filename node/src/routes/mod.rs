@@ -29,8 +29,17 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// Responses smaller than this are not compressed.
 pub const COMPRESS_ABOVE_BYTES: u16 = 860;
 
+/// Extra behaviour layered onto the node's routes inside the request boundary (the hub
+/// uses it to merge remote sessions and route addresses to their owners).
+pub type RouterHook = Arc<dyn Fn(Router<Arc<Node>>) -> Router<Arc<Node>> + Send + Sync>;
+
 /// Builds the full router with the server limits and the request boundary.
 pub fn router(node: Arc<Node>) -> Router {
+    router_with(node, None)
+}
+
+/// [`router`] with an optional hook applied inside the boundary.
+pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
     let routes = Router::new()
         .route("/health", get(system::health))
         .route("/logs", get(system::logs))
@@ -60,13 +69,16 @@ pub fn router(node: Arc<Node>) -> Router {
     let streaming = Router::new()
         .route("/fs/upload-copy", post(crate::fs::upload::upload_copy))
         .layer(DefaultBodyLimit::disable());
-    with_server_limits(routes, node.request_timeout())
-        .merge(streaming)
-        .layer(middleware::from_fn_with_state(
-            node.clone(),
-            crate::server::boundary::boundary,
-        ))
-        .with_state(node)
+    let app = with_server_limits(routes, node.request_timeout()).merge(streaming);
+    let app = match hook {
+        Some(h) => h(app),
+        None => app,
+    };
+    app.layer(middleware::from_fn_with_state(
+        node.clone(),
+        crate::server::boundary::boundary,
+    ))
+    .with_state(node)
 }
 
 /// The two bounds every request/response route gets: a deadline and a body limit, plus

@@ -55,9 +55,9 @@ impl TcpControl {
 }
 
 /// Serves the node until SIGINT/SIGTERM or `node.shutdown` fires.
-pub async fn run(node: Arc<Node>) -> anyhow::Result<()> {
+pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> anyhow::Result<()> {
     let ipc = bind_ipc(&node.paths.socket).await?;
-    let app = crate::routes::router(node.clone());
+    let app = crate::routes::router_with(node.clone(), hook);
     node.tcp.lock().await.app = Some(app.clone());
     let drain = Duration::from_millis(node.config().tuning.shutdown_drain_ms);
     let ipc_task = tokio::spawn(accept_loop(

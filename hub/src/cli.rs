@@ -1,0 +1,156 @@
+//! `tuic-hub` command line: the node's commands plus `connect` and `disconnect`.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::routing::{get, post};
+use clap::{Parser, Subcommand};
+use tuic_node::cli::{Location, ServeArgs};
+use tuic_node::config::{ConfigFile, SecretStore};
+use tuic_node::vault::Vault;
+
+use crate::connections::{self, ConnectionConfig};
+use crate::federation::Federation;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tuic-hub",
+    version,
+    about = "tuic hub: a node that also federates other nodes"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the hub in the foreground (the default).
+    Serve(ServeArgs),
+    /// Set the remote-access password (stdin).
+    SetPassword {
+        #[command(flatten)]
+        loc: Location,
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Print this machine's connection token.
+    Token {
+        #[command(flatten)]
+        loc: Location,
+    },
+    /// Add (or replace) a node connection; the token is read from stdin.
+    Connect {
+        #[command(flatten)]
+        loc: Location,
+        /// Connection id, the first part of addresses on that node.
+        #[arg(long)]
+        id: String,
+        /// The node's base URL, `http://host:port`.
+        #[arg(long)]
+        url: String,
+        /// Read the node's token (`tuic-node token` on that machine) from stdin.
+        #[arg(long, required = true)]
+        token_stdin: bool,
+    },
+    /// Remove a node connection.
+    Disconnect {
+        #[command(flatten)]
+        loc: Location,
+        #[arg(long)]
+        id: String,
+    },
+}
+
+/// Entry point of the `tuic-hub` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let name = "tuic-hub";
+    let result = match cli.cmd {
+        None => serve(cli.serve),
+        Some(Cmd::Serve(a)) => serve(a),
+        Some(Cmd::SetPassword { loc, user }) => tuic_node::cli::set_password(&loc, user),
+        Some(Cmd::Token { loc }) => tuic_node::cli::token(&loc),
+        Some(Cmd::Connect { loc, id, url, .. }) => connect(&loc, id, url),
+        Some(Cmd::Disconnect { loc, id }) => disconnect(&loc, &id),
+    };
+    tuic_node::cli::exit(name, result)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tuic_node::cli::serve("tuic-hub", args, |node| {
+        let fed = Federation::new(node.clone());
+        fed.reconcile();
+        let hook: tuic_node::routes::RouterHook = Arc::new(move |app| {
+            let hub_routes = axum::Router::new()
+                .route("/hub/connections", get(crate::proxy::list_connections))
+                .route("/hub/reload", post(crate::proxy::reload))
+                .with_state(fed.clone());
+            app.merge(hub_routes)
+                .layer(axum::middleware::from_fn_with_state(
+                    fed.clone(),
+                    crate::proxy::intercept,
+                ))
+        });
+        Ok(Some(hook))
+    })
+}
+
+fn vault_for(loc: &Location) -> anyhow::Result<(ConfigFile, Vault, std::path::PathBuf)> {
+    let p = tuic_node::cli::paths(loc)?;
+    p.ensure_dir()?;
+    let file = ConfigFile::new(p.config_file());
+    let cfg = file.load()?;
+    let vault = Vault::open(
+        &p.config_dir,
+        p.secrets_file(),
+        cfg.secret_store == SecretStore::Auto,
+    );
+    Ok((file, vault, p.socket))
+}
+
+fn connect(loc: &Location, id: String, url: String) -> anyhow::Result<()> {
+    let mut token = String::new();
+    std::io::stdin()
+        .read_to_string(&mut token)
+        .context("reading the token from stdin")?;
+    let (file, vault, socket) = vault_for(loc)?;
+    connections::connect(
+        &file,
+        &vault,
+        ConnectionConfig {
+            id: id.clone(),
+            url,
+        },
+        token.trim(),
+    )?;
+    tell_running_hub(&socket);
+    eprintln!("connection {id} saved");
+    Ok(())
+}
+
+fn disconnect(loc: &Location, id: &str) -> anyhow::Result<()> {
+    let (file, _vault, socket) = vault_for(loc)?;
+    anyhow::ensure!(connections::disconnect(&file, id)?, "no connection {id}");
+    tell_running_hub(&socket);
+    eprintln!("connection {id} removed");
+    Ok(())
+}
+
+/// Asks a running hub to apply the saved connections now (no hub running is fine).
+fn tell_running_hub(socket: &std::path::Path) {
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(socket) else {
+        return;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let req = "POST /hub/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).is_ok() {
+        let mut status = [0u8; 12];
+        let _ = s.read_exact(&mut status);
+    }
+}

@@ -1,0 +1,162 @@
+//! Configured connections: `hub.connections` in `config.json` (id and base URL) and each
+//! connection's token in the node's secret store (never in the config file).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tuic_node::config::{ConfigFile, SaveError};
+use tuic_node::vault::Vault;
+
+/// One configured node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionConfig {
+    /// The connection id: the first part of every address on this node.
+    pub id: String,
+    /// The node's base URL, `http://host:port`.
+    pub url: String,
+}
+
+/// Vault entry holding a connection's token.
+pub fn token_key(id: &str) -> String {
+    format!("hub_conn_{id}")
+}
+
+/// Whether an id can appear in an address (`<id>/<session>`).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id != "local"
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Reads the configured connections from a config document.
+pub fn from_config(extra: &serde_json::Map<String, Value>) -> Vec<ConnectionConfig> {
+    extra
+        .get("hub")
+        .and_then(|h| h.get("connections"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// Adds or replaces a connection in the config file and stores its token.
+pub fn connect(
+    file: &ConfigFile,
+    vault: &Vault,
+    conn: ConnectionConfig,
+    token: &str,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        valid_id(&conn.id),
+        "invalid connection id {:?} (letters, digits, - and _; not \"local\")",
+        conn.id
+    );
+    let url = reqwest::Url::parse(&conn.url).map_err(|e| anyhow::anyhow!("invalid url: {e}"))?;
+    anyhow::ensure!(
+        matches!(url.scheme(), "http" | "https"),
+        "the url must be http(s)://host:port"
+    );
+    anyhow::ensure!(
+        url.username().is_empty() && url.password().is_none(),
+        "put credentials in --token-stdin, not the url"
+    );
+    anyhow::ensure!(!token.is_empty(), "the token is empty");
+    vault.set(&token_key(&conn.id), token)?;
+    file.update(|doc| {
+        let list = connections_mut(doc)?;
+        list.retain(|c| c.get("id").and_then(Value::as_str) != Some(conn.id.as_str()));
+        list.push(json!({"id": conn.id, "url": conn.url.trim_end_matches('/')}));
+        Ok(())
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Removes a connection from the config file. Returns whether it existed.
+pub fn disconnect(file: &ConfigFile, id: &str) -> anyhow::Result<bool> {
+    let mut existed = false;
+    file.update(|doc| {
+        let list = connections_mut(doc)?;
+        let before = list.len();
+        list.retain(|c| c.get("id").and_then(Value::as_str) != Some(id));
+        existed = list.len() != before;
+        Ok(())
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(existed)
+}
+
+fn connections_mut(doc: &mut Value) -> Result<&mut Vec<Value>, SaveError> {
+    let obj = doc
+        .as_object_mut()
+        .ok_or_else(|| SaveError::Invalid("config is not an object".into()))?;
+    let hub = obj.entry("hub").or_insert_with(|| json!({}));
+    if !hub.is_object() {
+        *hub = json!({});
+    }
+    let conns = hub
+        .as_object_mut()
+        .expect("object")
+        .entry("connections")
+        .or_insert_with(|| json!([]));
+    if !conns.is_array() {
+        *conns = json!([]);
+    }
+    Ok(conns.as_array_mut().expect("array"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_disconnect_roundtrip_keeps_token_out_of_config() {
+        let d = tempfile::tempdir().unwrap();
+        let file = ConfigFile::new(d.path().join("config.json"));
+        let vault = Vault::open(d.path(), d.path().join("secrets.json"), false);
+        let c = ConnectionConfig {
+            id: "boxb".into(),
+            url: "http://10.0.0.2:9876/".into(),
+        };
+        connect(&file, &vault, c, "tok123").unwrap();
+        let cfg = file.load().unwrap();
+        assert_eq!(
+            from_config(&cfg.extra),
+            vec![ConnectionConfig {
+                id: "boxb".into(),
+                url: "http://10.0.0.2:9876".into()
+            }]
+        );
+        assert!(
+            !std::fs::read_to_string(d.path().join("config.json"))
+                .unwrap()
+                .contains("tok123")
+        );
+        assert_eq!(
+            vault.get(&token_key("boxb")).unwrap().as_deref(),
+            Some("tok123")
+        );
+        assert!(disconnect(&file, "boxb").unwrap());
+        assert!(!disconnect(&file, "boxb").unwrap());
+        assert!(from_config(&file.load().unwrap().extra).is_empty());
+    }
+
+    #[test]
+    fn ids_and_urls_are_validated() {
+        let d = tempfile::tempdir().unwrap();
+        let file = ConfigFile::new(d.path().join("config.json"));
+        let vault = Vault::open(d.path(), d.path().join("secrets.json"), false);
+        for (id, url) in [
+            ("local", "http://a:1"),
+            ("a/b", "http://a:1"),
+            ("ok", "ftp://a"),
+            ("ok", "http://u:p@a:1"),
+        ] {
+            let c = ConnectionConfig {
+                id: id.into(),
+                url: url.into(),
+            };
+            assert!(connect(&file, &vault, c, "t").is_err(), "{id} {url}");
+        }
+    }
+}

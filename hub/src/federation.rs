@@ -1,0 +1,302 @@
+//! The hub's view of its nodes: one driver task per configured connection keeps that node's
+//! session list mirrored and its health known.
+//!
+//! A driver subscribes to the node's `/events` (session lifecycle only) and re-reads
+//! `GET /sessions` on every event; a health probe every 5 s marks the connection down after 3
+//! misses, and a reset stream marks it down at once. Reconnects back off 1 s → 30 s with
+//! jitter. While down, the connection has no rows and its routes answer 503.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use backon::BackoffBuilder;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tuic_node::state::Node;
+
+use crate::connections::{self, ConnectionConfig};
+
+/// Health probe interval.
+const PING_EVERY: Duration = Duration::from_secs(5);
+/// Consecutive missed probes before a connection is down.
+const MISSES_DOWN: u32 = 3;
+
+/// Live state of one connection.
+#[derive(Debug, Default, Clone)]
+pub struct ConnState {
+    /// Whether the node answers.
+    pub up: bool,
+    /// The node's session rows (as the node reports them).
+    pub sessions: Vec<Value>,
+    /// The last failure, without URL or token.
+    pub last_error: Option<String>,
+}
+
+/// One connection and its driver.
+#[derive(Debug)]
+pub struct Conn {
+    /// Connection id.
+    pub id: String,
+    /// Base URL.
+    pub url: String,
+    /// The node's connection token, sent as the `tui-session` cookie.
+    pub(crate) token: String,
+    /// Mirrored state.
+    pub state: RwLock<ConnState>,
+    /// Stops the driver.
+    stop: CancellationToken,
+}
+
+impl Conn {
+    /// A snapshot of the state.
+    pub fn snapshot(&self) -> ConnState {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, f: impl FnOnce(&mut ConnState)) {
+        f(&mut self.state.write().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// The cookie header value that authenticates the hub to this node.
+    pub(crate) fn cookie(&self) -> String {
+        format!("tui-session={}", self.token)
+    }
+}
+
+/// The hub's federation state.
+#[derive(Debug)]
+pub struct Federation {
+    /// The local node.
+    pub node: Arc<Node>,
+    conns: RwLock<HashMap<String, Arc<Conn>>>,
+    /// Shared HTTP client (connection pooling; `TCP_NODELAY` on every dialed connection).
+    pub(crate) http: reqwest::Client,
+}
+
+impl Federation {
+    /// A federation with no connections yet; call [`Federation::reconcile`].
+    pub fn new(node: Arc<Node>) -> Arc<Self> {
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("HTTP client");
+        Arc::new(Self {
+            node,
+            conns: RwLock::new(HashMap::new()),
+            http,
+        })
+    }
+
+    /// A connection by id.
+    pub fn get(&self, id: &str) -> Option<Arc<Conn>> {
+        self.conns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// All connections.
+    pub fn all(&self) -> Vec<Arc<Conn>> {
+        let mut v: Vec<_> = self
+            .conns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// Brings the running drivers in line with `config.json` and the secret store.
+    pub fn reconcile(self: &Arc<Self>) {
+        let wanted: Vec<ConnectionConfig> = connections::from_config(&self.node.config().extra);
+        let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|id, c| {
+            let keep = wanted.iter().any(|w| &w.id == id && w.url == c.url);
+            if !keep {
+                c.stop.cancel();
+                tracing::info!(conn = %id, "connection removed");
+            }
+            keep
+        });
+        for w in wanted {
+            if conns.contains_key(&w.id) {
+                continue;
+            }
+            let token = match self.node.vault.get(&connections::token_key(&w.id)) {
+                Ok(Some(t)) => t,
+                _ => {
+                    tracing::warn!(conn = %w.id, "no token stored for connection; not dialing");
+                    continue;
+                }
+            };
+            let conn = Arc::new(Conn {
+                id: w.id.clone(),
+                url: w.url.clone(),
+                token,
+                state: RwLock::new(ConnState::default()),
+                stop: self.node.shutdown.child_token(),
+            });
+            conns.insert(w.id.clone(), conn.clone());
+            let fed = self.clone();
+            self.node.tasks.spawn(async move { fed.drive(conn).await });
+        }
+    }
+
+    /// Every remote session row, tagged with its connection and address.
+    pub fn remote_rows(&self) -> Vec<Value> {
+        let mut rows = Vec::new();
+        for c in self.all() {
+            let st = c.snapshot();
+            if !st.up {
+                continue;
+            }
+            for mut r in st.sessions {
+                let sid = r
+                    .get("session_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Some(o) = r.as_object_mut() {
+                    o.insert("is_remote".into(), json!(true));
+                    o.insert("connection_id".into(), json!(c.id));
+                    o.insert("address".into(), json!(format!("{}/{sid}", c.id)));
+                }
+                rows.push(r);
+            }
+        }
+        rows
+    }
+
+    async fn drive(self: Arc<Self>, conn: Arc<Conn>) {
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(Duration::from_secs(30))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        loop {
+            let ran_ok = tokio::select! {
+                _ = conn.stop.cancelled() => return,
+                r = self.session_once(&conn) => r,
+            };
+            let was_up = conn.snapshot().up;
+            conn.set(|s| {
+                s.up = false;
+                s.sessions.clear();
+                if let Err(e) = &ran_ok {
+                    s.last_error = Some(e.clone());
+                }
+            });
+            if was_up {
+                tracing::warn!(conn = %conn.id, error = ?ran_ok.as_ref().err(), "connection down");
+            }
+            if ran_ok.is_ok() {
+                // A clean end after being up: start over from the smallest delay.
+                backoff = backon::ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_secs(1))
+                    .with_max_delay(Duration::from_secs(30))
+                    .with_jitter()
+                    .without_max_times()
+                    .build();
+            }
+            let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+            tokio::select! {
+                _ = conn.stop.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// One connected period: subscribe, mirror, probe. Returns when the node is lost.
+    async fn session_once(&self, conn: &Conn) -> Result<(), String> {
+        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed";
+        let resp = self
+            .http
+            .get(format!("{}/events?types={types}", conn.url))
+            .header("cookie", conn.cookie())
+            .send()
+            .await
+            .map_err(|e| describe(&e))?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "node answered {} to the event stream",
+                resp.status()
+            ));
+        }
+        self.refresh(conn).await?;
+        conn.set(|s| {
+            s.up = true;
+            s.last_error = None;
+        });
+        tracing::info!(conn = %conn.id, "connection up");
+        let mut events = resp.bytes_stream();
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        let mut misses = 0;
+        loop {
+            tokio::select! {
+                chunk = events.next() => match chunk {
+                    Some(Ok(b)) => {
+                        if b.windows(6).any(|w| w == b"event:") {
+                            self.refresh(conn).await?;
+                        }
+                    }
+                    Some(Err(e)) => return Err(describe(&e)),
+                    None => return Err("event stream ended".into()),
+                },
+                _ = ping.tick() => {
+                    let ok = self
+                        .http
+                        .get(format!("{}/health", conn.url))
+                        .timeout(Duration::from_secs(2))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success());
+                    misses = if ok { 0 } else { misses + 1 };
+                    if misses >= MISSES_DOWN {
+                        return Err(format!("{MISSES_DOWN} health probes missed"));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn refresh(&self, conn: &Conn) -> Result<(), String> {
+        let rows: Vec<Value> = self
+            .http
+            .get(format!("{}/sessions", conn.url))
+            .header("cookie", conn.cookie())
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| describe(&e))?
+            .json()
+            .await
+            .map_err(|e| describe(&e))?;
+        conn.set(|s| s.sessions = rows);
+        Ok(())
+    }
+}
+
+/// A client error without the URL (which may carry a query) or any credential.
+pub(crate) fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection refused or unreachable"
+    } else if e.is_decode() {
+        "unreadable answer"
+    } else {
+        "request failed"
+    };
+    match e.status() {
+        Some(s) => format!("{kind} ({s})"),
+        None => kind.to_owned(),
+    }
+}

@@ -1,0 +1,279 @@
+//! Routing on the hub: `GET /sessions` merges remote rows; a session route or stream whose id
+//! is an address `<connection_id>/<session_id>` (URL-encoded) goes to the owning node with
+//! that node's token in place of the caller's credential; 503 names the connection when it
+//! is down. Also `GET /hub/connections` and `POST /hub/reload`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::ws::{Message as AxMsg, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message as TMsg;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tuic_node::error::ApiError;
+
+use crate::federation::{Conn, Federation, describe};
+
+/// Largest proxied request body (the node's own limit).
+const MAX_PROXY_BODY: usize = 2 * 1024 * 1024;
+
+fn unavailable(id: &str, why: &str) -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "owner_unavailable",
+        format!("connection {id} is unavailable: {why}"),
+    )
+    .into_response()
+}
+
+/// Splits `/sessions/<id>[/rest]` into the percent-decoded id and the rest.
+fn session_target(path: &str) -> Option<(String, &str)> {
+    let after = path.strip_prefix("/sessions/")?;
+    let (raw_id, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
+    let id = percent_encoding::percent_decode_str(raw_id)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
+    Some((id, rest))
+}
+
+/// The middleware (installed inside the node's request boundary).
+pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    if path == "/sessions" && req.method() == axum::http::Method::GET {
+        let resp = next.run(req).await;
+        if !resp.status().is_success() {
+            return resp;
+        }
+        let body = match resp.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return ApiError::internal(e.to_string()).into_response(),
+        };
+        let mut rows: Vec<Value> = serde_json::from_slice(&body).unwrap_or_default();
+        rows.extend(fed.remote_rows());
+        return Json(rows).into_response();
+    }
+    if let Some((id, rest)) = session_target(&path)
+        && let Some((conn_id, sid)) = id.split_once('/')
+    {
+        if conn_id == "local" {
+            return next.run(rewrite(req, sid, rest)).await;
+        }
+        let Some(conn) = fed.get(conn_id) else {
+            return ApiError::not_found(format!("unknown connection {conn_id}")).into_response();
+        };
+        if !conn.snapshot().up {
+            return unavailable(&conn.id, "not connected");
+        }
+        let rest = rest.to_owned();
+        let sid = sid.to_owned();
+        let is_ws = req
+            .headers()
+            .get(header::UPGRADE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+        return if is_ws {
+            proxy_ws(conn, req, &sid, &rest).await
+        } else {
+            proxy_http(&fed, conn, req, &sid, &rest).await
+        };
+    }
+    next.run(req).await
+}
+
+/// `local/<id>` names the hub's own session: strip the prefix and serve it here.
+fn rewrite(mut req: Request, sid: &str, rest: &str) -> Request {
+    let q = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let enc = percent_encoding::utf8_percent_encode(sid, percent_encoding::NON_ALPHANUMERIC);
+    if let Ok(uri) = format!("/sessions/{enc}{rest}{q}").parse() {
+        *req.uri_mut() = uri;
+    }
+    req
+}
+
+fn target_url(conn: &Conn, sid: &str, rest: &str, query: Option<&str>) -> String {
+    let enc = percent_encoding::utf8_percent_encode(sid, percent_encoding::NON_ALPHANUMERIC);
+    let q = query.map(|q| format!("?{q}")).unwrap_or_default();
+    format!("{}/sessions/{enc}{rest}{q}", conn.url)
+}
+
+async fn proxy_http(
+    fed: &Federation,
+    conn: Arc<Conn>,
+    req: Request,
+    sid: &str,
+    rest: &str,
+) -> Response {
+    let url = target_url(&conn, sid, rest, req.uri().query());
+    let method = req.method().clone();
+    let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_PROXY_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "request body too large",
+            )
+            .into_response();
+        }
+    };
+    // The caller's credential stays here; the node sees the hub's token for this connection.
+    let mut out = fed
+        .http
+        .request(method, url)
+        .header(header::COOKIE, conn.cookie())
+        .body(body);
+    if let Some(ct) = content_type {
+        out = out.header(header::CONTENT_TYPE, ct);
+    }
+    match out.send().await {
+        Ok(r) => {
+            let status = r.status();
+            let ct = r.headers().get(header::CONTENT_TYPE).cloned();
+            let bytes: Bytes = match r.bytes().await {
+                Ok(b) => b,
+                Err(e) => return unavailable(&conn.id, &describe(&e)),
+            };
+            let mut resp = (status, Body::from(bytes)).into_response();
+            if let Some(ct) = ct {
+                resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            resp
+        }
+        Err(e) => unavailable(&conn.id, &describe(&e)),
+    }
+}
+
+async fn proxy_ws(conn: Arc<Conn>, req: Request, sid: &str, rest: &str) -> Response {
+    let url = target_url(&conn, sid, rest, req.uri().query()).replacen("http", "ws", 1);
+    let (mut parts, _body) = req.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(u) => u,
+        Err(e) => return e.into_response(),
+    };
+    let mut upstream_req = match url.into_client_request() {
+        Ok(r) => r,
+        Err(_) => return ApiError::bad_request("invalid session address").into_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&conn.cookie()) {
+        upstream_req.headers_mut().insert(header::COOKIE, v);
+    }
+    // Dial before upgrading, so an unreachable owner is a 503, not an empty socket.
+    let upstream = match tokio_tungstenite::connect_async(upstream_req).await {
+        Ok((ws, _)) => ws,
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let status =
+                StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let body = r.body().clone().unwrap_or_default();
+            return (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        }
+        Err(_) => return unavailable(&conn.id, "stream connection failed"),
+    };
+    if let Some(s) = upstream.get_ref().get_ref_tcp() {
+        let _ = s.set_nodelay(true);
+    }
+    upgrade.on_upgrade(move |client| async move {
+        let (mut up_tx, mut up_rx) = upstream.split();
+        let (mut cl_tx, mut cl_rx) = client.split();
+        let to_node = async {
+            while let Some(Ok(m)) = cl_rx.next().await {
+                let m = match m {
+                    AxMsg::Text(t) => TMsg::Text(t.as_str().into()),
+                    AxMsg::Binary(b) => TMsg::Binary(b),
+                    AxMsg::Close(_) => break,
+                    _ => continue,
+                };
+                if up_tx.send(m).await.is_err() {
+                    break;
+                }
+            }
+            let _ = up_tx.close().await;
+        };
+        let to_client = async {
+            while let Some(Ok(m)) = up_rx.next().await {
+                let m = match m {
+                    TMsg::Text(t) => AxMsg::Text(t.as_str().into()),
+                    TMsg::Binary(b) => AxMsg::Binary(b),
+                    TMsg::Close(_) => break,
+                    _ => continue,
+                };
+                if cl_tx.send(m).await.is_err() {
+                    break;
+                }
+            }
+            let _ = cl_tx.close().await;
+        };
+        tokio::join!(to_node, to_client);
+    })
+}
+
+trait TcpRef {
+    fn get_ref_tcp(&self) -> Option<&tokio::net::TcpStream>;
+}
+
+impl TcpRef for tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream> {
+    fn get_ref_tcp(&self) -> Option<&tokio::net::TcpStream> {
+        match self {
+            tokio_tungstenite::MaybeTlsStream::Plain(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// `GET /hub/connections`.
+pub async fn list_connections(State(fed): State<Arc<Federation>>) -> Json<Value> {
+    let rows: Vec<Value> = fed
+        .all()
+        .into_iter()
+        .map(|c| {
+            let s = c.snapshot();
+            let mut v =
+                json!({"id": c.id, "url": c.url, "up": s.up, "session_count": s.sessions.len()});
+            if let Some(e) = s.last_error {
+                v["last_error"] = json!(e);
+            }
+            v
+        })
+        .collect();
+    Json(json!({"connections": rows}))
+}
+
+/// `POST /hub/reload`: re-read `config.json` and apply connection changes at once.
+pub async fn reload(State(fed): State<Arc<Federation>>) -> Result<Json<Value>, ApiError> {
+    let file = fed.node.config_file.clone();
+    let cfg = tokio::task::spawn_blocking(move || file.load())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+    fed.node.set_config(cfg);
+    fed.reconcile();
+    Ok(Json(json!({"ok": true, "connections": fed.all().len()})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_decoded() {
+        assert_eq!(
+            session_target("/sessions/boxb%2F12/write"),
+            Some(("boxb/12".into(), "/write"))
+        );
+        assert_eq!(session_target("/sessions/12"), Some(("12".into(), "")));
+        assert_eq!(session_target("/sessionsx"), None);
+    }
+}

@@ -1,0 +1,117 @@
+//! Network namespaces for multi-host tests: a star of namespaces (the hub in the middle, each
+//! node on its own veth link) created with `ip netns`/`ip link` and deleted on drop. Traffic
+//! never leaves these namespaces and loopback.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// A set of namespaces with links, removed on drop.
+#[derive(Debug)]
+pub struct Net {
+    prefix: String,
+    names: Vec<String>,
+    /// Per link: (hub-side interface, node namespace, node address).
+    links: Vec<(String, String, String)>,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip (apt-get install iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+impl Net {
+    /// Creates the hub namespace plus `nodes` node namespaces, each linked to the hub on
+    /// `10.<a>.<i>.0/24` (hub `.1`, node `.2`).
+    pub fn star(nodes: usize) -> anyhow::Result<Self> {
+        let tag = format!(
+            "{:x}",
+            std::process::id() as u64 * 1000
+                + (std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .subsec_micros() as u64
+                    % 1000)
+        );
+        let prefix = format!("tq{tag}");
+        let mut net = Self {
+            prefix: prefix.clone(),
+            names: Vec::new(),
+            links: Vec::new(),
+        };
+        let hub = net.add_ns("hub")?;
+        ip(&["-n", &hub, "link", "set", "lo", "up"])?;
+        let a = 100 + (std::process::id() % 100) as u8;
+        for i in 0..nodes {
+            let ns = net.add_ns(&format!("n{i}"))?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            let (h_if, n_if) = (format!("{prefix}h{i}"), format!("{prefix}n{i}"));
+            ip(&[
+                "link", "add", &h_if, "netns", &hub, "type", "veth", "peer", "name", &n_if,
+                "netns", &ns,
+            ])?;
+            let (h_addr, n_addr) = (
+                format!("10.{a}.{i}.1/24", i = i + 1),
+                format!("10.{a}.{i}.2/24", i = i + 1),
+            );
+            ip(&["-n", &hub, "addr", "add", &h_addr, "dev", &h_if])?;
+            ip(&["-n", &ns, "addr", "add", &n_addr, "dev", &n_if])?;
+            ip(&["-n", &hub, "link", "set", &h_if, "up"])?;
+            ip(&["-n", &ns, "link", "set", &n_if, "up"])?;
+            net.links
+                .push((h_if, ns, n_addr.trim_end_matches("/24").to_owned()));
+        }
+        Ok(net)
+    }
+
+    fn add_ns(&mut self, role: &str) -> anyhow::Result<String> {
+        let name = format!("{}{role}", self.prefix);
+        ip(&["netns", "add", &name])?;
+        self.names.push(name.clone());
+        Ok(name)
+    }
+
+    /// The hub's namespace.
+    pub fn hub(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// Node `i`'s namespace.
+    pub fn node(&self, i: usize) -> &str {
+        &self.links[i].1
+    }
+
+    /// Node `i`'s address as the hub reaches it.
+    pub fn node_addr(&self, i: usize) -> &str {
+        &self.links[i].2
+    }
+
+    /// Cuts (or restores) the link between the hub and node `i`.
+    pub fn set_link(&self, i: usize, up: bool) -> anyhow::Result<()> {
+        ip(&[
+            "-n",
+            self.hub(),
+            "link",
+            "set",
+            &self.links[i].0,
+            if up { "up" } else { "down" },
+        ])
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for n in self.names.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
