@@ -140,6 +140,8 @@ pub struct Tuning {
     pub basic_cache_secs: u64,
     /// Drain deadline at shutdown (5 s).
     pub shutdown_drain_ms: u64,
+    /// How long an exited session's buffers keep answering output routes (300 s).
+    pub tombstone_secs: u64,
 }
 
 impl Default for Tuning {
@@ -151,6 +153,7 @@ impl Default for Tuning {
             login_session_days: 30,
             basic_cache_secs: 60,
             shutdown_drain_ms: 5_000,
+            tombstone_secs: 300,
         }
     }
 }

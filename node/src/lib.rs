@@ -15,6 +15,7 @@ pub mod logs;
 pub mod paths;
 pub mod routes;
 pub mod server;
+pub mod session;
 pub mod state;
 pub mod store;
 pub mod vault;
