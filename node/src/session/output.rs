@@ -149,7 +149,7 @@ fn text(s: &Session, q: &OutputQuery, format: &str) -> Value {
             has_more: false,
             next_cursor: None,
             missed_count: 0,
-            tail_omitted: start > 0 || log_oldest < log_total,
+            tail_omitted: start > 0,
         };
         obj.insert("data_length".into(), json!(data.len()));
         obj.insert("data".into(), json!(data));
