@@ -187,8 +187,11 @@ fn trim_cr(l: &[u8]) -> &[u8] {
     l.strip_suffix(b"\r").unwrap_or(l)
 }
 
-/// Token shapes: (prefix, allowed body byte, minimum body length).
-const TOKENS: &[(&[u8], fn(u8) -> bool, usize)] = &[
+/// A token shape: prefix, allowed body byte, minimum body length.
+type TokenShape = (&'static [u8], fn(u8) -> bool, usize);
+
+/// The token shapes masked.
+const TOKENS: &[TokenShape] = &[
     (b"ghp_", alnum, 20),
     (b"gho_", alnum, 20),
     (b"ghu_", alnum, 20),
