@@ -110,6 +110,11 @@ impl Node {
         Ok(Self { child, dir, socket })
     }
 
+    /// The node's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// A cheap handle for requests from other tasks.
     pub fn client(&self) -> Client {
         Client {
