@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures::SinkExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-use tuic_tests::{Node, bin, drain_ws, read_until, records};
+use tuic_tests::records;
+use tuic_tests::term::{Node, bin, drain_ws, read_until};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -21,7 +22,7 @@ fn gated(script: &str) -> Value {
 }
 
 /// Opens the stream from byte 0, waits for `READY`, and starts the gated script.
-async fn start_gated(node: &Node, id: &str, query: &str) -> tuic_tests::Ws {
+async fn start_gated(node: &Node, id: &str, query: &str) -> tuic_tests::term::Ws {
     let sep = if query.is_empty() { "?" } else { "&" };
     let mut ws = node
         .ws(id, &format!("{query}{sep}from_byte=0"))

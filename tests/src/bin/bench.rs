@@ -18,7 +18,8 @@ use futures::{SinkExt, StreamExt};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
-use tuic_tests::{Node, read_until, records};
+use tuic_tests::records;
+use tuic_tests::term::{Node, read_until};
 
 const T: Duration = Duration::from_secs(300);
 
@@ -66,7 +67,13 @@ fn rss_kib(pid: u32) -> anyhow::Result<u64> {
 }
 
 /// A child on a fresh PTY, read directly by this process (the floor).
-fn bare_pty(script: &str) -> anyhow::Result<(Box<dyn Read + Send>, Box<dyn Write + Send>, Box<dyn portable_pty::Child + Send + Sync>)> {
+fn bare_pty(
+    script: &str,
+) -> anyhow::Result<(
+    Box<dyn Read + Send>,
+    Box<dyn Write + Send>,
+    Box<dyn portable_pty::Child + Send + Sync>,
+)> {
     let pair = native_pty_system().openpty(PtySize {
         rows: 24,
         cols: 80,
@@ -99,8 +106,10 @@ fn read_until_marker(r: &mut dyn Read, marker: &[u8]) -> anyhow::Result<Vec<u8>>
 }
 
 fn bare_throughput(file: &std::path::Path, size: usize) -> anyhow::Result<(f64, usize)> {
-    let (mut r, mut w, mut child) =
-        bare_pty(&format!("stty raw -echo; printf READY; read go; cat {}", file.display()))?;
+    let (mut r, mut w, mut child) = bare_pty(&format!(
+        "stty raw -echo; printf READY; read go; cat {}",
+        file.display()
+    ))?;
     read_until_marker(&mut r, b"READY")?;
     w.write_all(b"go\n")?;
     let start = Instant::now();
@@ -165,7 +174,11 @@ async fn throughput(mib: usize) -> anyhow::Result<()> {
     let cpu = cpu_secs(pid)? - cpu0;
     let mb = size as f64 / 1e6;
     println!("pty-throughput payload={mib} MiB");
-    println!("  bare pty : {:.3} s  {:.1} MB/s  bytes={bare_n}", bare_secs, mb / bare_secs);
+    println!(
+        "  bare pty : {:.3} s  {:.1} MB/s  bytes={bare_n}",
+        bare_secs,
+        mb / bare_secs
+    );
     println!(
         "  tuic-node: {:.3} s  {:.1} MB/s  bytes={n} exact={} lagged={lagged} exit_frame={exit}",
         secs,
@@ -189,8 +202,10 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 async fn node_round_trips(node: &Node, n: usize) -> anyhow::Result<Vec<f64>> {
     let c = node
-        .create(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
-            "args": ["-c", "stty raw -echo; printf READY; exec cat"]}))
+        .create(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", "stty raw -echo; printf READY; exec cat"]}),
+        )
         .await?;
     let id = c["session_id"].as_str().context("id")?.to_owned();
     let mut ws = node.ws(&id, "?binary=1&from_byte=0").await?;
@@ -230,8 +245,10 @@ async fn latency(n: usize) -> anyhow::Result<()> {
     let file = dir.path().join("bulk.txt");
     std::fs::write(&file, records::payload(8 << 20, false, 13))?;
     let bulk = node
-        .create(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
-            "args": ["-c", format!("while :; do cat {}; done", file.display())]}))
+        .create(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", format!("while :; do cat {}; done", file.display())]}),
+        )
         .await?;
     let bulk_id = bulk["session_id"].as_str().context("id")?.to_owned();
     let mut bulk_ws = node.ws(&bulk_id, "?binary=1").await?;
@@ -247,7 +264,8 @@ async fn latency(n: usize) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut busy = node_round_trips(&node, n).await?;
     let busy_secs = t0.elapsed().as_secs_f64();
-    node.ok("DELETE", &format!("/sessions/{bulk_id}"), None).await?;
+    node.ok("DELETE", &format!("/sessions/{bulk_id}"), None)
+        .await?;
     let streamed = reader.await?;
     println!("keystroke-latency round trips={n} (WebSocket key -> PTY -> cat -> PTY -> WebSocket)");
     let line = |name: &str, v: &mut Vec<f64>| {
@@ -264,7 +282,13 @@ async fn latency(n: usize) -> anyhow::Result<()> {
         streamed as f64 / 1e6,
         streamed as f64 / 1e6 / busy_secs
     );
-    println!("  ratios vs bare: idle p50 {:.1}x p99 {:.1}x; busy p50 {:.1}x p99 {:.1}x", i50 / b50, i99 / b99, u50 / b50, u99 / b99);
+    println!(
+        "  ratios vs bare: idle p50 {:.1}x p99 {:.1}x; busy p50 {:.1}x p99 {:.1}x",
+        i50 / b50,
+        i99 / b99,
+        u50 / b50,
+        u99 / b99
+    );
     Ok(())
 }
 
@@ -282,7 +306,9 @@ async fn idle_rss(n: usize) -> anyhow::Result<()> {
     // Wait (bounded) until every shell printed its prompt.
     for id in &ids {
         for _ in 0..500 {
-            let o = node.ok("GET", &format!("/sessions/{id}/output?format=raw"), None).await?;
+            let o = node
+                .ok("GET", &format!("/sessions/{id}/output?format=raw"), None)
+                .await?;
             if o["total_written"].as_u64().unwrap_or(0) > 0 {
                 break;
             }
