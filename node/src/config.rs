@@ -148,6 +148,8 @@ pub struct Tuning {
     pub upload_concurrency: u32,
     /// Longest wait for the next upload chunk (30 s).
     pub upload_idle_ms: u64,
+    /// How long an exited session's buffers keep answering output routes (300 s).
+    pub tombstone_secs: u64,
 }
 
 impl Default for Tuning {
@@ -163,6 +165,7 @@ impl Default for Tuning {
             upload_max_entries: 1_000_000,
             upload_concurrency: 4,
             upload_idle_ms: 30_000,
+            tombstone_secs: 300,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod paths;
 pub mod repos;
 pub mod routes;
 pub mod server;
+pub mod session;
 pub mod state;
 pub mod store;
 pub mod vault;

@@ -71,6 +71,8 @@ pub struct Node {
     pub repos: Repos,
     /// Concurrent uploads allowed; a permit is held through extraction.
     pub upload_permits: Arc<tokio::sync::Semaphore>,
+    /// PTY sessions and their exit tombstones.
+    pub sessions: crate::session::Registry,
 }
 
 impl Node {
@@ -103,6 +105,7 @@ impl Node {
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
             config.tuning.upload_concurrency.max(1) as usize,
         ));
+        let sessions = crate::session::Registry::new(&paths.config_dir);
         Ok(Arc::new(Self {
             name,
             paths,
@@ -125,6 +128,7 @@ impl Node {
             tasks: TaskTracker::new(),
             repos,
             upload_permits,
+            sessions,
         }))
     }
 

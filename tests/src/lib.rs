@@ -6,6 +6,8 @@
 
 pub mod bench_upload;
 pub mod netns;
+pub mod records;
+pub mod term;
 pub mod webdriver;
 
 use std::io::{BufRead, BufReader};

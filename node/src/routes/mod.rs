@@ -7,6 +7,7 @@ mod auth;
 mod config;
 mod events;
 mod repos;
+mod sessions;
 mod system;
 
 use std::sync::Arc;
@@ -62,6 +63,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
             "/fs/resolve-markdown-link",
             post(crate::fs::resolve_markdown_link),
         )
+        .merge(sessions::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") });
     // Uploads stream for as long as data keeps coming: they have their own bounds (idle

@@ -14,7 +14,7 @@ pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
     Json(json!({
         "ok": true,
         "uptime_secs": node.started.elapsed().as_secs(),
-        "session_count": 0,
+        "session_count": node.sessions.count(),
         "protocol_version": tuic_proto::PROTOCOL_VERSION,
     }))
 }

@@ -1,0 +1,459 @@
+//! Session routes: list, create, write, resize, rename, delete, output, raw ring, terminal
+//! grid queries, the live WebSocket stream, and raw capture diagnostics.
+//!
+//! Every `{id}` accepts any of the three addresses (PTY id, `tuic_session`, alias). Output,
+//! raw-ring and terminal routes keep answering for an exited session during its tombstone
+//! period; write and resize need a live process. Session logic lives in `crate::session`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::ws::{
+    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
+};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tuic_proto::events::Event;
+
+use crate::error::{ApiError, JsonBody};
+use crate::session::backlog::Read;
+use crate::session::cleanlog::Stripper;
+use crate::session::output::{self, OutputQuery};
+use crate::session::registry::check_size;
+use crate::session::utf8::StreamDecoder;
+use crate::session::{CreateError, CreateRequest, Session, SessionError};
+use crate::state::Node;
+
+/// Largest output frame a stream sends, in bytes.
+const FRAME_MAX: usize = 64 * 1024;
+
+/// The session route group.
+pub(super) fn routes() -> Router<Arc<Node>> {
+    Router::new()
+        .route("/sessions", get(list).post(create))
+        .route("/sessions/{id}", axum::routing::delete(delete))
+        .route("/sessions/{id}/write", post(write))
+        .route("/sessions/{id}/resize", post(resize))
+        .route("/sessions/{id}/name", axum::routing::put(rename))
+        .route("/sessions/{id}/output", get(output))
+        .route("/sessions/{id}/raw-ring", get(raw_ring))
+        .route("/sessions/{id}/terminal/scroll-info", get(scroll_info))
+        .route("/sessions/{id}/terminal/lines", get(lines))
+        .route(
+            "/sessions/{id}/terminal/scroll-to-offset",
+            post(scroll_to_offset),
+        )
+        .route("/sessions/{id}/stream", get(stream))
+        .route(
+            "/diagnostics/capture",
+            get(capture_status).post(capture_set),
+        )
+}
+
+fn unknown(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_session",
+        format!("unknown session {id}"),
+    )
+}
+
+/// A live session or one in its tombstone period.
+fn find(node: &Node, id: &str) -> Result<Arc<Session>, ApiError> {
+    node.sessions.resolve(id).ok_or_else(|| unknown(id))
+}
+
+fn session_error(e: SessionError) -> ApiError {
+    match e {
+        SessionError::Exited { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "session_exited", e.to_string())
+        }
+        SessionError::Io(m) => ApiError::internal(m),
+    }
+}
+
+async fn list(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
+    let n = node.clone();
+    let rows = tokio::task::spawn_blocking(move || n.sessions.rows())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(json!(rows)))
+}
+
+async fn create(
+    State(node): State<Arc<Node>>,
+    JsonBody(req): JsonBody<CreateRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let n = node.clone();
+    let s = tokio::task::spawn_blocking(move || n.sessions.create(&n, req))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| match e {
+            CreateError::Invalid(m) => ApiError::bad_request(m),
+            CreateError::Spawn(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "spawn_failed", e.to_string())
+            }
+        })?;
+    Ok(Json(json!({
+        "session_id": s.id,
+        "alias": s.alias,
+        "tuic_session": s.tuic_session,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct WriteBody {
+    data: String,
+}
+
+async fn write(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<WriteBody>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    let cap = node.sessions.capture.clone();
+    tokio::task::spawn_blocking(move || s.write(body.data.as_bytes(), &cap))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(session_error)?;
+    Ok(Json(json!({"ok": true})))
+}
+
+#[derive(Debug, Deserialize)]
+struct ResizeBody {
+    rows: u16,
+    cols: u16,
+}
+
+async fn resize(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<ResizeBody>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    check_size(b.rows, b.cols).map_err(ApiError::bad_request)?;
+    s.resize(b.rows, b.cols).map_err(session_error)?;
+    Ok(Json(json!({"ok": true})))
+}
+
+#[derive(Debug, Deserialize)]
+struct NameBody {
+    name: String,
+}
+
+async fn rename(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<NameBody>,
+) -> Result<Json<Value>, ApiError> {
+    let s = node.sessions.live(&id).ok_or_else(|| unknown(&id))?;
+    node.sessions
+        .rename(&node, &s, b.name)
+        .map_err(ApiError::bad_request)?;
+    Ok(Json(json!({"ok": true})))
+}
+
+async fn delete(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    if s.exit().is_none() {
+        s.kill();
+    }
+    Ok(Json(json!({"ok": true})))
+}
+
+async fn output(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<OutputQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    // Redaction scans the whole retained context: keep it off the async workers.
+    let v = tokio::task::spawn_blocking(move || output::render(&s, &q))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::bad_request(e.0))?;
+    Ok(Json(v))
+}
+
+async fn raw_ring(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let s = find(&node, &id)?;
+    let (ring, total) = {
+        let st = s.stream();
+        (st.ring(), st.total())
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (
+                header::HeaderName::from_static("x-total-written"),
+                total.to_string(),
+            ),
+        ],
+        Bytes::from(ring),
+    )
+        .into_response())
+}
+
+async fn scroll_info(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    let info = s.screen().grid.scroll_info();
+    let mut v = json!(info);
+    if let Some(c) = s.exit().and_then(|e| e.code) {
+        v["exit_code"] = json!(c);
+    }
+    Ok(Json(v))
+}
+
+#[derive(Debug, Deserialize)]
+struct LinesQuery {
+    start: Option<usize>,
+    end: Option<usize>,
+}
+
+async fn lines(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<LinesQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    let (lines, total) = {
+        let scr = s.screen();
+        let total = scr.grid.scroll_info().total_lines;
+        let start = q.start.unwrap_or(0);
+        let end = q.end.unwrap_or(total);
+        if end < start {
+            return Err(ApiError::bad_request("end must not be before start"));
+        }
+        (scr.grid.lines(start, end), total)
+    };
+    let mut v = json!({"lines": lines, "total_lines": total});
+    if let Some(c) = s.exit().and_then(|e| e.code) {
+        v["exit_code"] = json!(c);
+    }
+    Ok(Json(v))
+}
+
+#[derive(Debug, Deserialize)]
+struct OffsetBody {
+    offset: usize,
+}
+
+async fn scroll_to_offset(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<OffsetBody>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    s.screen().grid.scroll_to_offset(b.offset);
+    Ok(Json(json!({"ok": true})))
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct StreamQuery {
+    /// `text` strips escapes; `log` sends clean-log lines; absent sends output as is.
+    format: Option<String>,
+    /// `1`: raw PTY bytes as binary frames.
+    binary: Option<String>,
+    /// Start at this raw byte offset instead of now (replays retained output).
+    from_byte: Option<u64>,
+}
+
+async fn stream(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<StreamQuery>,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let s = find(&node, &id)?;
+    let ws = ws.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(f) = q.format.as_deref()
+        && !matches!(f, "text" | "log" | "raw")
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown stream format {f:?}"
+        )));
+    }
+    // Subscribe before answering, so every byte after the handshake reaches this client.
+    let cursor = {
+        let mut st = s.stream();
+        let from = q.from_byte.unwrap_or(st.total());
+        st.subscribe(from)
+    };
+    let log_from = s.screen().log.total();
+    Ok(ws
+        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, log_from))
+        .into_response())
+}
+
+async fn run_stream(
+    node: Arc<Node>,
+    s: Arc<Session>,
+    sock: WebSocket,
+    q: StreamQuery,
+    cursor: Arc<std::sync::atomic::AtomicU64>,
+    mut log_cursor: u64,
+) {
+    let (mut tx, mut rx) = sock.split();
+    let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
+    let mode = q.format.clone().unwrap_or_default();
+    // Client frames go to the PTY, in order, off the async workers.
+    let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<()>();
+    let writer = s.clone();
+    let cap = node.sessions.capture.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = rx.next().await {
+            let data = match msg {
+                Message::Text(t) => t.as_str().as_bytes().to_vec(),
+                Message::Binary(b) => b.to_vec(),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let w = writer.clone();
+            let cap = cap.clone();
+            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                break;
+            }
+        }
+        let _ = gone_tx.send(());
+    });
+    let mut wake = s.wake();
+    let mut bus = node.bus.subscribe();
+    let mut dec = StreamDecoder::default();
+    let mut strip = Stripper::default();
+    let mut exit_seen = false;
+    'outer: loop {
+        wake.borrow_and_update();
+        let exited = s.exit();
+        // Drain everything available; at exit this is everything the process wrote.
+        loop {
+            let r = s.stream().read(&cursor, FRAME_MAX);
+            let msg = match r {
+                Read::Lagged { missed } => {
+                    dec.reset();
+                    Some(Message::Text(
+                        json!({"type": "lagged", "missed": missed})
+                            .to_string()
+                            .into(),
+                    ))
+                }
+                Read::Data(d) if d.is_empty() => break,
+                Read::Data(d) if binary => Some(Message::Binary(d.into())),
+                Read::Data(d) if mode == "log" => {
+                    let _ = d;
+                    None
+                }
+                Read::Data(d) => {
+                    let text = if mode == "text" {
+                        strip.strip(&d)
+                    } else {
+                        dec.decode(&d)
+                    };
+                    (!text.is_empty()).then(|| {
+                        Message::Text(json!({"type": "output", "data": text}).to_string().into())
+                    })
+                }
+            };
+            if let Some(m) = msg
+                && tx.send(m).await.is_err()
+            {
+                break 'outer;
+            }
+        }
+        if mode == "log" {
+            let (offset, lines) = s.screen().log.since(log_cursor);
+            if !lines.is_empty() {
+                log_cursor = offset + lines.len() as u64;
+                let m = json!({"type": "log", "lines": lines, "offset": offset});
+                if tx.send(Message::Text(m.to_string().into())).await.is_err() {
+                    break;
+                }
+            }
+        }
+        if let Some(e) = exited {
+            if !exit_seen {
+                // One more pass: the exit was observed before the last drain began.
+                exit_seen = true;
+                continue;
+            }
+            let tail = dec.finish();
+            if !tail.is_empty() && !binary && mode.is_empty() {
+                let _ = tx
+                    .send(Message::Text(
+                        json!({"type": "output", "data": tail}).to_string().into(),
+                    ))
+                    .await;
+            }
+            let mut m = json!({"type": "exit"});
+            if let Some(c) = e.code {
+                m["exit_code"] = json!(c);
+            }
+            let _ = tx.send(Message::Text(m.to_string().into())).await;
+            let _ = tx.close().await;
+            return;
+        }
+        tokio::select! {
+            r = wake.changed() => if r.is_err() { break },
+            ev = bus.recv() => {
+                if let Ok(env) = ev
+                    && let Event::PtyParsed { session_id, parsed } = &env.event
+                    && *session_id == s.id
+                {
+                    let m = json!({"type": "parsed", "event": parsed});
+                    if tx.send(Message::Text(m.to_string().into())).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            _ = &mut gone => break,
+            _ = node.shutdown.cancelled() => {
+                let _ = tx.send(Message::Text(json!({"type": "closed"}).to_string().into())).await;
+                let _ = tx.close().await;
+                return;
+            }
+        }
+    }
+}
+
+async fn capture_status(State(node): State<Arc<Node>>) -> Json<Value> {
+    Json(json!(node.sessions.capture.status()))
+}
+
+#[derive(Debug, Deserialize)]
+struct CaptureBody {
+    enabled: bool,
+    session_id: Option<String>,
+}
+
+async fn capture_set(
+    State(node): State<Arc<Node>>,
+    JsonBody(b): JsonBody<CaptureBody>,
+) -> Result<Json<Value>, ApiError> {
+    // A capture filter names the live PTY id whatever address the caller used.
+    let filter = b
+        .session_id
+        .map(|r| node.sessions.resolve(&r).map_or(r, |s| s.id.clone()));
+    let cap = node.sessions.capture.clone();
+    tokio::task::spawn_blocking(move || cap.set(b.enabled, filter))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "capture_unavailable", e))?;
+    Ok(Json(json!(node.sessions.capture.status())))
+}

@@ -1,0 +1,250 @@
+//! The terminal grid of one session: a real emulator (alacritty_terminal) with scrollback,
+//! cursor motion, erase, alternate screen, DEC 2026 synchronized updates and reflow on resize.
+//!
+//! It owns the emulator state and answers row queries by absolute index (oldest history row is
+//! 0). It does not own the PTY: replies the emulator wants to send back (cursor position
+//! reports, device attributes) are collected for the caller to write.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use alacritty_terminal::event::{Event, EventListener};
+use alacritty_terminal::grid::{Dimensions, Scroll};
+use alacritty_terminal::index::{Column, Line};
+use alacritty_terminal::term::cell::Flags;
+use alacritty_terminal::term::{Config, Term, TermMode};
+use alacritty_terminal::vte::ansi::{Processor, StdSyncHandler};
+
+/// Scrollback rows the grid keeps.
+pub const SCROLLBACK_ROWS: usize = 10_000;
+
+#[derive(Clone, Copy, Debug)]
+struct Size {
+    rows: usize,
+    cols: usize,
+}
+
+impl Dimensions for Size {
+    fn total_lines(&self) -> usize {
+        self.rows
+    }
+    fn screen_lines(&self) -> usize {
+        self.rows
+    }
+    fn columns(&self) -> usize {
+        self.cols
+    }
+}
+
+/// Collects what the emulator wants written back to the PTY.
+#[derive(Clone, Default)]
+struct Replies(Arc<Mutex<Vec<u8>>>);
+
+impl EventListener for Replies {
+    fn send_event(&self, event: Event) {
+        if let Event::PtyWrite(s) = event {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+/// Scroll position and size, as `terminal/scroll-info` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ScrollInfo {
+    /// Rows the view is scrolled back from the bottom.
+    pub display_offset: usize,
+    /// History plus screen rows.
+    pub total_lines: usize,
+    /// Visible rows.
+    pub screen_lines: usize,
+}
+
+/// One emulated terminal.
+pub struct Grid {
+    term: Term<Replies>,
+    parser: Processor<StdSyncHandler>,
+    replies: Replies,
+}
+
+impl std::fmt::Debug for Grid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grid")
+            .field("info", &self.scroll_info())
+            .finish()
+    }
+}
+
+impl Grid {
+    /// A blank grid of `rows` × `cols` (both ≥ 1).
+    pub fn new(rows: u16, cols: u16) -> Self {
+        let replies = Replies::default();
+        let config = Config {
+            scrolling_history: SCROLLBACK_ROWS,
+            ..Config::default()
+        };
+        let size = Size {
+            rows: rows.max(1).into(),
+            cols: cols.max(1).into(),
+        };
+        Self {
+            term: Term::new(config, &size, replies.clone()),
+            parser: Processor::new(),
+            replies,
+        }
+    }
+
+    /// Feeds output; returns bytes the emulator wants written back to the PTY.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.expire_sync(Instant::now());
+        self.parser.advance(&mut self.term, bytes);
+        std::mem::take(&mut *self.replies.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Ends a synchronized update whose deadline passed (the emulator's own bound, 150 ms),
+    /// so a frame that never closes cannot hide output forever.
+    pub fn expire_sync(&mut self, now: Instant) {
+        if self
+            .parser
+            .sync_timeout()
+            .sync_timeout()
+            .is_some_and(|t| t <= now)
+        {
+            self.parser.stop_sync(&mut self.term);
+        }
+    }
+
+    /// When a synchronized update is pending, its deadline.
+    pub fn sync_deadline(&self) -> Option<Instant> {
+        self.parser.sync_timeout().sync_timeout()
+    }
+
+    /// Resizes, reflowing soft-wrapped rows.
+    pub fn resize(&mut self, rows: u16, cols: u16) {
+        self.term.resize(Size {
+            rows: rows.max(1).into(),
+            cols: cols.max(1).into(),
+        });
+    }
+
+    /// Scroll position and size.
+    pub fn scroll_info(&self) -> ScrollInfo {
+        let g = self.term.grid();
+        ScrollInfo {
+            display_offset: g.display_offset(),
+            total_lines: g.total_lines(),
+            screen_lines: g.screen_lines(),
+        }
+    }
+
+    /// Scrolls the view to `offset` rows back from the bottom (clamped).
+    pub fn scroll_to_offset(&mut self, offset: usize) {
+        let cur = self.term.grid().display_offset() as i64;
+        let delta = offset as i64 - cur;
+        self.term.scroll_display(Scroll::Delta(
+            delta.clamp(i32::MIN as i64, i32::MAX as i64) as i32
+        ));
+    }
+
+    /// Rows `start..end` (absolute; 0 is the oldest history row), trailing blanks trimmed.
+    pub fn lines(&self, start: usize, end: usize) -> Vec<String> {
+        let g = self.term.grid();
+        let history = g.history_size();
+        let end = end.min(g.total_lines());
+        (start.min(end)..end)
+            .map(|r| self.row_text(Line(r as i32 - history as i32)))
+            .collect()
+    }
+
+    /// The visible screen rows (bottom of the grid, ignoring the scroll position).
+    pub fn screen(&self) -> Vec<String> {
+        let g = self.term.grid();
+        (0..g.screen_lines())
+            .map(|r| self.row_text(Line(r as i32)))
+            .collect()
+    }
+
+    /// Whether the alternate screen is active.
+    pub fn alt_screen(&self) -> bool {
+        self.term.mode().contains(TermMode::ALT_SCREEN)
+    }
+
+    fn row_text(&self, line: Line) -> String {
+        let row = &self.term.grid()[line];
+        let mut s = String::with_capacity(row.len());
+        for col in 0..row.len() {
+            let cell = &row[Column(col)];
+            if cell
+                .flags
+                .intersects(Flags::WIDE_CHAR_SPACER | Flags::LEADING_WIDE_CHAR_SPACER)
+            {
+                continue;
+            }
+            s.push(cell.c);
+            if let Some(z) = cell.zerowidth() {
+                s.extend(z);
+            }
+        }
+        s.truncate(s.trim_end().len());
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(g: &Grid) -> Vec<String> {
+        let n = g.scroll_info().total_lines;
+        g.lines(0, n)
+    }
+
+    #[test]
+    fn cr_overwrite_erase_and_scrollback() {
+        let mut g = Grid::new(4, 20);
+        for i in 0..10 {
+            g.feed(format!("junk junk\r\x1b[2Krec {i}\r\n").as_bytes());
+        }
+        let rows: Vec<String> = all(&g).into_iter().filter(|r| !r.is_empty()).collect();
+        let want: Vec<String> = (0..10).map(|i| format!("rec {i}")).collect();
+        assert_eq!(rows, want);
+    }
+
+    #[test]
+    fn synchronized_update_applies_whole_frame() {
+        let mut g = Grid::new(3, 20);
+        g.feed(b"\x1b[?2026hframe");
+        assert!(g.sync_deadline().is_some());
+        g.feed(b" one\x1b[?2026l");
+        assert_eq!(g.lines(0, 1), vec!["frame one"]);
+    }
+
+    #[test]
+    fn resize_reflows_soft_wrapped_rows() {
+        let mut g = Grid::new(5, 10);
+        g.feed(b"0123456789abcde\r\n");
+        assert_eq!(&all(&g)[..2], ["0123456789", "abcde"]);
+        g.resize(5, 20);
+        assert_eq!(all(&g)[0], "0123456789abcde");
+    }
+
+    #[test]
+    fn replies_to_cursor_position_queries() {
+        let mut g = Grid::new(5, 10);
+        assert_eq!(g.feed(b"ab\x1b[6n"), b"\x1b[1;3R");
+    }
+
+    #[test]
+    fn scroll_to_offset_moves_the_view() {
+        let mut g = Grid::new(3, 10);
+        for i in 0..10 {
+            g.feed(format!("{i}\r\n").as_bytes());
+        }
+        g.scroll_to_offset(4);
+        assert_eq!(g.scroll_info().display_offset, 4);
+        g.scroll_to_offset(1000);
+        assert_eq!(g.scroll_info().display_offset, 8);
+    }
+}

@@ -1,0 +1,155 @@
+//! Starting a session's process on a PTY and running its reader and waiter threads.
+//!
+//! The reader is a dedicated OS thread: PTY reads block, and they must never occupy an async
+//! worker. The waiter reaps the child, then waits for the reader to drain the PTY so that the
+//! exit is published only after every byte the process wrote has been fed.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::backlog::Backlog;
+use super::capture::{Capture, Direction};
+use super::cleanlog::CleanLog;
+use super::grid::Grid;
+use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
+
+/// Read buffer size: large enough that bulk output costs few wakeups.
+const READ_BUF: usize = 64 * 1024;
+
+/// How long the waiter lets the reader drain after the child exits. A grandchild that keeps
+/// the terminal open would otherwise hold the exit back forever.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// Everything needed to start one process.
+pub(super) struct Spawn {
+    pub(super) id: String,
+    pub(super) tuic_session: String,
+    pub(super) alias: String,
+    pub(super) cwd: String,
+    pub(super) shell: String,
+    pub(super) args: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) rows: u16,
+    pub(super) cols: u16,
+    pub(super) name: Option<String>,
+}
+
+/// Starts the process; `on_exit` runs on the waiter thread once the exit is recorded.
+pub(super) fn spawn(
+    s: Spawn,
+    capture: Arc<Capture>,
+    on_exit: impl FnOnce(&Arc<Session>) + Send + 'static,
+) -> anyhow::Result<Arc<Session>> {
+    let size = PtySize {
+        rows: s.rows,
+        cols: s.cols,
+        pixel_width: 0,
+        pixel_height: 0,
+    };
+    let pair = native_pty_system().openpty(size)?;
+    let mut cmd = CommandBuilder::new(&s.shell);
+    cmd.args(&s.args);
+    cmd.cwd(&s.cwd);
+    for (k, v) in &s.env {
+        cmd.env(k, v);
+    }
+    let mut child = pair.slave.spawn_command(cmd)?;
+    // The parent's copy of the slave must close, or reads never see EOF after the child exits.
+    drop(pair.slave);
+    let reader = pair.master.try_clone_reader()?;
+    let writer = pair.master.take_writer()?;
+    let killer = child.clone_killer();
+    let (wake, _) = watch::channel(0u64);
+    let session = Arc::new(Session {
+        id: s.id,
+        tuic_session: s.tuic_session,
+        alias: s.alias,
+        cwd: s.cwd,
+        shell: s.shell,
+        pid: child.process_id(),
+        display_name: Mutex::new(s.name),
+        stream: Mutex::new(Backlog::default()),
+        screen: Mutex::new(Screen {
+            grid: Grid::new(s.rows, s.cols),
+            log: CleanLog::new(LOG_LINES),
+        }),
+        wake,
+        writer: Mutex::new(writer),
+        master: Mutex::new(pair.master),
+        killer: Mutex::new(killer),
+        exit: OnceLock::new(),
+        last_output_ms: AtomicU64::new(0),
+        last_input_ms: AtomicU64::new(0),
+        agent: Mutex::new(None),
+    });
+
+    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    let rs = session.clone();
+    std::thread::Builder::new()
+        .name(format!("pty-read-{}", rs.id))
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            read_loop(&rs, reader, &capture);
+            let _ = drained_tx.send(());
+        })?;
+    let ws = session.clone();
+    std::thread::Builder::new()
+        .name(format!("pty-wait-{}", ws.id))
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let code = match child.wait() {
+                Ok(st) if st.signal().is_none() => Some(st.exit_code() as i32),
+                Ok(_) => None,
+                Err(e) => {
+                    warn!(session = %ws.id, error = %e, "waiting for the child");
+                    None
+                }
+            };
+            if drained_rx.recv_timeout(DRAIN_GRACE).is_err() {
+                debug!(session = %ws.id, "pty still open after exit; publishing exit anyway");
+            }
+            let _ = ws.exit.set(Exit { code });
+            ws.wake.send_modify(|v| *v += 1);
+            on_exit(&ws);
+        })?;
+    Ok(session)
+}
+
+fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // EIO: every holder of the slave side closed it.
+            Err(_) => break,
+        };
+        let bytes = &buf[..n];
+        capture.record(&s.id, Direction::Output, bytes);
+        lock(&s.stream).push(bytes);
+        let replies = {
+            let mut scr = lock(&s.screen);
+            scr.log.feed(bytes);
+            scr.grid.feed(bytes)
+        };
+        s.last_output_ms.store(now_ms(), Ordering::Relaxed);
+        s.wake.send_modify(|v| *v += 1);
+        if !replies.is_empty() {
+            let _ = lock(&s.writer).write_all(&replies);
+        }
+    }
+    // Bytes held by an unterminated synchronized update are still output: apply them.
+    let mut scr = lock(&s.screen);
+    scr.grid
+        .expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+}
+
+use std::io::Write as _;

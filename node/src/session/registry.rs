@@ -1,0 +1,362 @@
+//! The session registry: creates sessions, names them by their three addresses (PTY id,
+//! `tuic_session`, alias), and keeps an exit tombstone that outlives the live entry.
+//!
+//! It publishes the lifecycle events on the node's bus. It does not serve HTTP.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tuic_proto::events::Event;
+
+use super::alias::{self, Aliases};
+use super::capture::{Capture, CaptureDir};
+use super::pty::{self, Spawn};
+use super::{Session, SessionRow};
+use crate::state::Node;
+
+/// `POST /sessions` body.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    /// Rows (default 24).
+    pub rows: Option<u16>,
+    /// Columns (default 80).
+    pub cols: Option<u16>,
+    /// Program (default `$SHELL`, else `/bin/sh`).
+    pub shell: Option<String>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Working directory (default the node's home directory).
+    pub cwd: Option<String>,
+    /// Extra environment.
+    #[serde(default)]
+    pub env: HashMap<String, String>,
+    /// Display name.
+    pub name: Option<String>,
+    /// An alias to restore (kept only when well-formed and free).
+    pub alias: Option<String>,
+}
+
+/// Why a session was not created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// The request is invalid (size, cwd, name).
+    #[error("{0}")]
+    Invalid(String),
+    /// The process could not be started.
+    #[error("starting the process: {0:#}")]
+    Spawn(anyhow::Error),
+}
+
+/// Largest accepted terminal dimension.
+pub const MAX_DIM: u16 = 4096;
+
+#[derive(Debug, Default)]
+struct Inner {
+    live: HashMap<String, Arc<Session>>,
+    by_tuic: HashMap<String, String>,
+    by_alias: HashMap<String, String>,
+    aliases: Aliases,
+    /// Exited sessions whose buffers still answer output routes.
+    tombstones: HashMap<String, Arc<Session>>,
+}
+
+/// All sessions of this node.
+#[derive(Debug)]
+pub struct Registry {
+    inner: RwLock<Inner>,
+    /// The raw capture tap.
+    pub capture: Arc<Capture>,
+    /// The runtime that expires tombstones (waiter threads run outside it).
+    rt: std::sync::OnceLock<tokio::runtime::Handle>,
+}
+
+impl Registry {
+    /// An empty registry. Reads `TUIC_CAPTURE_DIR` once, here.
+    pub fn new(config_dir: &Path) -> Self {
+        let env = std::env::var("TUIC_CAPTURE_DIR").ok();
+        Self {
+            inner: RwLock::default(),
+            capture: Arc::new(Capture::new(CaptureDir::resolve(
+                env.as_deref(),
+                config_dir,
+            ))),
+            rt: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Live sessions.
+    pub fn count(&self) -> usize {
+        self.read().live.len()
+    }
+
+    /// The live session a reference names (PTY id, `tuic_session` or alias).
+    pub fn live(&self, r: &str) -> Option<Arc<Session>> {
+        let g = self.read();
+        let id = if g.live.contains_key(r) {
+            r
+        } else if let Some(id) = g.by_tuic.get(r) {
+            id
+        } else {
+            g.by_alias.get(r)?
+        };
+        g.live.get(id).cloned()
+    }
+
+    /// A live session, or an exited one still in its tombstone period.
+    pub fn resolve(&self, r: &str) -> Option<Arc<Session>> {
+        if let Some(s) = self.live(r) {
+            return Some(s);
+        }
+        let g = self.read();
+        if let Some(s) = g.tombstones.get(r) {
+            return Some(s.clone());
+        }
+        g.tombstones
+            .values()
+            .find(|s| s.tuic_session == r || s.alias == r)
+            .cloned()
+    }
+
+    /// Rows of the live sessions, oldest alias first.
+    pub fn rows(&self) -> Vec<SessionRow> {
+        let sessions: Vec<Arc<Session>> = self.read().live.values().cloned().collect();
+        let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.row()).collect();
+        rows.sort_by(|a, b| a.alias.cmp(&b.alias));
+        rows
+    }
+
+    /// Creates a session and publishes `session-created` then `term-alias-assigned`.
+    /// Blocking (fork/exec, filesystem): call off the async workers.
+    pub fn create(
+        &self,
+        node: &Arc<Node>,
+        req: CreateRequest,
+    ) -> Result<Arc<Session>, CreateError> {
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            let _ = self.rt.get_or_init(|| h);
+        }
+        let rows = req.rows.unwrap_or(24);
+        let cols = req.cols.unwrap_or(80);
+        check_size(rows, cols).map_err(CreateError::Invalid)?;
+        if let Some(n) = &req.name {
+            check_name(n).map_err(CreateError::Invalid)?;
+        }
+        let cwd = match req.cwd {
+            Some(c) => PathBuf::from(c),
+            None => std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from),
+        };
+        if !cwd.is_dir() {
+            return Err(CreateError::Invalid(format!(
+                "cwd {} is not a directory",
+                cwd.display()
+            )));
+        }
+        let shell = req
+            .shell
+            .filter(|s| !s.is_empty())
+            .or_else(|| std::env::var("SHELL").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "/bin/sh".into());
+        let prefix = alias::prefix_for(&repo_name(&cwd));
+        let id = mint_id();
+        let tuic_session = uuid::Uuid::new_v4().to_string();
+        let alias = {
+            let mut g = self.write();
+            let Inner {
+                aliases, by_alias, ..
+            } = &mut *g;
+            let a = aliases.assign(&prefix, req.alias.as_deref(), |x| by_alias.contains_key(x));
+            // Reserve it now so a concurrent create cannot take it.
+            by_alias.insert(a.clone(), id.clone());
+            a
+        };
+        let mut env: Vec<(String, String)> = req.env.into_iter().collect();
+        env.push(("TERM".into(), "xterm-256color".into()));
+        env.push(("TUIC_SESSION".into(), tuic_session.clone()));
+        env.push((
+            "TUIC_SOCKET".into(),
+            node.paths.socket.display().to_string(),
+        ));
+        if let Some(inst) = node.paths.instance.id() {
+            env.push(("TUIC_APP_INSTANCE".into(), inst.to_owned()));
+        }
+        let n2 = node.clone();
+        let spawned = pty::spawn(
+            Spawn {
+                id: id.clone(),
+                tuic_session: tuic_session.clone(),
+                alias: alias.clone(),
+                cwd: cwd.display().to_string(),
+                shell,
+                args: req.args,
+                env,
+                rows,
+                cols,
+                name: req.name.clone(),
+            },
+            self.capture.clone(),
+            move |s| n2.sessions.on_exit(&n2, s),
+        );
+        let session = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                self.write().by_alias.remove(&alias);
+                return Err(CreateError::Spawn(e));
+            }
+        };
+        let inserted = {
+            let mut g = self.write();
+            // A process that exits at once finds no live entry in its waiter: tombstone it here.
+            if session.exit().is_none() {
+                g.live.insert(id.clone(), session.clone());
+                g.by_tuic.insert(tuic_session.clone(), id.clone());
+                true
+            } else {
+                g.by_alias.remove(&alias);
+                false
+            }
+        };
+        node.bus.publish(Event::SessionCreated {
+            session_id: id.clone(),
+            cwd: session.cwd.clone(),
+            agent_type: None,
+            display_name: req.name,
+            parent_session: None,
+            tuic_session,
+        });
+        node.bus.publish(Event::TermAliasAssigned {
+            session_id: id,
+            alias,
+        });
+        if !inserted {
+            self.tombstone(node, &session);
+        }
+        Ok(session)
+    }
+
+    /// Renames a live session and publishes `session-renamed`.
+    pub fn rename(&self, node: &Node, s: &Session, name: String) -> Result<(), String> {
+        check_name(&name)?;
+        s.set_display_name(name.clone());
+        node.bus.publish(Event::SessionRenamed {
+            session_id: s.id.clone(),
+            name,
+            is_custom: true,
+        });
+        Ok(())
+    }
+
+    /// Called by the waiter once the exit is recorded and all output fed.
+    fn on_exit(&self, node: &Arc<Node>, s: &Arc<Session>) {
+        let was_live = {
+            let mut g = self.write();
+            let was = g.live.remove(&s.id).is_some();
+            if was {
+                g.by_tuic.remove(&s.tuic_session);
+                if g.by_alias.get(&s.alias) == Some(&s.id) {
+                    g.by_alias.remove(&s.alias);
+                }
+            }
+            was
+        };
+        // A session that exited before registration is tombstoned by `create`.
+        if was_live {
+            self.tombstone(node, s);
+        }
+    }
+
+    fn tombstone(&self, node: &Arc<Node>, s: &Arc<Session>) {
+        self.write().tombstones.insert(s.id.clone(), s.clone());
+        node.bus.publish(Event::PtyExit {
+            session_id: s.id.clone(),
+            exit_code: s.exit().and_then(|e| e.code),
+        });
+        node.bus.publish(Event::SessionClosed {
+            session_id: s.id.clone(),
+        });
+        let ttl = Duration::from_secs(node.config().tuning.tombstone_secs);
+        let n = node.clone();
+        let id = s.id.clone();
+        let Some(rt) = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.rt.get().cloned())
+        else {
+            return;
+        };
+        let _guard = rt.enter();
+        node.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(ttl) => {}
+                _ = n.shutdown.cancelled() => {}
+            }
+            n.sessions.write().tombstones.remove(&id);
+        });
+    }
+}
+
+/// Checks terminal dimensions.
+pub fn check_size(rows: u16, cols: u16) -> Result<(), String> {
+    if rows == 0 || cols == 0 {
+        return Err("rows and cols must be at least 1".into());
+    }
+    if rows > MAX_DIM || cols > MAX_DIM {
+        return Err(format!("rows and cols must be at most {MAX_DIM}"));
+    }
+    Ok(())
+}
+
+/// Checks a display name: one line, at most 256 characters, no control characters.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("name must not be empty".into());
+    }
+    if name.chars().count() > 256 {
+        return Err("name must be at most 256 characters".into());
+    }
+    if name.chars().any(char::is_control) {
+        return Err("name must be one line without control characters".into());
+    }
+    Ok(())
+}
+
+fn mint_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("pty-{}", &u[..12])
+}
+
+/// The repository directory name of `cwd` (nearest ancestor with `.git`), else its basename.
+fn repo_name(cwd: &Path) -> String {
+    let root = cwd
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(cwd);
+    root.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_sizes() {
+        assert!(check_name("build box").is_ok());
+        assert!(check_name("a\nb").is_err());
+        assert!(check_name(&"x".repeat(257)).is_err());
+        assert!(check_size(0, 80).is_err());
+        assert!(check_size(24, 80).is_ok());
+    }
+}

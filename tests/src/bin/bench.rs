@@ -1,0 +1,330 @@
+//! Benchmark runner for the terminal core. Run in release:
+//!
+//! ```text
+//! cargo build --release -p tuic-node -p tuic-tests --bins
+//! cargo run -p tuic-tests --release --bin bench -- pty-throughput [MiB]
+//! cargo run -p tuic-tests --release --bin bench -- keystroke-latency [N]
+//! cargo run -p tuic-tests --release --bin bench -- idle-rss [SESSIONS]
+//! ```
+//!
+//! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
+//! that this process reads directly, no node) and prints ratios against it.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{SinkExt, StreamExt};
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+use tuic_tests::records;
+use tuic_tests::term::{Node, read_until};
+
+const T: Duration = Duration::from_secs(300);
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match args.first().map(String::as_str) {
+        Some("pty-throughput") => {
+            let mib = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
+            rt.block_on(throughput(mib))
+        }
+        Some("keystroke-latency") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+            rt.block_on(latency(n))
+        }
+        Some("idle-rss") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+            rt.block_on(idle_rss(n))
+        }
+        Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
+            tuic_tests::bench_upload::TreeSpec::FULL,
+        )),
+        _ => bail!(
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | upload-copy"
+        ),
+    }
+}
+
+/// CPU seconds (user + system) of a process itself, children excluded.
+fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm field.
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+/// Resident set size of a process, in KiB.
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("VmRSS")?;
+    Ok(line.split_whitespace().nth(1).context("rss")?.parse()?)
+}
+
+/// Reader, writer and child of a PTY opened by the benchmark itself.
+type BarePty = (
+    Box<dyn Read + Send>,
+    Box<dyn Write + Send>,
+    Box<dyn portable_pty::Child + Send + Sync>,
+);
+
+/// A child on a fresh PTY, read directly by this process (the floor).
+fn bare_pty(script: &str) -> anyhow::Result<BarePty> {
+    let pair = native_pty_system().openpty(PtySize {
+        rows: 24,
+        cols: 80,
+        pixel_width: 0,
+        pixel_height: 0,
+    })?;
+    let mut cmd = CommandBuilder::new("/bin/sh");
+    cmd.args(["-c", script]);
+    let child = pair.slave.spawn_command(cmd)?;
+    drop(pair.slave);
+    let r = pair.master.try_clone_reader()?;
+    let w = pair.master.take_writer()?;
+    // The master must stay open while the child runs: leak it into the reader's lifetime.
+    std::mem::forget(pair.master);
+    Ok((r, w, child))
+}
+
+/// Reads a PTY until `marker` appears; returns what was read.
+fn read_until_marker(r: &mut dyn Read, marker: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(marker.len()).any(|w| w == marker) {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            bail!("eof before marker");
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok(got)
+}
+
+fn bare_throughput(file: &std::path::Path, size: usize) -> anyhow::Result<(f64, usize)> {
+    let (mut r, mut w, mut child) = bare_pty(&format!(
+        "stty raw -echo; printf READY; read go; cat {}",
+        file.display()
+    ))?;
+    read_until_marker(&mut r, b"READY")?;
+    w.write_all(b"go\n")?;
+    let start = Instant::now();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut n = 0usize;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let _ = child.wait();
+    if n != size {
+        eprintln!("bare pty: read {n} of {size} bytes");
+    }
+    Ok((secs, n))
+}
+
+async fn throughput(mib: usize) -> anyhow::Result<()> {
+    let size = mib << 20;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("payload.txt");
+    std::fs::write(&file, records::payload(size, false, 11))?;
+    let (bare_secs, bare_n) = tokio::task::spawn_blocking({
+        let f = file.clone();
+        move || bare_throughput(&f, size)
+    })
+    .await??;
+
+    let node = Node::start(None).await?;
+    let pid = node.pid().context("node pid")?;
+    let c = node
+        .create(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", format!("stty raw -echo; printf READY; read go; cat {}", file.display())]}))
+        .await?;
+    let id = c["session_id"].as_str().context("id")?.to_owned();
+    let mut ws = node.ws(&id, "?binary=1&from_byte=0").await?;
+    read_until(&mut ws, b"READY", T).await?;
+    let cpu0 = cpu_secs(pid)?;
+    let start = Instant::now();
+    node.write(&id, "go\n").await?;
+    let mut n = 0usize;
+    let mut lagged = 0u64;
+    let mut exit = false;
+    while let Some(m) = tokio::time::timeout(T, ws.next()).await? {
+        match m? {
+            Message::Binary(b) => n += b.len(),
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str())?;
+                match v["type"].as_str() {
+                    Some("exit") => exit = true,
+                    Some("lagged") => lagged += v["missed"].as_u64().unwrap_or(0),
+                    _ => {}
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_secs(pid)? - cpu0;
+    let mb = size as f64 / 1e6;
+    println!("pty-throughput payload={mib} MiB");
+    println!(
+        "  bare pty : {:.3} s  {:.1} MB/s  bytes={bare_n}",
+        bare_secs,
+        mb / bare_secs
+    );
+    println!(
+        "  tuic-node: {:.3} s  {:.1} MB/s  bytes={n} exact={} lagged={lagged} exit_frame={exit}",
+        secs,
+        mb / secs,
+        n == size
+    );
+    println!("  ratio (node/bare throughput): {:.2}", bare_secs / secs);
+    println!(
+        "  node CPU: {:.2} s ({:.2} s per 64 MiB)",
+        cpu,
+        cpu * 64.0 / mib as f64
+    );
+    Ok(())
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+async fn node_round_trips(node: &Node, n: usize) -> anyhow::Result<Vec<f64>> {
+    let c = node
+        .create(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", "stty raw -echo; printf READY; exec cat"]}),
+        )
+        .await?;
+    let id = c["session_id"].as_str().context("id")?.to_owned();
+    let mut ws = node.ws(&id, "?binary=1&from_byte=0").await?;
+    read_until(&mut ws, b"READY", T).await?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = [b'a' + (i % 26) as u8];
+        let t0 = Instant::now();
+        ws.send(Message::Binary(key.to_vec().into())).await?;
+        read_until(&mut ws, &key, T).await?;
+        out.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    node.ok("DELETE", &format!("/sessions/{id}"), None).await?;
+    Ok(out)
+}
+
+fn bare_round_trips(n: usize) -> anyhow::Result<Vec<f64>> {
+    let (mut r, mut w, _child) = bare_pty("stty raw -echo; printf READY; exec cat")?;
+    read_until_marker(&mut r, b"READY")?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = [b'a' + (i % 26) as u8];
+        let t0 = Instant::now();
+        w.write_all(&key)?;
+        read_until_marker(&mut r, &key)?;
+        out.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(out)
+}
+
+async fn latency(n: usize) -> anyhow::Result<()> {
+    let mut bare = tokio::task::spawn_blocking(move || bare_round_trips(n)).await??;
+    let node = Node::start(None).await?;
+    let mut idle = node_round_trips(&node, n).await?;
+    // Another session streams bulk output, with a subscriber reading it, the whole time.
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("bulk.txt");
+    std::fs::write(&file, records::payload(8 << 20, false, 13))?;
+    let bulk = node
+        .create(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", format!("while :; do cat {}; done", file.display())]}),
+        )
+        .await?;
+    let bulk_id = bulk["session_id"].as_str().context("id")?.to_owned();
+    let mut bulk_ws = node.ws(&bulk_id, "?binary=1").await?;
+    let reader = tokio::spawn(async move {
+        let mut n = 0usize;
+        while let Some(Ok(m)) = bulk_ws.next().await {
+            if let Message::Binary(b) = m {
+                n += b.len();
+            }
+        }
+        n
+    });
+    let t0 = Instant::now();
+    let mut busy = node_round_trips(&node, n).await?;
+    let busy_secs = t0.elapsed().as_secs_f64();
+    node.ok("DELETE", &format!("/sessions/{bulk_id}"), None)
+        .await?;
+    let streamed = reader.await?;
+    println!("keystroke-latency round trips={n} (WebSocket key -> PTY -> cat -> PTY -> WebSocket)");
+    let line = |name: &str, v: &mut Vec<f64>| {
+        let p50 = percentile(v, 0.5);
+        let p99 = percentile(v, 0.99);
+        println!("  {name:<28} p50 {p50:.3} ms  p99 {p99:.3} ms");
+        (p50, p99)
+    };
+    let (b50, b99) = line("bare pty", &mut bare);
+    let (i50, i99) = line("tuic-node idle", &mut idle);
+    let (u50, u99) = line("tuic-node with bulk stream", &mut busy);
+    println!(
+        "  bulk session streamed {:.1} MB to its subscriber during the busy run ({:.1} MB/s)",
+        streamed as f64 / 1e6,
+        streamed as f64 / 1e6 / busy_secs
+    );
+    println!(
+        "  ratios vs bare: idle p50 {:.1}x p99 {:.1}x; busy p50 {:.1}x p99 {:.1}x",
+        i50 / b50,
+        i99 / b99,
+        u50 / b50,
+        u99 / b99
+    );
+    Ok(())
+}
+
+async fn idle_rss(n: usize) -> anyhow::Result<()> {
+    let node = Node::start(None).await?;
+    let pid = node.pid().context("node pid")?;
+    let before = rss_kib(pid)?;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let c = node
+            .create(json!({"rows": 24, "cols": 80, "shell": "/bin/bash", "args": ["--norc", "-i"], "cwd": "/tmp"}))
+            .await?;
+        ids.push(c["session_id"].as_str().context("id")?.to_owned());
+    }
+    // Wait (bounded) until every shell printed its prompt.
+    for id in &ids {
+        for _ in 0..500 {
+            let o = node
+                .ok("GET", &format!("/sessions/{id}/output?format=raw"), None)
+                .await?;
+            if o["total_written"].as_u64().unwrap_or(0) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let after = rss_kib(pid)?;
+    let per = (after.saturating_sub(before)) as f64 / n as f64;
+    println!("idle-rss sessions={n} (bash --norc -i)");
+    println!("  node RSS before {before} KiB, after {after} KiB");
+    println!("  per session: {per:.1} KiB ({:.3} MiB)", per / 1024.0);
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! Multi-host tests: a hub and nodes in their own network namespaces (veth links), real
+//! binaries, real TCP between them.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tuic_tests::netns::Net;
+use tuic_tests::{NodeProc, ipc, run_with_stdin};
+
+fn config_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    d
+}
+
+fn s(d: &tempfile::TempDir) -> String {
+    d.path().to_str().unwrap().to_owned()
+}
+
+/// Starts a remote-access node in namespace `ns` and returns it with its token.
+fn remote_node(ns: &str) -> (tempfile::TempDir, NodeProc, String) {
+    let d = config_dir();
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &s(&d)],
+        "node pw",
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let node = NodeProc::start_in(
+        Some(ns),
+        "tuic-node",
+        &["--config-dir", &s(&d), "--remote-access", "--port", "9876"],
+        &[],
+    )
+    .unwrap();
+    let (_, token, _) =
+        run_with_stdin("tuic-node", &["token", "--config-dir", &s(&d)], "").unwrap();
+    (d, node, token.trim().to_owned())
+}
+
+async fn connections(hub: &NodeProc) -> Vec<Value> {
+    let r = ipc(&hub.socket, "GET", "/hub/connections", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    r.json()["connections"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits (bounded) until the hub reports connection `id` with `up == want`.
+async fn wait_up(hub: &NodeProc, id: &str, want: bool, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let c = connections(hub).await;
+        if c.iter().any(|c| c["id"] == id && c["up"] == json!(want)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connection {id} never became up={want}: {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn hub_connects_detects_partition_and_reconnects() {
+    let net = Net::star(1).unwrap();
+    let (_nd, _node, token) = remote_node(net.node(0));
+    let hd = config_dir();
+    let hub =
+        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
+    let url = format!("http://{}:9876", net.node_addr(0));
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &s(&hd),
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        &token,
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    // The token never lands in config.json.
+    assert!(
+        !std::fs::read_to_string(hd.path().join("config.json"))
+            .unwrap()
+            .contains(&token)
+    );
+    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
+
+    // A silent partition: no reset, so liveness probes must notice (3 × 5 s).
+    net.set_link(0, false).unwrap();
+    wait_up(&hub, "boxb", false, Duration::from_secs(30)).await;
+    let c = connections(&hub).await;
+    assert!(
+        c[0]["last_error"]
+            .as_str()
+            .is_some_and(|e| !e.contains(&token)),
+        "{c:?}"
+    );
+    net.set_link(0, true).unwrap();
+    wait_up(&hub, "boxb", true, Duration::from_secs(45)).await;
+
+    let (code, _, _) = run_with_stdin(
+        "tuic-hub",
+        &["disconnect", "--config-dir", &s(&hd), "--id", "boxb"],
+        "",
+    )
+    .unwrap();
+    assert_eq!(code, 0);
+    assert!(connections(&hub).await.is_empty());
+}
+
+#[tokio::test]
+async fn hub_refuses_a_wrong_token_and_says_why() {
+    let net = Net::star(1).unwrap();
+    let (_nd, _node, _token) = remote_node(net.node(0));
+    let hd = config_dir();
+    let hub =
+        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
+    let url = format!("http://{}:9876", net.node_addr(0));
+    let (code, _, _) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &s(&hd),
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        "wrong-token",
+    )
+    .unwrap();
+    assert_eq!(code, 0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let c = connections(&hub).await;
+        if let Some(e) = c.first().and_then(|c| c["last_error"].as_str()) {
+            assert!(e.contains("401"), "{e}");
+            assert_eq!(c[0]["up"], json!(false));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no error reported: {c:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
