@@ -161,3 +161,142 @@ async fn hub_refuses_a_wrong_token_and_says_why() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
+    let net = Net::star(1).unwrap();
+    let (_nd, node, token) = remote_node(net.node(0));
+    let hd = config_dir();
+    let hub =
+        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
+    let url = format!("http://{}:9876", net.node_addr(0));
+    run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &s(&hd),
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        &token,
+    )
+    .unwrap();
+    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
+
+    // A session on node B (created locally there) shows up on the hub as a remote row.
+    let created = ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let sid = created.json()["session_id"].as_str().unwrap().to_owned();
+    let address = format!("boxb/{sid}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let rows = ipc(&hub.socket, "GET", "/sessions", None)
+            .await
+            .unwrap()
+            .json();
+        if let Some(r) = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["address"] == json!(address))
+        {
+            break r.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "remote row never appeared: {rows}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(row["is_remote"], json!(true));
+    assert_eq!(row["connection_id"], json!("boxb"));
+
+    // Write through the hub, read the output back through the hub.
+    let enc = format!("boxb%2F{sid}");
+    let w = ipc(
+        &hub.socket,
+        "POST",
+        &format!("/sessions/{enc}/write"),
+        Some(json!({"data": "echo hub-routed-$((6*7))\n"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.status, 200, "{:?}", String::from_utf8_lossy(&w.body));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = ipc(
+            &hub.socket,
+            "GET",
+            &format!("/sessions/{enc}/output?format=raw"),
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.status, 200);
+        if out.json()["data"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("hub-routed-42")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "output never arrived through the hub"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The live stream, through the hub's WebSocket proxy, both directions.
+    let stream = tokio::net::UnixStream::connect(&hub.socket).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(
+        format!("ws://localhost/sessions/{enc}/stream?binary=1"),
+        stream,
+    )
+    .await
+    .unwrap();
+    use futures::SinkExt;
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        "echo via-ws-$((20+3))\n".into(),
+    ))
+    .await
+    .unwrap();
+    tuic_tests::term::read_until(&mut ws, b"via-ws-23", Duration::from_secs(10))
+        .await
+        .unwrap();
+    drop(ws);
+    // Unknown connection → 404; the hub's own sessions are `local/<id>`.
+    let r = ipc(&hub.socket, "GET", "/sessions/nope%2F1/output", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404);
+
+    // A partition makes the owner's routes answer 503 naming the connection.
+    net.set_link(0, false).unwrap();
+    wait_up(&hub, "boxb", false, Duration::from_secs(30)).await;
+    let r = ipc(&hub.socket, "GET", &format!("/sessions/{enc}/output"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.json()["error"].as_str().unwrap().contains("boxb"));
+    let rows = ipc(&hub.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["connection_id"] != json!("boxb"))
+    );
+}
