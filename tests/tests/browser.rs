@@ -94,3 +94,174 @@ async fn login_wrong_then_right_password_lands_on_mobile() {
         .unwrap();
     assert_eq!(overflow, json!(false));
 }
+
+async fn login(b: &Browser, base: &str) {
+    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+}
+
+async fn create_session(node: &NodeProc) -> String {
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 30, "cols": 60, "shell": "/bin/sh"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.json()["session_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn list_live_view_and_input_line() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create_session(&node).await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    let row = format!("#sessions a[data-session='{sid}']");
+    b.wait_for(&format!("document.querySelector(\"{row}\")"), 10_000)
+        .await
+        .unwrap();
+    b.screenshot(&artifacts_dir().join("sessions-list-phone.png"))
+        .await
+        .unwrap();
+    b.click(&b.find(&row).await.unwrap()).await.unwrap();
+    b.wait_for("!document.getElementById('session-view').hidden", 5_000)
+        .await
+        .unwrap();
+    // Output produced before the page opened is in the history.
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": "printf '\\033[31mred-%s\\033[0m\\n' before\n"})),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('term').textContent.includes('red-before')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    // ANSI colours are rendered, not shown as escape codes.
+    let coloured = b
+        .eval(
+            "return [...document.querySelectorAll('#term span')].some(s => s.textContent.includes('red-before') && s.style.color !== '')",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(coloured, json!(true));
+    assert_eq!(
+        b.eval(
+            "return document.getElementById('term').textContent.includes('\\x1b')",
+            json!([])
+        )
+        .await
+        .unwrap(),
+        json!(false)
+    );
+    // The input line writes to the PTY; the echo comes back live over the WebSocket.
+    let line = b.find("#line").await.unwrap();
+    b.type_text(&line, "echo typed-$((40+2))\u{E007}")
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('term').textContent.includes('typed-42')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    // Sent once: the command line appears exactly once in the output.
+    let count = b
+        .eval("return document.getElementById('term').textContent.split('echo typed-$((40+2))').length - 1", json!([]))
+        .await
+        .unwrap();
+    assert_eq!(count, json!(1));
+    b.screenshot(&artifacts_dir().join("session-view-phone.png"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn view_reconnects_after_the_node_restarts() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let dir = d.path().to_str().unwrap().to_owned();
+    run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &dir],
+        PASSWORD,
+    )
+    .unwrap();
+    let start = |port: &str| {
+        NodeProc::start(
+            "tuic-node",
+            &[
+                "--config-dir",
+                &dir,
+                "--remote-access",
+                "--port",
+                port,
+                "--bind",
+                "127.0.0.1",
+            ],
+            &[],
+        )
+        .unwrap()
+    };
+    let mut node = start("0");
+    let port = node.tcp.unwrap().port().to_string();
+    let base = format!("http://127.0.0.1:{port}");
+    let sid = create_session(&node).await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('term') && !document.getElementById('session-view').hidden",
+        10_000,
+    )
+    .await
+    .unwrap();
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    b.wait_for("!document.getElementById('banner').hidden && document.getElementById('banner').textContent.includes('reconnecting')", 15_000)
+        .await
+        .unwrap();
+    b.screenshot(&artifacts_dir().join("reconnecting-phone.png"))
+        .await
+        .unwrap();
+    let node = start(&port);
+    // The old session died with the node: the view says so instead of retrying forever.
+    b.wait_for(
+        "document.getElementById('banner').textContent.includes('ended')",
+        30_000,
+    )
+    .await
+    .unwrap();
+    // The login survived the restart and the list recovers with the new node's sessions.
+    let fresh = create_session(&node).await;
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for(
+        &format!("document.querySelector(\"#sessions a[data-session='{fresh}']\")"),
+        15_000,
+    )
+    .await
+    .unwrap();
+}

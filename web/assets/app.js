@@ -159,9 +159,28 @@ class SessionView {
     ws.onclose = () => {
       if (this.closed || this.exited) return;
       this.banner("Connection lost — reconnecting…");
-      setTimeout(() => this.connect(), this.backoff);
+      setTimeout(() => this.reconnect(), this.backoff);
       this.backoff = Math.min(this.backoff * 2, 8000);
     };
+  }
+
+  /** Reconnects if the session still exists; a node restart ends its sessions. */
+  async reconnect() {
+    if (this.closed) return;
+    try {
+      const r = await fetch(`${this.path}/output?format=raw&limit=1`, { credentials: "same-origin" });
+      if (r.status === 404) {
+        this.banner("This session has ended.");
+        this.exited = true;
+        return;
+      }
+    } catch (e) {
+      // The node is still unreachable: try again later.
+      setTimeout(() => this.reconnect(), this.backoff);
+      this.backoff = Math.min(this.backoff * 2, 8000);
+      return;
+    }
+    this.connect();
   }
 
   resync() {
