@@ -1,0 +1,67 @@
+//! `tuic-bridge`: the stdio MCP server an agent launches; forwards to the local node.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tuic_bridge::locate::locate_from_process;
+use tuic_bridge::stdio::{BridgeConfig, run};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tuic-bridge",
+    version,
+    about = "stdio MCP server forwarding to the local tuic node's /mcp"
+)]
+struct Cli {
+    /// Named instance (default: $TUIC_APP_INSTANCE, else the default instance).
+    #[arg(long, global = true)]
+    instance: Option<String>,
+    /// Config dir, to find the default instance's socket (default: $TUIC_CONFIG_DIR, XDG, ~/.config).
+    #[arg(long, global = true)]
+    config_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Publish this binary into <config_dir>/mcp-bridge/<sha256>/ (not in this build).
+    Install,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Cmd::Install) = cli.cmd {
+        eprintln!("tuic-bridge: install is not implemented in this build");
+        return ExitCode::from(4);
+    }
+    let target = locate_from_process(cli.instance.as_deref(), cli.config_dir.as_deref());
+    let cfg = BridgeConfig {
+        instance_label: target.instance_label(),
+        socket: target.socket,
+        tuic_session: std::env::var("TUIC_SESSION").ok().filter(|s| !s.is_empty()),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tuic-bridge: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(run(cfg));
+    // stdin has ended; nothing left worth waiting for.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tuic-bridge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
