@@ -348,10 +348,8 @@ fn serve(st: &Arc<McpState>, mut s: UnixStream) {
             }
             let note = json!({"jsonrpc":"2.0","method":"notifications/claude/channel",
                               "params":{"content":"hello from fake"}});
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                 transfer-encoding: chunked\r\n\r\n"
-            );
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
             let event = format!("event: message\ndata: {note}\n\n");
             let chunk = format!("{:x}\r\n{event}\r\n", event.len());
             let _ = s.write_all(head.as_bytes());
