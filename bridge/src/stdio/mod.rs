@@ -71,6 +71,9 @@ struct Upstream {
     outage: bool,
     /// The client completed its own initialize, so notifications may be forwarded.
     client_initialized: bool,
+    /// The `GET /mcp` stream of the current generation; aborted when a newer one starts,
+    /// so a half-dead stream of an old connection never forwards duplicates.
+    stream: Option<tokio::task::JoinHandle<()>>,
 }
 
 struct Bridge {
@@ -216,6 +219,27 @@ impl Bridge {
                 up.last_failure = Some(why.clone());
                 Err(why)
             }
+        }
+    }
+
+    /// Replaces the notification stream with one for the current session and generation.
+    fn restart_stream(self: &Arc<Self>, up: &mut Upstream) {
+        if let Some(old) = up.stream.take() {
+            old.abort();
+        }
+        up.stream = Some(tokio::spawn(
+            self.clone()
+                .notification_stream(up.generation, up.session_id.clone()),
+        ));
+    }
+
+    /// Adopts the session id the node gave the client's own initialize, if it differs.
+    async fn adopt_session(self: &Arc<Self>, sid: &str) {
+        let mut up = self.up.lock().await;
+        if up.connected && up.session_id.as_deref() != Some(sid) {
+            up.session_id = Some(sid.to_owned());
+            up.generation += 1;
+            self.restart_stream(&mut up);
         }
     }
 
@@ -433,6 +457,11 @@ impl Bridge {
             let version = policy::request_version(&msg, Some(&version));
             match self.post(sid.as_deref(), &version, &msg, deadline).await {
                 Ok(resp) if (200..300).contains(&resp.status()) => {
+                    if msg.get("method").and_then(Value::as_str) == Some("initialize")
+                        && let Some(new_sid) = resp.head.header("mcp-session-id")
+                    {
+                        self.adopt_session(new_sid).await;
+                    }
                     return self.answer_from(&msg, &resp).await;
                 }
                 Ok(resp) if !retried && sid.is_some() && resp.status() == 404 => {
@@ -606,6 +635,9 @@ pub async fn run(cfg: BridgeConfig) -> anyhow::Result<()> {
         let _ = ipc::request(&bridge.cfg.socket, &h.delete(), DELETE_DEADLINE).await;
     }
     upstream.abort();
+    if let Some(stream) = bridge.up.lock().await.stream.take() {
+        stream.abort();
+    }
     bridge.send_client(Value::Null);
     let _ = writer.await;
     Ok(())
