@@ -7,6 +7,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tuic_bridge::ipc::request_sync;
+use tuic_proto::ipc_http::Request;
 use tuic_tests::{BridgeProc, NodeProc, poll, tuic};
 
 const SESSION: &str = "0f8c1d52-7a43-4e29-9a3c-5b6f1e2d7c90";
@@ -101,8 +103,11 @@ fn a_wait_in_flight_when_the_node_dies_returns_an_error() {
     )
     .unwrap();
     b.send(&call(3, "agent", json!({"action":"wait","timeout_ms":120_000})));
-    // The wait is parked on the node; killing it must end the call with an error at once.
-    std::thread::yield_now();
+    // A later call's answer means the wait (sent first) has reached the node and parked.
+    let r = b
+        .call(&call(4, "session", json!({"action":"list"})), Duration::from_secs(10))
+        .unwrap();
+    assert!(!is_error(&r), "{r}");
     let died = Instant::now();
     node.kill();
     let r = b.response(&json!(3), Duration::from_secs(5)).unwrap();
@@ -135,8 +140,8 @@ fn cli_open_registers_a_repository_over_mcp() {
 #[test]
 fn bridges_bound_to_a_reach_a_and_never_b() {
     let sandbox = tempfile::tempdir().unwrap();
-    let _a = NodeProc::start(sandbox.path(), &sandbox.path().join("a"), Some("a")).unwrap();
-    let _b = NodeProc::start(sandbox.path(), &sandbox.path().join("b"), Some("b")).unwrap();
+    let na = NodeProc::start(sandbox.path(), &sandbox.path().join("a"), Some("a")).unwrap();
+    let nb = NodeProc::start(sandbox.path(), &sandbox.path().join("b"), Some("b")).unwrap();
     let mut bridge = BridgeProc::start(sandbox.path(), &["--instance", "a"], &[]).unwrap();
     bridge.call(&init(1), Duration::from_secs(10)).unwrap();
     bridge.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
@@ -144,7 +149,23 @@ fn bridges_bound_to_a_reach_a_and_never_b() {
         .call(&call(2, "session", json!({"action":"list"})), Duration::from_secs(10))
         .unwrap();
     assert!(!is_error(&r), "{r}");
-    // Instance b's node never saw a request from this bridge: its MCP status shows no sessions.
-    let out = tuic(sandbox.path(), &["--instance", "b", "status", "--json"], &[]);
-    assert!(out.status.success());
+    // Instance b's node never saw an initialize (the spec logs each as source mcp_initialize).
+    let logs = request_sync(
+        &nb.socket,
+        &Request::new("GET", "/logs?source=mcp_initialize"),
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .json()
+    .unwrap();
+    assert_eq!(logs["records"], json!([]), "{logs}");
+    let logs = request_sync(
+        &na.socket,
+        &Request::new("GET", "/logs?source=mcp_initialize"),
+        Duration::from_secs(5),
+    )
+    .unwrap()
+    .json()
+    .unwrap();
+    assert_ne!(logs["records"], json!([]), "{logs}");
 }

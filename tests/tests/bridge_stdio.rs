@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tuic_tests::fake::FakeMcp;
+use tuic_tests::fake::{FakeMcp, Hostile, HostileServer};
 use tuic_tests::{BridgeProc, NodeProc, poll};
 
 const SESSION: &str = "0f8c1d52-7a43-4e29-9a3c-5b6f1e2d7c90";
@@ -304,4 +304,31 @@ fn a_bridge_bound_to_one_instance_never_reaches_another() {
         )
         .unwrap();
     assert!(!text_of(&r).contains("not running"), "{r}");
+}
+
+#[test]
+fn a_hostile_peer_gets_an_invalid_data_error_within_a_second() {
+    let sandbox = tempfile::tempdir().unwrap();
+    let sock = sandbox.path().join("hostile.sock");
+    let _server = HostileServer::start(
+        &sock,
+        Hostile::Once(b"HTTP/1.1 100 Continue\r\n\r\n".repeat(40)),
+    );
+    let mut b = start_bridge(sandbox.path(), &sock);
+    let started = Instant::now();
+    let r = handshake(&mut b);
+    assert_eq!(r["result"]["serverInfo"]["name"], "tuic-bridge", "{r}");
+    let c = b
+        .call(
+            &call(2, "session", json!({"action":"list"})),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+    assert!(is_error(&c), "{c}");
+    assert!(text_of(&c).contains("more than 32 interim"), "{c}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
 }

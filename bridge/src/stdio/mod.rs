@@ -187,6 +187,11 @@ impl Bridge {
         let mut up = self.up.lock().await;
         match outcome {
             Ok((sid, answer)) => {
+                eprintln!(
+                    "tuic-bridge: connected to {} (mcp-session-id {})",
+                    self.cfg.socket.display(),
+                    sid.as_deref().unwrap_or("none")
+                );
                 up.backoff.succeeded();
                 up.connected = true;
                 up.generation += 1;
@@ -216,6 +221,9 @@ impl Bridge {
             }
             Err(why) => {
                 up.backoff.failed(Instant::now());
+                if up.last_failure.as_ref() != Some(&why) {
+                    eprintln!("tuic-bridge: {}", why.message());
+                }
                 up.last_failure = Some(why.clone());
                 Err(why)
             }
