@@ -5,9 +5,11 @@
 //! - [`ipc`]: blocking (CLI) and tokio (bridge) adapters around the sans-IO HTTP/1.1 parser
 //!   in `tuic_proto::ipc_http`;
 //! - [`mcp`]: Streamable HTTP request headers and answer decoding;
-//! - [`cli`]: the `tuic` commands; [`stdio`]: the bridge.
+//! - [`cli`]: the `tuic` commands; [`stdio`]: the bridge; [`install`]: publishing the
+//!   bridge binary into the config dir.
 
 pub mod cli;
+pub mod install;
 pub mod ipc;
 pub mod locate;
 pub mod mcp;

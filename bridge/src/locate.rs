@@ -50,6 +50,8 @@ pub struct Target {
     pub socket: PathBuf,
     /// Whether `TUIC_SOCKET` chose it.
     pub from_env: bool,
+    /// The instance's config dir.
+    pub config_dir: PathBuf,
 }
 
 impl Target {
@@ -99,6 +101,7 @@ pub fn locate(
         uid,
         socket_override: env.socket.as_deref(),
     };
+    let config_dir = endpoint::resolve(&inputs).config_dir;
     let candidates = endpoint::socket_candidates(&inputs);
     let socket = candidates
         .iter()
@@ -109,6 +112,7 @@ pub fn locate(
         instance,
         socket,
         from_env: env.socket.is_some(),
+        config_dir,
     }
 }
 

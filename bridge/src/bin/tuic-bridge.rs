@@ -27,17 +27,31 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Publish this binary into <config_dir>/mcp-bridge/<sha256>/ (not in this build).
+    /// Publish this binary into <config_dir>/mcp-bridge/<sha256>/tuic-bridge and print its path.
     Install,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Install) = cli.cmd {
-        eprintln!("tuic-bridge: install is not implemented in this build");
-        return ExitCode::from(4);
-    }
     let target = locate_from_process(cli.instance.as_deref(), cli.config_dir.as_deref());
+    if let Some(Cmd::Install) = cli.cmd {
+        let published = std::env::current_exe()
+            .map_err(anyhow::Error::from)
+            .and_then(|exe| tuic_bridge::install::publish(&exe, &target.config_dir));
+        return match published {
+            Ok(p) => {
+                println!("{}", p.path.display());
+                if p.reused {
+                    eprintln!("tuic-bridge: already published");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tuic-bridge: install failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cfg = BridgeConfig {
         instance_label: target.instance_label(),
         socket: target.socket,
