@@ -13,4 +13,5 @@ pub mod install;
 pub mod ipc;
 pub mod locate;
 pub mod mcp;
+pub mod migrate;
 pub mod stdio;

@@ -67,3 +67,26 @@ fn install_twice_publishes_one_revision_and_a_new_build_a_second() {
         assert!(out.status.success(), "{published} runs");
     }
 }
+
+#[test]
+fn install_points_claude_configs_at_the_published_bridge() {
+    let sandbox = tempfile::tempdir().unwrap();
+    let cfg = sandbox.path().join("cfg");
+    let home = sandbox.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let claude = home.join(".claude.json");
+    std::fs::write(
+        &claude,
+        r#"{"mcpServers":{"tuic":{"command":"/src/tuic/target/debug/tuic-bridge","args":[]},
+            "other":{"command":"/usr/bin/other-server"}}}"#,
+    )
+    .unwrap();
+    let published = install(sandbox.path(), &bin("tuic-bridge"), &cfg);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&claude).unwrap()).unwrap();
+    assert_eq!(doc["mcpServers"]["tuic"]["command"], published.as_str());
+    assert_eq!(
+        doc["mcpServers"]["other"]["command"],
+        "/usr/bin/other-server"
+    );
+}

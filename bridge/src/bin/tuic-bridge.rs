@@ -44,6 +44,24 @@ fn main() -> ExitCode {
                 if p.reused {
                     eprintln!("tuic-bridge: already published");
                 }
+                let home = std::env::var_os("HOME").map(PathBuf::from);
+                let claude_dir = std::env::var("CLAUDE_CONFIG_DIR").ok();
+                let report = tuic_bridge::migrate::migrate_claude(
+                    home.as_deref(),
+                    claude_dir.as_deref(),
+                    &p.path,
+                    &target.config_dir,
+                );
+                for f in &report.updated {
+                    eprintln!(
+                        "tuic-bridge: pointed {} at {}",
+                        f.display(),
+                        p.path.display()
+                    );
+                }
+                for w in &report.warnings {
+                    eprintln!("tuic-bridge: warning: {w}");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -208,7 +208,7 @@ impl Bridge {
                 }
                 let announce = up.outage && up.client_initialized;
                 up.outage = false;
-                let generation = up.generation;
+                self.restart_stream(&mut up);
                 drop(up);
                 if announce {
                     self.send_client(mcp::rpc_notification(
@@ -216,7 +216,6 @@ impl Bridge {
                         None,
                     ));
                 }
-                tokio::spawn(self.clone().notification_stream(generation, sid));
                 Ok(Some(answer))
             }
             Err(why) => {
