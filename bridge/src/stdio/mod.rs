@@ -37,6 +37,8 @@ const PING_DEADLINE: Duration = Duration::from_secs(3);
 const DELETE_DEADLINE: Duration = Duration::from_secs(2);
 /// Largest stdin line accepted.
 const MAX_LINE: usize = 64 * 1024 * 1024;
+/// Pushed messages held until the client has its initialize response.
+const MAX_EARLY_PUSHES: usize = 64;
 
 /// How the bridge was configured by its command line and environment.
 #[derive(Debug, Clone)]
@@ -69,8 +71,12 @@ struct Upstream {
     /// The client was told something while the node was away (or the node went away after
     /// a connect): on the next connect it gets `notifications/tools/list_changed`.
     outage: bool,
-    /// The client completed its own initialize, so notifications may be forwarded.
+    /// The client sent its own initialize (a reconnect then announces list changes).
     client_initialized: bool,
+    /// The client has its initialize response, so pushed messages may follow it.
+    client_ready: bool,
+    /// Messages the node pushed before the client was ready (bounded; oldest dropped).
+    early_pushes: Vec<Value>,
     /// The `GET /mcp` stream of the current generation; aborted when a newer one starts,
     /// so a half-dead stream of an old connection never forwards duplicates.
     stream: Option<tokio::task::JoinHandle<()>>,
@@ -351,8 +357,14 @@ impl Bridge {
         if msg.get("method").is_none() {
             return;
         }
-        if self.up.lock().await.client_initialized {
+        let mut up = self.up.lock().await;
+        if up.client_ready {
             self.send_client(msg);
+        } else {
+            if up.early_pushes.len() >= MAX_EARLY_PUSHES {
+                up.early_pushes.remove(0);
+            }
+            up.early_pushes.push(msg);
         }
     }
 
@@ -411,7 +423,18 @@ impl Bridge {
         let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
         let answer = match method {
             "ping" => json!({"jsonrpc": "2.0", "id": msg["id"], "result": {}}),
-            "initialize" => self.initialize(msg).await,
+            "initialize" => {
+                let answer = self.initialize(msg).await;
+                // The initialize response goes first; what the node pushed meanwhile follows,
+                // in order, under the same lock that orders later pushes.
+                let mut up = self.up.lock().await;
+                self.send_client(answer);
+                up.client_ready = true;
+                for m in std::mem::take(&mut up.early_pushes) {
+                    self.send_client(m);
+                }
+                return;
+            }
             _ => self.forward(msg).await,
         };
         self.send_client(answer);
