@@ -11,7 +11,12 @@
 //!
 //! The file is edited textually (the old command's JSON string literal is replaced by the
 //! new one) so the user's key order and formatting survive, and written through a temp file
-//! and an atomic rename. Not here: Codex configs and the node's repair at start.
+//! and an atomic rename.
+//!
+//! Codex: `$CODEX_HOME/config.toml`, else `~/.codex/config.toml`. Each `[mcp_servers.<name>]`
+//! table with a managed `command = "…"` (a plain basic string) is repointed unless the table
+//! says `enabled = false`; the edit is line-based so comments and layout survive. Inline-table
+//! entries and escaped strings are left alone. Not here: the node's repair at start.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -189,6 +194,115 @@ pub fn migrate_claude(
     report
 }
 
+/// The Codex config file, from `CODEX_HOME` or `HOME`.
+pub fn codex_config(home: Option<&Path>, codex_home: Option<&str>) -> Option<PathBuf> {
+    match codex_home.filter(|c| !c.is_empty()) {
+        Some(c) => Some(Path::new(c).join("config.toml")),
+        None => home.map(|h| h.join(".codex").join("config.toml")),
+    }
+}
+
+/// A `command = "..."` line's value, when it is a plain basic string.
+fn toml_command(line: &str) -> Option<(usize, usize)> {
+    let t = line.trim_start();
+    let rest = t.strip_prefix("command")?.trim_start().strip_prefix('=')?;
+    let rest_trim = rest.trim_start();
+    let value = rest_trim.strip_prefix('"')?;
+    let end = value.find('"')?;
+    let v = &value[..end];
+    if v.contains('\\') {
+        return None;
+    }
+    let after = value[end + 1..].trim();
+    if !(after.is_empty() || after.starts_with('#')) {
+        return None;
+    }
+    let start = line.len() - value.len();
+    Some((start, start + end))
+}
+
+/// Migrates the Codex config at `file` to `published`.
+pub fn migrate_codex_file(
+    file: &Path,
+    published: &Path,
+    config_dir: &Path,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+    };
+    let new_cmd = published.to_string_lossy().into_owned();
+    if new_cmd.contains(['"', '\\']) {
+        anyhow::bail!(
+            "{}: cannot write {new_cmd} as a TOML basic string",
+            file.display()
+        );
+    }
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    // Per [mcp_servers.*] table: its command line (index, value span) and whether disabled.
+    let mut edits: Vec<(usize, usize, usize)> = Vec::new();
+    let mut table_cmd: Option<(usize, usize, usize)> = None;
+    let mut in_server = false;
+    let mut disabled = false;
+    let flush = |cmd: Option<(usize, usize, usize)>,
+                 disabled: bool,
+                 edits: &mut Vec<_>,
+                 report: &mut Report| {
+        if let Some((i, a, b)) = cmd {
+            let value = &lines[i][a..b];
+            if disabled {
+                return;
+            }
+            if is_managed(value, config_dir) && value != new_cmd {
+                edits.push((i, a, b));
+            } else if is_bridge_command(value)
+                && Path::new(value).is_absolute()
+                && !executable(Path::new(value))
+            {
+                report.warnings.push(format!(
+                    "{}: MCP command {value} is missing or not executable",
+                    file.display()
+                ));
+            }
+        }
+    };
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            flush(table_cmd.take(), disabled, &mut edits, report);
+            in_server = t.starts_with("[mcp_servers.") && !t.starts_with("[[");
+            disabled = false;
+            continue;
+        }
+        if !in_server {
+            continue;
+        }
+        if let Some((a, b)) = toml_command(line) {
+            table_cmd = Some((i, a, b));
+        } else if t.replace(' ', "").starts_with("enabled=false") {
+            disabled = true;
+        }
+    }
+    flush(table_cmd.take(), disabled, &mut edits, report);
+    if edits.is_empty() {
+        return Ok(());
+    }
+    let mut out: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    for (i, a, b) in edits {
+        out[i].replace_range(a..b, &new_cmd);
+    }
+    let out = out.concat();
+    let tmp = file.with_extension(format!("toml.tuic-tmp-{}", std::process::id()));
+    let perms = std::fs::metadata(file)?.permissions();
+    std::fs::write(&tmp, out.as_bytes()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, perms)?;
+    std::fs::rename(&tmp, file).with_context(|| format!("replacing {}", file.display()))?;
+    report.updated.push(file.to_path_buf());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +381,28 @@ mod tests {
                 home.join(".claude-private/.claude.json")
             ]
         );
+    }
+
+    #[test]
+    fn codex_tables_are_repointed_line_by_line() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = t.path().join("cfg");
+        let published = cfg.join("mcp-bridge/abc/tuic-bridge");
+        let file = t.path().join("config.toml");
+        let original = "# my codex config\nmodel = \"o3\"\n\n[mcp_servers.tuic]\ncommand = \"/w/target/debug/tuic-bridge\" # managed\nenv_vars = [\"TUIC_SESSION\"]\n\n[mcp_servers.off]\ncommand = \"/w/target/debug/tuic-bridge\"\nenabled = false\n\n[mcp_servers.custom]\ncommand = \"/usr/local/bin/my-wrapper\"\n";
+        std::fs::write(&file, original).unwrap();
+        let mut r = Report::default();
+        migrate_codex_file(&file, &published, &cfg, &mut r).unwrap();
+        assert_eq!(r.updated, vec![file.clone()]);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expected = original.replacen(
+            "/w/target/debug/tuic-bridge",
+            published.to_str().unwrap(),
+            1,
+        );
+        assert_eq!(text, expected);
+        let mut again = Report::default();
+        migrate_codex_file(&file, &published, &cfg, &mut again).unwrap();
+        assert!(again.updated.is_empty());
     }
 }

@@ -46,12 +46,24 @@ fn main() -> ExitCode {
                 }
                 let home = std::env::var_os("HOME").map(PathBuf::from);
                 let claude_dir = std::env::var("CLAUDE_CONFIG_DIR").ok();
-                let report = tuic_bridge::migrate::migrate_claude(
+                let mut report = tuic_bridge::migrate::migrate_claude(
                     home.as_deref(),
                     claude_dir.as_deref(),
                     &p.path,
                     &target.config_dir,
                 );
+                let codex_home = std::env::var("CODEX_HOME").ok();
+                if let Some(codex) =
+                    tuic_bridge::migrate::codex_config(home.as_deref(), codex_home.as_deref())
+                    && let Err(e) = tuic_bridge::migrate::migrate_codex_file(
+                        &codex,
+                        &p.path,
+                        &target.config_dir,
+                        &mut report,
+                    )
+                {
+                    report.warnings.push(format!("{e:#}"));
+                }
                 for f in &report.updated {
                     eprintln!(
                         "tuic-bridge: pointed {} at {}",
