@@ -1,1 +1,17 @@
-//! Local clients of a node's IPC endpoint: `tuic-bridge` and the `tuic` CLI.
+//! Local clients of a node's IPC endpoint: `tuic-bridge` (a stdio MCP server) and the `tuic`
+//! CLI. They hold no server state: everything they show or do is a request to the node.
+//!
+//! - [`locate`]: which socket (TUIC_SOCKET, else the selected instance's; never another's);
+//! - [`ipc`]: blocking (CLI) and tokio (bridge) adapters around the sans-IO HTTP/1.1 parser
+//!   in `tuic_proto::ipc_http`;
+//! - [`mcp`]: Streamable HTTP request headers and answer decoding;
+//! - [`cli`]: the `tuic` commands; [`stdio`]: the bridge; [`install`]: publishing the
+//!   bridge binary into the config dir.
+
+pub mod cli;
+pub mod install;
+pub mod ipc;
+pub mod locate;
+pub mod mcp;
+pub mod migrate;
+pub mod stdio;

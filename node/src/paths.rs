@@ -62,15 +62,12 @@ impl Paths {
         instance_flag: Option<&str>,
         env: &LocationEnv,
     ) -> anyhow::Result<Self> {
-        let (base, explicit) = if let Some(d) = config_dir_flag {
-            (d.to_path_buf(), true)
-        } else if let Some(d) = &env.tuic_config_dir {
-            (d.clone(), true)
-        } else if let Some(x) = &env.xdg_config_home {
-            (x.join("tuicommander"), false)
-        } else if let Some(h) = &env.home {
-            (h.join(".config").join("tuicommander"), false)
-        } else {
+        let Some((base, explicit)) = endpoint::base_config_dir(
+            config_dir_flag,
+            env.tuic_config_dir.as_deref(),
+            env.xdg_config_home.as_deref(),
+            env.home.as_deref(),
+        ) else {
             bail!("cannot find a config dir: set --config-dir, TUIC_CONFIG_DIR or HOME");
         };
         let base = absolute(&base)?;

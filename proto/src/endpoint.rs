@@ -90,6 +90,48 @@ pub fn resolve(inputs: &EndpointInputs<'_>) -> Endpoint {
     Endpoint { config_dir, socket }
 }
 
+/// The base config dir and whether it was explicit: `--config-dir`, else `TUIC_CONFIG_DIR`
+/// (both explicit), else `$XDG_CONFIG_HOME/tuicommander`, else `~/.config/tuicommander`.
+/// `None` when none of them is known. Callers pass the values they read; empty counts as unset.
+pub fn base_config_dir(
+    flag: Option<&Path>,
+    tuic_config_dir: Option<&Path>,
+    xdg_config_home: Option<&Path>,
+    home: Option<&Path>,
+) -> Option<(PathBuf, bool)> {
+    fn set(p: Option<&Path>) -> Option<&Path> {
+        p.filter(|p| !p.as_os_str().is_empty())
+    }
+    if let Some(d) = set(flag).or(set(tuic_config_dir)) {
+        Some((d.to_path_buf(), true))
+    } else if let Some(x) = set(xdg_config_home) {
+        Some((x.join("tuicommander"), false))
+    } else {
+        set(home).map(|h| (h.join(".config").join("tuicommander"), false))
+    }
+}
+
+/// Where a client looks for an instance's socket, most specific first.
+///
+/// `TUIC_SOCKET` alone when set. Otherwise the instance's own socket and, for a named
+/// instance, the same file name in `/tmp` (a node started with another `TMPDIR`). Every
+/// candidate carries the selected instance's name, so discovery never falls through to
+/// another instance, the default one included.
+pub fn socket_candidates(inputs: &EndpointInputs<'_>) -> Vec<PathBuf> {
+    let primary = resolve(inputs).socket;
+    if inputs.socket_override.is_some() {
+        return vec![primary];
+    }
+    let mut out = vec![primary];
+    if let AppInstance::Named(id) = inputs.instance {
+        let fallback = Path::new("/tmp").join(named_socket_file(inputs.uid, id));
+        if !out.contains(&fallback) {
+            out.push(fallback);
+        }
+    }
+    out
+}
+
 /// The file name of a named instance's socket.
 pub fn named_socket_file(uid: u32, id: &str) -> String {
     let digest = Sha256::digest(id.as_bytes());
@@ -150,6 +192,56 @@ mod tests {
         let mut i = inputs(&AppInstance::Default, false);
         i.socket_override = Some(Path::new("/run/x.sock"));
         assert_eq!(resolve(&i).socket, Path::new("/run/x.sock"));
+    }
+
+    #[test]
+    fn base_config_dir_precedence() {
+        let p = |s: &'static str| Some(Path::new(s));
+        assert_eq!(base_config_dir(None, None, None, None), None);
+        assert_eq!(
+            base_config_dir(None, None, None, p("/h")),
+            Some(("/h/.config/tuicommander".into(), false))
+        );
+        assert_eq!(
+            base_config_dir(None, None, p("/x"), p("/h")),
+            Some(("/x/tuicommander".into(), false))
+        );
+        assert_eq!(
+            base_config_dir(None, p("/t"), p("/x"), p("/h")),
+            Some(("/t".into(), true))
+        );
+        assert_eq!(
+            base_config_dir(p("/f"), p("/t"), p("/x"), p("/h")),
+            Some(("/f".into(), true))
+        );
+        assert_eq!(
+            base_config_dir(None, p(""), None, p("/h")),
+            Some(("/h/.config/tuicommander".into(), false))
+        );
+    }
+
+    #[test]
+    fn candidates_never_cross_instances() {
+        let a = AppInstance::Named("a".into());
+        let mut i = inputs(&a, false);
+        i.temp_dir = Path::new("/run/user/1000");
+        let c = socket_candidates(&i);
+        let name = named_socket_file(1000, "a");
+        assert_eq!(
+            c,
+            vec![
+                Path::new("/run/user/1000").join(&name),
+                Path::new("/tmp").join(&name)
+            ]
+        );
+        let b = socket_candidates(&inputs(&AppInstance::Named("b".into()), false));
+        assert!(b.iter().all(|p| !c.contains(p)));
+        let d = socket_candidates(&inputs(&AppInstance::Default, false));
+        assert_eq!(d, vec![Path::new("/home/u/.config/tuicommander/mcp.sock")]);
+        assert!(d.iter().all(|p| !c.contains(p)));
+        let mut o = inputs(&a, false);
+        o.socket_override = Some(Path::new("/x.sock"));
+        assert_eq!(socket_candidates(&o), vec![Path::new("/x.sock")]);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! them with `cargo build --workspace --bins` before running the tests).
 
 pub mod bench_upload;
+pub mod bridge;
+pub mod fake;
 pub mod netns;
 pub mod records;
 pub mod term;

@@ -324,7 +324,7 @@ async fn concurrent_config_saves_keep_both_changes() {
 
 #[tokio::test]
 async fn sse_outlives_a_shortened_request_timeout_and_filters_types() {
-    let d = config_dir(json!({"tuning": {"request_timeout_ms": 300, "sse_keepalive_ms": 100}}));
+    let d = config_dir(json!({"tuning": {"request_timeout_ms": 1500, "sse_keepalive_ms": 100}}));
     let node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
     let resp = ipc_stream(&node.socket, "/events?types=config-changed")
         .await
@@ -332,8 +332,9 @@ async fn sse_outlives_a_shortened_request_timeout_and_filters_types() {
     assert_eq!(resp.status(), 200);
     let mut body = http_body_util::BodyStream::new(resp.into_body());
     let opened = Instant::now();
-    // Read keep-alives until well past the request deadline: the stream must still be open.
-    while opened.elapsed() < Duration::from_millis(900) {
+    // Read keep-alives well past the 1.5 s request deadline (long enough for the PUT below
+    // to finish on a loaded machine): the stream must still be open.
+    while opened.elapsed() < Duration::from_millis(3500) {
         let frame = tokio::time::timeout(Duration::from_secs(5), body.next())
             .await
             .expect("keep-alive")
