@@ -6,6 +6,8 @@
 
 pub mod endpoint;
 pub mod events;
+pub mod mail;
+pub mod peer;
 
 /// Version of the node's HTTP/peer protocol, reported by `GET /health`.
 pub const PROTOCOL_VERSION: u32 = 1;
