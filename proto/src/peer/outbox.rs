@@ -198,6 +198,14 @@ impl Outbox {
         self.held.iter().filter(|h| h.in_flight).count()
     }
 
+    /// Messages to `to` on the wire awaiting an answer.
+    pub fn in_flight_to(&self, to: &str) -> usize {
+        self.held
+            .iter()
+            .filter(|h| h.in_flight && h.message.to == to)
+            .count()
+    }
+
     /// Takes custody of a message, or refuses it when a bound would be passed.
     pub fn push(&mut self, message: WireMessage) -> Result<Pushed, OutboxError> {
         if message.message_id.is_empty() {
