@@ -27,7 +27,7 @@ use tuic_proto::peer::{
 
 const NODES: [&str; 2] = ["b", "c"];
 const AGENTS: usize = 2;
-const TRAFFIC_MS: u64 = 120_000;
+const TRAFFIC_MS: u64 = 60_000;
 /// After the traffic phase, every fault is healed; this much virtual time to become quiet.
 const SETTLE_MS: u64 = 30 * 60_000;
 
@@ -143,6 +143,8 @@ struct Sim {
     refused: BTreeSet<String>,
     delivered: BTreeMap<String, u32>,
     next_msg: u64,
+    /// Every `to` an outbox can hold (node-side addresses and hub-side peer ids).
+    recipients: Vec<String>,
     stats: Stats,
 }
 
@@ -203,6 +205,12 @@ impl Sim {
             refused: BTreeSet::new(),
             delivered: BTreeMap::new(),
             next_msg: 0,
+            recipients: NODES
+                .iter()
+                .flat_map(|n| {
+                    (0..AGENTS).flat_map(move |a| [format!("{n}{a}"), format!("{n}/{n}{a}")])
+                })
+                .collect(),
             stats: Stats {
                 seeds: 1,
                 ..Stats::default()
@@ -218,10 +226,6 @@ impl Sim {
         self.partitioned_until
             .get(conn)
             .is_some_and(|&t| t > self.now)
-    }
-
-    fn latency(&mut self) -> u64 {
-        1 + self.rng.below(80)
     }
 
     fn run(mut self) -> Stats {
@@ -276,7 +280,7 @@ impl Sim {
 
             if traffic && self.now >= next_send {
                 self.send_one();
-                next_send = self.now + 5 + self.rng.below(250);
+                next_send = self.now + 5 + self.rng.below(800);
             }
             if traffic && self.now >= next_fault {
                 self.fault();
@@ -575,7 +579,7 @@ impl Sim {
         if !self.nodes[ix].up {
             return false;
         }
-        let Some(mut c) = self.conns.remove(x) else {
+        let Some(c) = self.conns.get_mut(x) else {
             return false;
         };
         let mut progress = false;
@@ -646,10 +650,9 @@ impl Sim {
         }
         while let Some(f) = c.node.poll_transmit() {
             progress = true;
-            let lat = self.latency();
+            let lat = 1 + self.rng.below(80);
             c.to_hub.push(self.now, lat, f.encode());
         }
-        self.conns.insert(x.to_owned(), c);
         progress
     }
 
@@ -657,7 +660,7 @@ impl Sim {
         if !self.hub.up {
             return false;
         }
-        let Some(mut c) = self.conns.remove(x) else {
+        let Some(c) = self.conns.get_mut(x) else {
             return false;
         };
         let mut progress = false;
@@ -669,7 +672,7 @@ impl Sim {
                 }
                 LinkEvent::Request { id, request } => {
                     let resp = match request {
-                        Request::Send(m) => self.hub_route(&m),
+                        Request::Send(m) => hub_route(&mut self.hub.outboxes, &m),
                         Request::Register { .. } => Response::RegisterAck,
                         _ => Response::Peers(vec![]),
                     };
@@ -689,7 +692,14 @@ impl Sim {
                         }
                     }
                 }
-                LinkEvent::Down { .. } => self.hub_link_down(x),
+                LinkEvent::Down { .. } => {
+                    if let Some(o) = self.hub.outboxes.get_mut(x) {
+                        o.on_link_down();
+                    }
+                    let b = self.hub.backoff.get_mut(x).expect("backoff");
+                    let delay = b.next_delay(self.rng.next_u64());
+                    self.hub.next_dial.insert(x.to_owned(), self.now + delay);
+                }
             }
         }
         if c.hub.state() == LinkState::Up {
@@ -700,32 +710,10 @@ impl Sim {
         }
         while let Some(f) = c.hub.poll_transmit() {
             progress = true;
-            let lat = self.latency();
+            let lat = 1 + self.rng.below(80);
             c.to_node.push(self.now, lat, f.encode());
         }
-        self.conns.insert(x.to_owned(), c);
         progress
-    }
-
-    /// The hub takes custody of mail for another node (`from` is already stamped).
-    fn hub_route(&mut self, m: &WireMessage) -> Response {
-        let Some((conn, peer)) = m.to.split_once('/') else {
-            return error(ErrorCode::UnknownRecipient, "hub", "no connection in address");
-        };
-        let Some(o) = self.hub.outboxes.get_mut(conn) else {
-            return error(ErrorCode::UnknownRecipient, conn, "unknown connection");
-        };
-        let relayed = WireMessage {
-            to: peer.to_owned(),
-            ..m.clone()
-        };
-        match o.push(relayed) {
-            Ok(_) => Response::SendAck {
-                message_id: m.message_id.clone(),
-                outcome: AckOutcome::Accepted,
-            },
-            Err(e) => error(ErrorCode::OutboxFull, conn, &e.to_string()),
-        }
     }
 
     fn drain_outbox_events(&mut self) {
@@ -768,16 +756,12 @@ impl Sim {
         for o in all {
             assert!(o.len() <= l.max_messages, "seed {}: count bound", self.seed);
             assert!(o.bytes() <= l.max_bytes, "seed {}: byte bound", self.seed);
-            for n in NODES {
-                for a in 0..AGENTS {
-                    for to in [format!("{n}{a}"), format!("{n}/{n}{a}")] {
-                        assert!(
-                            o.in_flight_to(&to) as u64 <= l.max_in_flight_per_recipient,
-                            "seed {}: in-flight window",
-                            self.seed
-                        );
-                    }
-                }
+            for to in &self.recipients {
+                assert!(
+                    o.in_flight_to(to) as u64 <= l.max_in_flight_per_recipient,
+                    "seed {}: in-flight window",
+                    self.seed
+                );
             }
             self.stats.max_outbox_len = self.stats.max_outbox_len.max(o.len());
         }
@@ -810,6 +794,31 @@ fn error(code: ErrorCode, connection: &str, message: &str) -> Response {
         code,
         connection: connection.to_owned(),
         message: message.to_owned(),
+    }
+}
+
+/// The hub takes custody of mail for another node (`from` is already stamped).
+fn hub_route(outboxes: &mut BTreeMap<String, Outbox>, m: &WireMessage) -> Response {
+    let Some((conn, peer)) = m.to.split_once('/') else {
+        return error(
+            ErrorCode::UnknownRecipient,
+            "hub",
+            "no connection in address",
+        );
+    };
+    let Some(o) = outboxes.get_mut(conn) else {
+        return error(ErrorCode::UnknownRecipient, conn, "unknown connection");
+    };
+    let relayed = WireMessage {
+        to: peer.to_owned(),
+        ..m.clone()
+    };
+    match o.push(relayed) {
+        Ok(_) => Response::SendAck {
+            message_id: m.message_id.clone(),
+            outcome: AckOutcome::Accepted,
+        },
+        Err(e) => error(ErrorCode::OutboxFull, conn, &e.to_string()),
     }
 }
 
@@ -867,7 +876,12 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Stats {
 
 #[test]
 fn federated_mail_survives_faults_across_seeds() {
-    let total = run_seeds(0..20);
+    // `TUIC_SIM_SEEDS=10000` runs a longer sweep; CI runs the default.
+    let seeds = std::env::var("TUIC_SIM_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let total = run_seeds(0..seeds);
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
