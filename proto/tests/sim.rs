@@ -153,7 +153,7 @@ impl Sim {
         let mut rng = Rng::new(seed);
         // Most seeds use tight bounds so refusals and the dispatch window are exercised; every
         // fourth uses the spec's bounds.
-        let limits = if seed % 4 == 0 {
+        let limits = if seed.is_multiple_of(4) {
             OutboxLimits::default()
         } else {
             OutboxLimits {
