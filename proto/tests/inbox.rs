@@ -246,6 +246,10 @@ struct Model {
     assigned: BTreeMap<(String, u64), WakeOwner>,
     last_owner: BTreeMap<String, WakeOwner>,
     pending_waits: BTreeSet<u64>,
+    /// Ids of the most recent wait answer, which the test may declare undelivered.
+    last_wait: Vec<String>,
+    /// Ids handed back by an undelivered wait answer; they may get a new owner.
+    handed_back: BTreeSet<String>,
 }
 
 impl Model {
@@ -276,6 +280,7 @@ impl Model {
                         .all(|x| !before.contains(&x.message_id));
                     assert!(batch_only, "seed {seed}: a wait returned mail already read");
                     self.observe(&outcome.new_messages, true, seed);
+                    self.last_wait = ids(&outcome.new_messages);
                 }
                 InboxEvent::LeaseAssigned {
                     message_id,
@@ -289,9 +294,8 @@ impl Model {
                         "seed {seed}: {message_id}@{cursor} got a second wake owner"
                     );
                     if let Some(before) = self.last_owner.insert(message_id.clone(), owner) {
-                        assert_eq!(
-                            before,
-                            WakeOwner::Pty,
+                        assert!(
+                            before == WakeOwner::Pty || self.handed_back.remove(&message_id),
                             "seed {seed}: {message_id} reassigned after a waiter owned it"
                         );
                     }
@@ -354,7 +358,10 @@ fn run_interleaving(seed: u64) -> usize {
                     .wait(now, BOB, id, None, Some(rng.below(20) + 1))
                     .expect("wait")
                 {
-                    WaitStart::Resolved(o) => m.observe(&o.new_messages, false, seed),
+                    WaitStart::Resolved(o) => {
+                        m.observe(&o.new_messages, false, seed);
+                        m.last_wait = ids(&o.new_messages);
+                    }
                     WaitStart::Pending { .. } => {
                         m.pending_waits.insert(id);
                     }
@@ -369,7 +376,18 @@ fn run_interleaving(seed: u64) -> usize {
                 ib.detach_pty(now, BOB).expect("detach");
             }
             92..=95 => ib.pty_wake_done(BOB),
-            96..=97 => ib.rearm_pty_wake(BOB),
+            96 => ib.rearm_pty_wake(BOB),
+            97 => {
+                // The last wait's answer never reached its caller.
+                let lost = std::mem::take(&mut m.last_wait);
+                let retained: BTreeSet<String> =
+                    ib.peek(BOB).into_iter().map(|x| x.message_id).collect();
+                for id in lost.iter().filter(|id| retained.contains(*id)) {
+                    m.seen.remove(id);
+                    m.handed_back.insert(id.clone());
+                }
+                ib.wait_undelivered(now, BOB, &lost).expect("hand back");
+            }
             _ => {
                 if let Some(&w) = m.pending_waits.iter().next()
                     && ib.cancel_wait(BOB, w)
@@ -432,4 +450,65 @@ fn random_interleavings_keep_every_message_observable_with_one_wake_owner() {
         total += run_interleaving(seed);
     }
     assert!(total > 50_000);
+}
+
+#[test]
+fn an_undelivered_wait_answer_hands_its_mail_back_with_the_same_id() {
+    let mut ib = Inboxes::new();
+    ib.register(BOB);
+    ib.attach_pty(BOB).expect("pty");
+    ib.wait(0, BOB, 1, None, Some(1_000)).expect("wait");
+    ib.send(5, msg("a", "x")).expect("send");
+    let resolved = events(&mut ib)
+        .into_iter()
+        .find_map(|e| match e {
+            InboxEvent::WaitResolved { outcome, .. } => Some(outcome),
+            _ => None,
+        })
+        .expect("resolved");
+    // The MCP call went away before the answer was written.
+    let n = ib
+        .wait_undelivered(6, BOB, &ids(&resolved.new_messages))
+        .expect("hand back");
+    assert_eq!(n, 1);
+    assert_eq!(ib.owner_of(BOB, "a"), Some(WakeOwner::Pty));
+    let page = ib.inbox(BOB, None, None).expect("inbox");
+    assert_eq!(ids(&page.messages), ["a"]);
+}
+
+#[test]
+fn carry_over_moves_mail_to_the_new_identity() {
+    let mut ib = Inboxes::new();
+    ib.register("old");
+    ib.register("new");
+    ib.send(
+        1,
+        NewMessage {
+            recipient: "old".into(),
+            ..msg("a", "x")
+        },
+    )
+    .expect("send");
+    ib.send(
+        2,
+        NewMessage {
+            recipient: "old".into(),
+            ..msg("b", "x")
+        },
+    )
+    .expect("send");
+    assert_eq!(ib.carry_over(3, "old", "new"), Ok(2));
+    assert!(!ib.is_registered("old"));
+    let page = ib.inbox("new", None, None).expect("inbox");
+    assert_eq!(ids(&page.messages), ["a", "b"]);
+    assert!(matches!(
+        ib.send(
+            4,
+            NewMessage {
+                recipient: "old".into(),
+                ..msg("c", "x")
+            }
+        ),
+        Err(InboxError::UnknownRecipient { .. })
+    ));
 }

@@ -350,6 +350,72 @@ impl Inboxes {
         Ok(n)
     }
 
+    /// A resolved wait's answer never reached its caller (the MCP call or stream went away):
+    /// the listed messages that are still retained are handed back, re-queued at the end with
+    /// fresh cursors and unchanged ids, and assigned to the next waiter or the PTY. The
+    /// recipient dedupes a replay by `message_id`. Returns how many were re-queued.
+    pub fn wait_undelivered(
+        &mut self,
+        now: u64,
+        recipient: &str,
+        message_ids: &[String],
+    ) -> Result<usize, InboxError> {
+        let r = self.get_mut(recipient)?;
+        let (requeue, keep): (Vec<Entry>, Vec<Entry>) = r
+            .entries
+            .drain(..)
+            .partition(|e| message_ids.contains(&e.msg.message_id));
+        r.entries = keep.into();
+        let n = requeue.len();
+        for mut e in requeue {
+            e.cursor = next_cursor(r, now);
+            e.owner = None;
+            r.entries.push_back(e);
+        }
+        if n > 0 {
+            self.assign_unowned(recipient);
+        }
+        Ok(n)
+    }
+
+    /// `register replaces=<old>`: moves `old`'s retained mail to `new` (appended with fresh
+    /// cursors, ids unchanged, order kept) and retires `old`. Both must be registered. Returns
+    /// how many messages moved (`mail_migrated`).
+    pub fn carry_over(&mut self, now: u64, old: &str, new: &str) -> Result<usize, InboxError> {
+        if old == new {
+            return Ok(0);
+        }
+        self.get_mut(new)?;
+        if !self.is_registered(old) {
+            return Err(InboxError::UnknownRecipient {
+                recipient: old.to_owned(),
+            });
+        }
+        let moved = self.unregister(old);
+        let n = moved.len();
+        let capacity = self.capacity;
+        let r = self.get_mut(new)?;
+        for msg in moved {
+            if r.entries.len() >= capacity {
+                if let Some(gone) = r.entries.pop_front()
+                    && gone.cursor > r.read_cursor
+                {
+                    r.missed += 1;
+                }
+            }
+            let cursor = next_cursor(r, now);
+            r.entries.push_back(Entry {
+                msg,
+                cursor,
+                owner: None,
+                lifecycle: None,
+            });
+        }
+        self.assign_unowned(new);
+        self.settle_pty(new);
+        Ok(n)
+    }
+
     /// The wake notice requested by [`InboxEvent::PtyWake`] was written or given up; mail that
     /// arrives from now on earns a new notice.
     pub fn pty_wake_done(&mut self, recipient: &str) {
