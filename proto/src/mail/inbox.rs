@@ -396,12 +396,11 @@ impl Inboxes {
         let capacity = self.capacity;
         let r = self.get_mut(new)?;
         for msg in moved {
-            if r.entries.len() >= capacity {
-                if let Some(gone) = r.entries.pop_front()
-                    && gone.cursor > r.read_cursor
-                {
-                    r.missed += 1;
-                }
+            if r.entries.len() >= capacity
+                && let Some(gone) = r.entries.pop_front()
+                && gone.cursor > r.read_cursor
+            {
+                r.missed += 1;
             }
             let cursor = next_cursor(r, now);
             r.entries.push_back(Entry {

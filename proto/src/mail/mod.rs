@@ -4,6 +4,8 @@
 //! identifiers in and reads decisions out. It owns no PTY, no MCP transport and no clock;
 //! writing a wake notice into a terminal or answering an MCP call is the node's job.
 
+#![warn(missing_docs)]
+
 pub mod inbox;
 
 pub use inbox::{

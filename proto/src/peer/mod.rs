@@ -9,6 +9,8 @@
 //! None of these touch a socket, a clock or a random source; a simulator in
 //! `proto/tests/sim.rs` drives them with virtual time.
 
+#![warn(missing_docs)]
+
 pub mod backoff;
 pub mod dedupe;
 pub mod frame;
