@@ -98,6 +98,8 @@ struct Stats {
     lost_before_delivery: u64,
     delivered_then_lost_with_memory: u64,
     uncertain_reports: u64,
+    forged_rejected: u64,
+    reposts: u64,
     frames: u64,
     resets: u64,
     partitions: u64,
@@ -120,6 +122,8 @@ impl Stats {
         self.lost_before_delivery += o.lost_before_delivery;
         self.delivered_then_lost_with_memory += o.delivered_then_lost_with_memory;
         self.uncertain_reports += o.uncertain_reports;
+        self.forged_rejected += o.forged_rejected;
+        self.reposts += o.reposts;
         self.frames += o.frames;
         self.resets += o.resets;
         self.partitions += o.partitions;
@@ -143,6 +147,9 @@ struct Sim {
     refused: BTreeSet<String>,
     delivered: BTreeMap<String, u32>,
     next_msg: u64,
+    /// Recently accepted mail per node, for lifecycle-style re-posts with the same identity.
+    recent: Vec<VecDeque<WireMessage>>,
+    reposted: BTreeSet<String>,
     /// Every `to` an outbox can hold (node-side addresses and hub-side peer ids).
     recipients: Vec<String>,
     stats: Stats,
@@ -205,6 +212,8 @@ impl Sim {
             refused: BTreeSet::new(),
             delivered: BTreeMap::new(),
             next_msg: 0,
+            recent: vec![VecDeque::new(); NODES.len()],
+            reposted: BTreeSet::new(),
             recipients: NODES
                 .iter()
                 .flat_map(|n| {
@@ -327,6 +336,14 @@ impl Sim {
         if !self.nodes[from_ix].up {
             return;
         }
+        if self.rng.chance(2) {
+            self.forge(from_ix, to_ix);
+            return;
+        }
+        if self.rng.chance(4) {
+            self.repost(from_ix);
+            return;
+        }
         let from = format!("{}{}", NODES[from_ix], self.rng.below(AGENTS as u64));
         let to = format!(
             "{}/{}{}",
@@ -348,16 +365,65 @@ impl Sim {
             lifecycle: None,
         };
         self.stats.sent += 1;
-        match self.nodes[from_ix].outbox.push(msg) {
+        match self.nodes[from_ix].outbox.push(msg.clone()) {
             Ok(_) => {
                 self.stats.accepted += 1;
                 self.accepted.insert(id);
+                let recent = &mut self.recent[from_ix];
+                recent.push_back(msg);
+                if recent.len() > 10 {
+                    recent.pop_front();
+                }
             }
             Err(OutboxError::Full { connection, .. }) => {
                 assert_eq!(connection, NODES[from_ix], "seed {}", self.seed);
                 self.stats.refused_at_send += 1;
             }
             Err(e) => panic!("seed {}: unexpected push error {e}", self.seed),
+        }
+    }
+
+    /// A compromised node claims a sender it does not own, straight onto the link.
+    fn forge(&mut self, from_ix: usize, to_ix: usize) {
+        let Some(c) = self.conns.get_mut(NODES[from_ix]) else {
+            return;
+        };
+        if c.node.state() != LinkState::Up {
+            return;
+        }
+        self.next_msg += 1;
+        let claimed = if self.rng.chance(50) {
+            format!("{}/{}0", NODES[to_ix], NODES[to_ix])
+        } else {
+            "intruder".to_owned()
+        };
+        let m = WireMessage {
+            message_id: format!("forged-s{}-m{}", self.seed, self.next_msg),
+            from: claimed,
+            to: format!("{}/{}0", NODES[to_ix], NODES[to_ix]),
+            message: "forged".into(),
+            timestamp_ms: self.now,
+            from_name: None,
+            kind: None,
+            lifecycle: None,
+        };
+        c.node.request(Request::Send(m)).expect("up");
+    }
+
+    /// A node re-posts recent mail with its original identity (as it does for lifecycle
+    /// notices after a reconnect); the destination must not see it twice.
+    fn repost(&mut self, from_ix: usize) {
+        let recent = &self.recent[from_ix];
+        if recent.is_empty() {
+            return;
+        }
+        let m = recent[self.rng.below(recent.len() as u64) as usize].clone();
+        if self.refused.contains(&m.message_id) {
+            return;
+        }
+        if self.nodes[from_ix].outbox.push(m.clone()).is_ok() {
+            self.stats.reposts += 1;
+            self.reposted.insert(m.message_id);
         }
     }
 
@@ -627,6 +693,22 @@ impl Sim {
                     request, response, ..
                 } => {
                     if let Request::Send(m) = request {
+                        if m.message_id.starts_with("forged-") {
+                            assert!(
+                                matches!(
+                                    response,
+                                    Response::Error {
+                                        code: ErrorCode::SenderForged
+                                            | ErrorCode::SenderNotRegistered,
+                                        ..
+                                    }
+                                ),
+                                "seed {}: forged send answered {response:?}",
+                                self.seed
+                            );
+                            self.stats.forged_rejected += 1;
+                            continue;
+                        }
                         match response {
                             Response::SendAck { outcome, .. } => {
                                 n.outbox.on_ack(&m.message_id, outcome)
@@ -736,9 +818,7 @@ impl Sim {
                         "seed {}: the hub refused {} after taking custody",
                         self.seed, e.message_id
                     );
-                    if self.refused.insert(e.message_id) {
-                        self.stats.refused_later += 1;
-                    }
+                    self.refused.insert(e.message_id);
                 }
                 SenderOutcome::Uncertain { .. } => self.stats.uncertain_reports += 1,
                 SenderOutcome::Accepted | SenderOutcome::Delivered => {}
@@ -769,10 +849,15 @@ impl Sim {
 
     fn finish(mut self) -> Stats {
         self.stats.virtual_ms = self.now;
+        assert!(
+            self.delivered.keys().all(|id| !id.starts_with("forged-")),
+            "seed {}: a forged send was delivered",
+            self.seed
+        );
         for id in &self.accepted {
             match self.delivered.get(id).copied().unwrap_or(0) {
                 0 if !self.refused.contains(id) => self.stats.lost_before_delivery += 1,
-                0 => {}
+                0 => self.stats.refused_later += 1,
                 1 => self.stats.delivered += 1,
                 n => {
                     self.stats.delivered += 1;
@@ -780,7 +865,8 @@ impl Sim {
                 }
             }
             assert!(
-                !(self.refused.contains(id) && self.delivered.contains_key(id)),
+                self.reposted.contains(id)
+                    || !(self.refused.contains(id) && self.delivered.contains_key(id)),
                 "seed {}: {id} both refused and delivered",
                 self.seed
             );
@@ -885,7 +971,7 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} frames={} resets={} partitions={} node_crashes={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} frames={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
         total.sent,
@@ -898,6 +984,8 @@ fn federated_mail_survives_faults_across_seeds() {
         total.delivered_then_lost_with_memory,
         total.duplicate_acks,
         total.uncertain_reports,
+        total.forged_rejected,
+        total.reposts,
         total.frames,
         total.resets,
         total.partitions,
@@ -917,6 +1005,7 @@ fn federated_mail_survives_faults_across_seeds() {
     assert!(total.resets > 0 && total.partitions > 0);
     assert!(total.node_crashes > 0 && total.hub_crashes > 0);
     assert!(total.duplicate_acks > 0, "resends reached the dedupe rings");
+    assert!(total.forged_rejected > 0 && total.reposts > 0);
 }
 
 #[test]
