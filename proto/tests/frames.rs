@@ -5,7 +5,9 @@ use std::path::Path;
 
 use serde_json::Value;
 use tuic_proto::mail::{InboxMessage, Lifecycle};
-use tuic_proto::peer::{AckOutcome, ErrorCode, Frame, LinkRole, PeerEntry, WireMessage};
+use tuic_proto::peer::{
+    AckOutcome, ErrorCode, Frame, LinkRole, PeerEntry, Receipt, ReceiptOutcome, WireMessage,
+};
 
 fn a(n: u8) -> String {
     format!("550e8400-e29b-41d4-a716-446655440a0{n}")
@@ -160,6 +162,30 @@ fn expected() -> Vec<(&'static str, Frame)> {
                 new_messages: vec![],
                 next_since: 1_764_684_000_999,
             },
+        ),
+        (
+            "receipt",
+            Frame::Receipt(Receipt {
+                message_id: mid.clone(),
+                from: a(1),
+                to: format!("nodec/{}", a(3)),
+                outcome: ReceiptOutcome::Delivered,
+                connection: "nodec".into(),
+                code: None,
+                message: None,
+            }),
+        ),
+        (
+            "receipt_refused",
+            Frame::Receipt(Receipt {
+                message_id: "5f0c1e2a-4b7d-4c1e-9a55-0d2f7e3b9c11".into(),
+                from: a(1),
+                to: format!("nodec/{}", a(9)),
+                outcome: ReceiptOutcome::Refused,
+                connection: "nodec".into(),
+                code: Some(ErrorCode::UnknownRecipient),
+                message: Some("recipient is not registered".into()),
+            }),
         ),
         (
             "error",

@@ -430,3 +430,33 @@ fn backoff_grows_from_one_to_thirty_seconds_with_jitter() {
     b.reset();
     assert_eq!(b.next_delay(0), 1_000);
 }
+
+#[test]
+fn relayed_outcomes_become_receipts_for_the_origin_node() {
+    let (mut hub, mut node) = connected();
+    let mut o = Outbox::new("nodec");
+    o.push(wire("m1", "nodeb/alice", "bob", "hi"))
+        .expect("push");
+    o.poll_dispatch();
+    o.on_ack("m1", AckOutcome::Delivered);
+    let e = o.poll_event().expect("outcome");
+    let (origin, r) = e.receipt("nodec").expect("final outcome");
+    assert_eq!(origin, "nodeb");
+    assert_eq!(r.from, "alice");
+    assert_eq!(r.to, "nodec/bob");
+    hub.receipt(r.clone()).expect("up");
+    shuttle(1, &mut hub, &mut node);
+    assert_eq!(events(&mut node), [LinkEvent::Receipt(r.clone())]);
+    assert_eq!(SenderOutcome::from_receipt(&r), SenderOutcome::Delivered);
+    // Nodes do not relay: a receipt towards the hub is refused and never surfaces.
+    node.receipt(r).expect("up");
+    shuttle(1, &mut node, &mut hub);
+    assert!(events(&mut hub).is_empty());
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+}

@@ -21,8 +21,8 @@ use common::Rng;
 use tuic_proto::mail::{Inboxes, NewMessage};
 use tuic_proto::peer::{
     AckOutcome, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, Request, Response, SenderOutcome,
-    Verdict, WireMessage,
+    Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, ReceiptOutcome, Request, Response,
+    SenderOutcome, Verdict, WireMessage,
 };
 
 const NODES: [&str; 2] = ["b", "c"];
@@ -100,6 +100,7 @@ struct Stats {
     uncertain_reports: u64,
     forged_rejected: u64,
     reposts: u64,
+    receipts_delivered: u64,
     frames: u64,
     resets: u64,
     partitions: u64,
@@ -124,6 +125,7 @@ impl Stats {
         self.uncertain_reports += o.uncertain_reports;
         self.forged_rejected += o.forged_rejected;
         self.reposts += o.reposts;
+        self.receipts_delivered += o.receipts_delivered;
         self.frames += o.frames;
         self.resets += o.resets;
         self.partitions += o.partitions;
@@ -720,6 +722,23 @@ impl Sim {
                         }
                     }
                 }
+                LinkEvent::Receipt(r) => {
+                    // The hub says relayed mail reached its destination: it really did.
+                    assert_eq!(r.outcome, ReceiptOutcome::Delivered, "seed {}", self.seed);
+                    assert!(
+                        self.delivered.contains_key(&r.message_id),
+                        "seed {}: receipt for undelivered {}",
+                        self.seed,
+                        r.message_id
+                    );
+                    assert_eq!(
+                        SenderOutcome::from_receipt(&r),
+                        SenderOutcome::Delivered,
+                        "seed {}",
+                        self.seed
+                    );
+                    self.stats.receipts_delivered += 1;
+                }
                 LinkEvent::Down { .. } => n.outbox.on_link_down(),
             }
         }
@@ -774,6 +793,7 @@ impl Sim {
                         }
                     }
                 }
+                LinkEvent::Receipt(_) => {}
                 LinkEvent::Down { .. } => {
                     if let Some(o) = self.hub.outboxes.get_mut(x) {
                         o.on_link_down();
@@ -805,8 +825,15 @@ impl Sim {
                 events.push((true, e));
             }
         }
-        for o in self.hub.outboxes.values_mut() {
+        for (dest, o) in self.hub.outboxes.iter_mut() {
             while let Some(e) = o.poll_event() {
+                // Final outcomes of relayed mail go back to the sender's node as receipts.
+                if let Some((origin, r)) = e.receipt(dest)
+                    && let Some(c) = self.conns.get_mut(&origin)
+                    && c.hub.state() == LinkState::Up
+                {
+                    c.hub.receipt(r).expect("up");
+                }
                 events.push((false, e));
             }
         }
@@ -971,7 +998,7 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} forged_rejected={} reposts={} frames={} resets={} partitions={} node_crashes={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} frames={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
         total.sent,
@@ -986,6 +1013,7 @@ fn federated_mail_survives_faults_across_seeds() {
         total.uncertain_reports,
         total.forged_rejected,
         total.reposts,
+        total.receipts_delivered,
         total.frames,
         total.resets,
         total.partitions,
@@ -1006,6 +1034,9 @@ fn federated_mail_survives_faults_across_seeds() {
     assert!(total.node_crashes > 0 && total.hub_crashes > 0);
     assert!(total.duplicate_acks > 0, "resends reached the dedupe rings");
     assert!(total.forged_rejected > 0 && total.reposts > 0);
+    assert!(
+        total.receipts_delivered > 0 && total.receipts_delivered <= total.delivered + total.reposts
+    );
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! request id on every request and response.
 //!
 //! The set of frames is closed on purpose: `register`, `list_peers`, `send`, `inbox`, `wait`,
-//! their acknowledgements and errors, plus `hello` and `ping`/`pong`. There is no frame that
+//! their acknowledgements (including the delivery `receipt` a hub relays back to the sender's
+//! node) and errors, plus `hello` and `ping`/`pong`. There is no frame that
 //! creates a process; an unknown `type` fails to decode.
 
 use serde::{Deserialize, Serialize};
@@ -97,6 +98,38 @@ pub enum AckOutcome {
     Duplicate,
     /// The far side relays it and holds it in its own outbox until the next hop acknowledges.
     Accepted,
+}
+
+/// How mail ended at its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptOutcome {
+    /// The destination node put it in the recipient's inbox (or already had it).
+    Delivered,
+    /// The destination refused it after a relay had taken custody.
+    Refused,
+}
+
+/// A hub tells the original sender's node how relayed mail ended. Best effort: a receipt lost
+/// with its connection leaves the sender at `accepted`, never at a wrong answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The mail's id.
+    pub message_id: String,
+    /// The original sender as its own node knows it (a local peer id).
+    pub from: String,
+    /// The destination address the sender used (`<connection_id>/<peer>`).
+    pub to: String,
+    /// How it ended.
+    pub outcome: ReceiptOutcome,
+    /// The connection of the destination (errors that cross hosts name it).
+    pub connection: String,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+    /// Refusal detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Stable error codes carried by `error` frames.
@@ -246,6 +279,8 @@ pub enum Frame {
         /// Cursor to continue from.
         next_since: u64,
     },
+    /// How relayed mail ended, hub → the sender's node (no answer expected).
+    Receipt(Receipt),
     /// A request failed, or the link is being refused.
     Error {
         /// The failed request, absent for link-level errors.
@@ -283,7 +318,9 @@ impl Frame {
     /// The request id of a request or response frame.
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
-            Frame::Hello { .. } | Frame::Ping { .. } | Frame::Pong { .. } => None,
+            Frame::Hello { .. } | Frame::Ping { .. } | Frame::Pong { .. } | Frame::Receipt(_) => {
+                None
+            }
             Frame::Register { id, .. }
             | Frame::RegisterAck { id }
             | Frame::ListPeers { id, .. }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::mail::{InboxMessage, InboxPage, WaitOutcome};
 
 use super::frame::{
-    AckOutcome, ErrorCode, Frame, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, RequestId,
+    AckOutcome, ErrorCode, Frame, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt, RequestId,
     WireMessage,
 };
 
@@ -179,6 +179,8 @@ pub enum LinkEvent {
         /// The answer.
         response: Response,
     },
+    /// The hub reports how relayed mail ended (node end only).
+    Receipt(Receipt),
     /// The link is over. Requests without an answer are handed back: their outcome is
     /// uncertain (the far side may or may not have acted on them).
     Down {
@@ -393,6 +395,12 @@ impl PeerLink {
                 ),
                 Err((code, msg)) => self.send_error(Some(id), code, &msg),
             },
+            Frame::Receipt(r) => match self.config.role {
+                LinkRole::Node => self.events.push_back(LinkEvent::Receipt(r)),
+                LinkRole::Hub => {
+                    self.send_error(None, ErrorCode::Malformed, "receipts flow from the hub");
+                }
+            },
             Frame::RegisterAck { id } => self.answered(id, Response::RegisterAck),
             Frame::Peers { id, peers } => self.answered(id, Response::Peers(peers)),
             Frame::SendAck {
@@ -603,6 +611,17 @@ impl PeerLink {
             },
         };
         self.transmit.push_back(frame);
+        Ok(())
+    }
+
+    /// Sends a delivery receipt towards the original sender's node (hub end).
+    pub fn receipt(&mut self, receipt: Receipt) -> Result<(), LinkError> {
+        if self.state != LinkState::Up {
+            return Err(LinkError::NotUp {
+                connection: self.config.connection_id.clone(),
+            });
+        }
+        self.transmit.push_back(Frame::Receipt(receipt));
         Ok(())
     }
 

@@ -20,8 +20,8 @@ pub mod outbox;
 pub use backoff::Backoff;
 pub use dedupe::{DedupeError, DedupeRings, Verdict};
 pub use frame::{
-    AckOutcome, ErrorCode, Frame, FrameError, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry,
-    RequestId, WireMessage,
+    AckOutcome, ErrorCode, Frame, FrameError, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt,
+    ReceiptOutcome, RequestId, WireMessage,
 };
 pub use link::{
     DownReason, LinkConfig, LinkError, LinkEvent, LinkState, PeerLink, Request, Response,

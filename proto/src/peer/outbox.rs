@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::frame::{AckOutcome, ErrorCode, WireMessage};
+use super::frame::{AckOutcome, ErrorCode, Receipt, ReceiptOutcome, WireMessage};
 
 /// Messages per connection's outbox (API "Federation").
 pub const MAX_OUTBOX_MESSAGES: usize = 1_000;
@@ -68,6 +68,48 @@ pub enum SenderOutcome {
         /// The connection that dropped.
         connection: String,
     },
+}
+
+impl SenderOutcome {
+    /// The outcome a delivery receipt reports to the original sender.
+    pub fn from_receipt(r: &Receipt) -> Self {
+        match r.outcome {
+            ReceiptOutcome::Delivered => SenderOutcome::Delivered,
+            ReceiptOutcome::Refused => SenderOutcome::Refused {
+                code: r.code.unwrap_or(ErrorCode::Internal),
+                connection: r.connection.clone(),
+                message: r.message.clone().unwrap_or_default(),
+            },
+        }
+    }
+}
+
+impl OutboxEvent {
+    /// For a relay (the hub): the receipt to send to the original sender's node when this
+    /// outcome is final, with the connection it goes to. `from` must be the stamped
+    /// `<connection>/<peer>` and this outbox the destination's.
+    pub fn receipt(&self, destination: &str) -> Option<(String, Receipt)> {
+        let (origin, peer) = self.from.split_once('/')?;
+        let (outcome, code, message) = match &self.outcome {
+            SenderOutcome::Delivered => (ReceiptOutcome::Delivered, None, None),
+            SenderOutcome::Refused { code, message, .. } => {
+                (ReceiptOutcome::Refused, Some(*code), Some(message.clone()))
+            }
+            SenderOutcome::Accepted | SenderOutcome::Uncertain { .. } => return None,
+        };
+        Some((
+            origin.to_owned(),
+            Receipt {
+                message_id: self.message_id.clone(),
+                from: peer.to_owned(),
+                to: format!("{destination}/{}", self.to),
+                outcome,
+                connection: destination.to_owned(),
+                code,
+                message,
+            },
+        ))
+    }
 }
 
 /// An outcome for one message, for the node to report to its sender.
