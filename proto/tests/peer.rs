@@ -460,3 +460,79 @@ fn relayed_outcomes_become_receipts_for_the_origin_node() {
         })
     ));
 }
+
+#[test]
+fn two_ends_with_the_same_role_do_not_connect() {
+    let mut a = PeerLink::new(0, LinkConfig::new("n1", "x", LinkRole::Node));
+    let mut b = PeerLink::new(0, LinkConfig::new("n2", "x", LinkRole::Node));
+    shuttle(0, &mut a, &mut b);
+    assert_eq!(b.state(), LinkState::Down);
+}
+
+#[test]
+fn a_reused_pending_request_id_and_an_oversized_body_are_refused() {
+    let (mut hub, mut node) = connected();
+    register(&mut hub, &mut node, &["alice"]);
+    let frame = Frame::ListPeers { id: 77, path: None }.encode();
+    hub.handle_text(1, &frame);
+    hub.handle_text(1, &frame);
+    assert_eq!(
+        events(&mut hub).len(),
+        1,
+        "the second use of id 77 never surfaces"
+    );
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            id: Some(77),
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+    let big = "x".repeat(64 * 1024 + 1);
+    hub.handle_frame(
+        1,
+        Frame::Send {
+            id: 78,
+            message: wire("m", "alice", "nodec/bob", &big),
+        },
+    );
+    assert!(events(&mut hub).is_empty());
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            id: Some(78),
+            code: ErrorCode::TooLarge,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn addresses_refuse_empty_parts_before_routing() {
+    use tuic_proto::peer::{Address, AddressError, parse_address};
+    assert_eq!(
+        parse_address("nodeb/alice"),
+        Ok(Address::Remote {
+            connection: "nodeb",
+            peer: "alice"
+        })
+    );
+    assert_eq!(parse_address("local/boss"), Ok(Address::Local("boss")));
+    assert!(matches!(
+        parse_address("/alice"),
+        Err(AddressError::EmptyConnection(_))
+    ));
+    assert!(matches!(
+        parse_address("nodeb/"),
+        Err(AddressError::EmptyPeer(_))
+    ));
+    assert!(matches!(
+        parse_address(""),
+        Err(AddressError::NotAnAddress(_))
+    ));
+    assert!(matches!(
+        parse_address("alice"),
+        Err(AddressError::NotAnAddress(_))
+    ));
+}

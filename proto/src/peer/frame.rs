@@ -315,6 +315,18 @@ impl Frame {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// Whether this frame is a request that expects an answer.
+    pub fn is_request(&self) -> bool {
+        matches!(
+            self,
+            Frame::Register { .. }
+                | Frame::ListPeers { .. }
+                | Frame::Send { .. }
+                | Frame::Inbox { .. }
+                | Frame::Wait { .. }
+        )
+    }
+
     /// The request id of a request or response frame.
     pub fn request_id(&self) -> Option<RequestId> {
         match self {

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::mail::{InboxMessage, InboxPage, WaitOutcome};
+use crate::mail::{InboxMessage, InboxPage, MAX_MESSAGE_BYTES, WaitOutcome};
 
 use super::frame::{
     AckOutcome, ErrorCode, Frame, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt, RequestId,
@@ -298,8 +298,19 @@ impl PeerLink {
                 Frame::Hello {
                     protocol_version,
                     node_id,
-                    ..
+                    role,
                 } => {
+                    if role == self.config.role {
+                        self.send_error(
+                            None,
+                            ErrorCode::Malformed,
+                            "both ends of a peer link claim the same role",
+                        );
+                        self.go_down(DownReason::ProtocolViolation(format!(
+                            "far side is also a {role:?}"
+                        )));
+                        return;
+                    }
                     if protocol_version != PEER_PROTOCOL_VERSION {
                         self.send_error(
                             None,
@@ -333,6 +344,13 @@ impl PeerLink {
             }
             return;
         }
+        if frame.is_request()
+            && let Some(id) = frame.request_id()
+            && self.incoming.contains(&id)
+        {
+            self.send_error(Some(id), ErrorCode::Malformed, "request id already pending");
+            return;
+        }
         match frame {
             Frame::Hello { .. } => {
                 self.send_error(None, ErrorCode::Malformed, "hello repeated");
@@ -356,6 +374,13 @@ impl PeerLink {
                 self.inbound(id, Request::Register { peers });
             }
             Frame::ListPeers { id, path } => self.inbound(id, Request::ListPeers { path }),
+            Frame::Send { id, message } if message.message.len() > MAX_MESSAGE_BYTES => {
+                let msg = format!(
+                    "message is {} bytes, the limit is {MAX_MESSAGE_BYTES}",
+                    message.message.len()
+                );
+                self.send_error(Some(id), ErrorCode::TooLarge, &msg);
+            }
             Frame::Send { id, mut message } => match self.stamp(&message.from) {
                 Ok(from) => {
                     message.from = from;

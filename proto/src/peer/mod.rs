@@ -4,6 +4,7 @@
 //! - [`link`]: the per-connection state machine (handshake, liveness, provenance).
 //! - [`outbox`]: the bounded per-connection outbox with sender outcomes.
 //! - [`dedupe`]: the per-recipient rings that make resends harmless.
+//! - [`address`]: `<connection_id>/<peer>` addresses.
 //! - [`backoff`]: reconnect delays.
 //!
 //! None of these touch a socket, a clock or a random source; a simulator in
@@ -11,12 +12,14 @@
 
 #![warn(missing_docs)]
 
+pub mod address;
 pub mod backoff;
 pub mod dedupe;
 pub mod frame;
 pub mod link;
 pub mod outbox;
 
+pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
 pub use backoff::Backoff;
 pub use dedupe::{DedupeError, DedupeRings, Verdict};
 pub use frame::{
