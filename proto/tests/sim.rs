@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use common::Rng;
 use tuic_proto::mail::{Inboxes, NewMessage};
 use tuic_proto::peer::{
-    AckOutcome, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, ReceiptOutcome, Request, Response,
-    SenderOutcome, Verdict, WireMessage,
+    AckOutcome, Address, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole,
+    LinkState, Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, ReceiptOutcome, Request,
+    Response, SenderOutcome, Verdict, WireMessage, parse_address,
 };
 
 const NODES: [&str; 2] = ["b", "c"];
@@ -912,12 +912,16 @@ fn error(code: ErrorCode, connection: &str, message: &str) -> Response {
 
 /// The hub takes custody of mail for another node (`from` is already stamped).
 fn hub_route(outboxes: &mut BTreeMap<String, Outbox>, m: &WireMessage) -> Response {
-    let Some((conn, peer)) = m.to.split_once('/') else {
-        return error(
-            ErrorCode::UnknownRecipient,
-            "hub",
-            "no connection in address",
-        );
+    let (conn, peer) = match parse_address(&m.to) {
+        Ok(Address::Remote { connection, peer }) => (connection, peer),
+        Ok(Address::Local(_)) => {
+            return error(
+                ErrorCode::UnknownRecipient,
+                "local",
+                "no hub-local peers here",
+            );
+        }
+        Err(e) => return error(ErrorCode::UnknownRecipient, "hub", &e.to_string()),
     };
     let Some(o) = outboxes.get_mut(conn) else {
         return error(ErrorCode::UnknownRecipient, conn, "unknown connection");
