@@ -536,3 +536,80 @@ fn addresses_refuse_empty_parts_before_routing() {
         Err(AddressError::NotAnAddress(_))
     ));
 }
+
+#[test]
+fn deliver_enqueues_once_and_relay_takes_custody_or_refuses_naming_the_connection() {
+    use std::collections::BTreeMap;
+    use tuic_proto::mail::Inboxes;
+    use tuic_proto::peer::{Routed, deliver, relay};
+
+    let mut inboxes = Inboxes::new();
+    inboxes.register("bob");
+    let mut rings = DedupeRings::new();
+    let m = wire("m1", "nodeb/alice", "bob", "hi");
+    let ack = |outcome| Response::SendAck {
+        message_id: "m1".into(),
+        outcome,
+    };
+    assert_eq!(
+        deliver(&mut inboxes, &mut rings, 1, "nodec", &m),
+        ack(AckOutcome::Delivered)
+    );
+    assert_eq!(
+        deliver(&mut inboxes, &mut rings, 2, "nodec", &m),
+        ack(AckOutcome::Duplicate)
+    );
+    assert_eq!(inboxes.peek("bob").len(), 1);
+    let forged = wire("m1", "nodeb/mallory", "bob", "hi");
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 3, "nodec", &forged),
+        Response::Error {
+            code: ErrorCode::IdentityCollision,
+            ..
+        }
+    ));
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 3, "nodec", &wire("m2", "nodeb/a", "zed", "x")),
+        Response::Error { code: ErrorCode::UnknownRecipient, ref connection, .. } if connection == "nodec"
+    ));
+
+    let mut outboxes = BTreeMap::from([(
+        "nodec".to_owned(),
+        Outbox::with_limits(
+            "nodec",
+            OutboxLimits {
+                max_messages: 1,
+                ..OutboxLimits::default()
+            },
+        ),
+    )]);
+    let to_c = wire("m3", "nodeb/alice", "nodec/bob", "x");
+    assert!(matches!(
+        relay(&mut outboxes, &to_c),
+        Routed::Answered(Response::SendAck {
+            outcome: AckOutcome::Accepted,
+            ..
+        })
+    ));
+    assert_eq!(
+        outboxes["nodec"].messages().next().map(|m| m.to.as_str()),
+        Some("bob")
+    );
+    assert!(matches!(
+        relay(&mut outboxes, &wire("m4", "nodeb/alice", "nodec/bob", "x")),
+        Routed::Answered(Response::Error { code: ErrorCode::OutboxFull, ref connection, .. }) if connection == "nodec"
+    ));
+    assert!(matches!(
+        relay(&mut outboxes, &wire("m5", "nodeb/alice", "local/boss", "x")),
+        Routed::Local(ref l) if l.to == "boss"
+    ));
+    for bad in ["/bob", "nodec/", "nobody/bob"] {
+        assert!(matches!(
+            relay(&mut outboxes, &wire("m6", "nodeb/alice", bad, "x")),
+            Routed::Answered(Response::Error {
+                code: ErrorCode::UnknownRecipient,
+                ..
+            })
+        ));
+    }
+}

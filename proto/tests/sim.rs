@@ -18,11 +18,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use common::Rng;
-use tuic_proto::mail::{Inboxes, NewMessage};
+use tuic_proto::mail::Inboxes;
 use tuic_proto::peer::{
-    AckOutcome, Address, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole,
-    LinkState, Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, ReceiptOutcome, Request,
-    Response, SenderOutcome, Verdict, WireMessage, parse_address,
+    AckOutcome, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole, LinkState,
+    Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, ReceiptOutcome, Request, Response,
+    Routed, SenderOutcome, WireMessage, deliver, relay,
 };
 
 const NODES: [&str; 2] = ["b", "c"];
@@ -81,7 +81,19 @@ struct Hub {
     outboxes: BTreeMap<String, Outbox>,
     backoff: BTreeMap<String, Backoff>,
     next_dial: BTreeMap<String, u64>,
-    persisted: Option<BTreeMap<String, String>>,
+    /// The hub's own peers (`local/h0`, `local/h1`).
+    inboxes: Inboxes,
+    dedupe: DedupeRings,
+    persisted: Option<(BTreeMap<String, String>, String)>,
+}
+
+impl Hub {
+    fn fresh_inboxes(&mut self) {
+        self.inboxes = Inboxes::new();
+        for a in 0..AGENTS {
+            self.inboxes.register(&format!("h{a}"));
+        }
+    }
 }
 
 /// Counts over one or many seeds.
@@ -199,8 +211,12 @@ impl Sim {
                 .map(|&n| (n.to_owned(), Backoff::new()))
                 .collect(),
             next_dial: NODES.iter().map(|&n| (n.to_owned(), 0)).collect(),
+            inboxes: Inboxes::new(),
+            dedupe: DedupeRings::new(),
             persisted: None,
         };
+        let mut hub = hub;
+        hub.fresh_inboxes();
         Self {
             seed,
             rng,
@@ -221,6 +237,7 @@ impl Sim {
                 .flat_map(|n| {
                     (0..AGENTS).flat_map(move |a| [format!("{n}{a}"), format!("{n}/{n}{a}")])
                 })
+                .chain((0..AGENTS).map(|a| format!("local/h{a}")))
                 .collect(),
             stats: Stats {
                 seeds: 1,
@@ -333,6 +350,10 @@ impl Sim {
     }
 
     fn send_one(&mut self) {
+        if self.rng.chance(20) {
+            self.send_from_hub();
+            return;
+        }
         let from_ix = self.rng.below(2) as usize;
         let to_ix = 1 - from_ix;
         if !self.nodes[from_ix].up {
@@ -347,12 +368,16 @@ impl Sim {
             return;
         }
         let from = format!("{}{}", NODES[from_ix], self.rng.below(AGENTS as u64));
-        let to = format!(
-            "{}/{}{}",
-            NODES[to_ix],
-            NODES[to_ix],
-            self.rng.below(AGENTS as u64)
-        );
+        let to = if self.rng.chance(20) {
+            format!("local/h{}", self.rng.below(AGENTS as u64))
+        } else {
+            format!(
+                "{}/{}{}",
+                NODES[to_ix],
+                NODES[to_ix],
+                self.rng.below(AGENTS as u64)
+            )
+        };
         self.next_msg += 1;
         let id = format!("s{}-m{}", self.seed, self.next_msg);
         let body = "x".repeat(1 + self.rng.below(300) as usize);
@@ -382,6 +407,48 @@ impl Sim {
                 self.stats.refused_at_send += 1;
             }
             Err(e) => panic!("seed {}: unexpected push error {e}", self.seed),
+        }
+    }
+
+    /// One of the hub's own peers sends to a node's peer: the hub stamps `local/<peer>` and
+    /// relays into that connection's outbox.
+    fn send_from_hub(&mut self) {
+        if !self.hub.up {
+            return;
+        }
+        let to_ix = self.rng.below(2) as usize;
+        self.next_msg += 1;
+        let id = format!("s{}-m{}", self.seed, self.next_msg);
+        let m = WireMessage {
+            message_id: id.clone(),
+            from: format!("local/h{}", self.rng.below(AGENTS as u64)),
+            to: format!(
+                "{}/{}{}",
+                NODES[to_ix],
+                NODES[to_ix],
+                self.rng.below(AGENTS as u64)
+            ),
+            message: "y".repeat(1 + self.rng.below(300) as usize),
+            timestamp_ms: self.now,
+            from_name: None,
+            kind: None,
+            lifecycle: None,
+        };
+        self.stats.sent += 1;
+        match relay(&mut self.hub.outboxes, &m) {
+            Routed::Answered(Response::SendAck { .. }) => {
+                self.stats.accepted += 1;
+                self.accepted.insert(id);
+            }
+            Routed::Answered(Response::Error {
+                code: ErrorCode::OutboxFull,
+                connection,
+                ..
+            }) => {
+                assert_eq!(connection, NODES[to_ix], "seed {}", self.seed);
+                self.stats.refused_at_send += 1;
+            }
+            other => panic!("seed {}: hub send {other:?}", self.seed),
         }
     }
 
@@ -516,13 +583,18 @@ impl Sim {
                 self.settle_conn(x, c);
             }
         }
-        self.hub.persisted = Some(
+        let retained: usize = (0..AGENTS)
+            .map(|a| self.hub.inboxes.peek(&format!("h{a}")).len())
+            .sum();
+        self.stats.delivered_then_lost_with_memory += retained as u64;
+        self.hub.persisted = Some((
             self.hub
                 .outboxes
                 .iter()
                 .map(|(k, o)| (k.clone(), serde_json::to_string(o).expect("serializes")))
                 .collect(),
-        );
+            serde_json::to_string(&self.hub.dedupe).expect("serializes"),
+        ));
         self.hub.up = false;
         self.hub.restart_at = self.now + 500 + self.rng.below(20_000);
         self.stats.hub_crashes += 1;
@@ -540,7 +612,9 @@ impl Sim {
             }
         }
         if !self.hub.up && self.now >= self.hub.restart_at {
-            let p = self.hub.persisted.take().expect("persisted at crash");
+            let (p, d) = self.hub.persisted.take().expect("persisted at crash");
+            self.hub.dedupe = serde_json::from_str(&d).expect("dedupe reloads");
+            self.hub.fresh_inboxes();
             self.hub.outboxes = p
                 .into_iter()
                 .map(|(k, s)| (k, serde_json::from_str(&s).expect("outbox reloads")))
@@ -674,16 +748,8 @@ impl Sim {
                 LinkEvent::Request { id, request } => {
                     let resp = match request {
                         Request::Send(m) => {
-                            let resp = node_receive(n, self.now, &m, &mut self.delivered);
-                            if matches!(
-                                resp,
-                                Response::SendAck {
-                                    outcome: AckOutcome::Duplicate,
-                                    ..
-                                }
-                            ) {
-                                self.stats.duplicate_acks += 1;
-                            }
+                            let resp = deliver(&mut n.inboxes, &mut n.dedupe, self.now, n.name, &m);
+                            count_delivery(&resp, &m, &mut self.delivered, &mut self.stats);
                             resp
                         }
                         Request::Register { .. } => Response::RegisterAck,
@@ -773,7 +839,16 @@ impl Sim {
                 }
                 LinkEvent::Request { id, request } => {
                     let resp = match request {
-                        Request::Send(m) => hub_route(&mut self.hub.outboxes, &m),
+                        Request::Send(m) => match relay(&mut self.hub.outboxes, &m) {
+                            Routed::Answered(r) => r,
+                            Routed::Local(m) => {
+                                let h = &mut self.hub;
+                                let r =
+                                    deliver(&mut h.inboxes, &mut h.dedupe, self.now, "local", &m);
+                                count_delivery(&r, &m, &mut self.delivered, &mut self.stats);
+                                r
+                            }
+                        },
                         Request::Register { .. } => Response::RegisterAck,
                         _ => Response::Peers(vec![]),
                     };
@@ -902,81 +977,23 @@ impl Sim {
     }
 }
 
-fn error(code: ErrorCode, connection: &str, message: &str) -> Response {
-    Response::Error {
-        code,
-        connection: connection.to_owned(),
-        message: message.to_owned(),
-    }
-}
-
-/// The hub takes custody of mail for another node (`from` is already stamped).
-fn hub_route(outboxes: &mut BTreeMap<String, Outbox>, m: &WireMessage) -> Response {
-    let (conn, peer) = match parse_address(&m.to) {
-        Ok(Address::Remote { connection, peer }) => (connection, peer),
-        Ok(Address::Local(_)) => {
-            return error(
-                ErrorCode::UnknownRecipient,
-                "local",
-                "no hub-local peers here",
-            );
-        }
-        Err(e) => return error(ErrorCode::UnknownRecipient, "hub", &e.to_string()),
-    };
-    let Some(o) = outboxes.get_mut(conn) else {
-        return error(ErrorCode::UnknownRecipient, conn, "unknown connection");
-    };
-    let relayed = WireMessage {
-        to: peer.to_owned(),
-        ..m.clone()
-    };
-    match o.push(relayed) {
-        Ok(_) => Response::SendAck {
-            message_id: m.message_id.clone(),
-            outcome: AckOutcome::Accepted,
-        },
-        Err(e) => error(ErrorCode::OutboxFull, conn, &e.to_string()),
-    }
-}
-
-/// The destination node: recipient check, dedupe ring and inbox enqueue as one step.
-fn node_receive(
-    n: &mut Node,
-    now: u64,
+/// Tallies a destination's answer: fresh deliveries per id, absorbed resends.
+fn count_delivery(
+    resp: &Response,
     m: &WireMessage,
     delivered: &mut BTreeMap<String, u32>,
-) -> Response {
-    if !n.inboxes.is_registered(&m.to) {
-        return error(ErrorCode::UnknownRecipient, n.name, "not registered");
-    }
-    match n.dedupe.check(&m.to, &m.message_id, &m.from, &m.message) {
-        Ok(Verdict::Duplicate) => Response::SendAck {
-            message_id: m.message_id.clone(),
+    stats: &mut Stats,
+) {
+    match resp {
+        Response::SendAck {
+            outcome: AckOutcome::Delivered,
+            ..
+        } => *delivered.entry(m.message_id.clone()).or_default() += 1,
+        Response::SendAck {
             outcome: AckOutcome::Duplicate,
-        },
-        Ok(Verdict::Fresh) => {
-            let new = NewMessage {
-                recipient: m.to.clone(),
-                message_id: m.message_id.clone(),
-                from: m.from.clone(),
-                from_name: m.from_name.clone(),
-                message: m.message.clone(),
-                kind: m.kind.clone(),
-                lifecycle: m.lifecycle.clone(),
-            };
-            match n.inboxes.send(now, new) {
-                Ok(_) => {
-                    n.dedupe.record(&m.to, &m.message_id, &m.from, &m.message);
-                    *delivered.entry(m.message_id.clone()).or_default() += 1;
-                    Response::SendAck {
-                        message_id: m.message_id.clone(),
-                        outcome: AckOutcome::Delivered,
-                    }
-                }
-                Err(e) => error(ErrorCode::Internal, n.name, &e.to_string()),
-            }
-        }
-        Err(e) => error(ErrorCode::IdentityCollision, n.name, &e.to_string()),
+            ..
+        } => stats.duplicate_acks += 1,
+        other => panic!("destination refused {}: {other:?}", m.message_id),
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`link`]: the per-connection state machine (handshake, liveness, provenance).
 //! - [`outbox`]: the bounded per-connection outbox with sender outcomes.
 //! - [`dedupe`]: the per-recipient rings that make resends harmless.
+//! - [`deliver`]: what a receiving side does with a `send` (deliver locally or relay).
 //! - [`address`]: `<connection_id>/<peer>` addresses.
 //! - [`backoff`]: reconnect delays.
 //!
@@ -15,6 +16,7 @@
 pub mod address;
 pub mod backoff;
 pub mod dedupe;
+pub mod deliver;
 pub mod frame;
 pub mod link;
 pub mod outbox;
@@ -22,6 +24,7 @@ pub mod outbox;
 pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
 pub use backoff::Backoff;
 pub use dedupe::{DedupeError, DedupeRings, Verdict};
+pub use deliver::{Routed, deliver, relay};
 pub use frame::{
     AckOutcome, ErrorCode, Frame, FrameError, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt,
     ReceiptOutcome, RequestId, WireMessage,
