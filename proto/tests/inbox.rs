@@ -512,3 +512,24 @@ fn carry_over_moves_mail_to_the_new_identity() {
         Err(InboxError::UnknownRecipient { .. })
     ));
 }
+
+#[test]
+fn a_lifecycle_summary_acknowledges_only_its_window() {
+    let mut ib = Inboxes::new();
+    ib.register(BOB);
+    ib.attach_pty(BOB).expect("pty");
+    ib.send(1, notice("n1", "c1", "idle")).expect("send");
+    ib.send(2, notice("n2", "c2", "exited")).expect("send");
+    let window = ib.pty_window(BOB);
+    assert_eq!(window.len(), 2);
+    let up_to = window.last().expect("some").0;
+    // Mail coalesces while the summary is being typed.
+    ib.send(3, msg("late", "x")).expect("send");
+    ib.acknowledge(BOB, up_to).expect("ack");
+    ib.pty_wake_done(BOB);
+    events(&mut ib);
+    ib.rearm_pty_wake(BOB);
+    assert!(matches!(&events(&mut ib)[..], [InboxEvent::PtyWake { .. }]));
+    let page = ib.inbox(BOB, None, None).expect("inbox");
+    assert_eq!(ids(&page.messages), ["late"]);
+}

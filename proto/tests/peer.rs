@@ -613,3 +613,74 @@ fn deliver_enqueues_once_and_relay_takes_custody_or_refuses_naming_the_connectio
         ));
     }
 }
+
+#[test]
+fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
+    use tuic_proto::mail::{Inboxes, WaitStart};
+    let (mut hub, mut node) = connected();
+    let mut inboxes = Inboxes::new();
+    inboxes.register("bob");
+    inboxes
+        .send(
+            5,
+            tuic_proto::mail::NewMessage {
+                recipient: "bob".into(),
+                message_id: "m1".into(),
+                from: "local/boss".into(),
+                from_name: None,
+                message: "hi".into(),
+                kind: None,
+                lifecycle: None,
+            },
+        )
+        .expect("send");
+    let id = hub
+        .request(Request::Wait {
+            recipient: "bob".into(),
+            since: None,
+            timeout_ms: Some(1_000),
+        })
+        .expect("up");
+    shuttle(6, &mut hub, &mut node);
+    let (rid, recipient) = match &events(&mut node)[..] {
+        [
+            LinkEvent::Request {
+                id,
+                request: Request::Wait { recipient, .. },
+            },
+        ] => (*id, recipient.clone()),
+        other => panic!("{other:?}"),
+    };
+    let WaitStart::Resolved(outcome) = inboxes
+        .wait(6, &recipient, 1, None, Some(1_000))
+        .expect("wait")
+    else {
+        panic!("mail was there");
+    };
+    node.respond(rid, Response::WaitResult(outcome.clone()))
+        .expect("respond");
+    shuttle(7, &mut node, &mut hub);
+    match &events(&mut hub)[..] {
+        [
+            LinkEvent::Response {
+                id: got,
+                response: Response::WaitResult(w),
+                ..
+            },
+        ] => {
+            assert_eq!(*got, id);
+            assert_eq!(*w, outcome);
+            assert_eq!(w.new_messages[0].message_id, "m1");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A node never serves an address as an inbox owner.
+    hub.request(Request::Inbox {
+        recipient: "nodec/bob".into(),
+        since: None,
+        limit: None,
+    })
+    .expect("up");
+    shuttle(8, &mut hub, &mut node);
+    assert!(events(&mut node).is_empty());
+}

@@ -415,6 +415,30 @@ impl Inboxes {
         Ok(n)
     }
 
+    /// The unread mail the PTY owns, oldest first, with cursors: the window a wake notice
+    /// covers. The node uses it to decide the lifecycle-summary exception (every entry
+    /// server-authored, summary ≤ 240 characters) before writing the notice.
+    pub fn pty_window(&self, recipient: &str) -> Vec<(u64, InboxMessage)> {
+        let Some(r) = self.recipients.get(recipient) else {
+            return Vec::new();
+        };
+        r.entries
+            .iter()
+            .filter(|e| e.owner == Some(WakeOwner::Pty) && e.cursor > r.read_cursor)
+            .map(|e| (e.cursor, e.msg.clone()))
+            .collect()
+    }
+
+    /// Acknowledges mail through `up_to` as observed (a lifecycle summary typed into the PTY
+    /// acknowledges its own window). The stored cursor only moves forward; mail after `up_to`
+    /// stays unread and keeps its owner, so it earns its own notice.
+    pub fn acknowledge(&mut self, recipient: &str, up_to: u64) -> Result<(), InboxError> {
+        let r = self.get_mut(recipient)?;
+        r.read_cursor = r.read_cursor.max(up_to.min(r.last_cursor));
+        self.settle_pty(recipient);
+        Ok(())
+    }
+
     /// The wake notice requested by [`InboxEvent::PtyWake`] was written or given up; mail that
     /// arrives from now on earns a new notice.
     pub fn pty_wake_done(&mut self, recipient: &str) {

@@ -6,10 +6,11 @@
 //! [`PeerLink::poll_transmit`], things to act on out of [`PeerLink::poll_event`].
 //!
 //! Provenance: on the hub's end, a `send`, `inbox` or `wait` may only name a peer that this
-//! node registered over this very link, never an address (`a/b`); the sender the hub acts on is
-//! stamped `<connection_id>/<peer>`. On a node's end, the hub is the authority for addresses
-//! and the sender must be a full address. A frame that claims anything else is answered with
-//! an `error` frame and never surfaces.
+//! node registered over this very link, never an address (`a/b`); the sender (or inbox owner)
+//! the hub acts on is stamped `<connection_id>/<peer>`. On a node's end, the hub is the
+//! authority for addresses: a sender must be a full address, and an inbox or wait names one of
+//! the node's own peers. A frame that claims anything else is answered with an `error` frame
+//! and never surfaces.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -393,7 +394,7 @@ impl PeerLink {
                 recipient,
                 since,
                 limit,
-            } => match self.stamp(&recipient) {
+            } => match self.owner(&recipient) {
                 Ok(recipient) => self.inbound(
                     id,
                     Request::Inbox {
@@ -409,7 +410,7 @@ impl PeerLink {
                 recipient,
                 since,
                 timeout_ms,
-            } => match self.stamp(&recipient) {
+            } => match self.owner(&recipient) {
                 Ok(recipient) => self.inbound(
                     id,
                     Request::Wait {
@@ -719,6 +720,25 @@ impl PeerLink {
                         ErrorCode::SenderForged,
                         format!("'{claimed}' is not a federation address"),
                     ))
+                }
+            }
+        }
+    }
+
+    /// Applies provenance to the owner of an inbox being read or waited on: on the hub end the
+    /// same rule as a sender (a peer this node registered, stamped); on a node's end one of the
+    /// node's own peers (never an address).
+    fn owner(&self, claimed: &str) -> Result<String, (ErrorCode, String)> {
+        match self.config.role {
+            LinkRole::Hub => self.stamp(claimed),
+            LinkRole::Node => {
+                if claimed.is_empty() || claimed.contains('/') {
+                    Err((
+                        ErrorCode::UnknownRecipient,
+                        format!("'{claimed}' is not a peer of this node"),
+                    ))
+                } else {
+                    Ok(claimed.to_owned())
                 }
             }
         }
