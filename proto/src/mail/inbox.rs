@@ -346,6 +346,7 @@ impl Inboxes {
         }
         if n > 0 {
             self.assign_unowned(recipient);
+            self.settle_pty(recipient);
         }
         Ok(n)
     }
@@ -374,6 +375,7 @@ impl Inboxes {
         }
         if n > 0 {
             self.assign_unowned(recipient);
+            self.settle_pty(recipient);
         }
         Ok(n)
     }
