@@ -684,3 +684,29 @@ fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
     shuttle(8, &mut hub, &mut node);
     assert!(events(&mut node).is_empty());
 }
+
+#[test]
+fn a_refused_resend_is_reported_uncertain_not_refused() {
+    let mut o = Outbox::new("hub");
+    o.push(wire("a", "x", "c/bob", "one")).expect("push");
+    o.poll_dispatch();
+    o.on_link_down();
+    // A restart in between: attempts are persisted.
+    let mut o: Outbox = serde_json::from_str(&serde_json::to_string(&o).expect("ser")).expect("de");
+    o.poll_dispatch();
+    o.on_refused("a", ErrorCode::OutboxFull, "full");
+    let last = std::iter::from_fn(|| o.poll_event())
+        .last()
+        .expect("outcome");
+    assert!(matches!(
+        last.outcome,
+        SenderOutcome::RefusedOnRetry {
+            code: ErrorCode::OutboxFull,
+            ..
+        }
+    ));
+    assert!(
+        last.receipt("c").is_none(),
+        "no receipt claims a refusal that may be false"
+    );
+}

@@ -35,13 +35,30 @@ const SETTLE_MS: u64 = 30 * 60_000;
 struct Pipe {
     q: VecDeque<(u64, String)>,
     last: u64,
+    /// Frames take independent latencies and may overtake each other (a reordering proxy, or
+    /// a future transport with several streams); otherwise in order, as on a WebSocket.
+    reorder: bool,
 }
 
 impl Pipe {
+    fn new(reorder: bool) -> Self {
+        Self {
+            q: VecDeque::new(),
+            last: 0,
+            reorder,
+        }
+    }
+
     fn push(&mut self, now: u64, latency: u64, frame: String) {
-        let at = (now + latency).max(self.last);
-        self.last = at;
-        self.q.push_back((at, frame));
+        if self.reorder {
+            let at = now + latency;
+            let i = self.q.partition_point(|(t, _)| *t <= at);
+            self.q.insert(i, (at, frame));
+        } else {
+            let at = (now + latency).max(self.last);
+            self.last = at;
+            self.q.push_back((at, frame));
+        }
     }
 }
 
@@ -50,6 +67,9 @@ struct Conn {
     node: PeerLink,
     to_node: Pipe,
     to_hub: Pipe,
+    /// The hub acknowledged the node's `register`: only then does the node dispatch mail, so
+    /// a `send` can never overtake the registration that makes its sender valid.
+    registered: bool,
 }
 
 struct Node {
@@ -114,6 +134,10 @@ struct Stats {
     reposts: u64,
     receipts_delivered: u64,
     frames: u64,
+    reordered_seeds: u64,
+    /// Resends refused and reported uncertain: delivered by an earlier attempt, or not.
+    refused_on_retry_delivered: u64,
+    refused_on_retry_undelivered: u64,
     resets: u64,
     partitions: u64,
     node_crashes: u64,
@@ -139,6 +163,9 @@ impl Stats {
         self.reposts += o.reposts;
         self.receipts_delivered += o.receipts_delivered;
         self.frames += o.frames;
+        self.reordered_seeds += o.reordered_seeds;
+        self.refused_on_retry_delivered += o.refused_on_retry_delivered;
+        self.refused_on_retry_undelivered += o.refused_on_retry_undelivered;
         self.resets += o.resets;
         self.partitions += o.partitions;
         self.node_crashes += o.node_crashes;
@@ -153,6 +180,8 @@ struct Sim {
     rng: Rng,
     now: u64,
     limits: OutboxLimits,
+    /// Frames within a connection may be reordered (one seed in five).
+    reorder: bool,
     nodes: Vec<Node>,
     hub: Hub,
     conns: BTreeMap<String, Conn>,
@@ -164,6 +193,8 @@ struct Sim {
     /// Recently accepted mail per node, for lifecycle-style re-posts with the same identity.
     recent: Vec<VecDeque<WireMessage>>,
     reposted: BTreeSet<String>,
+    /// Mail whose resend was refused: the sender was told the outcome is uncertain.
+    uncertain_final: BTreeSet<String>,
     /// Every `to` an outbox can hold (node-side addresses and hub-side peer ids).
     recipients: Vec<String>,
     stats: Stats,
@@ -222,6 +253,7 @@ impl Sim {
             rng,
             now: 0,
             limits,
+            reorder: seed % 5 == 1,
             nodes,
             hub,
             conns: BTreeMap::new(),
@@ -232,6 +264,7 @@ impl Sim {
             next_msg: 0,
             recent: vec![VecDeque::new(); NODES.len()],
             reposted: BTreeSet::new(),
+            uncertain_final: BTreeSet::new(),
             recipients: NODES
                 .iter()
                 .flat_map(|n| {
@@ -642,8 +675,9 @@ impl Sim {
                 let c = Conn {
                     hub: PeerLink::new(self.now, LinkConfig::new("hub", x, LinkRole::Hub)),
                     node: PeerLink::new(self.now, LinkConfig::new(x, x, LinkRole::Node)),
-                    to_node: Pipe::default(),
-                    to_hub: Pipe::default(),
+                    to_node: Pipe::new(self.reorder),
+                    to_hub: Pipe::new(self.reorder),
+                    registered: false,
                 };
                 self.conns.insert(x.to_owned(), c);
             } else {
@@ -760,6 +794,10 @@ impl Sim {
                 LinkEvent::Response {
                     request, response, ..
                 } => {
+                    if let (Request::Register { .. }, Response::RegisterAck) = (&request, &response)
+                    {
+                        c.registered = true;
+                    }
                     if let Request::Send(m) = request {
                         if m.message_id.starts_with("forged-") {
                             assert!(
@@ -810,7 +848,7 @@ impl Sim {
         }
         let n = &mut self.nodes[ix];
         while n.inboxes.poll_event().is_some() {}
-        if c.node.state() == LinkState::Up {
+        if c.node.state() == LinkState::Up && c.registered {
             while let Some(m) = n.outbox.poll_dispatch() {
                 c.node.request(Request::Send(m)).expect("up");
             }
@@ -923,6 +961,14 @@ impl Sim {
                     self.refused.insert(e.message_id);
                 }
                 SenderOutcome::Uncertain { .. } => self.stats.uncertain_reports += 1,
+                SenderOutcome::RefusedOnRetry { .. } => {
+                    assert!(
+                        origin,
+                        "seed {}: the hub refused {} after taking custody",
+                        self.seed, e.message_id
+                    );
+                    self.uncertain_final.insert(e.message_id);
+                }
                 SenderOutcome::Accepted | SenderOutcome::Delivered => {}
             }
         }
@@ -951,6 +997,7 @@ impl Sim {
 
     fn finish(mut self) -> Stats {
         self.stats.virtual_ms = self.now;
+        self.stats.reordered_seeds = u64::from(self.reorder);
         assert!(
             self.delivered.keys().all(|id| !id.starts_with("forged-")),
             "seed {}: a forged send was delivered",
@@ -958,9 +1005,17 @@ impl Sim {
         );
         for id in &self.accepted {
             match self.delivered.get(id).copied().unwrap_or(0) {
-                0 if !self.refused.contains(id) => self.stats.lost_before_delivery += 1,
-                0 => self.stats.refused_later += 1,
-                1 => self.stats.delivered += 1,
+                0 if self.refused.contains(id) => self.stats.refused_later += 1,
+                0 if self.uncertain_final.contains(id) => {
+                    self.stats.refused_on_retry_undelivered += 1
+                }
+                0 => self.stats.lost_before_delivery += 1,
+                1 => {
+                    self.stats.delivered += 1;
+                    if self.uncertain_final.contains(id) {
+                        self.stats.refused_on_retry_delivered += 1;
+                    }
+                }
                 n => {
                     self.stats.delivered += 1;
                     self.stats.duplicated += u64::from(n - 1);
@@ -1019,7 +1074,8 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} frames={} resets={} partitions={} node_crashes={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} frames={} reordered_seeds={} \
+         refused_on_retry_delivered={} refused_on_retry_undelivered={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
         total.sent,
@@ -1036,6 +1092,9 @@ fn federated_mail_survives_faults_across_seeds() {
         total.reposts,
         total.receipts_delivered,
         total.frames,
+        total.reordered_seeds,
+        total.refused_on_retry_delivered,
+        total.refused_on_retry_undelivered,
         total.resets,
         total.partitions,
         total.node_crashes,
@@ -1046,7 +1105,7 @@ fn federated_mail_survives_faults_across_seeds() {
     assert_eq!(total.lost_before_delivery, 0);
     assert_eq!(total.duplicated, 0);
     assert_eq!(
-        total.delivered + total.refused_later,
+        total.delivered + total.refused_later + total.refused_on_retry_undelivered,
         total.accepted,
         "every accepted message ends delivered or refused back to its sender"
     );

@@ -68,6 +68,17 @@ pub enum SenderOutcome {
         /// The connection that dropped.
         connection: String,
     },
+    /// A resend was refused, but an earlier attempt may already have arrived, so this is not
+    /// a refusal the sender can rely on: the outcome stays uncertain and the message leaves the
+    /// outbox (it is never retried as new mail).
+    RefusedOnRetry {
+        /// Why the resend was refused.
+        code: ErrorCode,
+        /// The connection that refused.
+        connection: String,
+        /// Detail.
+        message: String,
+    },
 }
 
 impl SenderOutcome {
@@ -95,7 +106,9 @@ impl OutboxEvent {
             SenderOutcome::Refused { code, message, .. } => {
                 (ReceiptOutcome::Refused, Some(*code), Some(message.clone()))
             }
-            SenderOutcome::Accepted | SenderOutcome::Uncertain { .. } => return None,
+            SenderOutcome::Accepted
+            | SenderOutcome::Uncertain { .. }
+            | SenderOutcome::RefusedOnRetry { .. } => return None,
         };
         Some((
             origin.to_owned(),
@@ -171,6 +184,10 @@ struct Held {
     /// On the wire right now, awaiting an answer.
     #[serde(skip)]
     in_flight: bool,
+    /// Times put on the wire, persisted: a message dispatched before a crash may have arrived,
+    /// so a refusal of a later attempt is not authoritative.
+    #[serde(default)]
+    attempts: u32,
 }
 
 /// One connection's outbox.
@@ -277,6 +294,7 @@ impl Outbox {
             message,
             dispatch_no: None,
             in_flight: false,
+            attempts: 0,
         });
         Ok(Pushed::Accepted)
     }
@@ -318,6 +336,7 @@ impl Outbox {
             *next += 1;
         }
         h.in_flight = true;
+        h.attempts = h.attempts.saturating_add(1);
         Some(h.message.clone())
     }
 
@@ -332,13 +351,25 @@ impl Outbox {
         }
     }
 
-    /// The next hop refused a message: it leaves the outbox and the sender is told why.
+    /// The next hop refused a message: it leaves the outbox and the sender is told why —
+    /// [`SenderOutcome::Refused`] when this was its only attempt, else
+    /// [`SenderOutcome::RefusedOnRetry`] (an earlier attempt may have arrived).
     pub fn on_refused(&mut self, message_id: &str, code: ErrorCode, message: &str) {
         if let Some(h) = self.remove(message_id) {
-            let outcome = SenderOutcome::Refused {
-                code,
-                connection: self.connection_id.clone(),
-                message: message.to_owned(),
+            let connection = self.connection_id.clone();
+            let message = message.to_owned();
+            let outcome = if h.attempts > 1 {
+                SenderOutcome::RefusedOnRetry {
+                    code,
+                    connection,
+                    message,
+                }
+            } else {
+                SenderOutcome::Refused {
+                    code,
+                    connection,
+                    message,
+                }
             };
             self.emit(&h.message, outcome);
         }
