@@ -199,6 +199,7 @@ fn a_spawn_frame_is_malformed_and_never_surfaces() {
     assert!(matches!(
         node.poll_transmit(),
         Some(Frame::Error {
+            id: Some(4),
             code: ErrorCode::Malformed,
             ..
         })

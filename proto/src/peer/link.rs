@@ -273,15 +273,21 @@ impl PeerLink {
         self.remote_id.as_deref()
     }
 
-    /// Decodes and handles one text frame; an undecodable frame is answered with a
-    /// `malformed` error and otherwise ignored.
+    /// Decodes and handles one text frame; an undecodable frame (an unknown `type` such as a
+    /// process-creation request, a missing field, not JSON) is answered with a `malformed`
+    /// error and otherwise ignored.
     pub fn handle_text(&mut self, now: u64, text: &str) {
         match Frame::decode(text) {
             Ok(frame) => self.handle_frame(now, frame),
             Err(e) => {
                 if self.state != LinkState::Down {
                     self.heard();
-                    self.send_error(None, ErrorCode::Malformed, &e.to_string());
+                    // Name the request when the frame carries a readable id, so the far side
+                    // can fail that request instead of the whole link.
+                    let id = serde_json::from_str::<serde_json::Value>(text)
+                        .ok()
+                        .and_then(|v| v.get("id")?.as_u64());
+                    self.send_error(id, ErrorCode::Malformed, &e.to_string());
                 }
             }
         }
