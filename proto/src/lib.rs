@@ -3,6 +3,10 @@
 //! Nothing in this crate does IO, reads a clock or looks at the environment: callers pass
 //! time, paths and identities in. That keeps the protocol cores testable without sockets
 //! and lets a simulator drive them with virtual time.
+//!
+//! - [`mail`]: the per-recipient inbox (retention, cursors, waits, the delivery lease).
+//! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
+//!   See `docs/mail-protocol.md`.
 
 pub mod endpoint;
 pub mod events;

@@ -4,7 +4,7 @@
 //! - [`link`]: the per-connection state machine (handshake, liveness, provenance).
 //! - [`outbox`]: the bounded per-connection outbox with sender outcomes.
 //! - [`dedupe`]: the per-recipient rings that make resends harmless.
-//! - [`deliver`]: what a receiving side does with a `send` (deliver locally or relay).
+//! - [`deliver`](mod@deliver): what a receiving side does with a `send` (deliver locally or relay).
 //! - [`address`]: `<connection_id>/<peer>` addresses.
 //! - [`backoff`]: reconnect delays.
 //!
