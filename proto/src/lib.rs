@@ -3,10 +3,16 @@
 //! Nothing in this crate does IO, reads a clock or looks at the environment: callers pass
 //! time, paths and identities in. That keeps the protocol cores testable without sockets
 //! and lets a simulator drive them with virtual time.
+//!
+//! - [`mail`]: the per-recipient inbox (retention, cursors, waits, the delivery lease).
+//! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
+//!   See `docs/mail-protocol.md`.
 
 pub mod endpoint;
 pub mod events;
 pub mod ipc_http;
+pub mod mail;
+pub mod peer;
 pub mod sse;
 
 /// Version of the node's HTTP/peer protocol, reported by `GET /health`.

@@ -1,0 +1,35 @@
+//! The peer link between a hub and its nodes, and the cross-host mail cores behind it.
+//!
+//! - [`frame`]: the wire frames (JSON, `type`-tagged, versioned `hello`, request ids).
+//! - [`link`]: the per-connection state machine (handshake, liveness, provenance).
+//! - [`outbox`]: the bounded per-connection outbox with sender outcomes.
+//! - [`dedupe`]: the per-recipient rings that make resends harmless.
+//! - [`deliver`](mod@deliver): what a receiving side does with a `send` (deliver locally or relay).
+//! - [`address`]: `<connection_id>/<peer>` addresses.
+//! - [`backoff`]: reconnect delays.
+//!
+//! None of these touch a socket, a clock or a random source; a simulator in
+//! `proto/tests/sim.rs` drives them with virtual time.
+
+#![warn(missing_docs)]
+
+pub mod address;
+pub mod backoff;
+pub mod dedupe;
+pub mod deliver;
+pub mod frame;
+pub mod link;
+pub mod outbox;
+
+pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
+pub use backoff::Backoff;
+pub use dedupe::{DedupeError, DedupeRings, Verdict};
+pub use deliver::{Routed, deliver, relay};
+pub use frame::{
+    AckOutcome, ErrorCode, Frame, FrameError, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt,
+    ReceiptOutcome, RequestId, WireMessage,
+};
+pub use link::{
+    DownReason, LinkConfig, LinkError, LinkEvent, LinkState, PeerLink, Request, Response,
+};
+pub use outbox::{Outbox, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome};

@@ -1,0 +1,424 @@
+//! The bounded per-connection outbox of cross-host mail.
+//!
+//! A message stays here from the moment the sender is told "accepted" until the next hop
+//! acknowledges it (or refuses it). Bounds, per connection: [`MAX_OUTBOX_MESSAGES`] messages and
+//! [`MAX_OUTBOX_BYTES`] bytes; a push beyond either is refused with an error naming the
+//! connection. Dispatch keeps at most [`MAX_IN_FLIGHT_PER_RECIPIENT`] messages per recipient
+//! between the oldest unacknowledged one and the newest sent, so a resend always lands inside
+//! the destination's 100-id dedupe horizon (as far as this outbox's traffic is concerned).
+//!
+//! The outbox serializes with serde so the node can store it in `redb` after every change;
+//! a reloaded outbox has nothing in flight and resends everything it holds, in order, with the
+//! same `message_id`s. It does not talk to the link itself: the owner moves messages from
+//! [`Outbox::poll_dispatch`] to `PeerLink::request` and feeds acknowledgements back.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::frame::{AckOutcome, ErrorCode, Receipt, ReceiptOutcome, WireMessage};
+
+/// Messages per connection's outbox (API "Federation").
+pub const MAX_OUTBOX_MESSAGES: usize = 1_000;
+/// Bytes per connection's outbox (API "Federation": 16 MiB).
+pub const MAX_OUTBOX_BYTES: u64 = 16 * 1024 * 1024;
+/// Unacknowledged messages per recipient (API: 64, inside the 100-id dedupe horizon).
+pub const MAX_IN_FLIGHT_PER_RECIPIENT: u64 = 64;
+
+/// An outbox's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxLimits {
+    /// Most messages held.
+    pub max_messages: usize,
+    /// Most bytes held (sum of [`WireMessage::weight`]).
+    pub max_bytes: u64,
+    /// Dispatch window per recipient.
+    pub max_in_flight_per_recipient: u64,
+}
+
+impl Default for OutboxLimits {
+    fn default() -> Self {
+        Self {
+            max_messages: MAX_OUTBOX_MESSAGES,
+            max_bytes: MAX_OUTBOX_BYTES,
+            max_in_flight_per_recipient: MAX_IN_FLIGHT_PER_RECIPIENT,
+        }
+    }
+}
+
+/// What the original sender learns about a message (DESIGN "A cross-host message").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SenderOutcome {
+    /// The next hop relays it and holds it in its own outbox.
+    Accepted,
+    /// The destination node has it in the recipient's inbox (or already had it).
+    Delivered,
+    /// The far side refused it; it is gone from this outbox.
+    Refused {
+        /// Why.
+        code: ErrorCode,
+        /// The connection that refused.
+        connection: String,
+        /// Detail.
+        message: String,
+    },
+    /// It was on the wire when the link dropped: it may or may not have arrived. It stays in
+    /// the outbox and is resent with the same `message_id`, never as new mail.
+    Uncertain {
+        /// The connection that dropped.
+        connection: String,
+    },
+    /// A resend was refused, but an earlier attempt may already have arrived, so this is not
+    /// a refusal the sender can rely on: the outcome stays uncertain and the message leaves the
+    /// outbox (it is never retried as new mail).
+    RefusedOnRetry {
+        /// Why the resend was refused.
+        code: ErrorCode,
+        /// The connection that refused.
+        connection: String,
+        /// Detail.
+        message: String,
+    },
+}
+
+impl SenderOutcome {
+    /// The outcome a delivery receipt reports to the original sender.
+    pub fn from_receipt(r: &Receipt) -> Self {
+        match r.outcome {
+            ReceiptOutcome::Delivered => SenderOutcome::Delivered,
+            ReceiptOutcome::Refused => SenderOutcome::Refused {
+                code: r.code.unwrap_or(ErrorCode::Internal),
+                connection: r.connection.clone(),
+                message: r.message.clone().unwrap_or_default(),
+            },
+        }
+    }
+}
+
+impl OutboxEvent {
+    /// For a relay (the hub): the receipt to send to the original sender's node when this
+    /// outcome is final, with the connection it goes to. `from` must be the stamped
+    /// `<connection>/<peer>` and this outbox the destination's.
+    pub fn receipt(&self, destination: &str) -> Option<(String, Receipt)> {
+        let (origin, peer) = self.from.split_once('/')?;
+        let (outcome, code, message) = match &self.outcome {
+            SenderOutcome::Delivered => (ReceiptOutcome::Delivered, None, None),
+            SenderOutcome::Refused { code, message, .. } => {
+                (ReceiptOutcome::Refused, Some(*code), Some(message.clone()))
+            }
+            SenderOutcome::Accepted
+            | SenderOutcome::Uncertain { .. }
+            | SenderOutcome::RefusedOnRetry { .. } => return None,
+        };
+        Some((
+            origin.to_owned(),
+            Receipt {
+                message_id: self.message_id.clone(),
+                from: peer.to_owned(),
+                to: format!("{destination}/{}", self.to),
+                outcome,
+                connection: destination.to_owned(),
+                code,
+                message,
+            },
+        ))
+    }
+}
+
+/// An outcome for one message, for the node to report to its sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    /// The message.
+    pub message_id: String,
+    /// Its sender.
+    pub from: String,
+    /// Its destination.
+    pub to: String,
+    /// What happened.
+    pub outcome: SenderOutcome,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Newly held.
+    Accepted,
+    /// A message with this id is already held (a lifecycle notice re-posted, a relay resend);
+    /// nothing changed.
+    AlreadyHeld,
+}
+
+/// Errors of [`Outbox::push`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutboxError {
+    /// The outbox holds its maximum count or bytes; the send is refused.
+    #[error("outbox for connection '{connection}' is full ({count} messages, {bytes} bytes held)")]
+    Full {
+        /// The connection whose outbox is full.
+        connection: String,
+        /// Messages held.
+        count: usize,
+        /// Bytes held.
+        bytes: u64,
+    },
+    /// A single message larger than the whole byte bound.
+    #[error("message is {bytes} bytes, over the outbox bound of connection '{connection}'")]
+    TooLarge {
+        /// The connection.
+        connection: String,
+        /// The message's weight.
+        bytes: u64,
+    },
+    /// The message id is empty.
+    #[error("message_id must not be empty")]
+    EmptyMessageId,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Held {
+    message: WireMessage,
+    /// Position in the recipient's dispatch sequence; not persisted, so a reloaded outbox starts
+    /// a fresh window.
+    #[serde(skip)]
+    dispatch_no: Option<u64>,
+    /// On the wire right now, awaiting an answer.
+    #[serde(skip)]
+    in_flight: bool,
+    /// Times put on the wire, persisted: a message dispatched before a crash may have arrived,
+    /// so a refusal of a later attempt is not authoritative.
+    #[serde(default)]
+    attempts: u32,
+}
+
+/// One connection's outbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outbox {
+    connection_id: String,
+    limits: OutboxLimits,
+    held: VecDeque<Held>,
+    bytes: u64,
+    /// Next dispatch number per recipient.
+    #[serde(skip)]
+    next_no: BTreeMap<String, u64>,
+    #[serde(skip)]
+    events: VecDeque<OutboxEvent>,
+}
+
+impl Outbox {
+    /// An empty outbox with the spec's bounds.
+    pub fn new(connection_id: &str) -> Self {
+        Self::with_limits(connection_id, OutboxLimits::default())
+    }
+
+    /// An empty outbox with other bounds (tests, tuning).
+    pub fn with_limits(connection_id: &str, limits: OutboxLimits) -> Self {
+        Self {
+            connection_id: connection_id.to_owned(),
+            limits,
+            held: VecDeque::new(),
+            bytes: 0,
+            next_no: BTreeMap::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The connection this outbox feeds.
+    pub fn connection_id(&self) -> &str {
+        &self.connection_id
+    }
+
+    /// Messages held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> OutboxLimits {
+        self.limits
+    }
+
+    /// Whether a message with this id is held.
+    pub fn contains(&self, message_id: &str) -> bool {
+        self.held.iter().any(|h| h.message.message_id == message_id)
+    }
+
+    /// Messages on the wire awaiting an answer.
+    pub fn in_flight(&self) -> usize {
+        self.held.iter().filter(|h| h.in_flight).count()
+    }
+
+    /// Messages to `to` on the wire awaiting an answer.
+    pub fn in_flight_to(&self, to: &str) -> usize {
+        self.held
+            .iter()
+            .filter(|h| h.in_flight && h.message.to == to)
+            .count()
+    }
+
+    /// Takes custody of a message, or refuses it when a bound would be passed.
+    pub fn push(&mut self, message: WireMessage) -> Result<Pushed, OutboxError> {
+        if message.message_id.is_empty() {
+            return Err(OutboxError::EmptyMessageId);
+        }
+        if self.contains(&message.message_id) {
+            return Ok(Pushed::AlreadyHeld);
+        }
+        let weight = message.weight();
+        if weight > self.limits.max_bytes {
+            return Err(OutboxError::TooLarge {
+                connection: self.connection_id.clone(),
+                bytes: weight,
+            });
+        }
+        if self.held.len() >= self.limits.max_messages
+            || self.bytes + weight > self.limits.max_bytes
+        {
+            return Err(OutboxError::Full {
+                connection: self.connection_id.clone(),
+                count: self.held.len(),
+                bytes: self.bytes,
+            });
+        }
+        self.bytes += weight;
+        self.held.push_back(Held {
+            message,
+            dispatch_no: None,
+            in_flight: false,
+            attempts: 0,
+        });
+        Ok(Pushed::Accepted)
+    }
+
+    /// The next message to put on the wire (call only while the link is up): a resend of an
+    /// earlier dispatch first, else the oldest fresh message whose recipient's window has room.
+    /// The message is marked in flight.
+    pub fn poll_dispatch(&mut self) -> Option<WireMessage> {
+        let mut oldest_open: BTreeMap<&str, u64> = BTreeMap::new();
+        for h in &self.held {
+            if let Some(no) = h.dispatch_no {
+                let e = oldest_open.entry(h.message.to.as_str()).or_insert(no);
+                *e = (*e).min(no);
+            }
+        }
+        let window = self.limits.max_in_flight_per_recipient;
+        let mut pick = None;
+        for (i, h) in self.held.iter().enumerate() {
+            if h.in_flight {
+                continue;
+            }
+            if h.dispatch_no.is_some() {
+                pick = Some(i);
+                break;
+            }
+            let to = h.message.to.as_str();
+            let next = self.next_no.get(to).copied().unwrap_or(0);
+            let open = oldest_open.get(to).is_none_or(|&o| next - o < window);
+            if open {
+                pick = Some(i);
+                break;
+            }
+        }
+        let i = pick?;
+        let h = &mut self.held[i];
+        if h.dispatch_no.is_none() {
+            let next = self.next_no.entry(h.message.to.clone()).or_insert(0);
+            h.dispatch_no = Some(*next);
+            *next += 1;
+        }
+        h.in_flight = true;
+        h.attempts = h.attempts.saturating_add(1);
+        Some(h.message.clone())
+    }
+
+    /// The next hop acknowledged a message: it leaves the outbox.
+    pub fn on_ack(&mut self, message_id: &str, outcome: AckOutcome) {
+        if let Some(h) = self.remove(message_id) {
+            let outcome = match outcome {
+                AckOutcome::Delivered | AckOutcome::Duplicate => SenderOutcome::Delivered,
+                AckOutcome::Accepted => SenderOutcome::Accepted,
+            };
+            self.emit(&h.message, outcome);
+        }
+    }
+
+    /// The next hop refused a message: it leaves the outbox and the sender is told why —
+    /// [`SenderOutcome::Refused`] when this was its only attempt, else
+    /// [`SenderOutcome::RefusedOnRetry`] (an earlier attempt may have arrived).
+    pub fn on_refused(&mut self, message_id: &str, code: ErrorCode, message: &str) {
+        if let Some(h) = self.remove(message_id) {
+            let connection = self.connection_id.clone();
+            let message = message.to_owned();
+            let outcome = if h.attempts > 1 {
+                SenderOutcome::RefusedOnRetry {
+                    code,
+                    connection,
+                    message,
+                }
+            } else {
+                SenderOutcome::Refused {
+                    code,
+                    connection,
+                    message,
+                }
+            };
+            self.emit(&h.message, outcome);
+        }
+    }
+
+    /// The link dropped: everything in flight becomes uncertain and will be resent, in its
+    /// original order and with its original id, by later [`Outbox::poll_dispatch`] calls.
+    pub fn on_link_down(&mut self) {
+        let mut uncertain = Vec::new();
+        for h in self.held.iter_mut() {
+            if h.in_flight {
+                h.in_flight = false;
+                uncertain.push(h.message.clone());
+            }
+        }
+        for m in uncertain {
+            let outcome = SenderOutcome::Uncertain {
+                connection: self.connection_id.clone(),
+            };
+            self.emit(&m, outcome);
+        }
+    }
+
+    /// The next sender outcome to report.
+    pub fn poll_event(&mut self) -> Option<OutboxEvent> {
+        self.events.pop_front()
+    }
+
+    /// Every held message, oldest first (for inspection and persistence checks).
+    pub fn messages(&self) -> impl Iterator<Item = &WireMessage> {
+        self.held.iter().map(|h| &h.message)
+    }
+
+    fn remove(&mut self, message_id: &str) -> Option<Held> {
+        let i = self
+            .held
+            .iter()
+            .position(|h| h.message.message_id == message_id)?;
+        let h = self.held.remove(i)?;
+        self.bytes -= h.message.weight();
+        Some(h)
+    }
+
+    fn emit(&mut self, m: &WireMessage, outcome: SenderOutcome) {
+        self.events.push_back(OutboxEvent {
+            message_id: m.message_id.clone(),
+            from: m.from.clone(),
+            to: m.to.clone(),
+            outcome,
+        });
+    }
+}

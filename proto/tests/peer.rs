@@ -1,0 +1,713 @@
+//! Peer-link state machine, outbox, dedupe rings and backoff, one behaviour per test.
+
+use tuic_proto::peer::{
+    AckOutcome, Backoff, DedupeError, DedupeRings, DownReason, ErrorCode, Frame, LinkConfig,
+    LinkEvent, LinkRole, LinkState, Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, Pushed,
+    Request, Response, SenderOutcome, Verdict, WireMessage,
+};
+
+fn peer(id: &str) -> PeerEntry {
+    PeerEntry {
+        tuic_session: id.into(),
+        name: None,
+        orchestrator: false,
+        address: None,
+        alias: None,
+        session_id: None,
+        path: None,
+    }
+}
+
+fn wire(id: &str, from: &str, to: &str, body: &str) -> WireMessage {
+    WireMessage {
+        message_id: id.into(),
+        from: from.into(),
+        to: to.into(),
+        message: body.into(),
+        timestamp_ms: 1,
+        from_name: None,
+        kind: None,
+        lifecycle: None,
+    }
+}
+
+/// Moves every queued frame from `a` to `b` (through JSON, as on the wire).
+fn shuttle(now: u64, a: &mut PeerLink, b: &mut PeerLink) -> usize {
+    let mut n = 0;
+    while let Some(f) = a.poll_transmit() {
+        b.handle_text(now, &f.encode());
+        n += 1;
+    }
+    n
+}
+
+fn connected() -> (PeerLink, PeerLink) {
+    let mut hub = PeerLink::new(0, LinkConfig::new("hub", "nodeb", LinkRole::Hub));
+    let mut node = PeerLink::new(0, LinkConfig::new("nodeb", "nodeb", LinkRole::Node));
+    shuttle(0, &mut hub, &mut node);
+    shuttle(0, &mut node, &mut hub);
+    assert_eq!(hub.state(), LinkState::Up);
+    assert_eq!(node.state(), LinkState::Up);
+    assert_eq!(
+        hub.poll_event(),
+        Some(LinkEvent::Up {
+            remote_id: "nodeb".into()
+        })
+    );
+    assert_eq!(
+        node.poll_event(),
+        Some(LinkEvent::Up {
+            remote_id: "hub".into()
+        })
+    );
+    (hub, node)
+}
+
+fn events(l: &mut PeerLink) -> Vec<LinkEvent> {
+    std::iter::from_fn(|| l.poll_event()).collect()
+}
+
+fn register(hub: &mut PeerLink, node: &mut PeerLink, peers: &[&str]) {
+    node.request(Request::Register {
+        peers: peers.iter().map(|p| peer(p)).collect(),
+    })
+    .expect("up");
+    shuttle(0, node, hub);
+    for e in events(hub) {
+        if let LinkEvent::Request { id, .. } = e {
+            hub.respond(id, Response::RegisterAck).expect("respond");
+        }
+    }
+    shuttle(0, hub, node);
+    events(node);
+}
+
+#[test]
+fn handshake_then_request_and_response_match_by_id() {
+    let (mut hub, mut node) = connected();
+    register(&mut hub, &mut node, &["alice"]);
+    let id = node
+        .request(Request::Send(wire("m1", "alice", "nodec/bob", "hi")))
+        .expect("up");
+    shuttle(1, &mut node, &mut hub);
+    let ev = events(&mut hub);
+    let LinkEvent::Request {
+        id: rid,
+        request: Request::Send(m),
+    } = &ev[0]
+    else {
+        panic!("expected a send, got {ev:?}");
+    };
+    assert_eq!(
+        m.from, "nodeb/alice",
+        "the hub stamps the sender from the link"
+    );
+    hub.respond(
+        *rid,
+        Response::SendAck {
+            message_id: "m1".into(),
+            outcome: AckOutcome::Accepted,
+        },
+    )
+    .expect("respond");
+    shuttle(1, &mut hub, &mut node);
+    match &events(&mut node)[..] {
+        [LinkEvent::Response { id: got, .. }] => assert_eq!(*got, id),
+        other => panic!("expected the response, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_frame_claiming_another_sender_is_rejected_with_the_connection_named() {
+    let (mut hub, mut node) = connected();
+    register(&mut hub, &mut node, &["alice"]);
+    for claimed in ["nodec/bob", "local/boss", "mallory"] {
+        node.request(Request::Send(wire("m", claimed, "nodec/bob", "x")))
+            .expect("up");
+        shuttle(1, &mut node, &mut hub);
+        assert!(events(&mut hub).is_empty(), "{claimed} surfaced");
+        let err = hub.poll_transmit().expect("error frame");
+        match err {
+            Frame::Error {
+                code, connection, ..
+            } => {
+                assert!(matches!(
+                    code,
+                    ErrorCode::SenderForged | ErrorCode::SenderNotRegistered
+                ));
+                assert_eq!(connection, "nodeb");
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_node_refuses_sends_without_a_federation_address() {
+    let (mut hub, mut node) = connected();
+    hub.request(Request::Send(wire("m", "bob", "alice", "x")))
+        .expect("up");
+    shuttle(1, &mut hub, &mut node);
+    assert!(events(&mut node).is_empty());
+    assert!(matches!(
+        node.poll_transmit(),
+        Some(Frame::Error {
+            code: ErrorCode::SenderForged,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_request_before_hello_takes_the_link_down() {
+    let mut node = PeerLink::new(0, LinkConfig::new("nodeb", "nodeb", LinkRole::Node));
+    node.poll_transmit();
+    node.handle_text(0, r#"{"type":"list_peers","id":1}"#);
+    assert_eq!(node.state(), LinkState::Down);
+    assert!(matches!(
+        node.poll_transmit(),
+        Some(Frame::Error {
+            code: ErrorCode::HandshakeRequired,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn another_protocol_version_is_refused() {
+    let mut node = PeerLink::new(0, LinkConfig::new("nodeb", "nodeb", LinkRole::Node));
+    node.poll_transmit();
+    node.handle_text(
+        0,
+        r#"{"type":"hello","protocol_version":99,"node_id":"hub","role":"hub"}"#,
+    );
+    assert_eq!(node.state(), LinkState::Down);
+    assert!(matches!(
+        node.poll_event(),
+        Some(LinkEvent::Down {
+            reason: DownReason::VersionMismatch { remote: 99 },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_spawn_frame_is_malformed_and_never_surfaces() {
+    let (_hub, mut node) = connected();
+    node.handle_text(1, r#"{"type":"spawn","id":4,"prompt":"x"}"#);
+    assert!(events(&mut node).is_empty());
+    assert!(matches!(
+        node.poll_transmit(),
+        Some(Frame::Error {
+            id: Some(4),
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+    assert_eq!(node.state(), LinkState::Up);
+}
+
+#[test]
+fn pings_every_five_seconds_and_down_after_three_misses() {
+    let (mut hub, _node) = connected();
+    assert_eq!(hub.poll_timeout(), Some(5_000));
+    for t in [5_000, 10_000, 15_000] {
+        hub.handle_timeout(t);
+        assert!(matches!(hub.poll_transmit(), Some(Frame::Ping { .. })));
+        assert_eq!(hub.state(), LinkState::Up);
+    }
+    hub.handle_timeout(19_999);
+    assert_eq!(hub.state(), LinkState::Up);
+    hub.handle_timeout(20_000);
+    assert_eq!(hub.state(), LinkState::Down);
+    assert!(matches!(
+        hub.poll_event(),
+        Some(LinkEvent::Down {
+            reason: DownReason::PingTimeout,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn answered_pings_keep_the_link_up() {
+    let (mut hub, mut node) = connected();
+    for t in (5_000..60_000).step_by(5_000) {
+        hub.handle_timeout(t);
+        node.handle_timeout(t);
+        shuttle(t, &mut hub, &mut node);
+        shuttle(t, &mut node, &mut hub);
+        shuttle(t, &mut hub, &mut node);
+    }
+    assert_eq!(hub.state(), LinkState::Up);
+    assert_eq!(node.state(), LinkState::Up);
+}
+
+#[test]
+fn a_reset_hands_back_unanswered_requests() {
+    let (_hub, mut node) = connected();
+    node.request(Request::ListPeers { path: None }).expect("up");
+    node.reset();
+    match &events(&mut node)[..] {
+        [LinkEvent::Down { reason, unanswered }] => {
+            assert_eq!(*reason, DownReason::Reset);
+            assert_eq!(unanswered.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(node.request(Request::ListPeers { path: None }).is_err());
+}
+
+#[test]
+fn outbox_refuses_past_1000_messages_naming_the_connection() {
+    let mut o = Outbox::new("nodec");
+    for i in 0..1_000 {
+        assert_eq!(
+            o.push(wire(&format!("m{i}"), "a", "nodec/b", "x")),
+            Ok(Pushed::Accepted)
+        );
+    }
+    match o.push(wire("over", "a", "nodec/b", "x")) {
+        Err(OutboxError::Full {
+            connection, count, ..
+        }) => {
+            assert_eq!(connection, "nodec");
+            assert_eq!(count, 1_000);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        o.push(wire("over", "a", "nodec/b", "x"))
+            .expect_err("full")
+            .to_string()
+            .contains("nodec")
+    );
+}
+
+#[test]
+fn outbox_refuses_past_16_mib() {
+    let mut o = Outbox::new("nodec");
+    let body = "x".repeat(60 * 1024);
+    let mut n = 0;
+    while o.push(wire(&format!("m{n}"), "a", "b", &body)).is_ok() {
+        n += 1;
+    }
+    assert!(o.bytes() <= 16 * 1024 * 1024);
+    assert!(o.bytes() + 60 * 1024 > 16 * 1024 * 1024 - 1024);
+    assert!(n < 1_000);
+}
+
+#[test]
+fn outbox_keeps_64_in_flight_per_recipient_and_resends_after_reconnect() {
+    let mut o = Outbox::new("hub");
+    for i in 0..100 {
+        o.push(wire(&format!("b{i}"), "a", "c/bob", "x"))
+            .expect("push");
+    }
+    o.push(wire("z", "a", "c/zoe", "x")).expect("push");
+    let first: Vec<String> = std::iter::from_fn(|| o.poll_dispatch())
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(first.len(), 65, "64 to bob, 1 to zoe");
+    assert_eq!(o.in_flight_to("c/bob"), 64);
+    // Acknowledging a later message does not slide the window past an unacknowledged one.
+    o.on_ack("b5", AckOutcome::Delivered);
+    assert_eq!(o.poll_dispatch(), None);
+    o.on_ack("b0", AckOutcome::Delivered);
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b64".into()));
+    o.on_link_down();
+    let uncertain = std::iter::from_fn(|| o.poll_event())
+        .filter(|e| matches!(e.outcome, SenderOutcome::Uncertain { .. }))
+        .count();
+    assert_eq!(uncertain, 64);
+    let resent: Vec<String> = std::iter::from_fn(|| o.poll_dispatch())
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(resent[0], "b1", "oldest first, same ids");
+    assert!(!resent.contains(&"b0".to_owned()));
+}
+
+#[test]
+fn outbox_survives_a_restart_through_serde() {
+    let mut o = Outbox::new("hub");
+    o.push(wire("a", "x", "c/bob", "one")).expect("push");
+    o.push(wire("b", "x", "c/bob", "two")).expect("push");
+    o.poll_dispatch();
+    let stored = serde_json::to_string(&o).expect("serialize");
+    let mut back: Outbox = serde_json::from_str(&stored).expect("deserialize");
+    assert_eq!(back.len(), 2);
+    assert_eq!(back.bytes(), o.bytes());
+    assert_eq!(back.in_flight(), 0, "nothing is in flight after a restart");
+    assert_eq!(back.poll_dispatch().map(|m| m.message_id), Some("a".into()));
+}
+
+#[test]
+fn outbox_refusal_and_ack_reach_the_sender() {
+    let mut o = Outbox::new("hub");
+    o.push(wire("a", "x", "c/bob", "one")).expect("push");
+    o.push(wire("b", "x", "c/bob", "two")).expect("push");
+    assert_eq!(
+        o.push(wire("a", "x", "c/bob", "one")),
+        Ok(Pushed::AlreadyHeld)
+    );
+    o.poll_dispatch();
+    o.poll_dispatch();
+    o.on_ack("a", AckOutcome::Delivered);
+    o.on_refused("b", ErrorCode::UnknownRecipient, "no bob");
+    let ev: Vec<SenderOutcome> = std::iter::from_fn(|| o.poll_event())
+        .map(|e| e.outcome)
+        .collect();
+    assert_eq!(ev[0], SenderOutcome::Delivered);
+    assert!(matches!(&ev[1], SenderOutcome::Refused { connection, .. } if connection == "hub"));
+    assert!(o.is_empty());
+    assert_eq!(o.bytes(), 0);
+}
+
+#[test]
+fn tight_limits_apply() {
+    let mut o = Outbox::with_limits(
+        "n",
+        OutboxLimits {
+            max_messages: 2,
+            max_bytes: 1_000,
+            max_in_flight_per_recipient: 1,
+        },
+    );
+    o.push(wire("a", "x", "t", "1")).expect("push");
+    o.push(wire("b", "x", "t", "2")).expect("push");
+    assert!(o.push(wire("c", "x", "t", "3")).is_err());
+    assert!(o.poll_dispatch().is_some());
+    assert!(o.poll_dispatch().is_none());
+}
+
+#[test]
+fn dedupe_drops_repeats_rejects_collisions_and_forgets_on_unregister() {
+    let mut d = DedupeRings::new();
+    assert_eq!(d.admit("bob", "m1", "b/alice", "hi"), Ok(Verdict::Fresh));
+    assert_eq!(
+        d.admit("bob", "m1", "b/alice", "hi"),
+        Ok(Verdict::Duplicate)
+    );
+    assert!(matches!(
+        d.admit("bob", "m1", "b/mallory", "hi"),
+        Err(DedupeError::IdentityCollision { .. })
+    ));
+    assert!(d.admit("bob", "m1", "b/alice", "changed").is_err());
+    // Rings are per recipient.
+    assert_eq!(d.admit("carol", "m1", "b/alice", "hi"), Ok(Verdict::Fresh));
+    d.remove("bob");
+    assert_eq!(d.admit("bob", "m1", "b/alice", "hi"), Ok(Verdict::Fresh));
+}
+
+#[test]
+fn dedupe_horizon_is_100_ids_shared_across_senders() {
+    let mut d = DedupeRings::new();
+    d.admit("bob", "first", "b/alice", "x").expect("fresh");
+    for i in 0..99 {
+        d.admit("bob", &format!("o{i}"), "c/other", "y")
+            .expect("fresh");
+    }
+    assert_eq!(d.len("bob"), 100);
+    assert_eq!(
+        d.check("bob", "first", "b/alice", "x"),
+        Ok(Verdict::Duplicate)
+    );
+    d.admit("bob", "one-more", "c/other", "y").expect("fresh");
+    assert_eq!(d.check("bob", "first", "b/alice", "x"), Ok(Verdict::Fresh));
+    let stored = serde_json::to_string(&d).expect("serialize");
+    let back: DedupeRings = serde_json::from_str(&stored).expect("deserialize");
+    assert_eq!(back, d);
+    assert!(!stored.contains("\"x\""), "no bodies retained");
+}
+
+#[test]
+fn backoff_grows_from_one_to_thirty_seconds_with_jitter() {
+    let mut b = Backoff::new();
+    let d: Vec<u64> = (0..8).map(|i| b.next_delay(i * 7_919)).collect();
+    assert!((1_000..=1_250).contains(&d[0]));
+    assert!((2_000..=2_500).contains(&d[1]));
+    assert!(d.iter().all(|&x| x <= 30_000));
+    assert_eq!(d[7], 30_000, "capped");
+    b.reset();
+    assert_eq!(b.next_delay(0), 1_000);
+}
+
+#[test]
+fn relayed_outcomes_become_receipts_for_the_origin_node() {
+    let (mut hub, mut node) = connected();
+    let mut o = Outbox::new("nodec");
+    o.push(wire("m1", "nodeb/alice", "bob", "hi"))
+        .expect("push");
+    o.poll_dispatch();
+    o.on_ack("m1", AckOutcome::Delivered);
+    let e = o.poll_event().expect("outcome");
+    let (origin, r) = e.receipt("nodec").expect("final outcome");
+    assert_eq!(origin, "nodeb");
+    assert_eq!(r.from, "alice");
+    assert_eq!(r.to, "nodec/bob");
+    hub.receipt(r.clone()).expect("up");
+    shuttle(1, &mut hub, &mut node);
+    assert_eq!(events(&mut node), [LinkEvent::Receipt(r.clone())]);
+    assert_eq!(SenderOutcome::from_receipt(&r), SenderOutcome::Delivered);
+    // Nodes do not relay: a receipt towards the hub is refused and never surfaces.
+    node.receipt(r).expect("up");
+    shuttle(1, &mut node, &mut hub);
+    assert!(events(&mut hub).is_empty());
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn two_ends_with_the_same_role_do_not_connect() {
+    let mut a = PeerLink::new(0, LinkConfig::new("n1", "x", LinkRole::Node));
+    let mut b = PeerLink::new(0, LinkConfig::new("n2", "x", LinkRole::Node));
+    shuttle(0, &mut a, &mut b);
+    assert_eq!(b.state(), LinkState::Down);
+}
+
+#[test]
+fn a_reused_pending_request_id_and_an_oversized_body_are_refused() {
+    let (mut hub, mut node) = connected();
+    register(&mut hub, &mut node, &["alice"]);
+    let frame = Frame::ListPeers { id: 77, path: None }.encode();
+    hub.handle_text(1, &frame);
+    hub.handle_text(1, &frame);
+    assert_eq!(
+        events(&mut hub).len(),
+        1,
+        "the second use of id 77 never surfaces"
+    );
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            id: Some(77),
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+    let big = "x".repeat(64 * 1024 + 1);
+    hub.handle_frame(
+        1,
+        Frame::Send {
+            id: 78,
+            message: wire("m", "alice", "nodec/bob", &big),
+        },
+    );
+    assert!(events(&mut hub).is_empty());
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            id: Some(78),
+            code: ErrorCode::TooLarge,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn addresses_refuse_empty_parts_before_routing() {
+    use tuic_proto::peer::{Address, AddressError, parse_address};
+    assert_eq!(
+        parse_address("nodeb/alice"),
+        Ok(Address::Remote {
+            connection: "nodeb",
+            peer: "alice"
+        })
+    );
+    assert_eq!(parse_address("local/boss"), Ok(Address::Local("boss")));
+    assert!(matches!(
+        parse_address("/alice"),
+        Err(AddressError::EmptyConnection(_))
+    ));
+    assert!(matches!(
+        parse_address("nodeb/"),
+        Err(AddressError::EmptyPeer(_))
+    ));
+    assert!(matches!(
+        parse_address(""),
+        Err(AddressError::NotAnAddress(_))
+    ));
+    assert!(matches!(
+        parse_address("alice"),
+        Err(AddressError::NotAnAddress(_))
+    ));
+}
+
+#[test]
+fn deliver_enqueues_once_and_relay_takes_custody_or_refuses_naming_the_connection() {
+    use std::collections::BTreeMap;
+    use tuic_proto::mail::Inboxes;
+    use tuic_proto::peer::{Routed, deliver, relay};
+
+    let mut inboxes = Inboxes::new();
+    inboxes.register("bob");
+    let mut rings = DedupeRings::new();
+    let m = wire("m1", "nodeb/alice", "bob", "hi");
+    let ack = |outcome| Response::SendAck {
+        message_id: "m1".into(),
+        outcome,
+    };
+    assert_eq!(
+        deliver(&mut inboxes, &mut rings, 1, "nodec", &m),
+        ack(AckOutcome::Delivered)
+    );
+    assert_eq!(
+        deliver(&mut inboxes, &mut rings, 2, "nodec", &m),
+        ack(AckOutcome::Duplicate)
+    );
+    assert_eq!(inboxes.peek("bob").len(), 1);
+    let forged = wire("m1", "nodeb/mallory", "bob", "hi");
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 3, "nodec", &forged),
+        Response::Error {
+            code: ErrorCode::IdentityCollision,
+            ..
+        }
+    ));
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 3, "nodec", &wire("m2", "nodeb/a", "zed", "x")),
+        Response::Error { code: ErrorCode::UnknownRecipient, ref connection, .. } if connection == "nodec"
+    ));
+
+    let mut outboxes = BTreeMap::from([(
+        "nodec".to_owned(),
+        Outbox::with_limits(
+            "nodec",
+            OutboxLimits {
+                max_messages: 1,
+                ..OutboxLimits::default()
+            },
+        ),
+    )]);
+    let to_c = wire("m3", "nodeb/alice", "nodec/bob", "x");
+    assert!(matches!(
+        relay(&mut outboxes, &to_c),
+        Routed::Answered(Response::SendAck {
+            outcome: AckOutcome::Accepted,
+            ..
+        })
+    ));
+    assert_eq!(
+        outboxes["nodec"].messages().next().map(|m| m.to.as_str()),
+        Some("bob")
+    );
+    assert!(matches!(
+        relay(&mut outboxes, &wire("m4", "nodeb/alice", "nodec/bob", "x")),
+        Routed::Answered(Response::Error { code: ErrorCode::OutboxFull, ref connection, .. }) if connection == "nodec"
+    ));
+    assert!(matches!(
+        relay(&mut outboxes, &wire("m5", "nodeb/alice", "local/boss", "x")),
+        Routed::Local(ref l) if l.to == "boss"
+    ));
+    for bad in ["/bob", "nodec/", "nobody/bob"] {
+        assert!(matches!(
+            relay(&mut outboxes, &wire("m6", "nodeb/alice", bad, "x")),
+            Routed::Answered(Response::Error {
+                code: ErrorCode::UnknownRecipient,
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
+fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
+    use tuic_proto::mail::{Inboxes, WaitStart};
+    let (mut hub, mut node) = connected();
+    let mut inboxes = Inboxes::new();
+    inboxes.register("bob");
+    inboxes
+        .send(
+            5,
+            tuic_proto::mail::NewMessage {
+                recipient: "bob".into(),
+                message_id: "m1".into(),
+                from: "local/boss".into(),
+                from_name: None,
+                message: "hi".into(),
+                kind: None,
+                lifecycle: None,
+            },
+        )
+        .expect("send");
+    let id = hub
+        .request(Request::Wait {
+            recipient: "bob".into(),
+            since: None,
+            timeout_ms: Some(1_000),
+        })
+        .expect("up");
+    shuttle(6, &mut hub, &mut node);
+    let (rid, recipient) = match &events(&mut node)[..] {
+        [
+            LinkEvent::Request {
+                id,
+                request: Request::Wait { recipient, .. },
+            },
+        ] => (*id, recipient.clone()),
+        other => panic!("{other:?}"),
+    };
+    let WaitStart::Resolved(outcome) = inboxes
+        .wait(6, &recipient, 1, None, Some(1_000))
+        .expect("wait")
+    else {
+        panic!("mail was there");
+    };
+    node.respond(rid, Response::WaitResult(outcome.clone()))
+        .expect("respond");
+    shuttle(7, &mut node, &mut hub);
+    match &events(&mut hub)[..] {
+        [
+            LinkEvent::Response {
+                id: got,
+                response: Response::WaitResult(w),
+                ..
+            },
+        ] => {
+            assert_eq!(*got, id);
+            assert_eq!(*w, outcome);
+            assert_eq!(w.new_messages[0].message_id, "m1");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A node never serves an address as an inbox owner.
+    hub.request(Request::Inbox {
+        recipient: "nodec/bob".into(),
+        since: None,
+        limit: None,
+    })
+    .expect("up");
+    shuttle(8, &mut hub, &mut node);
+    assert!(events(&mut node).is_empty());
+}
+
+#[test]
+fn a_refused_resend_is_reported_uncertain_not_refused() {
+    let mut o = Outbox::new("hub");
+    o.push(wire("a", "x", "c/bob", "one")).expect("push");
+    o.poll_dispatch();
+    o.on_link_down();
+    // A restart in between: attempts are persisted.
+    let mut o: Outbox = serde_json::from_str(&serde_json::to_string(&o).expect("ser")).expect("de");
+    o.poll_dispatch();
+    o.on_refused("a", ErrorCode::OutboxFull, "full");
+    let last = std::iter::from_fn(|| o.poll_event())
+        .last()
+        .expect("outcome");
+    assert!(matches!(
+        last.outcome,
+        SenderOutcome::RefusedOnRetry {
+            code: ErrorCode::OutboxFull,
+            ..
+        }
+    ));
+    assert!(
+        last.receipt("c").is_none(),
+        "no receipt claims a refusal that may be false"
+    );
+}
