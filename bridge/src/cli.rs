@@ -82,7 +82,8 @@ enum Cmd {
         #[arg(long)]
         session_id: Option<String>,
     },
-    /// Copy files to a registered repository on a connected node: SRC... CONN:ROOT[/DIR].
+    /// Copy files to a registered repository on a connected node: SRC... CONN:/path, where
+    /// /path is a directory inside a repository registered on that node.
     Cp {
         /// Sources, then the destination.
         #[arg(required = true, num_args = 2..)]
@@ -431,24 +432,74 @@ fn story(
     Ok(())
 }
 
-fn cp(args: &[String]) -> Result<(), Failure> {
+fn cp(ctx: &Ctx, args: &[String]) -> Result<(), Failure> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let (dest, srcs) = args.split_last().expect("clap requires two or more");
-    let Some((conn, root)) = dest
+    let Some((conn, path)) = dest
         .split_once(':')
-        .filter(|(c, r)| !c.is_empty() && !r.is_empty())
+        .filter(|(c, r)| !c.is_empty() && r.starts_with('/'))
     else {
         return Err(Failure::Usage(format!(
-            "destination {dest:?} is not CONN:ROOT[/DIR]"
+            "destination {dest:?} is not CONN:/path (a directory inside a registered repository on that node)"
         )));
     };
     for s in srcs {
         std::fs::symlink_metadata(s).map_err(|e| Failure::Failed(format!("{s}: {e}")))?;
     }
-    Err(Failure::Unavailable(format!(
-        "tuic cp is not available in this build: sending to {conn}:{root} needs the hub's \
-         file-copy path (tar upload to the node's POST /fs/upload-copy through connection \
-         {conn:?}), which neither this CLI nor the node implements yet"
-    )))
+    for s in srcs {
+        let progress = Arc::new(crate::cp::Progress::default());
+        let done = Arc::new(AtomicBool::new(false));
+        let printer = crate::cp::spawn_progress(progress.clone(), done.clone());
+        let started = std::time::Instant::now();
+        let r = crate::cp::upload(
+            &ctx.target.socket,
+            conn,
+            path,
+            Path::new(s),
+            progress.clone(),
+        );
+        done.store(true, Ordering::Relaxed);
+        printer.thread().unpark();
+        let _ = printer.join();
+        let up = r.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                Failure::NotRunning(format!(
+                    "no hub is running on {} ({e})",
+                    ctx.target.socket.display()
+                ))
+            }
+            _ => Failure::Failed(format!("copying {s}: {e}")),
+        })?;
+        let v: Value = serde_json::from_str(&up.body).unwrap_or(Value::Null);
+        match up.status {
+            200 => {
+                let secs = started.elapsed().as_secs_f64().max(1e-3);
+                let bytes = v["bytes"].as_u64().unwrap_or(0);
+                println!(
+                    "copied {s} -> {conn}:{}/{}: {} entries, {:.1} MB in {secs:.1} s ({:.1} MB/s)",
+                    path.trim_end_matches('/'),
+                    v["name"].as_str().unwrap_or("?"),
+                    v["entries"],
+                    bytes as f64 / 1e6,
+                    bytes as f64 / 1e6 / secs
+                );
+            }
+            404 if v["code"] == "not_found" && up.body.contains("no such route") => {
+                return Err(Failure::Unavailable(
+                    "the process on this socket is not a tuic hub (POST /hub/upload answered 404)"
+                        .into(),
+                ));
+            }
+            status => {
+                return Err(Failure::Failed(format!(
+                    "copying {s} to {conn}:{path} failed: {status} {}",
+                    v["error"].as_str().unwrap_or(&up.body)
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs the CLI with the process's arguments and environment.
@@ -475,7 +526,7 @@ pub fn main() -> ExitCode {
             project,
             session_id,
         } => story(&ctx, json, project.as_deref(), session_id.as_deref()),
-        Cmd::Cp { args } => cp(args),
+        Cmd::Cp { args } => cp(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,6 +9,7 @@
 //!   bridge binary into the config dir.
 
 pub mod cli;
+pub mod cp;
 pub mod install;
 pub mod ipc;
 pub mod locate;

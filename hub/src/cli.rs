@@ -90,6 +90,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             let hub_routes = axum::Router::new()
                 .route("/hub/connections", get(crate::proxy::list_connections))
                 .route("/hub/reload", post(crate::proxy::reload))
+                .route("/hub/upload", post(crate::proxy::upload))
                 .with_state(fed.clone());
             app.merge(hub_routes)
                 .layer(axum::middleware::from_fn_with_state(

@@ -277,3 +277,62 @@ mod tests {
         assert_eq!(session_target("/sessionsx"), None);
     }
 }
+
+/// Query of `POST /hub/upload`.
+#[derive(Debug, serde::Deserialize)]
+pub struct UploadQuery {
+    /// Connection id of the receiving node.
+    conn: String,
+    /// Absolute directory inside a repository registered on that node.
+    path: String,
+}
+
+/// `POST /hub/upload?conn=&path=` (IPC only): forwards a tar stream from `tuic cp` on this
+/// machine to the node's `/fs/upload-copy`, with the connection's token. Over TCP it is
+/// refused: no HTTP caller may make this machine send data to another host.
+pub async fn upload(
+    State(fed): State<Arc<Federation>>,
+    transport: Option<axum::Extension<tuic_node::guard::Transport>>,
+    axum::extract::Query(q): axum::extract::Query<UploadQuery>,
+    body: Body,
+) -> Response {
+    if !matches!(
+        transport.map(|axum::Extension(t)| t),
+        Some(tuic_node::guard::Transport::Ipc)
+    ) {
+        return ApiError::forbidden(
+            "uploads to other hosts start only from this machine's IPC socket",
+        )
+        .into_response();
+    }
+    let Some(conn) = fed.get(&q.conn) else {
+        return ApiError::not_found(format!("unknown connection {}", q.conn)).into_response();
+    };
+    if !conn.snapshot().up {
+        return unavailable(&conn.id, "not connected");
+    }
+    let mut url = match reqwest::Url::parse(&format!("{}/fs/upload-copy", conn.url)) {
+        Ok(u) => u,
+        Err(_) => return ApiError::internal("invalid connection url").into_response(),
+    };
+    url.query_pairs_mut().append_pair("path", &q.path);
+    let stream = body.into_data_stream();
+    let r = fed
+        .http
+        .post(url)
+        .header(header::COOKIE, conn.cookie())
+        .header(header::CONTENT_TYPE, "application/x-tar")
+        .body(reqwest::Body::wrap_stream(stream))
+        .send()
+        .await;
+    match r {
+        Ok(r) => {
+            let status = r.status();
+            match r.bytes().await {
+                Ok(b) => (status, [(header::CONTENT_TYPE, "application/json")], b).into_response(),
+                Err(e) => unavailable(&conn.id, &describe(&e)),
+            }
+        }
+        Err(e) => unavailable(&conn.id, &describe(&e)),
+    }
+}

@@ -140,9 +140,10 @@ fn routes_the_node_lacks_are_named_never_faked() {
     let (code, _, err) = run(sandbox.path(), &["story", "{not json"], &env);
     assert_eq!(code, 2, "{err}");
 
+    // A plain node is not a hub: `cp` says so (exit 4) instead of pretending.
     let (code, _, err) = run(sandbox.path(), &["cp", "/etc/hostname", "conn:/repo"], &env);
     assert_eq!(code, 4, "{err}");
-    assert!(err.contains("not available"), "{err}");
+    assert!(err.contains("not a tuic hub"), "{err}");
     let (code, _, _) = run(sandbox.path(), &["cp", "/etc/hostname", "nocolon"], &env);
     assert_eq!(code, 2);
 }

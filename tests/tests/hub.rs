@@ -300,3 +300,148 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
             .all(|r| r["connection_id"] != json!("boxb"))
     );
 }
+
+/// Every file under `root` with its bytes, for byte-identical comparisons.
+fn tree(root: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap().flatten() {
+            let path = e.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if e.file_type().unwrap().is_dir() {
+                out.push((rel + "/", Vec::new()));
+                stack.push(path);
+            } else {
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn tuic_cp_copies_a_tree_to_a_node_through_the_hub() {
+    let net = Net::star(1).unwrap();
+    let (_nd, node, token) = remote_node(net.node(0));
+    let hd = config_dir();
+    let hub =
+        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
+    let url = format!("http://{}:9876", net.node_addr(0));
+    run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &s(&hd),
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        &token,
+    )
+    .unwrap();
+    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
+    // A registered repository on node B with a destination folder.
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join("inbox")).unwrap();
+    assert_eq!(
+        ipc(&node.socket, "POST", "/repos", Some(json!({"path": root})))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    // The source tree on the hub's machine: many small files and two larger ones (CI-sized).
+    let src = tempfile::tempdir().unwrap();
+    let proj = src.path().join("proj");
+    for i in 0..300 {
+        let d = proj.join(format!("d{}", i % 9));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(format!("f{i}")), vec![(i % 250) as u8; 4096]).unwrap();
+    }
+    for i in 0..2u8 {
+        std::fs::write(
+            proj.join(format!("big{i}")),
+            (0..3 << 20)
+                .map(|j: u32| (j % 251) as u8 ^ i)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    }
+    let dest = format!("boxb:{}/inbox", root.display());
+    let run = || {
+        std::process::Command::new(tuic_tests::bin("tuic"))
+            .args(["cp", proj.to_str().unwrap(), &dest])
+            .env("TUIC_SOCKET", &hub.socket)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("copied") && stdout.contains("boxb:"),
+        "{stdout}"
+    );
+    assert_eq!(tree(&root.join("inbox/proj")), tree(&proj));
+    // A second copy of the same name is refused and changes nothing.
+    let before = tree(&root);
+    let out = run();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("409"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(tree(&root), before);
+    assert!(!root.join(".tuic-staging").exists());
+}
+
+#[tokio::test]
+async fn hub_upload_route_is_refused_over_tcp() {
+    let hd = config_dir();
+    run_with_stdin(
+        "tuic-hub",
+        &["set-password", "--config-dir", &s(&hd)],
+        "hub pw",
+    )
+    .unwrap();
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &[
+            "--config-dir",
+            &s(&hd),
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!(
+            "http://{}/hub/upload?conn=boxb&path=/x",
+            hub.tcp.unwrap()
+        ))
+        .basic_auth("admin", Some("hub pw"))
+        .body("tar")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+}

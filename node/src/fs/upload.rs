@@ -88,9 +88,53 @@ pub struct Published {
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct UploadQuery {
-    root: String,
+    /// A registered repository path (with `dest` relative to it)...
+    root: Option<String>,
     #[serde(default)]
     dest: String,
+    /// ...or an absolute directory inside a registered repository.
+    path: Option<String>,
+}
+
+/// Resolves the query to (registered root, destination relative to it).
+fn target(node: &Node, q: &UploadQuery) -> Result<(PathBuf, PathBuf), ApiError> {
+    let unknown =
+        |p: &str| ApiError::forbidden(format!("{p} is not inside a registered repository"));
+    match (&q.root, &q.path) {
+        (Some(root), None) => {
+            let canon = Path::new(root).canonicalize().map_err(|_| unknown(root))?;
+            if !node.repos.is_root(&canon) {
+                return Err(unknown(root));
+            }
+            Ok((canon, relative_dir(&q.dest).map_err(ApiError::bad_request)?))
+        }
+        (None, Some(path)) => {
+            if !Path::new(path).is_absolute() {
+                return Err(ApiError::bad_request("path must be absolute"));
+            }
+            let canon = Path::new(path)
+                .canonicalize()
+                .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
+            let root = node
+                .repos
+                .roots()
+                .into_iter()
+                .filter(|r| canon.starts_with(r))
+                .max_by_key(|r| r.as_os_str().len())
+                .ok_or_else(|| unknown(path))?;
+            let rel = canon
+                .strip_prefix(&root)
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            Ok((
+                root,
+                rel.join(relative_dir(&q.dest).map_err(ApiError::bad_request)?),
+            ))
+        }
+        _ => Err(ApiError::bad_request(
+            "give either root (with dest) or path",
+        )),
+    }
 }
 
 /// The route handler.
@@ -99,16 +143,7 @@ pub(crate) async fn upload_copy(
     Query(q): Query<UploadQuery>,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let root = Path::new(&q.root)
-        .canonicalize()
-        .map_err(|_| ApiError::not_found(format!("{} is not a registered repository", q.root)))?;
-    if !node.repos.is_root(&root) {
-        return Err(ApiError::forbidden(format!(
-            "{} is not a registered repository",
-            q.root
-        )));
-    }
-    let dest = relative_dir(&q.dest).map_err(ApiError::bad_request)?;
+    let (root, dest) = target(&node, &q)?;
     let permit = node
         .upload_permits
         .clone()
