@@ -140,6 +140,14 @@ pub struct Tuning {
     pub basic_cache_secs: u64,
     /// Drain deadline at shutdown (5 s).
     pub shutdown_drain_ms: u64,
+    /// An MCP protocol session idle this long is reaped (1 h).
+    pub mcp_session_ttl_ms: u64,
+    /// How often the MCP reaper sweeps (60 s).
+    pub mcp_reap_interval_ms: u64,
+    /// A co-owner of a TUIC identity active this recently is joined, never replaced (30 s).
+    pub mcp_identity_grace_ms: u64,
+    /// How long MCP task handles are kept in memory (24 h).
+    pub mcp_task_retention_ms: u64,
 }
 
 impl Default for Tuning {
@@ -151,6 +159,10 @@ impl Default for Tuning {
             login_session_days: 30,
             basic_cache_secs: 60,
             shutdown_drain_ms: 5_000,
+            mcp_session_ttl_ms: 3_600_000,
+            mcp_reap_interval_ms: 60_000,
+            mcp_identity_grace_ms: 30_000,
+            mcp_task_retention_ms: 86_400_000,
         }
     }
 }

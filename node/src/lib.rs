@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod guard;
 pub mod logs;
+pub mod mcp;
 pub mod paths;
 pub mod routes;
 pub mod server;

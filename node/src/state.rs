@@ -66,6 +66,8 @@ pub struct Node {
     pub tcp: tokio::sync::Mutex<TcpControl>,
     /// Owner of every background task, so shutdown can wait for them.
     pub tasks: TaskTracker,
+    /// The MCP endpoint's protocol sessions, tool registry and task handles.
+    pub mcp: crate::mcp::McpState,
 }
 
 impl Node {
@@ -92,6 +94,7 @@ impl Node {
         store.prune_login_sessions(now)?;
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
+        let mcp = crate::mcp::McpState::new(&config);
         Ok(Arc::new(Self {
             name,
             paths,
@@ -112,6 +115,7 @@ impl Node {
             }),
             tcp: tokio::sync::Mutex::new(TcpControl::default()),
             tasks: TaskTracker::new(),
+            mcp,
         }))
     }
 

@@ -50,7 +50,15 @@ pub enum Event {
         title: Option<String>,
         message: String,
         level: String,
-        sound: bool,
+        /// The resolved notification sound name; omitted for a silent toast.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sound: Option<String>,
+        /// Repository the calling agent works in, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin_repo_path: Option<String>,
+        /// The caller's TUIC session, only when the caller is bound to a terminal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin_session_id: Option<String>,
     },
     /// The configuration file changed (after `PUT /config`).
     ConfigChanged { remote_access_enabled: bool },

@@ -36,6 +36,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/config", get(config::get_config).put(config::put_config))
         .route("/auth/login", post(auth::login))
         .route("/events", get(events::sse))
+        .merge(crate::mcp::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") });
     with_server_limits(routes, node.request_timeout())

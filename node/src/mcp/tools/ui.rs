@@ -1,0 +1,135 @@
+//! `ui`: talk to the user through connected UIs. `toast` is published on the event bus with
+//! its sound resolved here, so every client plays a concrete sound.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use tuic_proto::events::Event;
+
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::state::Node;
+
+const ACTIONS: &[&str] = &["toast", "confirm", "tab"];
+const SOUNDS: &[&str] = &[
+    "question",
+    "completion",
+    "error",
+    "warning",
+    "info",
+    "attention",
+];
+const LEVELS: &[&str] = &["info", "warn", "error"];
+
+pub(super) static TOOL: ToolDef = ToolDef {
+    name: "ui",
+    summary: "Show a toast, ask a yes/no question, or open a tab in the UI",
+    description: "Reach the user through the connected UIs.\n\
+- toast (message, title?, level=info|warn|error, sound?): sound is true/false or one of question, completion, error, warning, info, attention; true follows the level. Use attention when you are blocked on the user.\n\
+- confirm (message, title?): a yes/no dialog; blocks up to 300 s.\n\
+- tab (url, title?): open a URL in a UI tab (http/https only; no custom schemes).",
+    actions: ACTIONS,
+    schema: || {
+        schema(
+            ACTIONS,
+            json!({
+                "message": {"type": "string"},
+                "title": {"type": "string"},
+                "level": {"type": "string", "enum": LEVELS},
+                "sound": {"oneOf": [{"type": "boolean"}, {"type": "string", "enum": SOUNDS}]},
+                "url": {"type": "string"}
+            }),
+        )
+    },
+    handler,
+    blocking: &["confirm"],
+};
+
+/// Resolves the `sound` argument: `true` follows the level, a name overrides it, an unknown
+/// name is an error (never a silently silent toast). `None` is no sound.
+pub(crate) fn resolve_sound(
+    level: &str,
+    sound: Option<&Value>,
+) -> Result<Option<String>, ToolError> {
+    match sound {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => Ok(Some(
+            match level {
+                "warn" => "warning",
+                "error" => "error",
+                _ => "info",
+            }
+            .into(),
+        )),
+        Some(Value::String(s)) if SOUNDS.contains(&s.as_str()) => Ok(Some(s.clone())),
+        Some(other) => Err(ToolError::invalid(format!(
+            "ui: unknown sound {other}; one of true, false, {}",
+            SOUNDS.join(", ")
+        ))),
+    }
+}
+
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let a = action("ui", ACTIONS, args)?;
+    match a {
+        "toast" => {
+            let message = args
+                .get("message")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .ok_or_else(|| ToolError::invalid("ui: message is required"))?;
+            let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
+            if !LEVELS.contains(&level) {
+                return Err(ToolError::invalid(format!("ui: unknown level {level}")));
+            }
+            let sound = resolve_sound(level, args.get("sound"))?;
+            let title = args.get("title").and_then(Value::as_str).map(str::to_owned);
+            node.bus.publish(Event::McpToast {
+                title,
+                message: message.to_owned(),
+                level: level.to_owned(),
+                sound: sound.clone(),
+                origin_repo_path: None,
+                // Only a caller bound to a terminal gets an id; never a guessed one.
+                origin_session_id: ctx.tuic_session.clone(),
+            });
+            let mut out = json!({"ok": true, "level": level});
+            if let Some(s) = sound {
+                out["sound"] = json!(s);
+            }
+            Ok(out)
+        }
+        "confirm" => Err(ToolError::not_available(
+            "ui",
+            "confirm",
+            "the confirm answer route (POST /mcp/confirm-response) and a UI to answer it, not built yet",
+        )),
+        _ => Err(ToolError::not_available(
+            "ui",
+            "tab",
+            "a UI with tabs, not built yet",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sound_resolution() {
+        assert_eq!(
+            resolve_sound("warn", Some(&json!(true)))
+                .unwrap()
+                .as_deref(),
+            Some("warning")
+        );
+        assert_eq!(
+            resolve_sound("info", Some(&json!("attention")))
+                .unwrap()
+                .as_deref(),
+            Some("attention")
+        );
+        assert_eq!(resolve_sound("error", None).unwrap(), None);
+        assert!(resolve_sound("info", Some(&json!("kazoo"))).is_err());
+    }
+}
