@@ -11,6 +11,8 @@ pub mod instructions;
 pub mod protocol;
 pub mod registry;
 pub mod sessions;
+#[cfg(test)]
+mod tests;
 pub mod tools;
 pub mod transport;
 

@@ -13,7 +13,7 @@ const ACTIONS: &[&str] = &["status", "speak", "listen"];
 
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "voice",
-    summary: "Hands-free voice for the calling terminal (status; unavailable headless)",
+    summary: "Hands-free voice for the calling terminal (unavailable headless)",
     description: "Hands-free voice for your own terminal. The language and the voice come from the user's dictation settings; you cannot choose them.\n\
 - status: whether hands-free is armed for this terminal, and the language (available:false with a reason when it cannot be).\n\
 - speak (text, turn?, utterance_id?): speak a reply.\n\
