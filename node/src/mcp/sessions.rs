@@ -36,7 +36,7 @@ pub struct McpSession {
     /// `clientInfo.name` from initialize, for per-client surfaces (collapsed catalogue).
     pub client_name: Option<String>,
     /// The negotiated revision.
-    pub protocol_version: String,
+    pub protocol_version: &'static str,
     /// The TUIC identity (`x-tuic-session`) bound to this session, if any.
     pub tuic_session: Option<String>,
     /// The current `GET /mcp` stream: its generation and sender.
@@ -44,12 +44,12 @@ pub struct McpSession {
 }
 
 impl McpSession {
-    fn new(now: Instant, protocol_version: &str) -> Self {
+    fn new(now: Instant, protocol_version: &'static str) -> Self {
         Self {
             created: now,
             last_activity: now,
             client_name: None,
-            protocol_version: protocol_version.to_owned(),
+            protocol_version,
             tuic_session: None,
             stream: None,
         }
@@ -173,7 +173,7 @@ impl SessionTable {
         &self,
         header: Option<&str>,
         now: Instant,
-        version: &str,
+        version: &'static str,
         client_name: Option<String>,
     ) -> (String, Arrival) {
         let mut g = self.lock();
@@ -181,7 +181,7 @@ impl SessionTable {
             && let Some(s) = g.sessions.get_mut(id)
         {
             s.last_activity = now;
-            s.protocol_version = version.to_owned();
+            s.protocol_version = version;
             if client_name.is_some() {
                 s.client_name = client_name;
             }
@@ -200,7 +200,7 @@ impl SessionTable {
     }
 
     /// Refreshes the session named by a request header, recreating an unknown id.
-    pub fn touch(&self, id: &str, now: Instant, default_version: &str) -> Lookup {
+    pub fn touch(&self, id: &str, now: Instant, default_version: &'static str) -> Lookup {
         let mut g = self.lock();
         if let Some(s) = g.sessions.get_mut(id) {
             s.last_activity = now;
@@ -295,7 +295,7 @@ impl SessionTable {
         &self,
         id: &str,
         now: Instant,
-        default_version: &str,
+        default_version: &'static str,
     ) -> (u64, mpsc::Receiver<Value>) {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let generation = STREAM_GENERATION.fetch_add(1, Ordering::Relaxed);

@@ -295,7 +295,7 @@ async fn handle(
     let session_version = req
         .session
         .as_deref()
-        .and_then(|s| node.mcp.sessions.with(s, |x| x.protocol_version.clone()));
+        .and_then(|s| node.mcp.sessions.with(s, |x| x.protocol_version.to_owned()));
     // The revision is re-read per request: header, else _meta, else the session's.
     let version = req
         .version_header
