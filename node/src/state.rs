@@ -156,7 +156,7 @@ impl Node {
 fn tailscale_name(c: &Config) -> Option<String> {
     c.tailscale
         .enabled
-        .then(|| c.tailscale.hostname.as_deref())
+        .then_some(c.tailscale.hostname.as_deref())
         .flatten()
         .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
         .filter(|h| !h.is_empty())

@@ -179,7 +179,7 @@ impl Registry {
         if cfg.disabled_native_tools.iter().any(|d| d == name) {
             return false;
         }
-        !(name == "progress" && !cfg.progress_tracking)
+        name != "progress" || cfg.progress_tracking
     }
 
     /// The tools a caller may see and call, in catalogue order.

@@ -150,11 +150,10 @@ async fn authenticate(
     }
     if accepts_query_token(method, uri.path())
         && let Some(tok) = query_token(uri.query())
+        && (auth::secret_eq(&tok, &node.node_token)
+            || check_login(node, &tok, lifetime_ms).is_some())
     {
-        if auth::secret_eq(&tok, &node.node_token) || check_login(node, &tok, lifetime_ms).is_some()
-        {
-            return Ok(None);
-        }
+        return Ok(None);
     }
     if let Some((user, pass)) = headers
         .get(AUTHORIZATION)

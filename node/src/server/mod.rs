@@ -200,9 +200,7 @@ pub async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> {
         info!(listener = "tcp", addr = %r.addr, "TCP listener stopped; the IPC listener is unaffected");
     }
     let (bind, port) = want?;
-    let Some(app) = tcp.app.clone() else {
-        return None;
-    };
+    let app = tcp.app.clone()?;
     match bind_tcp(&bind, port).await {
         Ok(listener) => {
             let addr = listener.local_addr().ok()?;
