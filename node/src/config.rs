@@ -148,6 +148,8 @@ pub struct Tuning {
     pub mcp_identity_grace_ms: u64,
     /// How long MCP task handles are kept in memory (24 h).
     pub mcp_task_retention_ms: u64,
+    /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
+    pub mcp_confirm_timeout_ms: u64,
 }
 
 impl Default for Tuning {
@@ -163,6 +165,7 @@ impl Default for Tuning {
             mcp_reap_interval_ms: 60_000,
             mcp_identity_grace_ms: 30_000,
             mcp_task_retention_ms: 86_400_000,
+            mcp_confirm_timeout_ms: 300_000,
         }
     }
 }

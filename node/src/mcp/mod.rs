@@ -49,6 +49,8 @@ pub struct McpState {
     pub liveness: RwLock<Arc<dyn IdentityLiveness>>,
     /// The last announced tool surface, to fire `list_changed` only on a real change.
     surface: Mutex<(Vec<String>, bool, bool)>,
+    /// Open `ui action=confirm` dialogs: request id → the waiting handler's answer channel.
+    pub confirms: Mutex<std::collections::HashMap<String, std::sync::mpsc::SyncSender<bool>>>,
 }
 
 impl McpState {
@@ -60,6 +62,7 @@ impl McpState {
             tasks: TaskTable::default(),
             liveness: RwLock::new(Arc::new(NoPtys)),
             surface: Mutex::new(registry::surface_fingerprint(cfg)),
+            confirms: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -138,6 +141,10 @@ pub fn routes() -> Router<Arc<Node>> {
                 .delete(transport::delete),
         )
         .route("/mcp/status", get(status))
+        .route(
+            "/mcp/confirm-response",
+            axum::routing::post(confirm_response),
+        )
         .route("/mcp/instructions", get(instructions_route))
 }
 
@@ -188,6 +195,36 @@ async fn instructions_route(State(node): State<Arc<Node>>) -> impl IntoResponse 
         [(CONTENT_TYPE, "text/plain; charset=utf-8")],
         current_instructions(&node, collapsed),
     )
+}
+
+/// Body of `POST /mcp/confirm-response`.
+#[derive(Debug, serde::Deserialize)]
+struct ConfirmAnswer {
+    request_id: String,
+    confirmed: bool,
+}
+
+/// `POST /mcp/confirm-response {request_id, confirmed}`: a UI answers an open confirm dialog.
+async fn confirm_response(
+    State(node): State<Arc<Node>>,
+    crate::error::JsonBody(a): crate::error::JsonBody<ConfirmAnswer>,
+) -> Result<Json<Value>, ApiError> {
+    let tx = node
+        .mcp
+        .confirms
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&a.request_id);
+    match tx {
+        Some(tx) => {
+            // The handler may have timed out a moment ago; then the answer is moot.
+            let _ = tx.try_send(a.confirmed);
+            Ok(Json(json!({"ok": true})))
+        }
+        None => Err(ApiError::not_found(
+            "no open confirmation with that request_id (answered or timed out)",
+        )),
+    }
 }
 
 /// `GET /mcp/status`: whether the route is active, the table counts, and the `native_tools`

@@ -658,3 +658,63 @@ async fn initialize_storm_is_reaped_when_ttl_is_short() {
     assert_eq!(reaped, 200);
     assert!(f.node.mcp.sessions.is_empty());
 }
+
+#[tokio::test]
+async fn confirm_is_answered_through_the_response_route_or_times_out() {
+    let f = fixture(json!({"tuning": {"mcp_confirm_timeout_ms": 20_000}}));
+    let mut rx = f.node.bus.subscribe();
+    let node = f.node.clone();
+    let call_task = tokio::spawn(async move {
+        rpc(
+            &node,
+            call("ui", json!({"action":"confirm","message":"deploy?"})),
+            &[],
+        )
+        .await
+    });
+    let request_id = loop {
+        let ev = rx.recv().await.unwrap();
+        if ev.event.name() == "mcp-confirm" {
+            break ev.event.payload()["request_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+    };
+    let mut r = Request::post("/mcp/confirm-response")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"request_id": request_id, "confirmed": true}).to_string(),
+        ))
+        .unwrap();
+    r.extensions_mut().insert(Transport::Ipc);
+    assert_eq!(send(&f.node, r).await.status, StatusCode::OK);
+    let a = call_task.await.unwrap();
+    assert_eq!(tool_json(&a)["confirmed"], true);
+    // A second answer finds nothing open.
+    let mut r = Request::post("/mcp/confirm-response")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"request_id": request_id, "confirmed": true}).to_string(),
+        ))
+        .unwrap();
+    r.extensions_mut().insert(Transport::Ipc);
+    assert_eq!(send(&f.node, r).await.status, StatusCode::NOT_FOUND);
+
+    let f = fixture(json!({"tuning": {"mcp_confirm_timeout_ms": 50}}));
+    let a = rpc(
+        &f.node,
+        call("ui", json!({"action":"confirm","message":"deploy?"})),
+        &[],
+    )
+    .await;
+    let v = tool_json(&a);
+    assert_eq!(v["confirmed"], false);
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no answer within")
+    );
+    assert!(f.node.mcp.confirms.lock().unwrap().is_empty());
+}

@@ -98,17 +98,54 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             }
             Ok(out)
         }
-        "confirm" => Err(ToolError::not_available(
-            "ui",
-            "confirm",
-            "the confirm answer route (POST /mcp/confirm-response) and a UI to answer it, not built yet",
-        )),
+        "confirm" => confirm(node, ctx, args),
         _ => Err(ToolError::not_available(
             "ui",
             "tab",
             "a UI with tabs, not built yet",
         )),
     }
+}
+
+/// Publishes the question and blocks (on the blocking pool) until a UI answers through
+/// `POST /mcp/confirm-response` or the answer window closes.
+fn confirm(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let message = args
+        .get("message")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ToolError::invalid("ui: message is required"))?;
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    node.mcp
+        .confirms
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(request_id.clone(), tx);
+    node.bus.publish(Event::McpConfirm {
+        request_id: request_id.clone(),
+        message: message.to_owned(),
+        title: args.get("title").and_then(Value::as_str).map(str::to_owned),
+        origin_session_id: ctx.tuic_session.clone(),
+    });
+    let window = std::time::Duration::from_millis(node.config().tuning.mcp_confirm_timeout_ms);
+    let answer = rx.recv_timeout(window).ok();
+    // Whoever wins, the entry goes and every UI is told to drop the dialog.
+    node.mcp
+        .confirms
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&request_id);
+    let confirmed = answer.unwrap_or(false);
+    node.bus.publish(Event::McpConfirmResolved {
+        request_id: request_id.clone(),
+        confirmed,
+    });
+    Ok(match answer {
+        Some(c) => json!({"confirmed": c, "request_id": request_id}),
+        None => json!({"confirmed": false, "request_id": request_id,
+            "reason": format!("no answer within {}s", window.as_secs())}),
+    })
 }
 
 #[cfg(test)]
