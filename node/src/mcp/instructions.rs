@@ -98,19 +98,19 @@ mod tests {
             ),
             (
                 "tools_list.default",
-                serde_json::to_string(&reg.list(&Config::default(), None))
+                serde_json::to_string(&reg.list(&Config::default(), false))
                     .unwrap()
                     .len(),
                 14_000,
             ),
             (
                 "tools_list.all_enabled",
-                serde_json::to_string(&reg.list(&all, None)).unwrap().len(),
+                serde_json::to_string(&reg.list(&all, false)).unwrap().len(),
                 15_000,
             ),
             (
                 "tools_list.collapsed",
-                serde_json::to_string(&reg.list(&Config::default(), Some("ego")))
+                serde_json::to_string(&reg.list(&Config::default(), true))
                     .unwrap()
                     .len(),
                 2_000,
@@ -134,7 +134,7 @@ mod tests {
                 ),
                 (
                     "tools_list.default".to_string(),
-                    serde_json::to_string(&reg.list(&Config::default(), None))
+                    serde_json::to_string(&reg.list(&Config::default(), false))
                         .unwrap()
                         .into(),
                 ),

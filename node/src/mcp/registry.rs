@@ -20,8 +20,22 @@ pub struct CallCtx {
     pub mcp_session: Option<String>,
     /// The TUIC identity bound to that session.
     pub tuic_session: Option<String>,
-    /// The client's name (request `_meta` first, else the session's initialize).
+    /// The client's name from this request's `_meta`, if it names one.
     pub client_name: Option<String>,
+    /// The protocol session's remembered "needs the collapsed catalogue" flag.
+    pub session_meta_tools: bool,
+}
+
+impl CallCtx {
+    /// Whether this caller gets the collapsed surface. A request that names its client decides
+    /// by itself; the session's flag (from initialize) is the fallback.
+    pub fn collapsed(&self, cfg: &crate::config::Config) -> bool {
+        cfg.collapse_tools
+            || match &self.client_name {
+                Some(c) => client_requires_meta_tools(Some(c)),
+                None => self.session_meta_tools,
+            }
+    }
 }
 
 /// A tool-level failure, answered as a result with `isError: true`.
@@ -204,14 +218,9 @@ impl Registry {
         self.visible(cfg).into_iter().find(|t| t.name == name)
     }
 
-    /// Whether this caller gets the collapsed surface.
-    pub fn collapsed_for(cfg: &crate::config::Config, client: Option<&str>) -> bool {
-        cfg.collapse_tools || client_requires_meta_tools(client)
-    }
-
-    /// The `tools/list` array for a caller.
-    pub fn list(&self, cfg: &crate::config::Config, client: Option<&str>) -> Vec<Value> {
-        if Self::collapsed_for(cfg, client) {
+    /// The `tools/list` array: the full catalogue, or the collapsed surface.
+    pub fn list(&self, cfg: &crate::config::Config, collapsed: bool) -> Vec<Value> {
+        if collapsed {
             let mut v = meta_listings();
             if let Some(p) = self.find(cfg, "progress") {
                 v.push(p.listing());

@@ -29,26 +29,25 @@ static STREAM_GENERATION: AtomicU64 = AtomicU64::new(1);
 /// One protocol session.
 #[derive(Debug)]
 pub struct McpSession {
-    /// When the session was created (initialize or auto-recovery).
-    pub created: Instant,
     /// Last request on this id; the reaper compares it with the TTL.
     pub last_activity: Instant,
-    /// `clientInfo.name` from initialize, for per-client surfaces (collapsed catalogue).
-    pub client_name: Option<String>,
+    /// The client named itself at initialize as one that needs the collapsed catalogue
+    /// (`client_requires_meta_tools`); only the flag is kept, not the name.
+    pub meta_tools: bool,
     /// The negotiated revision.
     pub protocol_version: &'static str,
     /// The TUIC identity (`x-tuic-session`) bound to this session, if any.
-    pub tuic_session: Option<String>,
-    /// The current `GET /mcp` stream: its generation and sender.
-    stream: Option<(u64, mpsc::Sender<Value>)>,
+    pub tuic_session: Option<Box<str>>,
+    /// The current `GET /mcp` stream: its generation and sender. Boxed, like the strings
+    /// above, to keep an entry small: a storm of 10,000 initializes must stay under 3 MB.
+    stream: Option<Box<(u64, mpsc::Sender<Value>)>>,
 }
 
 impl McpSession {
     fn new(now: Instant, protocol_version: &'static str) -> Self {
         Self {
-            created: now,
             last_activity: now,
-            client_name: None,
+            meta_tools: false,
             protocol_version,
             tuic_session: None,
             stream: None,
@@ -183,7 +182,8 @@ impl SessionTable {
             s.last_activity = now;
             s.protocol_version = version;
             if client_name.is_some() {
-                s.client_name = client_name;
+                s.meta_tools =
+                    crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
             }
             return (id.to_owned(), Arrival::Reused);
         }
@@ -194,7 +194,7 @@ impl SessionTable {
         };
         let id = uuid::Uuid::new_v4().to_string();
         let mut s = McpSession::new(now, version);
-        s.client_name = client_name;
+        s.meta_tools = crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
         g.sessions.insert(id.clone(), s);
         (id, arrival)
     }
@@ -231,8 +231,8 @@ impl SessionTable {
         let Some(me) = sessions.get_mut(id) else {
             return Binding::Unchanged;
         };
-        let previous_identity = me.tuic_session.replace(tuic.to_owned());
-        if let Some(prev) = previous_identity.filter(|p| p != tuic) {
+        let previous_identity = me.tuic_session.replace(tuic.into());
+        if let Some(prev) = previous_identity.filter(|p| &**p != tuic) {
             drop_route(identities, &prev, id);
         }
         let owners = identities.entry(tuic.to_owned()).or_default();
@@ -306,7 +306,7 @@ impl SessionTable {
             .entry(id.to_owned())
             .or_insert_with(|| McpSession::new(now, default_version));
         s.last_activity = now;
-        s.stream = Some((generation, tx));
+        s.stream = Some(Box::new((generation, tx)));
         (generation, rx)
     }
 
@@ -315,11 +315,7 @@ impl SessionTable {
     pub fn release_stream(&self, id: &str, generation: u64) -> bool {
         let mut g = self.lock();
         match g.sessions.get_mut(id) {
-            Some(s)
-                if s.stream
-                    .as_ref()
-                    .is_some_and(|(gen_, _)| *gen_ == generation) =>
-            {
+            Some(s) if s.stream.as_ref().is_some_and(|b| b.0 == generation) => {
                 s.stream = None;
                 true
             }
@@ -333,7 +329,7 @@ impl SessionTable {
         self.lock()
             .sessions
             .get(id)
-            .and_then(|s| s.stream.as_ref().map(|(g, _)| *g))
+            .and_then(|s| s.stream.as_ref().map(|b| b.0))
     }
 
     /// Sends a notification to every subscribed stream; a full stream misses it.
@@ -342,7 +338,7 @@ impl SessionTable {
         g.sessions
             .values()
             .filter_map(|s| s.stream.as_ref())
-            .filter(|(_, tx)| tx.try_send(message.clone()).is_ok())
+            .filter(|b| b.1.try_send(message.clone()).is_ok())
             .count()
     }
 
@@ -367,7 +363,7 @@ impl SessionTable {
             let Some(s) = g.sessions.remove(id) else {
                 continue;
             };
-            if let Some(t) = s.tuic_session {
+            if let Some(t) = s.tuic_session.map(String::from) {
                 let last = g.identities.get(&t).is_some_and(|o| o.sessions.len() <= 1);
                 if last && liveness.is_addressable(&t) {
                     if let Some(o) = g.identities.get_mut(&t) {

@@ -718,3 +718,33 @@ async fn confirm_is_answered_through_the_response_route_or_times_out() {
     );
     assert!(f.node.mcp.confirms.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn request_meta_decides_the_surface_and_the_session_flag_is_the_fallback() {
+    let f = fixture(json!({}));
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"grok-shell-1","version":"1"}}});
+    let a = rpc(&f.node, init, &[]).await;
+    assert!(
+        a.body["result"]["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("Lazy discovery")
+    );
+    let sid = a.session.unwrap();
+    let names = |a: &Answer| a.body["result"]["tools"].as_array().unwrap().len();
+    let a = rpc(
+        &f.node,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
+        &[("mcp-session-id", &sid)],
+    )
+    .await;
+    assert_eq!(names(&a), 4, "session flag: collapsed");
+    // The same session, a request naming another client in _meta: that name decides.
+    let a = rpc(
+        &f.node,
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientInfo":{"name":"claude-code"}}}}),
+        &[("mcp-session-id", &sid)],
+    )
+    .await;
+    assert_eq!(names(&a), 10, "request _meta wins over the session");
+}

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use super::protocol::{self as p, Message};
-use super::registry::{CallCtx, Registry};
+use super::registry::CallCtx;
 use super::sessions::{Binding, Lookup};
 use crate::error::ApiError;
 use crate::guard::{self, Transport};
@@ -310,7 +310,7 @@ async fn handle(
         "server/discover" => Outcome::ok(p::result(id, discover(node, &ctx))),
         "tools/list" => {
             let cfg = node.config();
-            let mut r = json!({"tools": node.mcp.registry.list(&cfg, ctx.client_name.as_deref())});
+            let mut r = json!({"tools": node.mcp.registry.list(&cfg, ctx.collapsed(&cfg))});
             if modern {
                 cache_envelope(&mut r);
             }
@@ -419,7 +419,7 @@ fn cache_envelope(r: &mut Value) {
 }
 
 fn discover(node: &Arc<Node>, ctx: &CallCtx) -> Value {
-    let collapsed = Registry::collapsed_for(&node.config(), ctx.client_name.as_deref());
+    let collapsed = ctx.collapsed(&node.config());
     let mut r = json!({
         "supportedVersions": p::SUPPORTED,
         "capabilities": capabilities(),
@@ -462,7 +462,8 @@ fn initialize(
         binding = binding.as_deref().unwrap_or("none"),
         "mcp initialize"
     );
-    let collapsed = Registry::collapsed_for(&node.config(), client.as_deref());
+    let collapsed = node.config().collapse_tools
+        || super::registry::client_requires_meta_tools(client.as_deref());
     *minted = Some(sid);
     Outcome::ok(p::result(
         id,
@@ -504,23 +505,21 @@ fn call_ctx(
     headers: &HeaderMap,
     params: &Map<String, Value>,
 ) -> CallCtx {
-    let (tuic, session_client) = req
+    let (tuic, session_meta_tools) = req
         .session
         .as_deref()
         .and_then(|s| {
-            node.mcp
-                .sessions
-                .with(s, |x| (x.tuic_session.clone(), x.client_name.clone()))
+            node.mcp.sessions.with(s, |x| {
+                (x.tuic_session.as_deref().map(str::to_owned), x.meta_tools)
+            })
         })
-        .unwrap_or((None, None));
+        .unwrap_or((None, false));
     CallCtx {
         loopback: guard::is_loopback_caller(req.transport, headers),
         mcp_session: req.session.clone(),
         tuic_session: tuic,
-        // A request that names its client decides by itself; the session is the fallback.
-        client_name: p::meta_client_name(params)
-            .map(str::to_owned)
-            .or(session_client),
+        client_name: p::meta_client_name(params).map(str::to_owned),
+        session_meta_tools,
     }
 }
 
