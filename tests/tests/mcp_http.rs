@@ -145,7 +145,7 @@ async fn stale_header_recovers_delete_then_404_and_initialize_is_logged() {
 
 #[tokio::test]
 async fn sse_generations_superseded_stream_keeps_replacement_and_list_changed_arrives() {
-    let node = NodeProc::start(json!({})).await;
+    let node = NodeProc::start(json!({"disabled_native_tools": []})).await;
     let mut c = node.connect().await;
     let r = c
         .send("GET", "/mcp", &[("accept", "text/event-stream")], "")
@@ -165,14 +165,14 @@ async fn sse_generations_superseded_stream_keeps_replacement_and_list_changed_ar
     // The older stream goes away; its teardown must not remove the replacement's sender.
     drop(first);
     drop(a);
-    // Change the tool surface on disk; the node reloads it and announces list_changed.
-    let path = node.dir.path().join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    cfg["disabled_native_tools"] = json!(["config"]);
-    std::fs::write(&path, cfg.to_string()).unwrap();
+    // Change the tool surface through the config tool (a save fires list_changed at once).
+    let base = tool_value(&c.rpc(&json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"config","arguments":{"action":"get"}}}), &[]).await);
+    let mut edited = base.clone();
+    edited["disabled_native_tools"] = json!(["config"]);
+    let r = c.rpc(&json!({"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"config","arguments":{"action":"save","base":base,"config":edited}}}), &[]).await;
+    assert_eq!(r.json()["result"]["isError"], false, "{}", r.json());
     let mut body = second.into_body();
-    let text = tokio::time::timeout(Duration::from_secs(20), async {
+    let text = tokio::time::timeout(Duration::from_secs(60), async {
         let mut acc = String::new();
         loop {
             let f = body.frame().await.expect("stream open").unwrap();
@@ -185,7 +185,7 @@ async fn sse_generations_superseded_stream_keeps_replacement_and_list_changed_ar
         }
     })
     .await
-    .expect("list_changed within 20 s");
+    .expect("list_changed within 60 s");
     assert!(text.contains("notifications/tools/list_changed"));
     let r = c
         .rpc(
