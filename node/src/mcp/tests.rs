@@ -748,3 +748,76 @@ async fn request_meta_decides_the_surface_and_the_session_flag_is_the_fallback()
     .await;
     assert_eq!(names(&a), 10, "request _meta wins over the session");
 }
+
+fn boom(
+    _: &Arc<Node>,
+    _: &crate::mcp::registry::CallCtx,
+    args: &serde_json::Map<String, Value>,
+) -> Result<Value, crate::mcp::registry::ToolError> {
+    if args.get("action").and_then(Value::as_str) == Some("fine") {
+        return Ok(json!({"ok": true}));
+    }
+    panic!("handler bug")
+}
+
+static BOOM: crate::mcp::registry::ToolDef = crate::mcp::registry::ToolDef {
+    name: "boom",
+    summary: "test tool",
+    description: "panics unless action=fine",
+    actions: &["inline", "blocking", "fine"],
+    schema: || json!({"type": "object"}),
+    handler: boom,
+    blocking: &["blocking"],
+};
+
+#[tokio::test]
+async fn run_time_tools_come_and_go_with_list_changed_and_panics_become_tool_errors() {
+    let f = fixture(json!({}));
+    let (_gen, mut rx) =
+        f.node
+            .mcp
+            .sessions
+            .subscribe("watcher", std::time::Instant::now(), "2025-11-25");
+    let def = Arc::new(clone_boom());
+    assert!(f.node.mcp.add_tool(def.clone()));
+    assert!(!f.node.mcp.add_tool(def), "a name is registered once");
+    let note = rx.recv().await.unwrap();
+    assert_eq!(note["method"], "notifications/tools/list_changed");
+    let a = rpc(
+        &f.node,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}),
+        &[],
+    )
+    .await;
+    assert!(a.body.to_string().contains("\"boom\""));
+    for action in ["inline", "blocking"] {
+        let a = rpc(&f.node, call("boom", json!({"action": action})), &[]).await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.body["result"]["isError"], true, "{action}");
+        assert_eq!(tool_json(&a)["code"], "internal", "{action}");
+    }
+    let a = rpc(&f.node, call("boom", json!({"action": "fine"})), &[]).await;
+    assert_eq!(tool_json(&a)["ok"], true);
+    assert!(f.node.mcp.remove_tool("boom"));
+    assert_eq!(
+        rx.recv().await.unwrap()["method"],
+        "notifications/tools/list_changed"
+    );
+    let a = rpc(&f.node, call("boom", json!({"action": "fine"})), &[]).await;
+    assert_eq!(
+        a.body["error"]["code"], -32602,
+        "gone tools are unknown at dispatch"
+    );
+}
+
+fn clone_boom() -> crate::mcp::registry::ToolDef {
+    crate::mcp::registry::ToolDef {
+        name: BOOM.name,
+        summary: BOOM.summary,
+        description: BOOM.description,
+        actions: BOOM.actions,
+        schema: BOOM.schema,
+        handler: BOOM.handler,
+        blocking: BOOM.blocking,
+    }
+}
