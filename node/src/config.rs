@@ -30,6 +30,8 @@ pub struct Config {
     pub collapse_tools: bool,
     /// Whether the progress journal records.
     pub progress_tracking: bool,
+    /// Test-only: expose the MCP conformance suite's fixture tools (false). Read at start.
+    pub mcp_conformance_fixtures: bool,
     /// Tailscale integration.
     pub tailscale: Tailscale,
     /// Where secrets go: `auto` (OS keyring when one answers, else a 0600 file) or `file`.
@@ -180,6 +182,7 @@ impl Default for Config {
             disabled_native_tools: vec!["config".into(), "debug".into()],
             collapse_tools: false,
             progress_tracking: true,
+            mcp_conformance_fixtures: false,
             tailscale: Tailscale::default(),
             secret_store: SecretStore::Auto,
             tuning: Tuning::default(),

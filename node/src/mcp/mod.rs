@@ -7,6 +7,7 @@
 //! test oracles. It owns no PTYs and no mailboxes: the terminal core and agent mail plug in
 //! through [`sessions::IdentityLiveness`] and the tool handlers.
 
+pub mod fixtures;
 pub mod instructions;
 pub mod protocol;
 pub mod registry;
@@ -56,14 +57,18 @@ pub struct McpState {
 impl McpState {
     /// Fresh state for a node whose config is `cfg`.
     pub fn new(cfg: &crate::config::Config) -> Self {
-        Self {
+        let s = Self {
             sessions: SessionTable::default(),
             registry: Registry::default(),
             tasks: TaskTable::default(),
             liveness: RwLock::new(Arc::new(NoPtys)),
             surface: Mutex::new(registry::surface_fingerprint(cfg)),
             confirms: Mutex::new(std::collections::HashMap::new()),
+        };
+        if cfg.mcp_conformance_fixtures {
+            fixtures::register(&s.registry);
         }
+        s
     }
 
     /// Sends `notifications/tools/list_changed` to every `GET /mcp` stream.

@@ -123,7 +123,14 @@ pub struct ToolDef {
     pub handler: Handler,
     /// Actions that may sleep, spawn, write PTYs or touch disk: run on the blocking pool.
     pub blocking: &'static [&'static str],
+    /// Upstream-style tool: a returned object with a `content` array *is* the MCP
+    /// `CallToolResult` and becomes the JSON-RPC result unchanged (native tools: false, their
+    /// values travel as compact JSON text).
+    pub passthrough: bool,
 }
+
+/// What a dispatch produced: the value (or tool error) and whether it passes through.
+pub type Dispatched = (Result<Value, ToolError>, bool);
 
 impl ToolDef {
     /// The MCP `Tool` object.
@@ -237,7 +244,7 @@ impl Registry {
         ctx: &CallCtx,
         name: &str,
         args: Map<String, Value>,
-    ) -> Result<Result<Value, ToolError>, String> {
+    ) -> Result<Dispatched, String> {
         let cfg = node.config();
         if META_TOOLS.contains(&name) {
             return Ok(self.call_meta(node, ctx, name, args).await);
@@ -245,14 +252,18 @@ impl Registry {
         // The filter applies at dispatch too: knowing a hidden name does not make it callable.
         let Some(def) = self.find(&cfg, name) else {
             if self.native.iter().any(|t| t.name == name) {
-                return Ok(Err(ToolError::new(
-                    "disabled",
-                    format!("tool {name} is disabled by disabled_native_tools"),
-                )));
+                return Ok((
+                    Err(ToolError::new(
+                        "disabled",
+                        format!("tool {name} is disabled by disabled_native_tools"),
+                    )),
+                    false,
+                ));
             }
             return Err(format!("unknown tool: {name}"));
         };
-        Ok(run(node, ctx, def, args).await)
+        let passthrough = def.passthrough;
+        Ok((run(node, ctx, def, args).await, passthrough))
     }
 
     async fn call_meta(
@@ -261,7 +272,20 @@ impl Registry {
         ctx: &CallCtx,
         name: &str,
         args: Map<String, Value>,
-    ) -> Result<Value, ToolError> {
+    ) -> Dispatched {
+        match self.call_meta_inner(node, ctx, name, args).await {
+            Ok((v, p)) => (v, p),
+            Err(e) => (Err(e), false),
+        }
+    }
+
+    async fn call_meta_inner(
+        &self,
+        node: &Arc<Node>,
+        ctx: &CallCtx,
+        name: &str,
+        args: Map<String, Value>,
+    ) -> Result<Dispatched, ToolError> {
         let cfg = node.config();
         let tool_arg = |k: &str| {
             args.get(k)
@@ -282,7 +306,7 @@ impl Registry {
                     })
                     .map(|t| json!({"name": t.name, "summary": t.summary}))
                     .collect();
-                Ok(json!({"tools": hits}))
+                Ok((Ok(json!({"tools": hits})), false))
             }
             "get_tool_schema" => {
                 let n = tool_arg("name")?;
@@ -290,7 +314,7 @@ impl Registry {
                     return Err(ToolError::invalid(format!("{n} is a meta-tool")));
                 }
                 self.find(&cfg, &n)
-                    .map(|t| t.listing())
+                    .map(|t| (Ok(t.listing()), false))
                     .ok_or_else(|| ToolError::invalid(format!("no such tool: {n}")))
             }
             _ => {
@@ -308,7 +332,8 @@ impl Registry {
                         "no such tool (or disabled): {n}"
                     )));
                 };
-                run(node, ctx, def, inner).await
+                let passthrough = def.passthrough;
+                Ok((run(node, ctx, def, inner).await, passthrough))
             }
         }
     }
@@ -323,6 +348,7 @@ fn clone_def(t: &ToolDef) -> ToolDef {
         schema: t.schema,
         handler: t.handler,
         blocking: t.blocking,
+        passthrough: t.passthrough,
     }
 }
 

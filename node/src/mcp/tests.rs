@@ -494,12 +494,14 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
             .call(&f.node, &remote, tool, args.clone())
             .await
             .unwrap()
+            .0
             .unwrap_err();
         assert_eq!(e.code, "loopback_only", "{tool} {action}");
         let e = reg
             .call(&f.node, &local, tool, args)
             .await
             .unwrap()
+            .0
             .unwrap_err();
         assert_ne!(e.code, "loopback_only", "{tool} {action}");
     }
@@ -513,6 +515,7 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
         )
         .await
         .unwrap()
+        .0
         .unwrap_err();
     assert_eq!(e.code, "not_available");
     // Identity-scoped agent actions say the next step when there is no protocol session.
@@ -525,6 +528,7 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
         )
         .await
         .unwrap()
+        .0
         .unwrap_err();
     assert_eq!(e.code, "no_protocol_session");
     assert!(e.message.contains("initialize"));
@@ -548,6 +552,7 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
             )
             .await
             .unwrap()
+            .0
             .unwrap_err();
         assert_eq!(e.code, "removed");
         assert_eq!(e.extra["replacement"], route);
@@ -768,6 +773,7 @@ static BOOM: crate::mcp::registry::ToolDef = crate::mcp::registry::ToolDef {
     schema: || json!({"type": "object"}),
     handler: boom,
     blocking: &["blocking"],
+    passthrough: false,
 };
 
 #[tokio::test]
@@ -819,5 +825,39 @@ fn clone_boom() -> crate::mcp::registry::ToolDef {
         schema: BOOM.schema,
         handler: BOOM.handler,
         blocking: BOOM.blocking,
+        passthrough: BOOM.passthrough,
     }
+}
+
+#[tokio::test]
+async fn conformance_fixtures_are_off_by_default_and_pass_call_tool_results_through() {
+    let f = fixture(json!({}));
+    let a = rpc(&f.node, call("test_simple_text", json!({})), &[]).await;
+    assert_eq!(
+        a.body["error"]["code"], -32602,
+        "fixtures are off by default"
+    );
+    let f = fixture(json!({"mcp_conformance_fixtures": true}));
+    let a = rpc(&f.node, call("test_image_content", json!({})), &[]).await;
+    assert_eq!(a.body["result"]["content"][0]["type"], "image");
+    let a = rpc(&f.node, call("test_error_handling", json!({})), &[]).await;
+    assert_eq!(a.body["result"]["isError"], true);
+    // The collapsed call_tool path passes the same result through.
+    let a = rpc(
+        &f.node,
+        call("call_tool", json!({"name": "test_multiple_content_types"})),
+        &[],
+    )
+    .await;
+    assert_eq!(a.body["result"]["content"].as_array().unwrap().len(), 3);
+    // Fixtures are not part of the native catalogue.
+    let mut r = Request::get("/mcp/status").body(Body::empty()).unwrap();
+    r.extensions_mut().insert(Transport::Ipc);
+    assert_eq!(
+        send(&f.node, r).await.body["native_tools"]
+            .as_array()
+            .unwrap()
+            .len(),
+        12
+    );
 }

@@ -553,10 +553,22 @@ async fn tools_call(
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let r = match node.mcp.registry.call(node, ctx, name, args).await {
+    let (r, passthrough) = match node.mcp.registry.call(node, ctx, name, args).await {
         Err(e) => return Outcome::ok(p::error(id, p::INVALID_PARAMS, e)),
         Ok(r) => r,
     };
+    // An upstream-style value that already is a CallToolResult becomes the result unchanged;
+    // a malformed one falls back to the compact JSON text envelope below.
+    if passthrough
+        && let Ok(v) = &r
+        && v.get("content").is_some_and(Value::is_array)
+    {
+        let mut result = v.clone();
+        if modern {
+            result["resultType"] = json!("complete");
+        }
+        return Outcome::ok(p::result(id, result));
+    }
     let (value, is_error) = match r {
         Ok(v) => (v, false),
         Err(e) => {

@@ -47,6 +47,7 @@ Orchestrators: children report results with send; read them with inbox or wait, 
     },
     handler,
     blocking: &["spawn", "send"],
+    passthrough: false,
 };
 
 fn handler(

@@ -27,6 +27,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &["save"],
+    passthrough: false,
 };
 
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

@@ -28,6 +28,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &[],
+    passthrough: false,
 };
 
 fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

@@ -26,6 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     schema: || json!({"type": "object", "properties": {}}),
     handler,
     blocking: &[],
+    passthrough: false,
 };
 
 fn handler(_: &Arc<Node>, _: &CallCtx, _: &Map<String, Value>) -> Result<Value, ToolError> {

@@ -21,6 +21,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &[],
+    passthrough: false,
 };
 
 fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

@@ -17,6 +17,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     schema: || schema(ACTIONS, json!({"connection_id": {"type": "string"}})),
     handler,
     blocking: &[],
+    passthrough: false,
 };
 
 fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

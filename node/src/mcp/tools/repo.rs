@@ -51,6 +51,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &["add", "worktree_create", "worktree_remove", "branch_create"],
+    passthrough: false,
 };
 
 fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

@@ -76,6 +76,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &["create", "input", "close", "kill", "resize"],
+    passthrough: false,
 };
 
 fn handler(

@@ -23,6 +23,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &["create", "update", "transition"],
+    passthrough: false,
 };
 
 fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

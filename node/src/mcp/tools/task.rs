@@ -174,6 +174,7 @@ Only the agent that spawned a task can see it. Tasks are kept in memory for 24 h
     schema: || schema(ACTIONS, json!({"task_id": {"type": "string"}})),
     handler,
     blocking: &[],
+    passthrough: false,
 };
 
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {

@@ -42,6 +42,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &["confirm"],
+    passthrough: false,
 };
 
 /// Resolves the `sound` argument: `true` follows the level, a name overrides it, an unknown

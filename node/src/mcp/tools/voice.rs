@@ -28,6 +28,7 @@ Notices arrive as terminal input: a mode entry notice when hands-free starts and
     },
     handler,
     blocking: &[],
+    passthrough: false,
 };
 
 fn handler(_: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
