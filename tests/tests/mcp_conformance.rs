@@ -1,8 +1,10 @@
 //! End-to-end: the official MCP conformance suite's transport scenarios against a real node
 //! (`../shared/tools/mcp-conformance`, which installs the suite from npm on first use).
 //!
-//! Every check must pass except the ones `docs/mcp-conformance.md` lists as out of scope
-//! (the suite's fixture tools and the 2026-07-28 `subscriptions/listen` stream).
+//! The node runs with the test-only `mcp_conformance_fixtures` switch, so the `tools-call-*`
+//! scenarios can score. Every check must pass except the ones `docs/mcp-conformance.md` lists
+//! as out of scope (fixtures tuic does not provide and the 2026-07-28 `subscriptions/listen`
+//! stream).
 
 mod mcp_support;
 
@@ -16,7 +18,6 @@ const OUT_OF_SCOPE: &[&str] = &[
     "sep-2575-server-rejects-undeclared-capability",
     "sep-2575-missing-capability-http-400",
     "sep-2575-http-server-no-independent-requests-on-stream",
-    "sep-2575-server-no-log-without-loglevel",
     "sep-2575-server-sends-subscription-ack",
     "sep-2575-server-tags-subscription-id",
     "sep-2575-server-honors-notification-filter",
@@ -31,6 +32,12 @@ const SCENARIOS: &[(&str, &str)] = &[
     ("http-header-validation", "2026-07-28"),
     ("dns-rebinding-protection", "2026-07-28"),
     ("server-sse-multiple-streams", "2026-07-28"),
+    // Tool-result shapes, through the test-only fixture tools.
+    ("tools-call-simple-text", "2025-11-25"),
+    ("tools-call-mixed-content", "2025-11-25"),
+    ("tools-call-error", "2025-11-25"),
+    ("tools-call-audio", "2026-07-28"),
+    ("tools-call-embedded-resource", "2026-07-28"),
 ];
 
 fn strip_ansi(s: &str) -> String {
@@ -54,7 +61,7 @@ fn strip_ansi(s: &str) -> String {
 async fn transport_scenarios_pass() {
     let tool = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/mcp-conformance");
     assert!(tool.exists(), "{} is missing", tool.display());
-    let node = NodeProc::start(json!({})).await;
+    let node = NodeProc::start(json!({"mcp_conformance_fixtures": true})).await;
     let url = node.tcp_forward().await;
     let mut failures = Vec::new();
     for (scenario, version) in SCENARIOS {
