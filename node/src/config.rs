@@ -30,6 +30,8 @@ pub struct Config {
     pub collapse_tools: bool,
     /// Whether the progress journal records.
     pub progress_tracking: bool,
+    /// Test-only: expose the MCP conformance suite's fixture tools (false). Read at start.
+    pub mcp_conformance_fixtures: bool,
     /// Tailscale integration.
     pub tailscale: Tailscale,
     /// Where secrets go: `auto` (OS keyring when one answers, else a 0600 file) or `file`.
@@ -150,6 +152,16 @@ pub struct Tuning {
     pub upload_idle_ms: u64,
     /// How long an exited session's buffers keep answering output routes (300 s).
     pub tombstone_secs: u64,
+    /// An MCP protocol session idle this long is reaped (1 h).
+    pub mcp_session_ttl_ms: u64,
+    /// How often the MCP reaper sweeps (60 s).
+    pub mcp_reap_interval_ms: u64,
+    /// A co-owner of a TUIC identity active this recently is joined, never replaced (30 s).
+    pub mcp_identity_grace_ms: u64,
+    /// How long MCP task handles are kept in memory (24 h).
+    pub mcp_task_retention_ms: u64,
+    /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
+    pub mcp_confirm_timeout_ms: u64,
 }
 
 impl Default for Tuning {
@@ -166,6 +178,11 @@ impl Default for Tuning {
             upload_concurrency: 4,
             upload_idle_ms: 30_000,
             tombstone_secs: 300,
+            mcp_session_ttl_ms: 3_600_000,
+            mcp_reap_interval_ms: 60_000,
+            mcp_identity_grace_ms: 30_000,
+            mcp_task_retention_ms: 86_400_000,
+            mcp_confirm_timeout_ms: 300_000,
         }
     }
 }
@@ -180,6 +197,7 @@ impl Default for Config {
             disabled_native_tools: vec!["config".into(), "debug".into()],
             collapse_tools: false,
             progress_tracking: true,
+            mcp_conformance_fixtures: false,
             tailscale: Tailscale::default(),
             secret_store: SecretStore::Auto,
             tuning: Tuning::default(),

@@ -73,6 +73,8 @@ pub struct Node {
     pub upload_permits: Arc<tokio::sync::Semaphore>,
     /// PTY sessions and their exit tombstones.
     pub sessions: crate::session::Registry,
+    /// The MCP endpoint's protocol sessions, tool registry and task handles.
+    pub mcp: crate::mcp::McpState,
 }
 
 impl Node {
@@ -106,6 +108,7 @@ impl Node {
             config.tuning.upload_concurrency.max(1) as usize,
         ));
         let sessions = crate::session::Registry::new(&paths.config_dir);
+        let mcp = crate::mcp::McpState::new(&config);
         Ok(Arc::new(Self {
             name,
             paths,
@@ -129,6 +132,7 @@ impl Node {
             repos,
             upload_permits,
             sessions,
+            mcp,
         }))
     }
 

@@ -50,8 +50,28 @@ pub enum Event {
         title: Option<String>,
         message: String,
         level: String,
-        sound: bool,
+        /// The resolved notification sound name; omitted for a silent toast.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sound: Option<String>,
+        /// Repository the calling agent works in, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin_repo_path: Option<String>,
+        /// The caller's TUIC session, only when the caller is bound to a terminal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin_session_id: Option<String>,
     },
+    /// An agent asks the user a yes/no question (`ui action=confirm`); a UI answers it with
+    /// `POST /mcp/confirm-response {request_id, confirmed}`.
+    McpConfirm {
+        request_id: String,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin_session_id: Option<String>,
+    },
+    /// A confirmation was answered or timed out; UIs drop its dialog.
+    McpConfirmResolved { request_id: String, confirmed: bool },
     /// The configuration file changed (after `PUT /config`).
     ConfigChanged { remote_access_enabled: bool },
     /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
@@ -71,6 +91,8 @@ impl Event {
             Self::RepositoriesChanged { .. } => "repositories-changed",
             Self::ProgressRecorded(_) => "progress-recorded",
             Self::McpToast { .. } => "mcp-toast",
+            Self::McpConfirm { .. } => "mcp-confirm",
+            Self::McpConfirmResolved { .. } => "mcp-confirm-resolved",
             Self::ConfigChanged { .. } => "config-changed",
             Self::Lagged { .. } => "lagged",
         }

@@ -347,18 +347,15 @@ async fn sse_outlives_a_shortened_request_timeout_and_filters_types() {
         .json();
     let mut edited = base.clone();
     edited["collapse_tools"] = json!(true);
-    assert_eq!(
-        ipc(
-            &node.socket,
-            "PUT",
-            "/config",
-            Some(json!({"base": base, "config": edited}))
-        )
-        .await
-        .unwrap()
-        .status,
-        200
-    );
+    let put = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": base, "config": edited})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
     let mut seen = String::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !seen.contains("event: config-changed") {

@@ -64,6 +64,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
             post(crate::fs::resolve_markdown_link),
         )
         .merge(sessions::routes())
+        .merge(crate::mcp::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") });
     // Uploads stream for as long as data keeps coming: they have their own bounds (idle

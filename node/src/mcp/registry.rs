@@ -1,0 +1,426 @@
+//! The tool registry: native tools (one file each under `tools/`) plus tools that come and go
+//! at run time, the filters that apply at listing *and* at dispatch, the collapsed
+//! search/schema/call surface, and `notifications/tools/list_changed` when the surface moves.
+//!
+//! It does not know the transport: `transport.rs` hands it a [`CallCtx`] and gets back a tool
+//! result value or a [`ToolError`].
+
+use std::sync::{Arc, RwLock};
+
+use serde_json::{Map, Value, json};
+
+use crate::state::Node;
+
+/// Who is calling, resolved per request by the transport.
+#[derive(Debug, Clone, Default)]
+pub struct CallCtx {
+    /// The caller came over IPC, or TCP loopback without proxy headers.
+    pub loopback: bool,
+    /// The protocol session, when the request carried (or recovered) one.
+    pub mcp_session: Option<String>,
+    /// The TUIC identity bound to that session.
+    pub tuic_session: Option<String>,
+    /// The client's name from this request's `_meta`, if it names one.
+    pub client_name: Option<String>,
+    /// The protocol session's remembered "needs the collapsed catalogue" flag.
+    pub session_meta_tools: bool,
+}
+
+impl CallCtx {
+    /// Whether this caller gets the collapsed surface. A request that names its client decides
+    /// by itself; the session's flag (from initialize) is the fallback.
+    pub fn collapsed(&self, cfg: &crate::config::Config) -> bool {
+        cfg.collapse_tools
+            || match &self.client_name {
+                Some(c) => client_requires_meta_tools(Some(c)),
+                None => self.session_meta_tools,
+            }
+    }
+}
+
+/// A tool-level failure, answered as a result with `isError: true`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolError {
+    /// Human message; it names the next step when there is one.
+    pub message: String,
+    /// Stable code for scripts (`not_available`, `loopback_only`, `removed`, ...).
+    pub code: &'static str,
+    /// Extra structured fields (`replacement`, `next_step`, ...).
+    pub extra: Map<String, Value>,
+}
+
+impl ToolError {
+    /// A plain error with a code.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code,
+            extra: Map::new(),
+        }
+    }
+    /// Bad arguments.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid_arguments", message)
+    }
+    /// The capability belongs to a part of tuic that this build does not contain yet.
+    pub fn not_available(tool: &str, action: &str, owner: &str) -> Self {
+        Self::new(
+            "not_available",
+            format!("{tool} action={action} is not available in this build: it needs {owner}"),
+        )
+        .with("tool", json!(tool))
+        .with("action", json!(action))
+    }
+    /// A loopback-only action called from a remote client.
+    pub fn loopback_only(tool: &str, action: &str) -> Self {
+        Self::new(
+            "loopback_only",
+            format!(
+                "{tool} action={action} is restricted to local clients (IPC socket or loopback TCP); remote callers may only read"
+            ),
+        )
+    }
+    /// A removed action: says where it went.
+    pub fn removed(tool: &str, action: &str, replacement: &str) -> Self {
+        Self::new(
+            "removed",
+            format!("{tool} action={action} was removed; use {replacement} instead"),
+        )
+        .with("replacement", json!(replacement))
+    }
+    /// Adds a structured field.
+    pub fn with(mut self, k: &str, v: Value) -> Self {
+        self.extra.insert(k.into(), v);
+        self
+    }
+    /// The JSON body carried in the error content.
+    pub fn to_json(&self) -> Value {
+        let mut m = self.extra.clone();
+        m.insert("error".into(), json!(self.message));
+        m.insert("code".into(), json!(self.code));
+        Value::Object(m)
+    }
+}
+
+/// A tool handler: synchronous; the registry decides whether it runs inline or on the blocking
+/// pool, and turns a panic into a tool error.
+pub type Handler = fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<Value, ToolError>;
+
+/// One native tool.
+#[derive(Debug)]
+pub struct ToolDef {
+    /// Public name (contract: never renamed).
+    pub name: &'static str,
+    /// App-facing summary, at most 70 characters, for `GET /mcp/status`; not sent to models.
+    pub summary: &'static str,
+    /// The full MCP description.
+    pub description: &'static str,
+    /// The action strings, as in the schema's enum.
+    pub actions: &'static [&'static str],
+    /// Builds the input schema.
+    pub schema: fn() -> Value,
+    /// The handler.
+    pub handler: Handler,
+    /// Actions that may sleep, spawn, write PTYs or touch disk: run on the blocking pool.
+    pub blocking: &'static [&'static str],
+    /// Upstream-style tool: a returned object with a `content` array *is* the MCP
+    /// `CallToolResult` and becomes the JSON-RPC result unchanged (native tools: false, their
+    /// values travel as compact JSON text).
+    pub passthrough: bool,
+}
+
+/// What a dispatch produced: the value (or tool error) and whether it passes through.
+pub type Dispatched = (Result<Value, ToolError>, bool);
+
+impl ToolDef {
+    /// The MCP `Tool` object.
+    pub fn listing(&self) -> Value {
+        json!({"name": self.name, "description": self.description, "inputSchema": (self.schema)()})
+    }
+}
+
+/// Meta-tools of the collapsed surface.
+pub const META_TOOLS: &[&str] = &["search_tools", "get_tool_schema", "call_tool"];
+
+/// The registry.
+#[derive(Debug)]
+pub struct Registry {
+    native: Vec<&'static ToolDef>,
+    /// Tools added at run time (upstream proxies, test fixtures), by name.
+    dynamic: RwLock<Vec<Arc<ToolDef>>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            native: crate::mcp::tools::NATIVE.to_vec(),
+            dynamic: RwLock::new(Vec::new()),
+        }
+    }
+}
+
+/// The config facts that shape the surface; a change fires `tools/list_changed`.
+pub fn surface_fingerprint(cfg: &crate::config::Config) -> (Vec<String>, bool, bool) {
+    let mut d = cfg.disabled_native_tools.clone();
+    d.sort();
+    (d, cfg.collapse_tools, cfg.progress_tracking)
+}
+
+/// Whether a client gets the collapsed catalogue whatever `collapse_tools` says.
+pub fn client_requires_meta_tools(client: Option<&str>) -> bool {
+    client.is_some_and(|c| c == "ego" || c.starts_with("grok-shell-"))
+}
+
+impl Registry {
+    /// Every native tool, filtered or not (the `native_tools` catalogue).
+    pub fn native(&self) -> &[&'static ToolDef] {
+        &self.native
+    }
+
+    /// Adds a run-time tool; returns false when the name is taken.
+    pub fn add(&self, def: Arc<ToolDef>) -> bool {
+        let mut d = self.dynamic.write().unwrap_or_else(|p| p.into_inner());
+        if self.native.iter().any(|n| n.name == def.name) || d.iter().any(|x| x.name == def.name) {
+            return false;
+        }
+        d.push(def);
+        true
+    }
+
+    /// Removes a run-time tool.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut d = self.dynamic.write().unwrap_or_else(|p| p.into_inner());
+        let before = d.len();
+        d.retain(|x| x.name != name);
+        d.len() != before
+    }
+
+    /// Whether a native tool is enabled by the config.
+    pub fn enabled(cfg: &crate::config::Config, name: &str) -> bool {
+        if cfg.disabled_native_tools.iter().any(|d| d == name) {
+            return false;
+        }
+        name != "progress" || cfg.progress_tracking
+    }
+
+    /// The tools a caller may see and call, in catalogue order.
+    pub fn visible(&self, cfg: &crate::config::Config) -> Vec<Arc<ToolDef>> {
+        let mut out: Vec<Arc<ToolDef>> = self
+            .native
+            .iter()
+            .filter(|t| Self::enabled(cfg, t.name))
+            .map(|t| Arc::new(clone_def(t)))
+            .collect();
+        out.extend(
+            self.dynamic
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        out
+    }
+
+    fn find(&self, cfg: &crate::config::Config, name: &str) -> Option<Arc<ToolDef>> {
+        self.visible(cfg).into_iter().find(|t| t.name == name)
+    }
+
+    /// The `tools/list` array: the full catalogue, or the collapsed surface.
+    pub fn list(&self, cfg: &crate::config::Config, collapsed: bool) -> Vec<Value> {
+        if collapsed {
+            let mut v = meta_listings();
+            if let Some(p) = self.find(cfg, "progress") {
+                v.push(p.listing());
+            }
+            return v;
+        }
+        self.visible(cfg).iter().map(|t| t.listing()).collect()
+    }
+
+    /// Dispatches a `tools/call`. `Err` is a protocol error (unknown tool → -32602).
+    pub async fn call(
+        &self,
+        node: &Arc<Node>,
+        ctx: &CallCtx,
+        name: &str,
+        args: Map<String, Value>,
+    ) -> Result<Dispatched, String> {
+        let cfg = node.config();
+        if META_TOOLS.contains(&name) {
+            return Ok(self.call_meta(node, ctx, name, args).await);
+        }
+        // The filter applies at dispatch too: knowing a hidden name does not make it callable.
+        let Some(def) = self.find(&cfg, name) else {
+            if self.native.iter().any(|t| t.name == name) {
+                return Ok((
+                    Err(ToolError::new(
+                        "disabled",
+                        format!("tool {name} is disabled by disabled_native_tools"),
+                    )),
+                    false,
+                ));
+            }
+            return Err(format!("unknown tool: {name}"));
+        };
+        let passthrough = def.passthrough;
+        Ok((run(node, ctx, def, args).await, passthrough))
+    }
+
+    async fn call_meta(
+        &self,
+        node: &Arc<Node>,
+        ctx: &CallCtx,
+        name: &str,
+        args: Map<String, Value>,
+    ) -> Dispatched {
+        match self.call_meta_inner(node, ctx, name, args).await {
+            Ok((v, p)) => (v, p),
+            Err(e) => (Err(e), false),
+        }
+    }
+
+    async fn call_meta_inner(
+        &self,
+        node: &Arc<Node>,
+        ctx: &CallCtx,
+        name: &str,
+        args: Map<String, Value>,
+    ) -> Result<Dispatched, ToolError> {
+        let cfg = node.config();
+        let tool_arg = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| ToolError::invalid(format!("{k} is required")))
+        };
+        match name {
+            "search_tools" => {
+                let q = tool_arg("query")?.to_lowercase();
+                let words: Vec<&str> = q.split_whitespace().collect();
+                let hits: Vec<Value> = self
+                    .visible(&cfg)
+                    .iter()
+                    .filter(|t| {
+                        let hay = format!("{} {}", t.name, t.description).to_lowercase();
+                        words.is_empty() || words.iter().any(|w| hay.contains(w))
+                    })
+                    .map(|t| json!({"name": t.name, "summary": t.summary}))
+                    .collect();
+                Ok((Ok(json!({"tools": hits})), false))
+            }
+            "get_tool_schema" => {
+                let n = tool_arg("name")?;
+                if META_TOOLS.contains(&n.as_str()) {
+                    return Err(ToolError::invalid(format!("{n} is a meta-tool")));
+                }
+                self.find(&cfg, &n)
+                    .map(|t| (Ok(t.listing()), false))
+                    .ok_or_else(|| ToolError::invalid(format!("no such tool: {n}")))
+            }
+            _ => {
+                let n = tool_arg("name")?;
+                if META_TOOLS.contains(&n.as_str()) {
+                    return Err(ToolError::invalid("call_tool cannot call a meta-tool"));
+                }
+                let inner = match args.get("arguments") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(m)) => m.clone(),
+                    Some(_) => return Err(ToolError::invalid("arguments must be an object")),
+                };
+                let Some(def) = self.find(&cfg, &n) else {
+                    return Err(ToolError::invalid(format!(
+                        "no such tool (or disabled): {n}"
+                    )));
+                };
+                let passthrough = def.passthrough;
+                Ok((run(node, ctx, def, inner).await, passthrough))
+            }
+        }
+    }
+}
+
+fn clone_def(t: &ToolDef) -> ToolDef {
+    ToolDef {
+        name: t.name,
+        summary: t.summary,
+        description: t.description,
+        actions: t.actions,
+        schema: t.schema,
+        handler: t.handler,
+        blocking: t.blocking,
+        passthrough: t.passthrough,
+    }
+}
+
+/// Runs one handler: blocking actions on the blocking pool, others inline; a panic becomes a
+/// tool error either way.
+async fn run(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    def: Arc<ToolDef>,
+    args: Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let action = args.get("action").and_then(Value::as_str).unwrap_or("");
+    let panicked = |name: &str| {
+        tracing::warn!(source = "mcp", tool = name, "tool handler panicked");
+        ToolError::new("internal", format!("tool {name} failed unexpectedly"))
+    };
+    if def.blocking.contains(&action) {
+        let (n, c) = (node.clone(), ctx.clone());
+        let d = def.clone();
+        match tokio::task::spawn_blocking(move || (d.handler)(&n, &c, &args)).await {
+            Ok(r) => r,
+            Err(_) => Err(panicked(def.name)),
+        }
+    } else {
+        let h = def.handler;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(node, ctx, &args)))
+            .unwrap_or_else(|_| Err(panicked(def.name)))
+    }
+}
+
+fn meta_listings() -> Vec<Value> {
+    vec![
+        json!({"name": "search_tools",
+            "description": "Search the TUIC tool catalogue by keywords. Returns matching tool names with one-line summaries; fetch a schema with get_tool_schema, then invoke with call_tool.",
+            "inputSchema": {"type": "object", "properties": {"query": {"type": "string", "description": "keywords"}}, "required": ["query"]}}),
+        json!({"name": "get_tool_schema",
+            "description": "Return the full description and input schema of one tool found with search_tools.",
+            "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}),
+        json!({"name": "call_tool",
+            "description": "Call a tool by name with its arguments object (same filters and identity as a direct call).",
+            "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}}, "required": ["name"]}}),
+    ]
+}
+
+/// The required `action` argument of a tool, checked against its list.
+pub fn action<'a>(
+    def_name: &str,
+    actions: &[&str],
+    args: &'a Map<String, Value>,
+) -> Result<&'a str, ToolError> {
+    let a = args
+        .get("action")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::invalid(format!("{def_name}: action is required")))?;
+    Ok(a).and_then(|a| {
+        if actions.contains(&a) {
+            Ok(a)
+        } else {
+            Err(ToolError::invalid(format!(
+                "{def_name}: unknown action {a}; one of: {}",
+                actions.join(", ")
+            )))
+        }
+    })
+}
+
+/// Standard schema: an `action` enum plus the given properties.
+pub fn schema(actions: &[&str], props: Value) -> Value {
+    let mut p = props.as_object().cloned().unwrap_or_default();
+    p.insert(
+        "action".into(),
+        json!({"type": "string", "enum": actions, "description": "what to do"}),
+    );
+    json!({"type": "object", "properties": p, "required": ["action"]})
+}

@@ -1,0 +1,501 @@
+//! The MCP protocol-session table: one entry per `Mcp-Session-Id`, the TUIC identities bound to
+//! them, the `GET /mcp` stream senders with their generations, and the TTL reaper's sweep.
+//!
+//! Everything sits under one mutex, so "check my stream generation, then remove my sender"
+//! and "subscribe a replacement stream" can never interleave: the spec's lock-order hazard
+//! (mcp_sessions → messaging_channels) cannot arise when both live in one critical section.
+//! It deliberately knows nothing about PTYs or mailboxes: whether an identity still owns a
+//! live terminal is asked through [`IdentityLiveness`], which the terminal core answers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// Per-stream buffer of server notifications; a stream that falls this far behind drops them.
+pub const STREAM_BUFFER: usize = 64;
+
+/// How many DELETE-retired ids are remembered (answering 404) before the oldest is forgotten.
+pub const RETIRED_CAPACITY: usize = 4096;
+
+/// Generations come from one process-wide counter, never per session: a DELETE can retire an
+/// id whose stream is still draining, and a per-session counter would reissue a number the
+/// half-open stream still holds once the id is recreated.
+static STREAM_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// One protocol session.
+#[derive(Debug)]
+pub struct McpSession {
+    /// Last request on this id; the reaper compares it with the TTL.
+    pub last_activity: Instant,
+    /// The client named itself at initialize as one that needs the collapsed catalogue
+    /// (`client_requires_meta_tools`); only the flag is kept, not the name.
+    pub meta_tools: bool,
+    /// The negotiated revision.
+    pub protocol_version: &'static str,
+    /// The TUIC identity (`x-tuic-session`) bound to this session, if any.
+    pub tuic_session: Option<Box<str>>,
+    /// The current `GET /mcp` stream: its generation and sender. Boxed, like the strings
+    /// above, to keep an entry small: a storm of 10,000 initializes must stay under 3 MB.
+    stream: Option<Box<(u64, mpsc::Sender<Value>)>>,
+}
+
+impl McpSession {
+    fn new(now: Instant, protocol_version: &'static str) -> Self {
+        Self {
+            last_activity: now,
+            meta_tools: false,
+            protocol_version,
+            tuic_session: None,
+            stream: None,
+        }
+    }
+
+    /// Whether a `GET /mcp` stream is subscribed.
+    pub fn has_stream(&self) -> bool {
+        self.stream.is_some()
+    }
+}
+
+/// The co-owners of one TUIC identity: the delivery owner first, then joined siblings.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Owners {
+    /// Protocol session ids; index 0 owns delivery.
+    pub sessions: Vec<String>,
+}
+
+/// How an `initialize` arrived, logged as `event` with `source="mcp_initialize"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// No session header: a new client.
+    Fresh,
+    /// A header naming a session this process no longer has (restart, reap, DELETE).
+    Reconnected,
+    /// A header naming a live session (a bridge re-sending its client's initialize).
+    Reused,
+}
+
+impl Arrival {
+    /// The log value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fresh => "fresh",
+            Self::Reconnected => "reconnected",
+            Self::Reused => "reused",
+        }
+    }
+}
+
+/// The outcome of binding an identity to a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// The identity had no live owner; this session owns it now.
+    Owner,
+    /// The identity already had a live owner; this session joined as a sibling.
+    Sibling,
+    /// This session already held the identity.
+    Unchanged,
+    /// The stale owner was replaced (no stream, idle past the grace period).
+    Reclaimed {
+        /// The retired session id.
+        previous: String,
+    },
+}
+
+/// Answers whether an identity is still addressable although its protocol sessions are gone
+/// (it owns a live PTY, or a live session records it as parent). The terminal core provides
+/// the real answer; without it nothing is retained.
+pub trait IdentityLiveness: Send + Sync + std::fmt::Debug {
+    /// Whether `tuic_session` must survive a reap.
+    fn is_addressable(&self, tuic_session: &str) -> bool;
+}
+
+/// The answer while no terminal core is wired in: no identity is addressable.
+#[derive(Debug, Default)]
+pub struct NoPtys;
+
+impl IdentityLiveness for NoPtys {
+    fn is_addressable(&self, _: &str) -> bool {
+        false
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sessions: HashMap<String, McpSession>,
+    identities: HashMap<String, Owners>,
+    retired: VecDeque<String>,
+}
+
+/// The table.
+#[derive(Debug, Default)]
+pub struct SessionTable {
+    inner: Mutex<Inner>,
+}
+
+/// What a request with an `Mcp-Session-Id` header found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// A live session, now refreshed.
+    Live,
+    /// An id this process does not know (restart, reap): recreated from scratch.
+    Recovered,
+    /// An id ended by `DELETE /mcp`: answered with 404.
+    Retired,
+}
+
+impl SessionTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Number of live protocol sessions.
+    pub fn len(&self) -> usize {
+        self.lock().sessions.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of bound identities.
+    pub fn identity_count(&self) -> usize {
+        self.lock().identities.len()
+    }
+
+    /// Handles `initialize`: reuses a live id named by the header, else mints a new one.
+    pub fn initialize(
+        &self,
+        header: Option<&str>,
+        now: Instant,
+        version: &'static str,
+        client_name: Option<String>,
+    ) -> (String, Arrival) {
+        let mut g = self.lock();
+        if let Some(id) = header
+            && let Some(s) = g.sessions.get_mut(id)
+        {
+            s.last_activity = now;
+            s.protocol_version = version;
+            if client_name.is_some() {
+                s.meta_tools =
+                    crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
+            }
+            return (id.to_owned(), Arrival::Reused);
+        }
+        let arrival = if header.is_some() {
+            Arrival::Reconnected
+        } else {
+            Arrival::Fresh
+        };
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut s = McpSession::new(now, version);
+        s.meta_tools = crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
+        g.sessions.insert(id.clone(), s);
+        (id, arrival)
+    }
+
+    /// Refreshes the session named by a request header, recreating an unknown id.
+    pub fn touch(&self, id: &str, now: Instant, default_version: &'static str) -> Lookup {
+        let mut g = self.lock();
+        if let Some(s) = g.sessions.get_mut(id) {
+            s.last_activity = now;
+            return Lookup::Live;
+        }
+        if g.retired.iter().any(|r| r == id) {
+            return Lookup::Retired;
+        }
+        g.sessions
+            .insert(id.to_owned(), McpSession::new(now, default_version));
+        Lookup::Recovered
+    }
+
+    /// Reads one session's fields.
+    pub fn with<R>(&self, id: &str, f: impl FnOnce(&McpSession) -> R) -> Option<R> {
+        self.lock().sessions.get(id).map(f)
+    }
+
+    /// Binds `tuic` to session `id` by the live-owner policy: a missing or stale owner is
+    /// replaced, a subscribed or recently active owner is joined, never replaced.
+    pub fn bind_identity(&self, id: &str, tuic: &str, now: Instant, grace: Duration) -> Binding {
+        let mut g = self.lock();
+        let Inner {
+            sessions,
+            identities,
+            ..
+        } = &mut *g;
+        let Some(me) = sessions.get_mut(id) else {
+            return Binding::Unchanged;
+        };
+        let previous_identity = me.tuic_session.replace(tuic.into());
+        if let Some(prev) = previous_identity.filter(|p| &**p != tuic) {
+            drop_route(identities, &prev, id);
+        }
+        let owners = identities.entry(tuic.to_owned()).or_default();
+        if owners.sessions.iter().any(|s| s == id) {
+            return Binding::Unchanged;
+        }
+        // Forget owners whose protocol session is gone.
+        owners.sessions.retain(|s| sessions.contains_key(s));
+        let Some(owner) = owners.sessions.first().cloned() else {
+            owners.sessions.push(id.to_owned());
+            return Binding::Owner;
+        };
+        let owner_live = sessions
+            .get(&owner)
+            .is_some_and(|o| o.has_stream() || now.duration_since(o.last_activity) < grace);
+        if owner_live {
+            owners.sessions.push(id.to_owned());
+            Binding::Sibling
+        } else {
+            // The stale owner's routes are retired atomically with the takeover.
+            owners.sessions.retain(|s| s != &owner);
+            owners.sessions.insert(0, id.to_owned());
+            if let Some(o) = sessions.get_mut(&owner) {
+                o.tuic_session = None;
+            }
+            Binding::Reclaimed { previous: owner }
+        }
+    }
+
+    /// The co-owners of an identity.
+    pub fn owners(&self, tuic: &str) -> Option<Owners> {
+        self.lock().identities.get(tuic).cloned()
+    }
+
+    /// Ends a session (`DELETE /mcp`): its routes go, a surviving co-owner is promoted, and the
+    /// id answers 404 from now on. Returns false when the id was not live.
+    pub fn delete(&self, id: &str) -> bool {
+        let mut g = self.lock();
+        let Some(s) = g.sessions.remove(id) else {
+            return false;
+        };
+        if let Some(t) = &s.tuic_session {
+            drop_route(&mut g.identities, t, id);
+        }
+        if g.retired.len() == RETIRED_CAPACITY {
+            g.retired.pop_front();
+        }
+        g.retired.push_back(id.to_owned());
+        true
+    }
+
+    /// Whether `id` was retired by DELETE.
+    pub fn is_retired(&self, id: &str) -> bool {
+        self.lock().retired.iter().any(|r| r == id)
+    }
+
+    /// Subscribes a `GET /mcp` stream, replacing any previous sender. Returns the stream's
+    /// generation and receiver; the session is recreated when it is unknown (auto-recovery).
+    pub fn subscribe(
+        &self,
+        id: &str,
+        now: Instant,
+        default_version: &'static str,
+    ) -> (u64, mpsc::Receiver<Value>) {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let generation = STREAM_GENERATION.fetch_add(1, Ordering::Relaxed);
+        let mut g = self.lock();
+        g.retired.retain(|r| r != id);
+        let s = g
+            .sessions
+            .entry(id.to_owned())
+            .or_insert_with(|| McpSession::new(now, default_version));
+        s.last_activity = now;
+        s.stream = Some(Box::new((generation, tx)));
+        (generation, rx)
+    }
+
+    /// A stream's teardown: releases the sender only while it still holds `generation`, so a
+    /// superseded stream never removes its replacement's sender. Returns whether it released.
+    pub fn release_stream(&self, id: &str, generation: u64) -> bool {
+        let mut g = self.lock();
+        match g.sessions.get_mut(id) {
+            Some(s) if s.stream.as_ref().is_some_and(|b| b.0 == generation) => {
+                s.stream = None;
+                true
+            }
+            // Absent (DELETE or reap retired it): the sender died with the entry.
+            _ => false,
+        }
+    }
+
+    /// The generation of a session's current stream.
+    pub fn stream_generation(&self, id: &str) -> Option<u64> {
+        self.lock()
+            .sessions
+            .get(id)
+            .and_then(|s| s.stream.as_ref().map(|b| b.0))
+    }
+
+    /// Sends a notification to every subscribed stream; a full stream misses it.
+    pub fn broadcast(&self, message: &Value) -> usize {
+        let g = self.lock();
+        g.sessions
+            .values()
+            .filter_map(|s| s.stream.as_ref())
+            .filter(|b| b.1.try_send(message.clone()).is_ok())
+            .count()
+    }
+
+    /// The reaper's sweep: removes sessions idle longer than `ttl` (rechecking each under the
+    /// lock, so a session refreshed since the snapshot stays) and drops their routes. Returns
+    /// the reaped ids and the identities kept because they are still addressable.
+    pub fn reap(
+        &self,
+        now: Instant,
+        ttl: Duration,
+        liveness: &dyn IdentityLiveness,
+    ) -> (Vec<String>, Vec<String>) {
+        let mut g = self.lock();
+        let stale: Vec<String> = g
+            .sessions
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.last_activity) >= ttl)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut kept = Vec::new();
+        for id in &stale {
+            let Some(s) = g.sessions.remove(id) else {
+                continue;
+            };
+            if let Some(t) = s.tuic_session.map(String::from) {
+                let last = g.identities.get(&t).is_some_and(|o| o.sessions.len() <= 1);
+                if last && liveness.is_addressable(&t) {
+                    if let Some(o) = g.identities.get_mut(&t) {
+                        o.sessions.retain(|x| x != id);
+                    }
+                    kept.push(t);
+                } else {
+                    drop_route(&mut g.identities, &t, id);
+                }
+            }
+        }
+        (stale, kept)
+    }
+
+    /// Rough heap estimate of the table, for the status route.
+    pub fn stats(&self) -> Value {
+        let g = self.lock();
+        serde_json::json!({
+            "sessions": g.sessions.len(),
+            "streams": g.sessions.values().filter(|s| s.has_stream()).count(),
+            "identities": g.identities.len(),
+            "retired": g.retired.len(),
+        })
+    }
+}
+
+/// Removes one session's route from an identity; the next co-owner becomes delivery owner and
+/// the identity goes when its last co-owner goes.
+fn drop_route(identities: &mut HashMap<String, Owners>, tuic: &str, id: &str) {
+    if let Some(o) = identities.get_mut(tuic) {
+        o.sessions.retain(|s| s != id);
+        if o.sessions.is_empty() {
+            identities.remove(tuic);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V: &str = "2025-11-25";
+
+    #[test]
+    fn superseded_stream_never_removes_its_replacement() {
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let (id, _) = t.initialize(None, now, V, None);
+        let (g1, _rx1) = t.subscribe(&id, now, V);
+        let (g2, _rx2) = t.subscribe(&id, now, V);
+        assert!(g2 > g1);
+        assert!(!t.release_stream(&id, g1), "old stream must not release");
+        assert_eq!(t.stream_generation(&id), Some(g2));
+        assert!(t.release_stream(&id, g2));
+        assert_eq!(t.stream_generation(&id), None);
+    }
+
+    #[test]
+    fn delete_then_recovered_get_takes_a_fresh_generation() {
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let (id, _) = t.initialize(None, now, V, None);
+        let (g1, _rx1) = t.subscribe(&id, now, V);
+        assert!(t.delete(&id));
+        assert_eq!(t.touch(&id, now, V), Lookup::Retired);
+        let (g2, _rx2) = t.subscribe(&id, now, V);
+        assert_ne!(g1, g2);
+        // The half-open old stream's teardown leaves the new sender alone.
+        assert!(!t.release_stream(&id, g1));
+        assert_eq!(t.stream_generation(&id), Some(g2));
+    }
+
+    #[test]
+    fn stale_header_recovers_and_initialize_reports_arrival() {
+        let t = SessionTable::default();
+        let now = Instant::now();
+        assert_eq!(t.touch("gone", now, V), Lookup::Recovered);
+        let (id, a) = t.initialize(Some("gone"), now, V, None);
+        assert_eq!((id.as_str(), a), ("gone", Arrival::Reused));
+        let (id2, a2) = t.initialize(Some("never-seen"), now, V, None);
+        assert_eq!(a2, Arrival::Reconnected);
+        assert_ne!(id2, "never-seen");
+        let (_, a3) = t.initialize(None, now, V, None);
+        assert_eq!(a3, Arrival::Fresh);
+    }
+
+    #[test]
+    fn identity_live_owner_is_joined_stale_owner_is_reclaimed() {
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let grace = Duration::from_secs(30);
+        let (a, _) = t.initialize(None, now, V, None);
+        let (b, _) = t.initialize(None, now, V, None);
+        let (c, _) = t.initialize(None, now + grace * 3, V, None);
+        assert_eq!(t.bind_identity(&a, "T", now, grace), Binding::Owner);
+        assert_eq!(t.bind_identity(&a, "T", now, grace), Binding::Unchanged);
+        assert_eq!(t.bind_identity(&b, "T", now, grace), Binding::Sibling);
+        // Ending the owner promotes the sibling.
+        assert!(t.delete(&a));
+        assert_eq!(t.owners("T").unwrap().sessions, vec![b.clone()]);
+        // b is idle past the grace and has no stream: a newcomer reclaims.
+        assert_eq!(
+            t.bind_identity(&c, "T", now + grace * 3, grace),
+            Binding::Reclaimed { previous: b }
+        );
+        assert!(t.delete(&c));
+        assert_eq!(t.identity_count(), 0);
+    }
+
+    #[test]
+    fn reaper_frees_idle_sessions_and_keeps_addressable_identities() {
+        #[derive(Debug)]
+        struct Live;
+        impl IdentityLiveness for Live {
+            fn is_addressable(&self, t: &str) -> bool {
+                t == "kept"
+            }
+        }
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let ttl = Duration::from_secs(60);
+        let (a, _) = t.initialize(None, now, V, None);
+        let (b, _) = t.initialize(None, now, V, None);
+        let (c, _) = t.initialize(None, now, V, None);
+        t.bind_identity(&a, "kept", now, ttl);
+        t.bind_identity(&b, "gone", now, ttl);
+        // c is refreshed after the snapshot time and survives.
+        t.touch(&c, now + ttl, V);
+        let (reaped, kept) = t.reap(now + ttl, ttl, &Live);
+        assert_eq!(reaped.len(), 2);
+        assert_eq!(kept, vec!["kept".to_string()]);
+        assert_eq!(t.len(), 1);
+        assert!(t.owners("gone").is_none());
+    }
+}

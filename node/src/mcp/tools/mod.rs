@@ -1,0 +1,97 @@
+//! The native tool family, one file per tool. The names are public contract (users' ego rule
+//! files match them); actions may be added or renamed under the deprecation rules.
+
+mod agent;
+mod config;
+mod debug;
+mod plugin_dev_guide;
+mod progress;
+mod remote;
+mod repo;
+mod session;
+mod story;
+pub mod task;
+mod ui;
+mod voice;
+
+use crate::mcp::registry::ToolDef;
+
+/// Every native tool, in catalogue order.
+pub static NATIVE: &[&ToolDef] = &[
+    &session::TOOL,
+    &agent::TOOL,
+    &task::TOOL,
+    &remote::TOOL,
+    &repo::TOOL,
+    &story::TOOL,
+    &progress::TOOL,
+    &ui::TOOL,
+    &plugin_dev_guide::TOOL,
+    &voice::TOOL,
+    &config::TOOL,
+    &debug::TOOL,
+];
+
+/// Where the terminal-core capabilities come from, named in "not available" errors.
+pub(crate) const TERMINAL_CORE: &str =
+    "the terminal core (PTY session registry), which is not merged into this build yet";
+/// Where the agent mail capabilities come from.
+pub(crate) const MAIL: &str = "agent mail (peer registry and inboxes), not built yet";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn family_names_summaries_and_actions_are_consistent() {
+        let names: Vec<_> = NATIVE.iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            [
+                "session",
+                "agent",
+                "task",
+                "remote",
+                "repo",
+                "story",
+                "progress",
+                "ui",
+                "plugin_dev_guide",
+                "voice",
+                "config",
+                "debug"
+            ]
+        );
+        for t in NATIVE {
+            assert!(
+                t.summary.chars().count() <= 70,
+                "{} summary too long",
+                t.name
+            );
+            let schema = (t.schema)();
+            assert_eq!(schema["type"], "object", "{}", t.name);
+            if !t.actions.is_empty() {
+                let en: Vec<&str> = schema["properties"]["action"]["enum"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
+                assert_eq!(en, t.actions, "{} schema enum", t.name);
+                // Every action is documented in the description (debug points at help).
+                if t.name != "debug" {
+                    for a in t.actions {
+                        assert!(
+                            t.description.contains(a),
+                            "{} does not document {a}",
+                            t.name
+                        );
+                    }
+                }
+            }
+            for b in t.blocking {
+                assert!(t.actions.contains(b), "{} blocking {b}", t.name);
+            }
+        }
+    }
+}

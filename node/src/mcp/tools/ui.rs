@@ -1,0 +1,173 @@
+//! `ui`: talk to the user through connected UIs. `toast` is published on the event bus with
+//! its sound resolved here, so every client plays a concrete sound.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use tuic_proto::events::Event;
+
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::state::Node;
+
+const ACTIONS: &[&str] = &["toast", "confirm", "tab"];
+const SOUNDS: &[&str] = &[
+    "question",
+    "completion",
+    "error",
+    "warning",
+    "info",
+    "attention",
+];
+const LEVELS: &[&str] = &["info", "warn", "error"];
+
+pub(super) static TOOL: ToolDef = ToolDef {
+    name: "ui",
+    summary: "Show a toast, ask a yes/no question, or open a tab in the UI",
+    description: "Reach the user through the connected UIs.\n\
+- toast (message, title?, level=info|warn|error, sound?): sound is true/false or one of question, completion, error, warning, info, attention; true follows the level. Use attention when you are blocked on the user.\n\
+- confirm (message, title?): a yes/no dialog; blocks up to 300 s.\n\
+- tab (url, title?): open a URL in a UI tab (http/https only; no custom schemes).",
+    actions: ACTIONS,
+    schema: || {
+        schema(
+            ACTIONS,
+            json!({
+                "message": {"type": "string"},
+                "title": {"type": "string"},
+                "level": {"type": "string", "enum": LEVELS},
+                "sound": {"oneOf": [{"type": "boolean"}, {"type": "string", "enum": SOUNDS}]},
+                "url": {"type": "string"}
+            }),
+        )
+    },
+    handler,
+    blocking: &["confirm"],
+    passthrough: false,
+};
+
+/// Resolves the `sound` argument: `true` follows the level, a name overrides it, an unknown
+/// name is an error (never a silently silent toast). `None` is no sound.
+pub(crate) fn resolve_sound(
+    level: &str,
+    sound: Option<&Value>,
+) -> Result<Option<String>, ToolError> {
+    match sound {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+        Some(Value::Bool(true)) => Ok(Some(
+            match level {
+                "warn" => "warning",
+                "error" => "error",
+                _ => "info",
+            }
+            .into(),
+        )),
+        Some(Value::String(s)) if SOUNDS.contains(&s.as_str()) => Ok(Some(s.clone())),
+        Some(other) => Err(ToolError::invalid(format!(
+            "ui: unknown sound {other}; one of true, false, {}",
+            SOUNDS.join(", ")
+        ))),
+    }
+}
+
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let a = action("ui", ACTIONS, args)?;
+    match a {
+        "toast" => {
+            let message = args
+                .get("message")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .ok_or_else(|| ToolError::invalid("ui: message is required"))?;
+            let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
+            if !LEVELS.contains(&level) {
+                return Err(ToolError::invalid(format!("ui: unknown level {level}")));
+            }
+            let sound = resolve_sound(level, args.get("sound"))?;
+            let title = args.get("title").and_then(Value::as_str).map(str::to_owned);
+            node.bus.publish(Event::McpToast {
+                title,
+                message: message.to_owned(),
+                level: level.to_owned(),
+                sound: sound.clone(),
+                origin_repo_path: None,
+                // Only a caller bound to a terminal gets an id; never a guessed one.
+                origin_session_id: ctx.tuic_session.clone(),
+            });
+            let mut out = json!({"ok": true, "level": level});
+            if let Some(s) = sound {
+                out["sound"] = json!(s);
+            }
+            Ok(out)
+        }
+        "confirm" => confirm(node, ctx, args),
+        _ => Err(ToolError::not_available(
+            "ui",
+            "tab",
+            "a UI with tabs, not built yet",
+        )),
+    }
+}
+
+/// Publishes the question and blocks (on the blocking pool) until a UI answers through
+/// `POST /mcp/confirm-response` or the answer window closes.
+fn confirm(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let message = args
+        .get("message")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ToolError::invalid("ui: message is required"))?;
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    node.mcp
+        .confirms
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(request_id.clone(), tx);
+    node.bus.publish(Event::McpConfirm {
+        request_id: request_id.clone(),
+        message: message.to_owned(),
+        title: args.get("title").and_then(Value::as_str).map(str::to_owned),
+        origin_session_id: ctx.tuic_session.clone(),
+    });
+    let window = std::time::Duration::from_millis(node.config().tuning.mcp_confirm_timeout_ms);
+    let answer = rx.recv_timeout(window).ok();
+    // Whoever wins, the entry goes and every UI is told to drop the dialog.
+    node.mcp
+        .confirms
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&request_id);
+    let confirmed = answer.unwrap_or(false);
+    node.bus.publish(Event::McpConfirmResolved {
+        request_id: request_id.clone(),
+        confirmed,
+    });
+    Ok(match answer {
+        Some(c) => json!({"confirmed": c, "request_id": request_id}),
+        None => json!({"confirmed": false, "request_id": request_id,
+            "reason": format!("no answer within {}s", window.as_secs())}),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sound_resolution() {
+        assert_eq!(
+            resolve_sound("warn", Some(&json!(true)))
+                .unwrap()
+                .as_deref(),
+            Some("warning")
+        );
+        assert_eq!(
+            resolve_sound("info", Some(&json!("attention")))
+                .unwrap()
+                .as_deref(),
+            Some("attention")
+        );
+        assert_eq!(resolve_sound("error", None).unwrap(), None);
+        assert!(resolve_sound("info", Some(&json!("kazoo"))).is_err());
+    }
+}

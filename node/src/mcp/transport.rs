@@ -1,0 +1,676 @@
+//! `POST /mcp`, `GET /mcp` (SSE) and `DELETE /mcp`: the Streamable HTTP transport in both
+//! eras.
+//!
+//! Legacy clients `initialize` and get an `Mcp-Session-Id`; modern (2026-07-28) clients send
+//! stateless requests that carry their revision, client info and capabilities in
+//! `params._meta` and must repeat the method (and tool name) in `Mcp-Method` / `Mcp-Name`.
+//! `tools/call` never requires a session: identity is resolved per call, and a stale header
+//! is recreated rather than refused. Origin and Host are checked by the request boundary
+//! before a request gets here; the body limit (2 MiB) by the router's server limits.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use super::protocol::{self as p, Message};
+use super::registry::CallCtx;
+use super::sessions::{Binding, Lookup};
+use crate::error::ApiError;
+use crate::guard::{self, Transport};
+use crate::state::Node;
+
+/// Protocol session header.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Revision header.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// TUIC identity header sent by `tuic-bridge` from `$TUIC_SESSION`.
+pub const TUIC_SESSION_HEADER: &str = "x-tuic-session";
+/// SEP-2243 method header (modern requests).
+pub const METHOD_HEADER: &str = "mcp-method";
+/// SEP-2243 name header (modern `tools/call`).
+pub const NAME_HEADER: &str = "mcp-name";
+
+/// The answer to one message: an HTTP status and an optional JSON-RPC body.
+#[derive(Debug)]
+struct Outcome {
+    status: StatusCode,
+    body: Option<Value>,
+}
+
+impl Outcome {
+    fn ok(body: Value) -> Self {
+        Self {
+            status: StatusCode::OK,
+            body: Some(body),
+        }
+    }
+    fn err(status: StatusCode, body: Value) -> Self {
+        Self {
+            status,
+            body: Some(body),
+        }
+    }
+    fn accepted() -> Self {
+        Self {
+            status: StatusCode::ACCEPTED,
+            body: None,
+        }
+    }
+}
+
+/// What the transport resolved about the request before dispatch.
+#[derive(Debug, Clone)]
+struct Req {
+    transport: Transport,
+    session: Option<String>,
+    version_header: Option<String>,
+    tuic_session: Option<String>,
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn transport_of(req_ext: Option<Transport>) -> Transport {
+    // No extension: the request did not come through a listener; treat it as remote.
+    req_ext.unwrap_or(Transport::Tcp {
+        peer: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+    })
+}
+
+fn disabled() -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "mcp_disabled",
+        "the MCP endpoint is disabled on this node (mcp_server_enabled is false); the HTTP API stays available",
+    )
+    .into_response()
+}
+
+fn json_response(status: StatusCode, body: &Value, session: Option<&str>) -> Response {
+    let mut r = (
+        status,
+        [(CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(body).unwrap_or_default(),
+    )
+        .into_response();
+    if let Some(v) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    r
+}
+
+/// `POST /mcp`.
+pub async fn post(
+    State(node): State<Arc<Node>>,
+    transport: Option<axum::Extension<Transport>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if !node.config().mcp_server_enabled {
+        return disabled();
+    }
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => {
+            let status = r.status();
+            let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "too_large"
+            } else {
+                "bad_request"
+            };
+            return ApiError::new(status, code, r.body_text()).into_response();
+        }
+    };
+    let accept = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    if !p::accepts_json(accept) {
+        return ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+            "POST /mcp answers application/json; the Accept header excludes it",
+        )
+        .into_response();
+    }
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &p::error(Value::Null, p::PARSE_ERROR, format!("parse error: {e}")),
+                None,
+            );
+        }
+    };
+    let req = Req {
+        transport: transport_of(transport.map(|e| e.0)),
+        session: header(&headers, SESSION_HEADER).map(str::to_owned),
+        version_header: header(&headers, VERSION_HEADER).map(str::to_owned),
+        tuic_session: header(&headers, TUIC_SESSION_HEADER).map(str::to_owned),
+    };
+    if let Some(v) = &req.version_header
+        && !p::SUPPORTED.contains(&v.as_str())
+    {
+        let id = parsed.get("id").cloned().unwrap_or(Value::Null);
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &p::error_with(
+                id,
+                p::INVALID_PARAMS,
+                format!("unsupported protocol version {v}"),
+                json!({"supported": p::SUPPORTED, "requested": v}),
+            ),
+            None,
+        );
+    }
+    match parsed {
+        Value::Array(batch) => post_batch(&node, &req, &headers, batch).await,
+        single => {
+            let mut minted = None;
+            let out = handle(&node, &req, &headers, &single, &mut minted, false).await;
+            let session = minted.as_deref();
+            match out.body {
+                Some(b) => json_response(out.status, &b, session),
+                None => {
+                    let mut r = out.status.into_response();
+                    if let Some(v) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+                        r.headers_mut().insert(SESSION_HEADER, v);
+                    }
+                    r
+                }
+            }
+        }
+    }
+}
+
+/// A JSON-RPC batch (2025-03-26 clients): every member handled, the answers in one array;
+/// `initialize` may not be batched, an empty batch is an invalid request.
+async fn post_batch(
+    node: &Arc<Node>,
+    req: &Req,
+    headers: &HeaderMap,
+    batch: Vec<Value>,
+) -> Response {
+    if batch.is_empty() {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &p::error(Value::Null, p::INVALID_REQUEST, "empty batch"),
+            None,
+        );
+    }
+    let mut answers = Vec::new();
+    let mut minted = None;
+    for m in &batch {
+        let out = handle(node, req, headers, m, &mut minted, true).await;
+        if let Some(b) = out.body {
+            answers.push(b);
+        }
+    }
+    if answers.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    json_response(StatusCode::OK, &Value::Array(answers), None)
+}
+
+/// Handles one message. `minted` receives a session id to answer in the header.
+async fn handle(
+    node: &Arc<Node>,
+    req: &Req,
+    headers: &HeaderMap,
+    msg: &Value,
+    minted: &mut Option<String>,
+    in_batch: bool,
+) -> Outcome {
+    let (id, method, params) = match p::classify(msg) {
+        Err(e) => return Outcome::err(StatusCode::BAD_REQUEST, e),
+        Ok(Message::Response) => return Outcome::accepted(),
+        Ok(Message::Notification { method }) => {
+            if let Some(s) = &req.session
+                && node
+                    .mcp
+                    .sessions
+                    .touch(s, Instant::now(), p::LEGACY_DEFAULT)
+                    == Lookup::Retired
+            {
+                return Outcome::err(StatusCode::NOT_FOUND, terminated(Value::Null));
+            }
+            tracing::debug!(source = "mcp", method = %method, "notification");
+            return Outcome::accepted();
+        }
+        Ok(Message::Request { id, method, params }) => (id, method, params),
+    };
+
+    // A request is stateless-modern when it has no session and says 2026-07-28 (header or
+    // _meta); server/discover is modern by definition.
+    let stateless = req.session.is_none()
+        && (method == "server/discover"
+            || p::meta_version(&params).is_some()
+            || req.version_header.as_deref() == Some(p::MODERN));
+    if stateless && let Err(o) = check_modern(req, headers, &id, &method, &params) {
+        return o;
+    }
+    if stateless && matches!(method.as_str(), "initialize" | "ping" | "logging/setLevel") {
+        return method_not_found(&id, &method, true);
+    }
+    if method == "initialize" {
+        if in_batch {
+            return Outcome::err(
+                StatusCode::BAD_REQUEST,
+                p::error(
+                    id,
+                    p::INVALID_REQUEST,
+                    "initialize cannot be part of a batch",
+                ),
+            );
+        }
+        return initialize(node, req, id, &params, minted);
+    }
+
+    // Legacy session bookkeeping: refresh, recover a stale id, refuse a DELETEd one.
+    let now = Instant::now();
+    if let Some(s) = &req.session {
+        match node.mcp.sessions.touch(s, now, p::LEGACY_DEFAULT) {
+            Lookup::Retired => return Outcome::err(StatusCode::NOT_FOUND, terminated(id)),
+            Lookup::Recovered => {
+                tracing::info!(source = "mcp", session = %s, method = %method, "recovered a stale protocol session");
+            }
+            Lookup::Live => {}
+        }
+        bind(node, s, req.tuic_session.as_deref(), now);
+    }
+    let session_version = req
+        .session
+        .as_deref()
+        .and_then(|s| node.mcp.sessions.with(s, |x| x.protocol_version.to_owned()));
+    // The revision is re-read per request: header, else _meta, else the session's.
+    let version = req
+        .version_header
+        .clone()
+        .or_else(|| p::meta_version(&params).map(str::to_owned))
+        .or(session_version);
+    let modern = version.as_deref() == Some(p::MODERN);
+    let ctx = call_ctx(node, req, headers, &params);
+
+    match method.as_str() {
+        "ping" => Outcome::ok(p::result(id, json!({}))),
+        "server/discover" => Outcome::ok(p::result(id, discover(node, &ctx))),
+        "tools/list" => {
+            let cfg = node.config();
+            let mut r = json!({"tools": node.mcp.registry.list(&cfg, ctx.collapsed(&cfg))});
+            if modern {
+                cache_envelope(&mut r);
+            }
+            Outcome::ok(p::result(id, r))
+        }
+        "tools/call" => tools_call(node, &ctx, id, &params, modern).await,
+        _ => method_not_found(&id, &method, stateless),
+    }
+}
+
+fn terminated(id: Value) -> Value {
+    p::error(
+        id,
+        p::INVALID_REQUEST,
+        "this MCP session was terminated (DELETE /mcp); send initialize to start a new one",
+    )
+}
+
+fn method_not_found(id: &Value, method: &str, modern: bool) -> Outcome {
+    // The stateless revision answers an unknown method with HTTP 404.
+    let status = if modern {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::OK
+    };
+    Outcome::err(
+        status,
+        p::error(
+            id.clone(),
+            p::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        ),
+    )
+}
+
+/// SEP-2243/2575 checks on a stateless request: `Mcp-Method`/`Mcp-Name` match the body,
+/// `_meta` carries revision and capabilities, and the revision header matches `_meta`.
+fn check_modern(
+    req: &Req,
+    headers: &HeaderMap,
+    id: &Value,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<(), Outcome> {
+    let mismatch = |msg: String| {
+        Outcome::err(
+            StatusCode::BAD_REQUEST,
+            p::error(id.clone(), p::HEADER_MISMATCH, msg),
+        )
+    };
+    match header(headers, METHOD_HEADER) {
+        Some(m) if m == method => {}
+        Some(m) => {
+            return Err(mismatch(format!(
+                "Mcp-Method {m} does not match method {method}"
+            )));
+        }
+        None => return Err(mismatch("Mcp-Method header is required".into())),
+    }
+    if let Some(name) = p::call_name(method, params) {
+        match header(headers, NAME_HEADER) {
+            Some(n) if n == name => {}
+            Some(n) => return Err(mismatch(format!("Mcp-Name {n} does not match {name}"))),
+            None => return Err(mismatch("Mcp-Name header is required".into())),
+        }
+    }
+    if let Err(e) = p::check_stateless_meta(params) {
+        return Err(Outcome::err(
+            StatusCode::BAD_REQUEST,
+            p::error(id.clone(), p::INVALID_PARAMS, e),
+        ));
+    }
+    let meta = p::meta_version(params).unwrap_or_default();
+    if req.version_header.as_deref() != Some(meta) {
+        return Err(mismatch(format!(
+            "MCP-Protocol-Version header {:?} does not match params._meta protocolVersion {meta}",
+            req.version_header
+        )));
+    }
+    if !p::SUPPORTED.contains(&meta) {
+        return Err(Outcome::err(
+            StatusCode::BAD_REQUEST,
+            p::error_with(
+                id.clone(),
+                p::INVALID_PARAMS,
+                format!("unsupported protocol version {meta}"),
+                json!({"supported": p::SUPPORTED, "requested": meta}),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn capabilities() -> Value {
+    json!({"tools": {"listChanged": true}, "experimental": {"claude/channel": {}}})
+}
+
+fn server_info() -> Value {
+    json!({"name": super::SERVER_NAME, "version": env!("CARGO_PKG_VERSION")})
+}
+
+fn cache_envelope(r: &mut Value) {
+    r["resultType"] = json!("complete");
+    r["ttlMs"] = json!(0);
+    r["cacheScope"] = json!("private");
+}
+
+fn discover(node: &Arc<Node>, ctx: &CallCtx) -> Value {
+    let collapsed = ctx.collapsed(&node.config());
+    let mut r = json!({
+        "supportedVersions": p::SUPPORTED,
+        "capabilities": capabilities(),
+        "instructions": super::current_instructions(node, collapsed),
+        "serverInfo": server_info(),
+        "_meta": {p::META_SERVER_INFO: server_info()},
+    });
+    cache_envelope(&mut r);
+    r
+}
+
+fn initialize(
+    node: &Arc<Node>,
+    req: &Req,
+    id: Value,
+    params: &Map<String, Value>,
+    minted: &mut Option<String>,
+) -> Outcome {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let version = p::negotiate(requested);
+    let client = params
+        .get("clientInfo")
+        .and_then(|c| c.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let now = Instant::now();
+    let (sid, arrival) =
+        node.mcp
+            .sessions
+            .initialize(req.session.as_deref(), now, version, client.clone());
+    let binding = bind(node, &sid, req.tuic_session.as_deref(), now);
+    tracing::info!(
+        source = "mcp_initialize",
+        event = arrival.as_str(),
+        session = %sid,
+        client = client.as_deref().unwrap_or(""),
+        requested = requested.unwrap_or(""),
+        version,
+        tuic_session = req.tuic_session.as_deref().unwrap_or(""),
+        binding = binding.as_deref().unwrap_or("none"),
+        "mcp initialize"
+    );
+    let collapsed = node.config().collapse_tools
+        || super::registry::client_requires_meta_tools(client.as_deref());
+    *minted = Some(sid);
+    Outcome::ok(p::result(
+        id,
+        json!({
+            "protocolVersion": version,
+            "capabilities": capabilities(),
+            "serverInfo": server_info(),
+            "instructions": super::current_instructions(node, collapsed),
+        }),
+    ))
+}
+
+/// Binds a valid `x-tuic-session` to the protocol session. Returns how it bound.
+fn bind(node: &Arc<Node>, sid: &str, tuic: Option<&str>, now: Instant) -> Option<String> {
+    let tuic = tuic?;
+    if uuid::Uuid::parse_str(tuic).is_err() {
+        tracing::warn!(source = "mcp", session = %sid, "ignoring a malformed x-tuic-session header");
+        return Some("invalid".into());
+    }
+    let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
+    let b = node.mcp.sessions.bind_identity(sid, tuic, now, grace);
+    if let Binding::Reclaimed { previous } = &b {
+        tracing::info!(source = "mcp", session = %sid, previous = %previous, "reclaimed a stale identity binding");
+    }
+    Some(
+        match b {
+            Binding::Owner => "owner",
+            Binding::Sibling => "sibling",
+            Binding::Unchanged => "unchanged",
+            Binding::Reclaimed { .. } => "reclaimed",
+        }
+        .into(),
+    )
+}
+
+fn call_ctx(
+    node: &Arc<Node>,
+    req: &Req,
+    headers: &HeaderMap,
+    params: &Map<String, Value>,
+) -> CallCtx {
+    let (tuic, session_meta_tools) = req
+        .session
+        .as_deref()
+        .and_then(|s| {
+            node.mcp.sessions.with(s, |x| {
+                (x.tuic_session.as_deref().map(str::to_owned), x.meta_tools)
+            })
+        })
+        .unwrap_or((None, false));
+    CallCtx {
+        loopback: guard::is_loopback_caller(req.transport, headers),
+        mcp_session: req.session.clone(),
+        tuic_session: tuic,
+        client_name: p::meta_client_name(params).map(str::to_owned),
+        session_meta_tools,
+    }
+}
+
+async fn tools_call(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    id: Value,
+    params: &Map<String, Value>,
+    modern: bool,
+) -> Outcome {
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return Outcome::ok(p::error(
+            id,
+            p::INVALID_PARAMS,
+            "tools/call needs params.name",
+        ));
+    };
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Outcome::ok(p::error(
+                id,
+                p::INVALID_PARAMS,
+                "params.arguments must be an object",
+            ));
+        }
+    };
+    let action = args
+        .get("action")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let (r, passthrough) = match node.mcp.registry.call(node, ctx, name, args).await {
+        Err(e) => return Outcome::ok(p::error(id, p::INVALID_PARAMS, e)),
+        Ok(r) => r,
+    };
+    // An upstream-style value that already is a CallToolResult becomes the result unchanged;
+    // a malformed one falls back to the compact JSON text envelope below.
+    if passthrough
+        && let Ok(v) = &r
+        && v.get("content").is_some_and(Value::is_array)
+    {
+        let mut result = v.clone();
+        if modern {
+            result["resultType"] = json!("complete");
+        }
+        return Outcome::ok(p::result(id, result));
+    }
+    let (value, is_error) = match r {
+        Ok(v) => (v, false),
+        Err(e) => {
+            tracing::debug!(source = "mcp", tool = name, action = %action, code = e.code, "tool error");
+            (e.to_json(), true)
+        }
+    };
+    // Native values travel as compact JSON text in the content envelope.
+    let mut result = json!({
+        "content": [{"type": "text", "text": value.to_string()}],
+        "isError": is_error,
+    });
+    if modern {
+        result["resultType"] = json!("complete");
+    }
+    Outcome::ok(p::result(id, result))
+}
+
+/// Releases a stream's sender when the stream is dropped, only while it holds its generation.
+struct StreamGuard {
+    node: Arc<Node>,
+    session: String,
+    generation: u64,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let released = self
+            .node
+            .mcp
+            .sessions
+            .release_stream(&self.session, self.generation);
+        tracing::debug!(source = "mcp", session = %self.session, generation = self.generation, released, "mcp stream closed");
+    }
+}
+
+/// `GET /mcp`: the server-notification stream of one protocol session.
+pub async fn get_stream(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    if !node.config().mcp_server_enabled {
+        return disabled();
+    }
+    let Some(sid) = header(&headers, SESSION_HEADER).map(str::to_owned) else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "session_required",
+            "GET /mcp needs an Mcp-Session-Id header (send initialize first)",
+        )
+        .into_response();
+    };
+    let accept = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    if !p::accepts_sse(accept) {
+        return ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+            "GET /mcp answers text/event-stream; the Accept header excludes it",
+        )
+        .into_response();
+    }
+    let (generation, rx) = node
+        .mcp
+        .sessions
+        .subscribe(&sid, Instant::now(), p::LEGACY_DEFAULT);
+    tracing::debug!(source = "mcp", session = %sid, generation, "mcp stream opened");
+    let guard = StreamGuard {
+        node: node.clone(),
+        session: sid.clone(),
+        generation,
+    };
+    let stop = node.shutdown.clone().cancelled_owned();
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx)
+        .map(move |v| {
+            let _held = &guard;
+            Ok::<_, std::convert::Infallible>(
+                SseEvent::default().event("message").data(v.to_string()),
+            )
+        })
+        .take_until(stop);
+    let keepalive = Duration::from_millis(node.config().tuning.sse_keepalive_ms.max(1000));
+    let mut r = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(keepalive))
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&sid) {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    r
+}
+
+/// `DELETE /mcp`: ends a protocol session; the id answers 404 afterwards.
+pub async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    if !node.config().mcp_server_enabled {
+        return disabled();
+    }
+    let Some(sid) = header(&headers, SESSION_HEADER) else {
+        return ApiError::bad_request("DELETE /mcp needs an Mcp-Session-Id header").into_response();
+    };
+    if node.mcp.sessions.delete(sid) {
+        tracing::info!(source = "mcp", session = %sid, "mcp session deleted");
+        (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response()
+    } else {
+        ApiError::not_found("no such MCP session").into_response()
+    }
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the official MCP SDK clients the end-to-end tests drive, once, into a cache folder:
+#   Python `mcp` (PyPI) in a venv, and the TypeScript `@modelcontextprotocol/sdk` (npm).
+# Prints two lines: PYTHON=<venv python> and TSDIR=<folder with node_modules>.
+set -euo pipefail
+cache=${TUIC_MCP_CLIENTS_CACHE:-$HOME/.cache/tuic-mcp-clients}
+py_version=${TUIC_MCP_PY_VERSION:-2.3.0}
+ts_version=${TUIC_MCP_TS_VERSION:-1.32.2}
+mkdir -p "$cache"
+if ! "$cache/venv/bin/python" -c "import mcp.client.client" 2>/dev/null; then
+  python3 -m venv "$cache/venv" >&2
+  "$cache/venv/bin/pip" install -q "mcp==$py_version" >&2
+fi
+if [ ! -d "$cache/ts/node_modules/@modelcontextprotocol/sdk" ]; then
+  mkdir -p "$cache/ts"
+  (cd "$cache/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund "@modelcontextprotocol/sdk@$ts_version" >&2)
+fi
+echo "PYTHON=$cache/venv/bin/python"
+echo "TSDIR=$cache/ts"

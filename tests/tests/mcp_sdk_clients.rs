@@ -1,0 +1,126 @@
+//! End-to-end: the official MCP SDK clients (Python `mcp` in legacy, 2026-07-28 and auto
+//! modes; TypeScript `@modelcontextprotocol/sdk`) connect over Streamable HTTP to a real node,
+//! list the tools and call `session action=list`.
+//!
+//! The clients are installed once by `tests/clients/setup.sh` (PyPI and npm); they reach the
+//! node through a loopback TCP port forwarded to its IPC socket, because the node's own TCP
+//! listener requires credentials these stock clients do not send.
+
+mod mcp_support;
+
+use std::path::PathBuf;
+
+use mcp_support::NodeProc;
+use serde_json::{Value, json};
+
+const FAMILY: &[&str] = &[
+    "session",
+    "agent",
+    "task",
+    "remote",
+    "repo",
+    "story",
+    "progress",
+    "ui",
+    "plugin_dev_guide",
+    "voice",
+];
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients")
+}
+
+/// Runs the setup script; returns (python, ts folder).
+async fn setup() -> (String, PathBuf) {
+    let out = tokio::process::Command::new("bash")
+        .arg(clients_dir().join("setup.sh"))
+        .output()
+        .await
+        .expect("running tests/clients/setup.sh");
+    assert!(
+        out.status.success(),
+        "installing the MCP SDK clients failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} missing in {text}"))
+            .to_owned()
+    };
+    (get("PYTHON="), PathBuf::from(get("TSDIR=")))
+}
+
+fn check(report: &Value) {
+    let tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tools, FAMILY, "{report}");
+    // session action=list reached the tool; this build has no PTY registry, so the answer is
+    // the structured not_available tool error.
+    assert_eq!(report["session_list"]["is_error"], true, "{report}");
+    let inner: Value =
+        serde_json::from_str(report["session_list"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(inner["code"], "not_available");
+}
+
+async fn run(cmd: &mut tokio::process::Command) -> Value {
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+        .await
+        .expect("client finished within 120 s")
+        .expect("client ran");
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON report line");
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test]
+async fn official_python_and_typescript_clients_initialize_list_and_call() {
+    let (python, tsdir) = setup().await;
+    let node = NodeProc::start(json!({})).await;
+    let url = node.tcp_forward().await;
+    for (mode, want) in [
+        ("legacy", "2025-11-25"),
+        ("2026-07-28", "2026-07-28"),
+        ("auto", "2026-07-28"),
+    ] {
+        let report = run(tokio::process::Command::new(&python)
+            .arg(clients_dir().join("mcp_python_client.py"))
+            .arg(&url)
+            .arg(mode))
+        .await;
+        assert_eq!(report["protocol"], want, "python {mode}: {report}");
+        check(&report);
+    }
+    // The ESM import resolves from the script's folder, so the script sits beside node_modules.
+    let script = tsdir.join("tuic_ts_client.mjs");
+    std::fs::copy(clients_dir().join("mcp_ts_client.mjs"), &script).unwrap();
+    let report = run(tokio::process::Command::new("node").arg(&script).arg(&url)).await;
+    assert_eq!(report["protocol"], "2025-11-25", "{report}");
+    assert!(report["session_id"].is_string());
+    check(&report);
+    // The TS client terminated its session on close: the id answers 404 now.
+    let sid = report["session_id"].as_str().unwrap().to_owned();
+    let mut c = node.connect().await;
+    let r = c
+        .rpc(
+            &json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}),
+            &[("mcp-session-id", &sid)],
+        )
+        .await;
+    assert_eq!(r.status, 404);
+}
