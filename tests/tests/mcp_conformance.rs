@@ -3,8 +3,7 @@
 //!
 //! The node runs with the test-only `mcp_conformance_fixtures` switch, so the `tools-call-*`
 //! scenarios can score. Every check must pass except the ones `docs/mcp-conformance.md` lists
-//! as out of scope (fixtures tuic does not provide and the 2026-07-28 `subscriptions/listen`
-//! stream).
+//! as out of scope (diagnostic fixtures tuic does not provide).
 
 mod mcp_support;
 
@@ -18,9 +17,6 @@ const OUT_OF_SCOPE: &[&str] = &[
     "sep-2575-server-rejects-undeclared-capability",
     "sep-2575-missing-capability-http-400",
     "sep-2575-http-server-no-independent-requests-on-stream",
-    "sep-2575-server-sends-subscription-ack",
-    "sep-2575-server-tags-subscription-id",
-    "sep-2575-server-honors-notification-filter",
 ];
 
 const SCENARIOS: &[(&str, &str)] = &[

@@ -86,4 +86,23 @@ pub fn register(registry: &super::registry::Registry) {
     ] {
         registry.add(Arc::new(def));
     }
+    registry.add(Arc::new(ToolDef {
+        name: "test_trigger_tool_change",
+        summary: "conformance fixture",
+        description: "Conformance-suite fixture: adds or removes a temporary tool, so the tool list changes.",
+        actions: &[],
+        schema: empty_schema,
+        handler: trigger,
+        blocking: &[],
+        passthrough: true,
+    }));
+}
+
+fn trigger(node: &Arc<Node>, _: &CallCtx, _: &Map<String, Value>) -> Result<Value, ToolError> {
+    let name = "test_temporary_tool";
+    if !node.mcp.remove_tool(name) {
+        node.mcp
+            .add_tool(Arc::new(fixture!("test_temporary_tool", "text")));
+    }
+    Ok(json!({"content": [{"type": "text", "text": "tool list changed"}]}))
 }

@@ -50,6 +50,8 @@ pub struct McpState {
     pub liveness: RwLock<Arc<dyn IdentityLiveness>>,
     /// The last announced tool surface, to fire `list_changed` only on a real change.
     surface: Mutex<(Vec<String>, bool, bool)>,
+    /// Tool-surface changes, for `subscriptions/listen` streams (2026-07-28).
+    pub changes: tokio::sync::broadcast::Sender<()>,
     /// Open `ui action=confirm` dialogs: request id → the waiting handler's answer channel.
     pub confirms: Mutex<std::collections::HashMap<String, std::sync::mpsc::SyncSender<bool>>>,
 }
@@ -64,6 +66,7 @@ impl McpState {
             liveness: RwLock::new(Arc::new(NoPtys)),
             surface: Mutex::new(registry::surface_fingerprint(cfg)),
             confirms: Mutex::new(std::collections::HashMap::new()),
+            changes: tokio::sync::broadcast::channel(16).0,
         };
         if cfg.mcp_conformance_fixtures {
             fixtures::register(&s.registry);
@@ -76,6 +79,8 @@ impl McpState {
         let n = self
             .sessions
             .broadcast(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        // A listen stream is optional; no listener is not an error.
+        let _ = self.changes.send(());
         tracing::info!(source = "mcp", streams = n, "tool list changed");
         n
     }

@@ -861,3 +861,46 @@ async fn conformance_fixtures_are_off_by_default_and_pass_call_tool_results_thro
         12
     );
 }
+
+#[tokio::test]
+async fn subscriptions_listen_acknowledges_first_then_tags_list_changed() {
+    let f = fixture(json!({}));
+    let meta = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":{}});
+    let listen = |filter: Value| {
+        let mut r = ipc_post(
+            json!({"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"_meta":meta,"notifications":filter}}).to_string(),
+            &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "subscriptions/listen")],
+        );
+        r.extensions_mut().insert(Transport::Ipc);
+        crate::routes::router(f.node.clone()).oneshot(r)
+    };
+    let wanted = listen(json!({"toolsListChanged": true})).await.unwrap();
+    let other = listen(json!({"promptsListChanged": true})).await.unwrap();
+    assert_eq!(wanted.status(), StatusCode::OK);
+    let mut body = wanted.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let first = String::from_utf8_lossy(&first).into_owned();
+    assert!(
+        first.contains("notifications/subscriptions/acknowledged"),
+        "{first}"
+    );
+    f.node.mcp.notify_list_changed();
+    let next = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let next = String::from_utf8_lossy(&next).into_owned();
+    assert!(next.contains("notifications/tools/list_changed"), "{next}");
+    assert!(
+        next.contains("io.modelcontextprotocol/subscriptionId"),
+        "{next}"
+    );
+    // A stream that asked only for prompt changes gets its ack and nothing for tools.
+    let mut other = other.into_body();
+    let ack = other.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&ack).contains("acknowledged"));
+    f.node.mcp.notify_list_changed();
+    let pending = tokio::time::timeout(std::time::Duration::from_millis(200), other.frame()).await;
+    assert!(
+        pending.is_err(),
+        "no tools notification on a prompts-only subscription"
+    );
+}

@@ -44,6 +44,8 @@ pub const NAME_HEADER: &str = "mcp-name";
 struct Outcome {
     status: StatusCode,
     body: Option<Value>,
+    /// A `subscriptions/listen` request: answered with an event stream, not JSON.
+    listen: Option<Value>,
 }
 
 impl Outcome {
@@ -51,18 +53,21 @@ impl Outcome {
         Self {
             status: StatusCode::OK,
             body: Some(body),
+            listen: None,
         }
     }
     fn err(status: StatusCode, body: Value) -> Self {
         Self {
             status,
             body: Some(body),
+            listen: None,
         }
     }
     fn accepted() -> Self {
         Self {
             status: StatusCode::ACCEPTED,
             body: None,
+            listen: None,
         }
     }
 }
@@ -182,6 +187,9 @@ pub async fn post(
         single => {
             let mut minted = None;
             let out = handle(&node, &req, &headers, &single, &mut minted, false).await;
+            if let Some(filter) = out.listen {
+                return listen(&node, filter);
+            }
             let session = minted.as_deref();
             match out.body {
                 Some(b) => json_response(out.status, &b, session),
@@ -317,6 +325,11 @@ async fn handle(
             Outcome::ok(p::result(id, r))
         }
         "tools/call" => tools_call(node, &ctx, id, &params, modern).await,
+        "subscriptions/listen" if stateless && !in_batch => Outcome {
+            status: StatusCode::OK,
+            body: None,
+            listen: Some(params.get("notifications").cloned().unwrap_or(json!({}))),
+        },
         _ => method_not_found(&id, &method, stateless),
     }
 }
@@ -585,6 +598,37 @@ async fn tools_call(
         result["resultType"] = json!("complete");
     }
     Outcome::ok(p::result(id, result))
+}
+
+/// `subscriptions/listen` (2026-07-28): an event stream whose first message acknowledges the
+/// subscription; afterwards `notifications/tools/list_changed`, tagged with the subscription id,
+/// when the client asked for `toolsListChanged` (the only change tuic announces).
+fn listen(node: &Arc<Node>, filter: Value) -> Response {
+    let id = uuid::Uuid::new_v4().to_string();
+    let meta = json!({"io.modelcontextprotocol/subscriptionId": id});
+    let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+        "params": {"_meta": meta.clone()}});
+    let wants_tools = filter.get("toolsListChanged").and_then(Value::as_bool) == Some(true);
+    let changes = tokio_stream::wrappers::BroadcastStream::new(node.mcp.changes.subscribe());
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+        "params": {"_meta": meta}});
+    let stop = node.shutdown.clone().cancelled_owned();
+    let stream = futures::stream::once(async move { ack })
+        .chain(
+            changes
+                .filter(move |_| std::future::ready(wants_tools))
+                .map(move |_| note.clone()),
+        )
+        .map(|v| {
+            Ok::<_, std::convert::Infallible>(
+                SseEvent::default().event("message").data(v.to_string()),
+            )
+        })
+        .take_until(stop);
+    let keepalive = Duration::from_millis(node.config().tuning.sse_keepalive_ms.max(1000));
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(keepalive))
+        .into_response()
 }
 
 /// Releases a stream's sender when the stream is dropped, only while it holds its generation.
