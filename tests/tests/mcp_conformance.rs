@@ -1,5 +1,5 @@
 //! End-to-end: the official MCP conformance suite's transport scenarios against a real node
-//! (`../shared/tools/mcp-conformance`, which installs the suite from npm on first use).
+//! (`tests/clients/mcp-conformance`, a copy of the team's runner script, which installs the suite from npm on first use).
 //!
 //! The node runs with the test-only `mcp_conformance_fixtures` switch, so the `tools-call-*`
 //! scenarios can score. Every check must pass except the ones `docs/mcp-conformance.md` lists
@@ -55,7 +55,7 @@ fn strip_ansi(s: &str) -> String {
 
 #[tokio::test]
 async fn transport_scenarios_pass() {
-    let tool = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/mcp-conformance");
+    let tool = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/mcp-conformance");
     assert!(tool.exists(), "{} is missing", tool.display());
     let node = NodeProc::start(json!({"mcp_conformance_fixtures": true})).await;
     let url = node.tcp_forward().await;
