@@ -9,6 +9,12 @@ need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v tar >/dev/null 2>&1 || need+=(tar)
+# The official MCP SDK clients and conformance suite come from PyPI and npm.
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test packages: ${need[*]}"
   sudo_cmd=()
