@@ -142,6 +142,14 @@ pub struct Tuning {
     pub shutdown_drain_ms: u64,
     /// How long an exited session's buffers keep answering output routes (300 s).
     pub tombstone_secs: u64,
+    /// Largest upload, in file bytes (64 GiB).
+    pub upload_max_bytes: u64,
+    /// Most entries in one upload (1,000,000).
+    pub upload_max_entries: u64,
+    /// Uploads extracted at once (4).
+    pub upload_concurrency: u32,
+    /// Longest wait for the next upload chunk (30 s).
+    pub upload_idle_ms: u64,
 }
 
 impl Default for Tuning {
@@ -154,6 +162,10 @@ impl Default for Tuning {
             basic_cache_secs: 60,
             shutdown_drain_ms: 5_000,
             tombstone_secs: 300,
+            upload_max_bytes: 64 << 30,
+            upload_max_entries: 1_000_000,
+            upload_concurrency: 4,
+            upload_idle_ms: 30_000,
         }
     }
 }

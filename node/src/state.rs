@@ -13,6 +13,7 @@ use crate::events::Bus;
 use crate::guard::HostTrust;
 use crate::logs::LogRing;
 use crate::paths::Paths;
+use crate::repos::Repos;
 use crate::server::TcpControl;
 use crate::store::Store;
 use crate::vault::{self, Vault};
@@ -68,6 +69,10 @@ pub struct Node {
     pub tasks: TaskTracker,
     /// PTY sessions and their exit tombstones.
     pub sessions: crate::session::Registry,
+    /// Registered repositories (the roots of every file route).
+    pub repos: Repos,
+    /// Concurrent uploads allowed; a permit is held through extraction.
+    pub upload_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl Node {
@@ -95,6 +100,12 @@ impl Node {
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
         let sessions = crate::session::Registry::new(&paths.config_dir);
+        let store = Arc::new(store);
+        let repos = Repos::new(store.clone());
+        crate::fs::upload::sweep_staging(&repos.roots());
+        let upload_permits = Arc::new(tokio::sync::Semaphore::new(
+            config.tuning.upload_concurrency.max(1) as usize,
+        ));
         Ok(Arc::new(Self {
             name,
             paths,
@@ -102,7 +113,7 @@ impl Node {
             config: RwLock::new(Arc::new(config)),
             overrides: Mutex::new(overrides),
             vault,
-            store: Arc::new(store),
+            store,
             bus: Bus::default(),
             logs,
             auth,
@@ -116,6 +127,8 @@ impl Node {
             tcp: tokio::sync::Mutex::new(TcpControl::default()),
             tasks: TaskTracker::new(),
             sessions,
+            repos,
+            upload_permits,
         }))
     }
 

@@ -13,6 +13,9 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 /// Login sessions: sha256(token) hex → expiry, unix ms.
 const LOGIN_SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("login_sessions");
 
+/// Repositories: canonical path → JSON record.
+const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositories");
+
 /// Handle to the store.
 #[derive(Debug)]
 pub struct Store {
@@ -26,8 +29,41 @@ impl Store {
             .with_context(|| format!("opening the store {}", path.display()))?;
         let tx = db.begin_write()?;
         tx.open_table(LOGIN_SESSIONS)?;
+        tx.open_table(REPOS)?;
         tx.commit()?;
         Ok(Self { db })
+    }
+
+    /// All repositories, ordered by path.
+    pub fn repos(&self) -> anyhow::Result<Vec<crate::repos::Repo>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REPOS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (_, v) = row?;
+            out.push(serde_json::from_slice(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// One repository by canonical path.
+    pub fn repo(&self, path: &str) -> anyhow::Result<Option<crate::repos::Repo>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REPOS)?;
+        Ok(match t.get(path)? {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    /// Inserts or replaces a repository record.
+    pub fn put_repo(&self, repo: &crate::repos::Repo) -> anyhow::Result<()> {
+        let bytes = serde_json::to_vec(repo)?;
+        let tx = self.db.begin_write()?;
+        tx.open_table(REPOS)?
+            .insert(repo.path.as_str(), bytes.as_slice())?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// All login sessions (hash → expiry ms).

@@ -13,13 +13,17 @@ use crate::state::Node;
 
 const LOGIN_HTML: &str = include_str!("../../web/login.html");
 const APP_HTML: &str = include_str!("../../web/index.html");
+const APP_JS: &str = include_str!("../../web/assets/app.js");
+const ANSI_JS: &str = include_str!("../../web/assets/ansi.js");
+const APP_CSS: &str = include_str!("../../web/assets/app.css");
 
 fn html(body: &'static str) -> impl IntoResponse {
+    asset("text/html; charset=utf-8", body)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
     (
-        [
-            (CONTENT_TYPE, "text/html; charset=utf-8"),
-            (CACHE_CONTROL, "no-cache"),
-        ],
+        [(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")],
         body,
     )
 }
@@ -31,4 +35,16 @@ pub fn routes() -> Router<Arc<Node>> {
         .route("/", get(|| async { html(APP_HTML) }))
         .route("/mobile", get(|| async { html(APP_HTML) }))
         .route("/mobile/{*rest}", get(|| async { html(APP_HTML) }))
+        .route(
+            "/assets/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/assets/ansi.js",
+            get(|| async { asset("text/javascript; charset=utf-8", ANSI_JS) }),
+        )
+        .route(
+            "/assets/app.css",
+            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
+        )
 }

@@ -7,6 +7,7 @@ mod auth;
 mod config;
 mod events;
 mod sessions;
+mod repos;
 mod system;
 
 use std::sync::Arc;
@@ -38,9 +39,31 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/auth/login", post(auth::login))
         .route("/events", get(events::sse))
         .merge(sessions::routes())
+        .route("/repos", get(repos::list).post(repos::add))
+        .route("/fs/read-external", get(crate::fs::read_external))
+        .route("/fs/read-editor", get(crate::fs::read_editor))
+        .route(
+            "/fs/read-editor-external",
+            get(crate::fs::read_editor_external),
+        )
+        .route("/fs/write-external", post(crate::fs::write_external))
+        .route("/fs/copy-abs", post(crate::fs::copy_abs))
+        .route("/fs/move-abs", post(crate::fs::move_abs))
+        .route("/fs/transfer", post(crate::fs::transfer))
+        .route("/fs/markdown-image", get(crate::fs::markdown_image))
+        .route(
+            "/fs/resolve-markdown-link",
+            post(crate::fs::resolve_markdown_link),
+        )
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") });
+    // Uploads stream for as long as data keeps coming: they have their own bounds (idle
+    // deadline per chunk, bytes, entries, concurrency) instead of the body limit and deadline.
+    let streaming = Router::new()
+        .route("/fs/upload-copy", post(crate::fs::upload::upload_copy))
+        .layer(DefaultBodyLimit::disable());
     with_server_limits(routes, node.request_timeout())
+        .merge(streaming)
         .layer(middleware::from_fn_with_state(
             node.clone(),
             crate::server::boundary::boundary,

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace: unit, service, end-to-end (real binaries, real PTYs,
+# real sockets) and, as they land, browser and short chaos tests. Installs the Debian
+# packages the tests need when they are missing. Dev profile only; no release build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing test packages: ${need[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}"
+fi
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+
+cargo fmt --all --check
+# End-to-end tests start the real binaries, which nextest does not build by itself.
+cargo build --workspace --bins
+cargo nextest run --workspace --no-fail-fast "$@"

@@ -1,0 +1,453 @@
+//! End-to-end tests of the node's front door against the real `tuic-node` binary:
+//! listeners, request boundary, auth, config saves, SSE, instance exclusivity, shutdown.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tuic_tests::{NodeProc, ipc, ipc_stream, listening_tcp_ports, run_with_stdin};
+
+const PASSWORD: &str = "hunter2 with spaces";
+
+fn config_dir(extra: Value) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let mut cfg = json!({"secret_store": "file"});
+    for (k, v) in extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    d
+}
+
+fn dir_arg(d: &tempfile::TempDir) -> String {
+    d.path().to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn defaults_serve_health_on_ipc_and_open_no_tcp_port() {
+    let d = config_dir(json!({}));
+    let node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    assert_eq!(node.socket, d.path().join("mcp.sock"));
+    assert!(node.tcp.is_none());
+    let r = ipc(&node.socket, "GET", "/health", None).await.unwrap();
+    assert_eq!(r.status, 200);
+    let h = r.json();
+    assert_eq!(h["ok"], json!(true));
+    assert!(h["uptime_secs"].is_u64() && h["protocol_version"].is_u64());
+    assert!(
+        listening_tcp_ports(node.pid()).is_empty(),
+        "a TCP port is open: {:?}",
+        listening_tcp_ports(node.pid())
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&node.socket)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+fn set_password(d: &tempfile::TempDir) {
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &dir_arg(d)],
+        &format!("{PASSWORD}\n"),
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+}
+
+fn remote_node(d: &tempfile::TempDir) -> NodeProc {
+    NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            &dir_arg(d),
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn remote_access_boundary_end_to_end() {
+    let d = config_dir(json!({}));
+    set_password(&d);
+    let node = remote_node(&d);
+    let addr = node.tcp.expect("tcp listener");
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // No credentials: 401 JSON. Basic: 200. Public health: 200.
+    let r = http.get(format!("{base}/config")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "unauthorized");
+    let r = http
+        .get(format!("{base}/config"))
+        .basic_auth("admin", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        http.get(format!("{base}/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    // Foreign Host and Origin: 403 even with valid credentials.
+    let r = http
+        .get(format!("{base}/config"))
+        .header("host", "evil.example")
+        .basic_auth("admin", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = http
+        .get(format!("{base}/config"))
+        .header("origin", "http://evil.example")
+        .basic_auth("admin", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    // Login cookie.
+    let r = http
+        .post(format!("{base}/auth/login"))
+        .json(&json!({"username": "admin", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(cookie.starts_with("tui-session="));
+    let r = http
+        .get(format!("{base}/config"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // ?token= only where browsers cannot set headers.
+    let (code, token, _) =
+        run_with_stdin("tuic-node", &["token", "--config-dir", &dir_arg(&d)], "").unwrap();
+    assert_eq!(code, 0);
+    let token = token.trim();
+    let r = http
+        .get(format!("{base}/events?token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    drop(r);
+    let r = http
+        .post(format!("{base}/fs/upload-copy?token={token}"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // Repeated wrong passwords are throttled.
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let r = http
+            .get(format!("{base}/config"))
+            .basic_auth("admin", Some("wrong"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, vec![401, 401, 401, 401, 401, 429]);
+}
+
+#[tokio::test]
+async fn remote_access_without_password_does_not_start_tcp() {
+    let d = config_dir(json!({}));
+    let node = remote_node(&d);
+    assert!(node.tcp.is_none());
+    assert!(node.log_text().contains("no password is set"));
+    let r = ipc(&node.socket, "GET", "/health", None).await.unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn busy_port_falls_through_to_the_next_and_tuic_port_overrides() {
+    let d = config_dir(
+        json!({"remote_access_enabled": true, "services": {"server": {"bind": "127.0.0.1", "port": 1}}}),
+    );
+    set_password(&d);
+    // Hold a port so the node must take the next one.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = holder.local_addr().unwrap().port();
+    let node = NodeProc::start(
+        "tuic-node",
+        &["--config-dir", &dir_arg(&d)],
+        &[("TUIC_PORT", &busy.to_string())],
+    )
+    .unwrap();
+    let bound = node.tcp.expect("tcp").port();
+    assert!(
+        bound == busy + 1 || bound == busy + 2,
+        "bound {bound}, busy {busy}"
+    );
+    assert!(node.log_text().contains("configured port busy"));
+    // TUIC_PORT is not persisted.
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(file["services"]["server"]["port"], json!(1));
+}
+
+#[tokio::test]
+async fn toggling_remote_access_starts_and_stops_only_tcp() {
+    let d = config_dir(json!({"services": {"server": {"bind": "127.0.0.1", "port": 0}}}));
+    set_password(&d);
+    let node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    assert!(listening_tcp_ports(node.pid()).is_empty());
+    let base = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    let mut on = base.clone();
+    on["remote_access_enabled"] = json!(true);
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": base, "config": on})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let ports = listening_tcp_ports(node.pid());
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    let health = reqwest::get(format!("http://127.0.0.1:{}/health", ports[0]))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": on, "config": base})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(listening_tcp_ports(node.pid()).is_empty());
+    assert!(
+        reqwest::get(format!("http://127.0.0.1:{}/health", ports[0]))
+            .await
+            .is_err()
+    );
+    // The IPC listener never moved.
+    assert_eq!(
+        ipc(&node.socket, "GET", "/health", None)
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let log = node.log_text();
+    assert!(
+        log.contains("TCP listener started; the IPC listener is unaffected"),
+        "{log}"
+    );
+    assert!(
+        log.contains("TCP listener stopped; the IPC listener is unaffected"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_config_saves_keep_both_changes() {
+    let d = config_dir(json!({}));
+    let node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    let base = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    let mut a = base.clone();
+    a["collapse_tools"] = json!(true);
+    let mut b = base.clone();
+    b["allowed_origins"] = json!(["http://tauri.localhost"]);
+    let (ra, rb) = tokio::join!(
+        ipc(
+            &node.socket,
+            "PUT",
+            "/config",
+            Some(json!({"base": base, "config": a}))
+        ),
+        ipc(
+            &node.socket,
+            "PUT",
+            "/config",
+            Some(json!({"base": base, "config": b}))
+        ),
+    );
+    assert_eq!(ra.unwrap().status, 200);
+    assert_eq!(rb.unwrap().status, 200);
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(file["collapse_tools"], json!(true));
+    assert_eq!(file["allowed_origins"], json!(["http://tauri.localhost"]));
+    let now = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(now["collapse_tools"], json!(true));
+    assert_eq!(now["allowed_origins"], json!(["http://tauri.localhost"]));
+}
+
+#[tokio::test]
+async fn sse_outlives_a_shortened_request_timeout_and_filters_types() {
+    let d = config_dir(json!({"tuning": {"request_timeout_ms": 300, "sse_keepalive_ms": 100}}));
+    let node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    let resp = ipc_stream(&node.socket, "/events?types=config-changed")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = http_body_util::BodyStream::new(resp.into_body());
+    let opened = Instant::now();
+    // Read keep-alives until well past the request deadline: the stream must still be open.
+    while opened.elapsed() < Duration::from_millis(900) {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.next())
+            .await
+            .expect("keep-alive")
+            .expect("stream open");
+        frame.unwrap();
+    }
+    let base = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    let mut edited = base.clone();
+    edited["collapse_tools"] = json!(true);
+    assert_eq!(
+        ipc(
+            &node.socket,
+            "PUT",
+            "/config",
+            Some(json!({"base": base, "config": edited}))
+        )
+        .await
+        .unwrap()
+        .status,
+        200
+    );
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !seen.contains("event: config-changed") {
+        assert!(
+            Instant::now() < deadline,
+            "no config-changed event; got {seen}"
+        );
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let Some(d) = frame.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+    assert!(seen.contains("id: "), "{seen}");
+}
+
+#[tokio::test]
+async fn second_node_refuses_and_stale_socket_is_replaced_after_kill_9() {
+    let d = config_dir(json!({}));
+    let mut first = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    let out = std::process::Command::new(tuic_tests::bin("tuic-node"))
+        .args(["--config-dir", &dir_arg(&d)])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already listening on") && err.contains("mcp.sock"),
+        "{err}"
+    );
+    first.child.kill().unwrap(); // SIGKILL: the socket file stays behind.
+    first.child.wait().unwrap();
+    assert!(first.socket.exists());
+    let second = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    assert!(second.log_text().contains("replacing stale IPC socket"));
+    assert_eq!(
+        ipc(&second.socket, "GET", "/health", None)
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_removes_the_socket() {
+    let d = config_dir(json!({}));
+    let mut node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
+    // An open SSE stream must not hold shutdown past its drain deadline.
+    let resp = ipc_stream(&node.socket, "/events").await.unwrap();
+    let status = node.terminate().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!node.socket.exists());
+    let mut body = http_body_util::BodyStream::new(resp.into_body());
+    // The stream ends (cleanly or by reset) rather than hanging.
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = body.next().await {}
+    })
+    .await;
+    assert!(end.is_ok());
+}
+
+#[tokio::test]
+async fn named_instances_get_their_own_dir_and_socket() {
+    let home = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let envs = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_CONFIG_HOME", ""),
+        ("TUIC_CONFIG_DIR", ""),
+        ("TMPDIR", tmp.path().to_str().unwrap()),
+    ];
+    let a = NodeProc::start("tuic-node", &["--instance", "alpha"], &envs).unwrap();
+    let b = NodeProc::start("tuic-node", &["--instance", "beta"], &envs).unwrap();
+    assert_ne!(a.socket, b.socket);
+    assert!(a.socket.starts_with(tmp.path()));
+    assert!(
+        home.path()
+            .join(".config/tuicommander/instances/alpha/state.redb")
+            .exists()
+    );
+    assert_eq!(
+        ipc(&a.socket, "GET", "/health", None).await.unwrap().status,
+        200
+    );
+    assert_eq!(
+        ipc(&b.socket, "GET", "/health", None).await.unwrap().status,
+        200
+    );
+}

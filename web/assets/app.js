@@ -1,0 +1,312 @@
+// The tuic web UI: one module for the phone (/mobile) and the desktop browser (/).
+// Sessions from GET /sessions, kept fresh by /events with a 3 s polling fallback; a session
+// view streams raw PTY bytes over the WebSocket, renders ANSI colours, pages older output on
+// scroll, and writes input through POST /sessions/{id}/write.
+
+import { AnsiRenderer } from "/assets/ansi.js";
+
+const $ = (id) => document.getElementById(id);
+const desktop = !location.pathname.startsWith("/mobile");
+
+// Touch-capable iPads and Macs reporting a desktop UA get the phone layout.
+if (desktop && navigator.maxTouchPoints > 1 && /Macintosh|iPad/.test(navigator.userAgent)) {
+  location.replace("/mobile" + location.hash);
+}
+if (desktop) document.body.classList.add("desktop");
+
+const state = { sessions: [], current: null, lastActivity: new Map() };
+
+async function api(path, opts = {}) {
+  const r = await fetch(path, { credentials: "same-origin", ...opts });
+  if (r.status === 401) {
+    location.href = "/mobile/login?next=" + encodeURIComponent(desktop ? "/" : "/mobile");
+    throw new Error("unauthorized");
+  }
+  if (!r.ok) throw new Error(`${path}: ${r.status}`);
+  return r;
+}
+
+function sessionKey(s) { return s.address ?? s.session_id; }
+
+function ago(ms) {
+  if (!ms) return "";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.round(s / 60)}m ago`;
+  return `${Math.round(s / 3600)}h ago`;
+}
+
+function renderList() {
+  const ul = $("sessions");
+  const rows = state.sessions.map((s) => {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    const key = sessionKey(s);
+    a.href = `#/s/${encodeURIComponent(key)}`;
+    a.dataset.session = key;
+    if (state.current === key) a.setAttribute("aria-current", "true");
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = `${s.alias ?? s.session_id}${s.display_name ? " — " + s.display_name : ""}`;
+    const badge = document.createElement("span");
+    badge.className = `badge ${s.agent_state ?? s.shell_state ?? ""}`;
+    badge.textContent = s.agent_state ?? s.shell_state ?? "";
+    const meta = document.createElement("span");
+    meta.className = "meta";
+    const host = s.connection_id ?? "local";
+    const last = ago(state.lastActivity.get(s.session_id));
+    meta.textContent = [host, s.agent_type, s.cwd, last].filter(Boolean).join(" · ");
+    a.append(name, badge, meta);
+    li.appendChild(a);
+    return li;
+  });
+  ul.replaceChildren(...rows);
+  $("empty").hidden = rows.length > 0;
+}
+
+async function refreshSessions() {
+  try {
+    const r = await api("/sessions");
+    state.sessions = await r.json();
+    renderList();
+    $("conn").textContent = "";
+  } catch (e) {
+    if (e.message !== "unauthorized") $("conn").textContent = "offline";
+  }
+}
+
+function startEvents() {
+  const es = new EventSource("/events");
+  const bump = () => refreshSessions();
+  for (const t of ["session-created", "session-closed", "session-renamed", "term-alias-assigned", "pty-exit"]) {
+    es.addEventListener(t, bump);
+  }
+  es.addEventListener("pty-parsed", (ev) => {
+    const d = JSON.parse(ev.data);
+    state.lastActivity.set(d.session_id, Date.now());
+    if (d.parsed?.type === "agent_state") bump();
+    if (view && view.key === d.session_id) view.onParsed(d.parsed);
+  });
+  es.addEventListener("lagged", bump);
+  es.onerror = () => { $("conn").textContent = "reconnecting…"; };
+  es.onopen = () => { $("conn").textContent = ""; };
+}
+
+// ---- session view -------------------------------------------------------------------------
+
+const PAGE = 64 * 1024;
+const CHIPS = [["1", "1\r"], ["2", "2\r"], ["y", "y\r"], ["n", "n\r"], ["Enter", "\r"], ["Ctrl-C", "\x03"]];
+let view = null;
+
+class SessionView {
+  constructor(key) {
+    this.key = key;
+    this.path = `/sessions/${encodeURIComponent(key)}`;
+    this.term = $("term");
+    this.term.replaceChildren();
+    this.renderer = new AnsiRenderer(this.term);
+    this.decoder = new TextDecoder("utf-8");
+    this.offset = 0; // next source byte the stream will send
+    this.oldest = 0; // first source byte shown
+    this.follow = true;
+    this.closed = false;
+    this.backoff = 1000;
+    this.loadingOlder = false;
+    this.term.onscroll = () => this.onScroll();
+    $("jump").onclick = () => this.jump();
+    this.hideChips();
+    this.start();
+  }
+
+  async start() {
+    $("history-loading").hidden = false;
+    try {
+      const r = await api(`${this.path}/output?format=raw&limit=${PAGE}`);
+      const page = await r.json();
+      this.offset = page.total_written ?? 0;
+      this.oldest = page.start_offset ?? Math.max(0, this.offset - (page.data_length ?? 0));
+      this.renderer.write(page.data ?? "");
+      if (page.exited) this.showExit(page.exit_code);
+    } catch (e) {
+      this.banner(`Could not load history: ${e.message}`);
+    } finally {
+      $("history-loading").hidden = true;
+    }
+    this.scrollToEnd();
+    if (!this.exited) this.connect();
+  }
+
+  connect() {
+    if (this.closed) return;
+    const proto = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${proto}://${location.host}${this.path}/stream?binary=1&from_byte=${this.offset}`);
+    ws.binaryType = "arraybuffer";
+    this.ws = ws;
+    ws.onopen = () => { this.backoff = 1000; this.banner(null); };
+    ws.onmessage = (m) => {
+      if (m.data instanceof ArrayBuffer) {
+        this.offset += m.data.byteLength;
+        this.renderer.write(this.decoder.decode(m.data, { stream: true }));
+        if (this.follow) this.scrollToEnd(); else $("jump").hidden = false;
+        return;
+      }
+      const f = JSON.parse(m.data);
+      if (f.type === "parsed") this.onParsed(f.event);
+      else if (f.type === "exit") this.showExit(f.exit_code);
+      else if (f.type === "lagged") this.resync();
+      else if (f.type === "output") { this.renderer.write(f.data); if (this.follow) this.scrollToEnd(); }
+    };
+    ws.onclose = () => {
+      if (this.closed || this.exited) return;
+      this.banner("Connection lost — reconnecting…");
+      setTimeout(() => this.connect(), this.backoff);
+      this.backoff = Math.min(this.backoff * 2, 8000);
+    };
+  }
+
+  resync() {
+    // The node dropped bytes for this slow client: reload the retained tail.
+    this.ws?.close();
+    this.term.replaceChildren();
+    this.renderer = new AnsiRenderer(this.term);
+    this.decoder = new TextDecoder("utf-8");
+    this.start();
+  }
+
+  showExit(code) {
+    this.exited = true;
+    this.renderer.write(`\r\n\x1b[2m[process exited${code != null ? " with code " + code : ""}]\x1b[0m\r\n`);
+    this.hideChips();
+    this.scrollToEnd();
+  }
+
+  banner(text) {
+    const b = $("banner");
+    b.hidden = !text;
+    b.textContent = text ?? "";
+  }
+
+  onParsed(ev) {
+    if (!ev) return;
+    if (ev.type === "question") this.showChips(ev);
+    else if (ev.type === "agent_state" && ev.state !== "awaiting_input") this.hideChips();
+  }
+
+  showChips(ev) {
+    const box = $("chips");
+    const q = document.createElement("div");
+    q.className = "question";
+    q.textContent = ev.text ?? "";
+    const options = (ev.options ?? []).map((o, i) => [String(o).slice(0, 24), `${i + 1}\r`]);
+    const buttons = (options.length ? options.concat(CHIPS.slice(4)) : CHIPS).map(([label, data]) => {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label;
+      b.dataset.reply = label;
+      b.onclick = () => { this.send(data); this.hideChips(); };
+      return b;
+    });
+    box.replaceChildren(q, ...buttons);
+    box.hidden = false;
+  }
+
+  hideChips() { $("chips").hidden = true; }
+
+  async send(data) {
+    try {
+      await api(`${this.path}/write`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ data }),
+      });
+    } catch (e) {
+      this.banner(`Input not sent: ${e.message}`);
+    }
+  }
+
+  atBottom() {
+    const t = this.term;
+    return t.scrollHeight - t.scrollTop - t.clientHeight < 24;
+  }
+
+  scrollToEnd() {
+    this.term.scrollTop = this.term.scrollHeight;
+    this.follow = true;
+    $("jump").hidden = true;
+  }
+
+  jump() { this.scrollToEnd(); }
+
+  onScroll() {
+    this.follow = this.atBottom();
+    if (this.follow) $("jump").hidden = true;
+    if (this.term.scrollTop < 40 && this.oldest > 0 && !this.loadingOlder) this.loadOlder();
+  }
+
+  async loadOlder() {
+    this.loadingOlder = true;
+    $("history-loading").hidden = false;
+    try {
+      const from = Math.max(0, this.oldest - PAGE);
+      const r = await api(`${this.path}/output?format=raw&from_byte=${from}&limit=${this.oldest - from}`);
+      const page = await r.json();
+      const holder = document.createElement("div");
+      new AnsiRenderer(holder).write(page.data ?? "");
+      const before = this.term.scrollHeight;
+      this.term.prepend(...Array.from(holder.children));
+      // Keep what the reader was looking at in place.
+      this.term.scrollTop += this.term.scrollHeight - before;
+      this.oldest = page.start_offset ?? from;
+      if ((page.data_length ?? 0) === 0) this.oldest = 0;
+    } catch (e) {
+      this.banner(`Could not load older output: ${e.message}`);
+    } finally {
+      this.loadingOlder = false;
+      $("history-loading").hidden = true;
+    }
+  }
+
+  close() {
+    this.closed = true;
+    this.ws?.close();
+  }
+}
+
+function lineInput() {
+  const input = $("line");
+  const submit = () => {
+    if (!view) return;
+    view.send(input.value + "\r");
+    input.value = "";
+  };
+  // Enter that commits an IME composition must not also send the line.
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.isComposing && e.keyCode !== 229) {
+      e.preventDefault();
+      submit();
+    }
+  });
+  $("send").onclick = submit;
+}
+
+function route() {
+  const m = location.hash.match(/^#\/s\/(.+)$/);
+  const key = m ? decodeURIComponent(m[1]) : null;
+  if (view && view.key !== key) { view.close(); view = null; }
+  state.current = key;
+  $("session-view").hidden = !key;
+  $("list-view").hidden = !!key && !desktop;
+  $("back").hidden = !key || desktop;
+  const s = state.sessions.find((x) => sessionKey(x) === key);
+  $("title").textContent = key ? (s ? `${s.alias ?? key}${s.display_name ? " — " + s.display_name : ""}` : key) : "tuic";
+  if (key && !view) view = new SessionView(key);
+  renderList();
+}
+
+$("back").onclick = () => { location.hash = ""; };
+window.addEventListener("hashchange", route);
+lineInput();
+refreshSessions().then(route);
+startEvents();
+setInterval(refreshSessions, 3000);
+setInterval(renderList, 15000);
