@@ -536,3 +536,57 @@ async fn raw_capture_records_both_directions() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn agent_detection_state_and_questions_are_parsed() {
+    let node = Node::start(None).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A fake agent CLI: its process name is `claude`.
+    let agent = dir.path().join("claude");
+    std::fs::write(&agent, "#!/bin/sh\nread z\nprintf 'thinking\\n'\nread a\nprintf 'Apply the change? (y/n) '\nread b\nprintf 'done\\nsuggest: [ \"run tests\" ]\\n> '\nread c\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = node
+        .create(
+            json!({"shell": agent.display().to_string(), "cwd": "/tmp", "rows": 10, "cols": 60}),
+        )
+        .await
+        .unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut ws = node.ws(&id, "?from_byte=0").await.unwrap();
+    // The agent starts talking only once this client is subscribed.
+    node.write(&id, "\n").await.unwrap();
+    // Waits for a parsed frame matching `want`, bounded by T.
+    async fn parsed(ws: &mut tuic_tests::term::Ws, want: impl Fn(&Value) -> bool) -> Value {
+        use futures::StreamExt;
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let m = tokio::time::timeout_at(deadline, ws.next())
+                .await
+                .expect("parsed frame in time")
+                .unwrap()
+                .unwrap();
+            if let Message::Text(t) = m {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["type"] == "parsed" && want(&v["event"]) {
+                    return v["event"].clone();
+                }
+            }
+        }
+    }
+    parsed(&mut ws, |e| {
+        e["type"] == "agent_state" && e["state"] == "idle"
+    })
+    .await;
+    let rows = node.ok("GET", "/sessions", None).await.unwrap();
+    assert_eq!(rows[0]["agent_type"], "claude");
+    assert_eq!(rows[0]["foreground_process"], "claude");
+    assert_eq!(rows[0]["shell_state"], "idle");
+    node.write(&id, "\n").await.unwrap();
+    let q = parsed(&mut ws, |e| e["type"] == "question").await;
+    assert!(q["text"].as_str().unwrap().contains("(y/n)"));
+    parsed(&mut ws, |e| e["state"] == "awaiting_input").await;
+    node.write(&id, "y\n").await.unwrap();
+    // Completion only with the explicit marker.
+    parsed(&mut ws, |e| e["state"] == "completed").await;
+}

@@ -6,8 +6,8 @@
 mod auth;
 mod config;
 mod events;
-mod sessions;
 mod repos;
+mod sessions;
 mod system;
 
 use std::sync::Arc;

@@ -297,8 +297,9 @@ async fn stream(
         st.subscribe(from)
     };
     let log_from = s.screen().log.total();
+    let bus = node.bus.subscribe();
     Ok(ws
-        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, log_from))
+        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, log_from, bus))
         .into_response())
 }
 
@@ -309,6 +310,7 @@ async fn run_stream(
     q: StreamQuery,
     cursor: Arc<std::sync::atomic::AtomicU64>,
     mut log_cursor: u64,
+    mut bus: tokio::sync::broadcast::Receiver<Arc<crate::events::Envelope>>,
 ) {
     let (mut tx, mut rx) = sock.split();
     let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
@@ -335,7 +337,6 @@ async fn run_stream(
         let _ = gone_tx.send(());
     });
     let mut wake = s.wake();
-    let mut bus = node.bus.subscribe();
     let mut dec = StreamDecoder::default();
     let mut strip = Stripper::default();
     let mut exit_seen = false;

@@ -71,22 +71,24 @@ pub fn detect_agent(comm: &str, argv: &[String]) -> Option<&'static str> {
     })
 }
 
-/// Whether screen text shows a question that waits for the user.
+/// Whether screen text shows a question that waits for the user: a `(y/n)`-style prompt that
+/// still ends its line (nothing typed after it yet), or an agent's confirmation menu near the
+/// bottom of the screen.
 pub fn question_on_screen(screen_tail: &str) -> Option<String> {
-    let markers = [
-        "(y/n)",
-        "[y/n]",
-        "[Y/n]",
-        "[y/N]",
-        "Do you want to",
-        "❯ 1.",
-        "Allow ",
-    ];
-    screen_tail
-        .lines()
-        .rev()
+    let yes_no = ["(y/n)", "[y/n]", "[Y/n]", "[y/N]", "(yes/no)"];
+    let menus = ["Do you want to", "❯ 1.", "Allow "];
+    let mut lines = screen_tail.lines().rev().filter(|l| !l.trim().is_empty());
+    if let Some(last) = lines.clone().next() {
+        let t = last.trim_end();
+        let t = t.trim_end_matches([':', '?', ' ']);
+        if yes_no.iter().any(|m| t.ends_with(m)) {
+            return Some(last.trim().to_owned());
+        }
+    }
+    lines
+        .by_ref()
         .take(8)
-        .find(|l| markers.iter().any(|m| l.contains(m)))
+        .find(|l| menus.iter().any(|m| l.contains(m)))
         .map(|l| l.trim().to_owned())
 }
 

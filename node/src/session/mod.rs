@@ -12,6 +12,7 @@ pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
 pub mod grid;
+mod monitor;
 pub mod output;
 pub mod pager;
 mod pty;
@@ -102,8 +103,10 @@ pub struct Session {
     last_output_ms: AtomicU64,
     /// Wall-clock ms of the last input.
     last_input_ms: AtomicU64,
-    /// The agent detected in the foreground and when it was first seen (ms).
+    /// The agent detected in the foreground, and the last input time (ms) when it was first seen.
     agent: Mutex<Option<(&'static str, u64)>>,
+    /// What the monitor last reported.
+    seen: Mutex<monitor::Seen>,
 }
 
 impl std::fmt::Debug for Session {
@@ -245,7 +248,9 @@ impl Session {
             let mut a = lock(&self.agent);
             match (detected, *a) {
                 (Some(name), Some((prev, _))) if prev == name => {}
-                (Some(name), _) => *a = Some((name, now)),
+                // Output after the input that launched the agent (or any output, when the
+                // agent is the session's own program) shows it has started.
+                (Some(name), _) => *a = Some((name, self.last_input_ms.load(Ordering::Relaxed))),
                 (None, _) => {}
             }
             *a

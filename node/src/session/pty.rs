@@ -88,6 +88,7 @@ pub(super) fn spawn(
         last_output_ms: AtomicU64::new(0),
         last_input_ms: AtomicU64::new(0),
         agent: Mutex::new(None),
+        seen: Mutex::default(),
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();

@@ -73,6 +73,8 @@ pub struct Registry {
     pub capture: Arc<Capture>,
     /// The runtime that expires tombstones (waiter threads run outside it).
     rt: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// Starts the state monitor with the first session.
+    monitor: std::sync::Once,
 }
 
 impl Registry {
@@ -86,6 +88,7 @@ impl Registry {
                 config_dir,
             ))),
             rt: std::sync::OnceLock::new(),
+            monitor: std::sync::Once::new(),
         }
     }
 
@@ -130,6 +133,11 @@ impl Registry {
             .cloned()
     }
 
+    /// The live sessions.
+    pub fn live_sessions(&self) -> Vec<Arc<Session>> {
+        self.read().live.values().cloned().collect()
+    }
+
     /// Rows of the live sessions, oldest alias first.
     pub fn rows(&self) -> Vec<SessionRow> {
         let sessions: Vec<Arc<Session>> = self.read().live.values().cloned().collect();
@@ -147,6 +155,7 @@ impl Registry {
     ) -> Result<Arc<Session>, CreateError> {
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             let _ = self.rt.get_or_init(|| h);
+            self.monitor.call_once(|| super::monitor::start(node));
         }
         let rows = req.rows.unwrap_or(24);
         let cols = req.cols.unwrap_or(80);

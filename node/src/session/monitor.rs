@@ -1,0 +1,84 @@
+//! The session monitor: a node task that notices state changes of live sessions (agent state,
+//! a question appearing on screen) and publishes them as `pty-parsed` events, which the
+//! session stream forwards as `parsed` frames.
+//!
+//! Sessions with no new output since their last check and a settled state cost one atomic
+//! load per tick. It does not classify anything itself (see `activity`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tuic_proto::events::Event;
+
+use super::{Session, activity, lock};
+use crate::state::Node;
+
+/// How often live sessions are looked at.
+const TICK: Duration = Duration::from_millis(250);
+
+/// What the monitor last reported for one session.
+#[derive(Debug, Default)]
+pub(super) struct Seen {
+    /// Output time (ms) at the last check.
+    output_ms: u64,
+    /// Whether the last check found the shell settled (idle).
+    settled: bool,
+    agent_state: Option<activity::AgentState>,
+    question: Option<String>,
+}
+
+/// Starts the monitor (once per node).
+pub(super) fn start(node: &Arc<Node>) {
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let sessions = n.sessions.live_sessions();
+            let found = tokio::task::spawn_blocking(move || {
+                sessions
+                    .iter()
+                    .flat_map(|s| check(s).into_iter().map(|p| (s.id.clone(), p)))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            for (session_id, parsed) in found {
+                n.bus.publish(Event::PtyParsed { session_id, parsed });
+            }
+        }
+    });
+}
+
+/// Parsed events for one session since its last check.
+fn check(s: &Session) -> Vec<Value> {
+    let out_ms = s.last_output_ms.load(Ordering::Relaxed);
+    {
+        let seen = lock(&s.seen);
+        if seen.output_ms == out_ms && seen.settled {
+            return Vec::new();
+        }
+    }
+    let row = s.row();
+    let screen = s.screen().grid.screen().join("\n");
+    let question = activity::question_on_screen(&screen);
+    let mut seen = lock(&s.seen);
+    let mut out = Vec::new();
+    if row.agent_state.is_some() && row.agent_state != seen.agent_state {
+        out.push(json!({"type": "agent_state", "state": row.agent_state}));
+    }
+    if question.is_some() && question != seen.question {
+        out.push(json!({"type": "question", "text": question}));
+    }
+    seen.output_ms = out_ms;
+    seen.settled = row.shell_state == Some(activity::ShellState::Idle);
+    seen.agent_state = row.agent_state;
+    seen.question = question;
+    out
+}
