@@ -66,14 +66,15 @@ fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     Ok(line.split_whitespace().nth(1).context("rss")?.parse()?)
 }
 
-/// A child on a fresh PTY, read directly by this process (the floor).
-fn bare_pty(
-    script: &str,
-) -> anyhow::Result<(
+/// A bare PTY's reader, writer and child.
+type BarePty = (
     Box<dyn Read + Send>,
     Box<dyn Write + Send>,
     Box<dyn portable_pty::Child + Send + Sync>,
-)> {
+);
+
+/// A child on a fresh PTY, read directly by this process (the floor).
+fn bare_pty(script: &str) -> anyhow::Result<BarePty> {
     let pair = native_pty_system().openpty(PtySize {
         rows: 24,
         cols: 80,
