@@ -1,7 +1,9 @@
 //! Starting a session's process on a PTY and running its reader and waiter threads.
 //!
 //! The reader is a dedicated OS thread: PTY reads block, and they must never occupy an async
-//! worker. The waiter reaps the child, then waits for the reader to drain the PTY so that the
+//! worker. It appends to the raw ring, wakes subscribers, and hands the bytes to a feeder
+//! thread that runs the emulator and the clean log, so the two costs run on separate cores.
+//! The waiter reaps the child, then waits for reader and feeder to drain the PTY so that the
 //! exit is published only after every byte the process wrote has been fed.
 
 use std::io::Read;
@@ -22,6 +24,9 @@ use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
 
 /// Read buffer size: large enough that bulk output costs few wakeups.
 const READ_BUF: usize = 64 * 1024;
+
+/// Chunks (each ≤ one read) queued between the reader and the emulator feeder.
+const HANDOFF_CHUNKS: usize = 32;
 
 /// How long the waiter lets the reader drain after the child exits. A grandchild that keeps
 /// the terminal open would otherwise hold the exit back forever.
@@ -92,12 +97,20 @@ pub(super) fn spawn(
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    // Reader → feeder hand-off, bounded: when the emulator falls behind, the reader blocks and
+    // the PTY applies backpressure instead of memory growing.
+    let (chunk_tx, chunk_rx) = mpsc::sync_channel::<Vec<u8>>(HANDOFF_CHUNKS);
     let rs = session.clone();
     std::thread::Builder::new()
         .name(format!("pty-read-{}", rs.id))
         .stack_size(256 * 1024)
+        .spawn(move || read_loop(&rs, reader, &capture, chunk_tx))?;
+    let fs = session.clone();
+    std::thread::Builder::new()
+        .name(format!("pty-feed-{}", fs.id))
+        .stack_size(256 * 1024)
         .spawn(move || {
-            read_loop(&rs, reader, &capture);
+            feed_loop(&fs, chunk_rx);
             let _ = drained_tx.send(());
         })?;
     let ws = session.clone();
@@ -123,7 +136,14 @@ pub(super) fn spawn(
     Ok(session)
 }
 
-fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
+/// Reads the PTY: raw ring and live subscribers first (they never wait for the emulator),
+/// then hands the bytes to the feeder.
+fn read_loop(
+    s: &Session,
+    mut reader: Box<dyn Read + Send>,
+    capture: &Capture,
+    to_feeder: mpsc::SyncSender<Vec<u8>>,
+) {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match reader.read(&mut buf) {
@@ -136,12 +156,23 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
         let bytes = &buf[..n];
         capture.record(&s.id, Direction::Output, bytes);
         lock(&s.stream).push(bytes);
+        s.last_output_ms.store(now_ms(), Ordering::Relaxed);
+        s.wake.send_modify(|v| *v += 1);
+        if to_feeder.send(bytes.to_vec()).is_err() {
+            break;
+        }
+    }
+}
+
+/// Feeds the emulator grid and the clean log, and answers the emulator's queries.
+fn feed_loop(s: &Session, chunks: mpsc::Receiver<Vec<u8>>) {
+    while let Ok(bytes) = chunks.recv() {
         let replies = {
             let mut scr = lock(&s.screen);
-            scr.log.feed(bytes);
-            scr.grid.feed(bytes)
+            scr.log.feed(&bytes);
+            scr.grid.feed(&bytes)
         };
-        s.last_output_ms.store(now_ms(), Ordering::Relaxed);
+        // Log-format subscribers wait for the clean log, which moves here.
         s.wake.send_modify(|v| *v += 1);
         if !replies.is_empty() {
             let _ = lock(&s.writer).write_all(&replies);
