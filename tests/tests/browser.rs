@@ -193,6 +193,57 @@ async fn list_live_view_and_input_line() {
     b.screenshot(&artifacts_dir().join("session-view-phone.png"))
         .await
         .unwrap();
+    // An Enter that commits an IME composition does not send the line.
+    let kept = b
+        .eval(
+            "const i = document.getElementById('line'); i.value = 'ime-draft';
+             i.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', isComposing: true, bubbles: true}));
+             i.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', keyCode: 229, bubbles: true}));
+             return i.value",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept, json!("ime-draft"));
+}
+
+#[tokio::test]
+async fn desktop_layout_shows_list_and_session_side_by_side() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create_session(&node).await;
+    let b = Browser::launch(1280, 800).await.unwrap();
+    b.goto(&format!("{base}/mobile/login?next=%2F"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "location.pathname === '/' && document.body.classList.contains('desktop')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    b.goto(&format!("{base}/#/s/{sid}")).await.unwrap();
+    b.wait_for("!document.getElementById('session-view').hidden && !document.getElementById('list-view').hidden", 10_000)
+        .await
+        .unwrap();
+    let side_by_side = b
+        .eval(
+            "const l = document.getElementById('list-view').getBoundingClientRect();
+             const s = document.getElementById('session-view').getBoundingClientRect();
+             return l.right <= s.left && l.width > 0 && s.width > 0",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(side_by_side, json!(true));
+    b.screenshot(&artifacts_dir().join("desktop.png"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -260,6 +311,132 @@ async fn view_reconnects_after_the_node_restarts() {
     b.goto(&format!("{base}/mobile")).await.unwrap();
     b.wait_for(
         &format!("document.querySelector(\"#sessions a[data-session='{fresh}']\")"),
+        15_000,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn quick_reply_chip_answers_a_question() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create_session(&node).await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
+        .await
+        .unwrap();
+    // A script asks a question once the view is live.
+    let script = "printf 'Deploy now? (y/n) '; read a; echo \"answered:$a\"\n";
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": script})),
+    )
+    .await
+    .unwrap();
+    b.wait_for("!document.getElementById('chips').hidden && document.querySelector('#chips button[data-reply=\"y\"]')", 15_000)
+        .await
+        .unwrap();
+    b.screenshot(&artifacts_dir().join("quick-reply-phone.png"))
+        .await
+        .unwrap();
+    b.click(&b.find("#chips button[data-reply='y']").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('term').textContent.includes('answered:y')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        b.eval("return document.getElementById('chips').hidden", json!([]))
+            .await
+            .unwrap(),
+        json!(true)
+    );
+}
+
+#[tokio::test]
+async fn hub_shows_a_remote_nodes_session_and_streams_it() {
+    // Node B with remote access on loopback; the hub connects to it with B's token.
+    let (nd, node) = remote_node();
+    let (_, token, _) = run_with_stdin(
+        "tuic-node",
+        &["token", "--config-dir", nd.path().to_str().unwrap()],
+        "",
+    )
+    .unwrap();
+    let hd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        hd.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let hdir = hd.path().to_str().unwrap().to_owned();
+    run_with_stdin(
+        "tuic-hub",
+        &["set-password", "--config-dir", &hdir],
+        PASSWORD,
+    )
+    .unwrap();
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &[
+            "--config-dir",
+            &hdir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let url = format!("http://{}", node.tcp.unwrap());
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &hdir,
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        token.trim(),
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let sid = create_session(&node).await;
+    let address = format!("boxb/{sid}");
+    let b = Browser::launch(390, 844).await.unwrap();
+    let base = format!("http://{}", hub.tcp.unwrap());
+    login(&b, &base).await;
+    let row = format!("#sessions a[data-session='{address}']");
+    b.wait_for(&format!("document.querySelector(\"{row}\") && document.querySelector(\"{row}\").textContent.includes('boxb')"), 20_000)
+        .await
+        .unwrap();
+    b.screenshot(&artifacts_dir().join("hub-remote-row-phone.png"))
+        .await
+        .unwrap();
+    b.click(&b.find(&row).await.unwrap()).await.unwrap();
+    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
+        .await
+        .unwrap();
+    let line = b.find("#line").await.unwrap();
+    b.type_text(&line, "echo remote-$((5*5))\u{E007}")
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('term').textContent.includes('remote-25')",
         15_000,
     )
     .await
