@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::routing::{get, post};
 use clap::{Parser, Subcommand};
-use tuic_node::cli::{Location, ServeArgs};
+use tuic_node::cli::{Location, NodeCommand, ServeArgs};
 use tuic_node::config::{ConfigFile, SecretStore};
 use tuic_node::vault::Vault;
 
@@ -30,20 +30,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Run the hub in the foreground (the default).
-    Serve(ServeArgs),
-    /// Set the remote-access password (stdin).
-    SetPassword {
-        #[command(flatten)]
-        loc: Location,
-        #[arg(long)]
-        user: Option<String>,
-    },
-    /// Print this machine's connection token.
-    Token {
-        #[command(flatten)]
-        loc: Location,
-    },
+    /// serve, set-password, token: as on every node.
+    #[command(flatten)]
+    Node(NodeCommand),
     /// Add (or replace) a node connection; the token is read from stdin.
     Connect {
         #[command(flatten)]
@@ -71,35 +60,33 @@ enum Cmd {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = "tuic-hub";
-    let result = match cli.cmd {
-        None => serve(cli.serve),
-        Some(Cmd::Serve(a)) => serve(a),
-        Some(Cmd::SetPassword { loc, user }) => tuic_node::cli::set_password(&loc, user),
-        Some(Cmd::Token { loc }) => tuic_node::cli::token(&loc),
-        Some(Cmd::Connect { loc, id, url, .. }) => connect(&loc, id, url),
-        Some(Cmd::Disconnect { loc, id }) => disconnect(&loc, &id),
+    let result = match cli.cmd.unwrap_or(Cmd::Node(NodeCommand::Serve(cli.serve))) {
+        Cmd::Node(cmd) => tuic_node::cli::run_command(name, cmd, federate),
+        Cmd::Connect { loc, id, url, .. } => connect(&loc, id, url),
+        Cmd::Disconnect { loc, id } => disconnect(&loc, &id),
     };
     tuic_node::cli::exit(name, result)
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    tuic_node::cli::serve("tuic-hub", args, |node| {
-        let fed = Federation::new(node.clone());
-        fed.reconcile();
-        let hook: tuic_node::routes::RouterHook = Arc::new(move |app| {
-            let hub_routes = axum::Router::new()
-                .route("/hub/connections", get(crate::proxy::list_connections))
-                .route("/hub/reload", post(crate::proxy::reload))
-                .route("/hub/upload", post(crate::proxy::upload))
-                .with_state(fed.clone());
-            app.merge(hub_routes)
-                .layer(axum::middleware::from_fn_with_state(
-                    fed.clone(),
-                    crate::proxy::intercept,
-                ))
-        });
-        Ok(Some(hook))
-    })
+/// Starts federation on the opened node and returns the router hook that serves it.
+fn federate(
+    node: &Arc<tuic_node::state::Node>,
+) -> anyhow::Result<Option<tuic_node::routes::RouterHook>> {
+    let fed = Federation::new(node.clone());
+    fed.reconcile();
+    let hook: tuic_node::routes::RouterHook = Arc::new(move |app| {
+        let hub_routes = axum::Router::new()
+            .route("/hub/connections", get(crate::proxy::list_connections))
+            .route("/hub/reload", post(crate::proxy::reload))
+            .route("/hub/upload", post(crate::proxy::upload))
+            .with_state(fed.clone());
+        app.merge(hub_routes)
+            .layer(axum::middleware::from_fn_with_state(
+                fed.clone(),
+                crate::proxy::intercept,
+            ))
+    });
+    Ok(Some(hook))
 }
 
 fn vault_for(loc: &Location) -> anyhow::Result<(ConfigFile, Vault, std::path::PathBuf)> {

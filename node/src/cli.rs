@@ -25,13 +25,14 @@ use crate::vault::{self, Vault};
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    cmd: Option<Cmd>,
+    cmd: Option<NodeCommand>,
     #[command(flatten)]
     serve: ServeArgs,
 }
 
+/// The commands every node binary has (`tuic-hub` flattens them into its own).
 #[derive(Debug, Subcommand)]
-enum Cmd {
+pub enum NodeCommand {
     /// Run the node in the foreground until SIGINT/SIGTERM (the default).
     Serve(ServeArgs),
     /// Set the remote-access password (read from stdin; one trailing newline is stripped).
@@ -79,13 +80,21 @@ pub struct ServeArgs {
 /// Entry point shared by the `tuic-node` and `tuic-hub` binaries.
 pub fn main_with_name(name: &'static str) -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.cmd {
-        None => serve(name, cli.serve, |_| Ok(None)),
-        Some(Cmd::Serve(a)) => serve(name, a, |_| Ok(None)),
-        Some(Cmd::SetPassword { loc, user }) => set_password(&loc, user),
-        Some(Cmd::Token { loc }) => token(&loc),
-    };
-    exit(name, result)
+    let cmd = cli.cmd.unwrap_or(NodeCommand::Serve(cli.serve));
+    exit(name, run_command(name, cmd, |_| Ok(None)))
+}
+
+/// Runs one of the node commands; `hook` is passed to [`serve`].
+pub fn run_command(
+    name: &'static str,
+    cmd: NodeCommand,
+    hook: impl FnOnce(&Arc<Node>) -> anyhow::Result<Option<crate::routes::RouterHook>>,
+) -> anyhow::Result<()> {
+    match cmd {
+        NodeCommand::Serve(a) => serve(name, a, hook),
+        NodeCommand::SetPassword { loc, user } => set_password(&loc, user),
+        NodeCommand::Token { loc } => token(&loc),
+    }
 }
 
 /// Prints an error the way every tuic binary does and turns it into an exit code.

@@ -36,6 +36,20 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// A temp config dir whose `config.json` uses the file secret store plus `extra` keys, so a
+/// test never touches the user's keyring.
+pub fn config_dir(extra: serde_json::Value) -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("temp dir");
+    let mut cfg = serde_json::json!({"secret_store": "file"});
+    if let Some(e) = extra.as_object() {
+        for (k, v) in e {
+            cfg[k] = v.clone();
+        }
+    }
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).expect("config.json");
+    d
+}
+
 /// A running node (or hub) process, killed on drop.
 #[derive(Debug)]
 pub struct NodeProc {

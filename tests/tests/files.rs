@@ -8,22 +8,12 @@ use bytes::Bytes;
 use http_body_util::{Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::{Value, json};
-use tuic_tests::{NodeProc, ipc, run_with_stdin};
+use tuic_tests::{NodeProc, config_dir, ipc, run_with_stdin};
 
 fn start(d: &Path, extra: &[&str]) -> NodeProc {
     let mut args = vec!["--config-dir", d.to_str().unwrap()];
     args.extend_from_slice(extra);
     NodeProc::start("tuic-node", &args, &[]).unwrap()
-}
-
-fn config_dir() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    d
 }
 
 async fn register(node: &NodeProc, root: &Path) -> Value {
@@ -78,7 +68,7 @@ async fn upload(node: &NodeProc, root: &Path, dest: &str, body: Vec<u8>) -> tuic
 
 #[tokio::test]
 async fn repositories_register_idempotently_and_gate_reads() {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let node = start(d.path(), &[]);
     let repo = tempfile::tempdir().unwrap();
     let root = repo.path().canonicalize().unwrap();
@@ -142,7 +132,7 @@ async fn repositories_register_idempotently_and_gate_reads() {
 
 #[tokio::test]
 async fn markdown_image_refuses_symlink_escapes() {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let node = start(d.path(), &[]);
     let repo = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
@@ -192,7 +182,7 @@ async fn markdown_image_refuses_symlink_escapes() {
 
 #[tokio::test]
 async fn upload_copy_publishes_byte_identical_tree_and_refuses_a_second_copy() {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let node = start(d.path(), &[]);
     let repo = tempfile::tempdir().unwrap();
     let root = repo.path().canonicalize().unwrap();
@@ -227,7 +217,7 @@ async fn upload_copy_publishes_byte_identical_tree_and_refuses_a_second_copy() {
 
 #[tokio::test]
 async fn hostile_upload_gets_4xx_and_leaves_root_unchanged() {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let node = start(d.path(), &[]);
     let repo = tempfile::tempdir().unwrap();
     let root = repo.path().canonicalize().unwrap();
@@ -260,7 +250,7 @@ async fn hostile_upload_gets_4xx_and_leaves_root_unchanged() {
 
 #[tokio::test]
 async fn upload_copy_over_tcp_needs_cookie_or_basic_never_query_token() {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let (code, _, _) = run_with_stdin(
         "tuic-node",
         &["set-password", "--config-dir", d.path().to_str().unwrap()],
@@ -310,7 +300,7 @@ async fn upload_copy_over_tcp_needs_cookie_or_basic_never_query_token() {
 
 #[tokio::test]
 async fn killing_the_node_mid_upload_leaves_no_staging_after_restart() {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let mut node = start(d.path(), &[]);
     let repo = tempfile::tempdir().unwrap();
     let root: PathBuf = repo.path().canonicalize().unwrap();

@@ -5,19 +5,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tuic_tests::{NodeProc, ipc, ipc_stream, listening_tcp_ports, run_with_stdin};
+use tuic_tests::{NodeProc, config_dir, ipc, ipc_stream, listening_tcp_ports, run_with_stdin};
 
 const PASSWORD: &str = "hunter2 with spaces";
-
-fn config_dir(extra: Value) -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    let mut cfg = json!({"secret_store": "file"});
-    for (k, v) in extra.as_object().unwrap() {
-        cfg[k] = v.clone();
-    }
-    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
-    d
-}
 
 fn dir_arg(d: &tempfile::TempDir) -> String {
     d.path().to_str().unwrap().to_owned()

@@ -5,17 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tuic_tests::netns::Net;
-use tuic_tests::{NodeProc, ipc, run_with_stdin};
-
-fn config_dir() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    d
-}
+use tuic_tests::{NodeProc, config_dir, ipc, run_with_stdin};
 
 fn s(d: &tempfile::TempDir) -> String {
     d.path().to_str().unwrap().to_owned()
@@ -23,7 +13,7 @@ fn s(d: &tempfile::TempDir) -> String {
 
 /// Starts a remote-access node in namespace `ns` and returns it with its token.
 fn remote_node(ns: &str) -> (tempfile::TempDir, NodeProc, String) {
-    let d = config_dir();
+    let d = config_dir(json!({}));
     let (code, _, err) = run_with_stdin(
         "tuic-node",
         &["set-password", "--config-dir", &s(&d)],
@@ -70,20 +60,34 @@ async fn wait_up(hub: &NodeProc, id: &str, want: bool, limit: Duration) {
     }
 }
 
-#[tokio::test]
-async fn hub_connects_detects_partition_and_reconnects() {
+/// A hub in the star's centre connected to node 0 as `boxb`, waited on until the link is up.
+struct Bed {
+    net: Net,
+    _node_dir: tempfile::TempDir,
+    node: NodeProc,
+    token: String,
+    hub_dir: tempfile::TempDir,
+    hub: NodeProc,
+}
+
+async fn connected_bed() -> Bed {
     let net = Net::star(1).unwrap();
-    let (_nd, _node, token) = remote_node(net.node(0));
-    let hd = config_dir();
-    let hub =
-        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
+    let (node_dir, node, token) = remote_node(net.node(0));
+    let hub_dir = config_dir(json!({}));
+    let hub = NodeProc::start_in(
+        Some(net.hub()),
+        "tuic-hub",
+        &["--config-dir", &s(&hub_dir)],
+        &[],
+    )
+    .unwrap();
     let url = format!("http://{}:9876", net.node_addr(0));
     let (code, _, err) = run_with_stdin(
         "tuic-hub",
         &[
             "connect",
             "--config-dir",
-            &s(&hd),
+            &s(&hub_dir),
             "--id",
             "boxb",
             "--url",
@@ -94,42 +98,62 @@ async fn hub_connects_detects_partition_and_reconnects() {
     )
     .unwrap();
     assert_eq!(code, 0, "{err}");
+    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
+    Bed {
+        net,
+        _node_dir: node_dir,
+        node,
+        token,
+        hub_dir,
+        hub,
+    }
+}
+
+#[tokio::test]
+async fn hub_connects_detects_partition_and_reconnects() {
+    let bed = connected_bed().await;
+    let Bed {
+        net,
+        token,
+        hub_dir: hd,
+        hub,
+        ..
+    } = &bed;
     // The token never lands in config.json.
     assert!(
         !std::fs::read_to_string(hd.path().join("config.json"))
             .unwrap()
-            .contains(&token)
+            .contains(token.as_str())
     );
-    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
 
     // A silent partition: no reset, so liveness probes must notice (3 × 5 s).
     net.set_link(0, false).unwrap();
-    wait_up(&hub, "boxb", false, Duration::from_secs(30)).await;
-    let c = connections(&hub).await;
+    wait_up(hub, "boxb", false, Duration::from_secs(30)).await;
+    let c = connections(hub).await;
     assert!(
         c[0]["last_error"]
             .as_str()
-            .is_some_and(|e| !e.contains(&token)),
+            .is_some_and(|e| !e.contains(token.as_str())),
         "{c:?}"
     );
     net.set_link(0, true).unwrap();
-    wait_up(&hub, "boxb", true, Duration::from_secs(45)).await;
+    wait_up(hub, "boxb", true, Duration::from_secs(45)).await;
 
     let (code, _, _) = run_with_stdin(
         "tuic-hub",
-        &["disconnect", "--config-dir", &s(&hd), "--id", "boxb"],
+        &["disconnect", "--config-dir", &s(hd), "--id", "boxb"],
         "",
     )
     .unwrap();
     assert_eq!(code, 0);
-    assert!(connections(&hub).await.is_empty());
+    assert!(connections(hub).await.is_empty());
 }
 
 #[tokio::test]
 async fn hub_refuses_a_wrong_token_and_says_why() {
     let net = Net::star(1).unwrap();
     let (_nd, _node, _token) = remote_node(net.node(0));
-    let hd = config_dir();
+    let hd = config_dir(json!({}));
     let hub =
         NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
     let url = format!("http://{}:9876", net.node_addr(0));
@@ -164,28 +188,8 @@ async fn hub_refuses_a_wrong_token_and_says_why() {
 
 #[tokio::test]
 async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
-    let net = Net::star(1).unwrap();
-    let (_nd, node, token) = remote_node(net.node(0));
-    let hd = config_dir();
-    let hub =
-        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
-    let url = format!("http://{}:9876", net.node_addr(0));
-    run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &s(&hd),
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        &token,
-    )
-    .unwrap();
-    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
+    let bed = connected_bed().await;
+    let Bed { net, node, hub, .. } = &bed;
 
     // A session on node B (created locally there) shows up on the hub as a remote row.
     let created = ipc(
@@ -283,7 +287,7 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
 
     // A partition makes the owner's routes answer 503 naming the connection.
     net.set_link(0, false).unwrap();
-    wait_up(&hub, "boxb", false, Duration::from_secs(30)).await;
+    wait_up(hub, "boxb", false, Duration::from_secs(30)).await;
     let r = ipc(&hub.socket, "GET", &format!("/sessions/{enc}/output"), None)
         .await
         .unwrap();
@@ -327,28 +331,8 @@ fn tree(root: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 
 #[tokio::test]
 async fn tuic_cp_copies_a_tree_to_a_node_through_the_hub() {
-    let net = Net::star(1).unwrap();
-    let (_nd, node, token) = remote_node(net.node(0));
-    let hd = config_dir();
-    let hub =
-        NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
-    let url = format!("http://{}:9876", net.node_addr(0));
-    run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &s(&hd),
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        &token,
-    )
-    .unwrap();
-    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
+    let bed = connected_bed().await;
+    let Bed { node, hub, .. } = &bed;
     // A registered repository on node B with a destination folder.
     let repo = tempfile::tempdir().unwrap();
     let root = repo.path().canonicalize().unwrap();
@@ -412,7 +396,7 @@ async fn tuic_cp_copies_a_tree_to_a_node_through_the_hub() {
 
 #[tokio::test]
 async fn hub_upload_route_is_refused_over_tcp() {
-    let hd = config_dir();
+    let hd = config_dir(json!({}));
     run_with_stdin(
         "tuic-hub",
         &["set-password", "--config-dir", &s(&hd)],
