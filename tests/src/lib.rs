@@ -25,14 +25,13 @@ use hyper::Request;
 /// Path of a workspace binary built beside the running test.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    // target/debug/deps/<test> → target/debug/<name>
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    // Tests run from target/<profile>/deps/, the benchmark runner from target/<profile>/.
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
     let p = dir.join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace --bins` first",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace --bins` first", p.display());
     p
 }
 
