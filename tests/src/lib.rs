@@ -31,7 +31,11 @@ pub fn bin(name: &str) -> PathBuf {
         dir.pop();
     }
     let p = dir.join(name);
-    assert!(p.exists(), "{} is missing: run `cargo build --workspace --bins` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        p.display()
+    );
     p
 }
 

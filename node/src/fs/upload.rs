@@ -780,6 +780,95 @@ mod tests {
         assert!(outside.path().join("precious").exists());
     }
 
+    /// Seeded fuzzing: archives assembled from valid and hostile entries, then truncated or
+    /// bit-flipped at random. Whatever the input, `receive` never panics; a refused archive
+    /// leaves the root exactly as before; an accepted one adds exactly its one top-level entry.
+    #[test]
+    fn fuzzed_archives_never_escape_or_leave_partial_trees() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let names = [
+            "p/a",
+            "p/b/c",
+            "p/",
+            "../x",
+            "/abs",
+            "p/../../y",
+            "q/z",
+            "p/./d",
+            "p//e",
+            "",
+        ];
+        let kinds = [
+            tar::EntryType::Regular,
+            tar::EntryType::Directory,
+            tar::EntryType::Symlink,
+            tar::EntryType::Link,
+            tar::EntryType::Char,
+            tar::EntryType::Fifo,
+            tar::EntryType::GNUSparse,
+        ];
+        let (mut accepted, mut refused) = (0, 0);
+        for _ in 0..400 {
+            let n = 1 + (next() % 5) as usize;
+            let mut entries: Vec<(&str, tar::EntryType, Vec<u8>)> = Vec::new();
+            for _ in 0..n {
+                let name = names[(next() % names.len() as u64) as usize];
+                let kind = kinds[(next() % 3 + next() % 2 * (next() % 5)) as usize % kinds.len()];
+                let len = if kind == tar::EntryType::Regular {
+                    (next() % 3000) as usize
+                } else {
+                    0
+                };
+                entries.push((name, kind, vec![(next() % 256) as u8; len]));
+            }
+            let borrowed: Vec<(&str, tar::EntryType, &[u8])> = entries
+                .iter()
+                .map(|(p, k, d)| (*p, *k, d.as_slice()))
+                .collect();
+            let mut bytes = archive(&borrowed);
+            match next() % 4 {
+                0 => bytes.truncate((next() as usize) % (bytes.len() + 1)),
+                1 if !bytes.is_empty() => {
+                    let i = (next() as usize) % bytes.len();
+                    bytes[i] ^= 1 << (next() % 8);
+                }
+                _ => {}
+            }
+            let root = tempfile::tempdir().unwrap();
+            std::fs::write(root.path().join("keep"), "k").unwrap();
+            let before = listing(root.path());
+            match receive(root.path(), Path::new(""), bytes.as_slice(), limits()) {
+                Ok(p) => {
+                    accepted += 1;
+                    let added: Vec<String> = listing(root.path())
+                        .into_iter()
+                        .filter(|e| !before.contains(e))
+                        .collect();
+                    assert!(
+                        !added.is_empty()
+                            && added.iter().all(|e| Path::new(e).starts_with(&p.name)),
+                        "{added:?}"
+                    );
+                }
+                Err(_) => {
+                    refused += 1;
+                    assert_eq!(listing(root.path()), before);
+                }
+            }
+        }
+        // The corpus must exercise both outcomes, or the test proves nothing.
+        assert!(
+            accepted > 10 && refused > 10,
+            "accepted {accepted}, refused {refused}"
+        );
+    }
+
     #[test]
     fn dest_validation() {
         assert_eq!(relative_dir("").unwrap(), PathBuf::new());
