@@ -115,24 +115,7 @@ pub async fn upload_tree(node: &NodeProc, src: &Path, root: &Path) -> anyhow::Re
 pub async fn run(spec: TreeSpec) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     make_tree(work.path(), spec)?;
-    // Floor: tar piped into tar on the same disk.
-    let floor_dst = work.path().join("floor");
-    std::fs::create_dir(&floor_dst)?;
-    let t = Instant::now();
-    let st = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "tar -cf - -C '{}' tree | tar -xf - -C '{}'",
-            work.path().display(),
-            floor_dst.display()
-        ))
-        .status()
-        .context("running tar | tar")?;
-    if !st.success() {
-        bail!("tar | tar failed");
-    }
-    let floor = t.elapsed().as_secs_f64();
-
+    let floor = tar_floor(work.path())?;
     let cfg = tempfile::tempdir()?;
     std::fs::write(
         cfg.path().join("config.json"),
@@ -151,18 +134,129 @@ pub async fn run(spec: TreeSpec) -> anyhow::Result<()> {
         bail!("registering the repository: {}", r.status);
     }
     let secs = upload_tree(&node, work.path(), &root).await?;
+    report("upload-copy (IPC, same machine)", spec, floor, secs);
+    Ok(())
+}
+
+/// Runs the cross-host variant: the tree lives on the hub's machine and `tuic cp` sends it
+/// through the hub to a node in another network namespace (veth link); the floor is
+/// `tar | tar` on the same disk in the same run. Needs root and iproute2.
+pub async fn run_netns(spec: TreeSpec) -> anyhow::Result<()> {
+    let work = tempfile::tempdir()?;
+    make_tree(work.path(), spec)?;
+    let floor = tar_floor(work.path())?;
+    let net = crate::netns::Net::star(1)?;
+    let node_dir = crate::config_dir(json!({}));
+    let nd = node_dir.path().to_str().unwrap_or_default().to_owned();
+    let (code, _, err) = crate::run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &nd],
+        "bench pw",
+    )?;
+    if code != 0 {
+        bail!("set-password: {err}");
+    }
+    let node = NodeProc::start_in(
+        Some(net.node(0)),
+        "tuic-node",
+        &["--config-dir", &nd, "--remote-access", "--port", "9876"],
+        &[],
+    )?;
+    let (_, token, _) = crate::run_with_stdin("tuic-node", &["token", "--config-dir", &nd], "")?;
+    let hub_dir = crate::config_dir(json!({}));
+    let hd = hub_dir.path().to_str().unwrap_or_default().to_owned();
+    let hub = NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &hd], &[])?;
+    let url = format!("http://{}:9876", net.node_addr(0));
+    crate::run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &hd,
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        token.trim(),
+    )?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let c = ipc(&hub.socket, "GET", "/hub/connections", None)
+            .await?
+            .json();
+        if c["connections"][0]["up"] == json!(true) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("hub never connected: {c}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let root = work.path().join("repo");
+    std::fs::create_dir(&root)?;
+    let root = root.canonicalize()?;
+    if ipc(&node.socket, "POST", "/repos", Some(json!({"path": root})))
+        .await?
+        .status
+        != 200
+    {
+        bail!("registering the repository failed");
+    }
+    let t = Instant::now();
+    let out = std::process::Command::new(crate::bin("tuic"))
+        .args([
+            "cp",
+            work.path().join("tree").to_str().unwrap_or_default(),
+            &format!("boxb:{}", root.display()),
+        ])
+        .env("TUIC_SOCKET", &hub.socket)
+        .output()?;
+    let secs = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!("tuic cp failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    report(
+        "upload-copy-netns (tuic cp via hub, veth)",
+        spec,
+        floor,
+        secs,
+    );
+    Ok(())
+}
+
+fn tar_floor(dir: &Path) -> anyhow::Result<f64> {
+    let dst = dir.join("floor");
+    std::fs::create_dir(&dst)?;
+    let t = Instant::now();
+    let st = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -cf - -C '{}' tree | tar -xf - -C '{}'",
+            dir.display(),
+            dst.display()
+        ))
+        .status()
+        .context("running tar | tar")?;
+    if !st.success() {
+        bail!("tar | tar failed");
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn report(what: &str, spec: TreeSpec, floor: f64, secs: f64) {
     let mb = spec.bytes() as f64 / 1e6;
-    println!("upload-copy: {} files, {:.1} MB", spec.files(), mb);
+    println!("{what}: {} files, {mb:.1} MB", spec.files());
     println!(
         "  tar|tar floor : {floor:.3} s  {:.1} MB/s  {:.0} files/s",
         mb / floor,
         spec.files() as f64 / floor
     );
     println!(
-        "  tuic upload   : {secs:.3} s  {:.1} MB/s  {:.0} files/s",
+        "  tuic          : {secs:.3} s  {:.1} MB/s  {:.0} files/s",
         mb / secs,
         spec.files() as f64 / secs
     );
     println!("  ratio (tuic / floor throughput): {:.2}", floor / secs);
-    Ok(())
 }

@@ -45,8 +45,11 @@ fn main() -> anyhow::Result<()> {
         Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
+        Some("upload-copy-netns") => rt.block_on(tuic_tests::bench_upload::run_netns(
+            tuic_tests::bench_upload::TreeSpec::FULL,
+        )),
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | upload-copy"
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | upload-copy | upload-copy-netns"
         ),
     }
 }
