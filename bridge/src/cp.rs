@@ -118,29 +118,27 @@ pub fn upload(
         enc(conn),
         enc(path)
     );
-    stream.write_all(head.as_bytes())?;
+    // The server may answer early (an unknown route, a refused root) and close while the tar
+    // is still being written: then the write fails, and its answer is what to report.
+    let sent = send_body(&mut stream, head.as_bytes(), src, &name, &progress);
+    if let Err(e) = &sent
+        && !matches!(
+            e.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        )
     {
-        let w = io::BufWriter::with_capacity(
-            256 * 1024,
-            Chunked {
-                inner: &mut stream,
-                progress: progress.clone(),
-            },
-        );
-        let mut b = tar::Builder::new(w);
-        b.follow_symlinks(false);
-        append_tree(&mut b, src, &name, &progress)?;
-        let mut w = b.into_inner()?;
-        w.flush()?;
-        let inner = w.into_inner().map_err(|e| e.into_error())?;
-        inner.inner.write_all(b"0\r\n\r\n")?;
+        return Err(sent.unwrap_err());
     }
     // The node answers once it has published (or refused); large trees take a while.
     stream.set_read_timeout(Some(Duration::from_secs(600)))?;
     let mut collector = ResponseCollector::new(1 << 20);
     let mut buf = [0u8; 16 * 1024];
     let resp = loop {
-        let n = stream.read(&mut buf)?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            // Nothing readable after a failed write: the write's error says more.
+            Err(e) => return Err(sent.err().unwrap_or(e)),
+        };
         let r = if n == 0 {
             collector.feed_eof().map(Some)
         } else {
@@ -156,6 +154,30 @@ pub fn upload(
         status: resp.status(),
         body: String::from_utf8_lossy(&resp.body).into_owned(),
     })
+}
+
+fn send_body(
+    stream: &mut UnixStream,
+    head: &[u8],
+    src: &Path,
+    name: &Path,
+    progress: &Arc<Progress>,
+) -> io::Result<()> {
+    stream.write_all(head)?;
+    let w = io::BufWriter::with_capacity(
+        256 * 1024,
+        Chunked {
+            inner: &mut *stream,
+            progress: progress.clone(),
+        },
+    );
+    let mut b = tar::Builder::new(w);
+    b.follow_symlinks(false);
+    append_tree(&mut b, src, name, progress)?;
+    let mut w = b.into_inner()?;
+    w.flush()?;
+    let inner = w.into_inner().map_err(|e| e.into_error())?;
+    inner.inner.write_all(b"0\r\n\r\n")
 }
 
 /// Prints progress every half second until `done` is set; returns the final figures.
