@@ -223,7 +223,49 @@ pub async fn run_netns(spec: TreeSpec) -> anyhow::Result<()> {
         floor,
         secs,
     );
+    let (files, bytes) = same_tree(&work.path().join("tree"), &root.join("tree"))?;
+    println!("  verified byte-identical: {files} files, {bytes} bytes");
+    let again = std::process::Command::new(crate::bin("tuic"))
+        .args([
+            "cp",
+            work.path().join("tree").to_str().unwrap_or_default(),
+            &format!("boxb:{}", root.display()),
+        ])
+        .env("TUIC_SOCKET", &hub.socket)
+        .output()?;
+    let err = String::from_utf8_lossy(&again.stderr);
+    if again.status.success() || !err.contains("409") {
+        bail!("a second copy of the same name must be refused with 409: {err}");
+    }
+    same_tree(&work.path().join("tree"), &root.join("tree"))?;
+    println!("  second copy refused (409), destination unchanged");
     Ok(())
+}
+
+/// Compares two trees file by file; returns (files, bytes) or the first difference.
+fn same_tree(a: &Path, b: &Path) -> anyhow::Result<(u64, u64)> {
+    let (mut files, mut bytes) = (0, 0);
+    for e in std::fs::read_dir(a)? {
+        let e = e?;
+        let (pa, pb) = (e.path(), b.join(e.file_name()));
+        if e.file_type()?.is_dir() {
+            let (f, n) = same_tree(&pa, &pb)?;
+            files += f;
+            bytes += n;
+        } else {
+            let x = std::fs::read(&pa)?;
+            let y = std::fs::read(&pb).with_context(|| format!("{} missing", pb.display()))?;
+            if x != y {
+                bail!("{} differs", pb.display());
+            }
+            files += 1;
+            bytes += x.len() as u64;
+        }
+    }
+    if std::fs::read_dir(b)?.count() != std::fs::read_dir(a)?.count() {
+        bail!("{} has entries the source lacks", b.display());
+    }
+    Ok((files, bytes))
 }
 
 fn tar_floor(dir: &Path) -> anyhow::Result<f64> {
