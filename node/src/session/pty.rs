@@ -88,6 +88,9 @@ pub(super) fn spawn(
         last_output_ms: AtomicU64::new(0),
         last_input_ms: AtomicU64::new(0),
         agent: Mutex::new(None),
+        turn_epoch: AtomicU64::new(0),
+        submit_claim: Mutex::new(()),
+        composer: Mutex::new(super::input::Composer::default()),
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
