@@ -82,8 +82,7 @@ pub fn not_ready(s: &Session) -> Option<String> {
         return Some("half-typed: the composer holds text typed since the last Enter".into());
     }
     // Input the child has not had time to answer (a command just started) is not idleness.
-    if s
-        .last_input_ms()
+    if s.last_input_ms()
         .is_some_and(|i| now_ms().saturating_sub(i) < IDLE_AFTER_MS)
     {
         return Some("not confirmed idle: input was written in the last 500 ms".into());
