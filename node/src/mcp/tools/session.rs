@@ -142,7 +142,7 @@ fn dim_arg(args: &Map<String, Value>, k: &str) -> Result<Option<u16>, ToolError>
         .transpose()
 }
 
-fn session_id<'a>(args: &'a Map<String, Value>) -> Result<&'a str, ToolError> {
+fn session_id(args: &Map<String, Value>) -> Result<&str, ToolError> {
     str_arg(args, "session_id")?
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ToolError::invalid("session_id is required (PTY id, tuic_session or alias)"))
