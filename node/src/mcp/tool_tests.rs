@@ -189,7 +189,7 @@ async fn session_lifecycle_on_the_real_registry() {
     let r = ok(
         &f,
         "session",
-        json!({"action": "submit", "session_id": id, "input": "echo sub-$((1+1))"}),
+        json!({"action": "submit", "session_id": id, "input": "echo sub-$((1+1))", "pty_description": "build the thing"}),
     )
     .await;
     assert_eq!(r["ack"], "output", "{r}");
@@ -198,6 +198,8 @@ async fn session_lifecycle_on_the_real_registry() {
     assert_eq!(r["turn_epoch"], 1);
     assert!(r["ack_ms"].as_u64().unwrap() <= 3000);
     until_output(&f, &id, "sub-2").await;
+    let st = ok(&f, "session", json!({"action": "status", "session_id": id})).await;
+    assert_eq!(st["pty_description"], "build the thing");
 
     // Half-typed composer: refused before the first byte.
     wait_idle(&f, &id).await;

@@ -112,6 +112,8 @@ pub struct Session {
     submit_claim: Mutex<()>,
     /// What was typed since the last Enter, so a half-typed composer refuses `submit`.
     composer: Mutex<input::Composer>,
+    /// The orchestrator's short description of the assigned work (`pty_description`).
+    description: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -157,6 +159,9 @@ pub struct SessionRow {
     /// Exit code, once known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// The orchestrator's description of the assigned work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pty_description: Option<String>,
 }
 
 impl Session {
@@ -236,6 +241,11 @@ impl Session {
     /// The coding agent last detected in the foreground (refreshed by [`Session::row`]).
     pub fn agent(&self) -> Option<&'static str> {
         lock(&self.agent).map(|(a, _)| a)
+    }
+
+    /// Replaces (`Some`) or clears (`None`) the orchestrator's description of the work.
+    pub fn set_description(&self, d: Option<String>) {
+        *lock(&self.description) = d.filter(|d| !d.is_empty());
     }
 
     /// The current turn epoch.
@@ -402,6 +412,7 @@ impl Session {
             agent_state,
             foreground_process: fg.map(|(comm, _)| comm),
             exit_code: self.exit().and_then(|e| e.code),
+            pty_description: lock(&self.description).clone(),
         }
     }
 }

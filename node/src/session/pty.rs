@@ -91,6 +91,7 @@ pub(super) fn spawn(
         turn_epoch: AtomicU64::new(0),
         submit_claim: Mutex::new(()),
         composer: Mutex::new(super::input::Composer::default()),
+        description: Mutex::new(None),
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();

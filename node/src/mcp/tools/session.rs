@@ -234,8 +234,24 @@ fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     Ok(json!({"session_id": s.id, "alias": s.alias, "tuic_session": s.tuic_session}))
 }
 
+/// `pty_description`: absent (`None`) keeps the current one, a string replaces it, null or ""
+/// clears it (`Some(None)`).
+fn description_arg(args: &Map<String, Value>) -> Result<Option<Option<String>>, ToolError> {
+    match args.get("pty_description") {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(d)) if d.chars().count() <= 256 && !d.chars().any(char::is_control) => {
+            Ok(Some(Some(d.clone())))
+        }
+        Some(_) => Err(ToolError::invalid(
+            "pty_description must be null or one line of at most 256 characters",
+        )),
+    }
+}
+
 fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = live(node, args)?;
+    let description = description_arg(args)?;
     let text = str_arg(args, "input")?.unwrap_or("");
     let key = match str_arg(args, "special_key")? {
         None => None,
@@ -252,6 +268,9 @@ fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError
     let plan = session_input::input_plan(text, key, s.agent());
     s.write_parts(&plan, &node.sessions.capture, || {})
         .map_err(|(_, e)| session_error(&s, e))?;
+    if let Some(d) = description {
+        s.set_description(d);
+    }
     Ok(json!({"ok": true, "session_id": s.id}))
 }
 
@@ -260,8 +279,14 @@ fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     let text = str_arg(args, "input")?
         .ok_or_else(|| ToolError::invalid("input is required: the command to submit"))?;
     let timeout = submit::ack_timeout(u64_arg(args, "timeout_ms")?);
+    let description = description_arg(args)?;
     match submit::submit(&s, text, timeout, &node.sessions.capture) {
-        Ok(r) => Ok(json!(r)),
+        Ok(r) => {
+            if let Some(d) = description {
+                s.set_description(d);
+            }
+            Ok(json!(r))
+        }
         Err(Refusal::EmptyInput) => Err(ToolError::invalid("input must not be empty")),
         Err(Refusal::Exited(_)) => Err(exited(&s).with("retry_safe", json!(true))),
         Err(r @ Refusal::Busy { .. }) => {
