@@ -118,8 +118,8 @@ pub fn upload(
         enc(conn),
         enc(path)
     );
-    stream.write_all(head.as_bytes())?;
-    {
+    let sent = (|| -> io::Result<()> {
+        stream.write_all(head.as_bytes())?;
         let w = io::BufWriter::with_capacity(
             256 * 1024,
             Chunked {
@@ -133,14 +133,31 @@ pub fn upload(
         let mut w = b.into_inner()?;
         w.flush()?;
         let inner = w.into_inner().map_err(|e| e.into_error())?;
-        inner.inner.write_all(b"0\r\n\r\n")?;
-    }
+        inner.inner.write_all(b"0\r\n\r\n")
+    })();
+    // A server that refuses early (404 from a plain node, 409, 413) answers and closes before
+    // the body is through: the write fails, but its answer is waiting to be read.
+    let send_error = match sent {
+        Ok(()) => None,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Some(e)
+        }
+        Err(e) => return Err(e),
+    };
     // The node answers once it has published (or refused); large trees take a while.
     stream.set_read_timeout(Some(Duration::from_secs(600)))?;
     let mut collector = ResponseCollector::new(1 << 20);
     let mut buf = [0u8; 16 * 1024];
     let resp = loop {
-        let n = stream.read(&mut buf)?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) => return Err(send_error.unwrap_or(e)),
+        };
         let r = if n == 0 {
             collector.feed_eof().map(Some)
         } else {
@@ -149,7 +166,10 @@ pub fn upload(
         match r {
             Ok(Some(r)) => break r,
             Ok(None) => {}
-            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+            Err(e) => {
+                return Err(send_error
+                    .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidData, e.to_string())));
+            }
         }
     };
     Ok(Uploaded {
