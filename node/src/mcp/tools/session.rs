@@ -289,17 +289,17 @@ fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
         }
         Err(Refusal::EmptyInput) => Err(ToolError::invalid("input must not be empty")),
         Err(Refusal::Exited(_)) => Err(exited(&s).with("retry_safe", json!(true))),
-        Err(r @ Refusal::Busy { .. }) => {
-            let reason = match &r {
-                Refusal::Busy { reason, .. } => reason.clone(),
-                _ => String::new(),
-            };
-            Err(ToolError::new("busy", format!("{r}; nothing was written"))
-                .with("session_id", json!(s.id))
-                .with("reason", json!(reason))
-                .with("retry_safe", json!(true))
-                .with("turn_epoch", json!(s.turn_epoch())))
-        }
+        Err(Refusal::Busy { reason, .. }) => Err(ToolError::new(
+            "busy",
+            format!(
+                "session {} is not ready for a submission: {reason}; nothing was written",
+                s.id
+            ),
+        )
+        .with("session_id", json!(s.id))
+        .with("reason", json!(reason))
+        .with("retry_safe", json!(true))
+        .with("turn_epoch", json!(s.turn_epoch()))),
     }
 }
 
