@@ -147,7 +147,11 @@ pub fn upload(
         match r {
             Ok(Some(r)) => break r,
             Ok(None) => {}
-            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+            Err(e) => {
+                return Err(sent
+                    .err()
+                    .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidData, e.to_string())));
+            }
         }
     };
     Ok(Uploaded {

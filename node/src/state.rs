@@ -109,7 +109,7 @@ impl Node {
         ));
         let sessions = crate::session::Registry::new(&paths.config_dir);
         let mcp = crate::mcp::McpState::new(&config);
-        Ok(Arc::new(Self {
+        let node = Arc::new(Self {
             name,
             paths,
             config_file,
@@ -133,7 +133,11 @@ impl Node {
             upload_permits,
             sessions,
             mcp,
-        }))
+        });
+        // The reaper keeps identities that own a live PTY; it asks the session registry.
+        *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
+            Arc::new(crate::session::PtyLiveness::new(&node));
+        Ok(node)
     }
 
     /// The current config.

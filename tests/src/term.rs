@@ -208,7 +208,9 @@ impl Client {
         let mut req = Request::builder()
             .method(Method::from_bytes(method.as_bytes())?)
             .uri(path)
-            .header("host", "localhost");
+            .header("host", "localhost")
+            // `/mcp` wants both; other routes ignore it.
+            .header("accept", "application/json, text/event-stream");
         let bytes = match body {
             Some(v) => {
                 req = req.header("content-type", "application/json");

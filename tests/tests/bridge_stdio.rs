@@ -258,12 +258,11 @@ fn real_node_distinguishes_not_running_from_mcp_unavailable_across_a_restart() {
         )
         .unwrap()
     };
-    // Without /mcp on this node the bridge says so; with it, the call works. Never "not running".
+    // The node serves /mcp and session list works on its real registry.
     let r = list(&mut b);
-    assert!(!text_of(&r).contains("not running"), "{r}");
-    if is_error(&r) {
-        assert!(text_of(&r).contains("MCP endpoint is unavailable"), "{r}");
-    }
+    assert!(!is_error(&r), "{r}");
+    let rows: Value = serde_json::from_str(&text_of(&r)).unwrap();
+    assert_eq!(rows["count"], 0, "{r}");
 
     node.kill();
     poll(Duration::from_secs(10), Duration::from_millis(100), || {
@@ -271,11 +270,32 @@ fn real_node_distinguishes_not_running_from_mcp_unavailable_across_a_restart() {
     })
     .expect("the bridge notices the node is gone");
 
-    let _node = NodeProc::start(sandbox.path(), &cfg, None).unwrap();
+    let node = NodeProc::start(sandbox.path(), &cfg, None).unwrap();
     poll(Duration::from_secs(10), Duration::from_millis(200), || {
-        (!text_of(&list(&mut b)).contains("not running")).then_some(())
+        (!is_error(&list(&mut b))).then_some(())
     })
     .expect("the bridge reaches the restarted node within 10 s");
+
+    // A node running with the MCP server switched off: reachable over IPC, so the bridge says
+    // the endpoint is unavailable, never that the node is not running.
+    node.kill();
+    let file = cfg.join("config.json");
+    let mut config: Value = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    config["mcp_server_enabled"] = json!(false);
+    std::fs::write(&file, config.to_string()).unwrap();
+    let _node = NodeProc::start(sandbox.path(), &cfg, None).unwrap();
+    let r = poll(Duration::from_secs(10), Duration::from_millis(200), || {
+        let r = list(&mut b);
+        text_of(&r)
+            .contains("MCP endpoint is unavailable")
+            .then_some(r)
+    })
+    .expect("the bridge reports the disabled endpoint within 10 s");
+    assert!(is_error(&r), "{r}");
+    assert!(!text_of(&r).contains("not running"), "{r}");
     let (_, status) = b.finish(Duration::from_secs(10)).unwrap();
     assert!(status.success());
 }

@@ -28,9 +28,10 @@ async fn curl_without_session_header_can_call_session_list() {
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["id"], 1);
-    // The PTY registry is not in this build: a structured tool error, never a fake list.
-    assert_eq!(v["result"]["isError"], true);
-    assert_eq!(tool_value(&r)["code"], "not_available");
+    // The real registry answers: an empty node lists no sessions.
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    assert_eq!(tool_value(&r)["count"], 0, "{v}");
+    assert_eq!(tool_value(&r)["sessions"], json!([]), "{v}");
 }
 
 #[tokio::test]

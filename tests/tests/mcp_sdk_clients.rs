@@ -1,6 +1,7 @@
 //! End-to-end: the official MCP SDK clients (Python `mcp` in legacy, 2026-07-28 and auto
 //! modes; TypeScript `@modelcontextprotocol/sdk`) connect over Streamable HTTP to a real node,
-//! list the tools and call `session action=list`.
+//! list the tools and call `session action=list`; the Python client also runs a real
+//! `session action=create` + `input` + `output` round trip on a PTY in every mode.
 //!
 //! The clients are installed once by `tests/clients/setup.sh` (PyPI and npm); they reach the
 //! node through a loopback TCP port forwarded to its IPC socket, because the node's own TCP
@@ -60,12 +61,11 @@ fn check(report: &Value) {
         .map(|t| t.as_str().unwrap())
         .collect();
     assert_eq!(tools, FAMILY, "{report}");
-    // session action=list reached the tool; this build has no PTY registry, so the answer is
-    // the structured not_available tool error.
-    assert_eq!(report["session_list"]["is_error"], true, "{report}");
+    // session action=list answers from the real registry.
+    assert_eq!(report["session_list"]["is_error"], false, "{report}");
     let inner: Value =
         serde_json::from_str(report["session_list"]["text"].as_str().unwrap()).unwrap();
-    assert_eq!(inner["code"], "not_available");
+    assert!(inner["sessions"].is_array(), "{report}");
 }
 
 async fn run(cmd: &mut tokio::process::Command) -> Value {
@@ -101,10 +101,16 @@ async fn official_python_and_typescript_clients_initialize_list_and_call() {
         let report = run(tokio::process::Command::new(&python)
             .arg(clients_dir().join("mcp_python_client.py"))
             .arg(&url)
-            .arg(mode))
+            .arg(mode)
+            .arg(node.dir.path()))
         .await;
         assert_eq!(report["protocol"], want, "python {mode}: {report}");
         check(&report);
+        let rt = &report["round_trip"];
+        assert_eq!(rt["created"], true, "python {mode}: {report}");
+        assert_eq!(rt["input_ok"], true, "python {mode}: {report}");
+        assert_eq!(rt["found"], true, "python {mode}: {report}");
+        assert_eq!(rt["closed"], true, "python {mode}: {report}");
     }
     // The ESM import resolves from the script's folder, so the script sits beside node_modules.
     let script = tsdir.join("tuic_ts_client.mjs");

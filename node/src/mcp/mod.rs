@@ -14,6 +14,8 @@ pub mod registry;
 pub mod sessions;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tool_tests;
 pub mod tools;
 pub mod transport;
 

@@ -473,6 +473,10 @@ fn initialize(
         version,
         tuic_session = req.tuic_session.as_deref().unwrap_or(""),
         binding = binding.as_deref().unwrap_or("none"),
+        pty_backed = req
+            .tuic_session
+            .as_deref()
+            .is_some_and(|t| node.sessions.owns_live_pty(t)),
         "mcp initialize"
     );
     let collapsed = node.config().collapse_tools
@@ -495,6 +499,21 @@ fn bind(node: &Arc<Node>, sid: &str, tuic: Option<&str>, now: Instant) -> Option
     if uuid::Uuid::parse_str(tuic).is_err() {
         tracing::warn!(source = "mcp", session = %sid, "ignoring a malformed x-tuic-session header");
         return Some("invalid".into());
+    }
+    // Identities are ranked by whether they resolve to a live PTY: a session bound to a
+    // terminal-backed identity never wanders onto one no terminal backs.
+    let current = node
+        .mcp
+        .sessions
+        .with(sid, |s| s.tuic_session.as_deref().map(str::to_owned))
+        .flatten();
+    if let Some(cur) = current.filter(|c| c != tuic)
+        && node.sessions.owns_live_pty(&cur)
+        && !node.sessions.owns_live_pty(tuic)
+    {
+        tracing::warn!(source = "mcp", session = %sid, bound = %cur, asserted = %tuic,
+            "kept the terminal-backed identity; the asserted one owns no live PTY");
+        return Some("kept_pty_identity".into());
     }
     let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
     let b = node.mcp.sessions.bind_identity(sid, tuic, now, grace);

@@ -165,10 +165,7 @@ async fn delete(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let s = find(&node, &id)?;
-    if s.exit().is_none() {
-        s.kill();
-    }
+    find(&node, &id)?.close();
     Ok(Json(json!({"ok": true})))
 }
 

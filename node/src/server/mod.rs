@@ -68,6 +68,9 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     ));
     info!(listener = "ipc", socket = %node.paths.socket.display(), "IPC listener started");
     let tcp = apply_remote_access(&node).await;
+    // Signal handlers are installed before the ready line: a supervisor (or a test) may send
+    // SIGTERM the moment it reads it, and the default action would skip the drain.
+    let signals = Signals::install();
     println!(
         "{} ready ipc={} tcp={}",
         node.name,
@@ -76,7 +79,7 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     );
     spawn_background(&node);
 
-    wait_for_signal(&node.shutdown).await;
+    signals.wait(&node.shutdown).await;
     info!("shutting down: draining connections");
     node.shutdown.cancel();
     if let Some(r) = node.tcp.lock().await.running.take() {
@@ -93,21 +96,35 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     Ok(())
 }
 
-async fn wait_for_signal(shutdown: &CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let sigterm = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending::<()>().await,
+/// SIGTERM and SIGINT streams, registered up front.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        Self {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = sigterm => {}
-        _ = shutdown.cancelled() => {}
+    }
+
+    async fn wait(mut self, shutdown: &CancellationToken) {
+        async fn recv(s: Option<&mut tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            _ = recv(self.int.as_mut()) => {}
+            _ = recv(self.term.as_mut()) => {}
+            _ = shutdown.cancelled() => {}
+        }
     }
 }
 

@@ -12,12 +12,14 @@ pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
 pub mod grid;
+pub mod input;
 mod monitor;
 pub mod output;
 pub mod pager;
 mod pty;
 pub mod redact;
 pub mod registry;
+pub mod submit;
 pub mod utf8;
 
 use std::io::Write;
@@ -107,6 +109,14 @@ pub struct Session {
     agent: Mutex<Option<(&'static str, u64)>>,
     /// What the monitor last reported.
     seen: Mutex<monitor::Seen>,
+    /// Submitted turns: advanced exactly once after each complete `submit` write.
+    turn_epoch: AtomicU64,
+    /// Held by the one `submit` in flight; a second submit finds it taken and is refused.
+    submit_claim: Mutex<()>,
+    /// What was typed since the last Enter, so a half-typed composer refuses `submit`.
+    composer: Mutex<input::Composer>,
+    /// The orchestrator's short description of the assigned work (`pty_description`).
+    description: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -152,6 +162,9 @@ pub struct SessionRow {
     /// Exit code, once known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// The orchestrator's description of the assigned work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pty_description: Option<String>,
 }
 
 impl Session {
@@ -172,18 +185,149 @@ impl Session {
 
     /// Writes input to the PTY. Blocking: call off the async workers.
     pub fn write(&self, data: &[u8], capture: &capture::Capture) -> Result<(), SessionError> {
+        self.write_parts(&[input::Part::Bytes(data.to_vec())], capture, || {})
+            .map_err(|(_, e)| e)
+    }
+
+    /// Writes several parts while holding the PTY writer lock across all of them, so no other
+    /// writer interleaves (spec: submit and agent text+Enter hold one writer lock). `Gap`
+    /// parts are the spec's scheduling gaps between writes. Blocking: call off the async
+    /// workers. Returns how many parts were written completely before an error, if any.
+    pub fn write_parts(
+        &self,
+        parts: &[input::Part],
+        capture: &capture::Capture,
+        before_last: impl FnOnce(),
+    ) -> Result<(), (usize, SessionError)> {
+        if let Some(e) = self.exit() {
+            return Err((
+                0,
+                SessionError::Exited {
+                    id: self.id.clone(),
+                    code: e.code,
+                },
+            ));
+        }
+        let mut w = lock(&self.writer);
+        let mut before_last = Some(before_last);
+        let last = parts.len().saturating_sub(1);
+        for (i, part) in parts.iter().enumerate() {
+            if i == last
+                && let Some(f) = before_last.take()
+            {
+                f();
+            }
+            match part {
+                input::Part::Gap(d) => std::thread::sleep(*d),
+                input::Part::Bytes(b) => {
+                    if let Some(e) = self.exit() {
+                        return Err((
+                            i,
+                            SessionError::Exited {
+                                id: self.id.clone(),
+                                code: e.code,
+                            },
+                        ));
+                    }
+                    capture.record(&self.id, capture::Direction::Input, b);
+                    self.last_input_ms.store(now_ms(), Ordering::Relaxed);
+                    lock(&self.composer).feed(b);
+                    w.write_all(b)
+                        .and_then(|()| w.flush())
+                        .map_err(|e| (i, SessionError::Io(e.to_string())))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The coding agent last detected in the foreground (refreshed by [`Session::row`]).
+    pub fn agent(&self) -> Option<&'static str> {
+        lock(&self.agent).map(|(a, _)| a)
+    }
+
+    /// Replaces (`Some`) or clears (`None`) the orchestrator's description of the work.
+    pub fn set_description(&self, d: Option<String>) {
+        *lock(&self.description) = d.filter(|d| !d.is_empty());
+    }
+
+    /// The current turn epoch.
+    pub fn turn_epoch(&self) -> u64 {
+        self.turn_epoch.load(Ordering::SeqCst)
+    }
+
+    /// Advances the turn epoch once; returns the new value.
+    pub fn advance_turn(&self) -> u64 {
+        self.turn_epoch.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Claims the session for one submission; `None` while another submission holds it.
+    pub fn try_claim_submit(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.submit_claim.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Whether something was typed since the last Enter (a half-typed composer).
+    pub fn composer_dirty(&self) -> bool {
+        lock(&self.composer).dirty()
+    }
+
+    /// Wall-clock ms of the last output (`None` before any output).
+    pub fn last_output_ms(&self) -> Option<u64> {
+        let v = self.last_output_ms.load(Ordering::Relaxed);
+        (v > 0).then_some(v)
+    }
+
+    /// Wall-clock ms of the last input (`None` before any input).
+    pub fn last_input_ms(&self) -> Option<u64> {
+        let v = self.last_input_ms.load(Ordering::Relaxed);
+        (v > 0).then_some(v)
+    }
+
+    /// Whether a job other than the session's own process holds the terminal's foreground
+    /// (a plain shell running a command). `None` when the foreground is unknown.
+    pub fn foreground_job_running(&self) -> Option<bool> {
+        let pgid = lock(&self.master).process_group_leader()?;
+        Some(self.pid.is_some_and(|p| p as i32 != pgid))
+    }
+
+    /// Sends a signal to the terminal's foreground process group (pause: SIGSTOP, resume:
+    /// SIGCONT). The session's own process is always included.
+    pub fn signal_foreground(&self, sig: rustix::process::Signal) -> Result<(), SessionError> {
         if let Some(e) = self.exit() {
             return Err(SessionError::Exited {
                 id: self.id.clone(),
                 code: e.code,
             });
         }
-        capture.record(&self.id, capture::Direction::Input, data);
-        self.last_input_ms.store(now_ms(), Ordering::Relaxed);
-        let mut w = lock(&self.writer);
-        w.write_all(data)
-            .and_then(|()| w.flush())
-            .map_err(|e| SessionError::Io(e.to_string()))
+        let fg = lock(&self.master).process_group_leader();
+        let mut groups: Vec<i32> = fg.into_iter().collect();
+        if let Some(p) = self.pid.map(|p| p as i32)
+            && !groups.contains(&p)
+        {
+            groups.push(p);
+        }
+        for g in groups {
+            let Some(pid) = rustix::process::Pid::from_raw(g) else {
+                continue;
+            };
+            rustix::process::kill_process_group(pid, sig)
+                .map_err(|e| SessionError::Io(format!("signalling process group {g}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Ends the session if it still runs (the shared close of `DELETE /sessions/{id}` and
+    /// MCP `session action=close|kill`). Returns whether it was live.
+    pub fn close(&self) -> bool {
+        let live = self.exit().is_none();
+        if live {
+            self.kill();
+        }
+        live
     }
 
     /// Resizes the PTY and the grid (reflowing it).
@@ -273,7 +417,29 @@ impl Session {
             agent_state,
             foreground_process: fg.map(|(comm, _)| comm),
             exit_code: self.exit().and_then(|e| e.code),
+            pty_description: lock(&self.description).clone(),
         }
+    }
+}
+
+/// The MCP reaper's liveness answer: an identity is still addressable while it owns a live
+/// PTY (`TUIC_SESSION` of a running session). Holds the node weakly: the node owns the MCP
+/// state that owns this.
+#[derive(Debug)]
+pub struct PtyLiveness(std::sync::Weak<crate::state::Node>);
+
+impl PtyLiveness {
+    /// The answer for `node`'s registry.
+    pub fn new(node: &std::sync::Arc<crate::state::Node>) -> Self {
+        Self(std::sync::Arc::downgrade(node))
+    }
+}
+
+impl crate::mcp::sessions::IdentityLiveness for PtyLiveness {
+    fn is_addressable(&self, tuic_session: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.sessions.owns_live_pty(tuic_session))
     }
 }
 

@@ -94,6 +94,10 @@ pub(super) fn spawn(
         last_input_ms: AtomicU64::new(0),
         agent: Mutex::new(None),
         seen: Mutex::default(),
+        turn_epoch: AtomicU64::new(0),
+        submit_claim: Mutex::new(()),
+        composer: Mutex::new(super::input::Composer::default()),
+        description: Mutex::new(None),
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();

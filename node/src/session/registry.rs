@@ -118,6 +118,15 @@ impl Registry {
         g.live.get(id).cloned()
     }
 
+    /// Whether `tuic_session` is the identity of a live PTY (not an alias or PTY id).
+    pub fn owns_live_pty(&self, tuic_session: &str) -> bool {
+        let g = self.read();
+        g.by_tuic
+            .get(tuic_session)
+            .and_then(|id| g.live.get(id))
+            .is_some_and(|s| s.exit().is_none())
+    }
+
     /// A live session, or an exited one still in its tombstone period.
     pub fn resolve(&self, r: &str) -> Option<Arc<Session>> {
         if let Some(s) = self.live(r) {
@@ -140,7 +149,15 @@ impl Registry {
 
     /// Rows of the live sessions, oldest alias first.
     pub fn rows(&self) -> Vec<SessionRow> {
-        let sessions: Vec<Arc<Session>> = self.read().live.values().cloned().collect();
+        // A session whose exit is recorded but whose waiter has not unregistered it yet has
+        // already left the list.
+        let sessions: Vec<Arc<Session>> = self
+            .read()
+            .live
+            .values()
+            .filter(|s| s.exit().is_none())
+            .cloned()
+            .collect();
         let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.row()).collect();
         rows.sort_by(|a, b| a.alias.cmp(&b.alias));
         rows

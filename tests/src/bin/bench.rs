@@ -5,6 +5,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- pty-throughput [MiB]
 //! cargo run -p tuic-tests --release --bin bench -- keystroke-latency [N]
 //! cargo run -p tuic-tests --release --bin bench -- idle-rss [SESSIONS]
+//! cargo run -p tuic-tests --release --bin bench -- mcp-session-list [SESSIONS] [CALLS]
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -42,6 +43,11 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(idle_rss(n))
         }
+        Some("mcp-session-list") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
+            let calls = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(500);
+            rt.block_on(mcp_session_list(n, calls))
+        }
         Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
@@ -49,7 +55,7 @@ fn main() -> anyhow::Result<()> {
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | upload-copy | upload-copy-netns"
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | upload-copy | upload-copy-netns"
         ),
     }
 }
@@ -329,5 +335,40 @@ async fn idle_rss(n: usize) -> anyhow::Result<()> {
     println!("idle-rss sessions={n} (bash --norc -i)");
     println!("  node RSS before {before} KiB, after {after} KiB");
     println!("  per session: {per:.1} KiB ({:.3} MiB)", per / 1024.0);
+    Ok(())
+}
+
+/// `tools/call session action=list` over IPC (one HTTP/1.1 connection per call, as the CLI
+/// and bridge make them) with `n` live sessions: p50/p99 of the whole request.
+async fn mcp_session_list(n: usize, calls: usize) -> anyhow::Result<()> {
+    let node = Node::start(None).await?;
+    for _ in 0..n {
+        node.create(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp"}))
+            .await?;
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "session", "arguments": {"action": "list"}}});
+    // Warm-up, and a check that the answer really lists every session.
+    let first = node.ok("POST", "/mcp", Some(body.clone())).await?;
+    let text = first["result"]["content"][0]["text"]
+        .as_str()
+        .context("tool text")?;
+    let listed: serde_json::Value = serde_json::from_str(text)?;
+    if listed["count"].as_u64() != Some(n as u64) {
+        bail!("session list answered {listed}");
+    }
+    let mut v = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t0 = Instant::now();
+        node.ok("POST", "/mcp", Some(body.clone())).await?;
+        v.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    let p50 = percentile(&mut v, 0.5);
+    let p99 = percentile(&mut v, 0.99);
+    println!(
+        "mcp-session-list sessions={n} calls={calls} response={} bytes",
+        text.len()
+    );
+    println!("  tools/call session action=list over IPC: p50 {p50:.3} ms  p99 {p99:.3} ms");
     Ok(())
 }

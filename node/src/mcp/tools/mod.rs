@@ -32,9 +32,6 @@ pub static NATIVE: &[&ToolDef] = &[
     &debug::TOOL,
 ];
 
-/// Where the terminal-core capabilities come from, named in "not available" errors.
-pub(crate) const TERMINAL_CORE: &str =
-    "the terminal core (PTY session registry), which is not merged into this build yet";
 /// Where the agent mail capabilities come from.
 pub(crate) const MAIL: &str = "agent mail (peer registry and inboxes), not built yet";
 

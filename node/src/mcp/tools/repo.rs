@@ -1,11 +1,16 @@
-//! `repo`: registered repositories and their worktrees. The repository registry is its own
-//! issue; this file owns the surface and the removed-action routes.
+//! `repo`: registered repositories and their worktrees. `add`/`list` are the same service as
+//! `POST /repos` / `GET /repos` (`crate::repos`, the path `tuic open DIR` takes); `status` and
+//! `active` read that registry plus the live sessions. Worktree, branch, progress-list and
+//! orphan-cleanup actions have no backend in this build and answer a structured
+//! `not_available` naming what is missing. This file also owns the removed-action routes.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::repos::{AddError, Repo};
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &[
@@ -35,7 +40,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     name: "repo",
     summary: "Repositories, worktrees and branches known to this node",
     description: "Repositories (path = repository root) and linked worktrees (branch).\n\
-- add (path), list, active, status (path).\n\
+- add (path: absolute directory; idempotent, Git or shell workspace), list, active (the repository of the caller's terminal), status (path: record plus live sessions inside it).\n\
 - worktree_create (path, branch, spawn_session?), worktree_list (path), worktree_remove (path, branch), worktree_lifecycle (path, branch).\n\
 - branch_list (path), branch_create (path, branch).\n\
 - progress_list (path): recent progress records.\n\
@@ -50,19 +55,116 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &["add", "worktree_create", "worktree_remove", "branch_create"],
+    blocking: &[
+        "add",
+        "list",
+        "status",
+        "active",
+        "worktree_create",
+        "worktree_remove",
+        "branch_create",
+    ],
     passthrough: false,
 };
 
-fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let raw = args.get("action").and_then(Value::as_str).unwrap_or("");
     if let Some((a, r)) = REMOVED.iter().find(|(a, _)| *a == raw) {
         return Err(ToolError::removed("repo", a, r));
     }
     let a = action("repo", ACTIONS, args)?;
-    Err(ToolError::not_available(
-        "repo",
-        a,
-        "the repository registry, not built yet",
-    ))
+    match a {
+        "add" => add(node, args),
+        "list" => Ok(json!({"repos": repos(node)?})),
+        "status" => {
+            let path = path_arg(args)?;
+            let canon = std::fs::canonicalize(path)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| path.to_owned());
+            let repo = repos(node)?
+                .into_iter()
+                .find(|r| r.path == canon)
+                .ok_or_else(|| {
+                    ToolError::new(
+                        "unknown_repository",
+                        format!("{path} is not a registered repository; register it with repo action=add"),
+                    )
+                })?;
+            Ok(status(node, &repo))
+        }
+        "active" => active(node, ctx),
+        _ => Err(ToolError::not_available(
+            "repo",
+            a,
+            "worktree, branch and progress management, which this build's repository registry does not have (it registers and lists repositories only)",
+        )),
+    }
+}
+
+fn path_arg(args: &Map<String, Value>) -> Result<&str, ToolError> {
+    args.get("path")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| ToolError::invalid("path is required (an absolute directory)"))
+}
+
+fn repos(node: &Node) -> Result<Vec<Repo>, ToolError> {
+    node.repos
+        .list()
+        .map_err(|e| ToolError::new("store_error", format!("reading the repositories: {e:#}")))
+}
+
+fn add(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let path = path_arg(args)?;
+    let outcome = node
+        .repos
+        .add(path, &node.bus, crate::logs::now_ms())
+        .map_err(|e| match e {
+            AddError::InvalidPath(_) => ToolError::new("invalid_path", e.to_string()),
+            AddError::Persist(_) => ToolError::new("persist_failed", e.to_string()),
+        })?;
+    serde_json::to_value(outcome).map_err(|e| ToolError::new("internal", e.to_string()))
+}
+
+/// The record plus the live sessions whose start directory lies inside it.
+fn status(node: &Node, repo: &Repo) -> Value {
+    let root = Path::new(&repo.path);
+    let sessions: Vec<Value> = node
+        .sessions
+        .rows()
+        .into_iter()
+        .filter(|r| Path::new(&r.cwd).starts_with(root))
+        .map(|r| json!({"session_id": r.session_id, "alias": r.alias, "tuic_session": r.tuic_session}))
+        .collect();
+    json!({"repo": repo, "sessions": sessions})
+}
+
+/// The repository of the caller's own terminal (the innermost registered root holding its
+/// start directory).
+fn active(node: &Node, ctx: &CallCtx) -> Result<Value, ToolError> {
+    let Some(own) = ctx
+        .tuic_session
+        .as_deref()
+        .and_then(|t| node.sessions.live(t))
+    else {
+        return Err(ToolError::new(
+            "not_bound",
+            "repo action=active names the repository of the calling terminal: call from a tuic PTY (x-tuic-session), or use repo action=list",
+        ));
+    };
+    let cwd = Path::new(&own.cwd);
+    let repo = repos(node)?
+        .into_iter()
+        .filter(|r| cwd.starts_with(&r.path))
+        .max_by_key(|r| r.path.len());
+    match repo {
+        Some(r) => Ok(status(node, &r)),
+        None => Err(ToolError::new(
+            "no_active_repository",
+            format!(
+                "the caller's terminal ({}) is not inside a registered repository; register one with repo action=add",
+                own.cwd
+            ),
+        )),
+    }
 }

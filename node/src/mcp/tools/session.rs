@@ -1,14 +1,21 @@
-//! `session`: the PTY sessions of this node. The terminal core owns the sessions; this file
-//! owns the MCP surface, the loopback-only rule and the removed-action routes. Until the
-//! terminal core is merged every action that needs a PTY answers a structured
-//! `not_available` error (never a fake success).
+//! `session`: the PTY sessions of this node, on the real registry (`crate::session`). This file
+//! owns the MCP surface: argument parsing, the loopback-only rule, the caller identity
+//! (`is_caller`, own-session refusals) and the removed-action routes. Session behaviour (create,
+//! writes, submit receipts, waits, the output serializer) lives in `crate::session` and is
+//! shared with the REST routes. Actions whose backend a headless node does not have (a UI for
+//! `suspend`, managed children for `keep_open`, worktree placement for `declare_worktree`)
+//! answer a precise structured error, never a fake success.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::TERMINAL_CORE;
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::session::input as session_input;
+use crate::session::output::{self as session_output, OutputQuery};
+use crate::session::registry::check_size;
+use crate::session::submit::{self, Refusal};
+use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &[
@@ -75,15 +82,13 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &["create", "input", "close", "kill", "resize"],
+    blocking: &[
+        "create", "input", "submit", "wait", "close", "kill", "resize", "pause", "resume",
+    ],
     passthrough: false,
 };
 
-fn handler(
-    _node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     if args.get("action").and_then(Value::as_str) == Some("process_stats") {
         return Err(ToolError::removed(
             "session",
@@ -95,5 +100,407 @@ fn handler(
     if LOOPBACK_ONLY.contains(&a) && !ctx.loopback {
         return Err(ToolError::loopback_only("session", a));
     }
-    Err(ToolError::not_available("session", a, TERMINAL_CORE))
+    match a {
+        "list" => Ok(list(node, ctx)),
+        "create" => create(node, args),
+        "input" => input(node, args),
+        "submit" => submit(node, args),
+        "output" => output(node, args),
+        "status" => status(node, ctx, args),
+        "wait" => wait(node, args),
+        "resize" => resize(node, args),
+        "rename" => rename(node, args),
+        "close" | "kill" => close(node, ctx, args, a),
+        "pause" | "resume" => pause(node, args, a == "pause"),
+        "suspend" => suspend(node, ctx, args),
+        "keep_open" => keep_open(node, args),
+        _ => declare_worktree(node, ctx, args),
+    }
+}
+
+fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
+    match args.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ToolError::invalid(format!("{k} must be a string"))),
+    }
+}
+
+fn u64_arg(args: &Map<String, Value>, k: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ToolError::invalid(format!("{k} must be a non-negative integer"))),
+    }
+}
+
+fn dim_arg(args: &Map<String, Value>, k: &str) -> Result<Option<u16>, ToolError> {
+    u64_arg(args, k)?
+        .map(|v| u16::try_from(v).map_err(|_| ToolError::invalid(format!("{k} is too large"))))
+        .transpose()
+}
+
+fn session_id(args: &Map<String, Value>) -> Result<&str, ToolError> {
+    str_arg(args, "session_id")?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ToolError::invalid("session_id is required (PTY id, tuic_session or alias)"))
+}
+
+fn unknown(r: &str) -> ToolError {
+    ToolError::new(
+        "unknown_session",
+        format!("unknown session {r}; session action=list shows the live ones"),
+    )
+    .with("session_id", json!(r))
+}
+
+/// A live session or one in its tombstone period (output, status, wait read those).
+fn resolve(node: &Node, args: &Map<String, Value>) -> Result<Arc<Session>, ToolError> {
+    let r = session_id(args)?;
+    node.sessions.resolve(r).ok_or_else(|| unknown(r))
+}
+
+/// A live session (writes, resize, rename need the process).
+fn live(node: &Node, args: &Map<String, Value>) -> Result<Arc<Session>, ToolError> {
+    let r = session_id(args)?;
+    match node.sessions.resolve(r) {
+        Some(s) if s.exit().is_none() => Ok(s),
+        Some(s) => Err(exited(&s)),
+        None => Err(unknown(r)),
+    }
+}
+
+fn exited(s: &Session) -> ToolError {
+    let code = s.exit().and_then(|e| e.code);
+    let mut e = ToolError::new(
+        "session_exited",
+        format!(
+            "session {} has exited{}",
+            s.id,
+            code.map(|c| format!(" (exit code {c})"))
+                .unwrap_or_default()
+        ),
+    )
+    .with("session_id", json!(s.id));
+    if let Some(c) = code {
+        e = e.with("exit_code", json!(c));
+    }
+    e
+}
+
+fn session_error(s: &Session, e: SessionError) -> ToolError {
+    match e {
+        SessionError::Exited { .. } => exited(s),
+        SessionError::Io(m) => ToolError::new("pty_error", m).with("session_id", json!(s.id)),
+    }
+}
+
+/// A list/status row with `is_caller`: the caller's identity is bound to this PTY.
+fn row_json(s: &Session, ctx: &CallCtx) -> Value {
+    let mut v = json!(s.row());
+    v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()));
+    v
+}
+
+fn list(node: &Arc<Node>, ctx: &CallCtx) -> Value {
+    let rows: Vec<Value> = node
+        .sessions
+        .rows()
+        .into_iter()
+        .map(|r| {
+            let mut v = json!(r);
+            v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(r.tuic_session.as_str()));
+            v
+        })
+        .collect();
+    json!({"count": rows.len(), "sessions": rows})
+}
+
+fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let req = CreateRequest {
+        rows: dim_arg(args, "rows")?,
+        cols: dim_arg(args, "cols")?,
+        shell: str_arg(args, "shell")?.map(str::to_owned),
+        cwd: str_arg(args, "cwd")?.map(str::to_owned),
+        name: str_arg(args, "name")?.map(str::to_owned),
+        ..CreateRequest::default()
+    };
+    let s = node.sessions.create(node, req).map_err(|e| match e {
+        CreateError::Invalid(m) => ToolError::invalid(m),
+        CreateError::Spawn(_) => ToolError::new("spawn_failed", e.to_string()),
+    })?;
+    Ok(json!({"session_id": s.id, "alias": s.alias, "tuic_session": s.tuic_session}))
+}
+
+/// `pty_description`: absent (`None`) keeps the current one, a string replaces it, null or ""
+/// clears it (`Some(None)`).
+fn description_arg(args: &Map<String, Value>) -> Result<Option<Option<String>>, ToolError> {
+    match args.get("pty_description") {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(d)) if d.chars().count() <= 256 && !d.chars().any(char::is_control) => {
+            Ok(Some(Some(d.clone())))
+        }
+        Some(_) => Err(ToolError::invalid(
+            "pty_description must be null or one line of at most 256 characters",
+        )),
+    }
+}
+
+fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = live(node, args)?;
+    let description = description_arg(args)?;
+    let text = str_arg(args, "input")?.unwrap_or("");
+    let key = match str_arg(args, "special_key")? {
+        None => None,
+        Some(k) => Some(
+            session_input::special_key(k)
+                .ok_or_else(|| ToolError::invalid(format!("unknown special_key {k}")))?,
+        ),
+    };
+    if text.is_empty() && key.is_none() {
+        return Err(ToolError::invalid("input or special_key is required"));
+    }
+    // Refreshes the agent detection the framing depends on.
+    let _ = s.row();
+    let plan = session_input::input_plan(text, key, s.agent());
+    s.write_parts(&plan, &node.sessions.capture, || {})
+        .map_err(|(_, e)| session_error(&s, e))?;
+    if let Some(d) = description {
+        s.set_description(d);
+    }
+    Ok(json!({"ok": true, "session_id": s.id}))
+}
+
+fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = live(node, args)?;
+    let text = str_arg(args, "input")?
+        .ok_or_else(|| ToolError::invalid("input is required: the command to submit"))?;
+    let timeout = submit::ack_timeout(u64_arg(args, "timeout_ms")?);
+    let description = description_arg(args)?;
+    match submit::submit(&s, text, timeout, &node.sessions.capture) {
+        Ok(r) => {
+            if let Some(d) = description {
+                s.set_description(d);
+            }
+            Ok(json!(r))
+        }
+        Err(Refusal::EmptyInput) => Err(ToolError::invalid("input must not be empty")),
+        Err(Refusal::Exited(_)) => Err(exited(&s).with("retry_safe", json!(true))),
+        Err(Refusal::Busy { reason, .. }) => Err(ToolError::new(
+            "busy",
+            format!(
+                "session {} is not ready for a submission: {reason}; nothing was written",
+                s.id
+            ),
+        )
+        .with("session_id", json!(s.id))
+        .with("reason", json!(reason))
+        .with("retry_safe", json!(true))
+        .with("turn_epoch", json!(s.turn_epoch()))),
+    }
+}
+
+fn output(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = resolve(node, args)?;
+    let format = match str_arg(args, "format")? {
+        None | Some("text" | "mcp") => "mcp",
+        Some("raw" | "mcp_raw") => "mcp_raw",
+        Some(f) => {
+            return Err(ToolError::invalid(format!(
+                "unknown format {f}; text (default) or raw"
+            )));
+        }
+    };
+    let q = OutputQuery {
+        format: Some(format.into()),
+        limit: u64_arg(args, "limit")?,
+        offset: None,
+        from_line: u64_arg(args, "from_line")?,
+        from_byte: u64_arg(args, "from_byte")?,
+        since_cursor: u64_arg(args, "since_cursor")?,
+    };
+    session_output::render(&s, &q).map_err(|e| ToolError::invalid(e.0))
+}
+
+fn status(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = resolve(node, args)?;
+    let mut v = row_json(&s, ctx);
+    v["turn_epoch"] = json!(s.turn_epoch());
+    if s.exit().is_some() {
+        v["exited"] = json!(true);
+    }
+    Ok(v)
+}
+
+fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = resolve(node, args)?;
+    let until = match str_arg(args, "until")?.unwrap_or("idle") {
+        "idle" => submit::Until::Idle,
+        "exited" => submit::Until::Exited,
+        u => {
+            return Err(ToolError::invalid(format!(
+                "until must be idle or exited, not {u}"
+            )));
+        }
+    };
+    let timeout_ms = u64_arg(args, "timeout_ms")?
+        .unwrap_or(30_000)
+        .min(submit::MAX_WAIT_MS);
+    let started = std::time::Instant::now();
+    let reached = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
+    let row = s.row();
+    let mut v = json!({
+        "session_id": s.id,
+        "until": if until == submit::Until::Idle { "idle" } else { "exited" },
+        "reached": reached,
+        "waited_ms": started.elapsed().as_millis() as u64,
+    });
+    if !reached {
+        v["timed_out"] = json!(true);
+    }
+    if let Some(st) = row.shell_state {
+        v["shell_state"] = json!(st);
+    }
+    if let Some(st) = row.agent_state {
+        v["agent_state"] = json!(st);
+    }
+    if let Some(e) = s.exit() {
+        v["exited"] = json!(true);
+        if let Some(c) = e.code {
+            v["exit_code"] = json!(c);
+        }
+    }
+    Ok(v)
+}
+
+fn resize(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = live(node, args)?;
+    let (Some(rows), Some(cols)) = (dim_arg(args, "rows")?, dim_arg(args, "cols")?) else {
+        return Err(ToolError::invalid("rows and cols are required"));
+    };
+    check_size(rows, cols).map_err(ToolError::invalid)?;
+    s.resize(rows, cols).map_err(|e| session_error(&s, e))?;
+    Ok(json!({"ok": true, "session_id": s.id, "rows": rows, "cols": cols}))
+}
+
+fn rename(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = live(node, args)?;
+    let name = str_arg(args, "name")?.ok_or_else(|| ToolError::invalid("name is required"))?;
+    node.sessions
+        .rename(node, &s, name.to_owned())
+        .map_err(ToolError::invalid)?;
+    Ok(json!({"ok": true, "session_id": s.id, "name": name}))
+}
+
+fn close(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+    a: &str,
+) -> Result<Value, ToolError> {
+    let s = resolve(node, args)?;
+    let was_live = s.close();
+    let mut v = json!({"ok": true, "session_id": s.id, "was_running": was_live});
+    if ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()) {
+        // Closing one's own terminal is allowed, but say so: the caller's process ends with it.
+        v["note"] = json!(format!("session action={a} ended the caller's own session"));
+    }
+    Ok(v)
+}
+
+fn pause(node: &Arc<Node>, args: &Map<String, Value>, stop: bool) -> Result<Value, ToolError> {
+    let s = live(node, args)?;
+    let sig = if stop {
+        rustix::process::Signal::STOP
+    } else {
+        rustix::process::Signal::CONT
+    };
+    s.signal_foreground(sig).map_err(|e| session_error(&s, e))?;
+    Ok(json!({"ok": true, "session_id": s.id, "paused": stop}))
+}
+
+fn suspend(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = resolve(node, args)?;
+    let refuse = |reason: String| {
+        ToolError::new("cannot_suspend", format!("Cannot suspend: {reason}"))
+            .with("session_id", json!(s.id))
+    };
+    if s.exit().is_some() {
+        return Err(refuse("the session already exited".into()));
+    }
+    if ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()) {
+        return Err(refuse("a session cannot suspend itself".into()));
+    }
+    if let Some(reason) = submit::not_ready(&s) {
+        return Err(refuse(reason));
+    }
+    // The tab performs a suspend; a headless node has no tab to ask.
+    Err(refuse(
+        "no UI is attached to this node (suspend keeps a tab restorable; a headless node has no tabs) — use session action=close to end the session".into(),
+    )
+    .with("next_step", json!("session action=close")))
+}
+
+fn keep_open(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = resolve(node, args)?;
+    if !matches!(args.get("enabled"), Some(Value::Bool(_))) {
+        return Err(ToolError::invalid("enabled (boolean) is required"));
+    }
+    // Every session of this node was created by a user (session create, POST /sessions);
+    // managed children come from agent action=spawn, which this node does not run yet.
+    Err(ToolError::new(
+        "user_session",
+        format!(
+            "session {} is a user-created session; keep_open applies only to managed children started by agent action=spawn",
+            s.id
+        ),
+    )
+    .with("session_id", json!(s.id)))
+}
+
+fn declare_worktree(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    if let Some(r) = str_arg(args, "session_id")? {
+        let own = ctx
+            .tuic_session
+            .as_deref()
+            .and_then(|t| node.sessions.live(t));
+        if own
+            .as_ref()
+            .is_none_or(|o| node.sessions.live(r).is_none_or(|x| x.id != o.id))
+        {
+            return Err(ToolError::invalid(
+                "declare_worktree places the caller's own session: omit session_id (a foreign session target is rejected)",
+            ));
+        }
+    }
+    let Some(t) = ctx.tuic_session.as_deref() else {
+        return Err(ToolError::new(
+            "not_bound",
+            "declare_worktree needs the calling terminal's identity: call from a tuic PTY (tuic-bridge sends $TUIC_SESSION as x-tuic-session)",
+        ));
+    };
+    let Some(own) = node.sessions.live(t) else {
+        return Err(ToolError::new(
+            "not_bound",
+            format!("the caller's identity {t} owns no live PTY on this node"),
+        ));
+    };
+    let path = str_arg(args, "worktree_path")?
+        .ok_or_else(|| ToolError::invalid("worktree_path is required (an absolute path)"))?;
+    if !std::path::Path::new(path).is_absolute() {
+        return Err(ToolError::invalid("worktree_path must be absolute"));
+    }
+    Err(ToolError::not_available(
+        "session",
+        "declare_worktree",
+        "worktree placement (the repository worktree registry and tab placement), which this build does not have",
+    )
+    .with("session_id", json!(own.id)))
 }

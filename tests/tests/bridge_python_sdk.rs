@@ -1,10 +1,8 @@
-//! PENDING (not compiled): the acceptance test with the official Python `mcp` SDK.
+//! End-to-end: the official Python `mcp` SDK's stdio client drives `tuic-bridge`, first against
+//! a scripted endpoint that restarts, then against the real node across a restart.
 //!
-//! Why pending: it needs a Python with the `mcp` package (2.x) in the test environment, and
-//! the second test needs the node's real `/mcp` (branch `mcp`). To switch on, install the SDK
-//! (`pip install mcp`), point `TUIC_TEST_PYTHON` at that interpreter, and move this file to
-//! `tests/tests/`. The first test passed on branch `ipc` on 2026-12-02 with mcp 2.3.0 in a
-//! venv (copied to tests/tests for the run, then moved back here).
+//! The SDK is installed once by `tests/clients/setup.sh` (a venv in the clients cache, the
+//! same one `mcp_sdk_clients.rs` uses); `TUIC_TEST_PYTHON` overrides the interpreter.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -13,10 +11,33 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tuic_tests::bridge::{NodeProc, bin, clean_command};
 use tuic_tests::fake::FakeMcp;
-use tuic_tests::{NodeProc, bin, clean_command};
 
 const SESSION: &str = "0f8c1d52-7a43-4e29-9a3c-5b6f1e2d7c90";
+
+/// The interpreter with the `mcp` SDK: `TUIC_TEST_PYTHON`, else the venv of
+/// `tests/clients/setup.sh` (installed on first use).
+fn python() -> String {
+    if let Ok(p) = std::env::var("TUIC_TEST_PYTHON") {
+        return p;
+    }
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/setup.sh");
+    let out = Command::new("bash")
+        .arg(setup)
+        .output()
+        .expect("running tests/clients/setup.sh");
+    assert!(
+        out.status.success(),
+        "installing the MCP SDK clients failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("PYTHON="))
+        .expect("PYTHON= line from setup.sh")
+        .to_owned()
+}
 
 struct Sdk {
     child: Child,
@@ -25,7 +46,7 @@ struct Sdk {
 
 impl Sdk {
     fn start(sandbox: &Path, env: &[(&str, &str)], tool: &str, args: Value) -> Self {
-        let python = std::env::var("TUIC_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let python = python();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mcp_sdk_client.py");
         let mut cmd: Command = clean_command(Path::new(&python), sandbox);
         cmd.arg(script)
@@ -50,7 +71,10 @@ impl Sdk {
     }
 
     fn next(&self, event: &str, within: Duration) -> Value {
-        let v = self.lines.recv_timeout(within).unwrap_or_else(|_| panic!("no {event}"));
+        let v = self
+            .lines
+            .recv_timeout(within)
+            .unwrap_or_else(|_| panic!("no {event}"));
         assert_eq!(v["event"], event, "{v}");
         v
     }
@@ -81,8 +105,14 @@ fn python_sdk_through_the_bridge_survives_a_restart_of_a_scripted_endpoint() {
         "echo",
         json!({"action": "list"}),
     );
-    assert_eq!(sdk.next("initialized", Duration::from_secs(20))["server"], "fake-mcp");
-    assert_eq!(sdk.next("tools", Duration::from_secs(10))["names"][0], "echo");
+    assert_eq!(
+        sdk.next("initialized", Duration::from_secs(20))["server"],
+        "fake-mcp"
+    );
+    assert_eq!(
+        sdk.next("tools", Duration::from_secs(10))["names"][0],
+        "echo"
+    );
     let call = sdk.next("call", Duration::from_secs(10));
     assert_eq!(call["is_error"], false, "{call}");
     first.stop();
@@ -94,7 +124,12 @@ fn python_sdk_through_the_bridge_survives_a_restart_of_a_scripted_endpoint() {
     let seen: Value = serde_json::from_str(after["text"].as_str().unwrap()).unwrap();
     assert_eq!(seen["x_tuic_session"], SESSION);
     assert_eq!(seen["epoch"], 2);
-    assert!(second.log().iter().any(|r| r.rpc_method() == Some("initialize")));
+    assert!(
+        second
+            .log()
+            .iter()
+            .any(|r| r.rpc_method() == Some("initialize"))
+    );
 }
 
 #[test]
@@ -112,7 +147,11 @@ fn python_sdk_acceptance_against_the_real_node() {
     sdk.next("initialized", Duration::from_secs(20));
     let tools = sdk.next("tools", Duration::from_secs(10));
     assert!(
-        tools["names"].as_array().unwrap().iter().any(|n| n == "session"),
+        tools["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "session"),
         "{tools}"
     );
     let call = sdk.next("call", Duration::from_secs(10));

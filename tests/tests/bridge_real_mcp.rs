@@ -1,15 +1,14 @@
-//! PENDING (not compiled): `tuic` and `tuic-bridge` against the node's real `/mcp`.
-//!
-//! Why pending: on branch `ipc` the node answers 404 for `/mcp` (the endpoint is built on
-//! branch `mcp`), and `repo action=add` comes with the repositories issue. Once both are merged,
-//! move this file to `tests/tests/` (it uses only the `tuic_tests` harness) and run it.
+//! End-to-end: `tuic` and `tuic-bridge` against the node's real `/mcp` (session and repo tools
+//! on the real registries): listing and calling through the bridge across a node restart, an
+//! in-flight blocking call when the node dies, `tuic open` over MCP `repo action=add`, and
+//! instance isolation.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tuic_bridge::ipc::request_sync;
 use tuic_proto::ipc_http::Request;
-use tuic_tests::{BridgeProc, NodeProc, poll, tuic};
+use tuic_tests::bridge::{BridgeProc, NodeProc, poll, tuic};
 
 const SESSION: &str = "0f8c1d52-7a43-4e29-9a3c-5b6f1e2d7c90";
 
@@ -43,7 +42,10 @@ fn bridge_lists_calls_and_survives_a_node_restart() {
     assert_ne!(r["result"]["serverInfo"]["name"], "tuic-bridge", "{r}");
     b.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let tools = b
-        .call(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}), Duration::from_secs(10))
+        .call(
+            &json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
+            Duration::from_secs(10),
+        )
         .unwrap();
     let names: Vec<&str> = tools["result"]["tools"]
         .as_array()
@@ -53,7 +55,10 @@ fn bridge_lists_calls_and_survives_a_node_restart() {
         .collect();
     assert!(names.contains(&"session"), "{names:?}");
     let r = b
-        .call(&call(3, "session", json!({"action":"list"})), Duration::from_secs(10))
+        .call(
+            &call(3, "session", json!({"action":"list"})),
+            Duration::from_secs(10),
+        )
         .unwrap();
     assert!(!is_error(&r), "{r}");
 
@@ -61,7 +66,10 @@ fn bridge_lists_calls_and_survives_a_node_restart() {
     // While the node is down, tools/list answers at once, from the last list (never empty).
     let started = Instant::now();
     let offline = b
-        .call(&json!({"jsonrpc":"2.0","id":4,"method":"tools/list"}), Duration::from_secs(1))
+        .call(
+            &json!({"jsonrpc":"2.0","id":4,"method":"tools/list"}),
+            Duration::from_secs(1),
+        )
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(offline["result"]["tools"], tools["result"]["tools"]);
@@ -71,7 +79,10 @@ fn bridge_lists_calls_and_survives_a_node_restart() {
     poll(Duration::from_secs(10), Duration::from_millis(200), || {
         id += 1;
         let r = b
-            .call(&call(id, "session", json!({"action":"list"})), Duration::from_secs(10))
+            .call(
+                &call(id, "session", json!({"action":"list"})),
+                Duration::from_secs(10),
+            )
             .ok()?;
         (!is_error(&r)).then_some(())
     })
@@ -97,21 +108,43 @@ fn a_wait_in_flight_when_the_node_dies_returns_an_error() {
     .unwrap();
     b.call(&init(1), Duration::from_secs(10)).unwrap();
     b.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
-    b.call(
-        &call(2, "agent", json!({"action":"register","name":"waiter"})),
-        Duration::from_secs(10),
-    )
-    .unwrap();
-    b.send(&call(3, "agent", json!({"action":"wait","timeout_ms":120_000})));
+    let created = b
+        .call(
+            &call(
+                2,
+                "session",
+                json!({"action":"create","shell":"/bin/sh","cwd":sandbox.path()}),
+            ),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert!(!is_error(&created), "{created}");
+    let inner: Value =
+        serde_json::from_str(created["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    // A wait that parks on the node until the shell exits (it never does on its own).
+    b.send(&call(
+        3,
+        "session",
+        json!({"action":"wait","until":"exited","session_id":inner["session_id"],"timeout_ms":120_000}),
+    ));
     // A later call's answer means the wait (sent first) has reached the node and parked.
     let r = b
-        .call(&call(4, "session", json!({"action":"list"})), Duration::from_secs(10))
+        .call(
+            &call(4, "session", json!({"action":"list"})),
+            Duration::from_secs(10),
+        )
         .unwrap();
     assert!(!is_error(&r), "{r}");
     let died = Instant::now();
     node.kill();
     let r = b.response(&json!(3), Duration::from_secs(5)).unwrap();
     assert!(is_error(&r), "{r}");
+    // The bridge names the lost node; it never waits out the 120 s.
+    let text = r.to_string();
+    assert!(
+        text.contains("unreachable") || text.contains("not running"),
+        "{r}"
+    );
     assert!(died.elapsed() < Duration::from_secs(3));
 }
 
@@ -127,7 +160,11 @@ fn cli_open_registers_a_repository_over_mcp() {
         &["open", repo.path().to_str().unwrap()],
         &[("TUIC_CONFIG_DIR", &c)],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Repeat calls preserve the repository (spec: "Repeat calls preserve ...").
     let again = tuic(
         sandbox.path(),
@@ -135,6 +172,19 @@ fn cli_open_registers_a_repository_over_mcp() {
         &[("TUIC_CONFIG_DIR", &c)],
     );
     assert!(again.status.success());
+    // The registration is visible through MCP repo action=list (same service).
+    let mut b = BridgeProc::start(sandbox.path(), &[], &[("TUIC_CONFIG_DIR", &c)]).unwrap();
+    b.call(&init(1), Duration::from_secs(10)).unwrap();
+    b.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let r = b
+        .call(
+            &call(2, "repo", json!({"action":"list"})),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert!(!is_error(&r), "{r}");
+    let canon = repo.path().canonicalize().unwrap();
+    assert!(r.to_string().contains(canon.to_str().unwrap()), "{r}");
 }
 
 #[test]
@@ -146,7 +196,10 @@ fn bridges_bound_to_a_reach_a_and_never_b() {
     bridge.call(&init(1), Duration::from_secs(10)).unwrap();
     bridge.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let r = bridge
-        .call(&call(2, "session", json!({"action":"list"})), Duration::from_secs(10))
+        .call(
+            &call(2, "session", json!({"action":"list"})),
+            Duration::from_secs(10),
+        )
         .unwrap();
     assert!(!is_error(&r), "{r}");
     // Instance b's node never saw an initialize (the spec logs each as source mcp_initialize).

@@ -1,0 +1,280 @@
+//! Atomic submission (`session action=submit`) and the waits of `session action=wait`.
+//!
+//! Submit accepts only a confirmed-idle session with an empty composer and never queues: the
+//! readiness checks run under the session's submit claim before the first byte, the write plan
+//! of `input::submit_plan` runs under one PTY writer lock, the raw output offset is captured
+//! immediately before Enter, and the turn epoch advances exactly once after the full write.
+//! The receipt then says what followed: output past that offset, the timeout, the exit, a
+//! superseding epoch, or an uncertain (partial) write. It never claims semantic acceptance.
+//!
+//! Blocking: both entry points park the calling thread (they run on the blocking pool).
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::activity::{AgentState, IDLE_AFTER_MS, ShellState};
+use super::capture::Capture;
+use super::input;
+use super::{Session, SessionError, now_ms};
+
+/// Default acknowledgement timeout.
+pub const DEFAULT_ACK_MS: u64 = 3_000;
+/// Accepted range of `timeout_ms` for submit.
+pub const ACK_RANGE_MS: (u64, u64) = (250, 10_000);
+/// Longest `session action=wait`.
+pub const MAX_WAIT_MS: u64 = 300_000;
+
+/// The acknowledgement kinds of a receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ack {
+    /// The child wrote output after Enter.
+    Output,
+    /// Nothing arrived within the timeout.
+    Timeout,
+    /// The session exited after the complete write.
+    Exited,
+    /// Another submission advanced the turn epoch first.
+    Superseded,
+    /// The write failed part-way: some bytes may have reached the child.
+    Uncertain,
+}
+
+/// The submit receipt (API.md "MCP shapes").
+#[derive(Debug, Clone, Serialize)]
+pub struct Receipt {
+    /// Whether the full write happened and something acknowledged it.
+    pub ok: bool,
+    /// Whether resending is safe: only before any byte was written, so never on a receipt.
+    pub retry_safe: bool,
+    /// What followed the write.
+    pub ack: Ack,
+    /// Milliseconds from Enter to the acknowledgement (absent on timeout or uncertain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_ms: Option<u64>,
+    /// The session's turn epoch after this submission.
+    pub turn_epoch: u64,
+}
+
+/// Why a submission was refused before its first byte (always safe to retry later).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The session has exited.
+    #[error("session {0} has exited")]
+    Exited(String),
+    /// Not confirmed idle, half-typed, or another submission holds the session.
+    #[error("session {id} is not ready for a submission: {reason}")]
+    Busy {
+        /// Session id.
+        id: String,
+        /// Why, in words.
+        reason: String,
+    },
+    /// Empty input.
+    #[error("input must not be empty")]
+    EmptyInput,
+}
+
+/// Why a session is not ready for a submission, or `None` when it is.
+pub fn not_ready(s: &Session) -> Option<String> {
+    if s.composer_dirty() {
+        return Some("half-typed: the composer holds text typed since the last Enter".into());
+    }
+    // Input the child has not had time to answer (a command just started) is not idleness.
+    if s.last_input_ms()
+        .is_some_and(|i| now_ms().saturating_sub(i) < IDLE_AFTER_MS)
+    {
+        return Some("not confirmed idle: input was written in the last 500 ms".into());
+    }
+    let row = s.row();
+    match row.shell_state {
+        None => return Some("not confirmed idle: no output observed yet".into()),
+        Some(ShellState::Busy) => return Some("busy: output is still arriving".into()),
+        Some(ShellState::Idle) => {}
+    }
+    match row.agent_state {
+        Some(AgentState::Working) => Some("busy: the agent is working".into()),
+        Some(AgentState::AwaitingInput) => Some("a question awaits input".into()),
+        Some(AgentState::Starting) => Some("not confirmed idle: the agent is starting".into()),
+        Some(AgentState::Idle | AgentState::Completed) => None,
+        None if s.foreground_job_running() == Some(true) => Some(format!(
+            "busy: {} is running in the foreground",
+            row.foreground_process.as_deref().unwrap_or("a command")
+        )),
+        None => None,
+    }
+}
+
+/// Submits `text` atomically and waits for the acknowledgement.
+pub fn submit(
+    s: &Session,
+    text: &str,
+    timeout: Duration,
+    capture: &Capture,
+) -> Result<Receipt, Refusal> {
+    if text.is_empty() {
+        return Err(Refusal::EmptyInput);
+    }
+    if s.exit().is_some() {
+        return Err(Refusal::Exited(s.id.clone()));
+    }
+    let busy = |reason: String| Refusal::Busy {
+        id: s.id.clone(),
+        reason,
+    };
+    // A peer that wins the claim first makes this submit reject; one that arrives after it
+    // queues behind it on the writer lock.
+    let Some(_claim) = s.try_claim_submit() else {
+        return Err(busy("another submission is in flight".into()));
+    };
+    if let Some(reason) = not_ready(s) {
+        return Err(busy(reason));
+    }
+    let mut offset = 0;
+    let mut entered = Instant::now();
+    let plan = input::submit_plan(text);
+    let written = s.write_parts(&plan, capture, || {
+        offset = s.stream().total();
+        entered = Instant::now();
+    });
+    let epoch = s.advance_turn();
+    if let Err((i, e)) = written {
+        if i == 0 && matches!(e, SessionError::Exited { .. }) {
+            return Err(Refusal::Exited(s.id.clone()));
+        }
+        return Ok(Receipt {
+            ok: false,
+            retry_safe: false,
+            ack: Ack::Uncertain,
+            ack_ms: None,
+            turn_epoch: epoch,
+        });
+    }
+    let mut wake = s.wake();
+    let deadline = entered + timeout;
+    let ack = loop {
+        wake.borrow_and_update();
+        if s.stream().total() > offset {
+            break Ack::Output;
+        }
+        if s.exit().is_some() {
+            break Ack::Exited;
+        }
+        if s.turn_epoch() != epoch {
+            break Ack::Superseded;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break Ack::Timeout;
+        }
+        wait_wake(&mut wake, deadline - now);
+    };
+    Ok(Receipt {
+        ok: ack == Ack::Output,
+        retry_safe: false,
+        ack,
+        ack_ms: (ack != Ack::Timeout).then(|| entered.elapsed().as_millis() as u64),
+        turn_epoch: epoch,
+    })
+}
+
+/// Clamps a requested acknowledgement timeout to the spec's range.
+pub fn ack_timeout(requested: Option<u64>) -> Duration {
+    Duration::from_millis(
+        requested
+            .unwrap_or(DEFAULT_ACK_MS)
+            .clamp(ACK_RANGE_MS.0, ACK_RANGE_MS.1),
+    )
+}
+
+/// What `wait` waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// Shell idle (or the agent idle/completed/awaiting input), or exited.
+    Idle,
+    /// The process exited.
+    Exited,
+}
+
+/// Whether `until` is reached now.
+fn reached(s: &Session, until: Until) -> bool {
+    if s.exit().is_some() {
+        return true;
+    }
+    match until {
+        Until::Exited => false,
+        Until::Idle => {
+            let row = s.row();
+            row.shell_state == Some(ShellState::Idle)
+                && !matches!(
+                    row.agent_state,
+                    Some(AgentState::Working | AgentState::Starting)
+                )
+        }
+    }
+}
+
+/// Waits until `until` or the timeout; returns whether it was reached. Output wakes the
+/// waiter; idleness is a quiet period, so the waiter also wakes when the quiet period of the
+/// last output would end.
+pub fn wait(s: &Session, until: Until, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut wake = s.wake();
+    loop {
+        wake.borrow_and_update();
+        if reached(s, until) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        let mut step = deadline - now;
+        if until == Until::Idle {
+            let quiet_at = s.last_output_ms().map_or(0, |l| l + IDLE_AFTER_MS);
+            let to_quiet = Duration::from_millis(quiet_at.saturating_sub(now_ms()).max(10));
+            // An agent's state also depends on the screen; re-check at least every 250 ms.
+            step = step.min(to_quiet).min(Duration::from_millis(250));
+        }
+        wait_wake(&mut wake, step);
+    }
+}
+
+/// Parks until the session's wake fires or `d` passes.
+fn wait_wake(wake: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            let _ = h.block_on(tokio::time::timeout(d, wake.changed()));
+        }
+        // Outside a runtime (unit tests), a bounded poll of the same condition.
+        Err(_) => std::thread::sleep(d.min(Duration::from_millis(20))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_timeout_is_clamped() {
+        assert_eq!(ack_timeout(None), Duration::from_millis(3000));
+        assert_eq!(ack_timeout(Some(1)), Duration::from_millis(250));
+        assert_eq!(ack_timeout(Some(60_000)), Duration::from_millis(10_000));
+    }
+
+    #[test]
+    fn receipt_shape_omits_absent_ack_ms() {
+        let r = Receipt {
+            ok: false,
+            retry_safe: false,
+            ack: Ack::Timeout,
+            ack_ms: None,
+            turn_epoch: 3,
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!({"ok": false, "retry_safe": false, "ack": "timeout", "turn_epoch": 3})
+        );
+    }
+}
