@@ -92,7 +92,12 @@ async fn post_json(node: &NodeProc, path: &str, body: Value) -> Value {
 }
 
 /// Polls a session's output until `pred` holds (bounded).
-async fn output_until(node: &NodeProc, id: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+async fn output_until(
+    node: &NodeProc,
+    id: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let v = get_json(node, &format!("/sessions/{id}/output?format=log")).await;
@@ -100,7 +105,10 @@ async fn output_until(node: &NodeProc, id: &str, what: &str, pred: impl Fn(&str)
         if pred(&text) {
             return text;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}: {text}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {text}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -136,7 +144,10 @@ async fn register_send_inbox_eviction_wait_and_ambiguous_names() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert!(names.contains(&"alpha") && names.contains(&"beta"), "{peers}");
+    assert!(
+        names.contains(&"alpha") && names.contains(&"beta"),
+        "{peers}"
+    );
 
     // 150 messages to one inbox: the oldest 50 are evicted and reported once.
     for i in 0..150 {
@@ -159,7 +170,9 @@ async fn register_send_inbox_eviction_wait_and_ambiguous_names() {
     assert_eq!(again["missed_count"], 0);
     assert_eq!(again["messages"].as_array().unwrap().len(), 0);
     // since=0 replays without rewinding the stored cursor.
-    let replay = a.agent(json!({"action":"inbox","since":0,"limit":10})).await;
+    let replay = a
+        .agent(json!({"action":"inbox","since":0,"limit":10}))
+        .await;
     assert_eq!(replay["has_more"], true);
     assert_eq!(replay["messages"].as_array().unwrap().len(), 10);
 
@@ -207,7 +220,10 @@ async fn register_send_inbox_eviction_wait_and_ambiguous_names() {
     assert_eq!(e["code"], "too_large");
     // Mail to an unknown address is refused, never buffered.
     let (err, e) = a
-        .tool("agent", json!({"action":"send","to":"nobody","message":"x"}))
+        .tool(
+            "agent",
+            json!({"action":"send","to":"nobody","message":"x"}),
+        )
         .await;
     assert!(err);
     assert_eq!(e["code"], "unknown_recipient");
@@ -218,7 +234,9 @@ async fn replaces_carries_mail_over_to_the_new_identity() {
     let node = NodeProc::start(json!({})).await;
     let mut old = Client::new(&node).await;
     let mut b = Client::new(&node).await;
-    let t_old = old.agent(json!({"action":"register","name":"worker"})).await["tuic_session"]
+    let t_old = old
+        .agent(json!({"action":"register","name":"worker"}))
+        .await["tuic_session"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -244,7 +262,10 @@ async fn replaces_carries_mail_over_to_the_new_identity() {
     assert_eq!(bodies, ["k0", "k1", "k2"]);
     // The old address is retired: mail to it is refused.
     let (err, e) = b
-        .tool("agent", json!({"action":"send","to":t_old,"message":"late"}))
+        .tool(
+            "agent",
+            json!({"action":"send","to":t_old,"message":"late"}),
+        )
         .await;
     assert!(err, "{e}");
 }
@@ -274,7 +295,9 @@ async fn spawned_child_exit_3_fails_its_task_and_notifies_the_parent() {
     let task = r["task_id"].as_str().unwrap().to_owned();
     let sid = r["session_id"].as_str().unwrap().to_owned();
     let child = r["tuic_session"].as_str().unwrap().to_owned();
-    let t = parent.ok("task", json!({"action":"get","task_id":task})).await;
+    let t = parent
+        .ok("task", json!({"action":"get","task_id":task}))
+        .await;
     assert_eq!(t["status"], "working");
     // The prompt reached the child as its final positional argument.
     output_until(&node, &sid, "the ready line", |o| {
@@ -293,7 +316,12 @@ async fn spawned_child_exit_3_fails_its_task_and_notifies_the_parent() {
     assert_eq!(kid["name"], "kid");
     assert_eq!(kid["session_id"], sid.as_str());
     // Let it end with code 3.
-    post_json(&node, &format!("/sessions/{sid}/write"), json!({"data":"\n"})).await;
+    post_json(
+        &node,
+        &format!("/sessions/{sid}/write"),
+        json!({"data":"\n"}),
+    )
+    .await;
     // The parent's wait sees the lifecycle notices; bounded by the exited one.
     let mut states = Vec::new();
     for _ in 0..10 {
@@ -316,7 +344,9 @@ async fn spawned_child_exit_3_fails_its_task_and_notifies_the_parent() {
         .find(|s| s["state"] == "exited")
         .expect("exited notice");
     assert_eq!(exited["exit_code"], 3);
-    let t = parent.ok("task", json!({"action":"get","task_id":task})).await;
+    let t = parent
+        .ok("task", json!({"action":"get","task_id":task}))
+        .await;
     assert_eq!(t["status"], "failed", "{t}");
     assert_eq!(t["error_detail"], "agent exited with code 3");
     // Another caller cannot read the task.
@@ -355,7 +385,10 @@ async fn wake_notice_waits_for_an_empty_composer_and_never_disturbs_a_draft() {
         json!({"data":"half typed"}),
     )
     .await;
-    output_until(&node, &sid, "the draft echo", |o| o.contains("> half typed")).await;
+    output_until(&node, &sid, "the draft echo", |o| {
+        o.contains("> half typed")
+    })
+    .await;
     let mut b = Client::new(&node).await;
     b.agent(json!({"action":"register","name":"sender"})).await;
     let r = b
@@ -387,6 +420,9 @@ async fn wake_notice_waits_for_an_empty_composer_and_never_disturbs_a_draft() {
         o.contains(&format!("got: [TUIC] {NOTICE}"))
     })
     .await;
-    assert!(!o.contains("secret payload"), "payload entered the PTY: {o}");
+    assert!(
+        !o.contains("secret payload"),
+        "payload entered the PTY: {o}"
+    );
     assert!(!o.contains("got: half typed"), "{o}");
 }

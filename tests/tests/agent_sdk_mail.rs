@@ -20,7 +20,11 @@ async fn two_python_sdk_clients_exchange_a_thousand_messages_exactly_once_in_ord
         .output()
         .await
         .expect("running tests/clients/setup.sh");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let python = text
         .lines()

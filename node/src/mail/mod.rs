@@ -256,10 +256,7 @@ impl Mail {
             Self::ensure(node, &mut g, recipient);
             g.next_wait += 1;
             let id = g.next_wait;
-            match g
-                .inboxes
-                .wait(now_ms(), recipient, id, since, timeout_ms)?
-            {
+            match g.inboxes.wait(now_ms(), recipient, id, since, timeout_ms)? {
                 WaitStart::Resolved(o) => {
                     let actions = Self::drain(&mut g);
                     drop(g);
@@ -334,7 +331,11 @@ impl Drop for WaitGuard {
             g.waiters.remove(&self.id);
             g.inboxes.cancel_wait(&self.recipient, self.id);
             if let Ok(Some(o)) = rx.try_recv() {
-                let ids: Vec<String> = o.new_messages.iter().map(|m| m.message_id.clone()).collect();
+                let ids: Vec<String> = o
+                    .new_messages
+                    .iter()
+                    .map(|m| m.message_id.clone())
+                    .collect();
                 let _ = g.inboxes.wait_undelivered(now_ms(), &self.recipient, &ids);
             }
             Mail::drain(&mut g)
@@ -409,7 +410,10 @@ pub fn pty_gone(node: &Arc<Node>, tuic: &str) {
 /// The wake task for `recipient` finished (notice written or given up).
 pub fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
     let mut g = node.mail.lock();
-    if g.wakes.get(recipient).is_some_and(|(n, _)| *n == generation) {
+    if g.wakes
+        .get(recipient)
+        .is_some_and(|(n, _)| *n == generation)
+    {
         g.wakes.remove(recipient);
         g.inboxes.pty_wake_done(recipient);
     }

@@ -201,10 +201,10 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, parent: Option<String>, task_id: Str
             let now = tokio::task::spawn_blocking(move || quiet_state(&s2))
                 .await
                 .unwrap_or(None);
-            if now.is_some() && now != last {
-                if let (Some(p), Some(state)) = (&parent, now) {
-                    notify_parent(&n, p, &s, state, None);
-                }
+            if now != last
+                && let (Some(p), Some(state)) = (&parent, now)
+            {
+                notify_parent(&n, p, &s, state, None);
             }
             last = now;
             let busy = now.is_none();

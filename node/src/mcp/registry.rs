@@ -112,7 +112,9 @@ pub type AsyncHandler = fn(
     Arc<Node>,
     CallCtx,
     Map<String, Value>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>>;
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>,
+>;
 
 /// One native tool.
 #[derive(Debug)]

@@ -179,7 +179,11 @@ fn has_pty(node: &Node, tuic: &str) -> bool {
         .is_some_and(|s| s.tuic_session == tuic)
 }
 
-fn register(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+fn register(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
     let sid = ctx.mcp_session.clone().unwrap_or_default();
     let name = opt_str(args, "name")?.map(str::trim).map(str::to_owned);
     if name.as_deref() == Some("") {
@@ -244,7 +248,9 @@ fn register(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Resul
                 out.insert("mail_stranded".into(), json!(stranded));
                 out.insert(
                     "identity_warning".into(),
-                    json!(format!("{old} still owns a live terminal: its mail stays with it")),
+                    json!(format!(
+                        "{old} still owns a live terminal: its mail stays with it"
+                    )),
                 );
             } else if g.inboxes.is_registered(old) {
                 let n = Mail::carry_over(node, &mut g, old, &identity);
@@ -328,11 +334,16 @@ fn resolve(node: &Arc<Node>, to: &str) -> Result<String, ToolError> {
         [one] => Ok((*one).clone()),
         [] => Err(ToolError::new(
             "unknown_recipient",
-            format!("recipient '{to}' is not registered (use a tuic_session, a unique name, a PTY id or an alias from agent action=list_peers)"),
+            format!(
+                "recipient '{to}' is not registered (use a tuic_session, a unique name, a PTY id or an alias from agent action=list_peers)"
+            ),
         )),
         many => Err(ToolError::new(
             "ambiguous_recipient",
-            format!("{} peers are named '{to}'; send to one tuic_session", many.len()),
+            format!(
+                "{} peers are named '{to}'; send to one tuic_session",
+                many.len()
+            ),
         )
         .with("candidates", json!(many))),
     }
@@ -370,7 +381,8 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
         .filter(|s| s.tuic_session == recipient)
     {
         let row = s.row();
-        v["recipient_state"] = json!({"shell_state": row.shell_state, "agent_state": row.agent_state});
+        v["recipient_state"] =
+            json!({"shell_state": row.shell_state, "agent_state": row.agent_state});
     }
     if urgent {
         let ok = sent.receipt.delivery != DeliveryPath::InboxOnly;
@@ -436,7 +448,11 @@ fn spawn_child(
         None => None,
         Some(Value::Null) => Some(None),
         Some(Value::String(s)) => Some(Some(s.clone())),
-        Some(_) => return Err(ToolError::invalid("pty_description must be a string or null")),
+        Some(_) => {
+            return Err(ToolError::invalid(
+                "pty_description must be a string or null",
+            ));
+        }
     };
     let parent = ctx.tuic_session.clone();
     if let Some(p) = &parent {
