@@ -68,6 +68,9 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     ));
     info!(listener = "ipc", socket = %node.paths.socket.display(), "IPC listener started");
     let tcp = apply_remote_access(&node).await;
+    // The SIGTERM handler exists before the ready line: a supervisor that stops the node right
+    // after it announced itself must get the graceful drain, not the default kill.
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     println!(
         "{} ready ipc={} tcp={}",
         node.name,
@@ -76,7 +79,7 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     );
     spawn_background(&node);
 
-    wait_for_signal(&node.shutdown).await;
+    wait_for_signal(&node.shutdown, term).await;
     info!("shutting down: draining connections");
     node.shutdown.cancel();
     if let Some(r) = node.tcp.lock().await.running.take() {
@@ -93,9 +96,10 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     Ok(())
 }
 
-async fn wait_for_signal(shutdown: &CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
+async fn wait_for_signal(
+    shutdown: &CancellationToken,
+    mut term: Option<tokio::signal::unix::Signal>,
+) {
     let sigterm = async {
         match term.as_mut() {
             Some(t) => {
