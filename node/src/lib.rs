@@ -13,6 +13,7 @@ pub mod events;
 pub mod fs;
 pub mod guard;
 pub mod logs;
+pub mod mail;
 pub mod mcp;
 pub mod paths;
 pub mod repos;

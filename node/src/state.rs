@@ -75,6 +75,8 @@ pub struct Node {
     pub sessions: crate::session::Registry,
     /// The MCP endpoint's protocol sessions, tool registry and task handles.
     pub mcp: crate::mcp::McpState,
+    /// Agent mail: inboxes, peers, waits and PTY wake notices.
+    pub mail: crate::mail::Mail,
 }
 
 impl Node {
@@ -133,6 +135,7 @@ impl Node {
             upload_permits,
             sessions,
             mcp,
+            mail: crate::mail::Mail::default(),
         });
         // The reaper keeps identities that own a live PTY; it asks the session registry.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =

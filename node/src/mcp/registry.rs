@@ -106,6 +106,16 @@ impl ToolError {
 /// pool, and turns a panic into a tool error.
 pub type Handler = fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<Value, ToolError>;
 
+/// An asynchronous action handler, for actions that sleep on an event (`agent action=wait`)
+/// instead of holding a blocking thread. Dropping the future (the call went away) cancels it.
+pub type AsyncHandler = fn(
+    Arc<Node>,
+    CallCtx,
+    Map<String, Value>,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>,
+>;
+
 /// One native tool.
 #[derive(Debug)]
 pub struct ToolDef {
@@ -365,6 +375,17 @@ async fn run(
         tracing::warn!(source = "mcp", tool = name, "tool handler panicked");
         ToolError::new("internal", format!("tool {name} failed unexpectedly"))
     };
+    if let Some((_, _, h)) = crate::mcp::tools::ASYNC_ACTIONS
+        .iter()
+        .find(|(t, a, _)| *t == def.name && *a == action)
+    {
+        use futures::FutureExt;
+        let fut = h(node.clone(), ctx.clone(), args);
+        return std::panic::AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(panicked(def.name)));
+    }
     if def.blocking.contains(&action) {
         let (n, c) = (node.clone(), ctx.clone());
         let d = def.clone();

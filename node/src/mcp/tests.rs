@@ -505,13 +505,10 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
             .0
             .unwrap_err();
         assert_eq!(e.code, "loopback_only", "{tool} {action}");
-        let e = reg
-            .call(&f.node, &local, tool, args)
-            .await
-            .unwrap()
-            .0
-            .unwrap_err();
-        assert_ne!(e.code, "loopback_only", "{tool} {action}");
+        // Locally the action runs (agent list_peers succeeds) or fails for another reason.
+        if let Err(e) = reg.call(&f.node, &local, tool, args).await.unwrap().0 {
+            assert_ne!(e.code, "loopback_only", "{tool} {action}");
+        }
     }
     // Read-only session actions stay open to remote callers.
     let v = reg

@@ -6,6 +6,8 @@
 //! cargo run -p tuic-tests --release --bin bench -- keystroke-latency [N]
 //! cargo run -p tuic-tests --release --bin bench -- idle-rss [SESSIONS]
 //! cargo run -p tuic-tests --release --bin bench -- mcp-session-list [SESSIONS] [CALLS]
+//! cargo run -p tuic-tests --release --bin bench -- mail-latency [N]
+//! cargo run -p tuic-tests --release --bin bench -- upload-copy | upload-copy-netns
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -43,6 +45,10 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(idle_rss(n))
         }
+        Some("mail-latency") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(500);
+            rt.block_on(mail::latency(n))
+        }
         Some("mcp-session-list") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
             let calls = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(500);
@@ -55,7 +61,7 @@ fn main() -> anyhow::Result<()> {
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | upload-copy | upload-copy-netns"
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns"
         ),
     }
 }
@@ -371,4 +377,167 @@ async fn mcp_session_list(n: usize, calls: usize) -> anyhow::Result<()> {
     );
     println!("  tools/call session action=list over IPC: p50 {p50:.3} ms  p99 {p99:.3} ms");
     Ok(())
+}
+
+mod mail {
+    use std::time::Instant;
+
+    use anyhow::Context;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use serde_json::{Value, json};
+    use tuic_tests::term::Node;
+
+    use super::percentile;
+
+    struct Peer {
+        send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+        sid: String,
+        id: u64,
+    }
+
+    async fn conn(
+        node: &Node,
+    ) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+        let s = tokio::net::UnixStream::connect(&node.socket).await?;
+        let (send, c) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s)).await?;
+        tokio::spawn(c);
+        Ok(send)
+    }
+
+    impl Peer {
+        async fn new(node: &Node) -> anyhow::Result<Self> {
+            let mut p = Peer {
+                send: conn(node).await?,
+                sid: String::new(),
+                id: 0,
+            };
+            let (_, sid) = p
+                .rpc(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}))
+                .await?;
+            p.sid = sid.context("no session id")?;
+            Ok(p)
+        }
+
+        async fn twin(&self, node: &Node) -> anyhow::Result<Self> {
+            Ok(Peer {
+                send: conn(node).await?,
+                sid: self.sid.clone(),
+                id: 1 << 40,
+            })
+        }
+
+        async fn rpc(&mut self, msg: Value) -> anyhow::Result<(Value, Option<String>)> {
+            let mut b = hyper::Request::builder()
+                .method("POST")
+                .uri("/mcp")
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if !self.sid.is_empty() {
+                b = b.header("mcp-session-id", &self.sid);
+            }
+            self.send.ready().await?;
+            let r = self
+                .send
+                .send_request(b.body(Full::new(Bytes::from(msg.to_string())))?)
+                .await?;
+            let sid = r
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = r.into_body().collect().await?.to_bytes();
+            Ok((serde_json::from_slice(&body)?, sid))
+        }
+
+        async fn agent(&mut self, args: Value) -> anyhow::Result<Value> {
+            self.id += 1;
+            let (v, _) = self
+                .rpc(json!({"jsonrpc":"2.0","id":self.id,"method":"tools/call","params":{"name":"agent","arguments":args}}))
+                .await?;
+            let text = v["result"]["content"][0]["text"]
+                .as_str()
+                .context("no tool result")?;
+            anyhow::ensure!(v["result"]["isError"] != true, "agent failed: {text}");
+            Ok(serde_json::from_str(text)?)
+        }
+    }
+
+    pub(super) async fn latency(n: usize) -> anyhow::Result<()> {
+        let node = Node::start(None).await?;
+        let mut a = Peer::new(&node).await?;
+        let mut b = Peer::new(&node).await?;
+        let ta = a.agent(json!({"action":"register","name":"a"})).await?["tuic_session"]
+            .as_str()
+            .context("id")?
+            .to_owned();
+        b.agent(json!({"action":"register","name":"b"})).await?;
+        let mut a2 = a.twin(&node).await?;
+        let mut lat = Vec::with_capacity(n);
+        let mut not_pending = 0;
+        for i in 0..n {
+            let w = tokio::spawn(async move {
+                let r = a2.agent(json!({"action":"wait","timeout_ms":30000})).await;
+                (a2, r, Instant::now())
+            });
+            // Give the wait a head start so it is pending; samples where it was not are dropped.
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            let t0 = Instant::now();
+            let s = b
+                .agent(json!({"action":"send","to":ta,"message":format!("p{i}")}))
+                .await?;
+            let (back, r, t1) = w.await?;
+            a2 = back;
+            r?;
+            if s["delivery_path"] == "waiter" {
+                lat.push((t1 - t0).as_secs_f64() * 1e3);
+            } else {
+                not_pending += 1;
+            }
+        }
+        // Throughput: the sender streams, the recipient drains concurrently.
+        let m = n * 4;
+        let t0 = Instant::now();
+        let to = ta.clone();
+        let sender = tokio::spawn(async move {
+            for i in 0..m {
+                b.agent(json!({"action":"send","to":to,"message":format!("t{i}")}))
+                    .await?;
+            }
+            anyhow::Ok(())
+        });
+        let mut got = 0usize;
+        let mut rounds = 0usize;
+        // Bounded: every round either receives mail or, once the sender is done, ends.
+        while rounds < m * 2 {
+            rounds += 1;
+            let w = a.agent(json!({"action":"wait","timeout_ms":1000})).await?;
+            got += w["new_messages"].as_array().map_or(0, Vec::len);
+            if got >= m || (w["timed_out"] == true && sender.is_finished()) {
+                break;
+            }
+        }
+        let recv_secs = t0.elapsed().as_secs_f64();
+        sender.await??;
+        let missed = a.agent(json!({"action":"inbox"})).await?["missed_count"]
+            .as_u64()
+            .unwrap_or(0) as usize;
+        let secs = recv_secs;
+        println!("mail-latency peers=2 transport=IPC (MCP over HTTP/1.1 keep-alive)");
+        println!(
+            "  send -> pending wait wake-up: p50 {:.3} ms  p99 {:.3} ms  ({} samples, {} dropped: wait not yet pending)",
+            percentile(&mut lat, 0.5),
+            percentile(&mut lat, 0.99),
+            lat.len(),
+            not_pending
+        );
+        println!(
+            "  sustained: {m} messages sent, {got} received by wait in {secs:.2} s = {:.0} msg/s ({rounds} wait calls, {missed} evicted unread)",
+            got as f64 / secs
+        );
+        anyhow::ensure!(got + missed == m, "received {got} + missed {missed} of {m}");
+        Ok(())
+    }
 }

@@ -1,12 +1,15 @@
-//! `agent`: peer identity and mail between agents. The mail system is its own issue; this file
-//! owns the surface, the loopback-only rule, the identity-scoped refusals with their next step
-//! and the removed-action routes.
+//! `agent`: peer identity and mail between agents. This file owns the surface, the
+//! loopback-only rule, the identity-scoped refusals with their next step, the removed-action
+//! routes and the argument handling; the mail itself lives in `crate::mail`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
+use tuic_proto::mail::{DeliveryPath, InboxError};
 
-use super::MAIL;
+use crate::mail::{Mail, spawn};
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
@@ -19,12 +22,12 @@ pub(super) static TOOL: ToolDef = ToolDef {
     name: "agent",
     summary: "Agent identity, peer discovery and mail between agents",
     description: "Agents talk through mail. Your identity is bound automatically when your terminal's TUIC_SESSION reaches the server; otherwise call register.\n\
-- register (name?, path?): declare or rename this agent; returns tuic_session. Local clients only.\n\
-- list_peers (path?): other registered agents with their addresses. Local clients only.\n\
-- send (to, message): deliver mail; to accepts a peer id, alias or <connection>/<peer> address. Local clients only.\n\
-- inbox (since?, limit?): read mail; {message_id, from, from_name?, message, timestamp_ms, kind?}. Local clients only.\n\
-- wait (since?, timeout_ms up to 300000): block until mail arrives.\n\
-- spawn (command, cwd, name?, keep_open?): start a child agent; returns session_id and a task_id to poll with task action=get.\n\
+- register (name?, orchestrator?, path?, tuic_session?, replaces?): declare or rename this agent; returns tuic_session and mail_wake. Local clients only.\n\
+- list_peers (path?): registered agents: {tuic_session, name, orchestrator, alias?, session_id?}. Local clients only.\n\
+- send (to, message, urgency?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id or an alias. Returns delivered, delivery_path, recipient_state. Local clients only.\n\
+- inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}. Local clients only.\n\
+- wait (since?, timeout_ms up to 300000, default 60000): block until mail arrives; {met, timed_out, new_messages, next_since}.\n\
+- spawn (command, args?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id and a task_id to poll with task action=get.\n\
 Orchestrators: children report results with send; read them with inbox or wait, not with session output.",
     actions: ACTIONS,
     schema: || {
@@ -32,6 +35,13 @@ Orchestrators: children report results with send; read them with inbox or wait, 
             ACTIONS,
             json!({
                 "name": {"type": "string"},
+                "orchestrator": {"type": "boolean"},
+                "tuic_session": {"type": "string", "description": "identity to announce (UUID)"},
+                "replaces": {"type": "string", "description": "a previous identity whose mail moves to this one"},
+                "urgency": {"type": "string", "enum": ["normal", "urgent"]},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "prompt": {"type": "string"},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}},
                 "path": {"type": "string", "description": "repository root"},
                 "to": {"type": "string"},
                 "message": {"type": "string", "maxLength": 65536},
@@ -46,15 +56,13 @@ Orchestrators: children report results with send; read them with inbox or wait, 
         )
     },
     handler,
-    blocking: &["spawn", "send"],
+    blocking: &["spawn"],
     passthrough: false,
 };
 
-fn handler(
-    _node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
+/// The checks every action passes first: removed actions, the action enum, loopback-only and
+/// the protocol-session requirement.
+fn precheck<'a>(ctx: &CallCtx, args: &'a Map<String, Value>) -> Result<&'a str, ToolError> {
     match args.get("action").and_then(Value::as_str) {
         Some("detect") => return Err(ToolError::removed("agent", "detect", "GET /agents")),
         Some("stats") => return Err(ToolError::removed("agent", "stats", "GET /stats")),
@@ -79,5 +87,392 @@ fn handler(
         )
         .with("next_step", json!(next)));
     }
-    Err(ToolError::not_available("agent", a, MAIL))
+    Ok(a)
+}
+
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let a = precheck(ctx, args)?;
+    match a {
+        "register" => register(node, ctx, args),
+        "list_peers" => list_peers(node, args),
+        "send" => send(node, ctx, args),
+        "inbox" => inbox(node, ctx, args),
+        "spawn" => spawn_child(node, ctx, args),
+        // `wait` is dispatched to `wait_async` by the registry; reaching here is a bug.
+        _ => Err(ToolError::new(
+            "internal",
+            "agent action=wait runs asynchronously",
+        )),
+    }
+}
+
+/// `agent action=wait`, run as a future: it sleeps on the inbox, not on a thread.
+pub(super) fn wait_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+    Box::pin(async move {
+        precheck(&ctx, &args)?;
+        let me = caller(&node, &ctx)?;
+        let since = opt_u64(&args, "since")?;
+        let timeout = opt_u64(&args, "timeout_ms")?;
+        let o = Mail::wait(&node, &me, since, timeout)
+            .await
+            .map_err(mail_error)?;
+        Ok(serde_json::to_value(o).unwrap_or(Value::Null))
+    })
+}
+
+fn mail_error(e: InboxError) -> ToolError {
+    match e {
+        InboxError::UnknownRecipient { .. } => ToolError::new("not_registered", e.to_string()),
+        InboxError::TooLarge { .. } => ToolError::new("too_large", e.to_string()),
+        _ => ToolError::invalid(e.to_string()),
+    }
+}
+
+fn opt_str<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
+    match args.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ToolError::invalid(format!("{k} must be a string"))),
+    }
+}
+
+fn opt_u64(args: &Map<String, Value>, k: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ToolError::invalid(format!("{k} must be a non-negative integer"))),
+    }
+}
+
+fn opt_bool(args: &Map<String, Value>, k: &str) -> Result<Option<bool>, ToolError> {
+    match args.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ToolError::invalid(format!("{k} must be a boolean"))),
+    }
+}
+
+/// The caller's identity; a bound identity is auto-registered on first use.
+fn caller(node: &Arc<Node>, ctx: &CallCtx) -> Result<String, ToolError> {
+    let Some(me) = ctx.tuic_session.clone() else {
+        let next = "call agent action=register first (it returns your tuic_session)";
+        return Err(ToolError::new(
+            "not_registered",
+            format!("this MCP session has no peer identity; {next}"),
+        )
+        .with("next_step", json!(next)));
+    };
+    let mut g = node.mail.lock();
+    Mail::ensure(node, &mut g, &me);
+    Ok(me)
+}
+
+fn has_pty(node: &Node, tuic: &str) -> bool {
+    node.sessions
+        .live(tuic)
+        .is_some_and(|s| s.tuic_session == tuic)
+}
+
+fn register(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let sid = ctx.mcp_session.clone().unwrap_or_default();
+    let name = opt_str(args, "name")?.map(str::trim).map(str::to_owned);
+    if name.as_deref() == Some("") {
+        return Err(ToolError::invalid("name must not be empty"));
+    }
+    let orchestrator = opt_bool(args, "orchestrator")?;
+    let path = opt_str(args, "path")?.map(str::to_owned);
+    let announced = opt_str(args, "tuic_session")?.map(str::to_owned);
+    if let Some(a) = &announced
+        && uuid::Uuid::parse_str(a).is_err()
+    {
+        return Err(ToolError::invalid("tuic_session must be a UUID"));
+    }
+    let replaces = opt_str(args, "replaces")?.map(str::to_owned);
+    let current = ctx.tuic_session.clone();
+    // The live-PTY ranking rule: a terminal-backed identity outranks one that is not.
+    let mut repaired_from = None;
+    let identity = match (announced, current) {
+        (Some(a), Some(c)) if a != c => {
+            let (a_pty, c_pty) = (has_pty(node, &a), has_pty(node, &c));
+            if a_pty && !c_pty {
+                repaired_from = Some(c);
+                a
+            } else if c_pty {
+                return Err(ToolError::new(
+                    "identity_bound",
+                    format!("this MCP session is bound to {c}, which owns a live terminal; register with tuic_session={c} (or omit it)"),
+                )
+                .with("tuic_session", json!(c)));
+            } else {
+                return Err(ToolError::new(
+                    "identity_bound",
+                    format!("this MCP session is already bound to a different peer identity ({c})"),
+                )
+                .with("tuic_session", json!(c)));
+            }
+        }
+        (Some(a), _) => a,
+        (None, Some(c)) => c,
+        (None, None) => uuid::Uuid::new_v4().to_string(),
+    };
+    let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
+    node.mcp
+        .sessions
+        .bind_identity(&sid, &identity, Instant::now(), grace);
+    let mut out = Map::new();
+    let actions = {
+        let mut g = node.mail.lock();
+        Mail::ensure(node, &mut g, &identity);
+        if let Some(old) = &repaired_from
+            && g.inboxes.is_registered(old)
+        {
+            let n = Mail::carry_over(node, &mut g, old, &identity);
+            out.insert("superseded_identity".into(), json!(old));
+            out.insert("mail_migrated".into(), json!(n));
+        }
+        if let Some(old) = replaces.as_deref().filter(|o| *o != identity) {
+            out.insert("superseded_identity".into(), json!(old));
+            if has_pty(node, old) {
+                let stranded = g.inboxes.peek(old).len();
+                out.insert("mail_migrated".into(), json!(0));
+                out.insert("mail_stranded".into(), json!(stranded));
+                out.insert(
+                    "identity_warning".into(),
+                    json!(format!(
+                        "{old} still owns a live terminal: its mail stays with it"
+                    )),
+                );
+            } else if g.inboxes.is_registered(old) {
+                let n = Mail::carry_over(node, &mut g, old, &identity);
+                out.insert("mail_migrated".into(), json!(n));
+            } else {
+                out.insert("mail_migrated".into(), json!(0));
+            }
+        }
+        let p = g.peers.entry(identity.clone()).or_default();
+        if let Some(n) = name {
+            p.name = Some(n);
+        }
+        if let Some(o) = orchestrator {
+            p.orchestrator = o;
+        }
+        if path.is_some() {
+            p.path = path;
+        }
+        out.insert("tuic_session".into(), json!(identity));
+        out.insert("name".into(), json!(p.name));
+        out.insert("orchestrator".into(), json!(p.orchestrator));
+        Mail::drain(&mut g)
+    };
+    Mail::act(node, actions);
+    out.insert(
+        "mail_wake".into(),
+        json!(if has_pty(node, &identity) {
+            "managed_pty_lifecycle"
+        } else {
+            "none"
+        }),
+    );
+    Ok(Value::Object(out))
+}
+
+fn list_peers(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let path = opt_str(args, "path")?;
+    let peers: Vec<(String, crate::mail::Peer)> = node
+        .mail
+        .lock()
+        .peers
+        .iter()
+        .filter(|(_, p)| path.is_none() || p.path.as_deref() == path)
+        .map(|(k, p)| (k.clone(), p.clone()))
+        .collect();
+    let list: Vec<Value> = peers
+        .into_iter()
+        .map(|(k, p)| {
+            let mut v = json!({"tuic_session": k, "name": p.name, "orchestrator": p.orchestrator});
+            if let Some(s) = node.sessions.live(&k).filter(|s| s.tuic_session == k) {
+                v["alias"] = json!(s.alias);
+                v["session_id"] = json!(s.id);
+            }
+            if let Some(path) = p.path {
+                v["path"] = json!(path);
+            }
+            v
+        })
+        .collect();
+    Ok(json!({"peers": list}))
+}
+
+/// Resolves `to`: a registered identity, a live PTY (id, identity or alias), or a unique name.
+fn resolve(node: &Arc<Node>, to: &str) -> Result<String, ToolError> {
+    if node.mail.lock().inboxes.is_registered(to) {
+        return Ok(to.to_owned());
+    }
+    if let Some(s) = node.sessions.live(to) {
+        let mut g = node.mail.lock();
+        Mail::ensure(node, &mut g, &s.tuic_session);
+        return Ok(s.tuic_session.clone());
+    }
+    let g = node.mail.lock();
+    let named: Vec<&String> = g
+        .peers
+        .iter()
+        .filter(|(_, p)| p.name.as_deref() == Some(to))
+        .map(|(k, _)| k)
+        .collect();
+    match named.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(ToolError::new(
+            "unknown_recipient",
+            format!(
+                "recipient '{to}' is not registered (use a tuic_session, a unique name, a PTY id or an alias from agent action=list_peers)"
+            ),
+        )),
+        many => Err(ToolError::new(
+            "ambiguous_recipient",
+            format!(
+                "{} peers are named '{to}'; send to one tuic_session",
+                many.len()
+            ),
+        )
+        .with("candidates", json!(many))),
+    }
+}
+
+fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let me = caller(node, ctx)?;
+    let to = opt_str(args, "to")?.ok_or_else(|| ToolError::invalid("to is required"))?;
+    let message = opt_str(args, "message")?
+        .ok_or_else(|| ToolError::invalid("message is required"))?
+        .to_owned();
+    let urgent = match opt_str(args, "urgency")? {
+        None | Some("normal") => false,
+        Some("urgent") => true,
+        Some(u) => return Err(ToolError::invalid(format!("unknown urgency {u}"))),
+    };
+    let recipient = resolve(node, to)?;
+    let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
+    let sent =
+        Mail::post(node, &recipient, &me, from_name, message, None, None).map_err(mail_error)?;
+    let path = match sent.receipt.delivery {
+        DeliveryPath::Waiter => "waiter",
+        DeliveryPath::TerminalOrQueued => "terminal_or_queued",
+        DeliveryPath::InboxOnly => "inbox_only",
+    };
+    let mut v = json!({
+        "delivered": true,
+        "message_id": sent.message_id,
+        "to": recipient,
+        "delivery_path": path,
+    });
+    if let Some(s) = node
+        .sessions
+        .live(&recipient)
+        .filter(|s| s.tuic_session == recipient)
+    {
+        let row = s.row();
+        v["recipient_state"] =
+            json!({"shell_state": row.shell_state, "agent_state": row.agent_state});
+    }
+    if urgent {
+        let ok = sent.receipt.delivery != DeliveryPath::InboxOnly;
+        v["urgent_delivered"] = json!(ok);
+        if !ok {
+            v["urgent_fallback_reason"] =
+                json!("no waiter and no managed terminal: the message is queued in the inbox");
+        }
+    }
+    tracing::info!(source = "agent_msg", from = %me, to = %recipient, message_id = %sent.message_id, delivery_path = path, "agent message sent");
+    Ok(v)
+}
+
+fn inbox(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let me = caller(node, ctx)?;
+    let since = opt_u64(args, "since")?;
+    let limit = opt_u64(args, "limit")?.map(|l| l as usize);
+    let page = Mail::inbox(node, &me, since, limit).map_err(mail_error)?;
+    let ids: Vec<&str> = page
+        .messages
+        .iter()
+        .map(|m| m.message_id.as_str())
+        .collect();
+    tracing::info!(source = "agent_msg", event = "inbox_read", recipient = %me, message_ids = ?ids, missed_count = page.missed_count, "inbox read");
+    Ok(serde_json::to_value(page).unwrap_or(Value::Null))
+}
+
+fn spawn_child(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    if args.contains_key("allow_alt_screen") || args.contains_key("allowAltScreen") {
+        return Err(ToolError::removed(
+            "agent spawn",
+            "allow_alt_screen",
+            "the per-agent prevent_alt_screen setting",
+        ));
+    }
+    let command = opt_str(args, "command")?
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| ToolError::invalid("command is required"))?
+        .to_owned();
+    let argv = match args.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ToolError::invalid("args must be an array of strings"))?,
+        Some(_) => return Err(ToolError::invalid("args must be an array of strings")),
+    };
+    let env: HashMap<String, String> = match args.get("env") {
+        None | Some(Value::Null) => HashMap::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+            .collect::<Option<_>>()
+            .ok_or_else(|| ToolError::invalid("env values must be strings"))?,
+        Some(_) => return Err(ToolError::invalid("env must be an object of strings")),
+    };
+    let pty_description = match args.get("pty_description") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::String(s)) => Some(Some(s.clone())),
+        Some(_) => {
+            return Err(ToolError::invalid(
+                "pty_description must be a string or null",
+            ));
+        }
+    };
+    let parent = ctx.tuic_session.clone();
+    if let Some(p) = &parent {
+        let mut g = node.mail.lock();
+        Mail::ensure(node, &mut g, p);
+    }
+    let owners: Vec<String> = [ctx.mcp_session.clone(), parent.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let req = spawn::SpawnRequest {
+        command,
+        args: argv,
+        cwd: opt_str(args, "cwd")?.map(str::to_owned),
+        prompt: opt_str(args, "prompt")?.map(str::to_owned),
+        env,
+        name: opt_str(args, "name")?.map(str::to_owned),
+        pty_description,
+        parent,
+        owners,
+    };
+    spawn::spawn(node, req).map_err(|e| ToolError::new("spawn_failed", e))
 }

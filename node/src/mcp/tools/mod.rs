@@ -14,7 +14,11 @@ pub mod task;
 mod ui;
 mod voice;
 
-use crate::mcp::registry::ToolDef;
+use crate::mcp::registry::{AsyncHandler, ToolDef};
+
+/// Actions that run as futures on the async workers (they sleep on events, not on a thread):
+/// `(tool, action, handler)`. Checked by the registry before the blocking/inline split.
+pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[("agent", "wait", agent::wait_async)];
 
 /// Every native tool, in catalogue order.
 pub static NATIVE: &[&ToolDef] = &[
@@ -31,9 +35,6 @@ pub static NATIVE: &[&ToolDef] = &[
     &config::TOOL,
     &debug::TOOL,
 ];
-
-/// Where the agent mail capabilities come from.
-pub(crate) const MAIL: &str = "agent mail (peer registry and inboxes), not built yet";
 
 #[cfg(test)]
 mod tests {

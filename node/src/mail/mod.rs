@@ -1,0 +1,420 @@
+//! Agent mail on the node: the IO driver around the sans-IO inbox core
+//! (`tuic_proto::mail::Inboxes`), the peer directory, and the wake delivery into managed PTYs.
+//!
+//! Everything mail-related sits under one mutex ([`Mail::lock`]): the recipient check of a
+//! send, a `replaces=` retire and the inbox enqueue can never interleave, so a message is
+//! either carried over or refused, never buffered under an address deleted a moment later.
+//! PTY I/O never happens under that lock: the driver drains the core's events into a list of
+//! actions and runs them after releasing it.
+//!
+//! Waits are event-driven: a pending `agent action=wait` holds the receiving end of a oneshot
+//! channel; the core resolves it in the same step that assigns it mail, or the timer task
+//! (woken by [`Mail::timer`]) resolves it at its deadline. Nothing polls.
+
+pub mod spawn;
+pub mod wake;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
+use tuic_proto::events::Event;
+use tuic_proto::mail::{
+    InboxError, InboxEvent, InboxMessage, InboxPage, Inboxes, NewMessage, SendReceipt, WaitId,
+    WaitOutcome, WaitStart,
+};
+
+use crate::session::now_ms;
+use crate::state::Node;
+
+/// One registered peer identity.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Peer {
+    /// Display name (`register name=`, spawn `name=`), if any.
+    pub name: Option<String>,
+    /// Declared with `register orchestrator=true`.
+    pub orchestrator: bool,
+    /// Repository root it works in (`register path=`), for `list_peers path=`.
+    pub path: Option<String>,
+    /// The identity that spawned it, when the spawner was registered.
+    pub parent: Option<String>,
+}
+
+/// The mail state under the one lock.
+#[derive(Debug, Default)]
+pub struct Inner {
+    /// The sans-IO inbox core.
+    pub inboxes: Inboxes,
+    /// Registered identities.
+    pub peers: BTreeMap<String, Peer>,
+    waiters: HashMap<WaitId, oneshot::Sender<Option<WaitOutcome>>>,
+    next_wait: WaitId,
+    /// Pending PTY wake notices, by recipient: cancelled when withdrawn.
+    wakes: HashMap<String, (u64, CancellationToken)>,
+    next_wake: u64,
+}
+
+/// Something to do after the lock is released.
+#[derive(Debug)]
+pub enum Action {
+    /// Start the wake-notice task for this recipient.
+    Wake {
+        /// Whose PTY.
+        recipient: String,
+        /// Which wake this is (a later one supersedes it).
+        generation: u64,
+        /// Cancelled when the notice is withdrawn.
+        cancel: CancellationToken,
+    },
+}
+
+/// Agent mail of one node.
+#[derive(Debug, Default)]
+pub struct Mail {
+    inner: Mutex<Inner>,
+    /// Wakes the timer task when a wait with a possibly earlier deadline is registered.
+    pub timer: Notify,
+}
+
+/// The result of a `send`, with how the recipient was resolved.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// The message id.
+    pub message_id: String,
+    /// The resolved recipient identity.
+    pub recipient: String,
+    /// What the core did.
+    pub receipt: SendReceipt,
+}
+
+impl Mail {
+    /// The lock (poison-tolerant).
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drains the core's events under the lock; returns the actions to run outside it.
+    pub fn drain(g: &mut Inner) -> Vec<Action> {
+        let mut actions = Vec::new();
+        while let Some(ev) = g.inboxes.poll_event() {
+            match ev {
+                InboxEvent::WaitResolved {
+                    recipient,
+                    wait_id,
+                    outcome,
+                } => {
+                    let ids: Vec<String> = outcome
+                        .new_messages
+                        .iter()
+                        .map(|m| m.message_id.clone())
+                        .collect();
+                    let delivered = g
+                        .waiters
+                        .remove(&wait_id)
+                        .is_some_and(|tx| tx.send(Some(outcome)).is_ok());
+                    if !delivered && !ids.is_empty() {
+                        // The caller went away: hand the mail back (same ids, fresh cursors).
+                        let _ = g.inboxes.wait_undelivered(now_ms(), &recipient, &ids);
+                    }
+                }
+                InboxEvent::WaitAbandoned { wait_id, .. } => {
+                    if let Some(tx) = g.waiters.remove(&wait_id) {
+                        let _ = tx.send(None);
+                    }
+                }
+                InboxEvent::PtyWake { recipient, .. } => {
+                    let cancel = CancellationToken::new();
+                    g.next_wake += 1;
+                    let generation = g.next_wake;
+                    if let Some((_, old)) = g
+                        .wakes
+                        .insert(recipient.clone(), (generation, cancel.clone()))
+                    {
+                        old.cancel();
+                    }
+                    actions.push(Action::Wake {
+                        recipient,
+                        generation,
+                        cancel,
+                    });
+                }
+                InboxEvent::PtyWakeWithdrawn { recipient } => {
+                    if let Some((_, c)) = g.wakes.remove(&recipient) {
+                        c.cancel();
+                    }
+                }
+                InboxEvent::LeaseAssigned {
+                    recipient,
+                    message_id,
+                    cursor,
+                    owner,
+                } => {
+                    tracing::debug!(source = "agent_msg", %recipient, %message_id, cursor, owner = ?owner, "lease assigned");
+                }
+            }
+        }
+        actions
+    }
+
+    /// Runs drained actions (outside the lock).
+    pub fn act(node: &Arc<Node>, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Wake {
+                    recipient,
+                    generation,
+                    cancel,
+                } => wake::start(node, recipient, generation, cancel),
+            }
+        }
+    }
+
+    /// Makes sure `tuic` has an inbox and a peer entry, attaching its live PTY if it has one.
+    pub fn ensure(node: &Node, g: &mut Inner, tuic: &str) {
+        if !g.inboxes.is_registered(tuic) {
+            g.inboxes.register(tuic);
+        }
+        let pty = node.sessions.live(tuic).filter(|s| s.tuic_session == tuic);
+        let entry = g.peers.entry(tuic.to_owned()).or_default();
+        if let Some(s) = pty {
+            if entry.name.is_none() {
+                entry.name = s.display_name();
+            }
+            let _ = g.inboxes.attach_pty(tuic);
+        }
+    }
+
+    /// Delivers one message (the recipient must be registered) and runs its actions.
+    pub fn post(
+        node: &Arc<Node>,
+        recipient: &str,
+        from: &str,
+        from_name: Option<String>,
+        message: String,
+        kind: Option<String>,
+        lifecycle: Option<tuic_proto::mail::Lifecycle>,
+    ) -> Result<Sent, InboxError> {
+        let message_id = match &lifecycle {
+            Some(_) => format!("tuic-auto-{}", uuid::Uuid::new_v4()),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let (receipt, actions) = {
+            let mut g = node.mail.lock();
+            let r = g.inboxes.send(
+                now_ms(),
+                NewMessage {
+                    recipient: recipient.to_owned(),
+                    message_id: message_id.clone(),
+                    from: from.to_owned(),
+                    from_name,
+                    message,
+                    kind,
+                    lifecycle,
+                },
+            )?;
+            (r, Self::drain(&mut g))
+        };
+        Self::act(node, actions);
+        Ok(Sent {
+            message_id,
+            recipient: recipient.to_owned(),
+            receipt,
+        })
+    }
+
+    /// `agent action=inbox`.
+    pub fn inbox(
+        node: &Arc<Node>,
+        recipient: &str,
+        since: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<InboxPage, InboxError> {
+        let (page, actions) = {
+            let mut g = node.mail.lock();
+            Self::ensure(node, &mut g, recipient);
+            let p = g.inboxes.inbox(recipient, since, limit)?;
+            (p, Self::drain(&mut g))
+        };
+        Self::act(node, actions);
+        Ok(page)
+    }
+
+    /// `agent action=wait`: resolves at once when fresh mail is retained, else sleeps on the
+    /// inbox until mail arrives or the deadline passes. Dropping the future cancels the wait;
+    /// an answer that was already resolved but not yet taken is handed back to the inbox.
+    pub async fn wait(
+        node: &Arc<Node>,
+        recipient: &str,
+        since: Option<u64>,
+        timeout_ms: Option<u64>,
+    ) -> Result<WaitOutcome, InboxError> {
+        let (rx, id) = {
+            let mut g = node.mail.lock();
+            Self::ensure(node, &mut g, recipient);
+            g.next_wait += 1;
+            let id = g.next_wait;
+            match g.inboxes.wait(now_ms(), recipient, id, since, timeout_ms)? {
+                WaitStart::Resolved(o) => {
+                    let actions = Self::drain(&mut g);
+                    drop(g);
+                    Self::act(node, actions);
+                    return Ok(o);
+                }
+                WaitStart::Pending { .. } => {
+                    let (tx, rx) = oneshot::channel();
+                    g.waiters.insert(id, tx);
+                    (rx, id)
+                }
+            }
+        };
+        node.mail.timer.notify_one();
+        let mut guard = WaitGuard {
+            node: node.clone(),
+            recipient: recipient.to_owned(),
+            id,
+            rx: Some(rx),
+        };
+        let rx = guard.rx.as_mut().expect("set above");
+        let r = rx.await;
+        guard.rx = None;
+        match r {
+            Ok(Some(o)) => Ok(o),
+            _ => Err(InboxError::UnknownRecipient {
+                recipient: recipient.to_owned(),
+            }),
+        }
+    }
+
+    /// `register replaces=` / identity repair: moves `old`'s mail to `new`, retires `old`.
+    pub fn carry_over(node: &Arc<Node>, g: &mut Inner, old: &str, new: &str) -> usize {
+        let n = g.inboxes.carry_over(now_ms(), old, new).unwrap_or(0);
+        if let Some(p) = g.peers.remove(old) {
+            let e = g.peers.entry(new.to_owned()).or_default();
+            if e.name.is_none() {
+                e.name = p.name;
+            }
+        }
+        for p in g.peers.values_mut() {
+            if p.parent.as_deref() == Some(old) {
+                p.parent = Some(new.to_owned());
+            }
+        }
+        let _ = node;
+        n
+    }
+
+    /// Every retained message of a recipient, without touching cursors (tests, diagnostics).
+    pub fn peek(&self, recipient: &str) -> Vec<InboxMessage> {
+        self.lock().inboxes.peek(recipient)
+    }
+}
+
+/// Cancels a pending wait when its future is dropped; returns an answer resolved but not
+/// taken to the inbox.
+struct WaitGuard {
+    node: Arc<Node>,
+    recipient: String,
+    id: WaitId,
+    rx: Option<oneshot::Receiver<Option<WaitOutcome>>>,
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let actions = {
+            let mut g = self.node.mail.lock();
+            g.waiters.remove(&self.id);
+            g.inboxes.cancel_wait(&self.recipient, self.id);
+            if let Ok(Some(o)) = rx.try_recv() {
+                let ids: Vec<String> = o
+                    .new_messages
+                    .iter()
+                    .map(|m| m.message_id.clone())
+                    .collect();
+                let _ = g.inboxes.wait_undelivered(now_ms(), &self.recipient, &ids);
+            }
+            Mail::drain(&mut g)
+        };
+        Mail::act(&self.node, actions);
+    }
+}
+
+/// Starts the wait timer and the PTY-exit watcher; both end at shutdown.
+pub fn spawn_background(node: &Arc<Node>) {
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        loop {
+            let next = n.mail.lock().inboxes.poll_timeout();
+            let sleep = match next {
+                Some(d) => Duration::from_millis(d.saturating_sub(now_ms())),
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = n.mail.timer.notified() => continue,
+                _ = tokio::time::sleep(sleep) => {}
+            }
+            let actions = {
+                let mut g = n.mail.lock();
+                g.inboxes.handle_timeout(now_ms());
+                Mail::drain(&mut g)
+            };
+            Mail::act(&n, actions);
+        }
+    });
+    // A PTY that exits re-queues the unread mail it owned (same ids, fresh cursors).
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        let mut rx = n.bus.subscribe();
+        loop {
+            let ev = tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                ev = rx.recv() => ev,
+            };
+            let Ok(ev) = ev else {
+                if matches!(ev, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                    break;
+                }
+                continue;
+            };
+            if let Event::PtyExit { session_id, .. } = &ev.event
+                && let Some(s) = n.sessions.resolve(session_id)
+            {
+                pty_gone(&n, &s.tuic_session);
+            }
+        }
+    });
+}
+
+/// The recipient's PTY is gone: re-queue what it owned and drop its pending wake.
+pub fn pty_gone(node: &Arc<Node>, tuic: &str) {
+    let actions = {
+        let mut g = node.mail.lock();
+        if !g.inboxes.is_registered(tuic) {
+            return;
+        }
+        let _ = g.inboxes.detach_pty(now_ms(), tuic);
+        if let Some((_, c)) = g.wakes.remove(tuic) {
+            c.cancel();
+        }
+        Mail::drain(&mut g)
+    };
+    Mail::act(node, actions);
+}
+
+/// The wake task for `recipient` finished (notice written or given up).
+pub fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
+    let mut g = node.mail.lock();
+    if g.wakes
+        .get(recipient)
+        .is_some_and(|(n, _)| *n == generation)
+    {
+        g.wakes.remove(recipient);
+        g.inboxes.pty_wake_done(recipient);
+    }
+}
