@@ -54,6 +54,21 @@ fn loopback(transport: Option<Extension<Transport>>, headers: &HeaderMap) -> boo
     transport.is_some_and(|Extension(t)| guard::is_loopback_caller(t, headers))
 }
 
+/// The editor read cap: the large one only for loopback callers (metered links stay small).
+fn editor_cap(transport: Option<Extension<Transport>>, headers: &HeaderMap) -> u64 {
+    if loopback(transport, headers) {
+        LARGE_READ_CAP
+    } else {
+        STANDARD_READ_CAP
+    }
+}
+
+/// Gates `path`, then reads it off the async workers within `cap`.
+async fn read_gated(node: &Node, path: &str, cap: u64) -> Result<Json<Value>, ApiError> {
+    let p = deny_unless_in_roots(path, &node.repos.roots())?;
+    Ok(Json(blocking(move || read_capped(&p, cap)).await?))
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -107,10 +122,7 @@ pub(crate) async fn read_external(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let p = deny_unless_in_roots(&q.path, &node.repos.roots())?;
-    Ok(Json(
-        blocking(move || read_capped(&p, STANDARD_READ_CAP)).await?,
-    ))
+    read_gated(&node, &q.path, STANDARD_READ_CAP).await
 }
 
 /// `GET /fs/read-editor-external?path=` — 250 MB for loopback callers, 10 MB for remote ones.
@@ -120,13 +132,7 @@ pub(crate) async fn read_editor_external(
     headers: HeaderMap,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let cap = if loopback(transport, &headers) {
-        LARGE_READ_CAP
-    } else {
-        STANDARD_READ_CAP
-    };
-    let p = deny_unless_in_roots(&q.path, &node.repos.roots())?;
-    Ok(Json(blocking(move || read_capped(&p, cap)).await?))
+    read_gated(&node, &q.path, editor_cap(transport, &headers)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,14 +149,13 @@ pub(crate) async fn read_editor(
     headers: HeaderMap,
     Query(q): Query<RepoFileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let cap = if loopback(transport, &headers) {
-        LARGE_READ_CAP
-    } else {
-        STANDARD_READ_CAP
-    };
     let joined = Path::new(&q.repo_path).join(&q.file);
-    let p = deny_unless_in_roots(&joined.to_string_lossy(), &node.repos.roots())?;
-    Ok(Json(blocking(move || read_capped(&p, cap)).await?))
+    read_gated(
+        &node,
+        &joined.to_string_lossy(),
+        editor_cap(transport, &headers),
+    )
+    .await
 }
 
 #[derive(Debug, Deserialize)]
