@@ -404,7 +404,9 @@ impl Session {
                 let s = self.screen();
                 s.grid.screen().join("\n")
             };
-            activity::agent_state(shell_state, &tail, last > since)
+            // Millisecond stamps: output in the same millisecond as the launching input (a fast
+            // agent answering at once) counts as started; no output at all never does.
+            activity::agent_state(shell_state, &tail, last > 0 && last >= since)
         });
         SessionRow {
             session_id: self.id.clone(),
