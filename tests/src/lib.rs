@@ -39,6 +39,44 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// `tests/clients/`: the SDK client scripts and their installer.
+pub fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
+}
+
+/// The official MCP SDK clients, installed once by `tests/clients/setup.sh` (PyPI and npm).
+#[derive(Debug, Clone)]
+pub struct SdkClients {
+    /// A Python interpreter with the `mcp` package.
+    pub python: String,
+    /// A folder whose `node_modules` holds `@modelcontextprotocol/sdk`.
+    pub ts_dir: PathBuf,
+}
+
+/// Installs (first use) and locates the SDK clients. Blocking.
+pub fn sdk_clients() -> SdkClients {
+    let out = Command::new("bash")
+        .arg(clients_dir().join("setup.sh"))
+        .output()
+        .expect("running tests/clients/setup.sh");
+    assert!(
+        out.status.success(),
+        "installing the MCP SDK clients failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} missing in {text}"))
+            .to_owned()
+    };
+    SdkClients {
+        python: get("PYTHON="),
+        ts_dir: PathBuf::from(get("TSDIR=")),
+    }
+}
+
 /// A temp config dir whose `config.json` uses the file secret store plus `extra` keys, so a
 /// test never touches the user's keyring.
 pub fn config_dir(extra: serde_json::Value) -> tempfile::TempDir {

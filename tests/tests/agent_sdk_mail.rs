@@ -4,40 +4,19 @@
 
 mod mcp_support;
 
-use std::path::PathBuf;
-
 use mcp_support::NodeProc;
 use serde_json::{Value, json};
 
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients")
-}
-
 #[tokio::test]
 async fn two_python_sdk_clients_exchange_a_thousand_messages_exactly_once_in_order() {
-    let out = tokio::process::Command::new("bash")
-        .arg(clients_dir().join("setup.sh"))
-        .output()
-        .await
-        .expect("running tests/clients/setup.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let python = text
-        .lines()
-        .find_map(|l| l.strip_prefix("PYTHON="))
-        .expect("PYTHON= line")
-        .to_owned();
+    let python = tuic_tests::sdk_clients().python;
     let node = NodeProc::start(json!({})).await;
     let url = node.tcp_forward().await;
     let n = 1000;
     let out = tokio::time::timeout(
         std::time::Duration::from_secs(600),
         tokio::process::Command::new(&python)
-            .arg(clients_dir().join("mcp_python_mail.py"))
+            .arg(tuic_tests::clients_dir().join("mcp_python_mail.py"))
             .arg(&url)
             .arg(n.to_string())
             .output(),

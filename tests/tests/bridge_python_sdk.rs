@@ -22,21 +22,7 @@ fn python() -> String {
     if let Ok(p) = std::env::var("TUIC_TEST_PYTHON") {
         return p;
     }
-    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/setup.sh");
-    let out = Command::new("bash")
-        .arg(setup)
-        .output()
-        .expect("running tests/clients/setup.sh");
-    assert!(
-        out.status.success(),
-        "installing the MCP SDK clients failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("PYTHON="))
-        .expect("PYTHON= line from setup.sh")
-        .to_owned()
+    tuic_tests::sdk_clients().python
 }
 
 struct Sdk {

@@ -95,8 +95,10 @@ async fn login_wrong_then_right_password_lands_on_mobile() {
     assert_eq!(overflow, json!(false));
 }
 
-async fn login(b: &Browser, base: &str) {
-    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+/// Logs in through the form and waits for the page `next` (`/mobile` or `/`).
+async fn login_to(b: &Browser, base: &str, next: &str) {
+    let enc = if next == "/" { "%2F" } else { "%2Fmobile" };
+    b.goto(&format!("{base}/mobile/login?next={enc}"))
         .await
         .unwrap();
     let pw = b.find("#password").await.unwrap();
@@ -104,9 +106,13 @@ async fn login(b: &Browser, base: &str) {
     b.click(&b.find("button[type=submit]").await.unwrap())
         .await
         .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
+    b.wait_for(&format!("location.pathname === '{next}'"), 10_000)
         .await
         .unwrap();
+}
+
+async fn login(b: &Browser, base: &str) {
+    login_to(b, base, "/mobile").await;
 }
 
 async fn create_session(node: &NodeProc) -> String {
@@ -213,20 +219,10 @@ async fn desktop_layout_shows_list_and_session_side_by_side() {
     let base = format!("http://{}", node.tcp.unwrap());
     let sid = create_session(&node).await;
     let b = Browser::launch(1280, 800).await.unwrap();
-    b.goto(&format!("{base}/mobile/login?next=%2F"))
+    login_to(&b, &base, "/").await;
+    b.wait_for("document.body.classList.contains('desktop')", 10_000)
         .await
         .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for(
-        "location.pathname === '/' && document.body.classList.contains('desktop')",
-        10_000,
-    )
-    .await
-    .unwrap();
     b.goto(&format!("{base}/#/s/{sid}")).await.unwrap();
     b.wait_for("!document.getElementById('session-view').hidden && !document.getElementById('list-view').hidden", 10_000)
         .await

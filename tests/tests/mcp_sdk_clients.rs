@@ -9,8 +9,6 @@
 
 mod mcp_support;
 
-use std::path::PathBuf;
-
 use mcp_support::NodeProc;
 use serde_json::{Value, json};
 
@@ -26,32 +24,6 @@ const FAMILY: &[&str] = &[
     "plugin_dev_guide",
     "voice",
 ];
-
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients")
-}
-
-/// Runs the setup script; returns (python, ts folder).
-async fn setup() -> (String, PathBuf) {
-    let out = tokio::process::Command::new("bash")
-        .arg(clients_dir().join("setup.sh"))
-        .output()
-        .await
-        .expect("running tests/clients/setup.sh");
-    assert!(
-        out.status.success(),
-        "installing the MCP SDK clients failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let get = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .unwrap_or_else(|| panic!("{k} missing in {text}"))
-            .to_owned()
-    };
-    (get("PYTHON="), PathBuf::from(get("TSDIR=")))
-}
 
 fn check(report: &Value) {
     let tools: Vec<&str> = report["tools"]
@@ -90,7 +62,10 @@ async fn run(cmd: &mut tokio::process::Command) -> Value {
 
 #[tokio::test]
 async fn official_python_and_typescript_clients_initialize_list_and_call() {
-    let (python, tsdir) = setup().await;
+    let tuic_tests::SdkClients {
+        python,
+        ts_dir: tsdir,
+    } = tuic_tests::sdk_clients();
     let node = NodeProc::start(json!({})).await;
     let url = node.tcp_forward().await;
     for (mode, want) in [
@@ -99,7 +74,7 @@ async fn official_python_and_typescript_clients_initialize_list_and_call() {
         ("auto", "2026-07-28"),
     ] {
         let report = run(tokio::process::Command::new(&python)
-            .arg(clients_dir().join("mcp_python_client.py"))
+            .arg(tuic_tests::clients_dir().join("mcp_python_client.py"))
             .arg(&url)
             .arg(mode)
             .arg(node.dir.path()))
@@ -114,7 +89,7 @@ async fn official_python_and_typescript_clients_initialize_list_and_call() {
     }
     // The ESM import resolves from the script's folder, so the script sits beside node_modules.
     let script = tsdir.join("tuic_ts_client.mjs");
-    std::fs::copy(clients_dir().join("mcp_ts_client.mjs"), &script).unwrap();
+    std::fs::copy(tuic_tests::clients_dir().join("mcp_ts_client.mjs"), &script).unwrap();
     let report = run(tokio::process::Command::new("node").arg(&script).arg(&url)).await;
     assert_eq!(report["protocol"], "2025-11-25", "{report}");
     assert!(report["session_id"].is_string());
