@@ -268,7 +268,25 @@ impl End for NodeEnd {
 
     fn pump(&mut self, link: &mut PeerLink) {
         // Re-register whenever the local peer set changed; hold mail until the hub has it.
-        let peers = local_entries(&self.node, None);
+        let mut peers = local_entries(&self.node, None);
+        {
+            // Senders of held mail stay vouched for after a restart emptied the (in-memory)
+            // registry: the node accepted their mail, so the hub must accept its resend.
+            let p = self.node.peer.lock();
+            for m in p.uplink.messages() {
+                if !peers.iter().any(|e| e.tuic_session == m.from) {
+                    peers.push(PeerEntry {
+                        tuic_session: m.from.clone(),
+                        name: m.from_name.clone(),
+                        orchestrator: false,
+                        address: None,
+                        alias: None,
+                        session_id: None,
+                        path: None,
+                    });
+                }
+            }
+        }
         if self.register_pending.is_none() && self.registered.as_ref() != Some(&peers) {
             match link.request(Request::Register {
                 peers: peers.clone(),
