@@ -73,11 +73,16 @@ impl Agent {
 
     /// Calls `agent`; returns (is_error, value).
     async fn call(&mut self, args: Value) -> (bool, Value) {
+        self.tool("agent", args).await
+    }
+
+    /// Calls any tool; returns (is_error, value).
+    async fn tool(&mut self, name: &str, args: Value) -> (bool, Value) {
         self.next += 1;
         let r = rpc(
             &self.socket,
             Some(&self.sid),
-            json!({"jsonrpc":"2.0","id":self.next,"method":"tools/call","params":{"name":"agent","arguments":args}}),
+            json!({"jsonrpc":"2.0","id":self.next,"method":"tools/call","params":{"name":name,"arguments":args}}),
         )
         .await;
         let v = r.json();
@@ -758,4 +763,134 @@ async fn a_send_accepted_before_kill_9_is_delivered_once_after_restart() {
         .filter(|m| m["message_id"] == id.as_str())
         .count();
     assert_eq!(n, 1, "{page}");
+}
+
+#[tokio::test]
+async fn hub_session_tool_routes_remote_addresses_to_the_owner_over_http() {
+    let st = star().await;
+    let (mut hank, _) = Agent::new(&st.hub.socket, "hank").await;
+    let created = ipc(
+        &st.b.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.status, 200);
+    let sid = created.json()["session_id"].as_str().unwrap().to_owned();
+    let address = format!("nodeb/{sid}");
+
+    // list: the remote row with its address.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let (err, l) = hank.tool("session", json!({"action":"list"})).await;
+        assert!(!err, "{l}");
+        if let Some(r) = l["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["address"] == address.as_str())
+        {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "{l}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(row["connection_id"], "nodeb");
+    assert_eq!(row["is_remote"], true);
+
+    // input then output, through the owner's routes.
+    let (err, r) = hank
+        .tool("session", json!({"action":"input","session_id":address,"input":"echo fed-$((6*7))","special_key":"enter"}))
+        .await;
+    assert!(!err, "{r}");
+    assert_eq!(r["ok"], true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let (err, o) = hank
+            .tool("session", json!({"action":"output","session_id":address}))
+            .await;
+        assert!(!err, "{o}");
+        if o["data"].as_str().unwrap_or_default().contains("fed-42") {
+            break o;
+        }
+        assert!(Instant::now() < deadline, "{o}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The node's own MCP output contract: the same fields as its `format=mcp` route.
+    let own = ipc(
+        &st.b.socket,
+        "GET",
+        &format!("/sessions/{sid}/output?format=mcp"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&out), keys(&own), "{out} vs {own}");
+    // Deltas with the node's cursor.
+    let (err, d) = hank
+        .tool(
+            "session",
+            json!({"action":"output","session_id":address,"since_cursor":out["cursor"]}),
+        )
+        .await;
+    assert!(!err, "{d}");
+    assert!(
+        !d["data"].as_str().unwrap_or_default().contains("fed-42"),
+        "{d}"
+    );
+
+    // status from the mirror; submit answers with the owner's receipt or its refusal.
+    let (err, s) = hank
+        .tool("session", json!({"action":"status","session_id":address}))
+        .await;
+    assert!(!err, "{s}");
+    assert_eq!(s["session_id"], sid.as_str());
+    let (err, r) = hank
+        .tool(
+            "session",
+            json!({"action":"submit","session_id":address,"input":"echo sub","timeout_ms":500}),
+        )
+        .await;
+    if err {
+        assert_eq!(r["connection"], "nodeb", "{r}");
+        assert!(r.get("retry_safe").is_some(), "{r}");
+    } else {
+        assert!(r.get("ack").is_some(), "{r}");
+    }
+
+    // Process control beyond input is not routed; bad addresses are refused up front.
+    let (err, e) = hank
+        .tool("session", json!({"action":"kill","session_id":address}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "not_routed", "{e}");
+    for bad in ["nodeb/", "/x"] {
+        let (err, e) = hank
+            .tool("session", json!({"action":"output","session_id":bad}))
+            .await;
+        assert!(err);
+        assert_eq!(e["code"], "invalid_address", "{bad}: {e}");
+    }
+    let (err, e) = hank
+        .tool("session", json!({"action":"output","session_id":"nope/1"}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_connection", "{e}");
+    let (err, e) = hank
+        .tool(
+            "session",
+            json!({"action":"output","session_id":"nodeb/nosuch"}),
+        )
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_session", "{e}");
+    assert_eq!(e["connection"], "nodeb", "{e}");
 }
