@@ -561,13 +561,21 @@ async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
     let url = format!("http://{}", l.local_addr().unwrap());
     connect(&hub_dir, "fake", &url, "the-node-token");
     // The hub also mirrors sessions over plain HTTP on this address: answer those 404.
-    let tcp = tokio::time::timeout(Duration::from_secs(15), async {
+    let (tcp, head) = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
             let (mut tcp, _) = l.accept().await.unwrap();
-            let mut head = [0u8; 64];
-            let n = tcp.peek(&mut head).await.unwrap();
-            if String::from_utf8_lossy(&head[..n]).starts_with("GET /mcp/peer ") {
-                return tcp;
+            // The request head, read without consuming it (the WebSocket handshake reads it).
+            let mut buf = [0u8; 4096];
+            let head = loop {
+                let n = tcp.peek(&mut buf).await.unwrap();
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                if text.contains("\r\n\r\n") || n == buf.len() {
+                    break text;
+                }
+                tokio::task::yield_now().await;
+            };
+            if head.starts_with("GET /mcp/peer ") {
+                return (tcp, head);
             }
             use tokio::io::AsyncWriteExt;
             let _ = tcp
@@ -579,23 +587,16 @@ async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
     })
     .await
     .expect("the hub dials the peer link");
-    let cookie = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let seen = cookie.clone();
-    let mut ws = tokio_tungstenite::accept_hdr_async(
-        tcp,
-        move |req: &tokio_tungstenite::tungstenite::handshake::server::Request, resp| {
-            assert_eq!(req.uri().path(), "/mcp/peer");
-            *seen.lock().unwrap() = req
-                .headers()
-                .get("cookie")
-                .map(|v| v.to_str().unwrap().to_owned())
-                .unwrap_or_default();
-            Ok(resp)
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(*cookie.lock().unwrap(), "tui-session=the-node-token");
+    let cookie = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cookie: ")
+                .or_else(|| l.strip_prefix("Cookie: "))
+        })
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(cookie, "tui-session=the-node-token");
+    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
     let hello = frame(&mut ws, "hello").await;
     assert_eq!(hello["role"], "hub");
     put(

@@ -129,18 +129,15 @@ async fn write(
     Ok(Json(json!({"ok": true})))
 }
 
+type McpAction = fn(
+    &Arc<Node>,
+    &serde_json::Map<String, Value>,
+) -> Result<Value, crate::mcp::registry::ToolError>;
+
 /// `POST /sessions/{id}/input` and `/submit`: the MCP `session` actions of the same names
 /// (agent-aware framing, the semantic submit with its receipt), as REST so a hub can route
 /// them to the owner. The body takes the MCP arguments; errors are the MCP error objects.
-async fn mcp_action(
-    node: Arc<Node>,
-    id: String,
-    body: Value,
-    f: fn(
-        &Arc<Node>,
-        &serde_json::Map<String, Value>,
-    ) -> Result<Value, crate::mcp::registry::ToolError>,
-) -> Response {
+async fn mcp_action(node: Arc<Node>, id: String, body: Value, f: McpAction) -> Response {
     let mut args = match body {
         Value::Object(m) => m,
         _ => return ApiError::bad_request("the body must be a JSON object").into_response(),
