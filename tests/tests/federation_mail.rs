@@ -46,6 +46,11 @@ async fn rpc(socket: &Path, sid: Option<&str>, msg: Value) -> tuic_tests::Reply 
 impl Agent {
     /// Initializes a protocol session and registers under `name`.
     async fn new(socket: &Path, name: &str) -> (Self, String) {
+        Self::register(socket, json!({"action":"register","name":name})).await
+    }
+
+    /// Initializes a protocol session and registers with `register` arguments.
+    async fn register(socket: &Path, register: Value) -> (Self, String) {
         let r = rpc(
             socket,
             None,
@@ -64,7 +69,7 @@ impl Agent {
             sid,
             next: 1,
         };
-        let me = a.ok(json!({"action":"register","name":name})).await["tuic_session"]
+        let me = a.ok(register).await["tuic_session"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -441,7 +446,7 @@ async fn dial_peer(
 
 #[tokio::test]
 async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
-    let (_d, node, token) = start_node(None, json!({}), "0", "127.0.0.1");
+    let (d, mut node, token) = start_node(None, json!({}), "0", "127.0.0.1");
     let addr = node.tcp.expect("tcp listener");
     // The IPC socket never serves the link.
     let stream = tokio::net::UnixStream::connect(&node.socket).await.unwrap();
@@ -544,6 +549,35 @@ async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
     assert_eq!(msgs.len(), 1, "{page}");
     assert_eq!(msgs[0]["message"], "hello bob");
     assert_eq!(msgs[0]["from"], "nodex/eve");
+    drop(ws);
+
+    // The rings are durable: after kill -9 and a restart, the same relay is still a duplicate
+    // once bob is back under the same identity.
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    let node = restart_node(None, &d, "0", "127.0.0.1");
+    let addr = node.tcp.expect("tcp listener");
+    let (mut bob, _) = Agent::register(
+        &node.socket,
+        json!({"action":"register","name":"bob","tuic_session":tbob}),
+    )
+    .await;
+    let mut ws = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    frame(&mut ws, "hello").await;
+    put(
+        &mut ws,
+        json!({"type":"hello","protocol_version":1,"node_id":"test-hub","role":"hub"}),
+    )
+    .await;
+    put(&mut ws, send(20, "m-1", "nodex/eve", "hello bob")).await;
+    let a = frame(&mut ws, "send_ack").await;
+    assert_eq!(
+        (a["id"].as_u64(), a["outcome"].as_str()),
+        (Some(20), Some("duplicate")),
+        "{a}"
+    );
+    let page = bob.ok(json!({"action":"inbox","since":0})).await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 0, "{page}");
 }
 
 #[tokio::test]

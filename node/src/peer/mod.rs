@@ -125,11 +125,14 @@ impl PeerState {
                     .map_err(|e| anyhow::anyhow!("decoding the stored uplink outbox: {e}"))?;
             }
         }
-        let rings = match store.peer_rings()? {
-            Some(v) => serde_json::from_slice(&v)
-                .map_err(|e| anyhow::anyhow!("decoding the stored dedupe rings: {e}"))?,
-            None => DedupeRings::new(),
-        };
+        let mut rings = DedupeRings::new();
+        for (recipient, v) in store.peer_rings()? {
+            rings
+                .import_ring(&recipient, &String::from_utf8_lossy(&v))
+                .map_err(|e| {
+                    anyhow::anyhow!("decoding the stored dedupe ring of {recipient}: {e}")
+                })?;
+        }
         Ok(Self {
             inner: Mutex::new(Inner {
                 uplink,
@@ -213,12 +216,11 @@ pub fn persist_outbox(store: &Store, key: &str, outbox: &Outbox) -> anyhow::Resu
     store.put_peer_outbox(key, &json)
 }
 
-fn persist_rings(store: &Store, rings: &DedupeRings) {
-    let r = serde_json::to_vec(rings)
-        .map_err(anyhow::Error::from)
-        .and_then(|j| store.put_peer_rings(&j));
-    if let Err(e) = r {
-        tracing::error!(error = %e, "persisting dedupe rings failed");
+/// Commits one recipient's ring (or its removal).
+fn persist_ring(store: &Store, rings: &DedupeRings, recipient: &str) {
+    let json = rings.export_ring(recipient);
+    if let Err(e) = store.put_peer_ring(recipient, json.as_deref().map(str::as_bytes)) {
+        tracing::error!(error = %e, %recipient, "persisting a dedupe ring failed");
     }
 }
 
@@ -254,7 +256,7 @@ pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Res
             ..
         } = &resp
         {
-            persist_rings(&node.store, &p.rings);
+            persist_ring(&node.store, &p.rings, &m.to);
         }
         drop(p);
         (resp, Mail::drain(&mut g))
@@ -278,7 +280,7 @@ pub fn recipient_retired(node: &Node, recipient: &str) {
     let mut p = node.peer.lock();
     if p.rings.len(recipient) > 0 {
         p.rings.remove(recipient);
-        persist_rings(&node.store, &p.rings);
+        persist_ring(&node.store, &p.rings, recipient);
     }
 }
 
