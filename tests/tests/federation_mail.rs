@@ -580,21 +580,14 @@ async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
     assert_eq!(page["messages"].as_array().unwrap().len(), 0, "{page}");
 }
 
-#[tokio::test]
-async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
-    let hub_dir = config_dir(json!({}));
-    let hub = NodeProc::start(
-        "tuic-hub",
-        &["--config-dir", &s(&hub_dir)],
-        &[("TUIC_LOG", "info")],
-    )
-    .unwrap();
-    let (mut hank, thank) = Agent::new(&hub.socket, "hank").await;
-    // A fake node: a WebSocket server on loopback that records the hub's cookie.
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    connect(&hub_dir, "fake", &url, "the-node-token");
-    // The hub also mirrors sessions over plain HTTP on this address: answer those 404.
+/// Accepts the hub's next peer-link WebSocket on a fake node's listener (answering the hub's
+/// plain HTTP mirror requests 404), returning it with the cookie the hub sent.
+async fn fake_accept(
+    l: &tokio::net::TcpListener,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    String,
+) {
     let (tcp, head) = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
             let (mut tcp, _) = l.accept().await.unwrap();
@@ -629,8 +622,101 @@ async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
         })
         .unwrap_or_default()
         .to_owned();
+    (tokio_tungstenite::accept_async(tcp).await.unwrap(), cookie)
+}
+
+/// The node side of the handshake on a fake node: hello, then `register` of `peers` (its ack is
+/// left unread: mail may already follow it).
+async fn fake_handshake<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, peers: Value)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let hello = frame(ws, "hello").await;
+    assert_eq!(hello["role"], "hub");
+    put(
+        ws,
+        json!({"type":"hello","protocol_version":1,"node_id":"fake","role":"node"}),
+    )
+    .await;
+    put(ws, json!({"type":"register","id":1,"peers":peers})).await;
+}
+
+#[tokio::test]
+async fn a_mute_node_does_not_hold_mail_to_another_and_a_dropped_send_is_resent_with_its_id() {
+    let hub_dir = config_dir(json!({"tuning": {"peer_send_wait_ms": 300}}));
+    let hub = NodeProc::start("tuic-hub", &["--config-dir", &s(&hub_dir)], &[]).unwrap();
+    let (mut hank, _) = Agent::new(&hub.socket, "hank").await;
+    // A mute node: accepts TCP and never answers.
+    let mute = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    connect(
+        &hub_dir,
+        "mute",
+        &format!("http://{}", mute.local_addr().unwrap()),
+        "t1",
+    );
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = mute.accept().await {
+            conns.push(c);
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    connect(
+        &hub_dir,
+        "fake",
+        &format!("http://{}", l.local_addr().unwrap()),
+        "t2",
+    );
+    let (mut ws, _) = fake_accept(&l).await;
+    fake_handshake(&mut ws, json!([{"tuic_session":"mallory"}])).await;
+    // Mail to the healthy node flows while the mute one's handshake hangs.
+    let r = hank.send("fake/mallory", "first").await;
+    let m = frame(&mut ws, "send").await;
+    assert_eq!(m["message"], "first");
+    assert_eq!(m["to"], "mallory");
+    assert!(m["from"].as_str().unwrap().starts_with("local/"), "{m}");
+    assert_eq!(m["message_id"], r["message_id"]);
+    // The link drops before the node acknowledges: the hub resends the same message id on the
+    // next link, and the sender was never told it was delivered.
+    assert_ne!(r["status"], "delivered", "{r}");
+    drop(ws);
+    let (mut ws, _) = fake_accept(&l).await;
+    fake_handshake(&mut ws, json!([{"tuic_session":"mallory"}])).await;
+    let again = frame(&mut ws, "send").await;
+    assert_eq!(again["message_id"], m["message_id"]);
+    assert_eq!(again["message"], "first");
+    put(&mut ws, json!({"type":"send_ack","id":again["id"],"message_id":again["message_id"],"outcome":"delivered"})).await;
+    // Acknowledged: the hub's outbox for that node empties.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connection(&hub, "fake").await["outbox_held"] != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            connection(&hub, "fake").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let c = connection(&hub, "mute").await;
+    assert_eq!(c["peer_link_up"], false, "{c}");
+    held.abort();
+}
+
+#[tokio::test]
+async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
+    let hub_dir = config_dir(json!({}));
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &["--config-dir", &s(&hub_dir)],
+        &[("TUIC_LOG", "info")],
+    )
+    .unwrap();
+    let (mut hank, thank) = Agent::new(&hub.socket, "hank").await;
+    // A fake node: a WebSocket server on loopback that records the hub's cookie.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    connect(&hub_dir, "fake", &url, "the-node-token");
+    let (mut ws, cookie) = fake_accept(&l).await;
     assert_eq!(cookie, "tui-session=the-node-token");
-    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
     let hello = frame(&mut ws, "hello").await;
     assert_eq!(hello["role"], "hub");
     put(
