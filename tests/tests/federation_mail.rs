@@ -309,6 +309,8 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
     // B → hub → C: every message once, in order, from the address the hub stamped.
     const N: usize = 20;
     let mut ids = Vec::new();
+    let started = Instant::now();
+    let mut delivered = 0;
     for i in 0..N {
         let r = bob.send(&a_carol, &format!("b2c-{i}")).await;
         assert!(
@@ -316,9 +318,15 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
             "{r}"
         );
         assert_eq!(r["delivery_path"], "peer_link");
+        delivered += usize::from(r["status"] == "delivered");
         ids.push(r["message_id"].as_str().unwrap().to_owned());
     }
+    let sent_in = started.elapsed();
     let got = carol.collect(N, Duration::from_secs(30)).await;
+    eprintln!(
+        "{N} sends B→hub→C answered in {sent_in:?} ({delivered} with the destination's receipt); all in C's inbox after {:?}",
+        started.elapsed()
+    );
     let bodies: Vec<&str> = got.iter().map(|m| m["message"].as_str().unwrap()).collect();
     let want: Vec<String> = (0..N).map(|i| format!("b2c-{i}")).collect();
     assert_eq!(bodies, want);
