@@ -816,6 +816,31 @@ async fn full_outboxes_refuse_naming_the_connection_and_survive_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // A node behind this hub: the hub's full outbox for `nodec` refuses its send, and the
+    // refusal names `nodec`, not the node's own uplink.
+    let (_bd, b, btoken) = start_node(None, json!({}), "0", "127.0.0.1");
+    connect(
+        &hub_dir,
+        "nodeb",
+        &format!("http://{}", b.tcp.unwrap()),
+        &btoken,
+    );
+    wait_link(&hub, "nodeb", true, Duration::from_secs(15)).await;
+    let (mut bea, _) = Agent::new(&b.socket, "bea").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        let (err, e) = bea
+            .call(json!({"action":"send","to":"nodec/carol","message":"via the hub"}))
+            .await;
+        // Until the hub has bea's registration the answer may still be pending (`accepted`).
+        if err {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "never refused: {e}");
+    };
+    assert_eq!(e["code"], "outbox_full", "{e}");
+    assert_eq!(e["connection"], "nodec", "{e}");
+
     // A node without a hub: its own outbox fills and refuses naming its uplink; local mail
     // keeps working.
     let (_d, node, _) = start_node(None, tuning, "0", "127.0.0.1");

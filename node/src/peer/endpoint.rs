@@ -194,13 +194,23 @@ impl NodeEnd {
     }
 
     /// Applies outbox changes: commit the outbox, report outcomes to waiting senders.
-    fn settle(&self, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
+    /// `refused_by` names the connection a refusal came from when the hub said (its outbox for
+    /// another node may be the full one), instead of this node's uplink.
+    fn settle(&self, refused_by: Option<&str>, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
         let mut p = self.node.peer.lock();
         f(&mut p.uplink);
         if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
             tracing::error!(error = %e, "persisting the uplink outbox failed");
         }
-        while let Some(ev) = p.uplink.poll_event() {
+        while let Some(mut ev) = p.uplink.poll_event() {
+            if let (
+                Some(by),
+                SenderOutcome::Refused { connection, .. }
+                | SenderOutcome::RefusedOnRetry { connection, .. },
+            ) = (refused_by, &mut ev.outcome)
+            {
+                *connection = by.to_owned();
+            }
             p.notify(&ev.message_id, ev.outcome);
         }
     }
@@ -231,11 +241,20 @@ impl End for NodeEnd {
                     }
                 }
                 (Request::Send(m), R::SendAck { outcome, .. }) => {
-                    self.settle(|o| o.on_ack(&m.message_id, outcome));
+                    self.settle(None, |o| o.on_ack(&m.message_id, outcome));
                 }
-                (Request::Send(m), R::Error { code, message, .. }) => {
-                    tracing::warn!(message_id = %m.message_id, ?code, %message, "hub refused mail");
-                    self.settle(|o| o.on_refused(&m.message_id, code, &message));
+                (
+                    Request::Send(m),
+                    R::Error {
+                        code,
+                        message,
+                        connection,
+                    },
+                ) => {
+                    tracing::warn!(message_id = %m.message_id, ?code, %connection, %message, "hub refused mail");
+                    self.settle(Some(&connection), |o| {
+                        o.on_refused(&m.message_id, code, &message)
+                    });
                 }
                 (req, resp) => {
                     tracing::debug!(?req, ?resp, "unexpected answer on the peer link");
@@ -250,7 +269,7 @@ impl End for NodeEnd {
             }
             LinkEvent::Down { reason, .. } => {
                 tracing::info!(?reason, "peer link down");
-                self.settle(|o| o.on_link_down());
+                self.settle(None, |o| o.on_link_down());
                 self.node.peer.lock().directory.clear();
             }
         }
