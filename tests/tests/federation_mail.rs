@@ -552,6 +552,10 @@ async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
         "{e}"
     );
 
+    // A plain node has no connections to list.
+    let (err, e) = bob.tool("remote", json!({"action":"list"})).await;
+    assert!(err);
+    assert_eq!(e["code"], "not_a_hub", "{e}");
     let page = bob.ok(json!({"action":"inbox"})).await;
     let msgs = page["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 1, "{page}");
@@ -934,6 +938,27 @@ async fn hub_session_tool_routes_remote_addresses_to_the_owner_over_http() {
     assert_eq!(created.status, 200);
     let sid = created.json()["session_id"].as_str().unwrap().to_owned();
     let address = format!("nodeb/{sid}");
+
+    // remote: the hub's connections, never their tokens.
+    let (err, l) = hank.tool("remote", json!({"action":"list"})).await;
+    assert!(!err, "{l}");
+    let ids: Vec<&str> = l["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["nodeb", "nodec"], "{l}");
+    let (err, c) = hank
+        .tool("remote", json!({"action":"status","connection_id":"nodec"}))
+        .await;
+    assert!(!err, "{c}");
+    assert_eq!(c["peer_link_up"], true, "{c}");
+    let (err, e) = hank
+        .tool("remote", json!({"action":"status","connection_id":"nope"}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_connection", "{e}");
 
     // list: the remote row with its address.
     let deadline = Instant::now() + Duration::from_secs(10);
