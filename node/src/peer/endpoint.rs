@@ -269,8 +269,9 @@ impl End for NodeEnd {
             }
             LinkEvent::Down { reason, .. } => {
                 tracing::info!(?reason, "peer link down");
+                // The directory goes with the link slot (`detach`, by generation), so an older
+                // link ending never wipes a newer one's.
                 self.settle(None, |o| o.on_link_down());
-                self.node.peer.lock().directory.clear();
             }
         }
     }
