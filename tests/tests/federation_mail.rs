@@ -710,6 +710,27 @@ async fn a_mute_node_does_not_hold_mail_to_another_and_a_dropped_send_is_resent_
     }
     let c = connection(&hub, "mute").await;
     assert_eq!(c["peer_link_up"], false, "{c}");
+
+    // A refusal that arrives after the sender stopped waiting becomes a notice in its inbox.
+    let r = hank.send("fake/ghost", "boo").await;
+    assert_eq!(r["status"], "accepted", "{r}");
+    let m = frame(&mut ws, "send").await;
+    assert_eq!(m["message_id"], r["message_id"]);
+    put(
+        &mut ws,
+        json!({"type":"error","id":m["id"],"code":"unknown_recipient","connection":"fake","message":"recipient 'ghost' is not registered"}),
+    )
+    .await;
+    let n = hank.collect(1, Duration::from_secs(10)).await;
+    assert_eq!(n[0]["kind"], "delivery_refused", "{n:?}");
+    assert_eq!(n[0]["from"], "tuic");
+    let text = n[0]["message"].as_str().unwrap();
+    assert!(
+        text.contains(r["message_id"].as_str().unwrap())
+            && text.contains("'fake'")
+            && text.contains("unknown_recipient"),
+        "{text}"
+    );
     held.abort();
 }
 

@@ -26,7 +26,7 @@ use tuic_proto::peer::{
 };
 
 use super::driver::{self, End, FrameIo};
-use super::{UPLINK, local_entries, persist_outbox};
+use super::{LateRefusal, UPLINK, local_entries, persist_outbox, post_refusals};
 use crate::error::ApiError;
 use crate::guard::Transport;
 use crate::mail::Mail;
@@ -197,22 +197,28 @@ impl NodeEnd {
     /// `refused_by` names the connection a refusal came from when the hub said (its outbox for
     /// another node may be the full one), instead of this node's uplink.
     fn settle(&self, refused_by: Option<&str>, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
-        let mut p = self.node.peer.lock();
-        f(&mut p.uplink);
-        if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
-            tracing::error!(error = %e, "persisting the uplink outbox failed");
-        }
-        while let Some(mut ev) = p.uplink.poll_event() {
-            if let (
-                Some(by),
-                SenderOutcome::Refused { connection, .. }
-                | SenderOutcome::RefusedOnRetry { connection, .. },
-            ) = (refused_by, &mut ev.outcome)
-            {
-                *connection = by.to_owned();
+        let mut late = Vec::new();
+        {
+            let mut p = self.node.peer.lock();
+            f(&mut p.uplink);
+            if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
+                tracing::error!(error = %e, "persisting the uplink outbox failed");
             }
-            p.notify(&ev.message_id, ev.outcome);
+            while let Some(mut ev) = p.uplink.poll_event() {
+                if let (
+                    Some(by),
+                    SenderOutcome::Refused { connection, .. }
+                    | SenderOutcome::RefusedOnRetry { connection, .. },
+                ) = (refused_by, &mut ev.outcome)
+                {
+                    *connection = by.to_owned();
+                }
+                if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
+                    late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
+                }
+            }
         }
+        post_refusals(&self.node, late);
     }
 }
 
@@ -262,10 +268,15 @@ impl End for NodeEnd {
             },
             LinkEvent::Receipt(r) => {
                 tracing::info!(source = "agent_msg", message_id = %r.message_id, outcome = ?r.outcome, connection = %r.connection, "delivery receipt");
-                self.node
+                let unclaimed = self
+                    .node
                     .peer
                     .lock()
                     .notify(&r.message_id, SenderOutcome::from_receipt(&r));
+                if let Some(o) = unclaimed {
+                    let late = LateRefusal::of(&r.from, &r.message_id, &r.to, o);
+                    post_refusals(&self.node, late.into_iter().collect());
+                }
             }
             LinkEvent::Down { reason, .. } => {
                 tracing::info!(?reason, "peer link down");
