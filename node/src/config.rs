@@ -160,6 +160,13 @@ pub struct Tuning {
     pub mcp_identity_grace_ms: u64,
     /// How long MCP task handles are kept in memory (24 h).
     pub mcp_task_retention_ms: u64,
+    /// A payload-free wake notice not consumed by an inbox read this long expires (5 s).
+    pub mail_wake_expiry_ms: u64,
+    /// A deferred spawn prompt still undelivered this long reports `prompt_delivery_failed` (30 s).
+    pub mail_prompt_delivery_timeout_ms: u64,
+    /// A managed child quiet this long after reporting `completed` is closed unless it is
+    /// marked `keep_open` (30 min).
+    pub mail_child_idle_close_ms: u64,
     /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
     pub mcp_confirm_timeout_ms: u64,
 }
@@ -182,6 +189,9 @@ impl Default for Tuning {
             mcp_reap_interval_ms: 60_000,
             mcp_identity_grace_ms: 30_000,
             mcp_task_retention_ms: 86_400_000,
+            mail_wake_expiry_ms: 5_000,
+            mail_prompt_delivery_timeout_ms: 30_000,
+            mail_child_idle_close_ms: 1_800_000,
             mcp_confirm_timeout_ms: 300_000,
         }
     }

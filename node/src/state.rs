@@ -137,9 +137,9 @@ impl Node {
             mcp,
             mail: crate::mail::Mail::default(),
         });
-        // The reaper keeps identities that own a live PTY; it asks the session registry.
+        // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
-            Arc::new(crate::session::PtyLiveness::new(&node));
+            Arc::new(crate::mail::Addressable::new(&node));
         Ok(node)
     }
 
