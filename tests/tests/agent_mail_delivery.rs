@@ -32,10 +32,39 @@ async fn user_session(node: &NodeProc, shell: &str, cwd: &std::path::Path) -> (S
     )
 }
 
+/// The session's clean log lines (not the screen copy), one per line.
 async fn log_text(node: &NodeProc, sid: &str) -> String {
-    get_json(node, &format!("/sessions/{sid}/output?format=log"))
-        .await
-        .to_string()
+    let v = get_json(node, &format!("/sessions/{sid}/output?format=log")).await;
+    v["lines"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// Polls the log lines until `pred` holds (bounded).
+async fn lines_until(
+    node: &NodeProc,
+    sid: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = log_text(node, sid).await;
+        if pred(&o) {
+            return o;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {o}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -155,7 +184,7 @@ async fn wake_notice_expires_unread_retries_once_then_stays_inbox_only_until_rea
         .await;
     assert_eq!(r["delivery_path"], "terminal_or_queued");
     // Nobody reads: the notice expires and is retried exactly once.
-    output_until(&node, &sid, "the retried notice", |o| {
+    lines_until(&node, &sid, "the retried notice", |o| {
         count(o, &notice) >= 2
     })
     .await;
@@ -177,7 +206,7 @@ async fn wake_notice_expires_unread_retries_once_then_stays_inbox_only_until_rea
     // New mail starts a new group with a fresh budget: a third notice.
     b.agent(json!({"action":"send","to":tuic,"message":"payload three"}))
         .await;
-    output_until(&node, &sid, "the next group's notice", |o| {
+    lines_until(&node, &sid, "the next group's notice", |o| {
         count(o, &notice) >= 3
     })
     .await;
@@ -220,6 +249,20 @@ async fn lifecycle_summary_is_typed_for_server_authored_mail_and_acknowledges_it
         !o.contains("message available"),
         "generic notice typed: {o}"
     );
+    // Each summary acknowledges its window right after it is typed; its log line follows.
+    let typed = count(&o, "got: [TUIC] child agent");
+    eventually(
+        "the summaries' acknowledgements",
+        Duration::from_secs(10),
+        || {
+            let node = &node;
+            async move {
+                let l = get_json(node, "/logs?source=agent_msg&level=info&limit=1000").await;
+                (count(&l.to_string(), "lifecycle summary written") >= typed).then_some(l)
+            }
+        },
+    )
+    .await;
     // The summary acknowledged its window: no inbox call is owed, the mail is still retained.
     let fresh = parent.agent(json!({"action":"inbox"})).await;
     assert_eq!(fresh["messages"], json!([]), "{fresh}");
@@ -252,7 +295,7 @@ async fn urgent_notice_reaches_a_busy_claude_session_and_falls_back_otherwise() 
         .await;
     assert_eq!(r["urgent_delivered"], true, "{r}");
     let notice = format!("got: {NOTICE}");
-    output_until(&node, &csid, "the urgent notice", |o| o.contains(&notice)).await;
+    lines_until(&node, &csid, "the urgent notice", |o| o.contains(&notice)).await;
     // A second urgent message is covered by the unread notice: no second write.
     let r2 = b
         .agent(json!({"action":"send","to":ctuic,"message":"urgent two","urgency":"urgent"}))

@@ -235,8 +235,8 @@ pub fn start(node: &Arc<Node>, recipient: String, generation: u64, cancel: Cance
             };
             match verdict {
                 Ok(()) if summary.is_some() => {
-                    tracing::info!(source = "agent_msg", recipient = %recipient, delivery_path = "lifecycle_summary_and_inbox", "lifecycle summary written");
                     super::summary_done(&n, &recipient, generation, up_to);
+                    tracing::info!(source = "agent_msg", recipient = %recipient, delivery_path = "lifecycle_summary_and_inbox", "lifecycle summary written");
                     return;
                 }
                 Ok(()) => {
