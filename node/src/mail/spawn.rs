@@ -114,6 +114,27 @@ pub fn prefill_only(command: &str, args: &[String]) -> bool {
     true
 }
 
+/// The flag that lets Claude Code receive `notifications/claude/channel` from this server.
+pub const CLAUDE_CHANNEL_FLAG: [&str; 2] = [
+    "--dangerously-load-development-channels",
+    "server:tuicommander",
+];
+
+/// Spawned Claude Code agents get the development-channel flag automatically (first, so a
+/// trailing positional prompt stays last); an explicit one is left as the caller wrote it.
+pub fn with_channel_flag(command: &str, args: &[String]) -> Vec<String> {
+    let base = std::path::Path::new(command)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or(command);
+    if base != "claude" || args.iter().any(|a| a == CLAUDE_CHANNEL_FLAG[0]) {
+        return args.to_vec();
+    }
+    let mut v: Vec<String> = CLAUDE_CHANNEL_FLAG.iter().map(|s| s.to_string()).collect();
+    v.extend_from_slice(args);
+    v
+}
+
 /// Display metadata derived from a prompt: whitespace-normalised, at most 160 characters.
 pub fn derive_description(prompt: &str) -> Option<String> {
     let norm = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -138,10 +159,11 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
     };
     let placeholder = req.args.iter().any(|a| a.contains("{prompt}"));
     let deferred = req.prompt.is_some() && !placeholder && prefill_only(&req.command, &req.args);
+    let base_args = with_channel_flag(&req.command, &req.args);
     let args = if deferred {
-        req.args.clone()
+        base_args
     } else {
-        compose_args(&req.args, req.prompt.as_deref())
+        compose_args(&base_args, req.prompt.as_deref())
     };
     let session = node
         .sessions
@@ -424,6 +446,23 @@ mod tests {
         let long = "word ".repeat(100);
         assert_eq!(derive_description(&long).unwrap().chars().count(), 160);
         assert_eq!(derive_description("  a\n b "), Some("a b".into()));
+    }
+
+    #[test]
+    fn spawned_claude_gets_the_channel_flag_once() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            with_channel_flag("/opt/bin/claude", &a(&["--model", "x"])),
+            a(&[
+                "--dangerously-load-development-channels",
+                "server:tuicommander",
+                "--model",
+                "x"
+            ])
+        );
+        let explicit = a(&["--dangerously-load-development-channels", "server:other"]);
+        assert_eq!(with_channel_flag("claude", &explicit), explicit);
+        assert_eq!(with_channel_flag("codex", &a(&["-q"])), a(&["-q"]));
     }
 
     #[test]
