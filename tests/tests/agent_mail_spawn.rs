@@ -251,3 +251,53 @@ async fn keep_open_spares_a_completed_child_from_idle_closure() {
         "a refused send buffered mail: {page}"
     );
 }
+
+#[tokio::test]
+async fn an_unregistered_spawner_is_linked_by_a_later_register_with_its_notices() {
+    let node = NodeProc::start(json!({})).await;
+    let dir = tempfile::tempdir().unwrap();
+    let quick = script(dir.path(), "quick-agent", "echo bye\nexit 0");
+    let mut caller = Client::new(&node).await;
+    let r = caller
+        .agent(json!({"action":"spawn","command":quick,"cwd":dir.path().display().to_string()}))
+        .await;
+    assert!(r.get("parent_session_id").is_none(), "{r}");
+    assert!(r["warning"].is_string(), "{r}");
+    let child = r["tuic_session"].as_str().unwrap().to_owned();
+    let task = r["task_id"].as_str().unwrap().to_owned();
+    // The spawner reaches its task before registering; once it is finished, the exit notice
+    // has been posted (to the pending parent).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let t = caller
+            .ok("task", json!({"action":"get","task_id":task}))
+            .await;
+        if t["status"] == "completed" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "task not finished: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Registering links the child and migrates the notices emitted before it.
+    let reg = caller
+        .agent(json!({"action":"register","name":"late"}))
+        .await;
+    assert_eq!(reg["children_linked"], 1, "{reg}");
+    assert!(reg["lifecycle_migrated"].as_u64().unwrap() >= 1, "{reg}");
+    let page = caller.agent(json!({"action":"inbox"})).await;
+    let exited = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["message"].as_str().unwrap().contains("\"exited\""))
+        .cloned()
+        .unwrap_or_else(|| panic!("no exit notice: {page}"));
+    assert_eq!(exited["from"], child.as_str());
+    assert_eq!(exited["kind"], "state_change");
+    // The pending parent is internal: never listed as a peer.
+    let peers = caller.agent(json!({"action":"list_peers"})).await;
+    assert!(!peers.to_string().contains("mcp-pending"), "{peers}");
+}

@@ -513,6 +513,28 @@ impl crate::mcp::sessions::IdentityLiveness for Addressable {
     }
 }
 
+/// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox
+/// goes, and its children keep no parent.
+pub fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
+    let actions = {
+        let mut g = node.mail.lock();
+        for sid in sessions {
+            let pending = spawn::pending_parent(sid);
+            if !g.inboxes.is_registered(&pending) {
+                continue;
+            }
+            g.inboxes.unregister(&pending);
+            for p in g.peers.values_mut() {
+                if p.parent.as_deref() == Some(pending.as_str()) {
+                    p.parent = None;
+                }
+            }
+        }
+        Mail::drain(&mut g)
+    };
+    Mail::act(node, actions);
+}
+
 /// Retires the peers of identities whose last protocol session was reaped or deleted, unless
 /// they are still addressable: their inbox goes (pending waits end), they leave `list_peers`,
 /// and mail to them is refused from now on.

@@ -45,6 +45,9 @@ pub struct SpawnRequest {
     pub pty_description: Option<Option<String>>,
     /// The identity of a registered caller.
     pub parent: Option<String>,
+    /// An unregistered caller's protocol session: its children are linked to the identity it
+    /// registers later (see [`pending_parent`]).
+    pub pending_parent: Option<String>,
     /// Identities allowed to read the task.
     pub owners: Vec<String>,
     /// Exempt from automatic idle closure.
@@ -135,6 +138,24 @@ pub fn with_channel_flag(command: &str, args: &[String]) -> Vec<String> {
     v
 }
 
+/// Prefix of the internal parent id of an unregistered spawner (never listed, never an
+/// address anyone can send to).
+pub const PENDING_PREFIX: &str = "mcp-pending:";
+
+/// The internal parent id standing for protocol session `sid` until it registers.
+pub fn pending_parent(sid: &str) -> String {
+    format!("{PENDING_PREFIX}{sid}")
+}
+
+/// The child's current parent: a registered identity, or a pending one.
+fn current_parent(node: &Node, child: &str) -> Option<String> {
+    node.mail
+        .lock()
+        .peers
+        .get(child)
+        .and_then(|p| p.parent.clone())
+}
+
 /// Display metadata derived from a prompt: whitespace-normalised, at most 160 characters.
 pub fn derive_description(prompt: &str) -> Option<String> {
     let norm = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -187,11 +208,16 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         if req.name.is_some() {
             p.name = req.name.clone();
         }
-        p.parent = req.parent.clone();
+        p.parent = req.parent.clone().or_else(|| req.pending_parent.clone());
         p.managed = true;
         p.keep_open = req.keep_open;
         if let Some(parent) = &req.parent {
             Mail::ensure(node, &mut g, parent);
+        } else if let Some(pending) = &req.pending_parent
+            && !g.inboxes.is_registered(pending)
+        {
+            // Lifecycle notices collect here until the spawner registers.
+            g.inboxes.register(pending);
         }
     }
     let prompt_delivery = match (&req.prompt, placeholder, deferred) {
@@ -220,7 +246,7 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         },
     );
     if deferred && let Some(p) = &req.prompt {
-        deliver_prompt(node, session.clone(), p.clone(), req.parent.clone());
+        deliver_prompt(node, session.clone(), p.clone());
     }
     let task_id = node.mcp.tasks.create(req.owners.clone(), Instant::now());
     tracing::info!(
@@ -231,7 +257,7 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         env_keys = ?req.env.keys().collect::<Vec<_>>(),
         "spawned a child agent"
     );
-    watch(node, session.clone(), req.parent.clone(), task_id.clone());
+    watch(node, session.clone(), task_id.clone());
     let mut v = json!({
         "session_id": session.id,
         "tuic_session": child,
@@ -265,7 +291,7 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
 /// Types a deferred prompt once the TUI shows its ready prompt (idle, bare prompt, nothing
 /// typed), under the same claim as a wake notice. The one-shot watchdog gives up after
 /// `mail_prompt_delivery_timeout_ms` and tells the parent once.
-fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String, parent: Option<String>) {
+fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String) {
     let n = node.clone();
     let rt = tokio::runtime::Handle::current();
     let _g = rt.enter();
@@ -301,12 +327,9 @@ fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String, parent: Opt
         }
         receipt::prompt_state(&n, &s.tuic_session, PromptState::Failed);
         tracing::warn!(source = "agent_spawn", session = %s.id, "deferred prompt not delivered: prompt_delivery_failed");
-        if let Some(p) = parent {
+        if let Some(p) = current_parent(&n, &s.tuic_session) {
             let body = json!({"child": s.tuic_session, "session_id": s.id, "state": "prompt_delivery_failed", "timeout_ms": limit.as_millis() as u64});
-            {
-                let mut g = n.mail.lock();
-                Mail::ensure(&n, &mut g, &p);
-            }
+            ensure_parent(&n, &p);
             let r = Mail::post(
                 &n,
                 &p,
@@ -350,10 +373,7 @@ pub fn notify_parent(node: &Arc<Node>, parent: &str, s: &Session, state: &str, c
     if state == "exited" {
         body["exit_code"] = json!(code);
     }
-    {
-        let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, parent);
-    }
+    ensure_parent(node, parent);
     let r = Mail::post(
         node,
         parent,
@@ -371,8 +391,22 @@ pub fn notify_parent(node: &Arc<Node>, parent: &str, s: &Session, state: &str, c
     }
 }
 
+/// Makes sure a parent can receive: a registered identity gets its peer entry, a pending one
+/// only its inbox (it is not a peer anyone can list or address).
+fn ensure_parent(node: &Node, parent: &str) {
+    let mut g = node.mail.lock();
+    if parent.starts_with(PENDING_PREFIX) {
+        if !g.inboxes.is_registered(parent) {
+            g.inboxes.register(parent);
+        }
+    } else {
+        Mail::ensure(node, &mut g, parent);
+    }
+}
+
 /// Follows the child until it exits: lifecycle notices on quiet edges, the task's end state.
-fn watch(node: &Arc<Node>, s: Arc<Session>, parent: Option<String>, task_id: String) {
+/// The parent is looked up at each notice, so a spawner that registers later receives them.
+fn watch(node: &Arc<Node>, s: Arc<Session>, task_id: String) {
     let n = node.clone();
     let rt = tokio::runtime::Handle::current();
     let _g = rt.enter();
@@ -382,10 +416,11 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, parent: Option<String>, task_id: Str
         let mut completed_since: Option<tokio::time::Instant> = None;
         loop {
             if let Some(e) = s.exit() {
-                n.mcp.tasks.finish(&task_id, &s.id, e.code);
-                if let Some(p) = &parent {
-                    notify_parent(&n, p, &s, "exited", e.code);
+                // The notice first: a task seen finished implies its exit notice is posted.
+                if let Some(p) = current_parent(&n, &s.tuic_session) {
+                    notify_parent(&n, &p, &s, "exited", e.code);
                 }
+                n.mcp.tasks.finish(&task_id, &s.id, e.code);
                 return;
             }
             let s2 = s.clone();
@@ -393,9 +428,10 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, parent: Option<String>, task_id: Str
                 .await
                 .unwrap_or(None);
             if now != last
-                && let (Some(p), Some(state)) = (&parent, now)
+                && let Some(state) = now
+                && let Some(p) = current_parent(&n, &s.tuic_session)
             {
-                notify_parent(&n, p, &s, state, None);
+                notify_parent(&n, &p, &s, state, None);
             }
             last = now;
             let busy = now.is_none();

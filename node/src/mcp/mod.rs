@@ -180,6 +180,7 @@ pub fn spawn_background(node: &Arc<Node>) {
             }
             let sweep = n.mcp.sweep(&n.config(), Instant::now());
             crate::mail::evict_peers_for_reaped_mcp_session(&n, &sweep.retired);
+            crate::mail::forget_pending(&n, &sweep.reaped);
         }
     });
     // Config reloads from disk and `PUT /config` both publish or replace the config; the

@@ -738,6 +738,7 @@ pub async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) -> Respon
     if let Some(retired) = node.mcp.sessions.end(sid) {
         tracing::info!(source = "mcp", session = %sid, "mcp session deleted");
         crate::mail::evict_peers_for_reaped_mcp_session(&node, retired.as_slice());
+        crate::mail::forget_pending(&node, &[sid.to_owned()]);
         (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response()
     } else {
         ApiError::not_found("no such MCP session").into_response()

@@ -259,6 +259,19 @@ fn register(
                 out.insert("mail_migrated".into(), json!(0));
             }
         }
+        // Children spawned before this session registered: link them and migrate their
+        // lifecycle notices.
+        let pending = spawn::pending_parent(&sid);
+        if g.inboxes.is_registered(&pending) {
+            let linked = g
+                .peers
+                .values()
+                .filter(|p| p.parent.as_deref() == Some(pending.as_str()))
+                .count();
+            let n = Mail::carry_over(node, &mut g, &pending, &identity);
+            out.insert("children_linked".into(), json!(linked));
+            out.insert("lifecycle_migrated".into(), json!(n));
+        }
         let p = g.peers.entry(identity.clone()).or_default();
         if let Some(n) = name {
             p.name = Some(n);
@@ -557,6 +570,10 @@ fn spawn_child(
         env,
         name: opt_str(args, "name")?.map(str::to_owned),
         pty_description,
+        pending_parent: match &parent {
+            None => ctx.mcp_session.as_deref().map(spawn::pending_parent),
+            Some(_) => None,
+        },
         parent,
         owners,
         keep_open: opt_bool(args, "keep_open")?.unwrap_or(false),
