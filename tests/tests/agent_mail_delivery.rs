@@ -171,7 +171,7 @@ async fn channel_push_reaches_a_terminal_less_client_inline_or_as_a_pointer() {
 
 #[tokio::test]
 async fn wake_notice_expires_unread_retries_once_then_stays_inbox_only_until_read() {
-    let node = NodeProc::start(json!({"tuning": {"mail_wake_expiry_ms": 700}})).await;
+    let node = NodeProc::start(json!({"tuning": {"mail_wake_expiry_ms": 1500}})).await;
     let dir = tempfile::tempdir().unwrap();
     let agent = script(dir.path(), "prompt-agent", PROMPT_AGENT);
     let (sid, tuic) = user_session(&node, &agent, dir.path()).await;
@@ -189,10 +189,10 @@ async fn wake_notice_expires_unread_retries_once_then_stays_inbox_only_until_rea
     })
     .await;
     // More mail coalesces into the exhausted group: no further notice (absence needs a
-    // window: four expiry periods).
+    // window: two expiry periods).
     b.agent(json!({"action":"send","to":tuic,"message":"payload two"}))
         .await;
-    let until = std::time::Instant::now() + Duration::from_millis(2800);
+    let until = std::time::Instant::now() + Duration::from_millis(3200);
     while std::time::Instant::now() < until {
         let o = log_text(&node, &sid).await;
         assert_eq!(count(&o, &notice), 2, "{o}");
@@ -212,7 +212,7 @@ async fn wake_notice_expires_unread_retries_once_then_stays_inbox_only_until_rea
     .await;
     // Read promptly this time: the notice is consumed and never retried.
     me.agent(json!({"action":"inbox"})).await;
-    let until = std::time::Instant::now() + Duration::from_millis(2100);
+    let until = std::time::Instant::now() + Duration::from_millis(3200);
     while std::time::Instant::now() < until {
         assert_eq!(count(&log_text(&node, &sid).await, &notice), 3);
         tokio::time::sleep(Duration::from_millis(100)).await;
