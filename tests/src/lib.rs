@@ -7,6 +7,7 @@
 pub mod bench_upload;
 pub mod bridge;
 pub mod fake;
+pub mod fed;
 pub mod netns;
 pub mod records;
 pub mod term;
