@@ -104,6 +104,9 @@ pub struct Tailscale {
     /// The Tailscale DNS name to trust (e.g. `box.tailnet.ts.net`) when detection is unavailable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// tailscaled's local API socket (default `/var/run/tailscale/tailscaled.sock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 impl Default for Tailscale {
@@ -111,6 +114,7 @@ impl Default for Tailscale {
         Self {
             enabled: true,
             hostname: None,
+            socket: None,
         }
     }
 }
@@ -169,6 +173,10 @@ pub struct Tuning {
     pub mail_child_idle_close_ms: u64,
     /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
     pub mcp_confirm_timeout_ms: u64,
+    /// How often Tailscale detection asks tailscaled (30 s).
+    pub tailscale_refresh_ms: u64,
+    /// The budget of one detection (500 ms); past it the state is `unavailable`.
+    pub tailscale_probe_ms: u64,
 }
 
 impl Default for Tuning {
@@ -193,6 +201,8 @@ impl Default for Tuning {
             mail_prompt_delivery_timeout_ms: 30_000,
             mail_child_idle_close_ms: 1_800_000,
             mcp_confirm_timeout_ms: 300_000,
+            tailscale_refresh_ms: 30_000,
+            tailscale_probe_ms: 500,
         }
     }
 }
