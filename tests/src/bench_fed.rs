@@ -1,7 +1,7 @@
 //! Federation benchmarks in namespaces: a remote session's stream and keystrokes through the
 //! hub against the same node reached directly (its own socket), measured in the same run.
 //!
-//! `bench fed-stream [MiB]`, `bench fed-keystroke [N]`.
+//! `bench fed-stream [MiB]`, `bench fed-keystroke [N]`, `bench fed-mail [N]` (cross-host agent mail).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -139,6 +139,131 @@ pub async fn keystroke(n: usize) -> anyhow::Result<()> {
         "  ratios hub/direct: p50 {:.1}x  p99 {:.1}x",
         p[1].0 / p[0].0,
         p[1].1 / p[0].1
+    );
+    Ok(())
+}
+
+/// Receives on `agent` until `n` messages arrived (or `limit`); each message's body and the
+/// instant its `wait` returned, plus the inbox's `missed_count` (evictions) seen on the way.
+async fn receive(
+    agent: &mut crate::agent::Agent,
+    n: usize,
+    limit: Duration,
+) -> anyhow::Result<(Vec<(String, Instant)>, u64)> {
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::with_capacity(n);
+    let mut missed = 0;
+    while got.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("received {} of {n} messages", got.len());
+        }
+        let (err, w) = agent
+            .call(json!({"action":"wait","timeout_ms": left.as_millis().min(10_000) as u64}))
+            .await;
+        if err {
+            bail!("wait failed: {w}");
+        }
+        let now = Instant::now();
+        for m in w["new_messages"].as_array().into_iter().flatten() {
+            got.push((m["message"].as_str().unwrap_or("").to_owned(), now));
+        }
+        missed += w["missed_count"].as_u64().unwrap_or(0);
+    }
+    Ok((got, missed))
+}
+
+/// Sends `message` and fails on a refusal.
+async fn send_ok(agent: &mut crate::agent::Agent, to: &str, message: &str) -> anyhow::Result<()> {
+    let (err, v) = agent
+        .call(json!({"action":"send","to":to,"message":message}))
+        .await;
+    if err {
+        bail!("send refused: {v}");
+    }
+    Ok(())
+}
+
+/// Cross-host mail: agents on node B send to an agent on node C through the hub.
+/// `n` one-at-a-time sends for latency (send call -> the recipient's `wait` returns), then
+/// `4 * n` sends from four concurrent senders for throughput. The same run with both agents
+/// on node B is the floor.
+pub async fn mail(n: usize) -> anyhow::Result<()> {
+    use crate::agent::Agent;
+    let bed = FedBed::start(2).await?;
+    let (b_sock, c_sock) = (
+        bed.nodes[0].proc().socket.clone(),
+        bed.nodes[1].proc().socket.clone(),
+    );
+    let (carol, tcarol) = Agent::new(&c_sock, "carol").await;
+    let (bella, tbella) = Agent::new(&b_sock, "bella").await;
+    let mut senders = Vec::new();
+    for i in 0..4 {
+        senders.push(Agent::new(&b_sock, &format!("bob{i}")).await.0);
+    }
+    let remote = format!("{}/{tcarol}", bed.nodes[1].id);
+    senders[0].sees(&remote, Duration::from_secs(30)).await;
+    println!(
+        "fed-mail: agents on node B -> agent on node C through the hub (floor: both on node B)"
+    );
+    let mut results = Vec::new();
+    for (label, to, mut rx) in [
+        ("local (same node)", tbella, bella),
+        ("cross-host via hub", remote, carol),
+    ] {
+        // Latency: one message in flight at a time.
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..n {
+            let body = format!("lat-{i}");
+            let t0 = Instant::now();
+            let (sent, got) = tokio::join!(
+                send_ok(&mut senders[0], &to, &body),
+                receive(&mut rx, 1, T)
+            );
+            sent?;
+            let (got, _) = got?;
+            lat.push(got[0].1.duration_since(t0).as_secs_f64() * 1e3);
+        }
+        // Throughput: four senders at once, one receiver draining.
+        let total = 4 * n;
+        let start = Instant::now();
+        let collector = tokio::spawn(async move {
+            let r = receive(&mut rx, total, T).await;
+            (rx, r)
+        });
+        let mut sends = Vec::new();
+        for (k, mut s) in std::mem::take(&mut senders).into_iter().enumerate() {
+            let to = to.clone();
+            sends.push(tokio::spawn(async move {
+                for i in 0..n {
+                    send_ok(&mut s, &to, &format!("tp-{k}-{i}")).await?;
+                }
+                anyhow::Ok(s)
+            }));
+        }
+        for h in sends {
+            senders.push(h.await??);
+        }
+        let (_rx, got) = collector.await?;
+        let (got, missed) = got?;
+        let secs = start.elapsed().as_secs_f64();
+        let mut bodies: Vec<&str> = got.iter().map(|(m, _)| m.as_str()).collect();
+        bodies.sort_unstable();
+        bodies.dedup();
+        let (p50, p99) = (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99));
+        println!(
+            "  {label:<20} latency p50 {p50:.3} ms  p99 {p99:.3} ms | {total} msgs from 4 senders in {secs:.2} s: {:.0} msg/s, received={} distinct={} missed={missed}",
+            total as f64 / secs,
+            got.len(),
+            bodies.len()
+        );
+        results.push((p50, p99, total as f64 / secs));
+    }
+    println!(
+        "  ratios cross-host/local: latency p50 {:.1}x p99 {:.1}x, throughput {:.2}x",
+        results[1].0 / results[0].0,
+        results[1].1 / results[0].1,
+        results[1].2 / results[0].2
     );
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! The binaries are the ones cargo built next to the test executables (`.ci/run` builds
 //! them with `cargo build --workspace --bins` before running the tests).
 
+pub mod agent;
 pub mod bench_fed;
 pub mod bench_upload;
 pub mod bridge;

@@ -2,151 +2,19 @@
 //! network namespaces (or on loopback where no second host is needed), agents as MCP clients
 //! on each process's IPC socket, the peer link over real TCP WebSockets.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use http_body_util::Full;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tuic_tests::agent::Agent;
 use tuic_tests::netns::Net;
-use tuic_tests::{NodeProc, config_dir, ipc, ipc_request, run_with_stdin};
+use tuic_tests::{NodeProc, config_dir, ipc, run_with_stdin};
 
 fn s(d: &tempfile::TempDir) -> String {
     d.path().to_str().unwrap().to_owned()
-}
-
-/// An MCP client (one protocol session) on a process's IPC socket.
-struct Agent {
-    socket: PathBuf,
-    sid: String,
-    next: u64,
-}
-
-async fn rpc(socket: &Path, sid: Option<&str>, msg: Value) -> tuic_tests::Reply {
-    let mut b = hyper::Request::builder()
-        .method("POST")
-        .uri("/mcp")
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    if let Some(sid) = sid {
-        b = b.header("mcp-session-id", sid);
-    }
-    ipc_request(
-        socket,
-        b.body(Full::new(Bytes::from(msg.to_string()))).unwrap(),
-    )
-    .await
-    .unwrap()
-}
-
-impl Agent {
-    /// Initializes a protocol session and registers under `name`.
-    async fn new(socket: &Path, name: &str) -> (Self, String) {
-        Self::register(socket, json!({"action":"register","name":name})).await
-    }
-
-    /// Initializes a protocol session and registers with `register` arguments.
-    async fn register(socket: &Path, register: Value) -> (Self, String) {
-        let r = rpc(
-            socket,
-            None,
-            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"federation-e2e","version":"1"}}}),
-        )
-        .await;
-        let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
-        rpc(
-            socket,
-            Some(&sid),
-            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-        )
-        .await;
-        let mut a = Self {
-            socket: socket.to_owned(),
-            sid,
-            next: 1,
-        };
-        let me = a.ok(register).await["tuic_session"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        (a, me)
-    }
-
-    /// Calls `agent`; returns (is_error, value).
-    async fn call(&mut self, args: Value) -> (bool, Value) {
-        self.tool("agent", args).await
-    }
-
-    /// Calls any tool; returns (is_error, value).
-    async fn tool(&mut self, name: &str, args: Value) -> (bool, Value) {
-        self.next += 1;
-        let r = rpc(
-            &self.socket,
-            Some(&self.sid),
-            json!({"jsonrpc":"2.0","id":self.next,"method":"tools/call","params":{"name":name,"arguments":args}}),
-        )
-        .await;
-        let v = r.json();
-        let text = v["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no tool result: {v}"));
-        (
-            v["result"]["isError"] == true,
-            serde_json::from_str(text).unwrap(),
-        )
-    }
-
-    async fn ok(&mut self, args: Value) -> Value {
-        let (err, v) = self.call(args.clone()).await;
-        assert!(!err, "agent {args} failed: {v}");
-        v
-    }
-
-    async fn send(&mut self, to: &str, message: &str) -> Value {
-        self.ok(json!({"action":"send","to":to,"message":message}))
-            .await
-    }
-
-    /// Reads the inbox until `n` messages arrived in total (bounded).
-    async fn collect(&mut self, n: usize, limit: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + limit;
-        let mut got: Vec<Value> = Vec::new();
-        while got.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "only {} of {n} messages: {got:?}",
-                got.len()
-            );
-            let w = self
-                .ok(json!({"action":"wait","timeout_ms": left.as_millis().min(10_000) as u64}))
-                .await;
-            got.extend(w["new_messages"].as_array().cloned().unwrap_or_default());
-        }
-        got
-    }
-
-    /// `list_peers` until one entry has `address` (bounded).
-    async fn sees(&mut self, address: &str, limit: Duration) -> Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let peers = self.ok(json!({"action":"list_peers"})).await;
-            if let Some(p) = peers["peers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|p| p["address"] == address)
-            {
-                return p.clone();
-            }
-            assert!(Instant::now() < deadline, "{address} never listed: {peers}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 }
 
 /// A remote-access node in `ns` (or on loopback) with its config dir and token.

@@ -62,6 +62,10 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(tuic_tests::bench_fed::keystroke(n))
         }
+        Some("fed-mail") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+            rt.block_on(tuic_tests::bench_fed::mail(n))
+        }
         Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
@@ -69,7 +73,7 @@ fn main() -> anyhow::Result<()> {
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N]"
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N]"
         ),
     }
 }
