@@ -19,6 +19,7 @@ pub mod pager;
 mod pty;
 pub mod redact;
 pub mod registry;
+pub mod screen;
 pub mod submit;
 pub mod utf8;
 
@@ -31,10 +32,9 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use registry::{CreateError, CreateRequest, Registry};
+pub use screen::Screen;
 
 use self::backlog::Backlog;
-use self::cleanlog::CleanLog;
-use self::grid::Grid;
 
 /// Clean-log lines a session retains.
 pub const LOG_LINES: usize = 10_000;
@@ -44,15 +44,6 @@ pub const LOG_LINES: usize = 10_000;
 pub struct Exit {
     /// The exit status, when the process exited normally (absent when killed by a signal).
     pub code: Option<i32>,
-}
-
-/// The emulator grid and clean log, fed together under one lock.
-#[derive(Debug)]
-pub struct Screen {
-    /// The emulated terminal.
-    pub grid: Grid,
-    /// Lines that left the cursor row, cleaned.
-    pub log: CleanLog,
 }
 
 /// Errors of writing to or resizing a session.
@@ -338,7 +329,7 @@ impl Session {
                 code: e.code,
             });
         }
-        lock(&self.screen).grid.resize(rows, cols);
+        self.screen().resize(rows, cols);
         lock(&self.master)
             .resize(PtySize {
                 rows,
@@ -359,9 +350,11 @@ impl Session {
         lock(&self.stream)
     }
 
-    /// The grid and clean log, locked.
+    /// The grid and clean log, locked, with pending plain text applied.
     pub fn screen(&self) -> MutexGuard<'_, Screen> {
-        lock(&self.screen)
+        let mut g = lock(&self.screen);
+        g.settle();
+        g
     }
 
     /// A receiver woken after each fed read and at exit.

@@ -18,8 +18,6 @@ use tracing::{debug, warn};
 
 use super::backlog::Backlog;
 use super::capture::{Capture, Direction};
-use super::cleanlog::CleanLog;
-use super::grid::Grid;
 use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
 
 /// Read buffer size: large enough that bulk output costs few wakeups.
@@ -27,6 +25,9 @@ const READ_BUF: usize = 64 * 1024;
 
 /// Chunks (each ≤ one read) queued between the reader and the emulator feeder.
 const HANDOFF_CHUNKS: usize = 32;
+
+/// Output pause after which the feeder applies held-back plain text.
+const SETTLE_IDLE: Duration = Duration::from_millis(50);
 
 /// How long the waiter lets the reader drain after the child exits. A grandchild that keeps
 /// the terminal open would otherwise hold the exit back forever.
@@ -81,10 +82,7 @@ pub(super) fn spawn(
         pid: child.process_id(),
         display_name: Mutex::new(s.name),
         stream: Mutex::new(Backlog::default()),
-        screen: Mutex::new(Screen {
-            grid: Grid::new(s.rows, s.cols),
-            log: CleanLog::new(LOG_LINES),
-        }),
+        screen: Mutex::new(Screen::new(s.rows, s.cols, LOG_LINES)),
         wake,
         writer: Mutex::new(writer),
         master: Mutex::new(pair.master),
@@ -168,13 +166,33 @@ fn read_loop(
     }
 }
 
-/// Feeds the emulator grid and the clean log, and answers the emulator's queries.
+/// Feeds the emulator grid and the clean log, and answers the emulator's queries. Plain text
+/// the screen holds back (see `screen`) is applied once output pauses for [`SETTLE_IDLE`], so
+/// an idle session holds no pending window.
 fn feed_loop(s: &Session, chunks: mpsc::Receiver<Vec<u8>>) {
-    while let Ok(bytes) = chunks.recv() {
+    let mut pending = false;
+    loop {
+        let bytes = if pending {
+            match chunks.recv_timeout(SETTLE_IDLE) {
+                Ok(b) => b,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    lock(&s.screen).settle();
+                    pending = false;
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        } else {
+            match chunks.recv() {
+                Ok(b) => b,
+                Err(_) => break,
+            }
+        };
         let replies = {
             let mut scr = lock(&s.screen);
-            scr.log.feed(&bytes);
-            scr.grid.feed(&bytes)
+            let r = scr.feed(&bytes);
+            pending = scr.has_pending();
+            r
         };
         // Log-format subscribers wait for the clean log, which moves here.
         s.wake.send_modify(|v| *v += 1);
@@ -184,8 +202,7 @@ fn feed_loop(s: &Session, chunks: mpsc::Receiver<Vec<u8>>) {
     }
     // Bytes held by an unterminated synchronized update are still output: apply them.
     let mut scr = lock(&s.screen);
-    scr.grid
-        .expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+    scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
 }
 
 use std::io::Write as _;
