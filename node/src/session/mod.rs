@@ -357,6 +357,11 @@ impl Session {
         g
     }
 
+    /// Whether the screen holds plain text back (bulk output is streaming); does not apply it.
+    pub fn screen_pending(&self) -> bool {
+        lock(&self.screen).has_pending()
+    }
+
     /// A receiver woken after each fed read and at exit.
     pub fn wake(&self) -> watch::Receiver<u64> {
         self.wake.subscribe()

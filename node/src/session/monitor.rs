@@ -65,6 +65,11 @@ fn check(s: &Session) -> Vec<Value> {
             return Vec::new();
         }
     }
+    // Bulk plain text is still arriving: the screen is a moving target and reading it would
+    // apply the held-back text on every tick. Look again once output pauses for a tick.
+    if s.screen_pending() && super::now_ms().saturating_sub(out_ms) < TICK.as_millis() as u64 {
+        return Vec::new();
+    }
     let row = s.row();
     let screen = s.screen().grid.screen().join("\n");
     let question = activity::question_on_screen(&screen);

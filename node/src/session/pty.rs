@@ -1,10 +1,10 @@
 //! Starting a session's process on a PTY and running its reader and waiter threads.
 //!
 //! The reader is a dedicated OS thread: PTY reads block, and they must never occupy an async
-//! worker. It appends to the raw ring, wakes subscribers, and hands the bytes to a feeder
-//! thread that runs the emulator and the clean log, so the two costs run on separate cores.
-//! The waiter reaps the child, then waits for reader and feeder to drain the PTY so that the
-//! exit is published only after every byte the process wrote has been fed.
+//! worker. It appends each read to the raw ring, feeds the screen (bulk plain text is only
+//! queued there, see `screen`) and wakes subscribers once. The waiter reaps the child, then
+//! waits for the reader to drain the PTY so that the exit is published only after every byte
+//! the process wrote has been fed.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,12 +22,6 @@ use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
 
 /// Read buffer size: large enough that bulk output costs few wakeups.
 const READ_BUF: usize = 64 * 1024;
-
-/// Chunks (each ≤ one read) queued between the reader and the emulator feeder.
-const HANDOFF_CHUNKS: usize = 32;
-
-/// Output pause after which the feeder applies held-back plain text.
-const SETTLE_IDLE: Duration = Duration::from_millis(50);
 
 /// How long the waiter lets the reader drain after the child exits. A grandchild that keeps
 /// the terminal open would otherwise hold the exit back forever.
@@ -99,20 +93,12 @@ pub(super) fn spawn(
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
-    // Reader → feeder hand-off, bounded: when the emulator falls behind, the reader blocks and
-    // the PTY applies backpressure instead of memory growing.
-    let (chunk_tx, chunk_rx) = mpsc::sync_channel::<Vec<u8>>(HANDOFF_CHUNKS);
     let rs = session.clone();
     std::thread::Builder::new()
         .name(format!("pty-read-{}", rs.id))
         .stack_size(256 * 1024)
-        .spawn(move || read_loop(&rs, reader, &capture, chunk_tx))?;
-    let fs = session.clone();
-    std::thread::Builder::new()
-        .name(format!("pty-feed-{}", fs.id))
-        .stack_size(256 * 1024)
         .spawn(move || {
-            feed_loop(&fs, chunk_rx);
+            read_loop(&rs, reader, &capture);
             let _ = drained_tx.send(());
         })?;
     let ws = session.clone();
@@ -138,14 +124,10 @@ pub(super) fn spawn(
     Ok(session)
 }
 
-/// Reads the PTY: raw ring and live subscribers first (they never wait for the emulator),
-/// then hands the bytes to the feeder.
-fn read_loop(
-    s: &Session,
-    mut reader: Box<dyn Read + Send>,
-    capture: &Capture,
-    to_feeder: mpsc::SyncSender<Vec<u8>>,
-) {
+/// Reads the PTY: each read goes to the raw ring, then the screen (which holds bulk plain text
+/// back cheaply, see `screen`), then subscribers are woken once. The emulator's answers to
+/// queries are written back to the PTY.
+fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match reader.read(&mut buf) {
@@ -159,50 +141,14 @@ fn read_loop(
         capture.record(&s.id, Direction::Output, bytes);
         lock(&s.stream).push(bytes);
         s.last_output_ms.store(now_ms(), Ordering::Relaxed);
-        s.wake.send_modify(|v| *v += 1);
-        if to_feeder.send(bytes.to_vec()).is_err() {
-            break;
-        }
-    }
-}
-
-/// Feeds the emulator grid and the clean log, and answers the emulator's queries. Plain text
-/// the screen holds back (see `screen`) is applied once output pauses for [`SETTLE_IDLE`], so
-/// an idle session holds no pending window.
-fn feed_loop(s: &Session, chunks: mpsc::Receiver<Vec<u8>>) {
-    let mut pending = false;
-    loop {
-        let bytes = if pending {
-            match chunks.recv_timeout(SETTLE_IDLE) {
-                Ok(b) => b,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    lock(&s.screen).settle();
-                    pending = false;
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        } else {
-            match chunks.recv() {
-                Ok(b) => b,
-                Err(_) => break,
-            }
-        };
-        let replies = {
-            let mut scr = lock(&s.screen);
-            let r = scr.feed(&bytes);
-            pending = scr.has_pending();
-            r
-        };
-        // Log-format subscribers wait for the clean log, which moves here.
+        let replies = lock(&s.screen).feed(bytes);
         s.wake.send_modify(|v| *v += 1);
         if !replies.is_empty() {
             let _ = lock(&s.writer).write_all(&replies);
         }
     }
     // Bytes held by an unterminated synchronized update are still output: apply them.
-    let mut scr = lock(&s.screen);
-    scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+    lock(&s.screen).expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
 }
 
 use std::io::Write as _;

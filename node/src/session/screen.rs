@@ -63,6 +63,22 @@ fn is_plain(b: u8) -> bool {
     matches!(b, 0x20..=0x7E | b'\r' | b'\n')
 }
 
+/// Length of the run of plain bytes at the start of `b`, in blocks the compiler vectorizes.
+fn plain_prefix(b: &[u8]) -> usize {
+    const BLOCK: usize = 32;
+    let mut n = 0;
+    for c in b.chunks_exact(BLOCK) {
+        if !c.iter().fold(true, |ok, &x| ok & is_plain(x)) {
+            break;
+        }
+        n += BLOCK;
+    }
+    n + b[n..]
+        .iter()
+        .position(|&x| !is_plain(x))
+        .unwrap_or(b.len() - n)
+}
+
 impl Screen {
     /// A screen of `rows` × `cols` with the default scrollback and clean-log retention.
     pub fn new(rows: u16, cols: u16, log_lines: usize) -> Self {
@@ -86,10 +102,7 @@ impl Screen {
         let mut rest = bytes;
         while !rest.is_empty() {
             if self.plain_ok() {
-                let n = rest
-                    .iter()
-                    .position(|&b| !is_plain(b))
-                    .unwrap_or(rest.len());
+                let n = plain_prefix(rest);
                 if n > 0 {
                     self.push_plain(&rest[..n]);
                     rest = &rest[n..];
@@ -213,9 +226,12 @@ impl Screen {
         let bytes = &self.pending.bytes;
         let mut lfs = 0;
         let mut cut = 0;
-        for (i, &b) in bytes.iter().enumerate() {
-            sim.step(b, cols);
-            if b == b'\n' {
+        let mut at = 0;
+        for i in memchr::memchr2_iter(b'\n', b'\r', bytes) {
+            sim.run(i - at, cols);
+            at = i + 1;
+            sim.step(bytes[i], cols);
+            if bytes[i] == b'\n' {
                 lfs += 1;
                 if lfs == drop_lfs {
                     cut = i + 1;
@@ -248,6 +264,43 @@ struct Sim {
 }
 
 impl Sim {
+    /// `n` printable characters in a row: the same as `n` calls of [`Sim::step`].
+    fn run(&mut self, mut n: usize, cols: usize) {
+        if n == 0 {
+            return;
+        }
+        // Grid: characters land on consecutive cells, wrapping after the last column.
+        if self.gwrap {
+            self.gcol = 0;
+            self.gwrap = false;
+        }
+        let last = (self.gcol + n - 1) % cols;
+        if last + 1 < cols {
+            self.gcol = last + 1;
+        } else {
+            self.gcol = cols - 1;
+            self.gwrap = true;
+        }
+        // Log: overwrite up to the line's end, then extend it, breaking overlong lines.
+        while n > 0 {
+            if self.lcol < self.llen {
+                let k = n.min(self.llen - self.lcol);
+                self.lcol += k;
+                n -= k;
+                continue;
+            }
+            let k = n.min(MAX_LINE_CHARS.saturating_sub(self.lcol).max(1));
+            self.lcol += k;
+            self.llen = self.lcol;
+            n -= k;
+            if self.llen >= MAX_LINE_CHARS {
+                self.lines += 1;
+                self.llen = 0;
+                self.lcol = 0;
+            }
+        }
+    }
+
     fn step(&mut self, b: u8, cols: usize) {
         match b {
             b'\r' => {
@@ -865,6 +918,50 @@ mod tests {
             }
             assert!(dropped > 0, "seed {seed}");
             assert_eq!(snapshot(&mut fast), reference.snapshot(), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_run_of_printables_steps_like_single_characters() {
+        let mut rng = Rng(5);
+        for _ in 0..5_000 {
+            let cols = 1 + rng.below(12) as usize;
+            let start = |rng: &mut Rng| Sim {
+                gcol: rng.below(cols as u64) as usize,
+                gwrap: rng.below(3) == 0,
+                llen: rng.below(MAX_LINE_CHARS as u64) as usize,
+                lcol: rng.below(MAX_LINE_CHARS as u64 + 50) as usize,
+                lines: 0,
+            };
+            let mut a = start(&mut rng);
+            if a.gwrap {
+                a.gcol = cols - 1;
+            }
+            let mut b = Sim { ..a };
+            let n = match rng.below(3) {
+                0 => rng.below(40) as usize,
+                1 => rng.below(3 * MAX_LINE_CHARS as u64) as usize,
+                _ => MAX_LINE_CHARS - a.lcol.min(MAX_LINE_CHARS),
+            };
+            a.run(n, cols);
+            for _ in 0..n {
+                b.step(b'x', cols);
+            }
+            assert_eq!(
+                (a.gcol, a.gwrap, a.llen, a.lcol, a.lines),
+                (b.gcol, b.gwrap, b.llen, b.lcol, b.lines)
+            );
+        }
+    }
+
+    #[test]
+    fn plain_prefix_stops_at_the_first_other_byte() {
+        let mut v = vec![b'a'; 100];
+        assert_eq!(plain_prefix(&v), 100);
+        for at in [0, 5, 31, 32, 33, 64, 99] {
+            v[at] = 0x1b;
+            assert_eq!(plain_prefix(&v), at);
+            v[at] = b'\n';
         }
     }
 
