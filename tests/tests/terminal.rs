@@ -595,3 +595,64 @@ async fn agent_detection_state_and_questions_are_parsed() {
     // Completion only with the explicit marker.
     parsed(&mut ws, |e| e["state"] == "completed").await;
 }
+
+/// Bulk plain text (held back and partly skipped by the screen's fast path) still leaves the
+/// grid, its scrollback and the clean log exactly as if every line had been drawn.
+#[tokio::test]
+async fn bulk_plain_text_past_the_scrollback_leaves_exact_rows_and_log() {
+    let node = Node::start(None).await.unwrap();
+    let n = 30_000u64;
+    let c = node
+        .create(json!({
+            "rows": 24, "cols": 80, "shell": "/bin/sh",
+            "args": ["-c", format!("seq 1 {n}")], "cwd": "/tmp",
+        }))
+        .await
+        .unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut ws = node.ws(&id, "?binary=1&from_byte=0").await.unwrap();
+    let got = drain_ws(&mut ws, T * 3).await.unwrap();
+    assert_eq!(got.exit.unwrap()["exit_code"], 0);
+
+    // 10,000 history rows plus 24 screen rows: the last 10,023 numbers, then the blank row
+    // the final line feed opened.
+    let info = node
+        .ok("GET", &format!("/sessions/{id}/terminal/scroll-info"), None)
+        .await
+        .unwrap();
+    let total = info["total_lines"].as_u64().unwrap();
+    assert_eq!(total, 10_024);
+    let page = node
+        .ok(
+            "GET",
+            &format!("/sessions/{id}/terminal/lines?start=0&end={total}"),
+            None,
+        )
+        .await
+        .unwrap();
+    let rows: Vec<&str> = page["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let first = n - 10_022;
+    let mut want: Vec<String> = (first..=n).map(|i| i.to_string()).collect();
+    want.push(String::new());
+    assert_eq!(rows, want);
+
+    // The clean log counted every line and retains the last 10,000 of them.
+    let out = node
+        .ok(
+            "GET",
+            &format!("/sessions/{id}/output?format=text&from_line=0&limit=10000"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["total_written"], n);
+    assert_eq!(out["oldest_offset"], n - 10_000);
+    let lines: Vec<&str> = out["data"].as_str().unwrap().split('\n').collect();
+    let want: Vec<String> = (n - 10_000 + 1..=n).map(|i| i.to_string()).collect();
+    assert_eq!(lines, want);
+}
