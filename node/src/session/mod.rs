@@ -80,6 +80,8 @@ pub struct Session {
     display_name: Mutex<Option<String>>,
     /// Raw ring and live subscribers.
     stream: Mutex<Backlog>,
+    /// Output read while a screen reader held the screen, not yet fed to it (oldest first).
+    deferred: Mutex<Vec<u8>>,
     /// Emulator and clean log.
     screen: Mutex<Screen>,
     /// Bumped after every fed read and at exit; subscribers wait on it.
@@ -350,11 +352,24 @@ impl Session {
         lock(&self.stream)
     }
 
-    /// The grid and clean log, locked, with pending plain text applied.
+    /// The grid and clean log, locked, with every byte read so far applied.
     pub fn screen(&self) -> MutexGuard<'_, Screen> {
         let mut g = lock(&self.screen);
+        self.feed_deferred(&mut g);
         g.settle();
         g
+    }
+
+    /// Feeds output the reader set aside while the screen was held.
+    pub(super) fn feed_deferred(&self, scr: &mut Screen) {
+        let bytes = std::mem::take(&mut *lock(&self.deferred));
+        if bytes.is_empty() {
+            return;
+        }
+        let replies = scr.feed(&bytes);
+        if !replies.is_empty() {
+            let _ = lock(&self.writer).write_all(&replies);
+        }
     }
 
     /// Whether the screen holds plain text back (bulk output is streaming); does not apply it.

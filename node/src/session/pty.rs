@@ -23,6 +23,9 @@ use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
 /// Read buffer size: large enough that bulk output costs few wakeups.
 const READ_BUF: usize = 64 * 1024;
 
+/// Output set aside while a screen reader holds the screen, at most.
+const DEFER_MAX: usize = 4 * 1024 * 1024;
+
 /// How long the waiter lets the reader drain after the child exits. A grandchild that keeps
 /// the terminal open would otherwise hold the exit back forever.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
@@ -76,6 +79,7 @@ pub(super) fn spawn(
         pid: child.process_id(),
         display_name: Mutex::new(s.name),
         stream: Mutex::new(Backlog::default()),
+        deferred: Mutex::new(Vec::new()),
         screen: Mutex::new(Screen::new(s.rows, s.cols, LOG_LINES)),
         wake,
         writer: Mutex::new(writer),
@@ -141,14 +145,38 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
         capture.record(&s.id, Direction::Output, bytes);
         lock(&s.stream).push(bytes);
         s.last_output_ms.store(now_ms(), Ordering::Relaxed);
-        let replies = lock(&s.screen).feed(bytes);
+        feed_screen(s, bytes);
         s.wake.send_modify(|v| *v += 1);
-        if !replies.is_empty() {
-            let _ = lock(&s.writer).write_all(&replies);
-        }
     }
     // Bytes held by an unterminated synchronized update are still output: apply them.
-    lock(&s.screen).expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+    let mut scr = lock(&s.screen);
+    s.feed_deferred(&mut scr);
+    scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+}
+
+/// Feeds one read to the screen. While a screen reader holds it (applying held-back text can
+/// take milliseconds), the read is set aside instead, up to [`DEFER_MAX`], so the PTY is not
+/// slowed; the next feed or screen read applies it first.
+fn feed_screen(s: &Session, bytes: &[u8]) {
+    let mut scr = match s.screen.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            let mut d = lock(&s.deferred);
+            if d.len() + bytes.len() <= DEFER_MAX {
+                d.extend_from_slice(bytes);
+                return;
+            }
+            drop(d);
+            lock(&s.screen)
+        }
+    };
+    s.feed_deferred(&mut scr);
+    let replies = scr.feed(bytes);
+    drop(scr);
+    if !replies.is_empty() {
+        let _ = lock(&s.writer).write_all(&replies);
+    }
 }
 
 use std::io::Write as _;

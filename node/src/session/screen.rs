@@ -18,7 +18,7 @@ use super::grid::Grid;
 
 /// A pending window larger than this is applied even when its lines are too long to drop a
 /// head (bounds memory and the cost of one settle).
-const MAX_PENDING_BYTES: usize = 4 * 1024 * 1024;
+const MAX_PENDING_BYTES: usize = 2 * 1024 * 1024;
 
 /// The window may grow past what it must keep by this fraction (plus a few lines) before a
 /// head is dropped, so heads are dropped in batches, not per line.
