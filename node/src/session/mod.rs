@@ -149,6 +149,10 @@ pub struct SessionRow {
     /// Agent state, for detected agents.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_state: Option<activity::AgentState>,
+    /// A detected agent has a live descendant doing work (helpers excluded); present only
+    /// when true. It keeps `agent_state` at `working` while the agent itself sits idle.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub background_work: bool,
     /// Name of the foreground process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub foreground_process: Option<String>,
@@ -382,10 +386,9 @@ impl Session {
         self.wake.subscribe()
     }
 
-    /// The foreground process group leader's name and arguments.
-    fn foreground(&self) -> Option<(String, Vec<String>)> {
-        let pgid = lock(&self.master).process_group_leader()?;
-        activity::foreground_process(pgid)
+    /// The foreground process group leader.
+    fn foreground_pgid(&self) -> Option<i32> {
+        lock(&self.master).process_group_leader()
     }
 
     /// The list row, with the observed state.
@@ -393,11 +396,12 @@ impl Session {
         let now = now_ms();
         let last = self.last_output_ms.load(Ordering::Relaxed);
         let shell_state = activity::shell_state(now, (last > 0).then_some(last));
-        let fg = if self.exit().is_none() {
-            self.foreground()
+        let pgid = if self.exit().is_none() {
+            self.foreground_pgid()
         } else {
             None
         };
+        let fg = pgid.and_then(activity::foreground_process);
         let detected = fg
             .as_ref()
             .and_then(|(comm, argv)| activity::detect_agent(comm, argv));
@@ -412,6 +416,8 @@ impl Session {
             }
             *a
         };
+        // Only an agent in the foreground can have background work of its own.
+        let background_work = detected.is_some() && pgid.is_some_and(activity::background_work);
         let agent_state = agent.map(|(_, since)| {
             let tail = {
                 let s = self.screen();
@@ -419,7 +425,13 @@ impl Session {
             };
             // Millisecond stamps: output in the same millisecond as the launching input (a fast
             // agent answering at once) counts as started; no output at all never does.
-            activity::agent_state(shell_state, &tail, last > 0 && last >= since)
+            let st = activity::agent_state(shell_state, &tail, last > 0 && last >= since);
+            match st {
+                activity::AgentState::Idle | activity::AgentState::Completed if background_work => {
+                    activity::AgentState::Working
+                }
+                st => st,
+            }
         });
         SessionRow {
             session_id: self.id.clone(),
@@ -428,6 +440,7 @@ impl Session {
             cwd: self.cwd.clone(),
             display_name: self.display_name(),
             agent_type: agent.map(|(n, _)| n.to_owned()),
+            background_work,
             shell_state,
             agent_state,
             foreground_process: fg.map(|(comm, _)| comm),
