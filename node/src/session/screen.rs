@@ -39,13 +39,23 @@ pub struct Screen {
     scrollback: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Pending {
     bytes: Vec<u8>,
     /// Line feeds in `bytes`.
     lfs: usize,
     /// Set once a head of the window was dropped.
     dropped: Option<Dropped>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("bytes", &self.bytes.len())
+            .field("lfs", &self.lfs)
+            .field("dropped", &self.dropped)
+            .finish()
+    }
 }
 
 /// What a dropped window head leaves behind.
