@@ -180,3 +180,57 @@ fn feed_screen(s: &Session, bytes: &[u8]) {
 }
 
 use std::io::Write as _;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::capture::CaptureDir;
+    use std::time::Instant;
+
+    #[test]
+    fn a_held_screen_does_not_stall_the_reader_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let n = 20_000;
+        let s = spawn(
+            Spawn {
+                id: "t-held".into(),
+                tuic_session: "t-held-id".into(),
+                alias: "th-1".into(),
+                cwd: "/tmp".into(),
+                shell: "/bin/sh".into(),
+                args: vec!["-c".into(), format!("seq 1 {n}")],
+                env: Vec::new(),
+                rows: 24,
+                cols: 80,
+                name: None,
+            },
+            Arc::new(Capture::new(CaptureDir::Dir(dir.path().to_path_buf()))),
+            move |_| {
+                let _ = tx.send(());
+            },
+        )
+        .unwrap();
+        {
+            // While this reader holds the screen, output keeps reaching the raw ring.
+            let _held = s.screen();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while s.stream().total() < 64 * 1024 {
+                assert!(
+                    Instant::now() < deadline,
+                    "reader stalled behind the screen"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let scr = s.screen();
+        assert_eq!(scr.log.total(), n);
+        assert_eq!(scr.log.lines().back().map(String::as_str), Some("20000"));
+        let info = scr.grid.scroll_info();
+        assert_eq!(
+            scr.grid.lines(info.total_lines - 2, info.total_lines),
+            ["20000", ""]
+        );
+    }
+}
