@@ -97,6 +97,7 @@ async fn lifecycle_addresses_events_errors_and_tombstone() {
     assert_eq!(data["session_id"], id.as_str());
     assert_eq!(data["tuic_session"], tuic.as_str());
     assert_eq!(data["display_name"], "worker");
+    assert!(data.get("agent_type").is_none(), "{data}");
     let (name, data) = ev.next(T).await.unwrap();
     assert_eq!(
         (name.as_str(), &data["alias"]),
@@ -594,4 +595,153 @@ async fn agent_detection_state_and_questions_are_parsed() {
     node.write(&id, "y\n").await.unwrap();
     // Completion only with the explicit marker.
     parsed(&mut ws, |e| e["state"] == "completed").await;
+}
+
+/// Bulk plain text (held back and partly skipped by the screen's fast path) still leaves the
+/// grid, its scrollback and the clean log exactly as if every line had been drawn.
+#[tokio::test]
+async fn bulk_plain_text_past_the_scrollback_leaves_exact_rows_and_log() {
+    let node = Node::start(None).await.unwrap();
+    let n = 30_000u64;
+    let c = node
+        .create(json!({
+            "rows": 24, "cols": 80, "shell": "/bin/sh",
+            "args": ["-c", format!("seq 1 {n}")], "cwd": "/tmp",
+        }))
+        .await
+        .unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut ws = node.ws(&id, "?binary=1&from_byte=0").await.unwrap();
+    let got = drain_ws(&mut ws, T * 3).await.unwrap();
+    assert_eq!(got.exit.unwrap()["exit_code"], 0);
+
+    // 10,000 history rows plus 24 screen rows: the last 10,023 numbers, then the blank row
+    // the final line feed opened.
+    let info = node
+        .ok("GET", &format!("/sessions/{id}/terminal/scroll-info"), None)
+        .await
+        .unwrap();
+    let total = info["total_lines"].as_u64().unwrap();
+    assert_eq!(total, 10_024);
+    let page = node
+        .ok(
+            "GET",
+            &format!("/sessions/{id}/terminal/lines?start=0&end={total}"),
+            None,
+        )
+        .await
+        .unwrap();
+    let rows: Vec<&str> = page["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let first = n - 10_022;
+    let mut want: Vec<String> = (first..=n).map(|i| i.to_string()).collect();
+    want.push(String::new());
+    assert_eq!(rows, want);
+
+    // The clean log counted every line and retains the last 10,000 of them.
+    let out = node
+        .ok(
+            "GET",
+            &format!("/sessions/{id}/output?format=text&from_line=0&limit=10000"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["total_written"], n);
+    assert_eq!(out["oldest_offset"], n - 10_000);
+    let lines: Vec<&str> = out["data"].as_str().unwrap().split('\n').collect();
+    let want: Vec<String> = (n - 10_000 + 1..=n).map(|i| i.to_string()).collect();
+    assert_eq!(lines, want);
+}
+
+/// An agent's rate-limit and error lines become `parsed` events, background work keeps it
+/// `working`, and `session-created` names the agent when the program is one.
+#[tokio::test]
+async fn agent_rate_limits_errors_background_work_and_created_agent_type() {
+    let node = Node::start(None).await.unwrap();
+    let mut ev = node.events("session-created").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("claude");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\nread z\nprintf 'Claude usage limit reached|1767225600\\n'\nread a\n\
+         printf '  \\342\\216\\277  API Error: 529 overloaded\\n'\nread b\n\
+         sleep 60 &\nprintf 'started a job\\n> '\nread c\nkill $!\nprintf 'stopped\\n> '\nread d\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = node
+        .create(
+            json!({"shell": agent.display().to_string(), "cwd": "/tmp", "rows": 10, "cols": 60}),
+        )
+        .await
+        .unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let (name, data) = ev.next(T).await.unwrap();
+    assert_eq!(name, "session-created");
+    assert_eq!(data["session_id"], id.as_str());
+    assert_eq!(data["agent_type"], "claude");
+
+    let mut ws = node.ws(&id, "?from_byte=0").await.unwrap();
+    async fn parsed(ws: &mut tuic_tests::term::Ws, want: impl Fn(&Value) -> bool) -> Value {
+        use futures::StreamExt;
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let m = tokio::time::timeout_at(deadline, ws.next())
+                .await
+                .expect("parsed frame in time")
+                .unwrap()
+                .unwrap();
+            if let Message::Text(t) = m {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["type"] == "parsed" && want(&v["event"]) {
+                    return v["event"].clone();
+                }
+            }
+        }
+    }
+    /// Polls the session row until `want` holds, bounded by T.
+    async fn row_until(node: &Node, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let rows = node.ok("GET", "/sessions", None).await.unwrap();
+            if want(&rows[0]) {
+                return rows[0].clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "row never matched: {rows}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    node.write(&id, "\n").await.unwrap();
+    let r = parsed(&mut ws, |e| e["type"] == "rate_limit").await;
+    assert_eq!(r["text"], "Claude usage limit reached|1767225600");
+    assert_eq!(r["reset_at"], 1_767_225_600_000u64);
+
+    node.write(&id, "\n").await.unwrap();
+    let e = parsed(&mut ws, |e| e["type"] == "error").await;
+    assert_eq!(e["text"], "API Error: 529 overloaded");
+
+    // A live `sleep` under the agent: working although the shell is idle.
+    node.write(&id, "\n").await.unwrap();
+    let row = row_until(&node, |r| {
+        r["background_work"] == true && r["shell_state"] == "idle"
+    })
+    .await;
+    assert_eq!(row["agent_state"], "working", "{row}");
+    // Once it is gone: no flag, and the idle agent is idle again.
+    node.write(&id, "\n").await.unwrap();
+    let row = row_until(&node, |r| {
+        r.get("background_work").is_none() && r["agent_state"] == "idle"
+    })
+    .await;
+    assert_eq!(row["shell_state"], "idle");
 }

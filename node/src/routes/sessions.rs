@@ -32,7 +32,15 @@ use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
 
 /// Largest output frame a stream sends, in bytes.
-const FRAME_MAX: usize = 64 * 1024;
+const FRAME_MAX: usize = 256 * 1024;
+
+/// A wake that drained at least this much (a full PTY read) marks the stream as bulk.
+const BULK_BYTES: usize = 4000;
+
+/// While a stream is bulk, how long it lets output gather before the next frame: one frame
+/// per interval instead of one per PTY read (4 KiB), which costs a task wake-up and a socket
+/// write each. Output after a quiet spell (typing, prompts) is sent at once.
+const BULK_COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The session route group.
 pub(super) fn routes() -> Router<Arc<Node>> {
@@ -401,9 +409,13 @@ async fn run_stream(
     'outer: loop {
         wake.borrow_and_update();
         let exited = s.exit();
+        let mut drained = 0;
         // Drain everything available; at exit this is everything the process wrote.
         loop {
             let r = s.stream().read(&cursor, FRAME_MAX);
+            if let Read::Data(d) = &r {
+                drained += d.len();
+            }
             let msg = match r {
                 Read::Lagged { missed } => {
                     dec.reset();
@@ -468,8 +480,16 @@ async fn run_stream(
             let _ = tx.close().await;
             return;
         }
+        let bulk = drained >= BULK_BYTES;
         tokio::select! {
-            r = wake.changed() => if r.is_err() { break },
+            r = wake.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                if bulk && exited.is_none() {
+                    tokio::time::sleep(BULK_COALESCE).await;
+                }
+            }
             ev = bus.recv() => {
                 if let Ok(env) = ev
                     && let Event::PtyParsed { session_id, parsed } = &env.event

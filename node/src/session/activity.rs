@@ -114,6 +114,96 @@ pub fn agent_state(
     }
 }
 
+/// A rate-limit notice on screen: the line's text and, when the line carries it in the
+/// `…|<unix seconds>` form agents print, the reset time in Unix milliseconds.
+pub fn rate_limit_on_screen(screen_tail: &str) -> Option<(String, Option<u64>)> {
+    let marks = [
+        "rate limit",
+        "usage limit",
+        "limit reached",
+        "quota exceeded",
+        "too many requests",
+    ];
+    let line = screen_tail.lines().rev().find(|l| {
+        let l = l.to_ascii_lowercase();
+        marks.iter().any(|m| l.contains(m))
+    })?;
+    let text = line.trim();
+    let reset_at = text.rsplit_once('|').and_then(|(_, t)| {
+        let t = t.trim();
+        (t.len() == 10 && t.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.parse::<u64>().ok().map(|s| s * 1000))
+            .flatten()
+    });
+    Some((text.to_owned(), reset_at))
+}
+
+/// An error an agent reports on screen: the last line that starts (after a bullet or tree
+/// glyph) with `API Error` or `Error:`.
+pub fn error_on_screen(screen_tail: &str) -> Option<String> {
+    screen_tail.lines().rev().find_map(|l| {
+        let t = l.trim_start_matches(|c: char| {
+            c.is_whitespace() || matches!(c, '●' | '⎿' | '│' | '✗' | '×' | '!' | '-' | '*')
+        });
+        (t.starts_with("API Error") || t.starts_with("Error:")).then(|| t.trim_end().to_owned())
+    })
+}
+
+/// Whether a process is a persistent integration helper an agent keeps running (an MCP
+/// server, the tuic bridge, a language server, a keep-awake or key agent) rather than work.
+pub fn is_helper(comm: &str) -> bool {
+    let c = comm.to_ascii_lowercase();
+    c.contains("mcp")
+        || c.starts_with("tuic")
+        || c.contains("lsp")
+        || c.contains("language-server")
+        || c.contains("language_server")
+        || matches!(c.as_str(), "caffeinate" | "ssh-agent" | "gpg-agent")
+}
+
+/// Whether process `pid` has a live descendant that is not a helper (its background work),
+/// from the `/proc/<pid>/task/<tid>/children` lists. Helpers' own children count as helpers.
+pub fn background_work(pid: i32) -> bool {
+    let mut stack = children(pid);
+    let mut visited = 0;
+    while let Some(p) = stack.pop() {
+        visited += 1;
+        if visited > 4096 {
+            break;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if rest.trim_start().starts_with(['Z', 'X']) {
+            continue;
+        }
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        if is_helper(comm) {
+            continue;
+        }
+        return true;
+    }
+    false
+}
+
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
 /// The foreground process group leader's name and arguments, from `/proc`.
 pub fn foreground_process(pgid: i32) -> Option<(String, Vec<String>)> {
     let comm = std::fs::read_to_string(format!("/proc/{pgid}/comm")).ok()?;
@@ -150,6 +240,63 @@ mod tests {
             Some("gemini")
         );
         assert_eq!(detect_agent("bash", &["bash".into()]), None);
+    }
+
+    #[test]
+    fn rate_limits_and_errors_on_screen() {
+        assert_eq!(
+            rate_limit_on_screen("work\nClaude usage limit reached|1767225600\n> "),
+            Some((
+                "Claude usage limit reached|1767225600".into(),
+                Some(1_767_225_600_000)
+            ))
+        );
+        assert_eq!(
+            rate_limit_on_screen("  5-hour limit reached ∙ resets 3pm  \n"),
+            Some(("5-hour limit reached ∙ resets 3pm".into(), None))
+        );
+        assert_eq!(rate_limit_on_screen("all good\n> "), None);
+        assert_eq!(
+            error_on_screen("● thinking\n  ⎿  API Error: 529 overloaded\n> "),
+            Some("API Error: 529 overloaded".into())
+        );
+        assert_eq!(
+            error_on_screen("Error: ENOENT x\n"),
+            Some("Error: ENOENT x".into())
+        );
+        assert_eq!(error_on_screen("no Error: here mid-line\n"), None);
+    }
+
+    #[test]
+    fn helpers_are_not_work() {
+        assert!(is_helper("github-mcp-server"));
+        assert!(is_helper("tuic-bridge"));
+        assert!(is_helper("rust-analyzer-lsp"));
+        assert!(!is_helper("cargo"));
+        assert!(!is_helper("sleep"));
+    }
+
+    #[test]
+    fn background_work_sees_a_live_child_but_not_a_helper() {
+        let mut work = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 3 & wait"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = work.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !background_work(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sleep child never seen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = work.kill();
+        let _ = work.wait();
+        assert!(!background_work(std::process::id() as i32 + 0x3fff_0000));
     }
 
     #[test]

@@ -55,6 +55,43 @@ impl CleanLog {
     /// Feeds output bytes; returns how many lines were appended.
     pub fn feed(&mut self, bytes: &[u8]) -> usize {
         self.parser.advance(&mut self.state, bytes);
+        self.take_done()
+    }
+
+    /// Feeds bytes that are all printable ASCII, CR or LF while the parser is in its ground
+    /// state on the primary screen: the same result as [`CleanLog::feed`] without the parser.
+    pub fn feed_plain(&mut self, bytes: &[u8]) {
+        debug_assert!(!self.state.alt_screen);
+        for &b in bytes {
+            match b {
+                b'\n' => self.state.emit(),
+                b'\r' => self.state.col = 0,
+                _ => self.state.put(b as char),
+            }
+        }
+        self.take_done();
+    }
+
+    /// Accounts `n` lines logged without their text, which the caller guarantees are all
+    /// evicted by what it feeds next; the line in progress is dropped with them.
+    pub fn skip_lines(&mut self, n: u64) {
+        self.lines.clear();
+        self.state.line.clear();
+        self.state.col = 0;
+        self.total += n;
+    }
+
+    /// The retention bound in lines.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Length (chars) and cursor column of the line in progress.
+    pub fn line_state(&self) -> (usize, usize) {
+        (self.state.line.len(), self.state.col)
+    }
+
+    fn take_done(&mut self) -> usize {
         let n = self.state.done.len();
         for l in self.state.done.drain(..) {
             if self.lines.len() == self.cap {

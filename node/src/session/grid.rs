@@ -80,9 +80,14 @@ impl std::fmt::Debug for Grid {
 impl Grid {
     /// A blank grid of `rows` × `cols` (both ≥ 1).
     pub fn new(rows: u16, cols: u16) -> Self {
+        Self::with_scrollback(rows, cols, SCROLLBACK_ROWS)
+    }
+
+    /// A blank grid keeping `scrollback` history rows.
+    pub fn with_scrollback(rows: u16, cols: u16, scrollback: usize) -> Self {
         let replies = Replies::default();
         let config = Config {
-            scrolling_history: SCROLLBACK_ROWS,
+            scrolling_history: scrollback,
             ..Config::default()
         };
         let size = Size {
@@ -164,6 +169,33 @@ impl Grid {
         (0..g.screen_lines())
             .map(|r| self.row_text(Line(r as i32)))
             .collect()
+    }
+
+    /// Visible rows and columns.
+    pub fn size(&self) -> (usize, usize) {
+        let g = self.term.grid();
+        (g.screen_lines(), g.columns())
+    }
+
+    /// The cursor column and whether the next printed character wraps first (the cursor sits
+    /// past the last column).
+    pub fn cursor_col(&self) -> (usize, bool) {
+        let c = &self.term.grid().cursor;
+        (c.point.column.0, c.input_needs_wrap)
+    }
+
+    /// Moves the cursor to `col` on its row; `wrap` leaves it pending a wrap there (only
+    /// meaningful on the last column, and it writes a blank into that cell).
+    pub fn set_cursor_col(&mut self, col: usize, wrap: bool) {
+        self.feed(format!("\x1b[{}G", col + 1).as_bytes());
+        if wrap {
+            self.feed(b" ");
+        }
+    }
+
+    /// Whether printing past the last column wraps (DECAWM).
+    pub fn line_wrap(&self) -> bool {
+        self.term.mode().contains(TermMode::LINE_WRAP)
     }
 
     /// Whether the alternate screen is active.

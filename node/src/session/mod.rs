@@ -19,6 +19,7 @@ pub mod pager;
 mod pty;
 pub mod redact;
 pub mod registry;
+pub mod screen;
 pub mod submit;
 pub mod utf8;
 
@@ -31,10 +32,9 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use registry::{CreateError, CreateRequest, Registry};
+pub use screen::Screen;
 
 use self::backlog::Backlog;
-use self::cleanlog::CleanLog;
-use self::grid::Grid;
 
 /// Clean-log lines a session retains.
 pub const LOG_LINES: usize = 10_000;
@@ -44,15 +44,6 @@ pub const LOG_LINES: usize = 10_000;
 pub struct Exit {
     /// The exit status, when the process exited normally (absent when killed by a signal).
     pub code: Option<i32>,
-}
-
-/// The emulator grid and clean log, fed together under one lock.
-#[derive(Debug)]
-pub struct Screen {
-    /// The emulated terminal.
-    pub grid: Grid,
-    /// Lines that left the cursor row, cleaned.
-    pub log: CleanLog,
 }
 
 /// Errors of writing to or resizing a session.
@@ -89,6 +80,8 @@ pub struct Session {
     display_name: Mutex<Option<String>>,
     /// Raw ring and live subscribers.
     stream: Mutex<Backlog>,
+    /// Output read while a screen reader held the screen, not yet fed to it (oldest first).
+    deferred: Mutex<Vec<u8>>,
     /// Emulator and clean log.
     screen: Mutex<Screen>,
     /// Bumped after every fed read and at exit; subscribers wait on it.
@@ -156,6 +149,10 @@ pub struct SessionRow {
     /// Agent state, for detected agents.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_state: Option<activity::AgentState>,
+    /// A detected agent has a live descendant doing work (helpers excluded); present only
+    /// when true. It keeps `agent_state` at `working` while the agent itself sits idle.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub background_work: bool,
     /// Name of the foreground process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub foreground_process: Option<String>,
@@ -338,7 +335,7 @@ impl Session {
                 code: e.code,
             });
         }
-        lock(&self.screen).grid.resize(rows, cols);
+        self.screen().resize(rows, cols);
         lock(&self.master)
             .resize(PtySize {
                 rows,
@@ -359,9 +356,29 @@ impl Session {
         lock(&self.stream)
     }
 
-    /// The grid and clean log, locked.
+    /// The grid and clean log, locked, with every byte read so far applied.
     pub fn screen(&self) -> MutexGuard<'_, Screen> {
-        lock(&self.screen)
+        let mut g = lock(&self.screen);
+        self.feed_deferred(&mut g);
+        g.settle();
+        g
+    }
+
+    /// Feeds output the reader set aside while the screen was held.
+    pub(super) fn feed_deferred(&self, scr: &mut Screen) {
+        let bytes = std::mem::take(&mut *lock(&self.deferred));
+        if bytes.is_empty() {
+            return;
+        }
+        let replies = scr.feed(&bytes);
+        if !replies.is_empty() {
+            let _ = lock(&self.writer).write_all(&replies);
+        }
+    }
+
+    /// Whether the screen holds plain text back (bulk output is streaming); does not apply it.
+    pub fn screen_pending(&self) -> bool {
+        lock(&self.screen).has_pending()
     }
 
     /// A receiver woken after each fed read and at exit.
@@ -369,10 +386,9 @@ impl Session {
         self.wake.subscribe()
     }
 
-    /// The foreground process group leader's name and arguments.
-    fn foreground(&self) -> Option<(String, Vec<String>)> {
-        let pgid = lock(&self.master).process_group_leader()?;
-        activity::foreground_process(pgid)
+    /// The foreground process group leader.
+    fn foreground_pgid(&self) -> Option<i32> {
+        lock(&self.master).process_group_leader()
     }
 
     /// The list row, with the observed state.
@@ -380,11 +396,12 @@ impl Session {
         let now = now_ms();
         let last = self.last_output_ms.load(Ordering::Relaxed);
         let shell_state = activity::shell_state(now, (last > 0).then_some(last));
-        let fg = if self.exit().is_none() {
-            self.foreground()
+        let pgid = if self.exit().is_none() {
+            self.foreground_pgid()
         } else {
             None
         };
+        let fg = pgid.and_then(activity::foreground_process);
         let detected = fg
             .as_ref()
             .and_then(|(comm, argv)| activity::detect_agent(comm, argv));
@@ -399,6 +416,8 @@ impl Session {
             }
             *a
         };
+        // Only an agent in the foreground can have background work of its own.
+        let background_work = detected.is_some() && pgid.is_some_and(activity::background_work);
         let agent_state = agent.map(|(_, since)| {
             let tail = {
                 let s = self.screen();
@@ -406,7 +425,13 @@ impl Session {
             };
             // Millisecond stamps: output in the same millisecond as the launching input (a fast
             // agent answering at once) counts as started; no output at all never does.
-            activity::agent_state(shell_state, &tail, last > 0 && last >= since)
+            let st = activity::agent_state(shell_state, &tail, last > 0 && last >= since);
+            match st {
+                activity::AgentState::Idle | activity::AgentState::Completed if background_work => {
+                    activity::AgentState::Working
+                }
+                st => st,
+            }
         });
         SessionRow {
             session_id: self.id.clone(),
@@ -415,6 +440,7 @@ impl Session {
             cwd: self.cwd.clone(),
             display_name: self.display_name(),
             agent_type: agent.map(|(n, _)| n.to_owned()),
+            background_work,
             shell_state,
             agent_state,
             foreground_process: fg.map(|(comm, _)| comm),

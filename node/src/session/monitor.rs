@@ -1,6 +1,6 @@
 //! The session monitor: a node task that notices state changes of live sessions (agent state,
-//! a question appearing on screen) and publishes them as `pty-parsed` events, which the
-//! session stream forwards as `parsed` frames.
+//! a question, and on agents' screens a rate limit or an error appearing) and publishes them as
+//! `pty-parsed` events, which the session stream forwards as `parsed` frames.
 //!
 //! Sessions with no new output since their last check and a settled state cost one atomic
 //! load per tick. It does not classify anything itself (see `activity`).
@@ -27,6 +27,8 @@ pub(super) struct Seen {
     settled: bool,
     agent_state: Option<activity::AgentState>,
     question: Option<String>,
+    rate_limit: Option<String>,
+    error: Option<String>,
 }
 
 /// Starts the monitor (once per node).
@@ -65,6 +67,11 @@ fn check(s: &Session) -> Vec<Value> {
             return Vec::new();
         }
     }
+    // Bulk plain text is still arriving: the screen is a moving target and reading it would
+    // apply the held-back text on every tick. Look again once output pauses for a tick.
+    if s.screen_pending() && super::now_ms().saturating_sub(out_ms) < TICK.as_millis() as u64 {
+        return Vec::new();
+    }
     let row = s.row();
     let screen = s.screen().grid.screen().join("\n");
     let question = activity::question_on_screen(&screen);
@@ -76,9 +83,30 @@ fn check(s: &Session) -> Vec<Value> {
     if question.is_some() && question != seen.question {
         out.push(json!({"type": "question", "text": question}));
     }
+    // Rate limits and errors are read from agents' screens only (a shell printing those words
+    // is not reporting its own state). Each distinct line is reported once while it shows.
+    let agent = row.agent_type.is_some();
+    let rate = agent
+        .then(|| activity::rate_limit_on_screen(&screen))
+        .flatten();
+    if let Some((text, reset_at)) = &rate
+        && seen.rate_limit.as_ref() != Some(text)
+    {
+        let mut ev = json!({"type": "rate_limit", "text": text});
+        if let Some(r) = reset_at {
+            ev["reset_at"] = json!(r);
+        }
+        out.push(ev);
+    }
+    let error = agent.then(|| activity::error_on_screen(&screen)).flatten();
+    if error.is_some() && error != seen.error {
+        out.push(json!({"type": "error", "text": error}));
+    }
     seen.output_ms = out_ms;
     seen.settled = row.shell_state == Some(activity::ShellState::Idle);
     seen.agent_state = row.agent_state;
     seen.question = question;
+    seen.rate_limit = rate.map(|(t, _)| t);
+    seen.error = error;
     out
 }

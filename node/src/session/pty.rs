@@ -1,10 +1,10 @@
 //! Starting a session's process on a PTY and running its reader and waiter threads.
 //!
 //! The reader is a dedicated OS thread: PTY reads block, and they must never occupy an async
-//! worker. It appends to the raw ring, wakes subscribers, and hands the bytes to a feeder
-//! thread that runs the emulator and the clean log, so the two costs run on separate cores.
-//! The waiter reaps the child, then waits for reader and feeder to drain the PTY so that the
-//! exit is published only after every byte the process wrote has been fed.
+//! worker. It appends each read to the raw ring, feeds the screen (bulk plain text is only
+//! queued there, see `screen`) and wakes subscribers once. The waiter reaps the child, then
+//! waits for the reader to drain the PTY so that the exit is published only after every byte
+//! the process wrote has been fed.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,15 +18,13 @@ use tracing::{debug, warn};
 
 use super::backlog::Backlog;
 use super::capture::{Capture, Direction};
-use super::cleanlog::CleanLog;
-use super::grid::Grid;
 use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
 
 /// Read buffer size: large enough that bulk output costs few wakeups.
 const READ_BUF: usize = 64 * 1024;
 
-/// Chunks (each ≤ one read) queued between the reader and the emulator feeder.
-const HANDOFF_CHUNKS: usize = 32;
+/// Output set aside while a screen reader holds the screen, at most.
+const DEFER_MAX: usize = 4 * 1024 * 1024;
 
 /// How long the waiter lets the reader drain after the child exits. A grandchild that keeps
 /// the terminal open would otherwise hold the exit back forever.
@@ -81,10 +79,8 @@ pub(super) fn spawn(
         pid: child.process_id(),
         display_name: Mutex::new(s.name),
         stream: Mutex::new(Backlog::default()),
-        screen: Mutex::new(Screen {
-            grid: Grid::new(s.rows, s.cols),
-            log: CleanLog::new(LOG_LINES),
-        }),
+        deferred: Mutex::new(Vec::new()),
+        screen: Mutex::new(Screen::new(s.rows, s.cols, LOG_LINES)),
         wake,
         writer: Mutex::new(writer),
         master: Mutex::new(pair.master),
@@ -101,20 +97,12 @@ pub(super) fn spawn(
     });
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
-    // Reader → feeder hand-off, bounded: when the emulator falls behind, the reader blocks and
-    // the PTY applies backpressure instead of memory growing.
-    let (chunk_tx, chunk_rx) = mpsc::sync_channel::<Vec<u8>>(HANDOFF_CHUNKS);
     let rs = session.clone();
     std::thread::Builder::new()
         .name(format!("pty-read-{}", rs.id))
         .stack_size(256 * 1024)
-        .spawn(move || read_loop(&rs, reader, &capture, chunk_tx))?;
-    let fs = session.clone();
-    std::thread::Builder::new()
-        .name(format!("pty-feed-{}", fs.id))
-        .stack_size(256 * 1024)
         .spawn(move || {
-            feed_loop(&fs, chunk_rx);
+            read_loop(&rs, reader, &capture);
             let _ = drained_tx.send(());
         })?;
     let ws = session.clone();
@@ -140,14 +128,10 @@ pub(super) fn spawn(
     Ok(session)
 }
 
-/// Reads the PTY: raw ring and live subscribers first (they never wait for the emulator),
-/// then hands the bytes to the feeder.
-fn read_loop(
-    s: &Session,
-    mut reader: Box<dyn Read + Send>,
-    capture: &Capture,
-    to_feeder: mpsc::SyncSender<Vec<u8>>,
-) {
+/// Reads the PTY: each read goes to the raw ring, then the screen (which holds bulk plain text
+/// back cheaply, see `screen`), then subscribers are woken once. The emulator's answers to
+/// queries are written back to the PTY.
+fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match reader.read(&mut buf) {
@@ -161,31 +145,92 @@ fn read_loop(
         capture.record(&s.id, Direction::Output, bytes);
         lock(&s.stream).push(bytes);
         s.last_output_ms.store(now_ms(), Ordering::Relaxed);
+        feed_screen(s, bytes);
         s.wake.send_modify(|v| *v += 1);
-        if to_feeder.send(bytes.to_vec()).is_err() {
-            break;
-        }
-    }
-}
-
-/// Feeds the emulator grid and the clean log, and answers the emulator's queries.
-fn feed_loop(s: &Session, chunks: mpsc::Receiver<Vec<u8>>) {
-    while let Ok(bytes) = chunks.recv() {
-        let replies = {
-            let mut scr = lock(&s.screen);
-            scr.log.feed(&bytes);
-            scr.grid.feed(&bytes)
-        };
-        // Log-format subscribers wait for the clean log, which moves here.
-        s.wake.send_modify(|v| *v += 1);
-        if !replies.is_empty() {
-            let _ = lock(&s.writer).write_all(&replies);
-        }
     }
     // Bytes held by an unterminated synchronized update are still output: apply them.
     let mut scr = lock(&s.screen);
-    scr.grid
-        .expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+    s.feed_deferred(&mut scr);
+    scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+}
+
+/// Feeds one read to the screen. While a screen reader holds it (applying held-back text can
+/// take milliseconds), the read is set aside instead, up to [`DEFER_MAX`], so the PTY is not
+/// slowed; the next feed or screen read applies it first.
+fn feed_screen(s: &Session, bytes: &[u8]) {
+    let mut scr = match s.screen.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            let mut d = lock(&s.deferred);
+            if d.len() + bytes.len() <= DEFER_MAX {
+                d.extend_from_slice(bytes);
+                return;
+            }
+            drop(d);
+            lock(&s.screen)
+        }
+    };
+    s.feed_deferred(&mut scr);
+    let replies = scr.feed(bytes);
+    drop(scr);
+    if !replies.is_empty() {
+        let _ = lock(&s.writer).write_all(&replies);
+    }
 }
 
 use std::io::Write as _;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::capture::CaptureDir;
+    use std::time::Instant;
+
+    #[test]
+    fn a_held_screen_does_not_stall_the_reader_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let n = 20_000;
+        let s = spawn(
+            Spawn {
+                id: "t-held".into(),
+                tuic_session: "t-held-id".into(),
+                alias: "th-1".into(),
+                cwd: "/tmp".into(),
+                shell: "/bin/sh".into(),
+                args: vec!["-c".into(), format!("seq 1 {n}")],
+                env: Vec::new(),
+                rows: 24,
+                cols: 80,
+                name: None,
+            },
+            Arc::new(Capture::new(CaptureDir::Dir(dir.path().to_path_buf()))),
+            move |_| {
+                let _ = tx.send(());
+            },
+        )
+        .unwrap();
+        {
+            // While this reader holds the screen, output keeps reaching the raw ring.
+            let _held = s.screen();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while s.stream().total() < 64 * 1024 {
+                assert!(
+                    Instant::now() < deadline,
+                    "reader stalled behind the screen"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        let scr = s.screen();
+        assert_eq!(scr.log.total(), n);
+        assert_eq!(scr.log.lines().back().map(String::as_str), Some("20000"));
+        let info = scr.grid.scroll_info();
+        assert_eq!(
+            scr.grid.lines(info.total_lines - 2, info.total_lines),
+            ["20000", ""]
+        );
+    }
+}

@@ -195,6 +195,8 @@ impl Registry {
             .filter(|s| !s.is_empty())
             .or_else(|| std::env::var("SHELL").ok().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| "/bin/sh".into());
+        // The program itself may be an agent CLI (a spawn, or `shell: "claude"`).
+        let agent_type = super::activity::detect_agent(&shell, &req.args);
         let prefix = alias::prefix_for(&repo_name(&cwd));
         let id = mint_id();
         let tuic_session = uuid::Uuid::new_v4().to_string();
@@ -257,7 +259,7 @@ impl Registry {
         node.bus.publish(Event::SessionCreated {
             session_id: id.clone(),
             cwd: session.cwd.clone(),
-            agent_type: None,
+            agent_type: agent_type.map(str::to_owned),
             display_name: req.name,
             parent_session: None,
             tuic_session,
