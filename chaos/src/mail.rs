@@ -1,0 +1,451 @@
+//! Workload (c): agent mail across hosts. An agent registered over MCP on node B and one on
+//! node C send each other numbered messages through the hub's address namespace
+//! (`agent action=send to=<connection_id>/<tuic_session>`) and read them with
+//! `agent action=wait` (event-driven, explicit `since`).
+//!
+//! Every message is accounted for: sent (attempted), accepted (the tool answered success),
+//! refused (the tool answered an error), uncertain (no answer: the node died mid-call);
+//! delivered (read by the recipient), duplicates (read more than once), lost (accepted, never
+//! read, recipient never killed; must be 0), and, separately, lost with a killed node's memory
+//! (accepted, not read, and the recipient's node was `kill -9`ed afterwards: inboxes live in
+//! memory, as the spec says). A refused message that is read anyway is a violation too.
+//!
+//! Agents keep their identity (`tuic_session`) across node restarts: after a restart they
+//! initialize a new protocol session and register again with the same `tuic_session`, so
+//! their address stays valid.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::mcp::{Call, Mcp};
+
+/// Per-node facts the harness publishes for the workload: restarts and kill times.
+#[derive(Debug, Default)]
+pub struct HostEvents {
+    /// Bumped at every restart of the node (a new process has a new, empty inbox).
+    pub epoch: AtomicU64,
+    /// When the node was `kill -9`ed.
+    pub kills: Mutex<Vec<Instant>>,
+}
+
+/// One message's fate.
+#[derive(Debug, Clone, Default)]
+struct Fate {
+    accepted_at: Option<Instant>,
+    refused: bool,
+    uncertain: bool,
+    reads: u32,
+    latency: Option<Duration>,
+}
+
+/// The shared account of one workload run.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Keyed by (direction, number).
+    msgs: HashMap<(usize, u64), Fate>,
+    /// `missed_count` reported by inboxes (evicted before read).
+    evicted: u64,
+    /// Refusal codes seen, with counts.
+    refusals: HashMap<String, u64>,
+}
+
+/// Counts for the summary line.
+#[derive(Debug, Default, Clone)]
+pub struct MailReport {
+    /// Sends attempted.
+    pub sent: u64,
+    /// Sends the tool accepted.
+    pub accepted: u64,
+    /// Sends the tool refused.
+    pub refused: u64,
+    /// Sends without an answer.
+    pub uncertain: u64,
+    /// Distinct messages read by their recipient.
+    pub delivered: u64,
+    /// Extra reads of a message already read.
+    pub duplicates: u64,
+    /// Accepted, never read, recipient never killed.
+    pub lost: u64,
+    /// Accepted, never read, recipient's node killed afterwards.
+    pub lost_killed_memory: u64,
+    /// Refused but read anyway.
+    pub refused_delivered: u64,
+    /// Messages evicted from an inbox before being read.
+    pub evicted: u64,
+    /// Send-accepted to read latency, p50 and p99.
+    pub latency_p50: Option<Duration>,
+    /// See `latency_p50`.
+    pub latency_p99: Option<Duration>,
+    /// Refusal codes and counts, for the report.
+    pub refusal_codes: Vec<(String, u64)>,
+}
+
+/// An agent on one node, sharing one MCP protocol session between its sender and receiver.
+#[derive(Debug)]
+struct Agent {
+    socket: PathBuf,
+    name: String,
+    tuic: String,
+    mcp: tokio::sync::Mutex<(u64, Option<Mcp>)>,
+}
+
+impl Agent {
+    /// The current protocol session (registering once), and its generation.
+    async fn session(&self) -> Option<(u64, Mcp)> {
+        let mut g = self.mcp.lock().await;
+        if g.1.is_none() {
+            let mut m = Mcp::connect(&self.socket).await.ok()?;
+            let r = m
+                .call(
+                    "agent",
+                    json!({"action":"register","name":self.name,"tuic_session":self.tuic}),
+                    Duration::from_secs(10),
+                )
+                .await;
+            match r {
+                Call::Answer {
+                    is_error: false, ..
+                } => {
+                    g.0 += 1;
+                    g.1 = Some(m);
+                }
+                _ => return None,
+            }
+        }
+        g.1.clone().map(|m| (g.0, m))
+    }
+
+    /// Forgets session generation `generation` (the next call registers again).
+    async fn reset(&self, generation: u64) {
+        let mut g = self.mcp.lock().await;
+        if g.0 == generation {
+            g.1 = None;
+        }
+    }
+}
+
+/// Parameters of one mail run.
+#[derive(Debug, Clone)]
+pub struct MailPlan {
+    /// Messages per direction.
+    pub per_direction: u64,
+    /// Pause between two sends of one sender.
+    pub interval: Duration,
+}
+
+/// A running mail workload.
+#[derive(Debug)]
+pub struct MailRun {
+    ledger: Arc<Mutex<Ledger>>,
+    stop_receivers: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    senders: Vec<JoinHandle<()>>,
+    receivers: Vec<JoinHandle<()>>,
+    events: [Arc<HostEvents>; 2],
+}
+
+/// Why mail could not run.
+pub const UNAVAILABLE: &str = "mail: not available (no cross-host route)";
+
+/// Registers agent `alice` on node B and `bob` on node C and probes the cross-host route
+/// (one send B → C). `Ok(None)` when the route does not exist (the send is refused), which
+/// the scenario reports as [`UNAVAILABLE`] instead of numbers.
+pub async fn start(
+    sockets: [PathBuf; 2],
+    conn_ids: [&str; 2],
+    events: [Arc<HostEvents>; 2],
+    plan: MailPlan,
+) -> anyhow::Result<Option<MailRun>> {
+    let agents: Vec<Arc<Agent>> = ["alice", "bob"]
+        .iter()
+        .zip(sockets)
+        .map(|(name, socket)| {
+            Arc::new(Agent {
+                socket,
+                name: (*name).to_owned(),
+                tuic: uuid::Uuid::new_v4().to_string(),
+                mcp: tokio::sync::Mutex::new((0, None)),
+            })
+        })
+        .collect();
+    for a in &agents {
+        anyhow::ensure!(
+            a.session().await.is_some(),
+            "registering agent {} over MCP failed",
+            a.name
+        );
+    }
+    let addr = |to: usize| format!("{}/{}", conn_ids[to], agents[to].tuic);
+    let (_, mut m) = agents[0].session().await.expect("registered above");
+    let probe = m
+        .call(
+            "agent",
+            json!({"action":"send","to":addr(1),"message":"chaos:probe"}),
+            Duration::from_secs(10),
+        )
+        .await;
+    match probe {
+        Call::Answer {
+            is_error: false, ..
+        } => {}
+        Call::Answer {
+            is_error: true,
+            value,
+        } => {
+            eprintln!("mail probe refused: {value}");
+            return Ok(None);
+        }
+        Call::Uncertain(e) => anyhow::bail!("mail probe got no answer: {e}"),
+    }
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop_receivers = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for dir in 0..2 {
+        let (from, to) = (dir, 1 - dir);
+        senders.push(tokio::spawn(sender(
+            agents[from].clone(),
+            addr(to),
+            dir,
+            plan.clone(),
+            ledger.clone(),
+            sent.clone(),
+        )));
+        receivers.push(tokio::spawn(receiver(
+            agents[to].clone(),
+            dir,
+            events[to].clone(),
+            ledger.clone(),
+            stop_receivers.clone(),
+        )));
+    }
+    Ok(Some(MailRun {
+        ledger,
+        stop_receivers,
+        sent,
+        senders,
+        receivers,
+        events,
+    }))
+}
+
+async fn sender(
+    agent: Arc<Agent>,
+    to: String,
+    dir: usize,
+    plan: MailPlan,
+    ledger: Arc<Mutex<Ledger>>,
+    sent: Arc<AtomicU64>,
+) {
+    let mut tick = tokio::time::interval(plan.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for n in 0..plan.per_direction {
+        tick.tick().await;
+        sent.fetch_add(1, Ordering::Relaxed);
+        let Some((generation, mut m)) = agent.session().await else {
+            // The node is down: the send was never made, so it is refused by the harness.
+            let mut l = ledger.lock().expect("ledger");
+            l.msgs.entry((dir, n)).or_default().refused = true;
+            *l.refusals
+                .entry("sender_node_unreachable".into())
+                .or_default() += 1;
+            continue;
+        };
+        let r = m
+            .call(
+                "agent",
+                json!({"action":"send","to":to,"message":format!("chaos:{dir}:{n}")}),
+                Duration::from_secs(10),
+            )
+            .await;
+        let reset = {
+            let mut l = ledger.lock().expect("ledger");
+            match r {
+                Call::Answer {
+                    is_error: false, ..
+                } => {
+                    l.msgs.entry((dir, n)).or_default().accepted_at = Some(Instant::now());
+                    false
+                }
+                Call::Answer {
+                    is_error: true,
+                    value,
+                } => {
+                    l.msgs.entry((dir, n)).or_default().refused = true;
+                    let code = value["code"].as_str().unwrap_or("error").to_owned();
+                    *l.refusals.entry(code.clone()).or_default() += 1;
+                    code.contains("regist") || code.contains("unknown_sender")
+                }
+                Call::Uncertain(_) => {
+                    l.msgs.entry((dir, n)).or_default().uncertain = true;
+                    true
+                }
+            }
+        };
+        if reset {
+            agent.reset(generation).await;
+        }
+    }
+}
+
+async fn receiver(
+    agent: Arc<Agent>,
+    dir: usize,
+    events: Arc<HostEvents>,
+    ledger: Arc<Mutex<Ledger>>,
+    stop: Arc<AtomicBool>,
+) {
+    // `since` is only meaningful within one process of the recipient's node: a restarted node
+    // has a fresh inbox whose cursors start again.
+    let mut since: (u64, u64) = (events.epoch.load(Ordering::SeqCst), 0);
+    while !stop.load(Ordering::Relaxed) {
+        let Some((generation, mut m)) = agent.session().await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let epoch = events.epoch.load(Ordering::SeqCst);
+        if since.0 != epoch {
+            since = (epoch, 0);
+        }
+        let r = m
+            .call(
+                "agent",
+                json!({"action":"wait","since":since.1,"timeout_ms":1000}),
+                Duration::from_secs(5),
+            )
+            .await;
+        match r {
+            Call::Answer {
+                is_error: false,
+                value,
+            } => {
+                let mut l = ledger.lock().expect("ledger");
+                l.evicted += value["missed_count"].as_u64().unwrap_or(0);
+                for msg in value["new_messages"].as_array().into_iter().flatten() {
+                    let Some(body) = msg["message"].as_str() else {
+                        continue;
+                    };
+                    let mut parts = body.split(':');
+                    let (Some("chaos"), Some(d), Some(n)) =
+                        (parts.next(), parts.next(), parts.next())
+                    else {
+                        continue;
+                    };
+                    let (Ok(d), Ok(n)) = (d.parse::<usize>(), n.parse::<u64>()) else {
+                        continue;
+                    };
+                    if d != dir {
+                        continue;
+                    }
+                    let fate = l.msgs.entry((d, n)).or_default();
+                    fate.reads += 1;
+                    if fate.reads == 1 {
+                        fate.latency = fate.accepted_at.map(|t| t.elapsed());
+                    }
+                }
+                if let Some(next) = value["next_since"].as_u64() {
+                    since.1 = next;
+                }
+            }
+            Call::Answer { is_error: true, .. } | Call::Uncertain(_) => {
+                agent.reset(generation).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+impl MailRun {
+    /// Waits (bounded) for the senders to finish their quota.
+    pub async fn senders_done(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        for s in &mut self.senders {
+            tokio::time::timeout_at(deadline, s)
+                .await
+                .map_err(|_| anyhow::anyhow!("mail senders did not finish within {limit:?}"))??;
+        }
+        Ok(())
+    }
+
+    /// Waits (bounded, polling) until every accepted message has been read, then stops the
+    /// receivers and returns the counts.
+    pub async fn finish(self, drain: Duration) -> MailReport {
+        let deadline = Instant::now() + drain;
+        loop {
+            let pending = {
+                let l = self.ledger.lock().expect("ledger");
+                l.msgs
+                    .values()
+                    .filter(|f| f.accepted_at.is_some() && f.reads == 0)
+                    .count()
+            };
+            if pending == 0 || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.stop_receivers.store(true, Ordering::Relaxed);
+        for r in self.receivers {
+            let _ = tokio::time::timeout(Duration::from_secs(10), r).await;
+        }
+        let l = self.ledger.lock().expect("ledger");
+        let mut rep = MailReport {
+            sent: self.sent.load(Ordering::Relaxed),
+            evicted: l.evicted,
+            ..MailReport::default()
+        };
+        let mut lat = Vec::new();
+        for (&(dir, _), f) in &l.msgs {
+            rep.accepted += u64::from(f.accepted_at.is_some());
+            rep.refused += u64::from(f.refused);
+            rep.uncertain += u64::from(f.uncertain);
+            rep.delivered += u64::from(f.reads > 0);
+            rep.duplicates += u64::from(f.reads.saturating_sub(1));
+            rep.refused_delivered += u64::from(f.refused && f.reads > 0);
+            lat.extend(f.latency);
+            if let (Some(at), 0) = (f.accepted_at, f.reads) {
+                let recipient = &self.events[1 - dir];
+                let killed_after = recipient
+                    .kills
+                    .lock()
+                    .expect("kills")
+                    .iter()
+                    .any(|&k| k >= at);
+                if killed_after {
+                    rep.lost_killed_memory += 1;
+                } else {
+                    rep.lost += 1;
+                }
+            }
+        }
+        lat.sort();
+        let pct = |p: usize| {
+            lat.get((lat.len() * p / 100).min(lat.len().saturating_sub(1)))
+                .copied()
+        };
+        if !lat.is_empty() {
+            rep.latency_p50 = pct(50);
+            rep.latency_p99 = pct(99);
+        }
+        rep.refusal_codes = l.refusals.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        rep.refusal_codes.sort();
+        rep
+    }
+}
+
+/// A short description of the counts (used in failure messages).
+pub fn describe(r: &MailReport) -> Value {
+    json!({
+        "sent": r.sent, "accepted": r.accepted, "refused": r.refused, "uncertain": r.uncertain,
+        "delivered": r.delivered, "duplicates": r.duplicates, "lost": r.lost,
+        "lost_killed_memory": r.lost_killed_memory, "refused_delivered": r.refused_delivered,
+        "evicted": r.evicted, "refusals": r.refusal_codes,
+    })
+}
