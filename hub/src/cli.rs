@@ -72,7 +72,7 @@ pub fn main() -> ExitCode {
 fn federate(
     node: &Arc<tuic_node::state::Node>,
 ) -> anyhow::Result<Option<tuic_node::routes::RouterHook>> {
-    let fed = Federation::new(node.clone());
+    let fed = Federation::new(node.clone())?;
     fed.reconcile();
     let hook: tuic_node::routes::RouterHook = Arc::new(move |app| {
         let hub_routes = axum::Router::new()

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tuic_node::state::Node;
 
 use crate::connections::{self, ConnectionConfig};
+use crate::peerlink::PeerHub;
 
 /// Health probe interval.
 const PING_EVERY: Duration = Duration::from_secs(5);
@@ -32,6 +33,10 @@ pub struct ConnState {
     pub sessions: Vec<Value>,
     /// The last failure, without URL or token.
     pub last_error: Option<String>,
+    /// Whether the peer link (`/mcp/peer`, cross-host mail) is up.
+    pub peer_up: bool,
+    /// The peer link's last failure, without URL or token.
+    pub peer_error: Option<String>,
 }
 
 /// One connection and its driver.
@@ -45,8 +50,8 @@ pub struct Conn {
     pub(crate) token: String,
     /// Mirrored state.
     pub state: RwLock<ConnState>,
-    /// Stops the driver.
-    stop: CancellationToken,
+    /// Stops the drivers (mirror and peer link).
+    pub(crate) stop: CancellationToken,
 }
 
 impl Conn {
@@ -55,7 +60,7 @@ impl Conn {
         self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, f: impl FnOnce(&mut ConnState)) {
+    pub(crate) fn set(&self, f: impl FnOnce(&mut ConnState)) {
         f(&mut self.state.write().unwrap_or_else(|p| p.into_inner()));
     }
 
@@ -73,21 +78,27 @@ pub struct Federation {
     conns: RwLock<HashMap<String, Arc<Conn>>>,
     /// Shared HTTP client (connection pooling; `TCP_NODELAY` on every dialed connection).
     pub(crate) http: reqwest::Client,
+    /// Cross-host mail: per-connection outboxes, shadows, peer-link tasks.
+    pub mail: Arc<PeerHub>,
 }
 
 impl Federation {
-    /// A federation with no connections yet; call [`Federation::reconcile`].
-    pub fn new(node: Arc<Node>) -> Arc<Self> {
+    /// A federation with no connections yet (stored outboxes loaded, the hub's mail routes
+    /// installed on the node); call [`Federation::reconcile`].
+    pub fn new(node: Arc<Node>) -> anyhow::Result<Arc<Self>> {
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(5))
             .build()
             .expect("HTTP client");
-        Arc::new(Self {
+        let mail = PeerHub::load(node.clone())?;
+        node.peer.set_hub(mail.clone());
+        Ok(Arc::new(Self {
             node,
             conns: RwLock::new(HashMap::new()),
             http,
-        })
+            mail,
+        }))
     }
 
     /// A connection by id.
@@ -143,6 +154,10 @@ impl Federation {
                 stop: self.node.shutdown.child_token(),
             });
             conns.insert(w.id.clone(), conn.clone());
+            self.mail.ensure_outbox(&w.id);
+            self.node
+                .tasks
+                .spawn(crate::peerlink::drive(self.mail.clone(), conn.clone()));
             let fed = self.clone();
             self.node.tasks.spawn(async move { fed.drive(conn).await });
         }

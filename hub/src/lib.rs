@@ -9,4 +9,5 @@
 pub mod cli;
 pub mod connections;
 pub mod federation;
+pub mod peerlink;
 pub mod proxy;

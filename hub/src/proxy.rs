@@ -246,6 +246,11 @@ pub async fn list_connections(State(fed): State<Arc<Federation>>) -> Json<Value>
             if let Some(e) = s.last_error {
                 v["last_error"] = json!(e);
             }
+            v["peer_link_up"] = json!(s.peer_up);
+            v["outbox_held"] = json!(fed.mail.held(&c.id));
+            if let Some(e) = s.peer_error {
+                v["peer_last_error"] = json!(e);
+            }
             v
         })
         .collect();

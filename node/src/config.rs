@@ -162,6 +162,13 @@ pub struct Tuning {
     pub mcp_task_retention_ms: u64,
     /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
     pub mcp_confirm_timeout_ms: u64,
+    /// Messages one cross-host outbox holds before a send is refused (1,000, API "Federation").
+    pub peer_outbox_max_messages: usize,
+    /// Bytes one cross-host outbox holds before a send is refused (16 MiB).
+    pub peer_outbox_max_bytes: u64,
+    /// How long `agent action=send` to a remote address waits for the destination's verdict
+    /// before answering `accepted` (1.5 s); 0 answers as soon as the mail is held.
+    pub peer_send_wait_ms: u64,
 }
 
 impl Default for Tuning {
@@ -183,6 +190,9 @@ impl Default for Tuning {
             mcp_identity_grace_ms: 30_000,
             mcp_task_retention_ms: 86_400_000,
             mcp_confirm_timeout_ms: 300_000,
+            peer_outbox_max_messages: 1_000,
+            peer_outbox_max_bytes: 16 * 1024 * 1024,
+            peer_send_wait_ms: 1_500,
         }
     }
 }

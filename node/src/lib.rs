@@ -2,8 +2,8 @@
 //!
 //! It owns this machine's PTYs, its registered file roots, its embedded store and its agents'
 //! inboxes, and serves them over the always-on IPC socket and, when remote access is on, an
-//! authenticated TCP listener. It deliberately knows nothing about other hosts: federation is
-//! the hub's job (`tuic-hub`), which is a node plus peer links.
+//! authenticated TCP listener. It knows no other host by itself: a hub dials its `/mcp/peer`
+//! link (`peer`) and federation is the hub's job (`tuic-hub`), which is a node plus peer links.
 
 pub mod auth;
 pub mod cli;
@@ -16,6 +16,7 @@ pub mod logs;
 pub mod mail;
 pub mod mcp;
 pub mod paths;
+pub mod peer;
 pub mod repos;
 pub mod routes;
 pub mod server;

@@ -77,6 +77,8 @@ pub struct Node {
     pub mcp: crate::mcp::McpState,
     /// Agent mail: inboxes, peers, waits and PTY wake notices.
     pub mail: crate::mail::Mail,
+    /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory.
+    pub peer: crate::peer::PeerState,
 }
 
 impl Node {
@@ -103,6 +105,8 @@ impl Node {
         store.prune_login_sessions(now)?;
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
+        let peer = crate::peer::PeerState::load(&store, &config.tuning)
+            .context("loading cross-host mail state")?;
         let store = Arc::new(store);
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
@@ -136,6 +140,7 @@ impl Node {
             sessions,
             mcp,
             mail: crate::mail::Mail::default(),
+            peer,
         });
         // The reaper keeps identities that own a live PTY; it asks the session registry.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =

@@ -1,7 +1,8 @@
 //! The node's embedded store: one `redb` file, `state.redb`, in the config dir.
 //!
-//! Durable records live here (login sessions now; repositories, the progress journal,
-//! stories and the cross-host outboxes and dedupe rings as those features land). What the
+//! Durable records live here: login sessions, repositories, and the cross-host outboxes and
+//! dedupe rings of federated mail (`crate::peer`); the progress journal and stories as those
+//! features land. What the
 //! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
 //! Every call is blocking; async callers use `spawn_blocking`.
 
@@ -15,6 +16,16 @@ const LOGIN_SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("log
 
 /// Repositories: canonical path → JSON record.
 const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositories");
+
+/// Cross-host outboxes: key (a connection id, or [`UPLINK_KEY`]) → JSON `peer::Outbox`.
+const PEER_OUTBOXES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_outboxes");
+
+/// Dedupe rings of forwarded mail: the one key [`RINGS_KEY`] → JSON `peer::DedupeRings`.
+const PEER_DEDUPE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_dedupe");
+
+/// The key of a node's outbox towards its hub (never a valid connection id: it has `@`).
+pub const UPLINK_KEY: &str = "@uplink";
+const RINGS_KEY: &str = "rings";
 
 /// Handle to the store.
 #[derive(Debug)]
@@ -30,8 +41,46 @@ impl Store {
         let tx = db.begin_write()?;
         tx.open_table(LOGIN_SESSIONS)?;
         tx.open_table(REPOS)?;
+        tx.open_table(PEER_OUTBOXES)?;
+        tx.open_table(PEER_DEDUPE)?;
         tx.commit()?;
         Ok(Self { db })
+    }
+
+    /// Every stored outbox (key → JSON).
+    pub fn peer_outboxes(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(PEER_OUTBOXES)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((k.value().to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Replaces one outbox record. Committed (durable) before it returns, so a send answered
+    /// `accepted` after this survives a `kill -9`.
+    pub fn put_peer_outbox(&self, key: &str, json: &[u8]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(PEER_OUTBOXES)?.insert(key, json)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The stored dedupe rings, if any.
+    pub fn peer_rings(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(PEER_DEDUPE)?;
+        Ok(t.get(RINGS_KEY)?.map(|v| v.value().to_vec()))
+    }
+
+    /// Replaces the dedupe rings record (committed before it returns).
+    pub fn put_peer_rings(&self, json: &[u8]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(PEER_DEDUPE)?.insert(RINGS_KEY, json)?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// All repositories, ordered by path.

@@ -291,6 +291,8 @@ impl Mail {
     /// `register replaces=` / identity repair: moves `old`'s mail to `new`, retires `old`.
     pub fn carry_over(node: &Arc<Node>, g: &mut Inner, old: &str, new: &str) -> usize {
         let n = g.inboxes.carry_over(now_ms(), old, new).unwrap_or(0);
+        // A retired recipient's dedupe ring goes with it (cross-host mail, `crate::peer`).
+        crate::peer::recipient_retired(node, old);
         if let Some(p) = g.peers.remove(old) {
             let e = g.peers.entry(new.to_owned()).or_default();
             if e.name.is_none() {
@@ -302,7 +304,6 @@ impl Mail {
                 p.parent = Some(new.to_owned());
             }
         }
-        let _ = node;
         n
     }
 

@@ -63,6 +63,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
             "/fs/resolve-markdown-link",
             post(crate::fs::resolve_markdown_link),
         )
+        .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
         .merge(crate::mcp::routes())
         .merge(crate::web::routes())

@@ -56,7 +56,7 @@ Orchestrators: children report results with send; read them with inbox or wait, 
         )
     },
     handler,
-    blocking: &["spawn"],
+    blocking: &["spawn", "send"],
     passthrough: false,
 };
 
@@ -309,6 +309,8 @@ fn list_peers(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, Tool
             }
             v
         })
+        // Federation hook: peers behind the peer link, with their addresses.
+        .chain(crate::peer::remote_peers(node, path))
         .collect();
     Ok(json!({"peers": list}))
 }
@@ -360,8 +362,19 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
         Some("urgent") => true,
         Some(u) => return Err(ToolError::invalid(format!("unknown urgency {u}"))),
     };
-    let recipient = resolve(node, to)?;
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
+    // Federation hook (`crate::peer`): a `to` that is no local recipient but an address
+    // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
+    let recipient = match resolve(node, to) {
+        Ok(r) => r,
+        Err(e) => match crate::peer::route(node, to)? {
+            crate::peer::Route::NotAnAddress => return Err(e),
+            crate::peer::Route::Local(peer) => resolve(node, &peer)?,
+            crate::peer::Route::Remote => {
+                return crate::peer::send_remote(node, &me, from_name, to, message);
+            }
+        },
+    };
     let sent =
         Mail::post(node, &recipient, &me, from_name, message, None, None).map_err(mail_error)?;
     let path = match sent.receipt.delivery {

@@ -1,0 +1,538 @@
+//! The hub's ends of the peer links and the relay of cross-host mail.
+//!
+//! Per configured connection one task dials `ws://<node>/mcp/peer` with the node's token as
+//! the `tui-session` cookie and runs a `PeerLink` (role hub) through the shared driver
+//! (`tuic_node::peer::driver`). Each connection's task is its own: a mute node holds only its
+//! own handshake, never mail to another node. Reconnects back off 1 s → 30 s with jitter.
+//!
+//! The relay keeps one bounded outbox per connection (in the hub's `redb`, committed before a
+//! sender hears `accepted`): mail from a node's peer (stamped `<connection>/<peer>` by the
+//! link) or from the hub's own agents (`local/<peer>`) waits there until the destination node
+//! acknowledges it; the final outcome goes back to the origin as a `receipt`. Mail for
+//! `local/<peer>` is delivered here through the hub's dedupe rings.
+//!
+//! Each node's registered peers are the hub's shadows of them, addressed
+//! `<connection>/<peer>`; when that link goes down they are retired at once (before the task
+//! does anything else). Every node gets the hub's directory (the hub's own peers and other
+//! nodes') pushed as a `register`, so its `list_peers` shows them with usable addresses.
+//!
+//! Deliberately absent: any process control. Session input, output and submit go through
+//! the HTTP proxy (`proxy.rs`), never through this link.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::http::{HeaderValue, header};
+use backon::BackoffBuilder;
+use futures::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tuic_node::peer::driver::{self, End, FrameIo};
+use tuic_node::peer::{HubRoutes, Queued, Refusal, deliver_local, local_entries, persist_outbox};
+use tuic_node::session::now_ms;
+use tuic_node::state::Node;
+use tuic_node::store::UPLINK_KEY;
+use tuic_proto::peer::{
+    AckOutcome, ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox,
+    OutboxEvent, PeerEntry, PeerLink, Receipt, Request, Response, Routed, SenderOutcome,
+    WireMessage, format_address, relay,
+};
+
+use crate::federation::Conn;
+
+/// Longest wait for a node to accept the WebSocket upgrade.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Commands to a connection's link task.
+#[derive(Debug)]
+pub enum HubCmd {
+    /// Its outbox holds new mail.
+    Kick,
+    /// Tell the node how relayed mail from one of its peers ended.
+    Receipt(Receipt),
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// One outbox per connection, towards that node.
+    outboxes: BTreeMap<String, Outbox>,
+    /// Peers each connected node registered over its link (with addresses).
+    shadows: BTreeMap<String, Vec<PeerEntry>>,
+    /// The live link tasks.
+    links: HashMap<String, mpsc::UnboundedSender<HubCmd>>,
+    /// The hub's own senders waiting for an outcome, by message id.
+    waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+}
+
+/// The hub's relay: outboxes, shadows and link handles.
+#[derive(Debug)]
+pub struct PeerHub {
+    node: Arc<Node>,
+    inner: Mutex<Inner>,
+}
+
+impl PeerHub {
+    /// Loads every stored per-connection outbox from the hub's store.
+    pub fn load(node: Arc<Node>) -> anyhow::Result<Arc<Self>> {
+        let mut inner = Inner::default();
+        for (k, v) in node.store.peer_outboxes()? {
+            if k == UPLINK_KEY {
+                continue;
+            }
+            let o: Outbox = serde_json::from_slice(&v)
+                .map_err(|e| anyhow::anyhow!("decoding the stored outbox of {k}: {e}"))?;
+            inner.outboxes.insert(k, o);
+        }
+        Ok(Arc::new(Self {
+            node,
+            inner: Mutex::new(inner),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes sure a configured connection has an outbox.
+    pub fn ensure_outbox(&self, conn: &str) {
+        let limits = tuic_node::peer::limits(&self.node.config().tuning);
+        self.lock()
+            .outboxes
+            .entry(conn.to_owned())
+            .or_insert_with(|| Outbox::with_limits(conn, limits));
+    }
+
+    /// Whether `conn`'s link is up (a task is attached).
+    pub fn link_up(&self, conn: &str) -> bool {
+        self.lock().links.contains_key(conn)
+    }
+
+    /// Messages held for `conn`.
+    pub fn held(&self, conn: &str) -> usize {
+        self.lock().outboxes.get(conn).map_or(0, Outbox::len)
+    }
+
+    /// Routes stamped mail: into the destination connection's outbox (committed before the
+    /// answer), or into a hub-local inbox for `local/<peer>`.
+    fn relay_in(&self, m: &WireMessage) -> Response {
+        let routed = {
+            let mut g = self.lock();
+            let routed = relay(&mut g.outboxes, m);
+            if let Routed::Answered(Response::SendAck {
+                outcome: AckOutcome::Accepted,
+                ..
+            }) = &routed
+                && let Some((conn, _)) = m.to.split_once('/')
+            {
+                if let Err(e) = self.commit(&g, conn) {
+                    tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
+                    // Not durable: give custody back rather than promise what a crash loses.
+                    if let Some(o) = g.outboxes.get_mut(conn) {
+                        o.on_refused(&m.message_id, ErrorCode::Internal, "not persisted");
+                        while o.poll_event().is_some() {}
+                    }
+                    return Response::Error {
+                        code: ErrorCode::Internal,
+                        connection: conn.to_owned(),
+                        message: "the hub could not save its outbox; nothing was relayed".into(),
+                    };
+                }
+                if let Some(tx) = g.links.get(conn) {
+                    let _ = tx.send(HubCmd::Kick);
+                }
+            }
+            routed
+        };
+        match routed {
+            Routed::Answered(r) => r,
+            Routed::Local(m) => deliver_local(&self.node, LINK_LOCAL, &m),
+        }
+    }
+
+    fn commit(&self, g: &Inner, conn: &str) -> anyhow::Result<()> {
+        match g.outboxes.get(conn) {
+            Some(o) => persist_outbox(&self.node.store, conn, o),
+            None => Ok(()),
+        }
+    }
+
+    /// Applies a change to `conn`'s outbox, commits it, and routes the resulting outcomes:
+    /// receipts to the origin node's link, or to the hub's own waiting sender.
+    fn settle(&self, conn: &str, f: impl FnOnce(&mut Outbox)) {
+        let mut g = self.lock();
+        let Some(o) = g.outboxes.get_mut(conn) else {
+            return;
+        };
+        f(o);
+        let mut events: Vec<OutboxEvent> = Vec::new();
+        while let Some(e) = o.poll_event() {
+            events.push(e);
+        }
+        if let Err(e) = self.commit(&g, conn) {
+            tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
+        }
+        for e in events {
+            if e.from.starts_with("local/") {
+                notify(&mut g, &e.message_id, e.outcome.clone());
+                continue;
+            }
+            if let Some((origin, receipt)) = e.receipt(conn) {
+                match g.links.get(&origin) {
+                    Some(tx) => {
+                        let _ = tx.send(HubCmd::Receipt(receipt));
+                    }
+                    None => {
+                        tracing::debug!(origin = %origin, message_id = %e.message_id, "receipt dropped: origin link down")
+                    }
+                }
+            }
+        }
+    }
+
+    /// The directory a node is told about: the hub's own peers (`local/<id>`) and every other
+    /// connected node's peers.
+    fn directory_for(&self, conn: &str) -> Vec<PeerEntry> {
+        let mut dir: Vec<PeerEntry> = local_entries(&self.node, None)
+            .into_iter()
+            .map(|mut p| {
+                p.address = Some(format_address(LINK_LOCAL, &p.tuic_session));
+                p.alias = None;
+                p.session_id = None;
+                p
+            })
+            .collect();
+        let g = self.lock();
+        for (c, peers) in &g.shadows {
+            if c != conn {
+                dir.extend(peers.iter().cloned());
+            }
+        }
+        dir
+    }
+}
+
+fn notify(g: &mut Inner, message_id: &str, outcome: SenderOutcome) {
+    let gone = g
+        .waiters
+        .get(message_id)
+        .is_some_and(|tx| tx.send(outcome).is_err());
+    if gone {
+        g.waiters.remove(message_id);
+    }
+}
+
+impl HubRoutes for PeerHub {
+    fn send(
+        &self,
+        from: &str,
+        from_name: Option<String>,
+        to: &str,
+        message: String,
+    ) -> Result<Queued, Refusal> {
+        let message_id = uuid::Uuid::new_v4().to_string();
+        let m = WireMessage {
+            message_id: message_id.clone(),
+            from: format_address(LINK_LOCAL, from),
+            to: to.to_owned(),
+            message,
+            timestamp_ms: now_ms(),
+            from_name,
+            kind: None,
+            lifecycle: None,
+        };
+        let conn = to
+            .split_once('/')
+            .map(|(c, _)| c.to_owned())
+            .unwrap_or_default();
+        // Register the waiter first: the verdict may arrive before this function returns.
+        let (tx, rx) = std_mpsc::channel();
+        self.lock().waiters.insert(message_id.clone(), tx);
+        match self.relay_in(&m) {
+            Response::SendAck { .. } => {
+                let up = self.link_up(&conn);
+                if !up {
+                    self.lock().waiters.remove(&message_id);
+                }
+                Ok(Queued {
+                    message_id,
+                    connection: conn,
+                    outcomes: up.then_some(rx),
+                })
+            }
+            Response::Error {
+                code,
+                connection,
+                message,
+            } => {
+                self.lock().waiters.remove(&message_id);
+                Err(Refusal {
+                    code,
+                    connection,
+                    message,
+                })
+            }
+            other => {
+                self.lock().waiters.remove(&message_id);
+                Err(Refusal {
+                    code: ErrorCode::Internal,
+                    connection: conn,
+                    message: format!("unexpected relay answer {other:?}"),
+                })
+            }
+        }
+    }
+
+    fn peers(&self) -> Vec<PeerEntry> {
+        self.lock().shadows.values().flatten().cloned().collect()
+    }
+}
+
+struct TungIo(
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+);
+
+impl FrameIo for TungIo {
+    async fn recv(&mut self) -> Option<String> {
+        loop {
+            match self.0.next().await? {
+                Ok(Message::Text(t)) => return Some(t.as_str().to_owned()),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+
+    async fn send(&mut self, text: String) -> bool {
+        self.0.send(Message::Text(text.into())).await.is_ok()
+    }
+
+    async fn close(&mut self) {
+        let _ = self.0.close(None).await;
+    }
+}
+
+/// Opens the WebSocket. Errors name what failed, never the URL or the token.
+async fn dial(conn: &Conn) -> Result<TungIo, String> {
+    let url = format!("{}/mcp/peer", conn.url).replacen("http", "ws", 1);
+    let mut req = url
+        .into_client_request()
+        .map_err(|_| "the connection url is not a valid WebSocket url".to_owned())?;
+    let cookie = HeaderValue::from_str(&conn.cookie())
+        .map_err(|_| "the connection token is not a valid header value".to_owned())?;
+    req.headers_mut().insert(header::COOKIE, cookie);
+    use tokio_tungstenite::tungstenite::Error as E;
+    match tokio::time::timeout(DIAL_TIMEOUT, tokio_tungstenite::connect_async(req)).await {
+        Err(_) => Err("peer link handshake timed out".into()),
+        Ok(Err(E::Http(r))) => Err(format!("node answered {} to the peer link", r.status())),
+        Ok(Err(E::Io(_))) => Err("peer link: connection refused or unreachable".into()),
+        Ok(Err(_)) => Err("peer link handshake failed".into()),
+        Ok(Ok((ws, _))) => {
+            if let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() {
+                let _ = s.set_nodelay(true);
+            }
+            Ok(TungIo(ws))
+        }
+    }
+}
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(30))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// One connection's link task: dial, run, retire, back off, again; until the connection is
+/// removed or the hub shuts down.
+pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
+    hub.ensure_outbox(&conn.id);
+    let mut delays = backoff();
+    let stop = conn.stop.clone();
+    loop {
+        let dialed = tokio::select! {
+            _ = stop.cancelled() => return,
+            d = dial(&conn) => d,
+        };
+        match dialed {
+            Err(e) => {
+                tracing::debug!(conn = %conn.id, error = %e, "peer link dial failed");
+                conn.set(|s| {
+                    s.peer_up = false;
+                    s.peer_error = Some(e);
+                });
+            }
+            Ok(mut io) => {
+                let (tx, mut rx) = mpsc::unbounded_channel();
+                hub.lock().links.insert(conn.id.clone(), tx);
+                let link = PeerLink::new(
+                    now_ms(),
+                    LinkConfig::new(
+                        &tuic_node::peer::local_id(&hub.node),
+                        &conn.id,
+                        LinkRole::Hub,
+                    ),
+                );
+                let mut end = HubEnd {
+                    hub: hub.clone(),
+                    conn: conn.clone(),
+                    pushed: None,
+                    was_up: false,
+                };
+                let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
+                if end.was_up {
+                    delays = backoff();
+                }
+                tracing::debug!(conn = %conn.id, ?ended, "peer link task ended");
+                if ended == driver::Ended::Stopped {
+                    return;
+                }
+            }
+        }
+        let delay = delays.next().unwrap_or(Duration::from_secs(30));
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+struct HubEnd {
+    hub: Arc<PeerHub>,
+    conn: Arc<Conn>,
+    /// The directory last pushed to this node.
+    pushed: Option<Vec<PeerEntry>>,
+    was_up: bool,
+}
+
+impl HubEnd {
+    fn push_directory(&mut self, link: &mut PeerLink) {
+        let dir = self.hub.directory_for(&self.conn.id);
+        if self.pushed.as_ref() != Some(&dir)
+            && link
+                .request(Request::Register { peers: dir.clone() })
+                .is_ok()
+        {
+            self.pushed = Some(dir);
+        }
+    }
+
+    /// Retires this node's shadows, detaches the link and makes in-flight mail resendable;
+    /// synchronous, before the task does anything else.
+    fn retire(&mut self) {
+        let id = self.conn.id.clone();
+        {
+            let mut g = self.hub.lock();
+            g.shadows.remove(&id);
+            g.links.remove(&id);
+        }
+        self.hub.settle(&id, Outbox::on_link_down);
+        self.conn.set(|s| s.peer_up = false);
+    }
+}
+
+impl End for HubEnd {
+    type Cmd = HubCmd;
+
+    fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
+        let id = self.conn.id.clone();
+        match event {
+            LinkEvent::Up { remote_id } => {
+                self.was_up = true;
+                self.conn.set(|s| {
+                    s.peer_up = true;
+                    s.peer_error = None;
+                });
+                tracing::info!(conn = %id, node = %remote_id, "peer link up");
+                self.push_directory(link);
+            }
+            LinkEvent::Request { id: rid, request } => {
+                let resp = match request {
+                    Request::Register { peers } => {
+                        let shadows = peers
+                            .into_iter()
+                            .map(|mut p| {
+                                p.address = Some(format_address(&id, &p.tuic_session));
+                                p.alias = None;
+                                p.session_id = None;
+                                p
+                            })
+                            .collect();
+                        self.hub.lock().shadows.insert(id.clone(), shadows);
+                        Response::RegisterAck
+                    }
+                    Request::Send(m) => self.hub.relay_in(&m),
+                    Request::ListPeers { path } => Response::Peers(
+                        self.hub
+                            .directory_for(&id)
+                            .into_iter()
+                            .filter(|p| path.is_none() || p.path == path)
+                            .collect(),
+                    ),
+                    Request::Inbox { recipient, .. } | Request::Wait { recipient, .. } => {
+                        Response::Error {
+                            code: ErrorCode::UnknownRecipient,
+                            connection: id.clone(),
+                            message: format!(
+                                "the hub keeps no inbox for '{recipient}': it is read on its own node"
+                            ),
+                        }
+                    }
+                };
+                let _ = link.respond(rid, resp);
+            }
+            LinkEvent::Response {
+                request: Request::Send(m),
+                response,
+                ..
+            } => match response {
+                Response::SendAck { outcome, .. } => {
+                    self.hub.settle(&id, |o| o.on_ack(&m.message_id, outcome));
+                }
+                Response::Error { code, message, .. } => {
+                    tracing::warn!(conn = %id, message_id = %m.message_id, ?code, %message, "node refused relayed mail");
+                    self.hub
+                        .settle(&id, |o| o.on_refused(&m.message_id, code, &message));
+                }
+                other => tracing::debug!(conn = %id, ?other, "unexpected answer to send"),
+            },
+            LinkEvent::Response { .. } | LinkEvent::Receipt(_) => {}
+            LinkEvent::Down { reason, .. } => {
+                self.retire();
+                if self.was_up {
+                    tracing::warn!(conn = %id, ?reason, "peer link down");
+                }
+                let why = format!("peer link down: {reason:?}");
+                self.conn.set(|s| s.peer_error = Some(why));
+            }
+        }
+    }
+
+    fn on_cmd(&mut self, link: &mut PeerLink, cmd: HubCmd) {
+        match cmd {
+            HubCmd::Kick => {}
+            HubCmd::Receipt(r) => {
+                let _ = link.receipt(r);
+            }
+        }
+    }
+
+    fn pump(&mut self, link: &mut PeerLink) {
+        let mut g = self.hub.lock();
+        if let Some(o) = g.outboxes.get_mut(&self.conn.id) {
+            while let Some(m) = o.poll_dispatch() {
+                if link.request(Request::Send(m)).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self, link: &mut PeerLink) {
+        self.push_directory(link);
+    }
+}

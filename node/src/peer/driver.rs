@@ -1,0 +1,114 @@
+//! The IO driver shared by both ends of a peer link: one task owns one [`PeerLink`] and one
+//! WebSocket, feeds it text frames and timer ticks, writes what it transmits, and hands its
+//! events to an [`End`] (the node's answers, or the hub's relay).
+//!
+//! It does not decide anything about mail: that is the `End`'s job. It knows nothing about
+//! which WebSocket library carries the frames ([`FrameIo`] adapts axum's server socket and
+//! tokio-tungstenite's client socket).
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tuic_proto::peer::{LinkEvent, LinkState, PeerLink};
+
+use crate::session::now_ms;
+
+/// Housekeeping period of an [`End`] (re-registering a changed peer set, directory pushes).
+pub const TICK: Duration = Duration::from_millis(500);
+
+/// A text-frame transport.
+pub trait FrameIo: Send {
+    /// The next text frame; `None` when the connection closed or failed.
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<String>> + Send;
+    /// Writes one text frame; `false` when the connection is gone.
+    fn send(&mut self, text: String) -> impl std::future::Future<Output = bool> + Send;
+    /// Closes the connection (best effort).
+    fn close(&mut self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// What one end does with its link's events.
+pub trait End: Send {
+    /// Commands other tasks send to this link's task.
+    type Cmd: Send;
+    /// Handles one link event (including the final `Down`).
+    fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent);
+    /// Handles one command.
+    fn on_cmd(&mut self, link: &mut PeerLink, cmd: Self::Cmd);
+    /// Runs after every step while the link is up: dispatch outboxes, re-register, etc.
+    fn pump(&mut self, link: &mut PeerLink);
+    /// Runs every [`TICK`].
+    fn on_tick(&mut self, link: &mut PeerLink) {
+        let _ = link;
+    }
+}
+
+/// Why [`run`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The link went down (the `End` saw the `Down` event with its reason).
+    Down,
+    /// `stop` was cancelled.
+    Stopped,
+}
+
+/// Runs a link until it is down or `stop` fires. The `End` sees every event, including the
+/// `Down` event, before this returns.
+#[must_use = "the link's end must be acted on (reconnect, logs)"]
+pub async fn run<E: End, I: FrameIo>(
+    mut link: PeerLink,
+    io: &mut I,
+    end: &mut E,
+    cmds: &mut mpsc::UnboundedReceiver<E::Cmd>,
+    stop: &CancellationToken,
+) -> Ended {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stopped = false;
+    loop {
+        while let Some(ev) = link.poll_event() {
+            end.on_event(&mut link, ev);
+        }
+        if link.state() == LinkState::Up {
+            end.pump(&mut link);
+        }
+        while let Some(f) = link.poll_transmit() {
+            if !io.send(f.encode()).await {
+                link.reset();
+                break;
+            }
+        }
+        if link.state() == LinkState::Down {
+            // Events queued by the last step (the `Down` itself) still reach the end.
+            while let Some(ev) = link.poll_event() {
+                end.on_event(&mut link, ev);
+            }
+            io.close().await;
+            return if stopped { Ended::Stopped } else { Ended::Down };
+        }
+        let wake = link
+            .poll_timeout()
+            .map(|t| Duration::from_millis(t.saturating_sub(now_ms())))
+            .unwrap_or(Duration::from_secs(60));
+        tokio::select! {
+            _ = stop.cancelled() => {
+                stopped = true;
+                link.close();
+            }
+            text = io.recv() => match text {
+                Some(t) => link.handle_text(now_ms(), &t),
+                None => link.reset(),
+            },
+            _ = tokio::time::sleep(wake) => link.handle_timeout(now_ms()),
+            cmd = cmds.recv() => match cmd {
+                Some(c) => end.on_cmd(&mut link, c),
+                // Every sender is gone: nobody can reach this link any more.
+                None => link.close(),
+            },
+            _ = tick.tick() => {
+                link.handle_timeout(now_ms());
+                end.on_tick(&mut link);
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! `WS /mcp/peer`: the node's end of the link a hub dials.
+//!
+//! Served on the TCP listener only, behind the request boundary (Host and Origin guards, then
+//! the node token as the `tui-session` cookie or Basic; `?token=` is refused there). On the IPC
+//! socket the route answers 403: a hub never reaches a node through its local socket.
+//!
+//! One task per link runs a `PeerLink` (role node). It answers the hub's requests — `send`
+//! into a local inbox through the dedupe ring, `list_peers`, `inbox`, `wait`, `register` of the
+//! hub's directory (its own peers and other nodes', with addresses) — and carries the node's
+//! own requests: its `register` (re-sent whenever the local peer set changes, and before any
+//! mail) and its outbox towards the hub. Only mail actions; nothing here creates a process.
+//! A newer link replaces an older one; the older one is closed.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{
+    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
+};
+use axum::extract::{Extension, State};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tuic_proto::peer::{
+    ErrorCode, LinkConfig, LinkEvent, LinkRole, PeerEntry, PeerLink, Request, RequestId,
+    SenderOutcome,
+};
+
+use super::driver::{self, End, FrameIo};
+use super::{UPLINK, local_entries, persist_outbox};
+use crate::error::ApiError;
+use crate::guard::Transport;
+use crate::mail::Mail;
+use crate::session::now_ms;
+use crate::state::Node;
+use crate::store::UPLINK_KEY;
+
+/// Commands to a node link's task.
+#[derive(Debug)]
+pub enum Cmd {
+    /// The outbox holds new mail.
+    Kick,
+    /// A newer link took over: close this one.
+    Replaced,
+    /// A `wait` the hub asked for has its answer.
+    Answer(RequestId, tuic_proto::peer::Response),
+}
+
+/// `GET /mcp/peer` (WebSocket upgrade).
+pub async fn peer_ws(
+    State(node): State<Arc<Node>>,
+    transport: Option<Extension<Transport>>,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    if !matches!(transport, Some(Extension(Transport::Tcp { .. }))) {
+        return ApiError::forbidden(
+            "the peer link is served on the TCP listener only (a hub dials http://host:port/mcp/peer with the node token)",
+        )
+        .into_response();
+    }
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(e) => return ApiError::bad_request(e.body_text()).into_response(),
+    };
+    ws.on_upgrade(move |sock| serve(node, sock)).into_response()
+}
+
+struct AxumIo(WebSocket);
+
+impl FrameIo for AxumIo {
+    async fn recv(&mut self) -> Option<String> {
+        loop {
+            match self.0.next().await? {
+                Ok(Message::Text(t)) => return Some(t.as_str().to_owned()),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+
+    async fn send(&mut self, text: String) -> bool {
+        self.0.send(Message::Text(text.into())).await.is_ok()
+    }
+
+    async fn close(&mut self) {
+        let _ = self.0.send(Message::Close(None)).await;
+    }
+}
+
+async fn serve(node: Arc<Node>, sock: WebSocket) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let generation = node.peer.lock().attach(tx.clone());
+    let link = PeerLink::new(
+        now_ms(),
+        LinkConfig::new(&super::local_id(&node), UPLINK, LinkRole::Node),
+    );
+    let mut end = NodeEnd {
+        node: node.clone(),
+        me: super::local_id(&node),
+        tx,
+        registered: None,
+        register_pending: None,
+        ready: false,
+    };
+    let mut io = AxumIo(sock);
+    let stop = node.shutdown.child_token();
+    tracing::info!(generation, "peer link accepted");
+    let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
+    node.peer.lock().detach(generation);
+    tracing::debug!(generation, ?ended, "peer link ended");
+}
+
+struct NodeEnd {
+    node: Arc<Node>,
+    /// This node's name in refusals.
+    me: String,
+    tx: mpsc::UnboundedSender<Cmd>,
+    /// The peer set last sent in `register`.
+    registered: Option<Vec<PeerEntry>>,
+    register_pending: Option<RequestId>,
+    /// The hub acknowledged a `register`: mail may flow (a `send` never overtakes the
+    /// registration that makes its sender valid).
+    ready: bool,
+}
+
+impl NodeEnd {
+    fn answer(&mut self, link: &mut PeerLink, id: RequestId, request: Request) {
+        use tuic_proto::peer::Response as R;
+        let resp = match request {
+            Request::Send(m) => super::deliver_local(&self.node, &self.me, &m),
+            Request::ListPeers { path } => R::Peers(local_entries(&self.node, path.as_deref())),
+            Request::Register { peers } => {
+                // The hub's directory: every peer it can route to, each with an address.
+                self.node.peer.lock().directory =
+                    peers.into_iter().filter(|p| p.address.is_some()).collect();
+                R::RegisterAck
+            }
+            Request::Inbox {
+                recipient,
+                since,
+                limit,
+            } => {
+                if !self.node.mail.lock().inboxes.is_registered(&recipient) {
+                    self.unknown(&recipient)
+                } else {
+                    match Mail::inbox(&self.node, &recipient, since, limit.map(|l| l as usize)) {
+                        Ok(p) => R::InboxPage(p),
+                        Err(e) => self.refuse(ErrorCode::UnknownRecipient, e.to_string()),
+                    }
+                }
+            }
+            Request::Wait {
+                recipient,
+                since,
+                timeout_ms,
+            } => {
+                if !self.node.mail.lock().inboxes.is_registered(&recipient) {
+                    self.unknown(&recipient)
+                } else {
+                    // The wait sleeps in its own task; its answer comes back as a command.
+                    let node = self.node.clone();
+                    let tx = self.tx.clone();
+                    let me = self.me.clone();
+                    self.node.tasks.spawn(async move {
+                        let r = match Mail::wait(&node, &recipient, since, timeout_ms).await {
+                            Ok(o) => R::WaitResult(o),
+                            Err(e) => R::Error {
+                                code: ErrorCode::UnknownRecipient,
+                                connection: me,
+                                message: e.to_string(),
+                            },
+                        };
+                        let _ = tx.send(Cmd::Answer(id, r));
+                    });
+                    return;
+                }
+            }
+        };
+        let _ = link.respond(id, resp);
+    }
+
+    fn unknown(&self, recipient: &str) -> tuic_proto::peer::Response {
+        self.refuse(
+            ErrorCode::UnknownRecipient,
+            format!("recipient '{recipient}' is not registered"),
+        )
+    }
+
+    fn refuse(&self, code: ErrorCode, message: String) -> tuic_proto::peer::Response {
+        tuic_proto::peer::Response::Error {
+            code,
+            connection: self.me.clone(),
+            message,
+        }
+    }
+
+    /// Applies outbox changes: commit the outbox, report outcomes to waiting senders.
+    fn settle(&self, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
+        let mut p = self.node.peer.lock();
+        f(&mut p.uplink);
+        if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
+            tracing::error!(error = %e, "persisting the uplink outbox failed");
+        }
+        while let Some(ev) = p.uplink.poll_event() {
+            p.notify(&ev.message_id, ev.outcome);
+        }
+    }
+}
+
+impl End for NodeEnd {
+    type Cmd = Cmd;
+
+    fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
+        use tuic_proto::peer::Response as R;
+        match event {
+            LinkEvent::Up { remote_id } => {
+                tracing::info!(hub = %remote_id, "peer link up");
+            }
+            LinkEvent::Request { id, request } => self.answer(link, id, request),
+            LinkEvent::Response {
+                id,
+                request,
+                response,
+            } => match (request, response) {
+                (Request::Register { .. }, resp) => {
+                    if self.register_pending == Some(id) {
+                        self.register_pending = None;
+                        self.ready = true;
+                    }
+                    if let R::Error { code, message, .. } = resp {
+                        tracing::warn!(?code, %message, "hub refused this node's peer set");
+                    }
+                }
+                (Request::Send(m), R::SendAck { outcome, .. }) => {
+                    self.settle(|o| o.on_ack(&m.message_id, outcome));
+                }
+                (Request::Send(m), R::Error { code, message, .. }) => {
+                    tracing::warn!(message_id = %m.message_id, ?code, %message, "hub refused mail");
+                    self.settle(|o| o.on_refused(&m.message_id, code, &message));
+                }
+                (req, resp) => {
+                    tracing::debug!(?req, ?resp, "unexpected answer on the peer link");
+                }
+            },
+            LinkEvent::Receipt(r) => {
+                tracing::info!(source = "agent_msg", message_id = %r.message_id, outcome = ?r.outcome, connection = %r.connection, "delivery receipt");
+                self.node
+                    .peer
+                    .lock()
+                    .notify(&r.message_id, SenderOutcome::from_receipt(&r));
+            }
+            LinkEvent::Down { reason, .. } => {
+                tracing::info!(?reason, "peer link down");
+                self.settle(|o| o.on_link_down());
+                self.node.peer.lock().directory.clear();
+            }
+        }
+    }
+
+    fn on_cmd(&mut self, link: &mut PeerLink, cmd: Cmd) {
+        match cmd {
+            Cmd::Kick => {}
+            Cmd::Replaced => link.close(),
+            Cmd::Answer(id, r) => {
+                let _ = link.respond(id, r);
+            }
+        }
+    }
+
+    fn pump(&mut self, link: &mut PeerLink) {
+        // Re-register whenever the local peer set changed; hold mail until the hub has it.
+        let mut peers = local_entries(&self.node, None);
+        {
+            // Senders of held mail stay vouched for after a restart emptied the (in-memory)
+            // registry: the node accepted their mail, so the hub must accept its resend.
+            let p = self.node.peer.lock();
+            for m in p.uplink.messages() {
+                if !peers.iter().any(|e| e.tuic_session == m.from) {
+                    peers.push(PeerEntry {
+                        tuic_session: m.from.clone(),
+                        name: m.from_name.clone(),
+                        orchestrator: false,
+                        address: None,
+                        alias: None,
+                        session_id: None,
+                        path: None,
+                    });
+                }
+            }
+        }
+        if self.register_pending.is_none() && self.registered.as_ref() != Some(&peers) {
+            match link.request(Request::Register {
+                peers: peers.clone(),
+            }) {
+                Ok(id) => {
+                    self.register_pending = Some(id);
+                    self.registered = Some(peers);
+                    self.ready = false;
+                }
+                Err(_) => return,
+            }
+        }
+        if !self.ready {
+            return;
+        }
+        let mut p = self.node.peer.lock();
+        while let Some(m) = p.uplink.poll_dispatch() {
+            if link.request(Request::Send(m)).is_err() {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! Cross-host mail on a node: the IO around the sans-IO peer cores (`tuic_proto::peer`).
+//!
+//! - [`driver`]: one task per link runs a `PeerLink` over a WebSocket (shared with the hub).
+//! - [`endpoint`]: `WS /mcp/peer`, the node's end of the link a hub dials (TCP only).
+//! - this module: the node's durable state — its outbox towards the hub and the dedupe rings
+//!   of every local recipient, both kept in `redb` after each change — the directory of
+//!   remote peers the hub pushed, the delivery of forwarded mail into local inboxes, and the
+//!   MCP-facing `send` to an address.
+//!
+//! A hub is a node too: it installs a [`HubRoutes`] so its own agents' sends to
+//! `<connection>/<peer>` go through its per-connection outboxes instead of an uplink.
+//!
+//! Deliberately absent: process creation of any kind (no frame asks for it), and any link
+//! traffic on the IPC socket. Lock order: `node.mail` before [`PeerState`]'s lock, never the
+//! other way round.
+
+pub mod driver;
+pub mod endpoint;
+
+use std::collections::HashMap;
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tuic_proto::mail::MAX_MESSAGE_BYTES;
+use tuic_proto::peer::{
+    AckOutcome, Address, DedupeRings, ErrorCode, Outbox, OutboxError, OutboxLimits, PeerEntry,
+    Response, SenderOutcome, WireMessage, parse_address,
+};
+
+use crate::config::Tuning;
+use crate::mail::Mail;
+use crate::mcp::registry::ToolError;
+use crate::session::now_ms;
+use crate::state::Node;
+use crate::store::{Store, UPLINK_KEY};
+
+/// The name a node gives its link to the hub in errors ("outbox for connection 'hub' is full").
+pub const UPLINK: &str = "hub";
+
+/// A refusal that crossed (or would cross) a host: a stable code and the connection named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// The connection the refusal is about.
+    pub connection: String,
+    /// Detail; never a token or URL.
+    pub message: String,
+}
+
+/// Mail a hop has taken custody of.
+#[derive(Debug)]
+pub struct Queued {
+    /// The id it keeps on every hop.
+    pub message_id: String,
+    /// The connection it leaves through.
+    pub connection: String,
+    /// Later outcomes (ack, receipt, link drop), while the link is up; `None` when the link is
+    /// down (the mail waits in the outbox).
+    pub outcomes: Option<std_mpsc::Receiver<SenderOutcome>>,
+}
+
+/// What a hub adds to a node: routing of its own agents' mail through its connections, and
+/// the peers those connections registered.
+pub trait HubRoutes: Send + Sync + std::fmt::Debug {
+    /// Takes custody of mail from the hub's own peer `from` to `to` (`<connection>/<peer>`).
+    fn send(
+        &self,
+        from: &str,
+        from_name: Option<String>,
+        to: &str,
+        message: String,
+    ) -> Result<Queued, Refusal>;
+    /// Peers of connected nodes, each with its address.
+    fn peers(&self) -> Vec<PeerEntry>;
+}
+
+/// The durable and link state under one lock.
+#[derive(Debug)]
+pub struct Inner {
+    /// Mail towards the hub, kept until the hub acknowledges it.
+    pub uplink: Outbox,
+    /// The rings of every local recipient of forwarded mail.
+    pub rings: DedupeRings,
+    /// Peers the hub can route to (its own and other nodes'), as it last pushed them.
+    pub directory: Vec<PeerEntry>,
+    /// The live link's task, by generation (a newer link replaces an older one).
+    link: Option<(u64, mpsc::UnboundedSender<endpoint::Cmd>)>,
+    next_link: u64,
+    /// Senders waiting for the outcome of their mail, by message id.
+    waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+}
+
+/// Cross-host mail state of one node.
+#[derive(Debug)]
+pub struct PeerState {
+    inner: Mutex<Inner>,
+    hub: OnceLock<Arc<dyn HubRoutes>>,
+}
+
+/// Outbox bounds from the tuning keys.
+pub fn limits(t: &Tuning) -> OutboxLimits {
+    OutboxLimits {
+        max_messages: t.peer_outbox_max_messages.max(1),
+        max_bytes: t.peer_outbox_max_bytes.max(1),
+        ..OutboxLimits::default()
+    }
+}
+
+impl PeerState {
+    /// Loads the uplink outbox and the rings from the store (empty when absent). A stored
+    /// record that does not decode is an error: starting empty would drop accepted mail.
+    pub fn load(store: &Store, tuning: &Tuning) -> anyhow::Result<Self> {
+        let mut uplink = Outbox::with_limits(UPLINK, limits(tuning));
+        for (k, v) in store.peer_outboxes()? {
+            if k == UPLINK_KEY {
+                uplink = serde_json::from_slice(&v)
+                    .map_err(|e| anyhow::anyhow!("decoding the stored uplink outbox: {e}"))?;
+            }
+        }
+        let rings = match store.peer_rings()? {
+            Some(v) => serde_json::from_slice(&v)
+                .map_err(|e| anyhow::anyhow!("decoding the stored dedupe rings: {e}"))?,
+            None => DedupeRings::new(),
+        };
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                uplink,
+                rings,
+                directory: Vec::new(),
+                link: None,
+                next_link: 0,
+                waiters: HashMap::new(),
+            }),
+            hub: OnceLock::new(),
+        })
+    }
+
+    /// The lock (poison-tolerant). Never take `node.mail`'s lock while holding it.
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Installs the hub's routes (once, at hub start).
+    pub fn set_hub(&self, routes: Arc<dyn HubRoutes>) {
+        let _ = self.hub.set(routes);
+    }
+
+    /// The hub's routes, when this process is a hub.
+    pub fn hub(&self) -> Option<&Arc<dyn HubRoutes>> {
+        self.hub.get()
+    }
+}
+
+impl Inner {
+    /// Registers a new link task; the previous one (if any) loses its slot and is told to close.
+    fn attach(&mut self, tx: mpsc::UnboundedSender<endpoint::Cmd>) -> u64 {
+        self.next_link += 1;
+        if let Some((_, old)) = self.link.replace((self.next_link, tx)) {
+            let _ = old.send(endpoint::Cmd::Replaced);
+        }
+        self.next_link
+    }
+
+    /// Forgets the link task `generation` (a newer one may already own the slot).
+    fn detach(&mut self, generation: u64) {
+        if self.link.as_ref().is_some_and(|(g, _)| *g == generation) {
+            self.link = None;
+            self.directory.clear();
+        }
+    }
+
+    fn kick(&self) -> bool {
+        self.link
+            .as_ref()
+            .is_some_and(|(_, tx)| tx.send(endpoint::Cmd::Kick).is_ok())
+    }
+
+    /// Reports an outcome to a waiting sender (if one still waits).
+    fn notify(&mut self, message_id: &str, outcome: SenderOutcome) {
+        let gone = self
+            .waiters
+            .get(message_id)
+            .is_some_and(|tx| tx.send(outcome).is_err());
+        if gone {
+            self.waiters.remove(message_id);
+        }
+    }
+}
+
+/// Writes an outbox record; a failure is logged (the mail is still held in memory and the
+/// next change writes it again).
+pub fn persist_outbox(store: &Store, key: &str, outbox: &Outbox) -> anyhow::Result<()> {
+    let json = serde_json::to_vec(outbox)?;
+    store.put_peer_outbox(key, &json)
+}
+
+fn persist_rings(store: &Store, rings: &DedupeRings) {
+    let r = serde_json::to_vec(rings)
+        .map_err(anyhow::Error::from)
+        .and_then(|j| store.put_peer_rings(&j));
+    if let Err(e) = r {
+        tracing::error!(error = %e, "persisting dedupe rings failed");
+    }
+}
+
+/// A local identity for `hello` and errors: the machine's host name.
+pub fn local_id(node: &Node) -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| node.name.to_owned())
+}
+
+/// Delivers forwarded mail (`from` stamped by the link) into a local inbox: recipient check,
+/// dedupe ring, enqueue and ring record under the mail lock, the ring committed to `redb`
+/// before the answer goes back. `connection` names this side in refusals.
+pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Response {
+    let mut m = m.clone();
+    // `to` may name a live terminal by PTY id or alias; mail goes to its identity.
+    if !node.mail.lock().inboxes.is_registered(&m.to)
+        && let Some(s) = node.sessions.live(&m.to)
+    {
+        let mut g = node.mail.lock();
+        Mail::ensure(node, &mut g, &s.tuic_session);
+        m.to = s.tuic_session.clone();
+    }
+    let (resp, actions) = {
+        let mut g = node.mail.lock();
+        let mut p = node.peer.lock();
+        let resp =
+            tuic_proto::peer::deliver(&mut g.inboxes, &mut p.rings, now_ms(), connection, &m);
+        if let Response::SendAck {
+            outcome: AckOutcome::Delivered,
+            ..
+        } = &resp
+        {
+            persist_rings(&node.store, &p.rings);
+        }
+        drop(p);
+        (resp, Mail::drain(&mut g))
+    };
+    Mail::act(node, actions);
+    match &resp {
+        Response::SendAck { outcome, .. } => {
+            tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, outcome = ?outcome, "forwarded message delivered")
+        }
+        Response::Error { code, message, .. } => {
+            tracing::warn!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, code = ?code, %message, "forwarded message refused")
+        }
+        _ => {}
+    }
+    resp
+}
+
+/// A recipient identity retired on this node: its ring goes with it (sender retirement does
+/// not touch rings). Call under the mail lock.
+pub fn recipient_retired(node: &Node, recipient: &str) {
+    let mut p = node.peer.lock();
+    if p.rings.len(recipient) > 0 {
+        p.rings.remove(recipient);
+        persist_rings(&node.store, &p.rings);
+    }
+}
+
+/// How an `agent send` target that did not resolve locally is routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Not an address at all: the local "unknown recipient" answer stands.
+    NotAnAddress,
+    /// `local/<peer>` on a hub: the hub's own peer.
+    Local(String),
+    /// Through the peer link.
+    Remote,
+}
+
+/// Routes a `to` that is not a local recipient. Empty connection ids and peers are refused
+/// here, before any owner is selected.
+pub fn route(node: &Node, to: &str) -> Result<Route, ToolError> {
+    if !to.contains('/') {
+        return Ok(Route::NotAnAddress);
+    }
+    match parse_address(to) {
+        Err(e) => Err(ToolError::new("invalid_address", e.to_string())),
+        Ok(Address::Local(peer)) if node.peer.hub().is_some() => Ok(Route::Local(peer.to_owned())),
+        Ok(_) => Ok(Route::Remote),
+    }
+}
+
+fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
+    let code = match r.code {
+        ErrorCode::OutboxFull => "outbox_full",
+        ErrorCode::UnknownRecipient => "unknown_recipient",
+        ErrorCode::IdentityCollision => "identity_collision",
+        ErrorCode::TooLarge => "too_large",
+        ErrorCode::SenderForged => "sender_forged",
+        ErrorCode::SenderNotRegistered => "sender_not_registered",
+        ErrorCode::Unavailable => "unavailable",
+        _ => "refused",
+    };
+    let mut e = ToolError::new(
+        code,
+        format!("refused by connection '{}': {}", r.connection, r.message),
+    )
+    .with("connection", json!(r.connection))
+    .with("status", json!("refused"));
+    if let Some(id) = message_id {
+        e = e.with("message_id", json!(id));
+    }
+    e
+}
+
+/// `agent action=send` to an address: custody in the next hop's outbox (durable before this
+/// answers), then up to `tuning.peer_send_wait_ms` for the verdict. Answers `delivered`,
+/// `accepted` (held, will be retried until acknowledged), `uncertain` (on the wire when the
+/// link dropped; resent with the same id, never as new mail), or a refusal naming the
+/// connection.
+pub fn send_remote(
+    node: &Arc<Node>,
+    from: &str,
+    from_name: Option<String>,
+    to: &str,
+    message: String,
+) -> Result<Value, ToolError> {
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(ToolError::new(
+            "too_large",
+            format!(
+                "message is {} bytes, the limit is {MAX_MESSAGE_BYTES}",
+                message.len()
+            ),
+        ));
+    }
+    let queued = match node.peer.hub() {
+        Some(h) => h.send(from, from_name, to, message),
+        None => queue_uplink(node, from, from_name, to, message),
+    }
+    .map_err(|r| refusal_error(&r, None))?;
+    let wait = Duration::from_millis(node.config().tuning.peer_send_wait_ms);
+    let mut status = "accepted";
+    let mut uncertain = None;
+    if let Some(rx) = &queued.outcomes {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match rx.recv_timeout(left) {
+                Ok(SenderOutcome::Accepted) => {}
+                Ok(SenderOutcome::Delivered) => {
+                    status = "delivered";
+                    break;
+                }
+                Ok(SenderOutcome::Refused {
+                    code,
+                    connection,
+                    message,
+                }) => {
+                    forget_waiter(node, &queued.message_id);
+                    let r = Refusal {
+                        code,
+                        connection,
+                        message,
+                    };
+                    return Err(refusal_error(&r, Some(&queued.message_id)));
+                }
+                Ok(SenderOutcome::Uncertain { connection }) => {
+                    status = "uncertain";
+                    uncertain = Some((connection, true, String::new()));
+                    break;
+                }
+                Ok(SenderOutcome::RefusedOnRetry {
+                    connection,
+                    message,
+                    ..
+                }) => {
+                    status = "uncertain";
+                    uncertain = Some((connection, false, message));
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    forget_waiter(node, &queued.message_id);
+    let mut v = json!({
+        "delivered": status == "delivered",
+        "status": status,
+        "message_id": queued.message_id,
+        "to": to,
+        "connection": queued.connection,
+        "delivery_path": "peer_link",
+    });
+    if let Some((connection, will_retry, detail)) = uncertain {
+        v["connection"] = json!(connection);
+        v["will_retry"] = json!(will_retry);
+        v["uncertain_reason"] = json!(if will_retry {
+            "the link dropped while the message was on the wire; it stays queued and is resent with the same message_id, which the destination deduplicates".to_owned()
+        } else {
+            format!(
+                "a resend was refused ({detail}) but an earlier attempt may have arrived; it is not retried"
+            )
+        });
+    }
+    tracing::info!(source = "agent_msg", %from, %to, message_id = %queued.message_id, status, "agent message sent across hosts");
+    Ok(v)
+}
+
+fn forget_waiter(node: &Node, message_id: &str) {
+    node.peer.lock().waiters.remove(message_id);
+}
+
+/// A node's own send to an address: into the uplink outbox (committed), then the link task is
+/// told there is mail.
+fn queue_uplink(
+    node: &Arc<Node>,
+    from: &str,
+    from_name: Option<String>,
+    to: &str,
+    message: String,
+) -> Result<Queued, Refusal> {
+    let message_id = uuid::Uuid::new_v4().to_string();
+    let m = WireMessage {
+        message_id: message_id.clone(),
+        from: from.to_owned(),
+        to: to.to_owned(),
+        message,
+        timestamp_ms: now_ms(),
+        from_name,
+        kind: None,
+        lifecycle: None,
+    };
+    let mut p = node.peer.lock();
+    match p.uplink.push(m) {
+        Ok(_) => {}
+        Err(e @ OutboxError::Full { .. }) => {
+            return Err(Refusal {
+                code: ErrorCode::OutboxFull,
+                connection: UPLINK.to_owned(),
+                message: e.to_string(),
+            });
+        }
+        Err(e) => {
+            return Err(Refusal {
+                code: ErrorCode::TooLarge,
+                connection: UPLINK.to_owned(),
+                message: e.to_string(),
+            });
+        }
+    }
+    if let Err(e) = persist_outbox(&node.store, UPLINK_KEY, &p.uplink) {
+        // Not durable: take it back out rather than promise what a crash would lose.
+        p.uplink
+            .on_refused(&message_id, ErrorCode::Internal, "not persisted");
+        while p.uplink.poll_event().is_some() {}
+        tracing::error!(error = %e, "persisting the uplink outbox failed");
+        return Err(Refusal {
+            code: ErrorCode::Internal,
+            connection: UPLINK.to_owned(),
+            message: "the outbox could not be saved; nothing was sent".into(),
+        });
+    }
+    let outcomes = if p.link.is_some() {
+        let (tx, rx) = std_mpsc::channel();
+        p.waiters.insert(message_id.clone(), tx);
+        p.kick();
+        Some(rx)
+    } else {
+        None
+    };
+    Ok(Queued {
+        message_id,
+        connection: UPLINK.to_owned(),
+        outcomes,
+    })
+}
+
+/// Peers reachable through the peer link, as `list_peers` entries with their addresses: on a
+/// hub, every connected node's peers; on a node, what its hub last pushed.
+pub fn remote_peers(node: &Node, path: Option<&str>) -> Vec<Value> {
+    let entries = match node.peer.hub() {
+        Some(h) => h.peers(),
+        None => node.peer.lock().directory.clone(),
+    };
+    entries
+        .into_iter()
+        .filter(|p| path.is_none() || p.path.as_deref() == path)
+        .filter_map(|p| {
+            let address = p.address.clone()?;
+            let mut v = json!({
+                "tuic_session": p.tuic_session,
+                "name": p.name,
+                "orchestrator": p.orchestrator,
+                "address": address,
+                "is_remote": true,
+            });
+            if let Some((conn, _)) = address.split_once('/') {
+                v["connection_id"] = json!(conn);
+            }
+            if let Some(path) = p.path {
+                v["path"] = json!(path);
+            }
+            Some(v)
+        })
+        .collect()
+}
+
+/// This node's registered peers as link entries (no address: the hub assigns those).
+pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
+    let peers: Vec<(String, crate::mail::Peer)> = node
+        .mail
+        .lock()
+        .peers
+        .iter()
+        .filter(|(_, p)| path.is_none() || p.path.as_deref() == path)
+        .map(|(k, p)| (k.clone(), p.clone()))
+        .collect();
+    peers
+        .into_iter()
+        .map(|(k, p)| {
+            let live = node.sessions.live(&k).filter(|s| s.tuic_session == k);
+            PeerEntry {
+                tuic_session: k,
+                name: p.name,
+                orchestrator: p.orchestrator,
+                address: None,
+                alias: live.as_ref().map(|s| s.alias.clone()),
+                session_id: live.as_ref().map(|s| s.id.clone()),
+                path: p.path,
+            }
+        })
+        .collect()
+}
