@@ -209,11 +209,14 @@ impl Bed {
             .unwrap_or_default())
     }
 
-    /// Whether the hub reports connection `id` up.
+    /// Whether the hub reports connection `id` up: its mirror, and its peer link where the
+    /// hub has one (`peer_link_up`).
     pub async fn conn_up(&self, id: &str) -> bool {
-        self.connections()
-            .await
-            .is_ok_and(|c| c.iter().any(|c| c["id"] == id && c["up"] == true))
+        self.connections().await.is_ok_and(|c| {
+            c.iter().any(|c| {
+                c["id"] == id && c["up"] == true && c.get("peer_link_up").is_none_or(|l| l == true)
+            })
+        })
     }
 
     /// Waits (bounded, polling) until connection `id` is `up == want`; returns how long it took.

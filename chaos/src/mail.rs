@@ -37,6 +37,9 @@ pub struct HostEvents {
 /// One message's fate.
 #[derive(Debug, Clone, Default)]
 struct Fate {
+    /// When the send call started (latency runs from here: a delivered send may be read
+    /// before its answer reaches the sender).
+    sent_at: Option<Instant>,
     accepted_at: Option<Instant>,
     refused: bool,
     uncertain: bool,
@@ -78,7 +81,7 @@ pub struct MailReport {
     pub refused_delivered: u64,
     /// Messages evicted from an inbox before being read.
     pub evicted: u64,
-    /// Send-accepted to read latency, p50 and p99.
+    /// Send-call to read latency, p50 and p99.
     pub latency_p50: Option<Duration>,
     /// See `latency_p50`.
     pub latency_p99: Option<Duration>,
@@ -183,6 +186,30 @@ pub async fn start(
     }
     let addr = |to: usize| format!("{}/{}", conn_ids[to], agents[to].tuic);
     let (_, mut m) = agents[0].session().await.expect("registered above");
+    // Peers propagate through the hub: wait (bounded) until each agent lists the other under
+    // its address. Without a cross-host route the address never appears and the probe below
+    // is refused.
+    for (from, to) in [(0, 1), (1, 0)] {
+        let (_, mut m) = agents[from].session().await.expect("registered above");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            let r = m
+                .call(
+                    "agent",
+                    json!({"action":"list_peers"}),
+                    Duration::from_secs(5),
+                )
+                .await;
+            if let Call::Answer { value, .. } = r
+                && value["peers"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p["address"] == addr(to)))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let probe = m
         .call(
             "agent",
@@ -258,6 +285,13 @@ async fn sender(
                 .or_default() += 1;
             continue;
         };
+        ledger
+            .lock()
+            .expect("ledger")
+            .msgs
+            .entry((dir, n))
+            .or_default()
+            .sent_at = Some(Instant::now());
         let r = m
             .call(
                 "agent",
@@ -347,7 +381,7 @@ async fn receiver(
                     let fate = l.msgs.entry((d, n)).or_default();
                     fate.reads += 1;
                     if fate.reads == 1 {
-                        fate.latency = fate.accepted_at.map(|t| t.elapsed());
+                        fate.latency = fate.sent_at.map(|t| t.elapsed());
                     }
                 }
                 if let Some(next) = value["next_since"].as_u64() {

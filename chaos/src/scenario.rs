@@ -151,7 +151,7 @@ impl fmt::Display for Summary {
         match &self.mail {
             Some(m) => write!(
                 f,
-                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} refused={} uncertain={} mail_p50={} mail_p99={} ",
+                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} refused={} uncertain={} mail_p50={} mail_p99={} refusals={} ",
                 m.sent,
                 m.accepted,
                 m.delivered,
@@ -161,7 +161,16 @@ impl fmt::Display for Summary {
                 m.refused,
                 m.uncertain,
                 secs(m.latency_p50),
-                secs(m.latency_p99)
+                secs(m.latency_p99),
+                if m.refusal_codes.is_empty() {
+                    "-".to_owned()
+                } else {
+                    m.refusal_codes
+                        .iter()
+                        .map(|(c, n)| format!("{c}:{n}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }
             )?,
             None => write!(f, "{} ", mail::UNAVAILABLE)?,
         }
