@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use serde_json::Value;
 use tuic_tests::ipc;
 
 use crate::bed::{Bed, CONN_IDS};
@@ -23,6 +22,8 @@ use crate::stream::{self, Progress, StreamReport};
 pub const RECOVERY_BOUND: Duration = Duration::from_secs(65);
 /// A stopped node's routes must answer 503 within this.
 pub const UNAVAILABLE_BOUND: Duration = Duration::from_secs(1);
+/// A hub outbox holds at most this many messages per connection (API.md, Federation).
+pub const OUTBOX_BOUND: u64 = 1_000;
 /// Liveness: a probe every 5 s, down after 3 misses (2 s probe timeout), plus slack.
 pub const DETECTION_BOUND: Duration = Duration::from_secs(25);
 
@@ -79,6 +80,8 @@ pub struct Plan {
     pub fault: Duration,
     /// How long the partition lasts.
     pub partition: Duration,
+    /// How long delay and loss last (most of the send window, so mail and stream cross it).
+    pub impairment: Duration,
     /// Stream lines produced per 100 ms batch.
     pub stream_batch: u64,
 }
@@ -91,6 +94,7 @@ impl Plan {
             send_window: Duration::from_secs(8),
             fault: Duration::from_secs(3),
             partition: Duration::from_secs(5),
+            impairment: Duration::from_secs(6),
             stream_batch: 100,
         }
     }
@@ -103,6 +107,7 @@ impl Plan {
             send_window: Duration::from_secs(50),
             fault: Duration::from_secs(10),
             partition: Duration::from_secs(25),
+            impairment: Duration::from_secs(45),
             stream_batch: 200,
         }
     }
@@ -134,6 +139,9 @@ pub struct Summary {
     pub detection: Option<Duration>,
     /// Time from the end of the fault until the mirror is back (rows of every node listed).
     pub recovery: Option<Duration>,
+    /// The largest hub outbox (`outbox_held` of `GET /hub/connections`, sampled every
+    /// 100 ms while the scenario ran); `None` when the hub does not report it.
+    pub outbox_max: Option<u64>,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -176,14 +184,16 @@ impl fmt::Display for Summary {
         }
         write!(
             f,
-            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={}",
+            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} hub_outbox_max={}",
             self.stream.ok_bytes,
             self.stream.expected,
             self.stream_conn,
             self.stream.reconnects,
             secs(self.unavailable_latency),
             secs(self.detection),
-            secs(self.recovery)
+            secs(self.recovery),
+            self.outbox_max
+                .map_or_else(|| "-".into(), |n| n.to_string())
         )
     }
 }
@@ -235,6 +245,9 @@ pub fn check(s: &Summary) -> anyhow::Result<()> {
     }
     if let Some(r) = s.recovery {
         ensure!(r <= RECOVERY_BOUND, "mirror recovered after {r:?}");
+    }
+    if let Some(n) = s.outbox_max {
+        ensure!(n <= OUTBOX_BOUND, "a hub outbox held {n} messages");
     }
     Ok(())
 }
@@ -290,6 +303,37 @@ async fn wait_503(
     bail!("no 503 naming {conn} for {address} within 60 s (last: {last})")
 }
 
+/// The hub outbox sampler's shared state.
+#[derive(Debug, Default)]
+struct Sampling {
+    stop: std::sync::atomic::AtomicBool,
+    /// Whether the hub reported `outbox_held` at least once.
+    seen: std::sync::atomic::AtomicBool,
+    max: std::sync::atomic::AtomicU64,
+}
+
+/// Samples the hub's per-connection outbox sizes until stopped (the hub may be down for a
+/// while; its socket path stays the same across restarts).
+async fn sample_outboxes(socket: std::path::PathBuf, st: Arc<Sampling>) {
+    use std::sync::atomic::Ordering;
+    while !st.stop.load(Ordering::Relaxed) {
+        if let Ok(Ok(r)) = tokio::time::timeout(
+            Duration::from_secs(1),
+            ipc(&socket, "GET", "/hub/connections", None),
+        )
+        .await
+        {
+            for c in r.json()["connections"].as_array().into_iter().flatten() {
+                if let Some(n) = c["outbox_held"].as_u64() {
+                    st.seen.store(true, Ordering::Relaxed);
+                    st.max.fetch_max(n, Ordering::Relaxed);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A long-lived idle session on node `i`, listed on the hub; returns its hub address.
 async fn marker(bed: &Bed, i: usize) -> anyhow::Result<String> {
     let sid = bed.spawn_on(i, "exec sleep 100000").await?;
@@ -322,6 +366,7 @@ async fn run_on(
     let address = format!("{}/{sid}", CONN_IDS[stream_node]);
     wait_row(bed, &address, Duration::from_secs(10)).await?;
     let progress = Arc::new(Progress::default());
+    let sampling = Arc::new(Sampling::default());
     let stream_budget =
         plan.send_window + plan.partition + RECOVERY_BOUND + Duration::from_secs(30);
     let stream_task = tokio::spawn(stream::run(
@@ -331,6 +376,7 @@ async fn run_on(
         Instant::now() + stream_budget,
         progress.clone(),
     ));
+    let sampler = tokio::spawn(sample_outboxes(bed.hub.socket()?, sampling.clone()));
     let interval = plan.send_window / plan.per_direction.max(1) as u32;
     let mail_run = mail::start(
         [bed.nodes[0].socket()?, bed.nodes[1].socket()?],
@@ -408,7 +454,7 @@ async fn run_on(
         Scenario::Delay => {
             bed.proxy
                 .set_delay(Duration::from_millis(100), Duration::from_millis(20));
-            tokio::time::sleep(plan.fault).await;
+            tokio::time::sleep(plan.impairment).await;
             // Under delay the routes still work: a read through the hub answers.
             let t = Instant::now();
             let r = ipc(
@@ -435,7 +481,7 @@ async fn run_on(
         }
         Scenario::Loss => {
             bed.set_loss(0, 5)?;
-            tokio::time::sleep(plan.fault).await;
+            tokio::time::sleep(plan.impairment).await;
             let dropped = bed.dropped_packets(0)?;
             bed.set_loss(0, 0)?;
             ensure!(dropped > 0, "the loss rule dropped no packet");
@@ -454,20 +500,14 @@ async fn run_on(
         None => None,
     };
     s.stream = stream_task.await.context("stream task")?;
+    sampling
+        .stop
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = sampler.await;
+    s.outbox_max = sampling
+        .seen
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| sampling.max.load(std::sync::atomic::Ordering::Relaxed));
     s.duration = t0.elapsed();
     Ok(s)
-}
-
-/// A JSON form of a summary, for `docs/chaos.md` tables and scripts.
-pub fn to_json(s: &Summary) -> Value {
-    serde_json::json!({
-        "scenario": s.scenario,
-        "duration_s": s.duration.as_secs_f64(),
-        "mail": s.mail.as_ref().map(mail::describe),
-        "stream_bytes_ok": s.stream.ok_bytes,
-        "stream_bytes_expected": s.stream.expected,
-        "unavailable_latency_s": s.unavailable_latency.map(|d| d.as_secs_f64()),
-        "detection_s": s.detection.map(|d| d.as_secs_f64()),
-        "recovery_s": s.recovery.map(|d| d.as_secs_f64()),
-    })
 }

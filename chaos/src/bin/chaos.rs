@@ -54,7 +54,17 @@ fn main() -> ExitCode {
         eprintln!("removed leftover namespaces: {}", names.join(" "));
     }
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let (ok, failed) = rt.block_on(tuic_chaos::run_all(&plan, &scenarios));
+    // Ctrl-C drops the running scenario, whose bed then kills its processes and removes its
+    // namespaces.
+    let Some((ok, failed)) = rt.block_on(async {
+        tokio::select! {
+            r = tuic_chaos::run_all(&plan, &scenarios) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    }) else {
+        eprintln!("chaos: interrupted; the running scenario's bed was torn down");
+        return ExitCode::from(130);
+    };
     println!(
         "chaos mode={mode} scenarios_passed={} scenarios_failed={}",
         ok.len(),
