@@ -166,7 +166,7 @@ impl Bed {
             lossy: Vec::new(),
             net,
         };
-        for i in 0..2 {
+        for (i, id) in CONN_IDS.iter().enumerate() {
             let url = if i == 0 {
                 format!("http://{}", bed.proxy.addr)
             } else {
@@ -184,14 +184,14 @@ impl Bed {
                     "--config-dir",
                     &bed.hub.dir_str(),
                     "--id",
-                    CONN_IDS[i],
+                    id,
                     "--url",
                     &url,
                     "--token-stdin",
                 ],
                 token.trim(),
             )?;
-            anyhow::ensure!(code == 0, "tuic-hub connect {}: {err}", CONN_IDS[i]);
+            anyhow::ensure!(code == 0, "tuic-hub connect {id}: {err}");
         }
         for id in CONN_IDS {
             bed.wait_conn(id, true, Duration::from_secs(20)).await?;
