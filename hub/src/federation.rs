@@ -18,6 +18,8 @@ use tuic_node::state::Node;
 
 use crate::connections::{self, ConnectionConfig};
 use crate::peerlink::PeerHub;
+use tuic_node::mcp::registry::ToolError;
+use tuic_node::peer::remote::RemoteSessions;
 
 /// Health probe interval.
 const PING_EVERY: Duration = Duration::from_secs(5);
@@ -93,12 +95,14 @@ impl Federation {
             .expect("HTTP client");
         let mail = PeerHub::load(node.clone())?;
         node.peer.set_hub(mail.clone());
-        Ok(Arc::new(Self {
-            node,
+        let fed = Arc::new(Self {
+            node: node.clone(),
             conns: RwLock::new(HashMap::new()),
             http,
             mail,
-        }))
+        });
+        node.peer.set_remote_sessions(fed.clone());
+        Ok(fed)
     }
 
     /// A connection by id.
@@ -313,5 +317,61 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
     match e.status() {
         Some(s) => format!("{kind} ({s})"),
         None => kind.to_owned(),
+    }
+}
+
+/// Longest remote session call (a submit waits up to 10 s for its acknowledgement).
+const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl RemoteSessions for Federation {
+    fn rows(&self) -> Vec<Value> {
+        self.remote_rows()
+    }
+
+    fn call(
+        &self,
+        connection: &str,
+        method: &str,
+        path_and_query: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), ToolError> {
+        let Some(conn) = self.get(connection) else {
+            return Err(ToolError::new(
+                "unknown_connection",
+                format!("unknown connection {connection}"),
+            )
+            .with("connection", json!(connection)));
+        };
+        let unavailable = |why: &str| {
+            ToolError::new(
+                "owner_unavailable",
+                format!("connection {connection} is unavailable: {why}"),
+            )
+            .with("connection", json!(connection))
+        };
+        if !conn.snapshot().up {
+            return Err(unavailable("not connected"));
+        }
+        let method = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| ToolError::invalid("bad method"))?;
+        // The node's own token, never the caller's credential.
+        let mut req = self
+            .http
+            .request(method, format!("{}{path_and_query}", conn.url))
+            .header(reqwest::header::COOKIE, conn.cookie())
+            .timeout(REMOTE_CALL_TIMEOUT);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let fut = async move {
+            let r = req.send().await.map_err(|e| describe(&e))?;
+            let status = r.status().as_u16();
+            let v = r.json::<Value>().await.unwrap_or(Value::Null);
+            Ok::<_, String>((status, v))
+        };
+        // Tool handlers are synchronous; this one may run on a runtime worker or a blocking
+        // thread, and waits for the owner either way.
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::block_in_place(|| handle.block_on(fut)).map_err(|e| unavailable(&e))
     }
 }

@@ -59,10 +59,12 @@ pub enum HubCmd {
 struct Inner {
     /// One outbox per connection, towards that node.
     outboxes: BTreeMap<String, Outbox>,
-    /// Peers each connected node registered over its link (with addresses).
-    shadows: BTreeMap<String, Vec<PeerEntry>>,
-    /// The live link tasks.
-    links: HashMap<String, mpsc::UnboundedSender<HubCmd>>,
+    /// Peers each connected node registered over its link (with addresses), by the link
+    /// generation that registered them.
+    shadows: BTreeMap<String, (u64, Vec<PeerEntry>)>,
+    /// The live link tasks, by generation: a link that ends never retires a newer one's state.
+    links: HashMap<String, (u64, mpsc::UnboundedSender<HubCmd>)>,
+    next_generation: u64,
     /// The hub's own senders waiting for an outcome, by message id.
     waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
 }
@@ -140,7 +142,7 @@ impl PeerHub {
                         message: "the hub could not save its outbox; nothing was relayed".into(),
                     };
                 }
-                if let Some(tx) = g.links.get(conn) {
+                if let Some((_, tx)) = g.links.get(conn) {
                     let _ = tx.send(HubCmd::Kick);
                 }
             }
@@ -181,7 +183,7 @@ impl PeerHub {
             }
             if let Some((origin, receipt)) = e.receipt(conn) {
                 match g.links.get(&origin) {
-                    Some(tx) => {
+                    Some((_, tx)) => {
                         let _ = tx.send(HubCmd::Receipt(receipt));
                     }
                     None => {
@@ -205,7 +207,7 @@ impl PeerHub {
             })
             .collect();
         let g = self.lock();
-        for (c, peers) in &g.shadows {
+        for (c, (_, peers)) in &g.shadows {
             if c != conn {
                 dir.extend(peers.iter().cloned());
             }
@@ -286,7 +288,11 @@ impl HubRoutes for PeerHub {
     }
 
     fn peers(&self) -> Vec<PeerEntry> {
-        self.lock().shadows.values().flatten().cloned().collect()
+        self.lock()
+            .shadows
+            .values()
+            .flat_map(|(_, p)| p.iter().cloned())
+            .collect()
     }
 }
 
@@ -368,7 +374,13 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
             }
             Ok(mut io) => {
                 let (tx, mut rx) = mpsc::unbounded_channel();
-                hub.lock().links.insert(conn.id.clone(), tx);
+                let generation = {
+                    let mut g = hub.lock();
+                    g.next_generation += 1;
+                    let generation = g.next_generation;
+                    g.links.insert(conn.id.clone(), (generation, tx));
+                    generation
+                };
                 let link = PeerLink::new(
                     now_ms(),
                     LinkConfig::new(
@@ -380,6 +392,7 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                 let mut end = HubEnd {
                     hub: hub.clone(),
                     conn: conn.clone(),
+                    generation,
                     pushed: None,
                     was_up: false,
                 };
@@ -407,6 +420,8 @@ struct HubEnd {
     /// The directory last pushed to this node.
     pushed: Option<Vec<PeerEntry>>,
     was_up: bool,
+    /// This link's generation in the hub's tables.
+    generation: u64,
 }
 
 impl HubEnd {
@@ -427,8 +442,15 @@ impl HubEnd {
         let id = self.conn.id.clone();
         {
             let mut g = self.hub.lock();
-            g.shadows.remove(&id);
-            g.links.remove(&id);
+            if g.shadows
+                .get(&id)
+                .is_some_and(|(n, _)| *n == self.generation)
+            {
+                g.shadows.remove(&id);
+            }
+            if g.links.get(&id).is_some_and(|(n, _)| *n == self.generation) {
+                g.links.remove(&id);
+            }
         }
         self.hub.settle(&id, Outbox::on_link_down);
         self.conn.set(|s| s.peer_up = false);
@@ -462,7 +484,10 @@ impl End for HubEnd {
                                 p
                             })
                             .collect();
-                        self.hub.lock().shadows.insert(id.clone(), shadows);
+                        self.hub
+                            .lock()
+                            .shadows
+                            .insert(id.clone(), (self.generation, shadows));
                         Response::RegisterAck
                     }
                     Request::Send(m) => self.hub.relay_in(&m),

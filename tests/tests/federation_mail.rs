@@ -73,11 +73,16 @@ impl Agent {
 
     /// Calls `agent`; returns (is_error, value).
     async fn call(&mut self, args: Value) -> (bool, Value) {
+        self.tool("agent", args).await
+    }
+
+    /// Calls any tool; returns (is_error, value).
+    async fn tool(&mut self, name: &str, args: Value) -> (bool, Value) {
         self.next += 1;
         let r = rpc(
             &self.socket,
             Some(&self.sid),
-            json!({"jsonrpc":"2.0","id":self.next,"method":"tools/call","params":{"name":"agent","arguments":args}}),
+            json!({"jsonrpc":"2.0","id":self.next,"method":"tools/call","params":{"name":name,"arguments":args}}),
         )
         .await;
         let v = r.json();
@@ -365,8 +370,528 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
     assert!(err, "{e}");
     assert_eq!(e["code"], "unknown_recipient", "{e}");
     assert_eq!(e["connection"], "nodec", "{e}");
+}
 
-    // Local mail on a node does not need the hub.
-    let _ = &st.net;
-    let _ = &st.b_dir;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next frame of `ty` (answering pings, skipping other frames), bounded.
+async fn frame<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, ty: &str) -> Value
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let m = tokio::time::timeout(left, ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {ty} frame"))
+            .expect("link open")
+            .expect("frame");
+        let Message::Text(t) = m else { continue };
+        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        if v["type"] == ty {
+            return v;
+        }
+        if v["type"] == "ping" {
+            let pong = json!({"type":"pong","nonce":v["nonce"]});
+            ws.send(Message::Text(pong.to_string().into()))
+                .await
+                .unwrap();
+        }
+        if v["type"] == "register" {
+            let ack = json!({"type":"register_ack","id":v["id"]});
+            ws.send(Message::Text(ack.to_string().into()))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+async fn put<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, v: Value)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    ws.send(Message::Text(v.to_string().into())).await.unwrap();
+}
+
+fn http_status(e: tokio_tungstenite::tungstenite::Error) -> u16 {
+    match e {
+        tokio_tungstenite::tungstenite::Error::Http(r) => r.status().as_u16(),
+        other => panic!("expected an HTTP refusal, got {other}"),
+    }
+}
+
+async fn dial_peer(
+    addr: std::net::SocketAddr,
+    query: &str,
+    cookie: Option<&str>,
+) -> Result<Ws, u16> {
+    let mut req = format!("ws://{addr}/mcp/peer{query}")
+        .into_client_request()
+        .unwrap();
+    if let Some(c) = cookie {
+        req.headers_mut().insert("cookie", c.parse().unwrap());
+    }
+    tokio_tungstenite::connect_async(req)
+        .await
+        .map(|(ws, _)| ws)
+        .map_err(http_status)
+}
+
+#[tokio::test]
+async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
+    let (_d, node, token) = start_node(None, json!({}), "0", "127.0.0.1");
+    let addr = node.tcp.expect("tcp listener");
+    // The IPC socket never serves the link.
+    let stream = tokio::net::UnixStream::connect(&node.socket).await.unwrap();
+    let e = tokio_tungstenite::client_async("ws://localhost/mcp/peer", stream)
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(http_status(e), 403);
+    // No credential, or the token in the query: refused.
+    assert_eq!(dial_peer(addr, "", None).await.err(), Some(401));
+    assert_eq!(
+        dial_peer(addr, &format!("?token={token}"), None)
+            .await
+            .err(),
+        Some(401)
+    );
+    let cookie = format!("tui-session={token}");
+
+    // A request before hello ends the link with handshake_required.
+    let mut ws = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    frame(&mut ws, "hello").await;
+    put(&mut ws, json!({"type":"list_peers","id":1})).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(e["code"], "handshake_required", "{e}");
+    drop(ws);
+
+    let (mut bob, tbob) = Agent::new(&node.socket, "bob").await;
+    let mut ws = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    let hello = frame(&mut ws, "hello").await;
+    assert_eq!(hello["role"], "node");
+    assert_eq!(hello["protocol_version"], 1);
+    put(
+        &mut ws,
+        json!({"type":"hello","protocol_version":1,"node_id":"test-hub","role":"hub"}),
+    )
+    .await;
+    // The node registers its peers with the hub.
+    let reg = frame(&mut ws, "register").await;
+    assert!(
+        reg["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["tuic_session"] == tbob.as_str()),
+        "{reg}"
+    );
+    put(&mut ws, json!({"type":"register_ack","id":reg["id"]})).await;
+
+    // A sender that is not a hub address is forged: refused, never delivered.
+    let send = |id: u64, mid: &str, from: &str, body: &str| json!({"type":"send","id":id,"message_id":mid,"from":from,"to":tbob,"message":body,"timestamp_ms":1});
+    put(&mut ws, send(10, "m-forged", "bob", "forged")).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(10), Some("sender_forged")),
+        "{e}"
+    );
+    // There is no frame that starts a process.
+    put(&mut ws, json!({"type":"spawn","id":11,"command":"/bin/sh"})).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(11), Some("malformed")),
+        "{e}"
+    );
+    // A proper relay is delivered once; its resend is a duplicate; its id with another body
+    // is an identity collision.
+    put(&mut ws, send(12, "m-1", "nodex/eve", "hello bob")).await;
+    let a = frame(&mut ws, "send_ack").await;
+    assert_eq!(
+        (a["id"].as_u64(), a["outcome"].as_str()),
+        (Some(12), Some("delivered")),
+        "{a}"
+    );
+    put(&mut ws, send(13, "m-1", "nodex/eve", "hello bob")).await;
+    let a = frame(&mut ws, "send_ack").await;
+    assert_eq!(
+        (a["id"].as_u64(), a["outcome"].as_str()),
+        (Some(13), Some("duplicate")),
+        "{a}"
+    );
+    put(&mut ws, send(14, "m-1", "nodex/eve", "another body")).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(14), Some("identity_collision")),
+        "{e}"
+    );
+    // Unknown recipient: refused.
+    put(&mut ws, json!({"type":"send","id":15,"message_id":"m-2","from":"nodex/eve","to":"nobody","message":"x","timestamp_ms":1})).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(15), Some("unknown_recipient")),
+        "{e}"
+    );
+
+    let page = bob.ok(json!({"action":"inbox"})).await;
+    let msgs = page["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 1, "{page}");
+    assert_eq!(msgs[0]["message"], "hello bob");
+    assert_eq!(msgs[0]["from"], "nodex/eve");
+}
+
+#[tokio::test]
+async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
+    let hub_dir = config_dir(json!({}));
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &["--config-dir", &s(&hub_dir)],
+        &[("TUIC_LOG", "info")],
+    )
+    .unwrap();
+    let (mut hank, thank) = Agent::new(&hub.socket, "hank").await;
+    // A fake node: a WebSocket server on loopback that records the hub's cookie.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    connect(&hub_dir, "fake", &url, "the-node-token");
+    // The hub also mirrors sessions over plain HTTP on this address: answer those 404.
+    let (tcp, head) = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let (mut tcp, _) = l.accept().await.unwrap();
+            // The request head, read without consuming it (the WebSocket handshake reads it).
+            let mut buf = [0u8; 4096];
+            let head = loop {
+                let n = tcp.peek(&mut buf).await.unwrap();
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                if text.contains("\r\n\r\n") || n == buf.len() {
+                    break text;
+                }
+                tokio::task::yield_now().await;
+            };
+            if head.starts_with("GET /mcp/peer ") {
+                return (tcp, head);
+            }
+            use tokio::io::AsyncWriteExt;
+            let _ = tcp
+                .write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+        }
+    })
+    .await
+    .expect("the hub dials the peer link");
+    let cookie = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cookie: ")
+                .or_else(|| l.strip_prefix("Cookie: "))
+        })
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(cookie, "tui-session=the-node-token");
+    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+    let hello = frame(&mut ws, "hello").await;
+    assert_eq!(hello["role"], "hub");
+    put(
+        &mut ws,
+        json!({"type":"hello","protocol_version":1,"node_id":"fake","role":"node"}),
+    )
+    .await;
+    put(
+        &mut ws,
+        json!({"type":"register","id":1,"peers":[{"tuic_session":"mallory","name":"mallory"}]}),
+    )
+    .await;
+    let a = frame(&mut ws, "register_ack").await;
+    assert_eq!(a["id"], 1);
+    hank.sees("fake/mallory", Duration::from_secs(10)).await;
+
+    let send = |id: u64, mid: &str, from: &str| json!({"type":"send","id":id,"message_id":mid,"from":from,"to":format!("local/{thank}"),"message":format!("from {from}"),"timestamp_ms":1});
+    // A peer this node never registered, and a peer of another host: refused.
+    put(&mut ws, send(2, "x-1", "bob")).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(2), Some("sender_not_registered")),
+        "{e}"
+    );
+    assert_eq!(e["connection"], "fake");
+    put(&mut ws, send(3, "x-2", "nodec/carol")).await;
+    let e = frame(&mut ws, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(3), Some("sender_forged")),
+        "{e}"
+    );
+    // Its own peer: delivered, stamped with the connection's address.
+    put(&mut ws, send(4, "x-3", "mallory")).await;
+    let a = frame(&mut ws, "send_ack").await;
+    assert_eq!(
+        (a["id"].as_u64(), a["outcome"].as_str()),
+        (Some(4), Some("delivered")),
+        "{a}"
+    );
+    let m = hank.collect(1, Duration::from_secs(10)).await;
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0]["from"], "fake/mallory");
+    assert_eq!(m[0]["message"], "from mallory");
+    let page = hank.ok(json!({"action":"inbox","since":0})).await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 1, "{page}");
+
+    // The link drops: the node's shadows are retired at once.
+    drop(ws);
+    wait_link(&hub, "fake", false, Duration::from_secs(10)).await;
+    let peers = hank.ok(json!({"action":"list_peers"})).await;
+    assert!(!peers.to_string().contains("fake/mallory"), "{peers}");
+    let c = connection(&hub, "fake").await;
+    assert!(!c.to_string().contains("the-node-token"), "{c}");
+}
+
+#[tokio::test]
+async fn full_outboxes_refuse_naming_the_connection_and_survive_a_restart() {
+    let tuning = json!({"tuning": {"peer_outbox_max_messages": 2}});
+    // A hub whose node is unreachable: mail waits in the hub's outbox for `nodec`.
+    let hub_dir = config_dir(tuning.clone());
+    let mut hub = NodeProc::start("tuic-hub", &["--config-dir", &s(&hub_dir)], &[]).unwrap();
+    connect(&hub_dir, "nodec", "http://127.0.0.1:9", "tok");
+    let (mut hank, _) = Agent::new(&hub.socket, "hank").await;
+    for i in 0..2 {
+        let r = hank.send("nodec/carol", &format!("held-{i}")).await;
+        assert_eq!(r["status"], "accepted", "{r}");
+        assert_eq!(r["connection"], "nodec");
+    }
+    let (err, e) = hank
+        .call(json!({"action":"send","to":"nodec/carol","message":"one too many"}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "outbox_full", "{e}");
+    assert_eq!(e["connection"], "nodec", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("nodec"), "{e}");
+    // kill -9: the accepted mail is still held after the restart.
+    hub.child.kill().unwrap();
+    hub.child.wait().unwrap();
+    let hub = NodeProc::start("tuic-hub", &["--config-dir", &s(&hub_dir)], &[]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connection(&hub, "nodec").await["outbox_held"] != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            connection(&hub, "nodec").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A node without a hub: its own outbox fills and refuses naming its uplink; local mail
+    // keeps working.
+    let (_d, node, _) = start_node(None, tuning, "0", "127.0.0.1");
+    let (mut bob, tbob) = Agent::new(&node.socket, "bob").await;
+    let (mut ann, _) = Agent::new(&node.socket, "ann").await;
+    for i in 0..2 {
+        let r = bob.send("nodec/carol", &format!("queued-{i}")).await;
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+    let (err, e) = bob
+        .call(json!({"action":"send","to":"nodec/carol","message":"x"}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "outbox_full", "{e}");
+    assert_eq!(e["connection"], "hub", "{e}");
+    let r = ann.send(&tbob, "local still works").await;
+    assert_eq!(r["delivered"], true, "{r}");
+    assert_eq!(
+        bob.collect(1, Duration::from_secs(5)).await[0]["message"],
+        "local still works"
+    );
+}
+
+#[tokio::test]
+async fn a_send_accepted_before_kill_9_is_delivered_once_after_restart() {
+    let st = star().await;
+    let (mut bob, tbob) = Agent::new(&st.b.socket, "bob").await;
+    let (mut carol, tcarol) = Agent::new(&st.c_socket, "carol").await;
+    let a_carol = format!("nodec/{tcarol}");
+    bob.sees(&a_carol, Duration::from_secs(10)).await;
+    // C's link goes down (a silent partition, found by liveness).
+    st.net.set_link(1, false).unwrap();
+    wait_link(&st.hub, "nodec", false, Duration::from_secs(30)).await;
+    // B's link too, so B itself must hold the mail; then B is killed right after accepting.
+    st.net.set_link(0, false).unwrap();
+    let r = bob.send(&a_carol, "survivor").await;
+    assert!(
+        matches!(r["status"].as_str(), Some("accepted" | "uncertain")),
+        "{r}"
+    );
+    let id = r["message_id"].as_str().unwrap().to_owned();
+    let Star {
+        net,
+        b_dir,
+        mut b,
+        hub,
+        ..
+    } = st;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    drop(bob);
+    let _ = tbob;
+    wait_link(&hub, "nodeb", false, Duration::from_secs(30)).await;
+    net.set_link(0, true).unwrap();
+    let b2 = restart_node(Some(net.node(0)), &b_dir, "9876", "0.0.0.0");
+    wait_link(&hub, "nodeb", true, Duration::from_secs(45)).await;
+    net.set_link(1, true).unwrap();
+    wait_link(&hub, "nodec", true, Duration::from_secs(45)).await;
+    let got = carol.collect(1, Duration::from_secs(20)).await;
+    assert_eq!(got[0]["message_id"], id.as_str());
+    assert_eq!(got[0]["message"], "survivor");
+    // Exactly once: a marker sent after it arrives with nothing else.
+    let (mut bob2, _) = Agent::new(&b2.socket, "bob2").await;
+    bob2.sees(&a_carol, Duration::from_secs(10)).await;
+    bob2.send(&a_carol, "marker").await;
+    let m = carol.collect(1, Duration::from_secs(20)).await;
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0]["message"], "marker");
+    let page = carol.ok(json!({"action":"inbox","since":0})).await;
+    let n = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["message_id"] == id.as_str())
+        .count();
+    assert_eq!(n, 1, "{page}");
+}
+
+#[tokio::test]
+async fn hub_session_tool_routes_remote_addresses_to_the_owner_over_http() {
+    let st = star().await;
+    let (mut hank, _) = Agent::new(&st.hub.socket, "hank").await;
+    let created = ipc(
+        &st.b.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.status, 200);
+    let sid = created.json()["session_id"].as_str().unwrap().to_owned();
+    let address = format!("nodeb/{sid}");
+
+    // list: the remote row with its address.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let (err, l) = hank.tool("session", json!({"action":"list"})).await;
+        assert!(!err, "{l}");
+        if let Some(r) = l["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["address"] == address.as_str())
+        {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "{l}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(row["connection_id"], "nodeb");
+    assert_eq!(row["is_remote"], true);
+
+    // input then output, through the owner's routes.
+    let (err, r) = hank
+        .tool("session", json!({"action":"input","session_id":address,"input":"echo fed-$((6*7))","special_key":"enter"}))
+        .await;
+    assert!(!err, "{r}");
+    assert_eq!(r["ok"], true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let (err, o) = hank
+            .tool("session", json!({"action":"output","session_id":address}))
+            .await;
+        assert!(!err, "{o}");
+        if o["data"].as_str().unwrap_or_default().contains("fed-42") {
+            break o;
+        }
+        assert!(Instant::now() < deadline, "{o}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The node's own MCP output contract: the same fields as its `format=mcp` route.
+    let own = ipc(
+        &st.b.socket,
+        "GET",
+        &format!("/sessions/{sid}/output?format=mcp"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&out), keys(&own), "{out} vs {own}");
+    // Deltas with the node's cursor.
+    let (err, d) = hank
+        .tool(
+            "session",
+            json!({"action":"output","session_id":address,"since_cursor":out["cursor"]}),
+        )
+        .await;
+    assert!(!err, "{d}");
+    assert!(
+        !d["data"].as_str().unwrap_or_default().contains("fed-42"),
+        "{d}"
+    );
+
+    // status from the mirror; submit answers with the owner's receipt or its refusal.
+    let (err, s) = hank
+        .tool("session", json!({"action":"status","session_id":address}))
+        .await;
+    assert!(!err, "{s}");
+    assert_eq!(s["session_id"], sid.as_str());
+    let (err, r) = hank
+        .tool(
+            "session",
+            json!({"action":"submit","session_id":address,"input":"echo sub","timeout_ms":500}),
+        )
+        .await;
+    if err {
+        assert_eq!(r["connection"], "nodeb", "{r}");
+        assert!(r.get("retry_safe").is_some(), "{r}");
+    } else {
+        assert!(r.get("ack").is_some(), "{r}");
+    }
+
+    // Process control beyond input is not routed; bad addresses are refused up front.
+    let (err, e) = hank
+        .tool("session", json!({"action":"kill","session_id":address}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "not_routed", "{e}");
+    for bad in ["nodeb/", "/x"] {
+        let (err, e) = hank
+            .tool("session", json!({"action":"output","session_id":bad}))
+            .await;
+        assert!(err);
+        assert_eq!(e["code"], "invalid_address", "{bad}: {e}");
+    }
+    let (err, e) = hank
+        .tool("session", json!({"action":"output","session_id":"nope/1"}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_connection", "{e}");
+    let (err, e) = hank
+        .tool(
+            "session",
+            json!({"action":"output","session_id":"nodeb/nosuch"}),
+        )
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_session", "{e}");
+    assert_eq!(e["connection"], "nodeb", "{e}");
 }

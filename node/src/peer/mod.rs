@@ -2,6 +2,8 @@
 //!
 //! - [`driver`]: one task per link runs a `PeerLink` over a WebSocket (shared with the hub).
 //! - [`endpoint`]: `WS /mcp/peer`, the node's end of the link a hub dials (TCP only).
+//! - [`remote`]: the MCP `session` tool's routing of `<connection>/<session>` on a hub (over
+//!   HTTP, never over the peer link).
 //! - this module: the node's durable state — its outbox towards the hub and the dedupe rings
 //!   of every local recipient, both kept in `redb` after each change — the directory of
 //!   remote peers the hub pushed, the delivery of forwarded mail into local inboxes, and the
@@ -16,6 +18,7 @@
 
 pub mod driver;
 pub mod endpoint;
+pub mod remote;
 
 use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
@@ -99,6 +102,7 @@ pub struct Inner {
 pub struct PeerState {
     inner: Mutex<Inner>,
     hub: OnceLock<Arc<dyn HubRoutes>>,
+    sessions: OnceLock<Arc<dyn remote::RemoteSessions>>,
 }
 
 /// Outbox bounds from the tuning keys.
@@ -136,6 +140,7 @@ impl PeerState {
                 waiters: HashMap::new(),
             }),
             hub: OnceLock::new(),
+            sessions: OnceLock::new(),
         })
     }
 
@@ -152,6 +157,16 @@ impl PeerState {
     /// The hub's routes, when this process is a hub.
     pub fn hub(&self) -> Option<&Arc<dyn HubRoutes>> {
         self.hub.get()
+    }
+
+    /// Installs the hub's remote-session routing (once, at hub start).
+    pub fn set_remote_sessions(&self, r: Arc<dyn remote::RemoteSessions>) {
+        let _ = self.sessions.set(r);
+    }
+
+    /// The hub's remote-session routing, when this process is a hub.
+    pub fn remote_sessions(&self) -> Option<&Arc<dyn remote::RemoteSessions>> {
+        self.sessions.get()
     }
 }
 

@@ -40,6 +40,8 @@ pub(super) fn routes() -> Router<Arc<Node>> {
         .route("/sessions", get(list).post(create))
         .route("/sessions/{id}", axum::routing::delete(delete))
         .route("/sessions/{id}/write", post(write))
+        .route("/sessions/{id}/input", post(input))
+        .route("/sessions/{id}/submit", post(submit))
         .route("/sessions/{id}/resize", post(resize))
         .route("/sessions/{id}/name", axum::routing::put(rename))
         .route("/sessions/{id}/output", get(output))
@@ -125,6 +127,51 @@ async fn write(
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(session_error)?;
     Ok(Json(json!({"ok": true})))
+}
+
+type McpAction = fn(
+    &Arc<Node>,
+    &serde_json::Map<String, Value>,
+) -> Result<Value, crate::mcp::registry::ToolError>;
+
+/// `POST /sessions/{id}/input` and `/submit`: the MCP `session` actions of the same names
+/// (agent-aware framing, the semantic submit with its receipt), as REST so a hub can route
+/// them to the owner. The body takes the MCP arguments; errors are the MCP error objects.
+async fn mcp_action(node: Arc<Node>, id: String, body: Value, f: McpAction) -> Response {
+    let mut args = match body {
+        Value::Object(m) => m,
+        _ => return ApiError::bad_request("the body must be a JSON object").into_response(),
+    };
+    args.insert("session_id".into(), json!(id));
+    match tokio::task::spawn_blocking(move || f(&node, &args)).await {
+        Ok(Ok(v)) => Json(v).into_response(),
+        Ok(Err(e)) => {
+            let status = match e.code {
+                "unknown_session" => StatusCode::NOT_FOUND,
+                "session_exited" | "busy" => StatusCode::CONFLICT,
+                "pty_error" => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            (status, Json(e.to_json())).into_response()
+        }
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+async fn input(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Response {
+    mcp_action(node, id, body, crate::mcp::tools::session::input).await
+}
+
+async fn submit(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Response {
+    mcp_action(node, id, body, crate::mcp::tools::session::submit).await
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,7 +8,7 @@ mod plugin_dev_guide;
 mod progress;
 mod remote;
 mod repo;
-mod session;
+pub(crate) mod session;
 mod story;
 pub mod task;
 mod ui;

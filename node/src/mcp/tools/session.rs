@@ -100,6 +100,17 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     if LOOPBACK_ONLY.contains(&a) && !ctx.loopback {
         return Err(ToolError::loopback_only("session", a));
     }
+    // Federation hook (hub): `<connection_id>/<session>` goes to its owner over HTTP,
+    // `local/<session>` is this node's own.
+    let local_args;
+    let args = match crate::peer::remote::session_action(node, a, args)? {
+        crate::peer::remote::Routed::Answered(v) => return Ok(v),
+        crate::peer::remote::Routed::Local(rewritten) => {
+            local_args = rewritten;
+            &local_args
+        }
+        crate::peer::remote::Routed::Here => args,
+    };
     match a {
         "list" => Ok(list(node, ctx)),
         "create" => create(node, args),
@@ -214,6 +225,8 @@ fn list(node: &Arc<Node>, ctx: &CallCtx) -> Value {
             v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(r.tuic_session.as_str()));
             v
         })
+        // Federation hook (hub): the connected nodes' rows with their addresses.
+        .chain(crate::peer::remote::rows(node))
         .collect();
     json!({"count": rows.len(), "sessions": rows})
 }
@@ -249,7 +262,8 @@ fn description_arg(args: &Map<String, Value>) -> Result<Option<Option<String>>, 
     }
 }
 
-fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// `input`; also behind `POST /sessions/{id}/input`, which a hub's remote `input` uses.
+pub(crate) fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = live(node, args)?;
     let description = description_arg(args)?;
     let text = str_arg(args, "input")?.unwrap_or("");
@@ -274,7 +288,8 @@ fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError
     Ok(json!({"ok": true, "session_id": s.id}))
 }
 
-fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// `submit`; also behind `POST /sessions/{id}/submit`, which a hub's remote `submit` uses.
+pub(crate) fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = live(node, args)?;
     let text = str_arg(args, "input")?
         .ok_or_else(|| ToolError::invalid("input is required: the command to submit"))?;
