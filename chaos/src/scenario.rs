@@ -139,6 +139,9 @@ pub struct Summary {
     pub detection: Option<Duration>,
     /// Time from the end of the fault until the mirror is back (rows of every node listed).
     pub recovery: Option<Duration>,
+    /// Write-then-read round trip through the hub after the fault (slowest of the two
+    /// nodes' sessions).
+    pub routed_echo: Option<Duration>,
     /// The largest hub outbox (`outbox_held` of `GET /hub/connections`, sampled every
     /// 100 ms while the scenario ran); `None` when the hub does not report it.
     pub outbox_max: Option<u64>,
@@ -184,7 +187,7 @@ impl fmt::Display for Summary {
         }
         write!(
             f,
-            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} hub_outbox_max={}",
+            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} routed_echo={} hub_outbox_max={}",
             self.stream.ok_bytes,
             self.stream.expected,
             self.stream_conn,
@@ -192,6 +195,7 @@ impl fmt::Display for Summary {
             secs(self.unavailable_latency),
             secs(self.detection),
             secs(self.recovery),
+            secs(self.routed_echo),
             self.outbox_max
                 .map_or_else(|| "-".into(), |n| n.to_string())
         )
@@ -334,9 +338,51 @@ async fn sample_outboxes(socket: std::path::PathBuf, st: Arc<Sampling>) {
     }
 }
 
+/// The marker sessions' program: idle, and echoes what is written to it.
+const MARKER: &str = "exec cat";
+
+/// Writes `token` to `address` through the hub and polls (bounded) the output through the hub
+/// until it shows up; returns the round trip.
+async fn routed_echo(bed: &Bed, address: &str, token: &str) -> anyhow::Result<Duration> {
+    let enc = address.replace('/', "%2F");
+    let sock = bed.hub.socket()?;
+    let t0 = Instant::now();
+    let w = ipc(
+        &sock,
+        "POST",
+        &format!("/sessions/{enc}/write"),
+        Some(serde_json::json!({"data": format!("{token}\n")})),
+    )
+    .await?;
+    ensure!(
+        w.status == 200,
+        "write through the hub to {address}: {} {}",
+        w.status,
+        String::from_utf8_lossy(&w.body)
+    );
+    loop {
+        let r = ipc(
+            &sock,
+            "GET",
+            &format!("/sessions/{enc}/output?format=raw"),
+            None,
+        )
+        .await?;
+        if r.status == 200 && r.json()["data"].as_str().is_some_and(|d| d.contains(token)) {
+            return Ok(t0.elapsed());
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{token} written through the hub never came back from {address}: {}",
+            r.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A long-lived idle session on node `i`, listed on the hub; returns its hub address.
 async fn marker(bed: &Bed, i: usize) -> anyhow::Result<String> {
-    let sid = bed.spawn_on(i, "exec sleep 100000").await?;
+    let sid = bed.spawn_on(i, MARKER).await?;
     let address = format!("{}/{sid}", CONN_IDS[i]);
     wait_row(bed, &address, Duration::from_secs(10)).await?;
     Ok(address)
@@ -355,7 +401,7 @@ async fn run_on(
     // The stream goes to the node that stays alive when a node is killed, else to node B (the
     // faulted one, behind the proxy).
     let stream_node = if which == Scenario::NodeKill { 1 } else { 0 };
-    let markers = [marker(bed, 0).await?, marker(bed, 1).await?];
+    let mut markers = [marker(bed, 0).await?, marker(bed, 1).await?];
     let lines = plan.stream_lines();
     let sid = bed
         .spawn_on(
@@ -417,8 +463,9 @@ async fn run_on(
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let back = Instant::now();
             // The old sessions died with the process; a new one must show up by itself.
-            let sid = bed.spawn_on(0, "exec sleep 100000").await?;
-            wait_row(bed, &format!("{}/{sid}", CONN_IDS[0]), RECOVERY_BOUND).await?;
+            let sid = bed.spawn_on(0, MARKER).await?;
+            markers[0] = format!("{}/{sid}", CONN_IDS[0]);
+            wait_row(bed, &markers[0], RECOVERY_BOUND).await?;
             s.recovery = Some(back.elapsed());
         }
         Scenario::HubKill => {
@@ -491,6 +538,14 @@ async fn run_on(
             s.recovery = Some(back.elapsed());
         }
     }
+
+    // After the fault, writing to each node's session through the hub and reading the echo
+    // back through the hub works.
+    let mut echo = Duration::ZERO;
+    for (n, m) in markers.iter().enumerate() {
+        echo = echo.max(routed_echo(bed, m, &format!("chaos-echo-{n}-{}", which.name())).await?);
+    }
+    s.routed_echo = Some(echo);
 
     s.mail = match mail_run {
         Some(mut m) => {
