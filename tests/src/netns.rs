@@ -106,17 +106,6 @@ impl Net {
         format!("{}n{i}", self.prefix)
     }
 
-    /// The hub-side interface name of node `i`'s link (inside the hub's namespace).
-    pub fn hub_if(&self, i: usize) -> &str {
-        &self.links[i].0
-    }
-
-    /// The hub's address on node `i`'s link, as that node reaches it.
-    pub fn hub_addr(&self, i: usize) -> String {
-        let n = self.node_addr(i);
-        format!("{}.1", &n[..n.rfind('.').unwrap_or(n.len())])
-    }
-
     /// Cuts (or restores) the link between the hub and node `i`.
     pub fn set_link(&self, i: usize, up: bool) -> anyhow::Result<()> {
         ip(&[
