@@ -4,7 +4,7 @@
 //! `agent action=wait` (event-driven, explicit `since`).
 //!
 //! Every message is accounted for: sent (attempted), accepted (the tool answered success),
-//! refused (the tool answered an error), uncertain (no answer: the node died mid-call);
+//! refused (the tool answered an error), no answer (the node died mid-call);
 //! delivered (read by the recipient), duplicates (read more than once), lost (accepted, never
 //! read, recipient never killed; must be 0), and, separately, lost with a killed node's memory
 //! (accepted, not read, and the recipient's node was `kill -9`ed afterwards: inboxes live in
@@ -42,7 +42,7 @@ struct Fate {
     sent_at: Option<Instant>,
     accepted_at: Option<Instant>,
     refused: bool,
-    uncertain: bool,
+    no_answer: bool,
     reads: u32,
     latency: Option<Duration>,
 }
@@ -56,6 +56,8 @@ struct Ledger {
     evicted: u64,
     /// Refusal codes seen, with counts.
     refusals: HashMap<String, u64>,
+    /// The `status` of accepted sends (`delivered`, `accepted`, `uncertain`), with counts.
+    statuses: HashMap<String, u64>,
 }
 
 /// Counts for the summary line.
@@ -67,8 +69,8 @@ pub struct MailReport {
     pub accepted: u64,
     /// Sends the tool refused.
     pub refused: u64,
-    /// Sends without an answer.
-    pub uncertain: u64,
+    /// Sends without an answer (the node died mid-call, a timeout).
+    pub no_answer: u64,
     /// Distinct messages read by their recipient.
     pub delivered: u64,
     /// Extra reads of a message already read.
@@ -87,6 +89,10 @@ pub struct MailReport {
     pub latency_p99: Option<Duration>,
     /// Refusal codes and counts, for the report.
     pub refusal_codes: Vec<(String, u64)>,
+    /// Statuses of accepted sends and counts (`delivered`: the destination acknowledged within
+    /// the send's wait; `accepted`: held in an outbox; `uncertain`: on the wire when a link
+    /// dropped, held and resent with the same id).
+    pub statuses: Vec<(String, u64)>,
 }
 
 /// An agent on one node, sharing one MCP protocol session between its sender and receiver.
@@ -303,9 +309,12 @@ async fn sender(
             let mut l = ledger.lock().expect("ledger");
             match r {
                 Call::Answer {
-                    is_error: false, ..
+                    is_error: false,
+                    value,
                 } => {
                     l.msgs.entry((dir, n)).or_default().accepted_at = Some(Instant::now());
+                    let status = value["status"].as_str().unwrap_or("ok").to_owned();
+                    *l.statuses.entry(status).or_default() += 1;
                     false
                 }
                 Call::Answer {
@@ -318,7 +327,7 @@ async fn sender(
                     code.contains("regist") || code.contains("unknown_sender")
                 }
                 Call::Uncertain(_) => {
-                    l.msgs.entry((dir, n)).or_default().uncertain = true;
+                    l.msgs.entry((dir, n)).or_default().no_answer = true;
                     true
                 }
             }
@@ -439,7 +448,7 @@ impl MailRun {
         for (&(dir, _), f) in &l.msgs {
             rep.accepted += u64::from(f.accepted_at.is_some());
             rep.refused += u64::from(f.refused);
-            rep.uncertain += u64::from(f.uncertain);
+            rep.no_answer += u64::from(f.no_answer);
             rep.delivered += u64::from(f.reads > 0);
             rep.duplicates += u64::from(f.reads.saturating_sub(1));
             rep.refused_delivered += u64::from(f.refused && f.reads > 0);
@@ -470,6 +479,8 @@ impl MailRun {
         }
         rep.refusal_codes = l.refusals.iter().map(|(k, v)| (k.clone(), *v)).collect();
         rep.refusal_codes.sort();
+        rep.statuses = l.statuses.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        rep.statuses.sort();
         rep
     }
 }
@@ -477,9 +488,9 @@ impl MailRun {
 /// A short description of the counts (used in failure messages).
 pub fn describe(r: &MailReport) -> Value {
     json!({
-        "sent": r.sent, "accepted": r.accepted, "refused": r.refused, "uncertain": r.uncertain,
+        "sent": r.sent, "accepted": r.accepted, "refused": r.refused, "no_answer": r.no_answer,
         "delivered": r.delivered, "duplicates": r.duplicates, "lost": r.lost,
         "lost_killed_memory": r.lost_killed_memory, "refused_delivered": r.refused_delivered,
-        "evicted": r.evicted, "refusals": r.refusal_codes,
+        "evicted": r.evicted, "refusals": r.refusal_codes, "statuses": r.statuses,
     })
 }

@@ -151,6 +151,17 @@ fn secs(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".into(), |d| format!("{:.2}s", d.as_secs_f64()))
 }
 
+/// `a:1,b:2`, or `-` when empty.
+fn counts(list: &[(String, u64)]) -> String {
+    if list.is_empty() {
+        return "-".into();
+    }
+    list.iter()
+        .map(|(c, n)| format!("{c}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -162,7 +173,7 @@ impl fmt::Display for Summary {
         match &self.mail {
             Some(m) => write!(
                 f,
-                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} refused={} uncertain={} mail_p50={} mail_p99={} refusals={} ",
+                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} refused={} no_answer={} mail_p50={} mail_p99={} statuses={} refusals={} ",
                 m.sent,
                 m.accepted,
                 m.delivered,
@@ -170,18 +181,11 @@ impl fmt::Display for Summary {
                 m.lost,
                 m.lost_killed_memory,
                 m.refused,
-                m.uncertain,
+                m.no_answer,
                 secs(m.latency_p50),
                 secs(m.latency_p99),
-                if m.refusal_codes.is_empty() {
-                    "-".to_owned()
-                } else {
-                    m.refusal_codes
-                        .iter()
-                        .map(|(c, n)| format!("{c}:{n}"))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                }
+                counts(&m.statuses),
+                counts(&m.refusal_codes)
             )?,
             None => write!(f, "{} ", mail::UNAVAILABLE)?,
         }
@@ -455,12 +459,14 @@ async fn run_on(
             let t = Instant::now();
             events[0].kills.lock().expect("kills").push(t);
             bed.kill_node(0)?;
-            s.unavailable_latency = Some(wait_503(bed, &markers[0], CONN_IDS[0], t).await?);
-            tokio::time::sleep(plan.fault.saturating_sub(t.elapsed())).await;
-            bed.restart_node(0)?;
+            // Bumped while the node is dead, so no reader can pair an old cursor with the
+            // restarted node's fresh inbox.
             events[0]
                 .epoch
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            s.unavailable_latency = Some(wait_503(bed, &markers[0], CONN_IDS[0], t).await?);
+            tokio::time::sleep(plan.fault.saturating_sub(t.elapsed())).await;
+            bed.restart_node(0)?;
             let back = Instant::now();
             // The old sessions died with the process; a new one must show up by itself.
             let sid = bed.spawn_on(0, MARKER).await?;
