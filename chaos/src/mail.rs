@@ -269,6 +269,10 @@ pub async fn start(
     }))
 }
 
+/// Sends in flight per sender at most: sends run concurrently (a send waits up to
+/// `peer_send_wait_ms` for the far side's verdict, and the pace must not depend on it).
+const IN_FLIGHT: usize = 32;
+
 async fn sender(
     agent: Arc<Agent>,
     to: String,
@@ -279,62 +283,77 @@ async fn sender(
 ) {
     let mut tick = tokio::time::interval(plan.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let mut sends = tokio::task::JoinSet::new();
     for n in 0..plan.per_direction {
         tick.tick().await;
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         sent.fetch_add(1, Ordering::Relaxed);
-        let Some((generation, mut m)) = agent.session().await else {
-            // The node is down: the send was never made, so it is refused by the harness.
-            let mut l = ledger.lock().expect("ledger");
-            l.msgs.entry((dir, n)).or_default().refused = true;
-            *l.refusals
-                .entry("sender_node_unreachable".into())
-                .or_default() += 1;
-            continue;
-        };
-        ledger
-            .lock()
-            .expect("ledger")
-            .msgs
-            .entry((dir, n))
-            .or_default()
-            .sent_at = Some(Instant::now());
-        let r = m
-            .call(
-                "agent",
-                json!({"action":"send","to":to,"message":format!("chaos:{dir}:{n}")}),
-                Duration::from_secs(10),
-            )
-            .await;
-        let reset = {
-            let mut l = ledger.lock().expect("ledger");
-            match r {
-                Call::Answer {
-                    is_error: false,
-                    value,
-                } => {
-                    l.msgs.entry((dir, n)).or_default().accepted_at = Some(Instant::now());
-                    let status = value["status"].as_str().unwrap_or("ok").to_owned();
-                    *l.statuses.entry(status).or_default() += 1;
-                    false
-                }
-                Call::Answer {
-                    is_error: true,
-                    value,
-                } => {
-                    l.msgs.entry((dir, n)).or_default().refused = true;
-                    let code = value["code"].as_str().unwrap_or("error").to_owned();
-                    *l.refusals.entry(code.clone()).or_default() += 1;
-                    code.contains("regist") || code.contains("unknown_sender")
-                }
-                Call::Uncertain(_) => {
-                    l.msgs.entry((dir, n)).or_default().no_answer = true;
-                    true
-                }
+        let (agent, to, ledger) = (agent.clone(), to.clone(), ledger.clone());
+        sends.spawn(async move {
+            send_one(&agent, &to, dir, n, &ledger).await;
+            drop(slot);
+        });
+    }
+    while sends.join_next().await.is_some() {}
+}
+
+/// One numbered send and its accounting.
+async fn send_one(agent: &Agent, to: &str, dir: usize, n: u64, ledger: &Mutex<Ledger>) {
+    let Some((generation, mut m)) = agent.session().await else {
+        // The sender's node is down: the send was never made (counted as refused).
+        let mut l = ledger.lock().expect("ledger");
+        l.msgs.entry((dir, n)).or_default().refused = true;
+        *l.refusals
+            .entry("sender_node_unreachable".into())
+            .or_default() += 1;
+        return;
+    };
+    ledger
+        .lock()
+        .expect("ledger")
+        .msgs
+        .entry((dir, n))
+        .or_default()
+        .sent_at = Some(Instant::now());
+    let r = m
+        .call(
+            "agent",
+            json!({"action":"send","to":to,"message":format!("chaos:{dir}:{n}")}),
+            Duration::from_secs(10),
+        )
+        .await;
+    let reset = {
+        let mut l = ledger.lock().expect("ledger");
+        match r {
+            Call::Answer {
+                is_error: false,
+                value,
+            } => {
+                l.msgs.entry((dir, n)).or_default().accepted_at = Some(Instant::now());
+                let status = value["status"].as_str().unwrap_or("ok").to_owned();
+                *l.statuses.entry(status).or_default() += 1;
+                false
             }
-        };
-        if reset {
-            agent.reset(generation).await;
+            Call::Answer {
+                is_error: true,
+                value,
+            } => {
+                l.msgs.entry((dir, n)).or_default().refused = true;
+                let code = value["code"].as_str().unwrap_or("error").to_owned();
+                *l.refusals.entry(code.clone()).or_default() += 1;
+                code.contains("regist") || code.contains("unknown_sender")
+            }
+            Call::Uncertain(_) => {
+                l.msgs.entry((dir, n)).or_default().no_answer = true;
+                true
+            }
         }
+    };
+    if reset {
+        agent.reset(generation).await;
     }
 }
 
