@@ -167,6 +167,32 @@ impl Federation {
         }
     }
 
+    /// One row per connection, as `GET /hub/connections` and MCP `remote` list them: the mirror
+    /// and the peer link, never the token.
+    pub fn connection_rows(&self) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .map(|c| {
+                let s = c.snapshot();
+                let mut v = json!({
+                    "id": c.id,
+                    "url": c.url,
+                    "up": s.up,
+                    "session_count": s.sessions.len(),
+                    "peer_link_up": s.peer_up,
+                    "outbox_held": self.mail.held(&c.id),
+                });
+                if let Some(e) = s.last_error {
+                    v["last_error"] = json!(e);
+                }
+                if let Some(e) = s.peer_error {
+                    v["peer_last_error"] = json!(e);
+                }
+                v
+            })
+            .collect()
+    }
+
     /// Every remote session row, tagged with its connection and address.
     pub fn remote_rows(&self) -> Vec<Value> {
         let mut rows = Vec::new();
@@ -326,6 +352,10 @@ const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 impl RemoteSessions for Federation {
     fn rows(&self) -> Vec<Value> {
         self.remote_rows()
+    }
+
+    fn connections(&self) -> Vec<Value> {
+        self.connection_rows()
     }
 
     fn call(

@@ -31,7 +31,10 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tuic_node::peer::driver::{self, End, FrameIo};
-use tuic_node::peer::{HubRoutes, Queued, Refusal, deliver_local, local_entries, persist_outbox};
+use tuic_node::peer::{
+    HubRoutes, LateRefusal, Queued, Refusal, deliver_local, local_entries, notify_waiter,
+    persist_outbox, post_refusals,
+};
 use tuic_node::session::now_ms;
 use tuic_node::state::Node;
 use tuic_node::store::UPLINK_KEY;
@@ -164,9 +167,15 @@ impl PeerHub {
     /// Applies a change to `conn`'s outbox, commits it, and routes the resulting outcomes:
     /// receipts to the origin node's link, or to the hub's own waiting sender.
     fn settle(&self, conn: &str, f: impl FnOnce(&mut Outbox)) {
+        let late = self.settle_locked(conn, f);
+        post_refusals(&self.node, late);
+    }
+
+    fn settle_locked(&self, conn: &str, f: impl FnOnce(&mut Outbox)) -> Vec<LateRefusal> {
+        let mut late = Vec::new();
         let mut g = self.lock();
         let Some(o) = g.outboxes.get_mut(conn) else {
-            return;
+            return late;
         };
         f(o);
         let mut events: Vec<OutboxEvent> = Vec::new();
@@ -177,8 +186,11 @@ impl PeerHub {
             tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
         }
         for e in events {
-            if e.from.starts_with("local/") {
-                notify(&mut g, &e.message_id, e.outcome.clone());
+            if let Some(sender) = e.from.strip_prefix("local/") {
+                if let Some(o) = notify_waiter(&mut g.waiters, &e.message_id, e.outcome.clone()) {
+                    let to = format_address(conn, &e.to);
+                    late.extend(LateRefusal::of(sender, &e.message_id, &to, o));
+                }
                 continue;
             }
             if let Some((origin, receipt)) = e.receipt(conn) {
@@ -192,6 +204,7 @@ impl PeerHub {
                 }
             }
         }
+        late
     }
 
     /// The directory a node is told about: the hub's own peers (`local/<id>`) and every other
@@ -213,16 +226,6 @@ impl PeerHub {
             }
         }
         dir
-    }
-}
-
-fn notify(g: &mut Inner, message_id: &str, outcome: SenderOutcome) {
-    let gone = g
-        .waiters
-        .get(message_id)
-        .is_some_and(|tx| tx.send(outcome).is_err());
-    if gone {
-        g.waiters.remove(message_id);
     }
 }
 

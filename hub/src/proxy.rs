@@ -236,25 +236,7 @@ impl TcpRef for tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream> {
 
 /// `GET /hub/connections`.
 pub async fn list_connections(State(fed): State<Arc<Federation>>) -> Json<Value> {
-    let rows: Vec<Value> = fed
-        .all()
-        .into_iter()
-        .map(|c| {
-            let s = c.snapshot();
-            let mut v =
-                json!({"id": c.id, "url": c.url, "up": s.up, "session_count": s.sessions.len()});
-            if let Some(e) = s.last_error {
-                v["last_error"] = json!(e);
-            }
-            v["peer_link_up"] = json!(s.peer_up);
-            v["outbox_held"] = json!(fed.mail.held(&c.id));
-            if let Some(e) = s.peer_error {
-                v["peer_last_error"] = json!(e);
-            }
-            v
-        })
-        .collect();
-    Json(json!({"connections": rows}))
+    Json(json!({"connections": fed.connection_rows()}))
 }
 
 /// `POST /hub/reload`: re-read `config.json` and apply connection changes at once.

@@ -20,12 +20,12 @@ const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositori
 /// Cross-host outboxes: key (a connection id, or [`UPLINK_KEY`]) → JSON `peer::Outbox`.
 const PEER_OUTBOXES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_outboxes");
 
-/// Dedupe rings of forwarded mail: the one key [`RINGS_KEY`] → JSON `peer::DedupeRings`.
+/// Dedupe rings of forwarded mail: recipient → JSON of that recipient's ring
+/// (`DedupeRings::export_ring`), so a delivery rewrites one ring, not all of them.
 const PEER_DEDUPE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_dedupe");
 
 /// The key of a node's outbox towards its hub (never a valid connection id: it has `@`).
 pub const UPLINK_KEY: &str = "@uplink";
-const RINGS_KEY: &str = "rings";
 
 /// Handle to the store.
 #[derive(Debug)]
@@ -68,17 +68,32 @@ impl Store {
         Ok(())
     }
 
-    /// The stored dedupe rings, if any.
-    pub fn peer_rings(&self) -> anyhow::Result<Option<Vec<u8>>> {
+    /// Every stored dedupe ring (recipient → JSON).
+    pub fn peer_rings(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(PEER_DEDUPE)?;
-        Ok(t.get(RINGS_KEY)?.map(|v| v.value().to_vec()))
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((k.value().to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
     }
 
-    /// Replaces the dedupe rings record (committed before it returns).
-    pub fn put_peer_rings(&self, json: &[u8]) -> anyhow::Result<()> {
+    /// Replaces (or, with `None`, removes) one recipient's ring; committed before it returns.
+    pub fn put_peer_ring(&self, recipient: &str, json: Option<&[u8]>) -> anyhow::Result<()> {
         let tx = self.db.begin_write()?;
-        tx.open_table(PEER_DEDUPE)?.insert(RINGS_KEY, json)?;
+        {
+            let mut t = tx.open_table(PEER_DEDUPE)?;
+            match json {
+                Some(j) => {
+                    t.insert(recipient, j)?;
+                }
+                None => {
+                    t.remove(recipient)?;
+                }
+            }
+        }
         tx.commit()?;
         Ok(())
     }
@@ -166,5 +181,34 @@ mod tests {
         assert_eq!(s.login_sessions().unwrap().len(), 2);
         assert_eq!(s.prune_login_sessions(50).unwrap(), 1);
         assert_eq!(s.login_sessions().unwrap(), vec![("b".to_owned(), 100)]);
+    }
+
+    #[test]
+    fn peer_outboxes_and_rings_persist_per_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.redb");
+        {
+            let s = Store::open(&p).unwrap();
+            s.put_peer_outbox(UPLINK_KEY, b"{\"a\":1}").unwrap();
+            s.put_peer_outbox("nodeb", b"{}").unwrap();
+            s.put_peer_outbox(UPLINK_KEY, b"{\"a\":2}").unwrap();
+            s.put_peer_ring("bob", Some(b"[]")).unwrap();
+            s.put_peer_ring("carol", Some(b"[1]")).unwrap();
+            s.put_peer_ring("carol", None).unwrap();
+        }
+        let s = Store::open(&p).unwrap();
+        let mut o = s.peer_outboxes().unwrap();
+        o.sort();
+        assert_eq!(
+            o,
+            vec![
+                ("@uplink".to_owned(), b"{\"a\":2}".to_vec()),
+                ("nodeb".to_owned(), b"{}".to_vec())
+            ]
+        );
+        assert_eq!(
+            s.peer_rings().unwrap(),
+            vec![("bob".to_owned(), b"[]".to_vec())]
+        );
     }
 }

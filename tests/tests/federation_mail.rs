@@ -46,6 +46,11 @@ async fn rpc(socket: &Path, sid: Option<&str>, msg: Value) -> tuic_tests::Reply 
 impl Agent {
     /// Initializes a protocol session and registers under `name`.
     async fn new(socket: &Path, name: &str) -> (Self, String) {
+        Self::register(socket, json!({"action":"register","name":name})).await
+    }
+
+    /// Initializes a protocol session and registers with `register` arguments.
+    async fn register(socket: &Path, register: Value) -> (Self, String) {
         let r = rpc(
             socket,
             None,
@@ -64,7 +69,7 @@ impl Agent {
             sid,
             next: 1,
         };
-        let me = a.ok(json!({"action":"register","name":name})).await["tuic_session"]
+        let me = a.ok(register).await["tuic_session"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -304,6 +309,8 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
     // B → hub → C: every message once, in order, from the address the hub stamped.
     const N: usize = 20;
     let mut ids = Vec::new();
+    let started = Instant::now();
+    let mut delivered = 0;
     for i in 0..N {
         let r = bob.send(&a_carol, &format!("b2c-{i}")).await;
         assert!(
@@ -311,9 +318,15 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
             "{r}"
         );
         assert_eq!(r["delivery_path"], "peer_link");
+        delivered += usize::from(r["status"] == "delivered");
         ids.push(r["message_id"].as_str().unwrap().to_owned());
     }
+    let sent_in = started.elapsed();
     let got = carol.collect(N, Duration::from_secs(30)).await;
+    eprintln!(
+        "{N} sends B→hub→C answered in {sent_in:?} ({delivered} with the destination's receipt); all in C's inbox after {:?}",
+        started.elapsed()
+    );
     let bodies: Vec<&str> = got.iter().map(|m| m["message"].as_str().unwrap()).collect();
     let want: Vec<String> = (0..N).map(|i| format!("b2c-{i}")).collect();
     assert_eq!(bodies, want);
@@ -441,7 +454,7 @@ async fn dial_peer(
 
 #[tokio::test]
 async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
-    let (_d, node, token) = start_node(None, json!({}), "0", "127.0.0.1");
+    let (d, mut node, token) = start_node(None, json!({}), "0", "127.0.0.1");
     let addr = node.tcp.expect("tcp listener");
     // The IPC socket never serves the link.
     let stream = tokio::net::UnixStream::connect(&node.socket).await.unwrap();
@@ -539,28 +552,54 @@ async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
         "{e}"
     );
 
+    // A plain node has no connections to list.
+    let (err, e) = bob.tool("remote", json!({"action":"list"})).await;
+    assert!(err);
+    assert_eq!(e["code"], "not_a_hub", "{e}");
     let page = bob.ok(json!({"action":"inbox"})).await;
     let msgs = page["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 1, "{page}");
     assert_eq!(msgs[0]["message"], "hello bob");
     assert_eq!(msgs[0]["from"], "nodex/eve");
+    drop(ws);
+
+    // The rings are durable: after kill -9 and a restart, the same relay is still a duplicate
+    // once bob is back under the same identity.
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    let node = restart_node(None, &d, "0", "127.0.0.1");
+    let addr = node.tcp.expect("tcp listener");
+    let (mut bob, _) = Agent::register(
+        &node.socket,
+        json!({"action":"register","name":"bob","tuic_session":tbob}),
+    )
+    .await;
+    let mut ws = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    frame(&mut ws, "hello").await;
+    put(
+        &mut ws,
+        json!({"type":"hello","protocol_version":1,"node_id":"test-hub","role":"hub"}),
+    )
+    .await;
+    put(&mut ws, send(20, "m-1", "nodex/eve", "hello bob")).await;
+    let a = frame(&mut ws, "send_ack").await;
+    assert_eq!(
+        (a["id"].as_u64(), a["outcome"].as_str()),
+        (Some(20), Some("duplicate")),
+        "{a}"
+    );
+    let page = bob.ok(json!({"action":"inbox","since":0})).await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 0, "{page}");
 }
 
-#[tokio::test]
-async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
-    let hub_dir = config_dir(json!({}));
-    let hub = NodeProc::start(
-        "tuic-hub",
-        &["--config-dir", &s(&hub_dir)],
-        &[("TUIC_LOG", "info")],
-    )
-    .unwrap();
-    let (mut hank, thank) = Agent::new(&hub.socket, "hank").await;
-    // A fake node: a WebSocket server on loopback that records the hub's cookie.
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    connect(&hub_dir, "fake", &url, "the-node-token");
-    // The hub also mirrors sessions over plain HTTP on this address: answer those 404.
+/// Accepts the hub's next peer-link WebSocket on a fake node's listener (answering the hub's
+/// plain HTTP mirror requests 404), returning it with the cookie the hub sent.
+async fn fake_accept(
+    l: &tokio::net::TcpListener,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    String,
+) {
     let (tcp, head) = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
             let (mut tcp, _) = l.accept().await.unwrap();
@@ -595,8 +634,122 @@ async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
         })
         .unwrap_or_default()
         .to_owned();
+    (tokio_tungstenite::accept_async(tcp).await.unwrap(), cookie)
+}
+
+/// The node side of the handshake on a fake node: hello, then `register` of `peers` (its ack is
+/// left unread: mail may already follow it).
+async fn fake_handshake<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, peers: Value)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let hello = frame(ws, "hello").await;
+    assert_eq!(hello["role"], "hub");
+    put(
+        ws,
+        json!({"type":"hello","protocol_version":1,"node_id":"fake","role":"node"}),
+    )
+    .await;
+    put(ws, json!({"type":"register","id":1,"peers":peers})).await;
+}
+
+#[tokio::test]
+async fn a_mute_node_does_not_hold_mail_to_another_and_a_dropped_send_is_resent_with_its_id() {
+    let hub_dir = config_dir(json!({"tuning": {"peer_send_wait_ms": 300}}));
+    let hub = NodeProc::start("tuic-hub", &["--config-dir", &s(&hub_dir)], &[]).unwrap();
+    let (mut hank, _) = Agent::new(&hub.socket, "hank").await;
+    // A mute node: accepts TCP and never answers.
+    let mute = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    connect(
+        &hub_dir,
+        "mute",
+        &format!("http://{}", mute.local_addr().unwrap()),
+        "t1",
+    );
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = mute.accept().await {
+            conns.push(c);
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    connect(
+        &hub_dir,
+        "fake",
+        &format!("http://{}", l.local_addr().unwrap()),
+        "t2",
+    );
+    let (mut ws, _) = fake_accept(&l).await;
+    fake_handshake(&mut ws, json!([{"tuic_session":"mallory"}])).await;
+    // Mail to the healthy node flows while the mute one's handshake hangs.
+    let r = hank.send("fake/mallory", "first").await;
+    let m = frame(&mut ws, "send").await;
+    assert_eq!(m["message"], "first");
+    assert_eq!(m["to"], "mallory");
+    assert!(m["from"].as_str().unwrap().starts_with("local/"), "{m}");
+    assert_eq!(m["message_id"], r["message_id"]);
+    // The link drops before the node acknowledges: the hub resends the same message id on the
+    // next link, and the sender was never told it was delivered.
+    assert_ne!(r["status"], "delivered", "{r}");
+    drop(ws);
+    let (mut ws, _) = fake_accept(&l).await;
+    fake_handshake(&mut ws, json!([{"tuic_session":"mallory"}])).await;
+    let again = frame(&mut ws, "send").await;
+    assert_eq!(again["message_id"], m["message_id"]);
+    assert_eq!(again["message"], "first");
+    put(&mut ws, json!({"type":"send_ack","id":again["id"],"message_id":again["message_id"],"outcome":"delivered"})).await;
+    // Acknowledged: the hub's outbox for that node empties.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connection(&hub, "fake").await["outbox_held"] != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            connection(&hub, "fake").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let c = connection(&hub, "mute").await;
+    assert_eq!(c["peer_link_up"], false, "{c}");
+
+    // A refusal that arrives after the sender stopped waiting becomes a notice in its inbox.
+    let r = hank.send("fake/ghost", "boo").await;
+    assert_eq!(r["status"], "accepted", "{r}");
+    let m = frame(&mut ws, "send").await;
+    assert_eq!(m["message_id"], r["message_id"]);
+    put(
+        &mut ws,
+        json!({"type":"error","id":m["id"],"code":"unknown_recipient","connection":"fake","message":"recipient 'ghost' is not registered"}),
+    )
+    .await;
+    let n = hank.collect(1, Duration::from_secs(10)).await;
+    assert_eq!(n[0]["kind"], "delivery_refused", "{n:?}");
+    assert_eq!(n[0]["from"], "tuic");
+    let text = n[0]["message"].as_str().unwrap();
+    assert!(
+        text.contains(r["message_id"].as_str().unwrap())
+            && text.contains("'fake'")
+            && text.contains("unknown_recipient"),
+        "{text}"
+    );
+    held.abort();
+}
+
+#[tokio::test]
+async fn hub_dials_with_the_token_cookie_and_stamps_senders_it_can_prove() {
+    let hub_dir = config_dir(json!({}));
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &["--config-dir", &s(&hub_dir)],
+        &[("TUIC_LOG", "info")],
+    )
+    .unwrap();
+    let (mut hank, thank) = Agent::new(&hub.socket, "hank").await;
+    // A fake node: a WebSocket server on loopback that records the hub's cookie.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    connect(&hub_dir, "fake", &url, "the-node-token");
+    let (mut ws, cookie) = fake_accept(&l).await;
     assert_eq!(cookie, "tui-session=the-node-token");
-    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
     let hello = frame(&mut ws, "hello").await;
     assert_eq!(hello["role"], "hub");
     put(
@@ -687,6 +840,31 @@ async fn full_outboxes_refuse_naming_the_connection_and_survive_a_restart() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // A node behind this hub: the hub's full outbox for `nodec` refuses its send, and the
+    // refusal names `nodec`, not the node's own uplink.
+    let (_bd, b, btoken) = start_node(None, json!({}), "0", "127.0.0.1");
+    connect(
+        &hub_dir,
+        "nodeb",
+        &format!("http://{}", b.tcp.unwrap()),
+        &btoken,
+    );
+    wait_link(&hub, "nodeb", true, Duration::from_secs(15)).await;
+    let (mut bea, _) = Agent::new(&b.socket, "bea").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        let (err, e) = bea
+            .call(json!({"action":"send","to":"nodec/carol","message":"via the hub"}))
+            .await;
+        // Until the hub has bea's registration the answer may still be pending (`accepted`).
+        if err {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "never refused: {e}");
+    };
+    assert_eq!(e["code"], "outbox_full", "{e}");
+    assert_eq!(e["connection"], "nodec", "{e}");
 
     // A node without a hub: its own outbox fills and refuses naming its uplink; local mail
     // keeps working.
@@ -781,6 +959,27 @@ async fn hub_session_tool_routes_remote_addresses_to_the_owner_over_http() {
     assert_eq!(created.status, 200);
     let sid = created.json()["session_id"].as_str().unwrap().to_owned();
     let address = format!("nodeb/{sid}");
+
+    // remote: the hub's connections, never their tokens.
+    let (err, l) = hank.tool("remote", json!({"action":"list"})).await;
+    assert!(!err, "{l}");
+    let ids: Vec<&str> = l["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["nodeb", "nodec"], "{l}");
+    let (err, c) = hank
+        .tool("remote", json!({"action":"status","connection_id":"nodec"}))
+        .await;
+    assert!(!err, "{c}");
+    assert_eq!(c["peer_link_up"], true, "{c}");
+    let (err, e) = hank
+        .tool("remote", json!({"action":"status","connection_id":"nope"}))
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_connection", "{e}");
 
     // list: the remote row with its address.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -14,6 +14,10 @@ use tuic_proto::peer::{LinkEvent, LinkState, PeerLink};
 
 use crate::session::now_ms;
 
+/// Longest a single frame write may take before the link counts as down (the liveness
+/// deadline: 3 missed pings of 5 s).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Housekeeping period of an [`End`] (re-registering a changed peer set, directory pushes).
 pub const TICK: Duration = Duration::from_millis(500);
 
@@ -73,9 +77,14 @@ pub async fn run<E: End, I: FrameIo>(
             end.pump(&mut link);
         }
         while let Some(f) = link.poll_transmit() {
-            if !io.send(f.encode()).await {
-                link.reset();
-                break;
+            // A peer that stops reading (a silent partition with full socket buffers) must not
+            // hold this task past the liveness deadline.
+            match tokio::time::timeout(SEND_TIMEOUT, io.send(f.encode())).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => {
+                    link.reset();
+                    break;
+                }
             }
         }
         if link.state() == LinkState::Down {

@@ -26,7 +26,7 @@ use tuic_proto::peer::{
 };
 
 use super::driver::{self, End, FrameIo};
-use super::{UPLINK, local_entries, persist_outbox};
+use super::{LateRefusal, UPLINK, local_entries, persist_outbox, post_refusals};
 use crate::error::ApiError;
 use crate::guard::Transport;
 use crate::mail::Mail;
@@ -194,15 +194,31 @@ impl NodeEnd {
     }
 
     /// Applies outbox changes: commit the outbox, report outcomes to waiting senders.
-    fn settle(&self, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
-        let mut p = self.node.peer.lock();
-        f(&mut p.uplink);
-        if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
-            tracing::error!(error = %e, "persisting the uplink outbox failed");
+    /// `refused_by` names the connection a refusal came from when the hub said (its outbox for
+    /// another node may be the full one), instead of this node's uplink.
+    fn settle(&self, refused_by: Option<&str>, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
+        let mut late = Vec::new();
+        {
+            let mut p = self.node.peer.lock();
+            f(&mut p.uplink);
+            if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
+                tracing::error!(error = %e, "persisting the uplink outbox failed");
+            }
+            while let Some(mut ev) = p.uplink.poll_event() {
+                if let (
+                    Some(by),
+                    SenderOutcome::Refused { connection, .. }
+                    | SenderOutcome::RefusedOnRetry { connection, .. },
+                ) = (refused_by, &mut ev.outcome)
+                {
+                    *connection = by.to_owned();
+                }
+                if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
+                    late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
+                }
+            }
         }
-        while let Some(ev) = p.uplink.poll_event() {
-            p.notify(&ev.message_id, ev.outcome);
-        }
+        post_refusals(&self.node, late);
     }
 }
 
@@ -231,11 +247,20 @@ impl End for NodeEnd {
                     }
                 }
                 (Request::Send(m), R::SendAck { outcome, .. }) => {
-                    self.settle(|o| o.on_ack(&m.message_id, outcome));
+                    self.settle(None, |o| o.on_ack(&m.message_id, outcome));
                 }
-                (Request::Send(m), R::Error { code, message, .. }) => {
-                    tracing::warn!(message_id = %m.message_id, ?code, %message, "hub refused mail");
-                    self.settle(|o| o.on_refused(&m.message_id, code, &message));
+                (
+                    Request::Send(m),
+                    R::Error {
+                        code,
+                        message,
+                        connection,
+                    },
+                ) => {
+                    tracing::warn!(message_id = %m.message_id, ?code, %connection, %message, "hub refused mail");
+                    self.settle(Some(&connection), |o| {
+                        o.on_refused(&m.message_id, code, &message)
+                    });
                 }
                 (req, resp) => {
                     tracing::debug!(?req, ?resp, "unexpected answer on the peer link");
@@ -243,15 +268,21 @@ impl End for NodeEnd {
             },
             LinkEvent::Receipt(r) => {
                 tracing::info!(source = "agent_msg", message_id = %r.message_id, outcome = ?r.outcome, connection = %r.connection, "delivery receipt");
-                self.node
+                let unclaimed = self
+                    .node
                     .peer
                     .lock()
                     .notify(&r.message_id, SenderOutcome::from_receipt(&r));
+                if let Some(o) = unclaimed {
+                    let late = LateRefusal::of(&r.from, &r.message_id, &r.to, o);
+                    post_refusals(&self.node, late.into_iter().collect());
+                }
             }
             LinkEvent::Down { reason, .. } => {
                 tracing::info!(?reason, "peer link down");
-                self.settle(|o| o.on_link_down());
-                self.node.peer.lock().directory.clear();
+                // The directory goes with the link slot (`detach`, by generation), so an older
+                // link ending never wipes a newer one's.
+                self.settle(None, |o| o.on_link_down());
             }
         }
     }

@@ -125,11 +125,14 @@ impl PeerState {
                     .map_err(|e| anyhow::anyhow!("decoding the stored uplink outbox: {e}"))?;
             }
         }
-        let rings = match store.peer_rings()? {
-            Some(v) => serde_json::from_slice(&v)
-                .map_err(|e| anyhow::anyhow!("decoding the stored dedupe rings: {e}"))?,
-            None => DedupeRings::new(),
-        };
+        let mut rings = DedupeRings::new();
+        for (recipient, v) in store.peer_rings()? {
+            rings
+                .import_ring(&recipient, &String::from_utf8_lossy(&v))
+                .map_err(|e| {
+                    anyhow::anyhow!("decoding the stored dedupe ring of {recipient}: {e}")
+                })?;
+        }
         Ok(Self {
             inner: Mutex::new(Inner {
                 uplink,
@@ -194,14 +197,98 @@ impl Inner {
             .is_some_and(|(_, tx)| tx.send(endpoint::Cmd::Kick).is_ok())
     }
 
-    /// Reports an outcome to a waiting sender (if one still waits).
-    fn notify(&mut self, message_id: &str, outcome: SenderOutcome) {
-        let gone = self
-            .waiters
-            .get(message_id)
-            .is_some_and(|tx| tx.send(outcome).is_err());
-        if gone {
-            self.waiters.remove(message_id);
+    /// Reports an outcome to a waiting sender; hands it back when nobody waits any more.
+    fn notify(&mut self, message_id: &str, outcome: SenderOutcome) -> Option<SenderOutcome> {
+        notify_waiter(&mut self.waiters, message_id, outcome)
+    }
+}
+
+/// Hands `outcome` to the sender waiting on `message_id`, or back when none waits.
+pub fn notify_waiter(
+    waiters: &mut HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    message_id: &str,
+    outcome: SenderOutcome,
+) -> Option<SenderOutcome> {
+    let Some(tx) = waiters.get(message_id) else {
+        return Some(outcome);
+    };
+    match tx.send(outcome) {
+        Ok(()) => None,
+        Err(std_mpsc::SendError(outcome)) => {
+            waiters.remove(message_id);
+            Some(outcome)
+        }
+    }
+}
+
+/// A refusal that arrived after its sender stopped waiting: the sender gets a notice in its
+/// inbox instead, so nothing ends silently.
+#[derive(Debug, Clone)]
+pub struct LateRefusal {
+    /// The sender's local identity.
+    pub sender: String,
+    /// The mail's id.
+    pub message_id: String,
+    /// Where it was going.
+    pub to: String,
+    /// The outcome (`Refused` or `RefusedOnRetry`).
+    pub outcome: SenderOutcome,
+}
+
+impl LateRefusal {
+    /// A notice for `outcome` when it is a refusal.
+    pub fn of(sender: &str, message_id: &str, to: &str, outcome: SenderOutcome) -> Option<Self> {
+        matches!(
+            outcome,
+            SenderOutcome::Refused { .. } | SenderOutcome::RefusedOnRetry { .. }
+        )
+        .then(|| Self {
+            sender: sender.to_owned(),
+            message_id: message_id.to_owned(),
+            to: to.to_owned(),
+            outcome,
+        })
+    }
+}
+
+/// Posts late-refusal notices (`kind: "delivery_refused"`, from `tuic`) into the senders'
+/// inboxes. Call with no lock held. A sender that is gone (a restart emptied the registry) is
+/// only logged.
+pub fn post_refusals(node: &Arc<Node>, late: Vec<LateRefusal>) {
+    for l in late {
+        let text = match &l.outcome {
+            SenderOutcome::Refused {
+                code,
+                connection,
+                message,
+            } => format!(
+                "message {} to {} was refused by connection '{connection}' ({}): {message}",
+                l.message_id,
+                l.to,
+                error_code(*code)
+            ),
+            SenderOutcome::RefusedOnRetry {
+                code,
+                connection,
+                message,
+            } => format!(
+                "message {} to {}: outcome uncertain; a resend was refused by connection '{connection}' ({}: {message}) but an earlier attempt may have arrived; it is not retried",
+                l.message_id,
+                l.to,
+                error_code(*code)
+            ),
+            _ => continue,
+        };
+        if let Err(e) = Mail::post(
+            node,
+            &l.sender,
+            "tuic",
+            Some("tuic".into()),
+            text,
+            Some("delivery_refused".into()),
+            None,
+        ) {
+            tracing::warn!(source = "agent_msg", sender = %l.sender, message_id = %l.message_id, error = %e, "late refusal not posted");
         }
     }
 }
@@ -213,12 +300,11 @@ pub fn persist_outbox(store: &Store, key: &str, outbox: &Outbox) -> anyhow::Resu
     store.put_peer_outbox(key, &json)
 }
 
-fn persist_rings(store: &Store, rings: &DedupeRings) {
-    let r = serde_json::to_vec(rings)
-        .map_err(anyhow::Error::from)
-        .and_then(|j| store.put_peer_rings(&j));
-    if let Err(e) = r {
-        tracing::error!(error = %e, "persisting dedupe rings failed");
+/// Commits one recipient's ring (or its removal).
+fn persist_ring(store: &Store, rings: &DedupeRings, recipient: &str) {
+    let json = rings.export_ring(recipient);
+    if let Err(e) = store.put_peer_ring(recipient, json.as_deref().map(str::as_bytes)) {
+        tracing::error!(error = %e, %recipient, "persisting a dedupe ring failed");
     }
 }
 
@@ -254,7 +340,7 @@ pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Res
             ..
         } = &resp
         {
-            persist_rings(&node.store, &p.rings);
+            persist_ring(&node.store, &p.rings, &m.to);
         }
         drop(p);
         (resp, Mail::drain(&mut g))
@@ -278,7 +364,7 @@ pub fn recipient_retired(node: &Node, recipient: &str) {
     let mut p = node.peer.lock();
     if p.rings.len(recipient) > 0 {
         p.rings.remove(recipient);
-        persist_rings(&node.store, &p.rings);
+        persist_ring(&node.store, &p.rings, recipient);
     }
 }
 
@@ -306,8 +392,9 @@ pub fn route(node: &Node, to: &str) -> Result<Route, ToolError> {
     }
 }
 
-fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
-    let code = match r.code {
+/// The stable snake_case name of a wire error code.
+pub fn error_code(code: ErrorCode) -> &'static str {
+    match code {
         ErrorCode::OutboxFull => "outbox_full",
         ErrorCode::UnknownRecipient => "unknown_recipient",
         ErrorCode::IdentityCollision => "identity_collision",
@@ -316,7 +403,11 @@ fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
         ErrorCode::SenderNotRegistered => "sender_not_registered",
         ErrorCode::Unavailable => "unavailable",
         _ => "refused",
-    };
+    }
+}
+
+fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
+    let code = error_code(r.code);
     let mut e = ToolError::new(
         code,
         format!("refused by connection '{}': {}", r.connection, r.message),
@@ -427,6 +518,7 @@ pub fn send_remote(
 }
 
 fn forget_waiter(node: &Node, message_id: &str) {
+    // A verdict that raced the end of the wait is reported as a notice later, not lost.
     node.peer.lock().waiters.remove(message_id);
 }
 

@@ -19,6 +19,8 @@ pub trait RemoteSessions: Send + Sync + std::fmt::Debug {
     /// Remote rows as `GET /sessions` on the hub merges them (`is_remote`, `connection_id`,
     /// `address`).
     fn rows(&self) -> Vec<Value>;
+    /// The connections as `GET /hub/connections` lists them (no token, no credentials).
+    fn connections(&self) -> Vec<Value>;
     /// Calls the owner's route `method path_and_query` (`/sessions/<id>/...`) with the
     /// connection's token; blocking. `Ok((status, body))`, or `Err` naming the connection when
     /// it is unknown or unreachable.

@@ -8,7 +8,8 @@
 //! does not. Beyond the horizon a resend may be delivered again: this is a bounded replay
 //! horizon, not exactly-once delivery forever.
 //!
-//! The rings serialize with serde so the node can keep them in `redb` across restarts.
+//! The rings serialize with serde (whole, or one recipient at a time with
+//! [`DedupeRings::export_ring`]) so the node can keep them in `redb` across restarts.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -132,5 +133,43 @@ impl DedupeRings {
     /// Ids retained for a recipient.
     pub fn len(&self, recipient: &str) -> usize {
         self.rings.get(recipient).map_or(0, VecDeque::len)
+    }
+
+    /// One recipient's ring as a standalone JSON record (`None` when it has none), so a store
+    /// can write only the ring that changed.
+    pub fn export_ring(&self, recipient: &str) -> Option<String> {
+        let ring = self.rings.get(recipient)?;
+        // Plain strings in a list: serialization cannot fail.
+        Some(serde_json::to_string(ring).unwrap_or_default())
+    }
+
+    /// Restores a ring written by [`DedupeRings::export_ring`], replacing any in memory.
+    pub fn import_ring(&mut self, recipient: &str, json: &str) -> Result<(), serde_json::Error> {
+        let ring: VecDeque<Seen> = serde_json::from_str(json)?;
+        self.rings.insert(recipient.to_owned(), ring);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_ring_round_trips_on_its_own() {
+        let mut a = DedupeRings::new();
+        a.record("bob", "m1", "b/x", "hi");
+        a.record("carol", "m2", "b/x", "yo");
+        let json = a.export_ring("bob").unwrap();
+        assert!(a.export_ring("nobody").is_none());
+        let mut b = DedupeRings::new();
+        b.import_ring("bob", &json).unwrap();
+        assert_eq!(
+            b.check("bob", "m1", "b/x", "hi").unwrap(),
+            Verdict::Duplicate
+        );
+        assert!(b.check("bob", "m1", "b/x", "other").is_err());
+        assert_eq!(b.len("carol"), 0);
+        assert!(b.import_ring("bob", "not json").is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! `remote`: the sessions of connected nodes (hub federation). Not in a plain node build.
+//! `remote`: the hub's connections to other nodes (`list`, `status`), from the same state as
+//! `GET /hub/connections`. A plain node answers `not_a_hub`.
 
 use std::sync::Arc;
 
@@ -20,11 +21,28 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
-fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let a = action("remote", ACTIONS, args)?;
-    Err(ToolError::not_available(
-        "remote",
-        a,
-        "hub federation (peer links), not built yet",
-    ))
+    let Some(remote) = node.peer.remote_sessions() else {
+        return Err(ToolError::new(
+            "not_a_hub",
+            format!("remote action={a} needs a hub (tuic-hub): this node has no connections"),
+        ));
+    };
+    let connections = remote.connections();
+    if a == "list" {
+        return Ok(json!({"connections": connections}));
+    }
+    let id = args
+        .get("connection_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ToolError::invalid("connection_id is required"))?;
+    connections
+        .into_iter()
+        .find(|c| c["id"] == id)
+        .ok_or_else(|| {
+            ToolError::new("unknown_connection", format!("unknown connection {id}"))
+                .with("connection", json!(id))
+        })
 }
