@@ -8,7 +8,9 @@
 //! delivered (read by the recipient), duplicates (read more than once), lost (accepted, never
 //! read, recipient never killed; must be 0), and, separately, lost with a killed node's memory
 //! (accepted, not read, and the recipient's node was `kill -9`ed afterwards: inboxes live in
-//! memory, as the spec says). A refused message that is read anyway is a violation too.
+//! memory, as the spec says), and late refusals (accepted, then refused with a
+//! `delivery_refused` notice in the sender's inbox). A refused message that is read anyway is a
+//! violation too.
 //!
 //! Agents keep their identity (`tuic_session`) across node restarts: after a restart they
 //! initialize a new protocol session and register again with the same `tuic_session`, so
@@ -45,6 +47,8 @@ struct Fate {
     no_answer: bool,
     reads: u32,
     latency: Option<Duration>,
+    /// A `delivery_refused` notice named this send after it was accepted.
+    late_refused: bool,
 }
 
 /// The shared account of one workload run.
@@ -58,6 +62,8 @@ struct Ledger {
     refusals: HashMap<String, u64>,
     /// The `status` of accepted sends (`delivered`, `accepted`, `uncertain`), with counts.
     statuses: HashMap<String, u64>,
+    /// Message ids the sends were given, to match late-refusal notices.
+    ids: HashMap<String, (usize, u64)>,
 }
 
 /// Counts for the summary line.
@@ -79,6 +85,9 @@ pub struct MailReport {
     pub lost: u64,
     /// Accepted, never read, recipient's node killed afterwards.
     pub lost_killed_memory: u64,
+    /// Accepted, never read, and refused later: the sender got a `delivery_refused` notice
+    /// (not silent, so not counted as lost).
+    pub late_refused: u64,
     /// Refused but read anyway.
     pub refused_delivered: u64,
     /// Messages evicted from an inbox before being read.
@@ -333,6 +342,9 @@ async fn send_one(agent: &Agent, to: &str, dir: usize, n: u64, ledger: &Mutex<Le
                 value,
             } => {
                 l.msgs.entry((dir, n)).or_default().accepted_at = Some(Instant::now());
+                if let Some(id) = value["message_id"].as_str() {
+                    l.ids.insert(id.to_owned(), (dir, n));
+                }
                 let status = value["status"].as_str().unwrap_or("ok").to_owned();
                 *l.statuses.entry(status).or_default() += 1;
                 false
@@ -394,6 +406,20 @@ async fn receiver(
                     let Some(body) = msg["message"].as_str() else {
                         continue;
                     };
+                    // Notices are not mail: a late refusal names one of our sends.
+                    if let Some(kind) = msg["kind"].as_str() {
+                        if kind == "delivery_refused" {
+                            let hit = l
+                                .ids
+                                .iter()
+                                .find(|(id, _)| body.contains(id.as_str()))
+                                .map(|(_, k)| *k);
+                            if let Some(k) = hit {
+                                l.msgs.entry(k).or_default().late_refused = true;
+                            }
+                        }
+                        continue;
+                    }
                     let mut parts = body.split(':');
                     let (Some("chaos"), Some(d), Some(n)) =
                         (parts.next(), parts.next(), parts.next())
@@ -473,6 +499,10 @@ impl MailRun {
             rep.refused_delivered += u64::from(f.refused && f.reads > 0);
             lat.extend(f.latency);
             if let (Some(at), 0) = (f.accepted_at, f.reads) {
+                if f.late_refused {
+                    rep.late_refused += 1;
+                    continue;
+                }
                 let recipient = &self.events[1 - dir];
                 let killed_after = recipient
                     .kills
@@ -509,7 +539,8 @@ pub fn describe(r: &MailReport) -> Value {
     json!({
         "sent": r.sent, "accepted": r.accepted, "refused": r.refused, "no_answer": r.no_answer,
         "delivered": r.delivered, "duplicates": r.duplicates, "lost": r.lost,
-        "lost_killed_memory": r.lost_killed_memory, "refused_delivered": r.refused_delivered,
+        "lost_killed_memory": r.lost_killed_memory, "late_refused": r.late_refused,
+        "refused_delivered": r.refused_delivered,
         "evicted": r.evicted, "refusals": r.refusal_codes, "statuses": r.statuses,
     })
 }

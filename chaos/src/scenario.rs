@@ -173,13 +173,14 @@ impl fmt::Display for Summary {
         match &self.mail {
             Some(m) => write!(
                 f,
-                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} refused={} no_answer={} mail_p50={} mail_p99={} statuses={} refusals={} ",
+                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} late_refused={} refused={} no_answer={} mail_p50={} mail_p99={} statuses={} refusals={} ",
                 m.sent,
                 m.accepted,
                 m.delivered,
                 m.duplicates,
                 m.lost,
                 m.lost_killed_memory,
+                m.late_refused,
                 m.refused,
                 m.no_answer,
                 secs(m.latency_p50),
