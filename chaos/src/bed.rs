@@ -44,8 +44,6 @@ pub struct Host {
     args: Vec<String>,
     /// The running process, if any.
     pub proc: Option<NodeProc>,
-    /// `kill -9`s so far.
-    pub kills: u32,
 }
 
 impl Host {
@@ -56,7 +54,6 @@ impl Host {
             dir: config_dir(json!({})),
             args,
             proc: None,
-            kills: 0,
         }
     }
 
@@ -78,7 +75,6 @@ impl Host {
         let mut p = self.proc.take().context("not running")?;
         p.child.kill().context("SIGKILL")?;
         p.child.wait()?;
-        self.kills += 1;
         Ok(())
     }
 

@@ -573,3 +573,92 @@ async fn run_on(
     s.duration = t0.elapsed();
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passing() -> Summary {
+        Summary {
+            scenario: "node-kill",
+            mail: Some(MailReport {
+                sent: 10,
+                accepted: 9,
+                delivered: 9,
+                refused: 1,
+                ..MailReport::default()
+            }),
+            stream: StreamReport {
+                ok_bytes: 32,
+                expected: 32,
+                ..StreamReport::default()
+            },
+            unavailable_latency: Some(Duration::from_millis(20)),
+            recovery: Some(Duration::from_secs(2)),
+            outbox_max: Some(12),
+            ..Summary::default()
+        }
+    }
+
+    #[test]
+    fn check_passes_a_clean_run_and_names_each_broken_invariant() {
+        check(&passing()).unwrap();
+        // The killed node's memory is reported, not a failure.
+        let mut s = passing();
+        s.mail.as_mut().unwrap().lost_killed_memory = 3;
+        check(&s).unwrap();
+        type Breaker = fn(&mut Summary);
+        let cases: [(&str, Breaker); 9] = [
+            ("lost before delivery", |s| {
+                s.mail.as_mut().unwrap().lost = 1
+            }),
+            ("delivered twice", |s| {
+                s.mail.as_mut().unwrap().duplicates = 1
+            }),
+            ("refused mail was delivered", |s| {
+                s.mail.as_mut().unwrap().refused_delivered = 1
+            }),
+            ("evicted", |s| s.mail.as_mut().unwrap().evicted = 1),
+            ("stream: 31 of 32", |s| s.stream.ok_bytes = 31),
+            ("stream: byte 7", |s| {
+                s.stream.error = Some("byte 7 is 0x41".into())
+            }),
+            ("503 came", |s| {
+                s.unavailable_latency = Some(Duration::from_millis(1_001))
+            }),
+            ("mirror recovered after", |s| {
+                s.recovery = Some(RECOVERY_BOUND + Duration::from_millis(1))
+            }),
+            ("outbox held 1001", |s| s.outbox_max = Some(1_001)),
+        ];
+        for (want, brk) in cases {
+            let mut s = passing();
+            brk(&mut s);
+            let e = check(&s).expect_err(want).to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_summary_is_one_line_with_every_count() {
+        let line = passing().to_string();
+        assert!(!line.contains('\n'), "{line}");
+        for field in [
+            "scenario=node-kill",
+            "sent=10",
+            "accepted=9",
+            "delivered=9",
+            "duplicates=0",
+            "lost=0",
+            "lost_killed_memory=0",
+            "stream_bytes_ok=32/32",
+            "503_latency=0.02s",
+            "recovery=2.00s",
+        ] {
+            assert!(line.contains(field), "{field} missing: {line}");
+        }
+        let mut s = passing();
+        s.mail = None;
+        assert!(s.to_string().contains(mail::UNAVAILABLE));
+    }
+}
