@@ -61,11 +61,16 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
         return Json(rows).into_response();
     }
     if let Some((id, rest)) = session_target(&path)
-        && let Some((conn_id, sid)) = id.split_once('/')
+        && id.contains('/')
     {
-        if conn_id == "local" {
-            return next.run(rewrite(req, sid, rest)).await;
-        }
+        // Empty connection ids and session ids are refused before any owner is chosen.
+        let (conn_id, sid) = match tuic_proto::peer::parse_address(&id) {
+            Ok(tuic_proto::peer::Address::Local(sid)) => {
+                return next.run(rewrite(req, sid, rest)).await;
+            }
+            Ok(tuic_proto::peer::Address::Remote { connection, peer }) => (connection, peer),
+            Err(e) => return ApiError::bad_request(e.to_string()).into_response(),
+        };
         let Some(conn) = fed.get(conn_id) else {
             return ApiError::not_found(format!("unknown connection {conn_id}")).into_response();
         };

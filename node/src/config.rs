@@ -104,6 +104,9 @@ pub struct Tailscale {
     /// The Tailscale DNS name to trust (e.g. `box.tailnet.ts.net`) when detection is unavailable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// tailscaled's local API socket (default `/var/run/tailscale/tailscaled.sock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 impl Default for Tailscale {
@@ -111,6 +114,7 @@ impl Default for Tailscale {
         Self {
             enabled: true,
             hostname: None,
+            socket: None,
         }
     }
 }
@@ -160,6 +164,13 @@ pub struct Tuning {
     pub mcp_identity_grace_ms: u64,
     /// How long MCP task handles are kept in memory (24 h).
     pub mcp_task_retention_ms: u64,
+    /// A payload-free wake notice not consumed by an inbox read this long expires (5 s).
+    pub mail_wake_expiry_ms: u64,
+    /// A deferred spawn prompt still undelivered this long reports `prompt_delivery_failed` (30 s).
+    pub mail_prompt_delivery_timeout_ms: u64,
+    /// A managed child quiet this long after reporting `completed` is closed unless it is
+    /// marked `keep_open` (30 min).
+    pub mail_child_idle_close_ms: u64,
     /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
     pub mcp_confirm_timeout_ms: u64,
     /// Messages one cross-host outbox holds before a send is refused (1,000, API "Federation").
@@ -169,6 +180,10 @@ pub struct Tuning {
     /// How long `agent action=send` to a remote address waits for the destination's verdict
     /// before answering `accepted` (1.5 s); 0 answers as soon as the mail is held.
     pub peer_send_wait_ms: u64,
+    /// How often Tailscale detection asks tailscaled (30 s).
+    pub tailscale_refresh_ms: u64,
+    /// The budget of one detection (500 ms); past it the state is `unavailable`.
+    pub tailscale_probe_ms: u64,
 }
 
 impl Default for Tuning {
@@ -189,10 +204,15 @@ impl Default for Tuning {
             mcp_reap_interval_ms: 60_000,
             mcp_identity_grace_ms: 30_000,
             mcp_task_retention_ms: 86_400_000,
+            mail_wake_expiry_ms: 5_000,
+            mail_prompt_delivery_timeout_ms: 30_000,
+            mail_child_idle_close_ms: 1_800_000,
             mcp_confirm_timeout_ms: 300_000,
             peer_outbox_max_messages: 1_000,
             peer_outbox_max_bytes: 16 * 1024 * 1024,
             peer_send_wait_ms: 1_500,
+            tailscale_refresh_ms: 30_000,
+            tailscale_probe_ms: 500,
         }
     }
 }

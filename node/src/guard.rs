@@ -24,8 +24,10 @@ pub enum Transport {
 pub struct HostTrust {
     /// This machine's interface addresses.
     pub interface_ips: Vec<IpAddr>,
-    /// The Tailscale DNS name (configured or detected), lowercase, without trailing dot.
+    /// The configured Tailscale DNS name (`tailscale.hostname`), lowercase, without trailing dot.
     pub tailscale_name: Option<String>,
+    /// The name Tailscale detection found (see [`crate::tailscale`]), refreshed every cycle.
+    pub tailscale_detected: Option<String>,
 }
 
 /// Why the boundary refused a request.
@@ -115,7 +117,9 @@ pub fn check_host<'a>(headers: &'a HeaderMap, trust: &HostTrust) -> Result<&'a s
     } else if let Ok(ip) = host.parse::<IpAddr>() {
         is_private_or_loopback(ip) || trust.interface_ips.contains(&ip)
     } else {
-        trust.tailscale_name.as_deref().is_some_and(|t| t == host)
+        [&trust.tailscale_name, &trust.tailscale_detected]
+            .into_iter()
+            .any(|t| t.as_deref().is_some_and(|t| t == host))
     };
     if trusted {
         Ok(authority)
@@ -217,7 +221,31 @@ mod tests {
         HostTrust {
             interface_ips: vec!["203.0.113.7".parse().unwrap()],
             tailscale_name: Some("box.tail1.ts.net".into()),
+            tailscale_detected: None,
         }
+    }
+
+    #[test]
+    fn detected_tailscale_name_is_trusted_beside_the_configured_one() {
+        let t = HostTrust {
+            tailscale_detected: Some("laptop.tail9.ts.net".into()),
+            ..trust()
+        };
+        for h in [
+            "laptop.tail9.ts.net",
+            "box.tail1.ts.net",
+            "laptop.tail9.ts.net.:443",
+        ] {
+            assert!(check_host(&hosts(&[h]), &t).is_ok(), "{h}");
+        }
+        let plain = HostTrust {
+            tailscale_name: None,
+            ..t.clone()
+        };
+        assert_eq!(
+            check_host(&hosts(&["box.tail1.ts.net"]), &plain),
+            Err(Refusal::ForeignHost)
+        );
     }
 
     #[test]

@@ -23,5 +23,6 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod store;
+pub mod tailscale;
 pub mod vault;
 pub mod web;

@@ -63,6 +63,8 @@ pub struct Node {
     pub shutdown: CancellationToken,
     /// Hosts the TCP Host guard trusts besides literals.
     pub host_trust: RwLock<HostTrust>,
+    /// What Tailscale detection found last ([`crate::tailscale`]).
+    pub tailscale: RwLock<crate::tailscale::Detected>,
     /// The TCP listener, when running.
     pub tcp: tokio::sync::Mutex<TcpControl>,
     /// Owner of every background task, so shutdown can wait for them.
@@ -132,7 +134,9 @@ impl Node {
             host_trust: RwLock::new(HostTrust {
                 interface_ips: crate::guard::interface_ips(),
                 tailscale_name,
+                tailscale_detected: None,
             }),
+            tailscale: RwLock::new(crate::tailscale::Detected::Absent),
             tcp: tokio::sync::Mutex::new(TcpControl::default()),
             tasks: TaskTracker::new(),
             repos,
@@ -142,9 +146,9 @@ impl Node {
             mail: crate::mail::Mail::default(),
             peer,
         });
-        // The reaper keeps identities that own a live PTY; it asks the session registry.
+        // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
-            Arc::new(crate::session::PtyLiveness::new(&node));
+            Arc::new(crate::mail::Addressable::new(&node));
         Ok(node)
     }
 

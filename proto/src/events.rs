@@ -74,6 +74,14 @@ pub enum Event {
     McpConfirmResolved { request_id: String, confirmed: bool },
     /// The configuration file changed (after `PUT /config`).
     ConfigChanged { remote_access_enabled: bool },
+    /// Tailscale detection found a different state (see `GET /tailscale`).
+    TailscaleStatus {
+        /// `ready`, `stopped`, `absent`, `unavailable` or `disabled`.
+        state: String,
+        /// The machine's Tailscale DNS name when `ready`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dns_name: Option<String>,
+    },
     /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
     Lagged { missed: u64 },
 }
@@ -94,6 +102,7 @@ impl Event {
             Self::McpConfirm { .. } => "mcp-confirm",
             Self::McpConfirmResolved { .. } => "mcp-confirm-resolved",
             Self::ConfigChanged { .. } => "config-changed",
+            Self::TailscaleStatus { .. } => "tailscale-status",
             Self::Lagged { .. } => "lagged",
         }
     }

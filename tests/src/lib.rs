@@ -4,9 +4,11 @@
 //! The binaries are the ones cargo built next to the test executables (`.ci/run` builds
 //! them with `cargo build --workspace --bins` before running the tests).
 
+pub mod bench_fed;
 pub mod bench_upload;
 pub mod bridge;
 pub mod fake;
+pub mod fed;
 pub mod netns;
 pub mod records;
 pub mod term;

@@ -2,124 +2,14 @@
 //! event-driven waits, the PTY wake notice behind the composer gate, and spawned children with
 //! task handles and lifecycle notices. Test agents are shell scripts written here.
 
+mod agent_mail_support;
 mod mcp_support;
 
 use std::time::{Duration, Instant};
 
-use mcp_support::{Conn, NodeProc};
+use agent_mail_support::{Client, get_json, output_until, post_json, script};
+use mcp_support::NodeProc;
 use serde_json::{Value, json};
-
-/// One MCP protocol session over its own IPC connection.
-struct Client {
-    conn: Conn,
-    sid: String,
-    next: u64,
-}
-
-impl Client {
-    async fn new(node: &NodeProc) -> Self {
-        let mut conn = node.connect().await;
-        let r = conn
-            .rpc(
-                &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mail-e2e","version":"1"}}}),
-                &[],
-            )
-            .await;
-        let sid = r.session().expect("initialize returns a session id");
-        conn.rpc(
-            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-            &[("mcp-session-id", &sid)],
-        )
-        .await;
-        Self { conn, sid, next: 2 }
-    }
-
-    /// Another connection on the same protocol session (for a wait running alongside).
-    async fn twin(&self, node: &NodeProc) -> Self {
-        Self {
-            conn: node.connect().await,
-            sid: self.sid.clone(),
-            next: 1_000_000,
-        }
-    }
-
-    /// Calls a tool; returns (is_error, value).
-    async fn tool(&mut self, name: &str, args: Value) -> (bool, Value) {
-        self.next += 1;
-        let r = self
-            .conn
-            .rpc(
-                &json!({"jsonrpc":"2.0","id":self.next,"method":"tools/call","params":{"name":name,"arguments":args}}),
-                &[("mcp-session-id", &self.sid)],
-            )
-            .await;
-        let v = r.json();
-        let text = v["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no tool result: {v}"));
-        (
-            v["result"]["isError"] == true,
-            serde_json::from_str(text).unwrap(),
-        )
-    }
-
-    async fn ok(&mut self, name: &str, args: Value) -> Value {
-        let (err, v) = self.tool(name, args.clone()).await;
-        assert!(!err, "{name} {args} failed: {v}");
-        v
-    }
-
-    async fn agent(&mut self, args: Value) -> Value {
-        self.ok("agent", args).await
-    }
-}
-
-async fn get_json(node: &NodeProc, path: &str) -> Value {
-    let mut c = node.connect().await;
-    c.send("GET", path, &[], "").await.json()
-}
-
-async fn post_json(node: &NodeProc, path: &str, body: Value) -> Value {
-    let mut c = node.connect().await;
-    c.send(
-        "POST",
-        path,
-        &[("content-type", "application/json")],
-        body.to_string(),
-    )
-    .await
-    .json()
-}
-
-/// Polls a session's output until `pred` holds (bounded).
-async fn output_until(
-    node: &NodeProc,
-    id: &str,
-    what: &str,
-    pred: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = get_json(node, &format!("/sessions/{id}/output?format=log")).await;
-        let text = v.to_string();
-        if pred(&text) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p.display().to_string()
-}
 
 #[tokio::test]
 async fn register_send_inbox_eviction_wait_and_ambiguous_names() {

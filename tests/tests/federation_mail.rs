@@ -1093,4 +1093,16 @@ async fn hub_session_tool_routes_remote_addresses_to_the_owner_over_http() {
     assert!(err);
     assert_eq!(e["code"], "unknown_session", "{e}");
     assert_eq!(e["connection"], "nodeb", "{e}");
+    // The REST proxy refuses empty ids and prefixes the same way, before choosing an owner.
+    for bad in ["nodeb%2F", "%2Fx"] {
+        let r = ipc(
+            &st.hub.socket,
+            "GET",
+            &format!("/sessions/{bad}/output"),
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 400, "{bad}: {:?}", r.json());
+    }
 }

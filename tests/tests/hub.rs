@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
+use tuic_tests::fed::{FedBed, FedNode, connections};
 use tuic_tests::netns::Net;
 use tuic_tests::{NodeProc, config_dir, ipc, run_with_stdin};
 
@@ -11,114 +12,10 @@ fn s(d: &tempfile::TempDir) -> String {
     d.path().to_str().unwrap().to_owned()
 }
 
-/// Starts a remote-access node in namespace `ns` and returns it with its token.
-fn remote_node(ns: &str) -> (tempfile::TempDir, NodeProc, String) {
-    let d = config_dir(json!({}));
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &s(&d)],
-        "node pw",
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let node = NodeProc::start_in(
-        Some(ns),
-        "tuic-node",
-        &["--config-dir", &s(&d), "--remote-access", "--port", "9876"],
-        &[],
-    )
-    .unwrap();
-    let (_, token, _) =
-        run_with_stdin("tuic-node", &["token", "--config-dir", &s(&d)], "").unwrap();
-    (d, node, token.trim().to_owned())
-}
-
-async fn connections(hub: &NodeProc) -> Vec<Value> {
-    let r = ipc(&hub.socket, "GET", "/hub/connections", None)
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200);
-    r.json()["connections"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// Waits (bounded) until the hub reports connection `id` with `up == want`.
-async fn wait_up(hub: &NodeProc, id: &str, want: bool, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        let c = connections(hub).await;
-        if c.iter().any(|c| c["id"] == id && c["up"] == json!(want)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connection {id} never became up={want}: {c:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A hub in the star's centre connected to node 0 as `boxb`, waited on until the link is up.
-struct Bed {
-    net: Net,
-    _node_dir: tempfile::TempDir,
-    node: NodeProc,
-    token: String,
-    hub_dir: tempfile::TempDir,
-    hub: NodeProc,
-}
-
-async fn connected_bed() -> Bed {
-    let net = Net::star(1).unwrap();
-    let (node_dir, node, token) = remote_node(net.node(0));
-    let hub_dir = config_dir(json!({}));
-    let hub = NodeProc::start_in(
-        Some(net.hub()),
-        "tuic-hub",
-        &["--config-dir", &s(&hub_dir)],
-        &[],
-    )
-    .unwrap();
-    let url = format!("http://{}:9876", net.node_addr(0));
-    let (code, _, err) = run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &s(&hub_dir),
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        &token,
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    wait_up(&hub, "boxb", true, Duration::from_secs(15)).await;
-    Bed {
-        net,
-        _node_dir: node_dir,
-        node,
-        token,
-        hub_dir,
-        hub,
-    }
-}
-
 #[tokio::test]
 async fn hub_connects_detects_partition_and_reconnects() {
-    let bed = connected_bed().await;
-    let Bed {
-        net,
-        token,
-        hub_dir: hd,
-        hub,
-        ..
-    } = &bed;
+    let bed = FedBed::start(1).await.unwrap();
+    let (net, token, hd, hub) = (&bed.net, &bed.nodes[0].token, &bed.hub_dir, &bed.hub);
     // The token never lands in config.json.
     assert!(
         !std::fs::read_to_string(hd.path().join("config.json"))
@@ -128,8 +25,10 @@ async fn hub_connects_detects_partition_and_reconnects() {
 
     // A silent partition: no reset, so liveness probes must notice (3 × 5 s).
     net.set_link(0, false).unwrap();
-    wait_up(hub, "boxb", false, Duration::from_secs(30)).await;
-    let c = connections(hub).await;
+    bed.wait_up("nodeb", false, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let c = connections(hub).await.unwrap();
     assert!(
         c[0]["last_error"]
             .as_str()
@@ -137,26 +36,28 @@ async fn hub_connects_detects_partition_and_reconnects() {
         "{c:?}"
     );
     net.set_link(0, true).unwrap();
-    wait_up(hub, "boxb", true, Duration::from_secs(45)).await;
+    bed.wait_up("nodeb", true, Duration::from_secs(45))
+        .await
+        .unwrap();
 
     let (code, _, _) = run_with_stdin(
         "tuic-hub",
-        &["disconnect", "--config-dir", &s(hd), "--id", "boxb"],
+        &["disconnect", "--config-dir", &s(hd), "--id", "nodeb"],
         "",
     )
     .unwrap();
     assert_eq!(code, 0);
-    assert!(connections(hub).await.is_empty());
+    assert!(connections(hub).await.unwrap().is_empty());
 }
 
 #[tokio::test]
 async fn hub_refuses_a_wrong_token_and_says_why() {
     let net = Net::star(1).unwrap();
-    let (_nd, _node, _token) = remote_node(net.node(0));
+    let node = FedNode::start("nodeb", net.node(0), net.node_addr(0), json!({})).unwrap();
     let hd = config_dir(json!({}));
     let hub =
         NodeProc::start_in(Some(net.hub()), "tuic-hub", &["--config-dir", &s(&hd)], &[]).unwrap();
-    let url = format!("http://{}:9876", net.node_addr(0));
+    let url = node.url.clone();
     let (code, _, _) = run_with_stdin(
         "tuic-hub",
         &[
@@ -164,7 +65,7 @@ async fn hub_refuses_a_wrong_token_and_says_why() {
             "--config-dir",
             &s(&hd),
             "--id",
-            "boxb",
+            "nodeb",
             "--url",
             &url,
             "--token-stdin",
@@ -175,7 +76,7 @@ async fn hub_refuses_a_wrong_token_and_says_why() {
     assert_eq!(code, 0);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let c = connections(&hub).await;
+        let c = connections(&hub).await.unwrap();
         if let Some(e) = c.first().and_then(|c| c["last_error"].as_str()) {
             assert!(e.contains("401"), "{e}");
             assert_eq!(c[0]["up"], json!(false));
@@ -188,8 +89,8 @@ async fn hub_refuses_a_wrong_token_and_says_why() {
 
 #[tokio::test]
 async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
-    let bed = connected_bed().await;
-    let Bed { net, node, hub, .. } = &bed;
+    let bed = FedBed::start(1).await.unwrap();
+    let (net, node, hub) = (&bed.net, bed.nodes[0].proc(), &bed.hub);
 
     // A session on node B (created locally there) shows up on the hub as a remote row.
     let created = ipc(
@@ -202,7 +103,7 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
     .unwrap();
     assert_eq!(created.status, 200, "{:?}", created.body);
     let sid = created.json()["session_id"].as_str().unwrap().to_owned();
-    let address = format!("boxb/{sid}");
+    let address = format!("nodeb/{sid}");
     let deadline = Instant::now() + Duration::from_secs(10);
     let row = loop {
         let rows = ipc(&hub.socket, "GET", "/sessions", None)
@@ -224,10 +125,10 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(row["is_remote"], json!(true));
-    assert_eq!(row["connection_id"], json!("boxb"));
+    assert_eq!(row["connection_id"], json!("nodeb"));
 
     // Write through the hub, read the output back through the hub.
-    let enc = format!("boxb%2F{sid}");
+    let enc = format!("nodeb%2F{sid}");
     let w = ipc(
         &hub.socket,
         "POST",
@@ -287,12 +188,14 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
 
     // A partition makes the owner's routes answer 503 naming the connection.
     net.set_link(0, false).unwrap();
-    wait_up(hub, "boxb", false, Duration::from_secs(30)).await;
+    bed.wait_up("nodeb", false, Duration::from_secs(30))
+        .await
+        .unwrap();
     let r = ipc(&hub.socket, "GET", &format!("/sessions/{enc}/output"), None)
         .await
         .unwrap();
     assert_eq!(r.status, 503);
-    assert!(r.json()["error"].as_str().unwrap().contains("boxb"));
+    assert!(r.json()["error"].as_str().unwrap().contains("nodeb"));
     let rows = ipc(&hub.socket, "GET", "/sessions", None)
         .await
         .unwrap()
@@ -301,7 +204,7 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
         rows.as_array()
             .unwrap()
             .iter()
-            .all(|r| r["connection_id"] != json!("boxb"))
+            .all(|r| r["connection_id"] != json!("nodeb"))
     );
 }
 
@@ -331,8 +234,8 @@ fn tree(root: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 
 #[tokio::test]
 async fn tuic_cp_copies_a_tree_to_a_node_through_the_hub() {
-    let bed = connected_bed().await;
-    let Bed { node, hub, .. } = &bed;
+    let bed = FedBed::start(1).await.unwrap();
+    let (node, hub) = (bed.nodes[0].proc(), &bed.hub);
     // A registered repository on node B with a destination folder.
     let repo = tempfile::tempdir().unwrap();
     let root = repo.path().canonicalize().unwrap();
@@ -361,7 +264,7 @@ async fn tuic_cp_copies_a_tree_to_a_node_through_the_hub() {
         )
         .unwrap();
     }
-    let dest = format!("boxb:{}/inbox", root.display());
+    let dest = format!("nodeb:{}/inbox", root.display());
     let run = || {
         std::process::Command::new(tuic_tests::bin("tuic"))
             .args(["cp", proj.to_str().unwrap(), &dest])
@@ -377,7 +280,7 @@ async fn tuic_cp_copies_a_tree_to_a_node_through_the_hub() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("copied") && stdout.contains("boxb:"),
+        stdout.contains("copied") && stdout.contains("nodeb:"),
         "{stdout}"
     );
     assert_eq!(tree(&root.join("inbox/proj")), tree(&proj));
@@ -419,7 +322,7 @@ async fn hub_upload_route_is_refused_over_tcp() {
     .unwrap();
     let r = reqwest::Client::new()
         .post(format!(
-            "http://{}/hub/upload?conn=boxb&path=/x",
+            "http://{}/hub/upload?conn=nodeb&path=/x",
             hub.tcp.unwrap()
         ))
         .basic_auth("admin", Some("hub pw"))

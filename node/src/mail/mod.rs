@@ -7,14 +7,22 @@
 //! PTY I/O never happens under that lock: the driver drains the core's events into a list of
 //! actions and runs them after releasing it.
 //!
+//! Channel push (`channel`) and the launch receipt (`receipt`) hang off the same state; the
+//! reaper asks [`Addressable`] which identities must outlive their protocol sessions.
+//!
+//! Lock order: the mail lock may be taken while the MCP session table is locked (the reaper
+//! asks [`Addressable`] under it), so the session table is never locked while mail is held.
+//!
 //! Waits are event-driven: a pending `agent action=wait` holds the receiving end of a oneshot
 //! channel; the core resolves it in the same step that assigns it mail, or the timer task
 //! (woken by [`Mail::timer`]) resolves it at its deadline. Nothing polls.
 
+pub mod channel;
+pub mod receipt;
 pub mod spawn;
 pub mod wake;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,8 +31,8 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 use tuic_proto::events::Event;
 use tuic_proto::mail::{
-    InboxError, InboxEvent, InboxMessage, InboxPage, Inboxes, NewMessage, SendReceipt, WaitId,
-    WaitOutcome, WaitStart,
+    DeliveryPath, InboxError, InboxEvent, InboxMessage, InboxPage, Inboxes, NewMessage,
+    SendReceipt, WaitId, WaitOutcome, WaitStart,
 };
 
 use crate::session::now_ms;
@@ -41,6 +49,10 @@ pub struct Peer {
     pub path: Option<String>,
     /// The identity that spawned it, when the spawner was registered.
     pub parent: Option<String>,
+    /// Started by `agent action=spawn` (a managed child).
+    pub managed: bool,
+    /// A managed child exempt from automatic idle closure (`keep_open`).
+    pub keep_open: bool,
 }
 
 /// The mail state under the one lock.
@@ -55,6 +67,11 @@ pub struct Inner {
     /// Pending PTY wake notices, by recipient: cancelled when withdrawn.
     wakes: HashMap<String, (u64, CancellationToken)>,
     next_wake: u64,
+    /// Urgent notices written and not yet observed, as (sender, recipient): one covers further
+    /// urgent mail from that sender until the recipient reads its inbox.
+    pub urgent: HashSet<(String, String)>,
+    /// Launch receipts of managed PTYs, by identity.
+    pub receipts: HashMap<String, receipt::Receipt>,
 }
 
 /// Something to do after the lock is released.
@@ -88,6 +105,8 @@ pub struct Sent {
     pub recipient: String,
     /// What the core did.
     pub receipt: SendReceipt,
+    /// A `notifications/claude/channel` push reached the recipient's `GET /mcp` stream.
+    pub channel: bool,
 }
 
 impl Mail {
@@ -201,7 +220,9 @@ impl Mail {
             Some(_) => format!("tuic-auto-{}", uuid::Uuid::new_v4()),
             None => uuid::Uuid::new_v4().to_string(),
         };
-        let (receipt, actions) = {
+        let server_authored = lifecycle.is_some();
+        let body = message.clone();
+        let (receipt, orchestrator, actions) = {
             let mut g = node.mail.lock();
             let r = g.inboxes.send(
                 now_ms(),
@@ -215,13 +236,23 @@ impl Mail {
                     lifecycle,
                 },
             )?;
-            (r, Self::drain(&mut g))
+            let orch = g.peers.get(recipient).is_some_and(|p| p.orchestrator);
+            (r, orch, Self::drain(&mut g))
         };
         Self::act(node, actions);
+        // Channel push for a terminal-less client with a live stream: best effort, no lease.
+        let channel = receipt.delivery == DeliveryPath::InboxOnly
+            && !node.sessions.owns_live_pty(recipient)
+            && {
+                let inline = server_authored || !orchestrator;
+                let note = channel::notification(from, &message_id, &body, inline);
+                node.mcp.sessions.push_to_identity(recipient, &note)
+            };
         Ok(Sent {
             message_id,
             recipient: recipient.to_owned(),
             receipt,
+            channel,
         })
     }
 
@@ -236,6 +267,7 @@ impl Mail {
             let mut g = node.mail.lock();
             Self::ensure(node, &mut g, recipient);
             let p = g.inboxes.inbox(recipient, since, limit)?;
+            g.urgent.retain(|(_, r)| r != recipient);
             (p, Self::drain(&mut g))
         };
         Self::act(node, actions);
@@ -258,6 +290,7 @@ impl Mail {
             let id = g.next_wait;
             match g.inboxes.wait(now_ms(), recipient, id, since, timeout_ms)? {
                 WaitStart::Resolved(o) => {
+                    g.urgent.retain(|(_, r)| r != recipient);
                     let actions = Self::drain(&mut g);
                     drop(g);
                     Self::act(node, actions);
@@ -281,7 +314,12 @@ impl Mail {
         let r = rx.await;
         guard.rx = None;
         match r {
-            Ok(Some(o)) => Ok(o),
+            Ok(Some(o)) => {
+                if o.met {
+                    node.mail.lock().urgent.retain(|(_, r)| r != recipient);
+                }
+                Ok(o)
+            }
             _ => Err(InboxError::UnknownRecipient {
                 recipient: recipient.to_owned(),
             }),
@@ -418,4 +456,109 @@ pub fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
         g.wakes.remove(recipient);
         g.inboxes.pty_wake_done(recipient);
     }
+}
+
+/// A lifecycle summary was typed: it acknowledges its own window; mail that coalesced while it
+/// was typed is outside the window and earns its own notice.
+pub fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u64) {
+    let actions = {
+        let mut g = node.mail.lock();
+        let _ = g.inboxes.acknowledge(recipient, up_to);
+        if g.wakes
+            .get(recipient)
+            .is_some_and(|(n, _)| *n == generation)
+        {
+            g.wakes.remove(recipient);
+            g.inboxes.pty_wake_done(recipient);
+        }
+        g.inboxes.rearm_pty_wake(recipient);
+        Mail::drain(&mut g)
+    };
+    Mail::act(node, actions);
+}
+
+/// The reaper's answer to "is this identity still addressable": it owns a live PTY, or a live
+/// managed child records it as its parent. Both are bounded by live sessions, so retention
+/// cannot grow without bound. Holds the node weakly: the node owns the MCP state that owns this.
+#[derive(Debug)]
+pub struct Addressable(std::sync::Weak<Node>);
+
+impl Addressable {
+    /// The answer for `node`.
+    pub fn new(node: &Arc<Node>) -> Self {
+        Self(Arc::downgrade(node))
+    }
+}
+
+/// Whether `tuic` owns a live PTY or is the parent of a live child.
+pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
+    if node.sessions.owns_live_pty(tuic) {
+        return true;
+    }
+    let children: Vec<String> = node
+        .mail
+        .lock()
+        .peers
+        .iter()
+        .filter(|(_, p)| p.parent.as_deref() == Some(tuic))
+        .map(|(k, _)| k.clone())
+        .collect();
+    children.iter().any(|c| node.sessions.owns_live_pty(c))
+}
+
+impl crate::mcp::sessions::IdentityLiveness for Addressable {
+    fn is_addressable(&self, tuic_session: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| peer_identity_is_addressable(&n, tuic_session))
+    }
+}
+
+/// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox
+/// goes, and its children keep no parent.
+pub fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
+    let actions = {
+        let mut g = node.mail.lock();
+        for sid in sessions {
+            let pending = spawn::pending_parent(sid);
+            if !g.inboxes.is_registered(&pending) {
+                continue;
+            }
+            g.inboxes.unregister(&pending);
+            for p in g.peers.values_mut() {
+                if p.parent.as_deref() == Some(pending.as_str()) {
+                    p.parent = None;
+                }
+            }
+        }
+        Mail::drain(&mut g)
+    };
+    Mail::act(node, actions);
+}
+
+/// Retires the peers of identities whose last protocol session was reaped or deleted, unless
+/// they are still addressable: their inbox goes (pending waits end), they leave `list_peers`,
+/// and mail to them is refused from now on.
+pub fn evict_peers_for_reaped_mcp_session(node: &Arc<Node>, identities: &[String]) {
+    let gone: Vec<&String> = identities
+        .iter()
+        .filter(|t| !peer_identity_is_addressable(node, t))
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    let actions = {
+        let mut g = node.mail.lock();
+        for t in &gone {
+            g.peers.remove(*t);
+            let dropped = g.inboxes.unregister(t);
+            if let Some((_, c)) = g.wakes.remove(*t) {
+                c.cancel();
+            }
+            g.urgent.retain(|(s, r)| s != *t && r != *t);
+            tracing::info!(source = "agent_msg", identity = %t, dropped_messages = dropped.len(), "retired a peer whose protocol session ended");
+        }
+        Mail::drain(&mut g)
+    };
+    Mail::act(node, actions);
 }

@@ -1,5 +1,13 @@
 //! `agent action=spawn`: a child agent in a new managed PTY, its inbox, its task handle and
 //! the lifecycle notices (`state_change`: idle / completed / exited) it posts to its parent.
+//!
+//! Prompt delivery: `{prompt}` in the caller's args is substituted; otherwise a normal CLI gets
+//! the prompt as its final positional argument, while a prefill-only interactive TUI (direct
+//! interactive Codex) gets it typed into the PTY once its ready prompt appears. A deferred
+//! prompt has a one-shot watchdog (`mail_prompt_delivery_timeout_ms`, 30 s): still pending then,
+//! it posts one `prompt_delivery_failed` notice to the parent and is not typed later.
+//! A managed child that stays quiet after reporting `completed` for
+//! `mail_child_idle_close_ms` is closed unless it is marked `keep_open`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,6 +17,8 @@ use serde_json::{Value, json};
 use tuic_proto::mail::Lifecycle;
 
 use super::Mail;
+use super::receipt::{self, Delivery, Launch, PromptState};
+use super::wake;
 use crate::session::activity::{self, ShellState};
 use crate::session::{CreateRequest, Session};
 use crate::state::Node;
@@ -35,8 +45,13 @@ pub struct SpawnRequest {
     pub pty_description: Option<Option<String>>,
     /// The identity of a registered caller.
     pub parent: Option<String>,
+    /// An unregistered caller's protocol session: its children are linked to the identity it
+    /// registers later (see [`pending_parent`]).
+    pub pending_parent: Option<String>,
     /// Identities allowed to read the task.
     pub owners: Vec<String>,
+    /// Exempt from automatic idle closure.
+    pub keep_open: bool,
 }
 
 /// The argv the child gets: `{prompt}` substituted where authored, else the prompt appended
@@ -51,6 +66,94 @@ pub fn compose_args(args: &[String], prompt: Option<&str>) -> Vec<String> {
     let mut v = args.to_vec();
     v.push(p.to_owned());
     v
+}
+
+/// Codex subcommands that run non-interactively and take the task as an argument.
+const CODEX_BATCH: &[&str] = &["exec", "e", "review"];
+/// Codex root options that take a value (skipped when looking for the subcommand).
+const CODEX_VALUE_OPTS: &[&str] = &[
+    "-c",
+    "--config",
+    "-m",
+    "--model",
+    "-p",
+    "--profile",
+    "-C",
+    "--cd",
+    "-s",
+    "--sandbox",
+    "-a",
+    "--ask-for-approval",
+    "-i",
+    "--image",
+    "--enable",
+    "--disable",
+];
+
+/// Whether `command args` is a prefill-only interactive TUI: direct interactive Codex, whose
+/// positional argument only prefills the composer. A Codex `exec`, `e` or `review` subcommand
+/// (the first positional before `--`, after root options and their values) is a batch run.
+pub fn prefill_only(command: &str, args: &[String]) -> bool {
+    let base = std::path::Path::new(command)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or(command);
+    if base != "codex" {
+        return false;
+    }
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            return true;
+        }
+        if a.starts_with('-') {
+            if !a.contains('=') && CODEX_VALUE_OPTS.contains(&a.as_str()) {
+                it.next();
+            }
+            continue;
+        }
+        return !CODEX_BATCH.contains(&a.as_str());
+    }
+    true
+}
+
+/// The flag that lets Claude Code receive `notifications/claude/channel` from this server.
+pub const CLAUDE_CHANNEL_FLAG: [&str; 2] = [
+    "--dangerously-load-development-channels",
+    "server:tuicommander",
+];
+
+/// Spawned Claude Code agents get the development-channel flag automatically (first, so a
+/// trailing positional prompt stays last); an explicit one is left as the caller wrote it.
+pub fn with_channel_flag(command: &str, args: &[String]) -> Vec<String> {
+    let base = std::path::Path::new(command)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or(command);
+    if base != "claude" || args.iter().any(|a| a == CLAUDE_CHANNEL_FLAG[0]) {
+        return args.to_vec();
+    }
+    let mut v: Vec<String> = CLAUDE_CHANNEL_FLAG.iter().map(|s| s.to_string()).collect();
+    v.extend_from_slice(args);
+    v
+}
+
+/// Prefix of the internal parent id of an unregistered spawner (never listed, never an
+/// address anyone can send to).
+pub const PENDING_PREFIX: &str = "mcp-pending:";
+
+/// The internal parent id standing for protocol session `sid` until it registers.
+pub fn pending_parent(sid: &str) -> String {
+    format!("{PENDING_PREFIX}{sid}")
+}
+
+/// The child's current parent: a registered identity, or a pending one.
+fn current_parent(node: &Node, child: &str) -> Option<String> {
+    node.mail
+        .lock()
+        .peers
+        .get(child)
+        .and_then(|p| p.parent.clone())
 }
 
 /// Display metadata derived from a prompt: whitespace-normalised, at most 160 characters.
@@ -75,13 +178,21 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         Some(_) => None,
         None => req.prompt.as_deref().and_then(derive_description),
     };
+    let placeholder = req.args.iter().any(|a| a.contains("{prompt}"));
+    let deferred = req.prompt.is_some() && !placeholder && prefill_only(&req.command, &req.args);
+    let base_args = with_channel_flag(&req.command, &req.args);
+    let args = if deferred {
+        base_args
+    } else {
+        compose_args(&base_args, req.prompt.as_deref())
+    };
     let session = node
         .sessions
         .create(
             node,
             CreateRequest {
                 shell: Some(req.command.clone()),
-                args: compose_args(&req.args, req.prompt.as_deref()),
+                args: args.clone(),
                 cwd: req.cwd.clone(),
                 env,
                 name: req.name.clone(),
@@ -97,10 +208,45 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         if req.name.is_some() {
             p.name = req.name.clone();
         }
-        p.parent = req.parent.clone();
+        p.parent = req.parent.clone().or_else(|| req.pending_parent.clone());
+        p.managed = true;
+        p.keep_open = req.keep_open;
         if let Some(parent) = &req.parent {
             Mail::ensure(node, &mut g, parent);
+        } else if let Some(pending) = &req.pending_parent
+            && !g.inboxes.is_registered(pending)
+        {
+            // Lifecycle notices collect here until the spawner registers.
+            g.inboxes.register(pending);
         }
+    }
+    let prompt_delivery = match (&req.prompt, placeholder, deferred) {
+        (None, _, _) => Delivery::None,
+        (Some(_), true, _) => Delivery::Placeholder,
+        (Some(_), false, true) => Delivery::DeferredPty,
+        (Some(_), false, false) => Delivery::Argv,
+    };
+    receipt::launched(
+        node,
+        &child,
+        &session.id,
+        Launch {
+            command: req.command.clone(),
+            args,
+            prompt: req.prompt.clone(),
+            prompt_delivery,
+            prompt_state: if deferred {
+                PromptState::Pending
+            } else {
+                PromptState::Launched
+            },
+            parent_session_id: req.parent.clone(),
+            spawned_at_ms: crate::session::now_ms(),
+            delivered_at_ms: None,
+        },
+    );
+    if deferred && let Some(p) = &req.prompt {
+        deliver_prompt(node, session.clone(), p.clone());
     }
     let task_id = node.mcp.tasks.create(req.owners.clone(), Instant::now());
     tracing::info!(
@@ -111,7 +257,7 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         env_keys = ?req.env.keys().collect::<Vec<_>>(),
         "spawned a child agent"
     );
-    watch(node, session.clone(), req.parent.clone(), task_id.clone());
+    watch(node, session.clone(), task_id.clone());
     let mut v = json!({
         "session_id": session.id,
         "tuic_session": child,
@@ -125,6 +271,12 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
     if let Some(d) = description {
         v["pty_description"] = json!(d);
     }
+    if req.keep_open {
+        v["keep_open"] = json!(true);
+    }
+    if deferred {
+        v["prompt_delivery"] = json!("deferred_pty");
+    }
     match &req.parent {
         Some(p) => v["parent_session_id"] = json!(p),
         None => {
@@ -134,6 +286,67 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         }
     }
     Ok(v)
+}
+
+/// Types a deferred prompt once the TUI shows its ready prompt (idle, bare prompt, nothing
+/// typed), under the same claim as a wake notice. The one-shot watchdog gives up after
+/// `mail_prompt_delivery_timeout_ms` and tells the parent once.
+fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String) {
+    let n = node.clone();
+    let rt = tokio::runtime::Handle::current();
+    let _g = rt.enter();
+    node.tasks.spawn(async move {
+        let limit = Duration::from_millis(n.config().tuning.mail_prompt_delivery_timeout_ms);
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut out = s.wake();
+        let text = prompt.replace(['\r', '\n'], " ");
+        loop {
+            let verdict = {
+                let (s2, n2, t) = (s.clone(), n.clone(), text.clone());
+                tokio::task::spawn_blocking(move || wake::claim_and_write(&n2, &s2, &t, wake::gate))
+                    .await
+                    .unwrap_or(Err(wake::Closed::Exited))
+            };
+            match verdict {
+                Ok(()) => {
+                    receipt::prompt_state(&n, &s.tuic_session, PromptState::Delivered);
+                    tracing::info!(source = "agent_spawn", session = %s.id, "deferred prompt delivered");
+                    return;
+                }
+                Err(wake::Closed::Exited) => return,
+                Err(_) => {}
+            }
+            // Re-check on the next output or idle edge, until the watchdog fires.
+            let settle = Duration::from_millis(activity::IDLE_AFTER_MS + 50);
+            tokio::select! {
+                _ = n.shutdown.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => break,
+                r = out.changed() => if r.is_err() { return; },
+                _ = tokio::time::sleep(settle) => {}
+            }
+        }
+        receipt::prompt_state(&n, &s.tuic_session, PromptState::Failed);
+        tracing::warn!(source = "agent_spawn", session = %s.id, "deferred prompt not delivered: prompt_delivery_failed");
+        if let Some(p) = current_parent(&n, &s.tuic_session) {
+            let body = json!({"child": s.tuic_session, "session_id": s.id, "state": "prompt_delivery_failed", "timeout_ms": limit.as_millis() as u64});
+            ensure_parent(&n, &p);
+            let r = Mail::post(
+                &n,
+                &p,
+                &s.tuic_session,
+                s.display_name(),
+                body.to_string(),
+                Some("prompt_delivery_failed".into()),
+                Some(Lifecycle {
+                    child: s.tuic_session.clone(),
+                    state: "prompt_delivery_failed".into(),
+                }),
+            );
+            if let Err(e) = r {
+                tracing::warn!(source = "agent_msg", parent = %p, error = %e, "prompt_delivery_failed not delivered");
+            }
+        }
+    });
 }
 
 /// The quiet-state name of a session, `None` while busy or before any output.
@@ -160,10 +373,7 @@ pub fn notify_parent(node: &Arc<Node>, parent: &str, s: &Session, state: &str, c
     if state == "exited" {
         body["exit_code"] = json!(code);
     }
-    {
-        let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, parent);
-    }
+    ensure_parent(node, parent);
     let r = Mail::post(
         node,
         parent,
@@ -181,20 +391,36 @@ pub fn notify_parent(node: &Arc<Node>, parent: &str, s: &Session, state: &str, c
     }
 }
 
+/// Makes sure a parent can receive: a registered identity gets its peer entry, a pending one
+/// only its inbox (it is not a peer anyone can list or address).
+fn ensure_parent(node: &Node, parent: &str) {
+    let mut g = node.mail.lock();
+    if parent.starts_with(PENDING_PREFIX) {
+        if !g.inboxes.is_registered(parent) {
+            g.inboxes.register(parent);
+        }
+    } else {
+        Mail::ensure(node, &mut g, parent);
+    }
+}
+
 /// Follows the child until it exits: lifecycle notices on quiet edges, the task's end state.
-fn watch(node: &Arc<Node>, s: Arc<Session>, parent: Option<String>, task_id: String) {
+/// The parent is looked up at each notice, so a spawner that registers later receives them.
+fn watch(node: &Arc<Node>, s: Arc<Session>, task_id: String) {
     let n = node.clone();
     let rt = tokio::runtime::Handle::current();
     let _g = rt.enter();
     node.tasks.spawn(async move {
         let mut out = s.wake();
         let mut last: Option<&'static str> = None;
+        let mut completed_since: Option<tokio::time::Instant> = None;
         loop {
             if let Some(e) = s.exit() {
-                n.mcp.tasks.finish(&task_id, &s.id, e.code);
-                if let Some(p) = &parent {
-                    notify_parent(&n, p, &s, "exited", e.code);
+                // The notice first: a task seen finished implies its exit notice is posted.
+                if let Some(p) = current_parent(&n, &s.tuic_session) {
+                    notify_parent(&n, &p, &s, "exited", e.code);
                 }
+                n.mcp.tasks.finish(&task_id, &s.id, e.code);
                 return;
             }
             let s2 = s.clone();
@@ -202,19 +428,42 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, parent: Option<String>, task_id: Str
                 .await
                 .unwrap_or(None);
             if now != last
-                && let (Some(p), Some(state)) = (&parent, now)
+                && let Some(state) = now
+                && let Some(p) = current_parent(&n, &s.tuic_session)
             {
-                notify_parent(&n, p, &s, state, None);
+                notify_parent(&n, &p, &s, state, None);
             }
             last = now;
             let busy = now.is_none();
+            // Automatic idle closure: quiet in `completed` for the whole period, not kept open.
+            completed_since = match now {
+                Some("completed") => completed_since.or(Some(tokio::time::Instant::now())),
+                _ => None,
+            };
+            let close_after = Duration::from_millis(n.config().tuning.mail_child_idle_close_ms);
+            let close_at = completed_since.map(|t| t + close_after);
             tokio::select! {
                 _ = n.shutdown.cancelled() => return,
                 r = out.changed() => if r.is_err() { return; },
                 _ = tokio::time::sleep(Duration::from_millis(activity::IDLE_AFTER_MS + 50)), if busy => {}
+                _ = sleep_until_opt(close_at), if close_at.is_some() => {
+                    let keep = n.mail.lock().peers.get(&s.tuic_session).is_some_and(|p| p.keep_open);
+                    if !keep {
+                        tracing::info!(source = "agent_spawn", session = %s.id, "closing a completed managed child after its idle period");
+                        s.close();
+                    }
+                    completed_since = None;
+                }
             }
         }
     });
+}
+
+async fn sleep_until_opt(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]
@@ -233,5 +482,39 @@ mod tests {
         let long = "word ".repeat(100);
         assert_eq!(derive_description(&long).unwrap().chars().count(), 160);
         assert_eq!(derive_description("  a\n b "), Some("a b".into()));
+    }
+
+    #[test]
+    fn spawned_claude_gets_the_channel_flag_once() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            with_channel_flag("/opt/bin/claude", &a(&["--model", "x"])),
+            a(&[
+                "--dangerously-load-development-channels",
+                "server:tuicommander",
+                "--model",
+                "x"
+            ])
+        );
+        let explicit = a(&["--dangerously-load-development-channels", "server:other"]);
+        assert_eq!(with_channel_flag("claude", &explicit), explicit);
+        assert_eq!(with_channel_flag("codex", &a(&["-q"])), a(&["-q"]));
+    }
+
+    #[test]
+    fn only_direct_interactive_codex_is_prefill_only() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(prefill_only("codex", &[]));
+        assert!(prefill_only(
+            "/usr/bin/codex",
+            &a(&["-m", "exec", "--full-auto"])
+        ));
+        assert!(prefill_only("codex", &a(&["-p", "review"])));
+        assert!(!prefill_only("codex", &a(&["exec"])));
+        assert!(!prefill_only("codex", &a(&["-c", "x=1", "e"])));
+        assert!(!prefill_only("codex", &a(&["--model=o3", "review"])));
+        assert!(prefill_only("codex", &a(&["--", "exec"])));
+        assert!(!prefill_only("claude", &[]));
+        assert!(!prefill_only("codex-wrapper", &[]));
     }
 }

@@ -118,28 +118,36 @@ impl McpState {
         removed
     }
 
-    /// One reaper sweep: idle protocol sessions and expired tasks.
+    /// One reaper sweep: idle protocol sessions and expired tasks. Returns how many protocol
+    /// sessions went.
     pub fn reap(&self, cfg: &crate::config::Config, now: Instant) -> usize {
+        self.sweep(cfg, now).reaped.len()
+    }
+
+    /// [`McpState::reap`], reporting what the sweep did (the caller retires the peers of
+    /// `retired` identities).
+    pub fn sweep(&self, cfg: &crate::config::Config, now: Instant) -> sessions::Sweep {
         let liveness = self
             .liveness
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let ttl = Duration::from_millis(cfg.tuning.mcp_session_ttl_ms);
-        let (reaped, kept) = self.sessions.reap(now, ttl, liveness.as_ref());
+        let sweep = self.sessions.reap(now, ttl, liveness.as_ref());
         let tasks = self
             .tasks
             .reap(now, Duration::from_millis(cfg.tuning.mcp_task_retention_ms));
-        if !reaped.is_empty() || !kept.is_empty() || tasks > 0 {
+        if !sweep.reaped.is_empty() || !sweep.kept.is_empty() || tasks > 0 {
             tracing::info!(
                 source = "mcp",
-                reaped = reaped.len(),
+                reaped = sweep.reaped.len(),
                 tasks_reaped = tasks,
-                retained_identities = ?kept,
+                retained_identities = ?sweep.kept,
+                retired_identities = ?sweep.retired,
                 "mcp reaper sweep"
             );
         }
-        reaped.len()
+        sweep
     }
 }
 
@@ -170,7 +178,9 @@ pub fn spawn_background(node: &Arc<Node>) {
                 _ = n.shutdown.cancelled() => break,
                 _ = tokio::time::sleep(every) => {}
             }
-            n.mcp.reap(&n.config(), Instant::now());
+            let sweep = n.mcp.sweep(&n.config(), Instant::now());
+            crate::mail::evict_peers_for_reaped_mcp_session(&n, &sweep.retired);
+            crate::mail::forget_pending(&n, &sweep.reaped);
         }
     });
     // Config reloads from disk and `PUT /config` both publish or replace the config; the

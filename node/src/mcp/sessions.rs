@@ -67,6 +67,17 @@ pub struct Owners {
     pub sessions: Vec<String>,
 }
 
+/// What one reaper sweep did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    /// Protocol sessions removed.
+    pub reaped: Vec<String>,
+    /// Identities kept although their last session went (still addressable).
+    pub kept: Vec<String>,
+    /// Identities whose last route went: nobody can reach them any more.
+    pub retired: Vec<String>,
+}
+
 /// How an `initialize` arrived, logged as `event` with `source="mcp_initialize"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
@@ -270,18 +281,26 @@ impl SessionTable {
     /// Ends a session (`DELETE /mcp`): its routes go, a surviving co-owner is promoted, and the
     /// id answers 404 from now on. Returns false when the id was not live.
     pub fn delete(&self, id: &str) -> bool {
+        self.end(id).is_some()
+    }
+
+    /// [`SessionTable::delete`], reporting the identity whose last route went with the
+    /// session (`Some(None)`: ended, no identity retired; `None`: the id was not live).
+    pub fn end(&self, id: &str) -> Option<Option<String>> {
         let mut g = self.lock();
-        let Some(s) = g.sessions.remove(id) else {
-            return false;
-        };
+        let s = g.sessions.remove(id)?;
+        let mut retired = None;
         if let Some(t) = &s.tuic_session {
             drop_route(&mut g.identities, t, id);
+            if !g.identities.contains_key(&**t) {
+                retired = Some(t.to_string());
+            }
         }
         if g.retired.len() == RETIRED_CAPACITY {
             g.retired.pop_front();
         }
         g.retired.push_back(id.to_owned());
-        true
+        Some(retired)
     }
 
     /// Whether `id` was retired by DELETE.
@@ -343,14 +362,10 @@ impl SessionTable {
     }
 
     /// The reaper's sweep: removes sessions idle longer than `ttl` (rechecking each under the
-    /// lock, so a session refreshed since the snapshot stays) and drops their routes. Returns
-    /// the reaped ids and the identities kept because they are still addressable.
-    pub fn reap(
-        &self,
-        now: Instant,
-        ttl: Duration,
-        liveness: &dyn IdentityLiveness,
-    ) -> (Vec<String>, Vec<String>) {
+    /// lock, so a session refreshed since the snapshot stays) and drops their routes. Reports
+    /// the reaped ids, the identities kept because they are still addressable, and the
+    /// identities whose last route went with them (their peers are retired by the caller).
+    pub fn reap(&self, now: Instant, ttl: Duration, liveness: &dyn IdentityLiveness) -> Sweep {
         let mut g = self.lock();
         let stale: Vec<String> = g
             .sessions
@@ -358,7 +373,7 @@ impl SessionTable {
             .filter(|(_, s)| now.duration_since(s.last_activity) >= ttl)
             .map(|(k, _)| k.clone())
             .collect();
-        let mut kept = Vec::new();
+        let mut sweep = Sweep::default();
         for id in &stale {
             let Some(s) = g.sessions.remove(id) else {
                 continue;
@@ -369,13 +384,42 @@ impl SessionTable {
                     if let Some(o) = g.identities.get_mut(&t) {
                         o.sessions.retain(|x| x != id);
                     }
-                    kept.push(t);
+                    sweep.kept.push(t);
                 } else {
                     drop_route(&mut g.identities, &t, id);
+                    if !g.identities.contains_key(&t) {
+                        sweep.retired.push(t);
+                    }
                 }
             }
         }
-        (stale, kept)
+        sweep.reaped = stale;
+        sweep
+    }
+
+    /// The delivery owner's stream of an identity: the first co-owner holding a `GET /mcp`
+    /// stream. Sends `message` there; false when no co-owner has a stream or it is full.
+    pub fn push_to_identity(&self, tuic: &str, message: &Value) -> bool {
+        let g = self.lock();
+        let Some(owners) = g.identities.get(tuic) else {
+            return false;
+        };
+        owners
+            .sessions
+            .iter()
+            .filter_map(|id| g.sessions.get(id))
+            .find_map(|s| s.stream.as_ref())
+            .is_some_and(|b| b.1.try_send(message.clone()).is_ok())
+    }
+
+    /// Whether any co-owner of `tuic` holds a `GET /mcp` stream.
+    pub fn identity_has_stream(&self, tuic: &str) -> bool {
+        let g = self.lock();
+        g.identities.get(tuic).is_some_and(|o| {
+            o.sessions
+                .iter()
+                .any(|id| g.sessions.get(id).is_some_and(McpSession::has_stream))
+        })
     }
 
     /// Rough heap estimate of the table, for the status route.
@@ -492,9 +536,10 @@ mod tests {
         t.bind_identity(&b, "gone", now, ttl);
         // c is refreshed after the snapshot time and survives.
         t.touch(&c, now + ttl, V);
-        let (reaped, kept) = t.reap(now + ttl, ttl, &Live);
-        assert_eq!(reaped.len(), 2);
-        assert_eq!(kept, vec!["kept".to_string()]);
+        let sweep = t.reap(now + ttl, ttl, &Live);
+        assert_eq!(sweep.reaped.len(), 2);
+        assert_eq!(sweep.kept, vec!["kept".to_string()]);
+        assert_eq!(sweep.retired, vec!["gone".to_string()]);
         assert_eq!(t.len(), 1);
         assert!(t.owners("gone").is_none());
     }

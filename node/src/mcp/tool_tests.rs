@@ -361,13 +361,14 @@ async fn reaper_keeps_an_identity_that_owns_a_live_pty() {
     t.bind_identity(&a, &tuic, now, Duration::ZERO);
     t.bind_identity(&b, &other, now, Duration::ZERO);
     let liveness = f.node.mcp.liveness.read().unwrap().clone();
-    let (reaped, kept) = t.reap(
+    let sweep = t.reap(
         now + Duration::from_secs(7200),
         Duration::from_secs(3600),
         liveness.as_ref(),
     );
-    assert_eq!(reaped.len(), 2);
-    assert_eq!(kept, vec![tuic.clone()]);
+    assert_eq!(sweep.reaped.len(), 2);
+    assert_eq!(sweep.kept, vec![tuic.clone()]);
+    assert_eq!(sweep.retired, vec![other.clone()]);
     assert!(liveness.is_addressable(&tuic));
     assert!(!liveness.is_addressable(&other));
     // Once the PTY is gone, the identity is no longer addressable.

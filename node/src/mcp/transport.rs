@@ -481,6 +481,11 @@ fn initialize(
     );
     let collapsed = node.config().collapse_tools
         || super::registry::client_requires_meta_tools(client.as_deref());
+    let instructions = super::current_instructions(node, collapsed);
+    // The launch receipt keeps what was served to a PTY identity, after auto-binding.
+    if let Some(t) = req.tuic_session.as_deref().filter(|_| binding.is_some()) {
+        crate::mail::receipt::served(node, t, &sid, &instructions);
+    }
     *minted = Some(sid);
     Outcome::ok(p::result(
         id,
@@ -488,7 +493,7 @@ fn initialize(
             "protocolVersion": version,
             "capabilities": capabilities(),
             "serverInfo": server_info(),
-            "instructions": super::current_instructions(node, collapsed),
+            "instructions": instructions,
         }),
     ))
 }
@@ -730,8 +735,10 @@ pub async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) -> Respon
     let Some(sid) = header(&headers, SESSION_HEADER) else {
         return ApiError::bad_request("DELETE /mcp needs an Mcp-Session-Id header").into_response();
     };
-    if node.mcp.sessions.delete(sid) {
+    if let Some(retired) = node.mcp.sessions.end(sid) {
         tracing::info!(source = "mcp", session = %sid, "mcp session deleted");
+        crate::mail::evict_peers_for_reaped_mcp_session(&node, retired.as_slice());
+        crate::mail::forget_pending(&node, &[sid.to_owned()]);
         (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response()
     } else {
         ApiError::not_found("no such MCP session").into_response()

@@ -44,6 +44,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
     let routes = Router::new()
         .route("/health", get(system::health))
         .route("/logs", get(system::logs))
+        .route("/tailscale", get(system::tailscale))
         .route("/config", get(config::get_config).put(config::put_config))
         .route("/auth/login", post(auth::login))
         .route("/events", get(events::sse))

@@ -46,6 +46,7 @@ pub(super) fn routes() -> Router<Arc<Node>> {
         .route("/sessions/{id}/name", axum::routing::put(rename))
         .route("/sessions/{id}/output", get(output))
         .route("/sessions/{id}/raw-ring", get(raw_ring))
+        .route("/sessions/{id}/prompt-receipt", get(prompt_receipt))
         .route("/sessions/{id}/terminal/scroll-info", get(scroll_info))
         .route("/sessions/{id}/terminal/lines", get(lines))
         .route(
@@ -250,6 +251,19 @@ async fn raw_ring(
         Bytes::from(ring),
     )
         .into_response())
+}
+
+/// The launch receipt (`crate::mail::receipt`).
+async fn prompt_receipt(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    Ok(Json(crate::mail::receipt::read(
+        &node,
+        &s.id,
+        &s.tuic_session,
+    )))
 }
 
 async fn scroll_info(

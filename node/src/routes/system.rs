@@ -19,6 +19,16 @@ pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
     }))
 }
 
+/// What Tailscale detection found last (`{state, dns_name?|backend_state?|reason?}`).
+pub(super) async fn tailscale(State(node): State<Arc<Node>>) -> Json<Value> {
+    let d = node
+        .tailscale
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    Json(serde_json::to_value(d).unwrap_or(Value::Null))
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct LogsQuery {
     source: Option<String>,

@@ -360,6 +360,7 @@ fn serve_conn<I>(
 fn spawn_background(node: &Arc<Node>) {
     crate::mcp::spawn_background(node);
     crate::mail::spawn_background(node);
+    crate::tailscale::spawn(node);
     // Hand edits and `set-password` change config.json under a running node: reload it.
     let n = node.clone();
     node.tasks.spawn(async move {

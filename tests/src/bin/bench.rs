@@ -54,6 +54,14 @@ fn main() -> anyhow::Result<()> {
             let calls = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(500);
             rt.block_on(mcp_session_list(n, calls))
         }
+        Some("fed-stream") => {
+            let mib = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
+            rt.block_on(tuic_tests::bench_fed::stream(mib))
+        }
+        Some("fed-keystroke") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+            rt.block_on(tuic_tests::bench_fed::keystroke(n))
+        }
         Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
@@ -61,7 +69,7 @@ fn main() -> anyhow::Result<()> {
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns"
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N]"
         ),
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use tuic_proto::mail::{DeliveryPath, InboxError};
 
-use crate::mail::{Mail, spawn};
+use crate::mail::{Mail, spawn, wake};
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
@@ -24,7 +24,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     description: "Agents talk through mail. Your identity is bound automatically when your terminal's TUIC_SESSION reaches the server; otherwise call register.\n\
 - register (name?, orchestrator?, path?, tuic_session?, replaces?): declare or rename this agent; returns tuic_session and mail_wake. Local clients only.\n\
 - list_peers (path?): registered agents: {tuic_session, name, orchestrator, alias?, session_id?}. Local clients only.\n\
-- send (to, message, urgency?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id or an alias. Returns delivered, delivery_path, recipient_state. Local clients only.\n\
+- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id or an alias. Returns delivered, delivery_path (waiter, sse, terminal_or_queued, inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark. Local clients only.\n\
 - inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}. Local clients only.\n\
 - wait (since?, timeout_ms up to 300000, default 60000): block until mail arrives; {met, timed_out, new_messages, next_since}.\n\
 - spawn (command, args?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id and a task_id to poll with task action=get.\n\
@@ -259,6 +259,19 @@ fn register(
                 out.insert("mail_migrated".into(), json!(0));
             }
         }
+        // Children spawned before this session registered: link them and migrate their
+        // lifecycle notices.
+        let pending = spawn::pending_parent(&sid);
+        if g.inboxes.is_registered(&pending) {
+            let linked = g
+                .peers
+                .values()
+                .filter(|p| p.parent.as_deref() == Some(pending.as_str()))
+                .count();
+            let n = Mail::carry_over(node, &mut g, &pending, &identity);
+            out.insert("children_linked".into(), json!(linked));
+            out.insert("lifecycle_migrated".into(), json!(n));
+        }
         let p = g.peers.entry(identity.clone()).or_default();
         if let Some(n) = name {
             p.name = Some(n);
@@ -362,6 +375,7 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
         Some("urgent") => true,
         Some(u) => return Err(ToolError::invalid(format!("unknown urgency {u}"))),
     };
+    let keep_open = opt_bool(args, "keep_open")?;
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
     // Federation hook (`crate::peer`): a `to` that is no local recipient but an address
     // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
@@ -370,16 +384,40 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
         Err(e) => match crate::peer::route(node, to)? {
             crate::peer::Route::NotAnAddress => return Err(e),
             crate::peer::Route::Local(peer) => resolve(node, &peer)?,
-            crate::peer::Route::Remote => {
+            crate::peer::Route::Remote if keep_open.is_none() => {
                 return crate::peer::send_remote(node, &me, from_name, to, message);
+            }
+            crate::peer::Route::Remote => {
+                return Err(ToolError::new(
+                    "user_session",
+                    format!(
+                        "{to} is on another host: keep_open applies only to managed children of this node (nothing was sent)"
+                    ),
+                ));
             }
         },
     };
+    if keep_open.is_some()
+        && !node
+            .mail
+            .lock()
+            .peers
+            .get(&recipient)
+            .is_some_and(|p| p.managed)
+    {
+        return Err(ToolError::new(
+            "user_session",
+            format!(
+                "{recipient} is not a managed child started by agent action=spawn; keep_open applies only to those (nothing was sent)"
+            ),
+        ));
+    }
     let sent =
         Mail::post(node, &recipient, &me, from_name, message, None, None).map_err(mail_error)?;
     let path = match sent.receipt.delivery {
         DeliveryPath::Waiter => "waiter",
         DeliveryPath::TerminalOrQueued => "terminal_or_queued",
+        DeliveryPath::InboxOnly if sent.channel => "sse",
         DeliveryPath::InboxOnly => "inbox_only",
     };
     let mut v = json!({
@@ -388,25 +426,83 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
         "to": recipient,
         "delivery_path": path,
     });
-    if let Some(s) = node
+    let pty = node
         .sessions
         .live(&recipient)
-        .filter(|s| s.tuic_session == recipient)
-    {
+        .filter(|s| s.tuic_session == recipient);
+    if let Some(s) = &pty {
         let row = s.row();
         v["recipient_state"] =
             json!({"shell_state": row.shell_state, "agent_state": row.agent_state});
     }
+    if let Some(k) = keep_open
+        && let Some(p) = node.mail.lock().peers.get_mut(&recipient)
+    {
+        p.keep_open = k;
+        v["keep_open"] = json!(k);
+    }
     if urgent {
-        let ok = sent.receipt.delivery != DeliveryPath::InboxOnly;
-        v["urgent_delivered"] = json!(ok);
-        if !ok {
-            v["urgent_fallback_reason"] =
-                json!("no waiter and no managed terminal: the message is queued in the inbox");
+        match urgent_notice(node, &me, &recipient, &sent, pty.as_deref()) {
+            Ok(()) => v["urgent_delivered"] = json!(true),
+            Err(reason) => {
+                v["urgent_delivered"] = json!(false);
+                v["urgent_fallback_reason"] = json!(reason);
+            }
         }
     }
-    tracing::info!(source = "agent_msg", from = %me, to = %recipient, message_id = %sent.message_id, delivery_path = path, "agent message sent");
+    tracing::info!(source = "agent_msg", from = %me, to = %recipient, message_id = %sent.message_id, delivery_path = path, urgent, "agent message sent");
     Ok(v)
+}
+
+/// `urgency=urgent`: the peer body stays in the inbox; a busy managed Claude Code or Codex
+/// session with a safe, empty composer gets the payload-free notice plus Enter through the
+/// guarded writer (both CLIs queue it until their next tool boundary). `Err` carries the
+/// fallback reason.
+fn urgent_notice(
+    node: &Arc<Node>,
+    me: &str,
+    recipient: &str,
+    sent: &crate::mail::Sent,
+    pty: Option<&crate::session::Session>,
+) -> Result<(), String> {
+    if sent.receipt.delivery == DeliveryPath::Waiter || sent.channel {
+        return Ok(());
+    }
+    let Some(s) = pty else {
+        return Err(
+            "no waiter, no channel stream and no managed terminal: the message is queued in the inbox"
+                .into(),
+        );
+    };
+    let key = (me.to_owned(), recipient.to_owned());
+    if node.mail.lock().urgent.contains(&key) {
+        // An unread urgent notice from this sender already covers it.
+        return Ok(());
+    }
+    if !s.agent().is_some_and(|a| wake::URGENT_AGENTS.contains(&a)) {
+        return Err("the recipient's agent type is unknown (urgent notices go to managed Claude Code and Codex sessions only): the message is queued in the inbox".into());
+    }
+    match wake::ready(s) {
+        Err(wake::Closed::Exited) => {
+            return Err(wake::urgent_refusal(wake::Closed::Exited).into());
+        }
+        // Idle: the ordinary wake writes the notice through the same gate.
+        Ok(()) => {
+            return wake::gate(s).map_err(|c| wake::urgent_refusal(c).to_owned());
+        }
+        Err(_) => {}
+    }
+    let check = |s: &crate::session::Session| {
+        if s.exit().is_some() {
+            return Err(wake::Closed::Exited);
+        }
+        wake::composer_safe(s, false)
+    };
+    wake::claim_and_write(node, s, wake::NOTICE, check)
+        .map_err(|c| wake::urgent_refusal(c).to_owned())?;
+    node.mail.lock().urgent.insert(key);
+    tracing::info!(source = "agent_msg", from = %me, to = %recipient, "urgent notice written");
+    Ok(())
 }
 
 fn inbox(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
@@ -419,7 +515,18 @@ fn inbox(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<V
         .iter()
         .map(|m| m.message_id.as_str())
         .collect();
-    tracing::info!(source = "agent_msg", event = "inbox_read", recipient = %me, message_ids = ?ids, missed_count = page.missed_count, "inbox read");
+    // The consumption audit: ids only, never bodies; caller and owner are bound by registration.
+    let ids = serde_json::to_string(&ids).unwrap_or_default();
+    tracing::info!(
+        source = "agent_msg",
+        event = "inbox_read",
+        caller_session_id = ctx.mcp_session.as_deref().unwrap_or(""),
+        caller_peer_id = %me,
+        inbox_owner = %me,
+        message_ids = %ids,
+        missed_count = page.missed_count,
+        "inbox read"
+    );
     Ok(serde_json::to_value(page).unwrap_or(Value::Null))
 }
 
@@ -484,8 +591,13 @@ fn spawn_child(
         env,
         name: opt_str(args, "name")?.map(str::to_owned),
         pty_description,
+        pending_parent: match &parent {
+            None => ctx.mcp_session.as_deref().map(spawn::pending_parent),
+            Some(_) => None,
+        },
         parent,
         owners,
+        keep_open: opt_bool(args, "keep_open")?.unwrap_or(false),
     };
     spawn::spawn(node, req).map_err(|e| ToolError::new("spawn_failed", e))
 }

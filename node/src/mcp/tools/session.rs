@@ -461,11 +461,20 @@ fn suspend(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
 
 fn keep_open(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = resolve(node, args)?;
-    if !matches!(args.get("enabled"), Some(Value::Bool(_))) {
+    let Some(Value::Bool(enabled)) = args.get("enabled") else {
         return Err(ToolError::invalid("enabled (boolean) is required"));
+    };
+    // Managed children come from agent action=spawn; the mark lives with their peer entry.
+    if let Some(p) = node
+        .mail
+        .lock()
+        .peers
+        .get_mut(&s.tuic_session)
+        .filter(|p| p.managed)
+    {
+        p.keep_open = *enabled;
+        return Ok(json!({"session_id": s.id, "keep_open": enabled}));
     }
-    // Every session of this node was created by a user (session create, POST /sessions);
-    // managed children come from agent action=spawn, which this node does not run yet.
     Err(ToolError::new(
         "user_session",
         format!(

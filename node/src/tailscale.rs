@@ -1,0 +1,182 @@
+//! Tailscale detection: asks tailscaled's local API for this machine's state every
+//! `tuning.tailscale_refresh_ms` (30 s) within `tuning.tailscale_probe_ms` (500 ms).
+//!
+//! The Host guard reads the detected DNS name from [`crate::guard::HostTrust`] on every
+//! request, so a late tailscaled start, a rename or a stop changes trust without a restart.
+//! A probe that times out or fails publishes `unavailable` and the next cycle tries again; a
+//! machine without tailscaled is `absent`, which is a normal state, not an error.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tailscale_localapi::{BackendState, LocalApi};
+use tracing::info;
+use tuic_proto::events::Event;
+
+use crate::state::Node;
+
+/// Where tailscaled listens on Linux.
+pub const DEFAULT_SOCKET: &str = "/var/run/tailscale/tailscaled.sock";
+
+/// What the last detection found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum Detected {
+    /// Detection is off (`tailscale.enabled: false`).
+    Disabled,
+    /// No tailscaled socket on this machine.
+    Absent,
+    /// tailscaled answers but is not running (logged out, stopped, starting).
+    Stopped {
+        /// tailscaled's backend state.
+        backend_state: String,
+    },
+    /// Running: this is the machine's name on the tailnet.
+    Ready {
+        /// DNS name, lowercase, without the trailing dot.
+        dns_name: String,
+    },
+    /// The probe failed or ran past its budget; retried next cycle.
+    Unavailable {
+        /// Why (never contains secrets).
+        reason: String,
+    },
+}
+
+impl Detected {
+    /// The state's name as published.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Disabled => "disabled",
+            Self::Absent => "absent",
+            Self::Stopped { .. } => "stopped",
+            Self::Ready { .. } => "ready",
+            Self::Unavailable { .. } => "unavailable",
+        }
+    }
+
+    /// The name the Host guard may trust.
+    pub fn dns_name(&self) -> Option<&str> {
+        match self {
+            Self::Ready { dns_name } => Some(dns_name),
+            _ => None,
+        }
+    }
+}
+
+/// The socket detection asks.
+pub fn socket_path(node: &Node) -> PathBuf {
+    node.config()
+        .tailscale
+        .socket
+        .clone()
+        .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
+}
+
+/// One detection within `budget`.
+pub async fn probe(socket: PathBuf, budget: Duration) -> Detected {
+    if !socket.exists() {
+        return Detected::Absent;
+    }
+    let api = LocalApi::new_with_socket_path(&socket);
+    match tokio::time::timeout(budget, api.status()).await {
+        Err(_) => Detected::Unavailable {
+            reason: format!("no answer within {} ms", budget.as_millis()),
+        },
+        Ok(Err(e)) => Detected::Unavailable {
+            reason: e.to_string(),
+        },
+        Ok(Ok(status)) => {
+            let name = status
+                .self_status
+                .dnsname
+                .trim_end_matches('.')
+                .to_ascii_lowercase();
+            match status.backend_state {
+                BackendState::Running if !name.is_empty() => Detected::Ready { dns_name: name },
+                other => Detected::Stopped {
+                    backend_state: format!("{other:?}"),
+                },
+            }
+        }
+    }
+}
+
+/// Runs one detection now and applies it: the Host guard's trust, `GET /tailscale`, and a
+/// `tailscale-status` event when the state changed.
+pub async fn refresh(node: &Arc<Node>) {
+    let config = node.config();
+    let detected = if config.tailscale.enabled {
+        let budget = Duration::from_millis(config.tuning.tailscale_probe_ms.max(1));
+        probe(socket_path(node), budget).await
+    } else {
+        Detected::Disabled
+    };
+    let changed = {
+        let mut current = node.tailscale.write().unwrap_or_else(|p| p.into_inner());
+        let changed = *current != detected;
+        *current = detected.clone();
+        changed
+    };
+    node.host_trust
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .tailscale_detected = detected.dns_name().map(str::to_owned);
+    if changed {
+        info!(source = "tailscale", state = detected.name(), dns_name = ?detected.dns_name(), "tailscale state changed");
+        node.bus.publish(Event::TailscaleStatus {
+            state: detected.name().to_owned(),
+            dns_name: detected.dns_name().map(str::to_owned),
+        });
+    }
+}
+
+/// The detection loop, until shutdown.
+pub fn spawn(node: &Arc<Node>) {
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        loop {
+            refresh(&n).await;
+            let every = Duration::from_millis(n.config().tuning.tailscale_refresh_ms.max(50));
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_missing_socket_is_absent() {
+        let d = probe(
+            PathBuf::from("/nonexistent/tailscaled.sock"),
+            Duration::from_millis(500),
+        )
+        .await;
+        assert_eq!(d, Detected::Absent);
+    }
+
+    #[tokio::test]
+    async fn a_mute_daemon_is_unavailable_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ts.sock");
+        // Accepts connections and never answers.
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let _hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        let started = std::time::Instant::now();
+        let d = probe(path, Duration::from_millis(200)).await;
+        assert!(matches!(d, Detected::Unavailable { .. }), "{d:?}");
+        assert!(started.elapsed() < Duration::from_millis(1_000));
+    }
+}
