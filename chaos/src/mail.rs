@@ -6,9 +6,9 @@
 //! Every message is accounted for: sent (attempted), accepted (the tool answered success),
 //! refused (the tool answered an error), no answer (the node died mid-call);
 //! delivered (read by the recipient), duplicates (read more than once), lost (accepted, never
-//! read, recipient never killed; must be 0), and, separately, lost with a killed node's memory
-//! (accepted, not read, and the recipient's node was `kill -9`ed afterwards: inboxes live in
-//! memory, as the spec says), and late refusals (accepted, then refused with a
+//! read, not held in a killed node's memory; must be 0), and, separately, lost with a killed
+//! node's memory (accepted and sitting unread in the recipient's inbox, as read back just
+//! before the harness killed that node: inboxes live in memory, as the spec says), and late refusals (accepted, then refused with a
 //! `delivery_refused` notice in the sender's inbox). A refused message that is read anyway is a
 //! violation too.
 //!
@@ -27,13 +27,19 @@ use tokio::task::JoinHandle;
 
 use crate::mcp::{Call, Mcp};
 
-/// Per-node facts the harness publishes for the workload: restarts and kill times.
+/// Per-node controls and facts shared between the harness and the workload.
 #[derive(Debug, Default)]
 pub struct HostEvents {
     /// Bumped at every restart of the node (a new process has a new, empty inbox).
     pub epoch: AtomicU64,
-    /// When the node was `kill -9`ed.
-    pub kills: Mutex<Vec<Instant>>,
+    /// While set, the agent on this node stops reading, so delivered mail stays in its inbox.
+    pub pause_reads: AtomicBool,
+    /// While set, the agent on this node sends nothing new.
+    pub pause_sends: AtomicBool,
+    /// Sends of this node's agent in flight.
+    in_flight: AtomicU64,
+    /// The reader's current `since` (valid within the current epoch).
+    read_since: AtomicU64,
 }
 
 /// One message's fate.
@@ -49,6 +55,8 @@ struct Fate {
     latency: Option<Duration>,
     /// A `delivery_refused` notice named this send after it was accepted.
     late_refused: bool,
+    /// It sat unread in its recipient's inbox when the harness killed that node.
+    in_killed_memory: bool,
 }
 
 /// The shared account of one workload run.
@@ -81,9 +89,10 @@ pub struct MailReport {
     pub delivered: u64,
     /// Extra reads of a message already read.
     pub duplicates: u64,
-    /// Accepted, never read, recipient never killed.
+    /// Accepted, never read, not held in a killed node's memory, not refused late.
     pub lost: u64,
-    /// Accepted, never read, recipient's node killed afterwards.
+    /// Accepted, never read, and in its recipient's inbox (read back just before the kill)
+    /// when the harness killed that node.
     pub lost_killed_memory: u64,
     /// Accepted, never read, and refused later: the sender got a `delivery_refused` notice
     /// (not silent, so not counted as lost).
@@ -160,6 +169,7 @@ pub struct MailPlan {
 /// A running mail workload.
 #[derive(Debug)]
 pub struct MailRun {
+    agents: Vec<Arc<Agent>>,
     ledger: Arc<Mutex<Ledger>>,
     stop_receivers: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
@@ -259,6 +269,7 @@ pub async fn start(
             plan.clone(),
             ledger.clone(),
             sent.clone(),
+            events[from].clone(),
         )));
         receivers.push(tokio::spawn(receiver(
             agents[to].clone(),
@@ -269,6 +280,7 @@ pub async fn start(
         )));
     }
     Ok(Some(MailRun {
+        agents,
         ledger,
         stop_receivers,
         sent,
@@ -276,6 +288,17 @@ pub async fn start(
         receivers,
         events,
     }))
+}
+
+/// `chaos:<direction>:<number>` → (direction, number).
+fn parse_body(body: &str) -> Option<(usize, u64)> {
+    let mut parts = body.split(':');
+    let (Some("chaos"), Some(d), Some(n), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((d.parse().ok()?, n.parse().ok()?))
 }
 
 /// Sends in flight per sender at most: sends run concurrently (a send waits up to
@@ -289,6 +312,7 @@ async fn sender(
     plan: MailPlan,
     ledger: Arc<Mutex<Ledger>>,
     sent: Arc<AtomicU64>,
+    host: Arc<HostEvents>,
 ) {
     let mut tick = tokio::time::interval(plan.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -296,13 +320,19 @@ async fn sender(
     let mut sends = tokio::task::JoinSet::new();
     for n in 0..plan.per_direction {
         tick.tick().await;
+        // The harness pauses a sender for a moment around a kill; it always resumes.
+        while host.pause_sends.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         sent.fetch_add(1, Ordering::Relaxed);
-        let (agent, to, ledger) = (agent.clone(), to.clone(), ledger.clone());
+        host.in_flight.fetch_add(1, Ordering::SeqCst);
+        let (agent, to, ledger, host) = (agent.clone(), to.clone(), ledger.clone(), host.clone());
         sends.spawn(async move {
             send_one(&agent, &to, dir, n, &ledger).await;
+            host.in_flight.fetch_sub(1, Ordering::SeqCst);
             drop(slot);
         });
     }
@@ -380,6 +410,10 @@ async fn receiver(
     // has a fresh inbox whose cursors start again.
     let mut since: (u64, u64) = (events.epoch.load(Ordering::SeqCst), 0);
     while !stop.load(Ordering::Relaxed) {
+        if events.pause_reads.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
         let Some((generation, mut m)) = agent.session().await else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
@@ -420,13 +454,7 @@ async fn receiver(
                         }
                         continue;
                     }
-                    let mut parts = body.split(':');
-                    let (Some("chaos"), Some(d), Some(n)) =
-                        (parts.next(), parts.next(), parts.next())
-                    else {
-                        continue;
-                    };
-                    let (Ok(d), Ok(n)) = (d.parse::<usize>(), n.parse::<u64>()) else {
+                    let Some((d, n)) = parse_body(body) else {
                         continue;
                     };
                     if d != dir {
@@ -441,6 +469,7 @@ async fn receiver(
                 if let Some(next) = value["next_since"].as_u64() {
                     since.1 = next;
                 }
+                events.read_since.store(since.1, Ordering::SeqCst);
             }
             Call::Answer { is_error: true, .. } | Call::Uncertain(_) => {
                 agent.reset(generation).await;
@@ -451,6 +480,87 @@ async fn receiver(
 }
 
 impl MailRun {
+    /// Before node `reader` is killed: pauses the other agent's sends and this agent's reads,
+    /// waits (bounded) until every accepted message to this agent is either read or sitting
+    /// in its inbox, and marks those in the inbox as held in the node's memory. Call
+    /// [`MailRun::resume`] after the kill.
+    pub async fn hold_for_kill(&self, reader: usize) -> anyhow::Result<u64> {
+        let (sender, dir) = (1 - reader, 1 - reader);
+        self.events[reader]
+            .pause_reads
+            .store(true, Ordering::SeqCst);
+        self.events[sender]
+            .pause_sends
+            .store(true, Ordering::SeqCst);
+        let t0 = Instant::now();
+        while self.events[sender].in_flight.load(Ordering::SeqCst) > 0 {
+            anyhow::ensure!(
+                t0.elapsed() < Duration::from_secs(15),
+                "sends still in flight after 15 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The reader is paused, so its cursor is stable; read what its inbox holds beyond it
+        // (an explicit `since` moves no stored cursor).
+        let agent = &self.agents[reader];
+        let since = self.events[reader].read_since.load(Ordering::SeqCst);
+        loop {
+            let held = match agent.session().await {
+                Some((_, mut m)) => {
+                    let r = m
+                        .call(
+                            "agent",
+                            json!({"action":"inbox","since":since,"limit":1000}),
+                            Duration::from_secs(5),
+                        )
+                        .await;
+                    match r {
+                        Call::Answer {
+                            is_error: false,
+                            value,
+                        } => value["messages"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|m| parse_body(m["message"].as_str()?))
+                            .filter(|&(d, _)| d == dir)
+                            .collect::<Vec<_>>(),
+                        _ => Vec::new(),
+                    }
+                }
+                None => Vec::new(),
+            };
+            let mut l = self.ledger.lock().expect("ledger");
+            for k in &held {
+                l.msgs.entry(*k).or_default().in_killed_memory = true;
+            }
+            let missing = l
+                .msgs
+                .iter()
+                .filter(|((d, _), f)| {
+                    *d == dir && f.accepted_at.is_some() && f.reads == 0 && !f.in_killed_memory
+                })
+                .count();
+            if missing == 0 {
+                return Ok(held.len() as u64);
+            }
+            drop(l);
+            anyhow::ensure!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{missing} accepted messages never reached the paused reader's inbox"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Ends [`MailRun::hold_for_kill`]: sends and reads go on.
+    pub fn resume(&self) {
+        for e in &self.events {
+            e.pause_sends.store(false, Ordering::SeqCst);
+            e.pause_reads.store(false, Ordering::SeqCst);
+        }
+    }
+
     /// Waits (bounded) for the senders to finish their quota.
     pub async fn senders_done(&mut self, limit: Duration) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + limit;
@@ -464,14 +574,19 @@ impl MailRun {
 
     /// Waits (bounded, polling) until every accepted message has been read, then stops the
     /// receivers and returns the counts.
-    pub async fn finish(self, drain: Duration) -> MailReport {
+    pub async fn finish(mut self, drain: Duration) -> MailReport {
         let deadline = Instant::now() + drain;
         loop {
             let pending = {
                 let l = self.ledger.lock().expect("ledger");
                 l.msgs
                     .values()
-                    .filter(|f| f.accepted_at.is_some() && f.reads == 0)
+                    .filter(|f| {
+                        f.accepted_at.is_some()
+                            && f.reads == 0
+                            && !f.late_refused
+                            && !f.in_killed_memory
+                    })
                     .count()
             };
             if pending == 0 || Instant::now() > deadline {
@@ -480,7 +595,7 @@ impl MailRun {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         self.stop_receivers.store(true, Ordering::Relaxed);
-        for r in self.receivers {
+        for r in std::mem::take(&mut self.receivers) {
             let _ = tokio::time::timeout(Duration::from_secs(10), r).await;
         }
         let l = self.ledger.lock().expect("ledger");
@@ -490,7 +605,7 @@ impl MailRun {
             ..MailReport::default()
         };
         let mut lat = Vec::new();
-        for (&(dir, _), f) in &l.msgs {
+        for f in l.msgs.values() {
             rep.accepted += u64::from(f.accepted_at.is_some());
             rep.refused += u64::from(f.refused);
             rep.no_answer += u64::from(f.no_answer);
@@ -498,19 +613,12 @@ impl MailRun {
             rep.duplicates += u64::from(f.reads.saturating_sub(1));
             rep.refused_delivered += u64::from(f.refused && f.reads > 0);
             lat.extend(f.latency);
-            if let (Some(at), 0) = (f.accepted_at, f.reads) {
+            if let (Some(_), 0) = (f.accepted_at, f.reads) {
                 if f.late_refused {
                     rep.late_refused += 1;
                     continue;
                 }
-                let recipient = &self.events[1 - dir];
-                let killed_after = recipient
-                    .kills
-                    .lock()
-                    .expect("kills")
-                    .iter()
-                    .any(|&k| k >= at);
-                if killed_after {
+                if f.in_killed_memory {
                     rep.lost_killed_memory += 1;
                 } else {
                     rep.lost += 1;

@@ -457,14 +457,30 @@ async fn run_on(
     };
     match which {
         Scenario::NodeKill => {
+            // Node B's agent stops reading a second before the kill, so mail delivered to it
+            // meanwhile is in B's memory when B dies; the harness reads back exactly which
+            // (counted apart as lost with the killed node's memory; everything else accepted
+            // must still arrive).
+            events[0]
+                .pause_reads
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Some(m) = &mail_run {
+                m.hold_for_kill(0).await?;
+            }
             let t = Instant::now();
-            events[0].kills.lock().expect("kills").push(t);
             bed.kill_node(0)?;
             // Bumped while the node is dead, so no reader can pair an old cursor with the
             // restarted node's fresh inbox.
             events[0]
                 .epoch
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match &mail_run {
+                Some(m) => m.resume(),
+                None => events[0]
+                    .pause_reads
+                    .store(false, std::sync::atomic::Ordering::SeqCst),
+            }
             s.unavailable_latency = Some(wait_503(bed, &markers[0], CONN_IDS[0], t).await?);
             tokio::time::sleep(plan.fault.saturating_sub(t.elapsed())).await;
             bed.restart_node(0)?;
