@@ -530,21 +530,21 @@ impl MailRun {
                 }
                 None => Vec::new(),
             };
-            let mut l = self.ledger.lock().expect("ledger");
-            for k in &held {
-                l.msgs.entry(*k).or_default().in_killed_memory = true;
-            }
-            let missing = l
-                .msgs
-                .iter()
-                .filter(|((d, _), f)| {
-                    *d == dir && f.accepted_at.is_some() && f.reads == 0 && !f.in_killed_memory
-                })
-                .count();
+            let missing = {
+                let mut l = self.ledger.lock().expect("ledger");
+                for k in &held {
+                    l.msgs.entry(*k).or_default().in_killed_memory = true;
+                }
+                l.msgs
+                    .iter()
+                    .filter(|((d, _), f)| {
+                        *d == dir && f.accepted_at.is_some() && f.reads == 0 && !f.in_killed_memory
+                    })
+                    .count()
+            };
             if missing == 0 {
                 return Ok(held.len() as u64);
             }
-            drop(l);
             anyhow::ensure!(
                 t0.elapsed() < Duration::from_secs(20),
                 "{missing} accepted messages never reached the paused reader's inbox"
