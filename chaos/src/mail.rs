@@ -4,13 +4,13 @@
 //! `agent action=wait` (event-driven, explicit `since`).
 //!
 //! Every message is accounted for: sent (attempted), accepted (the tool answered success),
-//! refused (the tool answered an error), no answer (the node died mid-call);
-//! delivered (read by the recipient), duplicates (read more than once), lost (accepted, never
-//! read, not held in a killed node's memory; must be 0), and, separately, lost with a killed
-//! node's memory (accepted and sitting unread in the recipient's inbox, as read back just
-//! before the harness killed that node: inboxes live in memory, as the spec says), and late refusals (accepted, then refused with a
-//! `delivery_refused` notice in the sender's inbox). A refused message that is read anyway is a
-//! violation too.
+//! refused (the tool answered an error), no answer (the node died mid-call); delivered (read
+//! by the recipient), duplicates (read more than once), lost (accepted, never read, not held
+//! in a killed node's memory, not refused late; must be 0); and, separately, lost with a
+//! killed node's memory (accepted and sitting unread in the recipient's inbox, as read back
+//! just before the harness killed that node: inboxes live in memory, as the spec says) and
+//! late refusals (accepted, then named by a `delivery_refused` notice in the sender's inbox).
+//! A refused message that is read anyway is a violation too.
 //!
 //! Agents keep their identity (`tuic_session`) across node restarts: after a restart they
 //! initialize a new protocol session and register again with the same `tuic_session`, so
