@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# Chaos scenarios drop packets with nft rules inside their namespaces.
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v git >/dev/null 2>&1 || need+=(git)

@@ -34,6 +34,12 @@ impl Net {
     /// Creates the hub namespace plus `nodes` node namespaces, each linked to the hub on
     /// `10.<a>.<i>.0/24` (hub `.1`, node `.2`).
     pub fn star(nodes: usize) -> anyhow::Result<Self> {
+        Self::star_prefixed("tq", nodes)
+    }
+
+    /// Like [`Net::star`], with namespace and interface names starting with `base` (a short
+    /// ASCII tag; interface names are limited to 15 bytes), so a tool can find its leftovers.
+    pub fn star_prefixed(base: &str, nodes: usize) -> anyhow::Result<Self> {
         let tag = format!(
             "{:x}",
             std::process::id() as u64 * 1000
@@ -42,7 +48,7 @@ impl Net {
                     .subsec_micros() as u64
                     % 1000)
         );
-        let prefix = format!("tq{tag}");
+        let prefix = format!("{base}{tag}");
         let mut net = Self {
             prefix: prefix.clone(),
             names: Vec::new(),
@@ -95,6 +101,11 @@ impl Net {
         &self.links[i].2
     }
 
+    /// Node `i`'s interface name (inside the node's namespace).
+    pub fn node_if(&self, i: usize) -> String {
+        format!("{}n{i}", self.prefix)
+    }
+
     /// Cuts (or restores) the link between the hub and node `i`.
     pub fn set_link(&self, i: usize, up: bool) -> anyhow::Result<()> {
         ip(&[
@@ -106,6 +117,20 @@ impl Net {
             if up { "up" } else { "down" },
         ])
     }
+}
+
+/// Namespaces whose names start with `prefix` (from `ip netns list`).
+pub fn namespaces_with_prefix(prefix: &str) -> anyhow::Result<Vec<String>> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .context("running ip netns list")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_owned)
+        .collect())
 }
 
 impl Drop for Net {

@@ -1,0 +1,78 @@
+//! `chaos [short|long|cleanup] [scenario…]`: runs the fault scenarios against the binaries
+//! built beside this one (`cargo build --workspace --bins`, or `--release`), one summary line
+//! per scenario; `cleanup` removes leftover namespaces of an interrupted run. Needs root.
+
+use std::process::ExitCode;
+
+use tuic_chaos::{Plan, Scenario};
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: chaos [short|long|cleanup] [scenario…]\nscenarios: {}",
+        Scenario::ALL.map(Scenario::name).join(" ")
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mode, rest) = match args.split_first() {
+        Some((m, rest)) => (m.as_str(), rest),
+        None => ("short", &args[..]),
+    };
+    let plan = match mode {
+        "short" => Plan::short(),
+        "long" => Plan::long(),
+        "cleanup" => {
+            return match tuic_chaos::cleanup() {
+                Ok(names) => {
+                    println!("removed {} namespace(s): {}", names.len(), names.join(" "));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("cleanup failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => return usage(),
+    };
+    let mut scenarios = Vec::new();
+    for name in rest {
+        match Scenario::parse(name) {
+            Some(s) => scenarios.push(s),
+            None => {
+                eprintln!("unknown scenario {name:?}");
+                return usage();
+            }
+        }
+    }
+    // Leftovers of an interrupted run would only confuse this one.
+    if let Ok(names) = tuic_chaos::cleanup()
+        && !names.is_empty()
+    {
+        eprintln!("removed leftover namespaces: {}", names.join(" "));
+    }
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    // Ctrl-C drops the running scenario, whose bed then kills its processes and removes its
+    // namespaces.
+    let Some((ok, failed)) = rt.block_on(async {
+        tokio::select! {
+            r = tuic_chaos::run_all(&plan, &scenarios) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    }) else {
+        eprintln!("chaos: interrupted; the running scenario's bed was torn down");
+        return ExitCode::from(130);
+    };
+    println!(
+        "chaos mode={mode} scenarios_passed={} scenarios_failed={}",
+        ok.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,77 @@
+//! The short chaos run for CI: each scenario once with the short plan (tens of mail messages
+//! per direction, well under 1 MiB of stream data), against the debug binaries. Each test
+//! brings up its own hub and two nodes in network namespaces and tears them down on return or
+//! panic. `.config/nextest.toml` runs these one at a time (the timing bounds are real).
+
+use tuic_chaos::{Plan, Scenario, scenario};
+
+async fn short(which: Scenario) {
+    let s = scenario::run(which, &Plan::short())
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    // `run` already checked the invariants; the fields that must be present are, too.
+    assert_eq!(s.stream.ok_bytes, s.stream.expected);
+    assert!(s.recovery.is_some(), "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_kill_and_restart() {
+    short(Scenario::NodeKill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_kill_and_restart() {
+    short(Scenario::HubKill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_of_node_b() {
+    short(Scenario::Partition).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_100ms_through_the_proxy() {
+    short(Scenario::Delay).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_5_percent() {
+    short(Scenario::Loss).await;
+}
+
+#[test]
+fn cleanup_removes_a_leftover_bed_and_its_processes() {
+    // A bed whose harness died: namespaces with the chaos prefix and a process inside.
+    let net = tuic_tests::netns::Net::star_prefixed(tuic_chaos::bed::PREFIX, 1).unwrap();
+    let ns = net.hub().to_owned();
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "sleep", "300"])
+        .spawn()
+        .unwrap();
+    // What a SIGKILLed harness leaves behind: no Drop ran.
+    std::mem::forget(net);
+    let removed = tuic_chaos::cleanup().unwrap();
+    assert!(removed.contains(&ns), "{removed:?}");
+    let left = tuic_tests::netns::namespaces_with_prefix(tuic_chaos::bed::PREFIX).unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    // The process inside was killed by cleanup, not by this test.
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "{status:?}");
+}
+
+#[test]
+fn the_chaos_command_refuses_unknown_modes_and_scenarios() {
+    for args in [&["sideways"][..], &["short", "meteor"][..]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_chaos"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("usage: chaos"), "{err}");
+        assert!(
+            err.contains("node-kill hub-kill partition delay loss"),
+            "{err}"
+        );
+    }
+}
