@@ -216,10 +216,8 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
         for i in 0..n {
             let body = format!("lat-{i}");
             let t0 = Instant::now();
-            let (sent, got) = tokio::join!(
-                send_ok(&mut senders[0], &to, &body),
-                receive(&mut rx, 1, T)
-            );
+            let (sent, got) =
+                tokio::join!(send_ok(&mut senders[0], &to, &body), receive(&mut rx, 1, T));
             sent?;
             let (got, _) = got?;
             lat.push(got[0].1.duration_since(t0).as_secs_f64() * 1e3);
