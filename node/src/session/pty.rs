@@ -133,6 +133,7 @@ pub(super) fn spawn(
 /// queries are written back to the PTY.
 fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
     let mut buf = vec![0u8; READ_BUF];
+    let mut yielding = Yielding::default();
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -141,6 +142,7 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
             // EIO: every holder of the slave side closed it.
             Err(_) => break,
         };
+        yielding.observe(n);
         let bytes = &buf[..n];
         capture.record(&s.id, Direction::Output, bytes);
         lock(&s.stream).push(bytes);
@@ -152,6 +154,50 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
     let mut scr = lock(&s.screen);
     s.feed_deferred(&mut scr);
     scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
+}
+
+/// A PTY read this large means the line discipline's buffer was full: output is bulk.
+const FULL_READ: usize = 4_000;
+/// Consecutive full reads (~256 KiB) before a reader counts as bulk.
+const BULK_READS: u32 = 64;
+/// Consecutive short reads before a bulk reader counts as interactive again.
+const CALM_READS: u32 = 16;
+/// The nice value of a bulk reader's thread.
+const BULK_NICE: i32 = 10;
+
+/// Scheduling for the reader thread: while its PTY streams bulk output, the thread runs at a
+/// lower priority so the readers of interactive sessions (a keystroke's echo) go first on a
+/// busy machine. Bulk throughput is unchanged when the CPU is free. Going back to the normal
+/// priority needs `CAP_SYS_NICE` (or an `RLIMIT_NICE` allowance); without it the thread stays
+/// at the lower priority, which only matters when the CPU is contended.
+#[derive(Default)]
+struct Yielding {
+    full: u32,
+    short: u32,
+    niced: bool,
+}
+
+impl Yielding {
+    fn observe(&mut self, n: usize) {
+        if n >= FULL_READ {
+            self.full += 1;
+            self.short = 0;
+            if !self.niced && self.full >= BULK_READS {
+                self.niced = set_thread_nice(BULK_NICE);
+            }
+        } else {
+            self.full = 0;
+            self.short += 1;
+            if self.niced && self.short >= CALM_READS && set_thread_nice(0) {
+                self.niced = false;
+            }
+        }
+    }
+}
+
+/// Sets this thread's nice value; whether it took.
+fn set_thread_nice(nice: i32) -> bool {
+    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice).is_ok()
 }
 
 /// Feeds one read to the screen. While a screen reader holds it (applying held-back text can
@@ -186,6 +232,38 @@ mod tests {
     use super::*;
     use crate::session::capture::CaptureDir;
     use std::time::Instant;
+
+    #[test]
+    fn a_bulk_reader_yields_the_cpu_and_an_interactive_one_does_not() {
+        // On its own thread: the test harness's threads keep their priority.
+        std::thread::spawn(|| {
+            let nice =
+                || rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+            let base = nice();
+            let mut y = Yielding::default();
+            // Interactive reads (echo, prompts) never change the priority.
+            for _ in 0..1_000 {
+                y.observe(40);
+            }
+            assert_eq!(nice(), base);
+            // Bulk: one short of the threshold keeps it, the threshold lowers it.
+            for _ in 0..BULK_READS - 1 {
+                y.observe(4_095);
+            }
+            assert_eq!(nice(), base);
+            y.observe(4_095);
+            assert_eq!(nice(), BULK_NICE);
+            // Calm again: back to normal where the process may raise priority (root here).
+            for _ in 0..CALM_READS {
+                y.observe(12);
+            }
+            if rustix::process::getuid().is_root() {
+                assert_eq!(nice(), 0);
+            }
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn a_held_screen_does_not_stall_the_reader_and_loses_nothing() {
