@@ -250,7 +250,16 @@ async fn lifecycle_summary_is_typed_for_server_authored_mail_and_acknowledges_it
         "generic notice typed: {o}"
     );
     // Each summary acknowledges its window right after it is typed; its log line follows.
-    let typed = count(&o, "got: [TUIC] child agent");
+    // The log page repeats committed lines on the screen and each summary shows twice (the
+    // terminal's echo after the prompt, the agent's `got:`), so distinct summaries are counted.
+    let page: Value = serde_json::from_str(&o).unwrap();
+    let typed = ["lines", "screen"]
+        .iter()
+        .flat_map(|k| page[k].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .filter_map(|l| l.find("[TUIC] child agent").map(|i| &l[i..]))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     eventually(
         "the summaries' acknowledgements",
         Duration::from_secs(10),
