@@ -253,6 +253,7 @@ impl Registry {
                 true
             } else {
                 g.by_alias.remove(&alias);
+                g.tombstones.insert(id.clone(), session.clone());
                 false
             }
         };
@@ -286,7 +287,8 @@ impl Registry {
         Ok(())
     }
 
-    /// Called by the waiter once the exit is recorded and all output fed.
+    /// Called by the waiter once the exit is recorded and all output fed. The move from the
+    /// live table to the tombstones is one step: no reader finds the session in neither.
     fn on_exit(&self, node: &Arc<Node>, s: &Arc<Session>) {
         let was_live = {
             let mut g = self.write();
@@ -296,6 +298,7 @@ impl Registry {
                 if g.by_alias.get(&s.alias) == Some(&s.id) {
                     g.by_alias.remove(&s.alias);
                 }
+                g.tombstones.insert(s.id.clone(), s.clone());
             }
             was
         };
@@ -305,8 +308,8 @@ impl Registry {
         }
     }
 
+    /// Announces a session already moved to the tombstones and expires its tombstone.
     fn tombstone(&self, node: &Arc<Node>, s: &Arc<Session>) {
-        self.write().tombstones.insert(s.id.clone(), s.clone());
         node.bus.publish(Event::PtyExit {
             session_id: s.id.clone(),
             exit_code: s.exit().and_then(|e| e.code),
