@@ -2,6 +2,7 @@
 //! `chromedriver`: enough for the browser tests (navigate, find, click, type, run scripts,
 //! screenshots). The browser is real; only the client is small.
 
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use serde_json::{Value, json};
 
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-/// A browser session, with its chromedriver process (killed on drop).
+/// A browser session, with its chromedriver process and the Chromium it starts (the whole
+/// process group is killed on drop, so no browser outlives its test).
 #[derive(Debug)]
 pub struct Browser {
     http: reqwest::Client,
@@ -31,6 +33,7 @@ impl Browser {
             .port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -241,6 +244,11 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // Chromium runs in chromedriver's process group; killing only chromedriver would
+        // orphan it.
+        if let Some(pgid) = rustix::process::Pid::from_raw(self.driver.id() as i32) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }

@@ -296,6 +296,9 @@ async fn latency(n: usize) -> anyhow::Result<()> {
     });
     let t0 = Instant::now();
     let mut busy = node_round_trips(&node, n).await?;
+    // The machine's own floor under the same load: a PTY read directly while the bulk stream
+    // still runs.
+    let mut bare_busy = tokio::task::spawn_blocking(move || bare_round_trips(n)).await??;
     let busy_secs = t0.elapsed().as_secs_f64();
     node.ok("DELETE", &format!("/sessions/{bulk_id}"), None)
         .await?;
@@ -310,8 +313,9 @@ async fn latency(n: usize) -> anyhow::Result<()> {
     let (b50, b99) = line("bare pty", &mut bare);
     let (i50, i99) = line("tuic-node idle", &mut idle);
     let (u50, u99) = line("tuic-node with bulk stream", &mut busy);
+    let (bb50, bb99) = line("bare pty with bulk stream", &mut bare_busy);
     println!(
-        "  bulk session streamed {:.1} MB to its subscriber during the busy run ({:.1} MB/s)",
+        "  bulk session streamed {:.1} MB to its subscriber during the loaded runs ({:.1} MB/s)",
         streamed as f64 / 1e6,
         streamed as f64 / 1e6 / busy_secs
     );
@@ -321,6 +325,11 @@ async fn latency(n: usize) -> anyhow::Result<()> {
         i99 / b99,
         u50 / b50,
         u99 / b99
+    );
+    println!(
+        "  ratios under the same bulk load (node/bare): p50 {:.1}x p99 {:.1}x",
+        u50 / bb50,
+        u99 / bb99
     );
     Ok(())
 }
