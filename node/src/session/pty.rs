@@ -10,7 +10,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use tokio::sync::watch;
@@ -133,7 +133,7 @@ pub(super) fn spawn(
 /// queries are written back to the PTY.
 fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
     let mut buf = vec![0u8; READ_BUF];
-    let mut yielding = Yielding::default();
+    let mut yielding = Yielding::new(Instant::now());
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -142,13 +142,19 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
             // EIO: every holder of the slave side closed it.
             Err(_) => break,
         };
-        yielding.observe(n);
+        yielding.observe(n, Instant::now());
         let bytes = &buf[..n];
         capture.record(&s.id, Direction::Output, bytes);
         lock(&s.stream).push(bytes);
         s.last_output_ms.store(now_ms(), Ordering::Relaxed);
         feed_screen(s, bytes);
         s.wake.send_modify(|v| *v += 1);
+        if yielding.niced && n < GATHER_BELOW {
+            // A bulk reader that keeps up would wake for every few hundred bytes the kernel
+            // hands over; letting them gather costs the stream nothing (the kernel buffers far
+            // more than arrives meanwhile) and frees the CPU for interactive sessions.
+            std::thread::sleep(GATHER);
+        }
     }
     // Bytes held by an unterminated synchronized update are still output: apply them.
     let mut scr = lock(&s.screen);
@@ -156,12 +162,19 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
     scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
 }
 
-/// A PTY read this large means the line discipline's buffer was full: output is bulk.
-const FULL_READ: usize = 4_000;
-/// Consecutive full reads (~256 KiB) before a reader counts as bulk.
-const BULK_READS: u32 = 64;
-/// Consecutive short reads before a bulk reader counts as interactive again.
-const CALM_READS: u32 = 16;
+/// The span over which a reader's output rate is judged.
+const WINDOW: Duration = Duration::from_millis(25);
+/// Bytes per [`WINDOW`] at or above which output counts as bulk (~2.6 MB/s): far above any
+/// typing echo or prompt, far below a `cat` of a file.
+const BULK_PER_WINDOW: u64 = 64 * 1024;
+/// Consecutive bulk windows (~100 ms) before a reader counts as bulk.
+const BULK_WINDOWS: u32 = 4;
+/// Consecutive quiet windows before a bulk reader counts as interactive again.
+const CALM_WINDOWS: u32 = 2;
+/// A bulk reader's read shorter than this (the line discipline hands over at most 4 KiB)...
+const GATHER_BELOW: usize = 2048;
+/// ...is followed by this pause, so output gathers into fuller reads.
+const GATHER: Duration = Duration::from_micros(200);
 /// The nice value of a bulk reader's thread.
 const BULK_NICE: i32 = 10;
 
@@ -170,25 +183,48 @@ const BULK_NICE: i32 = 10;
 /// busy machine. Bulk throughput is unchanged when the CPU is free. Going back to the normal
 /// priority needs `CAP_SYS_NICE` (or an `RLIMIT_NICE` allowance); without it the thread stays
 /// at the lower priority, which only matters when the CPU is contended.
-#[derive(Default)]
+///
+/// Bulk is judged by rate, not read size: a reader that keeps up with a fast producer reads
+/// a few hundred bytes at a time, as often as the kernel hands them over.
 struct Yielding {
-    full: u32,
-    short: u32,
+    window_start: Instant,
+    window_bytes: u64,
+    bulk: u32,
+    calm: u32,
     niced: bool,
 }
 
 impl Yielding {
-    fn observe(&mut self, n: usize) {
-        if n >= FULL_READ {
-            self.full += 1;
-            self.short = 0;
-            if !self.niced && self.full >= BULK_READS {
+    fn new(now: Instant) -> Self {
+        Self {
+            window_start: now,
+            window_bytes: 0,
+            bulk: 0,
+            calm: 0,
+            niced: false,
+        }
+    }
+
+    fn observe(&mut self, n: usize, now: Instant) {
+        self.window_bytes += n as u64;
+        let elapsed = now.saturating_duration_since(self.window_start);
+        if elapsed < WINDOW {
+            return;
+        }
+        // Normalised to one window: a read after a long quiet spell closes a quiet window.
+        let per_window = self.window_bytes as u128 * WINDOW.as_nanos() / elapsed.as_nanos().max(1);
+        self.window_start = now;
+        self.window_bytes = 0;
+        if per_window >= BULK_PER_WINDOW as u128 {
+            self.bulk += 1;
+            self.calm = 0;
+            if !self.niced && self.bulk >= BULK_WINDOWS {
                 self.niced = set_thread_nice(BULK_NICE);
             }
         } else {
-            self.full = 0;
-            self.short += 1;
-            if self.niced && self.short >= CALM_READS && set_thread_nice(0) {
+            self.bulk = 0;
+            self.calm += 1;
+            if self.niced && self.calm >= CALM_WINDOWS && set_thread_nice(0) {
                 self.niced = false;
             }
         }
@@ -231,7 +267,6 @@ use std::io::Write as _;
 mod tests {
     use super::*;
     use crate::session::capture::CaptureDir;
-    use std::time::Instant;
 
     #[test]
     fn a_bulk_reader_yields_the_cpu_and_an_interactive_one_does_not() {
@@ -240,23 +275,34 @@ mod tests {
             let nice =
                 || rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
             let base = nice();
-            let mut y = Yielding::default();
-            // Interactive reads (echo, prompts) never change the priority.
-            for _ in 0..1_000 {
-                y.observe(40);
+            let t0 = Instant::now();
+            let at = |ms: u64| t0 + Duration::from_millis(ms);
+            let mut y = Yielding::new(t0);
+            // Interactive: an echo every 5 ms for 10 s never changes the priority.
+            for i in 0..2_000 {
+                y.observe(40, at(i * 5));
             }
             assert_eq!(nice(), base);
-            // Bulk: one short of the threshold keeps it, the threshold lowers it.
-            for _ in 0..BULK_READS - 1 {
-                y.observe(4_095);
-            }
-            assert_eq!(nice(), base);
-            y.observe(4_095);
+            // Bulk in small reads (a reader keeping up): 300 bytes every 0.1 ms is 3 MB/s.
+            // One window short of the threshold keeps the priority, the threshold lowers it.
+            let t1 = 10_000;
+            let bulk_until = |y: &mut Yielding, from: u64, windows: u64| {
+                for k in 0..windows * 250 {
+                    y.observe(300, t0 + Duration::from_micros(from * 1_000 + k * 100));
+                }
+            };
+            bulk_until(&mut y, t1, BULK_WINDOWS as u64);
+            assert_eq!(
+                nice(),
+                base,
+                "judged bulk before {BULK_WINDOWS} full windows"
+            );
+            y.observe(300, at(t1 + 25 * BULK_WINDOWS as u64));
             assert_eq!(nice(), BULK_NICE);
-            // Calm again: back to normal where the process may raise priority (root here).
-            for _ in 0..CALM_READS {
-                y.observe(12);
-            }
+            // Calm again (a read after a quiet second, then an echo): back to normal where
+            // the process may raise priority (root here).
+            y.observe(40, at(t1 + 1_200));
+            y.observe(40, at(t1 + 1_230));
             if rustix::process::getuid().is_root() {
                 assert_eq!(nice(), 0);
             }
