@@ -255,6 +255,22 @@ async fn node_round_trips(node: &Node, n: usize) -> anyhow::Result<Vec<f64>> {
     Ok(out)
 }
 
+/// [`node_round_trips`] on a thread of its own with its own runtime: the typing client is a
+/// program apart from the bulk stream's subscriber (whose reads keep this process's runtime
+/// busy), as the bare floor's client is. Blocks the calling thread.
+fn round_trips_apart(node: &Node, n: usize) -> anyhow::Result<Vec<f64>> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(node_round_trips(node, n))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the keystroke client thread panicked"))?
+    })
+}
+
 fn bare_round_trips(n: usize) -> anyhow::Result<Vec<f64>> {
     let (mut r, mut w, _child) = bare_pty("stty raw -echo; printf READY; exec cat")?;
     read_until_marker(&mut r, b"READY")?;
@@ -272,7 +288,7 @@ fn bare_round_trips(n: usize) -> anyhow::Result<Vec<f64>> {
 async fn latency(n: usize) -> anyhow::Result<()> {
     let mut bare = tokio::task::spawn_blocking(move || bare_round_trips(n)).await??;
     let node = Node::start(None).await?;
-    let mut idle = node_round_trips(&node, n).await?;
+    let mut idle = round_trips_apart(&node, n)?;
     // Another session streams bulk output, with a subscriber reading it, the whole time.
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("bulk.txt");
@@ -295,7 +311,7 @@ async fn latency(n: usize) -> anyhow::Result<()> {
         n
     });
     let t0 = Instant::now();
-    let mut busy = node_round_trips(&node, n).await?;
+    let mut busy = round_trips_apart(&node, n)?;
     // The machine's own floor under the same load: a PTY read directly while the bulk stream
     // still runs.
     let mut bare_busy = tokio::task::spawn_blocking(move || bare_round_trips(n)).await??;
