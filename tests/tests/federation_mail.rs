@@ -224,8 +224,18 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
     let r = hank.send(&a_hank, "self").await;
     assert_eq!(r["delivered"], true, "{r}");
 
-    // Nothing arrived twice: a marker sent last is the only new mail.
-    bob.send(&a_carol, "marker").await;
+    // Nothing arrived twice: a marker sent last is the only new mail. It is sent urgent: the
+    // link carries no urgency, and the answer says so while the mail goes as normal mail.
+    let r = bob
+        .ok(json!({"action":"send","to":a_carol,"message":"marker","urgency":"urgent"}))
+        .await;
+    assert_eq!(r["urgent_delivered"], false, "{r}");
+    assert!(
+        r["urgent_fallback_reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("this host only")),
+        "{r}"
+    );
     let m = carol.collect(1, Duration::from_secs(10)).await;
     assert_eq!(m.len(), 1, "{m:?}");
     assert_eq!(m[0]["message"], "marker");

@@ -364,6 +364,9 @@ fn resolve(node: &Arc<Node>, to: &str) -> Result<String, ToolError> {
     }
 }
 
+/// Why `urgency=urgent` did nothing for a recipient on another host.
+const REMOTE_URGENCY: &str = "urgency applies to recipients on this host only; the message was sent to the other host as normal mail";
+
 fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let me = caller(node, ctx)?;
     let to = opt_str(args, "to")?.ok_or_else(|| ToolError::invalid("to is required"))?;
@@ -385,7 +388,13 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
             crate::peer::Route::NotAnAddress => return Err(e),
             crate::peer::Route::Local(peer) => resolve(node, &peer)?,
             crate::peer::Route::Remote if keep_open.is_none() => {
-                return crate::peer::send_remote(node, &me, from_name, to, message);
+                let mut v = crate::peer::send_remote(node, &me, from_name, to, message)?;
+                if urgent {
+                    // The peer link carries no urgency: say so instead of dropping it quietly.
+                    v["urgent_delivered"] = json!(false);
+                    v["urgent_fallback_reason"] = json!(REMOTE_URGENCY);
+                }
+                return Ok(v);
             }
             crate::peer::Route::Remote => {
                 return Err(ToolError::new(
