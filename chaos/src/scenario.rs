@@ -145,6 +145,9 @@ pub struct Summary {
     /// The largest hub outbox (`outbox_held` of `GET /hub/connections`, sampled every
     /// 100 ms while the scenario ran); `None` when the hub does not report it.
     pub outbox_max: Option<u64>,
+    /// The largest node uplink outbox (`peer_uplink.held` of each node's `GET /mcp/status`,
+    /// sampled with the hub's); `None` when no node reported it.
+    pub node_outbox_max: Option<u64>,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -192,7 +195,7 @@ impl fmt::Display for Summary {
         }
         write!(
             f,
-            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} routed_echo={} hub_outbox_max={}",
+            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} routed_echo={} hub_outbox_max={} node_outbox_max={}",
             self.stream.ok_bytes,
             self.stream.expected,
             self.stream_conn,
@@ -202,6 +205,8 @@ impl fmt::Display for Summary {
             secs(self.recovery),
             secs(self.routed_echo),
             self.outbox_max
+                .map_or_else(|| "-".into(), |n| n.to_string()),
+            self.node_outbox_max
                 .map_or_else(|| "-".into(), |n| n.to_string())
         )
     }
@@ -257,6 +262,12 @@ pub fn check(s: &Summary) -> anyhow::Result<()> {
     }
     if let Some(n) = s.outbox_max {
         ensure!(n <= OUTBOX_BOUND, "a hub outbox held {n} messages");
+    }
+    if let Some(n) = s.node_outbox_max {
+        ensure!(
+            n <= OUTBOX_BOUND,
+            "a node's uplink outbox held {n} messages"
+        );
     }
     Ok(())
 }
@@ -319,13 +330,30 @@ struct Sampling {
     /// Whether the hub reported `outbox_held` at least once.
     seen: std::sync::atomic::AtomicBool,
     max: std::sync::atomic::AtomicU64,
+    /// The same for the nodes' uplink outboxes.
+    node_seen: std::sync::atomic::AtomicBool,
+    node_max: std::sync::atomic::AtomicU64,
 }
 
-/// Samples the hub's per-connection outbox sizes until stopped (the hub may be down for a
-/// while; its socket path stays the same across restarts).
-async fn sample_outboxes(socket: std::path::PathBuf, st: Arc<Sampling>) {
+/// Samples the hub's per-connection outbox sizes and the nodes' uplink outboxes until stopped
+/// (a host may be down for a while; its socket path stays the same across restarts).
+async fn sample_outboxes(
+    socket: std::path::PathBuf,
+    nodes: Vec<std::path::PathBuf>,
+    st: Arc<Sampling>,
+) {
     use std::sync::atomic::Ordering;
     while !st.stop.load(Ordering::Relaxed) {
+        for n in &nodes {
+            if let Ok(Ok(r)) =
+                tokio::time::timeout(Duration::from_secs(1), ipc(n, "GET", "/mcp/status", None))
+                    .await
+                && let Some(held) = r.json()["peer_uplink"]["held"].as_u64()
+            {
+                st.node_seen.store(true, Ordering::Relaxed);
+                st.node_max.fetch_max(held, Ordering::Relaxed);
+            }
+        }
         if let Ok(Ok(r)) = tokio::time::timeout(
             Duration::from_secs(1),
             ipc(&socket, "GET", "/hub/connections", None),
@@ -427,7 +455,11 @@ async fn run_on(
         Instant::now() + stream_budget,
         progress.clone(),
     ));
-    let sampler = tokio::spawn(sample_outboxes(bed.hub.socket()?, sampling.clone()));
+    let sampler = tokio::spawn(sample_outboxes(
+        bed.hub.socket()?,
+        vec![bed.nodes[0].socket()?, bed.nodes[1].socket()?],
+        sampling.clone(),
+    ));
     let interval = plan.send_window / plan.per_direction.max(1) as u32;
     let mail_run = mail::start(
         [bed.nodes[0].socket()?, bed.nodes[1].socket()?],
@@ -586,6 +618,10 @@ async fn run_on(
         .seen
         .load(std::sync::atomic::Ordering::Relaxed)
         .then(|| sampling.max.load(std::sync::atomic::Ordering::Relaxed));
+    s.node_outbox_max = sampling
+        .node_seen
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| sampling.node_max.load(std::sync::atomic::Ordering::Relaxed));
     s.duration = t0.elapsed();
     Ok(s)
 }
@@ -612,6 +648,7 @@ mod tests {
             unavailable_latency: Some(Duration::from_millis(20)),
             recovery: Some(Duration::from_secs(2)),
             outbox_max: Some(12),
+            node_outbox_max: Some(3),
             ..Summary::default()
         }
     }
@@ -624,7 +661,7 @@ mod tests {
         s.mail.as_mut().unwrap().lost_killed_memory = 3;
         check(&s).unwrap();
         type Breaker = fn(&mut Summary);
-        let cases: [(&str, Breaker); 9] = [
+        let cases: [(&str, Breaker); 10] = [
             ("lost before delivery", |s| {
                 s.mail.as_mut().unwrap().lost = 1
             }),
@@ -646,6 +683,9 @@ mod tests {
                 s.recovery = Some(RECOVERY_BOUND + Duration::from_millis(1))
             }),
             ("outbox held 1001", |s| s.outbox_max = Some(1_001)),
+            ("uplink outbox held 1001", |s| {
+                s.node_outbox_max = Some(1_001)
+            }),
         ];
         for (want, brk) in cases {
             let mut s = passing();
@@ -670,6 +710,8 @@ mod tests {
             "stream_bytes_ok=32/32",
             "503_latency=0.02s",
             "recovery=2.00s",
+            "hub_outbox_max=12",
+            "node_outbox_max=3",
         ] {
             assert!(line.contains(field), "{field} missing: {line}");
         }

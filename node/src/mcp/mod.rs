@@ -275,6 +275,7 @@ async fn status(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> 
         "disabled_native_tools": cfg.disabled_native_tools,
         "sessions": node.mcp.sessions.stats(),
         "tasks": node.mcp.tasks.len(),
+        "peer_uplink": node.peer.uplink_status(),
         "native_tools": native,
     })))
 }

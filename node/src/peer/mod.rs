@@ -152,6 +152,18 @@ impl PeerState {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The uplink outbox's fill against its bounds: mail held until the hub acknowledges it.
+    pub fn uplink_status(&self) -> serde_json::Value {
+        let g = self.lock();
+        let l = g.uplink.limits();
+        serde_json::json!({
+            "held": g.uplink.len(),
+            "bytes": g.uplink.bytes(),
+            "max_messages": l.max_messages,
+            "max_bytes": l.max_bytes,
+        })
+    }
+
     /// Installs the hub's routes (once, at hub start).
     pub fn set_hub(&self, routes: Arc<dyn HubRoutes>) {
         let _ = self.hub.set(routes);
