@@ -84,6 +84,9 @@ pub struct Plan {
     pub impairment: Duration,
     /// Stream lines produced per 100 ms batch.
     pub stream_batch: u64,
+    /// The node the faults hit: 0 = node B (default), 1 = node C. Delay needs the proxy,
+    /// which sits in front of node B only.
+    pub victim: usize,
 }
 
 impl Plan {
@@ -96,6 +99,7 @@ impl Plan {
             partition: Duration::from_secs(5),
             impairment: Duration::from_secs(6),
             stream_batch: 100,
+            victim: 0,
         }
     }
 
@@ -109,6 +113,7 @@ impl Plan {
             partition: Duration::from_secs(25),
             impairment: Duration::from_secs(45),
             stream_batch: 200,
+            victim: 0,
         }
     }
 
@@ -132,6 +137,8 @@ pub struct Summary {
     pub stream: StreamReport,
     /// Which connection the stream went to.
     pub stream_conn: &'static str,
+    /// Which node's connection the fault hit (`-` for the hub).
+    pub faulted: &'static str,
     /// Time from the fault to a 503 naming the connection (from the hub reporting it down,
     /// for a partition).
     pub unavailable_latency: Option<Duration>,
@@ -169,8 +176,9 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "chaos scenario={} duration={:.1}s ",
+            "chaos scenario={} faulted={} duration={:.1}s ",
             self.scenario,
+            self.faulted,
             self.duration.as_secs_f64()
         )?;
         match &self.mail {
@@ -215,6 +223,11 @@ impl fmt::Display for Summary {
 /// Runs one scenario: bed up, workloads, fault, checks. Prints the summary line (also when an
 /// invariant fails, before the error is returned).
 pub async fn run(which: Scenario, plan: &Plan) -> anyhow::Result<Summary> {
+    ensure!(plan.victim < 2, "the victim is node B (0) or node C (1)");
+    ensure!(
+        which != Scenario::Delay || plan.victim == 0,
+        "the delay proxy sits in front of node B only; delay cannot fault node C"
+    );
     let t0 = Instant::now();
     let mut bed = Bed::up().await.context("bringing the bed up")?;
     let r = run_on(&mut bed, which, plan, t0).await;
@@ -431,9 +444,14 @@ async fn run_on(
         Arc::new(HostEvents::default()),
         Arc::new(HostEvents::default()),
     ];
-    // The stream goes to the node that stays alive when a node is killed, else to node B (the
-    // faulted one, behind the proxy).
-    let stream_node = if which == Scenario::NodeKill { 1 } else { 0 };
+    // The faulted node, and the other one. The stream goes to the node that stays alive when
+    // a node is killed, else to the faulted one.
+    let (v, other) = (plan.victim, 1 - plan.victim);
+    let stream_node = if which == Scenario::NodeKill {
+        other
+    } else {
+        v
+    };
     let mut markers = [marker(bed, 0).await?, marker(bed, 1).await?];
     let lines = plan.stream_lines();
     let sid = bed
@@ -485,42 +503,47 @@ async fn run_on(
     let mut s = Summary {
         scenario: which.name(),
         stream_conn: CONN_IDS[stream_node],
+        faulted: if which == Scenario::HubKill {
+            "-"
+        } else {
+            CONN_IDS[v]
+        },
         ..Summary::default()
     };
     match which {
         Scenario::NodeKill => {
-            // Node B's agent stops reading a second before the kill, so mail delivered to it
-            // meanwhile is in B's memory when B dies; the harness reads back exactly which
+            // The faulted node's agent stops reading a second before the kill, so mail
+            // delivered to it meanwhile is in its memory when it dies; the harness reads back exactly which
             // (counted apart as lost with the killed node's memory; everything else accepted
             // must still arrive).
-            events[0]
+            events[v]
                 .pause_reads
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             tokio::time::sleep(Duration::from_secs(1)).await;
             if let Some(m) = &mail_run {
-                m.hold_for_kill(0).await?;
+                m.hold_for_kill(v).await?;
             }
             let t = Instant::now();
-            bed.kill_node(0)?;
+            bed.kill_node(v)?;
             // Bumped while the node is dead, so no reader can pair an old cursor with the
             // restarted node's fresh inbox.
-            events[0]
+            events[v]
                 .epoch
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             match &mail_run {
                 Some(m) => m.resume(),
-                None => events[0]
+                None => events[v]
                     .pause_reads
                     .store(false, std::sync::atomic::Ordering::SeqCst),
             }
-            s.unavailable_latency = Some(wait_503(bed, &markers[0], CONN_IDS[0], t).await?);
+            s.unavailable_latency = Some(wait_503(bed, &markers[v], CONN_IDS[v], t).await?);
             tokio::time::sleep(plan.fault.saturating_sub(t.elapsed())).await;
-            bed.restart_node(0)?;
+            bed.restart_node(v)?;
             let back = Instant::now();
             // The old sessions died with the process; a new one must show up by itself.
-            let sid = bed.spawn_on(0, MARKER).await?;
-            markers[0] = format!("{}/{sid}", CONN_IDS[0]);
-            wait_row(bed, &markers[0], RECOVERY_BOUND).await?;
+            let sid = bed.spawn_on(v, MARKER).await?;
+            markers[v] = format!("{}/{sid}", CONN_IDS[v]);
+            wait_row(bed, &markers[v], RECOVERY_BOUND).await?;
             s.recovery = Some(back.elapsed());
         }
         Scenario::HubKill => {
@@ -535,22 +558,22 @@ async fn run_on(
         }
         Scenario::Partition => {
             let t = Instant::now();
-            bed.set_link(0, false)?;
+            bed.set_link(v, false)?;
             // A partition the liveness probes can notice (> 3 × 5 s) must be noticed, and then
             // routes answer 503 at once; a shorter one may pass unnoticed (TCP retransmits).
             if plan.partition >= DETECTION_BOUND {
                 s.detection = Some(
-                    bed.wait_conn(CONN_IDS[0], false, DETECTION_BOUND + Duration::from_secs(5))
+                    bed.wait_conn(CONN_IDS[v], false, DETECTION_BOUND + Duration::from_secs(5))
                         .await?,
                 );
                 let down = Instant::now();
-                s.unavailable_latency = Some(wait_503(bed, &markers[0], CONN_IDS[0], down).await?);
+                s.unavailable_latency = Some(wait_503(bed, &markers[v], CONN_IDS[v], down).await?);
             }
             tokio::time::sleep(plan.partition.saturating_sub(t.elapsed())).await;
-            bed.set_link(0, true)?;
+            bed.set_link(v, true)?;
             let back = Instant::now();
-            bed.wait_conn(CONN_IDS[0], true, RECOVERY_BOUND).await?;
-            wait_row(bed, &markers[0], RECOVERY_BOUND).await?;
+            bed.wait_conn(CONN_IDS[v], true, RECOVERY_BOUND).await?;
+            wait_row(bed, &markers[v], RECOVERY_BOUND).await?;
             s.recovery = Some(back.elapsed());
         }
         Scenario::Delay => {
@@ -564,7 +587,7 @@ async fn run_on(
                 "GET",
                 &format!(
                     "/sessions/{}/output?format=raw&limit=16",
-                    markers[0].replace('/', "%2F")
+                    markers[v].replace('/', "%2F")
                 ),
                 None,
             )
@@ -577,19 +600,19 @@ async fn run_on(
             );
             bed.proxy.set_delay(Duration::ZERO, Duration::ZERO);
             let back = Instant::now();
-            bed.wait_conn(CONN_IDS[0], true, RECOVERY_BOUND).await?;
-            wait_row(bed, &markers[0], RECOVERY_BOUND).await?;
+            bed.wait_conn(CONN_IDS[v], true, RECOVERY_BOUND).await?;
+            wait_row(bed, &markers[v], RECOVERY_BOUND).await?;
             s.recovery = Some(back.elapsed());
         }
         Scenario::Loss => {
-            bed.set_loss(0, 5)?;
+            bed.set_loss(v, 5)?;
             tokio::time::sleep(plan.impairment).await;
-            let dropped = bed.dropped_packets(0)?;
-            bed.set_loss(0, 0)?;
+            let dropped = bed.dropped_packets(v)?;
+            bed.set_loss(v, 0)?;
             ensure!(dropped > 0, "the loss rule dropped no packet");
             let back = Instant::now();
-            bed.wait_conn(CONN_IDS[0], true, RECOVERY_BOUND).await?;
-            wait_row(bed, &markers[0], RECOVERY_BOUND).await?;
+            bed.wait_conn(CONN_IDS[v], true, RECOVERY_BOUND).await?;
+            wait_row(bed, &markers[v], RECOVERY_BOUND).await?;
             s.recovery = Some(back.elapsed());
         }
     }
@@ -633,6 +656,7 @@ mod tests {
     fn passing() -> Summary {
         Summary {
             scenario: "node-kill",
+            faulted: "nodeb",
             mail: Some(MailReport {
                 sent: 10,
                 accepted: 9,
@@ -701,6 +725,7 @@ mod tests {
         assert!(!line.contains('\n'), "{line}");
         for field in [
             "scenario=node-kill",
+            "faulted=nodeb",
             "sent=10",
             "accepted=9",
             "delivered=9",

@@ -1,6 +1,8 @@
-//! `chaos [short|long|cleanup] [scenario…]`: runs the fault scenarios against the binaries
-//! built beside this one (`cargo build --workspace --bins`, or `--release`), one summary line
-//! per scenario; `cleanup` removes leftover namespaces of an interrupted run. Needs root.
+//! `chaos [short|long|cleanup] [--fault-node b|c] [scenario…]`: runs the fault scenarios against
+//! the binaries built beside this one (`cargo build --workspace --bins`, or `--release`), one
+//! summary line per scenario; `--fault-node c` aims the node faults at node C instead of B
+//! (delay needs B's proxy and is skipped); `cleanup` removes leftover namespaces of an
+//! interrupted run. Needs root.
 
 use std::process::ExitCode;
 
@@ -8,7 +10,7 @@ use tuic_chaos::{Plan, Scenario};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: chaos [short|long|cleanup] [scenario…]\nscenarios: {}",
+        "usage: chaos [short|long|cleanup] [--fault-node b|c] [scenario…]\nscenarios: {}",
         Scenario::ALL.map(Scenario::name).join(" ")
     );
     ExitCode::from(2)
@@ -20,7 +22,7 @@ fn main() -> ExitCode {
         Some((m, rest)) => (m.as_str(), rest),
         None => ("short", &args[..]),
     };
-    let plan = match mode {
+    let mut plan = match mode {
         "short" => Plan::short(),
         "long" => Plan::long(),
         "cleanup" => {
@@ -38,7 +40,16 @@ fn main() -> ExitCode {
         _ => return usage(),
     };
     let mut scenarios = Vec::new();
-    for name in rest {
+    let mut rest = rest.iter();
+    while let Some(name) = rest.next() {
+        if name == "--fault-node" {
+            plan.victim = match rest.next().map(String::as_str) {
+                Some("b") => 0,
+                Some("c") => 1,
+                _ => return usage(),
+            };
+            continue;
+        }
         match Scenario::parse(name) {
             Some(s) => scenarios.push(s),
             None => {
