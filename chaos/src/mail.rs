@@ -605,7 +605,8 @@ impl MailRun {
             ..MailReport::default()
         };
         let mut lat = Vec::new();
-        for f in l.msgs.values() {
+        let debug = std::env::var_os("CHAOS_DEBUG").is_some();
+        for ((dir, seq), f) in &l.msgs {
             rep.accepted += u64::from(f.accepted_at.is_some());
             rep.refused += u64::from(f.refused);
             rep.no_answer += u64::from(f.no_answer);
@@ -622,6 +623,13 @@ impl MailRun {
                     rep.lost_killed_memory += 1;
                 } else {
                     rep.lost += 1;
+                }
+                if debug {
+                    // `CHAOS_DEBUG=1`: which accepted messages were never read, and when.
+                    eprintln!(
+                        "chaos unread direction={dir} seq={seq} killed_memory={} accepted_at={:?}",
+                        f.in_killed_memory, f.accepted_at
+                    );
                 }
             }
         }
