@@ -334,6 +334,14 @@ impl Bed {
             ("nodec", &self.nodes[1]),
         ] {
             s.push_str(&format!("--- {name} log ---\n{}\n", h.log_tail(15)));
+            if std::env::var_os("CHAOS_DEBUG").is_some() {
+                // The whole log of the host's current process, for a post-mortem.
+                let path = std::env::temp_dir().join(format!("chaos-{name}.log"));
+                let text = h.proc.as_ref().map(NodeProc::log_text).unwrap_or_default();
+                if std::fs::write(&path, text).is_ok() {
+                    s.push_str(&format!("(whole log: {})\n", path.display()));
+                }
+            }
         }
         s
     }

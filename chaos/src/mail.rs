@@ -626,8 +626,13 @@ impl MailRun {
                 }
                 if debug {
                     // `CHAOS_DEBUG=1`: which accepted messages were never read, and when.
+                    let id = l
+                        .ids
+                        .iter()
+                        .find(|(_, k)| **k == (*dir, *seq))
+                        .map_or("-", |(id, _)| id.as_str());
                     eprintln!(
-                        "chaos unread direction={dir} seq={seq} killed_memory={} accepted_at={:?}",
+                        "chaos unread direction={dir} seq={seq} message_id={id} killed_memory={} accepted_at={:?}",
                         f.in_killed_memory, f.accepted_at
                     );
                 }
