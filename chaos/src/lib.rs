@@ -23,10 +23,9 @@ pub use scenario::{Plan, Scenario, Summary};
 /// even when an earlier one failed. Returns the summaries and the failures.
 pub async fn run_all(plan: &Plan, scenarios: &[Scenario]) -> (Vec<Summary>, Vec<anyhow::Error>) {
     let list: Vec<Scenario> = if scenarios.is_empty() {
-        // The delay proxy sits in front of node B only.
         Scenario::ALL
             .into_iter()
-            .filter(|s| *s != Scenario::Delay || plan.victim == 0)
+            .filter(|s| s.can_fault(plan.victim))
             .collect()
     } else {
         scenarios.to_vec()

@@ -67,6 +67,12 @@ impl Scenario {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|x| x.name() == s)
     }
+
+    /// Whether this scenario can aim its fault at node `victim` (0 = B, 1 = C): the delay
+    /// proxy sits in front of node B only.
+    pub fn can_fault(self, victim: usize) -> bool {
+        victim < 2 && (self != Scenario::Delay || victim == 0)
+    }
 }
 
 /// Sizes and times of a run.
@@ -223,10 +229,11 @@ impl fmt::Display for Summary {
 /// Runs one scenario: bed up, workloads, fault, checks. Prints the summary line (also when an
 /// invariant fails, before the error is returned).
 pub async fn run(which: Scenario, plan: &Plan) -> anyhow::Result<Summary> {
-    ensure!(plan.victim < 2, "the victim is node B (0) or node C (1)");
     ensure!(
-        which != Scenario::Delay || plan.victim == 0,
-        "the delay proxy sits in front of node B only; delay cannot fault node C"
+        which.can_fault(plan.victim),
+        "{} cannot fault node index {} (the victim is node B or C; the delay proxy sits in front of node B only)",
+        which.name(),
+        plan.victim
     );
     let t0 = Instant::now();
     let mut bed = Bed::up().await.context("bringing the bed up")?;
@@ -336,16 +343,37 @@ async fn wait_503(
     bail!("no 503 naming {conn} for {address} within 60 s (last: {last})")
 }
 
-/// The hub outbox sampler's shared state.
+/// The largest value sampled, and whether any was.
+#[derive(Debug, Default)]
+struct Peak {
+    seen: std::sync::atomic::AtomicBool,
+    max: std::sync::atomic::AtomicU64,
+}
+
+impl Peak {
+    fn record(&self, n: u64) {
+        use std::sync::atomic::Ordering;
+        self.seen.store(true, Ordering::Relaxed);
+        self.max.fetch_max(n, Ordering::Relaxed);
+    }
+
+    /// The peak, or `None` when nothing was sampled.
+    fn get(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        self.seen
+            .load(Ordering::Relaxed)
+            .then(|| self.max.load(Ordering::Relaxed))
+    }
+}
+
+/// The outbox sampler's shared state.
 #[derive(Debug, Default)]
 struct Sampling {
     stop: std::sync::atomic::AtomicBool,
-    /// Whether the hub reported `outbox_held` at least once.
-    seen: std::sync::atomic::AtomicBool,
-    max: std::sync::atomic::AtomicU64,
-    /// The same for the nodes' uplink outboxes.
-    node_seen: std::sync::atomic::AtomicBool,
-    node_max: std::sync::atomic::AtomicU64,
+    /// The hub's per-connection outboxes (`outbox_held`).
+    hub: Peak,
+    /// The nodes' uplink outboxes (`peer_uplink.held`).
+    nodes: Peak,
 }
 
 /// Samples the hub's per-connection outbox sizes and the nodes' uplink outboxes until stopped
@@ -363,8 +391,7 @@ async fn sample_outboxes(
                     .await
                 && let Some(held) = r.json()["peer_uplink"]["held"].as_u64()
             {
-                st.node_seen.store(true, Ordering::Relaxed);
-                st.node_max.fetch_max(held, Ordering::Relaxed);
+                st.nodes.record(held);
             }
         }
         if let Ok(Ok(r)) = tokio::time::timeout(
@@ -375,8 +402,7 @@ async fn sample_outboxes(
         {
             for c in r.json()["connections"].as_array().into_iter().flatten() {
                 if let Some(n) = c["outbox_held"].as_u64() {
-                    st.seen.store(true, Ordering::Relaxed);
-                    st.max.fetch_max(n, Ordering::Relaxed);
+                    st.hub.record(n);
                 }
             }
         }
@@ -637,14 +663,8 @@ async fn run_on(
         .stop
         .store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = sampler.await;
-    s.outbox_max = sampling
-        .seen
-        .load(std::sync::atomic::Ordering::Relaxed)
-        .then(|| sampling.max.load(std::sync::atomic::Ordering::Relaxed));
-    s.node_outbox_max = sampling
-        .node_seen
-        .load(std::sync::atomic::Ordering::Relaxed)
-        .then(|| sampling.node_max.load(std::sync::atomic::Ordering::Relaxed));
+    s.outbox_max = sampling.hub.get();
+    s.node_outbox_max = sampling.nodes.get();
     s.duration = t0.elapsed();
     Ok(s)
 }

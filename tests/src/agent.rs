@@ -143,3 +143,15 @@ impl Agent {
         }
     }
 }
+
+/// Asserts an `agent action=send urgency=urgent` answer fell back (`urgent_delivered: false`)
+/// with a reason that mentions `why`.
+pub fn assert_urgent_fallback(r: &Value, why: &str) {
+    assert_eq!(r["urgent_delivered"], false, "{r}");
+    assert!(
+        r["urgent_fallback_reason"]
+            .as_str()
+            .is_some_and(|s| s.contains(why)),
+        "{r}"
+    );
+}

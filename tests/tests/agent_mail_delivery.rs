@@ -324,14 +324,7 @@ async fn urgent_notice_reaches_a_busy_claude_session_and_falls_back_otherwise() 
     let r3 = b
         .agent(json!({"action":"send","to":osid,"message":"u","urgency":"urgent"}))
         .await;
-    assert_eq!(r3["urgent_delivered"], false, "{r3}");
-    assert!(
-        r3["urgent_fallback_reason"]
-            .as_str()
-            .unwrap()
-            .contains("agent type"),
-        "{r3}"
-    );
+    tuic_tests::agent::assert_urgent_fallback(&r3, "agent type");
     // A draft in a Claude composer is never submitted by an urgent notice.
     let (dsid, _) = user_session(&node, &claude, dir.path()).await;
     output_until(&node, &dsid, "claude working", |o| o.contains("working")).await;
@@ -344,14 +337,7 @@ async fn urgent_notice_reaches_a_busy_claude_session_and_falls_back_otherwise() 
     let r4 = b
         .agent(json!({"action":"send","to":dsid,"message":"u","urgency":"urgent"}))
         .await;
-    assert_eq!(r4["urgent_delivered"], false, "{r4}");
-    assert!(
-        r4["urgent_fallback_reason"]
-            .as_str()
-            .unwrap()
-            .contains("draft"),
-        "{r4}"
-    );
+    tuic_tests::agent::assert_urgent_fallback(&r4, "draft");
     // A terminal-less recipient without a stream: queued, with the reason.
     let mut ext = Client::new(&node).await;
     let te = ext.agent(json!({"action":"register"})).await["tuic_session"]
