@@ -44,10 +44,29 @@ fn cleanup_removes_a_leftover_bed_and_its_processes() {
     // A bed whose harness died: namespaces with the chaos prefix and a process inside.
     let net = tuic_tests::netns::Net::star_prefixed(tuic_chaos::bed::PREFIX, 1).unwrap();
     let ns = net.hub().to_owned();
+    // The child says when it is inside the namespace: `ip netns exec` enters it before the
+    // shell runs, so a line on stdout means `ip netns pids` will list it. Without this, cleanup
+    // could list the namespace's pids before the child joined, and the child would then sleep
+    // on in a namespace nobody names.
     let mut child = std::process::Command::new("ip")
-        .args(["netns", "exec", &ns, "sleep", "300"])
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            "sh",
+            "-c",
+            "echo inside; exec sleep 300",
+        ])
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "inside");
     // What a SIGKILLed harness leaves behind: no Drop ran.
     std::mem::forget(net);
     let removed = tuic_chaos::cleanup().unwrap();
@@ -55,7 +74,17 @@ fn cleanup_removes_a_leftover_bed_and_its_processes() {
     let left = tuic_tests::netns::namespaces_with_prefix(tuic_chaos::bed::PREFIX).unwrap();
     assert!(left.is_empty(), "{left:?}");
     // The process inside was killed by cleanup, not by this test.
-    let status = child.wait().unwrap();
+    // Bounded: a child cleanup missed fails the test in seconds, not at the 300 s sleep.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait()));
+    let Ok(status) = rx.recv_timeout(std::time::Duration::from_secs(10)) else {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        panic!("cleanup left pid {pid} running");
+    };
+    let status = status.unwrap();
     assert!(!status.success(), "{status:?}");
 }
 
