@@ -521,6 +521,16 @@ impl End for HubEnd {
                 Response::SendAck { outcome, .. } => {
                     self.hub.settle(&id, |o| o.on_ack(&m.message_id, outcome));
                 }
+                Response::Error {
+                    code: code @ ErrorCode::RecipientFull,
+                    message,
+                    ..
+                } => {
+                    // Not a refusal: the outbox keeps it and retries on the next tick.
+                    tracing::info!(conn = %id, message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry");
+                    self.hub
+                        .settle(&id, |o| o.on_refused(&m.message_id, code, &message));
+                }
                 Response::Error { code, message, .. } => {
                     tracing::warn!(conn = %id, message_id = %m.message_id, ?code, %message, "node refused relayed mail");
                     self.hub
@@ -561,6 +571,10 @@ impl End for HubEnd {
     }
 
     fn on_tick(&mut self, link: &mut PeerLink) {
+        // Mail a reading recipient had no room for goes out again (`recipient_full`).
+        if let Some(o) = self.hub.lock().outboxes.get_mut(&self.conn.id) {
+            o.resume_held();
+        }
         self.push_directory(link);
     }
 }

@@ -161,6 +161,7 @@ fn expected() -> Vec<(&'static str, Frame)> {
                 timed_out: true,
                 new_messages: vec![],
                 next_since: 1_764_684_000_999,
+                missed_count: 0,
             },
         ),
         (

@@ -52,12 +52,42 @@ fn one_hundred_fifty_messages_evict_fifty_and_report_missed_count() {
     for i in 0..150 {
         ib.send(1_000, msg(&format!("m{i}"), "x")).expect("send");
     }
-    let page = ib.inbox(BOB, None, None).expect("inbox");
+    let page = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(page.missed_count, 50);
     assert_eq!(page.messages.len(), 100);
     assert_eq!(page.messages[0].message_id, "m50");
     assert!(!page.has_more);
-    assert_eq!(ib.inbox(BOB, None, None).expect("inbox").missed_count, 0);
+    assert_eq!(ib.inbox(0, BOB, None, None).expect("inbox").missed_count, 0);
+}
+
+#[test]
+fn a_reader_that_only_waits_learns_of_evictions_from_the_wait() {
+    let mut ib = Inboxes::new();
+    ib.register(BOB);
+    for i in 0..150 {
+        ib.send(1_000, msg(&format!("m{i}"), "x")).expect("send");
+    }
+    let WaitStart::Resolved(o) = ib.wait(1_000, BOB, 1, None, Some(10)).expect("wait") else {
+        panic!("mail was waiting");
+    };
+    assert_eq!((o.new_messages.len(), o.missed_count), (100, 50));
+    // Reported once: neither the next inbox read nor a timed-out wait repeats it.
+    assert_eq!(ib.inbox(0, BOB, None, None).expect("inbox").missed_count, 0);
+    // An answer that never reached its caller owes its count again.
+    ib.send(1_001, msg("late", "x")).expect("send");
+    let WaitStart::Resolved(o) = ib.wait(1_001, BOB, 2, None, Some(10)).expect("wait") else {
+        panic!("mail was waiting");
+    };
+    let lost = WaitOutcome {
+        missed_count: 3,
+        ..o
+    };
+    ib.wait_undelivered(1_002, BOB, &lost).expect("hand back");
+    let page = ib.inbox(0, BOB, None, None).expect("inbox");
+    assert_eq!(
+        (ids(&page.messages), page.missed_count),
+        (vec!["late".to_owned()], 3)
+    );
 }
 
 #[test]
@@ -70,7 +100,7 @@ fn equal_millisecond_burst_pages_without_loss_and_next_since_advances() {
     let mut seen = Vec::new();
     let mut last = 0;
     loop {
-        let page = ib.inbox(BOB, None, Some(3)).expect("inbox");
+        let page = ib.inbox(0, BOB, None, Some(3)).expect("inbox");
         assert!(page.next_since >= last);
         last = page.next_since;
         seen.extend(ids(&page.messages));
@@ -81,7 +111,7 @@ fn equal_millisecond_burst_pages_without_loss_and_next_since_advances() {
     let want: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     assert_eq!(seen, want);
     assert!(
-        ib.inbox(BOB, None, None)
+        ib.inbox(0, BOB, None, None)
             .expect("inbox")
             .messages
             .is_empty()
@@ -94,13 +124,13 @@ fn since_zero_replays_without_rewinding_the_stored_cursor() {
     ib.register(BOB);
     ib.send(1, msg("a", "x")).expect("send");
     ib.send(2, msg("b", "x")).expect("send");
-    let first = ib.inbox(BOB, None, None).expect("inbox");
+    let first = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(ids(&first.messages), ["a", "b"]);
-    let replay = ib.inbox(BOB, Some(0), Some(1)).expect("replay");
+    let replay = ib.inbox(0, BOB, Some(0), Some(1)).expect("replay");
     assert_eq!(ids(&replay.messages), ["a"]);
     assert!(replay.has_more);
     ib.send(3, msg("c", "x")).expect("send");
-    let next = ib.inbox(BOB, None, None).expect("inbox");
+    let next = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(ids(&next.messages), ["c"]);
 }
 
@@ -109,7 +139,7 @@ fn timed_out_wait_returns_next_since_and_caps_at_295_seconds() {
     let mut ib = Inboxes::new();
     ib.register(BOB);
     ib.send(10, msg("a", "x")).expect("send");
-    let read = ib.inbox(BOB, None, None).expect("inbox");
+    let read = ib.inbox(0, BOB, None, None).expect("inbox");
     let start = ib.wait(100, BOB, 1, None, Some(300_000)).expect("wait");
     assert_eq!(start, WaitStart::Pending { deadline: 295_100 });
     assert_eq!(ib.poll_timeout(), Some(295_100));
@@ -127,6 +157,7 @@ fn timed_out_wait_returns_next_since_and_caps_at_295_seconds() {
                 timed_out: true,
                 new_messages: vec![],
                 next_since: read.next_since,
+                missed_count: 0,
             },
         }]
     );
@@ -150,7 +181,7 @@ fn a_waiter_takes_the_lease_and_the_pty_is_not_woken() {
         InboxEvent::WaitResolved { wait_id: 7, outcome, .. } if outcome.met && ids(&outcome.new_messages) == ["a"])));
     // The wait acknowledged the cursor: an omitted-since inbox has nothing new.
     assert!(
-        ib.inbox(BOB, None, None)
+        ib.inbox(0, BOB, None, None)
             .expect("inbox")
             .messages
             .is_empty()
@@ -172,7 +203,7 @@ fn pty_wake_is_one_notice_for_many_messages_and_is_withdrawn_by_a_read() {
         .filter(|e| matches!(e, InboxEvent::PtyWake { .. }))
         .count();
     assert_eq!(wakes, 1);
-    ib.inbox(BOB, None, None).expect("inbox");
+    ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(
         events(&mut ib),
         [InboxEvent::PtyWakeWithdrawn {
@@ -213,7 +244,7 @@ fn lifecycle_notices_replace_except_awaiting_input() {
         .send(5, notice("q2", "c1", "awaiting_input"))
         .expect("send");
     assert_eq!(r.replaced, None);
-    let page = ib.inbox(BOB, Some(0), None).expect("inbox");
+    let page = ib.inbox(0, BOB, Some(0), None).expect("inbox");
     assert_eq!(ids(&page.messages), ["n2", "q1", "q2"]);
     // "p" was evicted unread; the replacement of n1 is not counted.
     assert_eq!(page.missed_count, 1);
@@ -247,7 +278,7 @@ struct Model {
     last_owner: BTreeMap<String, WakeOwner>,
     pending_waits: BTreeSet<u64>,
     /// Ids of the most recent wait answer, which the test may declare undelivered.
-    last_wait: Vec<String>,
+    last_wait: Option<WaitOutcome>,
     /// Ids handed back by an undelivered wait answer; they may get a new owner.
     handed_back: BTreeSet<String>,
 }
@@ -279,8 +310,9 @@ impl Model {
                         .iter()
                         .all(|x| !before.contains(&x.message_id));
                     assert!(batch_only, "seed {seed}: a wait returned mail already read");
+                    self.missed_reported += outcome.missed_count;
                     self.observe(&outcome.new_messages, true, seed);
-                    self.last_wait = ids(&outcome.new_messages);
+                    self.last_wait = Some(outcome);
                 }
                 InboxEvent::LeaseAssigned {
                     message_id,
@@ -342,12 +374,12 @@ fn run_interleaving(seed: u64) -> usize {
             }
             40..=54 => {
                 let limit = rng.chance(50).then(|| rng.below(4) as usize + 1);
-                let page = ib.inbox(BOB, None, limit).expect("inbox");
+                let page = ib.inbox(now, BOB, None, limit).expect("inbox");
                 m.missed_reported += page.missed_count;
                 m.observe(&page.messages, false, seed);
             }
             55..=57 => {
-                let page = ib.inbox(BOB, Some(0), None).expect("replay");
+                let page = ib.inbox(now, BOB, Some(0), None).expect("replay");
                 m.missed_reported += page.missed_count;
                 m.observe(&page.messages, true, seed);
             }
@@ -359,8 +391,9 @@ fn run_interleaving(seed: u64) -> usize {
                     .expect("wait")
                 {
                     WaitStart::Resolved(o) => {
+                        m.missed_reported += o.missed_count;
                         m.observe(&o.new_messages, false, seed);
-                        m.last_wait = ids(&o.new_messages);
+                        m.last_wait = Some(o);
                     }
                     WaitStart::Pending { .. } => {
                         m.pending_waits.insert(id);
@@ -379,14 +412,20 @@ fn run_interleaving(seed: u64) -> usize {
             96 => ib.rearm_pty_wake(BOB),
             97 => {
                 // The last wait's answer never reached its caller.
-                let lost = std::mem::take(&mut m.last_wait);
-                let retained: BTreeSet<String> =
-                    ib.peek(BOB).into_iter().map(|x| x.message_id).collect();
-                for id in lost.iter().filter(|id| retained.contains(*id)) {
-                    m.seen.remove(id);
-                    m.handed_back.insert(id.clone());
+                if let Some(lost) = m.last_wait.take() {
+                    let retained: BTreeSet<String> =
+                        ib.peek(BOB).into_iter().map(|x| x.message_id).collect();
+                    for id in ids(&lost.new_messages)
+                        .into_iter()
+                        .filter(|id| retained.contains(id))
+                    {
+                        m.seen.remove(&id);
+                        m.handed_back.insert(id);
+                    }
+                    // Its missed_count never reached the caller either.
+                    m.missed_reported -= lost.missed_count;
+                    ib.wait_undelivered(now, BOB, &lost).expect("hand back");
                 }
-                ib.wait_undelivered(now, BOB, &lost).expect("hand back");
             }
             _ => {
                 if let Some(&w) = m.pending_waits.iter().next()
@@ -418,7 +457,7 @@ fn run_interleaving(seed: u64) -> usize {
     ib.handle_timeout(now);
     ib.detach_pty(now, BOB).expect("detach");
     m.drain(&mut ib, seed);
-    let page = ib.inbox(BOB, None, None).expect("inbox");
+    let page = ib.inbox(now, BOB, None, None).expect("inbox");
     m.missed_reported += page.missed_count;
     m.observe(&page.messages, false, seed);
     assert!(
@@ -467,12 +506,10 @@ fn an_undelivered_wait_answer_hands_its_mail_back_with_the_same_id() {
         })
         .expect("resolved");
     // The MCP call went away before the answer was written.
-    let n = ib
-        .wait_undelivered(6, BOB, &ids(&resolved.new_messages))
-        .expect("hand back");
+    let n = ib.wait_undelivered(6, BOB, &resolved).expect("hand back");
     assert_eq!(n, 1);
     assert_eq!(ib.owner_of(BOB, "a"), Some(WakeOwner::Pty));
-    let page = ib.inbox(BOB, None, None).expect("inbox");
+    let page = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(ids(&page.messages), ["a"]);
 }
 
@@ -499,7 +536,7 @@ fn carry_over_moves_mail_to_the_new_identity() {
     .expect("send");
     assert_eq!(ib.carry_over(3, "old", "new"), Ok(2));
     assert!(!ib.is_registered("old"));
-    let page = ib.inbox("new", None, None).expect("inbox");
+    let page = ib.inbox(0, "new", None, None).expect("inbox");
     assert_eq!(ids(&page.messages), ["a", "b"]);
     assert!(matches!(
         ib.send(
@@ -530,6 +567,6 @@ fn a_lifecycle_summary_acknowledges_only_its_window() {
     events(&mut ib);
     ib.rearm_pty_wake(BOB);
     assert!(matches!(&events(&mut ib)[..], [InboxEvent::PtyWake { .. }]));
-    let page = ib.inbox(BOB, None, None).expect("inbox");
+    let page = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(ids(&page.messages), ["late"]);
 }

@@ -711,3 +711,127 @@ fn a_refused_resend_is_reported_uncertain_not_refused() {
         "no receipt claims a refusal that may be false"
     );
 }
+
+#[test]
+fn a_reading_recipient_with_a_full_inbox_holds_forwarded_mail_at_the_previous_hop() {
+    use tuic_proto::mail::{INBOX_CAPACITY, Inboxes, READER_ACTIVE_MS};
+    use tuic_proto::peer::deliver;
+
+    let mut inboxes = Inboxes::new();
+    let mut rings = DedupeRings::new();
+    for who in ["bob", "idle"] {
+        inboxes.register(who);
+    }
+    // bob reads (at t=0), idle never has.
+    inboxes.inbox(0, "bob", None, None).expect("inbox");
+    for who in ["bob", "idle"] {
+        for i in 0..INBOX_CAPACITY {
+            let m = wire(&format!("{who}{i}"), "nodeb/alice", who, "x");
+            let r = deliver(&mut inboxes, &mut rings, 1, "nodec", &m);
+            assert!(matches!(r, Response::SendAck { .. }), "{r:?}");
+        }
+    }
+    let next = |who: &str| wire(&format!("{who}-next"), "nodeb/alice", who, "x");
+    // One more would evict bob's unread mail: it stays with the hub.
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 2, "nodec", &next("bob")),
+        Response::Error { code: ErrorCode::RecipientFull, ref connection, .. } if connection == "nodec"
+    ));
+    assert_eq!(inboxes.peek("bob").len(), INBOX_CAPACITY);
+    assert_eq!(inboxes.peek("bob")[0].message_id, "bob0");
+    // A repeat of mail it has is still acknowledged as a duplicate.
+    assert!(matches!(
+        deliver(
+            &mut inboxes,
+            &mut rings,
+            2,
+            "nodec",
+            &wire("bob5", "nodeb/alice", "bob", "x")
+        ),
+        Response::SendAck {
+            outcome: AckOutcome::Duplicate,
+            ..
+        }
+    ));
+    // A recipient that never read gets the spec's eviction, reported on its next read.
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 2, "nodec", &next("idle")),
+        Response::SendAck {
+            outcome: AckOutcome::Delivered,
+            ..
+        }
+    ));
+    assert_eq!(
+        inboxes
+            .inbox(3, "idle", None, None)
+            .expect("inbox")
+            .missed_count,
+        1
+    );
+    // Once bob stopped reading long enough, the same holds for him.
+    let later = READER_ACTIVE_MS + 1;
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, later, "nodec", &next("bob")),
+        Response::SendAck {
+            outcome: AckOutcome::Delivered,
+            ..
+        }
+    ));
+    // A read makes room; mail flows again.
+    let mut inboxes = Inboxes::new();
+    inboxes.register("bob");
+    let mut rings = DedupeRings::new();
+    inboxes.inbox(0, "bob", None, None).expect("inbox");
+    for i in 0..INBOX_CAPACITY {
+        let m = wire(&format!("b{i}"), "nodeb/alice", "bob", "x");
+        deliver(&mut inboxes, &mut rings, 1, "nodec", &m);
+    }
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 2, "nodec", &next("bob")),
+        Response::Error {
+            code: ErrorCode::RecipientFull,
+            ..
+        }
+    ));
+    let page = inboxes.inbox(3, "bob", None, Some(10)).expect("inbox");
+    assert_eq!((page.messages.len(), page.missed_count), (10, 0));
+    assert!(matches!(
+        deliver(&mut inboxes, &mut rings, 4, "nodec", &next("bob")),
+        Response::SendAck {
+            outcome: AckOutcome::Delivered,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_recipient_full_answer_keeps_the_message_and_pauses_only_that_recipient() {
+    let mut o = Outbox::new("nodec");
+    for id in ["b1", "b2"] {
+        o.push(wire(id, "x", "bob", "x")).expect("push");
+    }
+    o.push(wire("z1", "x", "zoe", "x")).expect("push");
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b1".into()));
+    o.on_refused("b1", ErrorCode::RecipientFull, "full");
+    assert_eq!(o.poll_event(), None, "the sender is not told anything");
+    assert_eq!((o.len(), o.in_flight(), o.held_for()), (3, 0, 1));
+    // bob gets nothing more; zoe's mail still flows.
+    let next: Vec<String> = std::iter::from_fn(|| o.poll_dispatch())
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(next, ["z1"]);
+    assert!(o.resume_held());
+    let resent: Vec<String> = std::iter::from_fn(|| o.poll_dispatch())
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(
+        resent,
+        ["b1", "b2"],
+        "the held message first, same id, then the rest"
+    );
+    o.on_ack("b1", AckOutcome::Delivered);
+    assert_eq!(
+        o.poll_event().map(|e| e.outcome),
+        Some(SenderOutcome::Delivered)
+    );
+}

@@ -11,7 +11,8 @@
 //! Checked on every step: each outbox stays within its count and byte bounds and its
 //! per-recipient dispatch window. Checked at the end, after healing every fault and running
 //! until quiet: nothing the sender saw accepted is lost (delivered or refused back to the
-//! sender), nothing is delivered twice.
+//! sender), nothing is delivered twice, and no agent that keeps reading ever has unread mail
+//! evicted (inboxes are small, so full ones hold forwarded mail at the previous hop).
 
 mod common;
 
@@ -26,6 +27,11 @@ use tuic_proto::peer::{
 };
 
 const NODES: [&str; 2] = ["b", "c"];
+/// A small inbox, so bursts after a partition or restart fill it and the destination holds
+/// forwarded mail at the previous hop (`recipient_full`) instead of evicting unread mail.
+const SIM_INBOX: usize = 4;
+/// The housekeeping tick on which both ends let held mail go out again.
+const RESUME_MS: u64 = 500;
 const AGENTS: usize = 2;
 const TRAFFIC_MS: u64 = 60_000;
 /// After the traffic phase, every fault is healed; this much virtual time to become quiet.
@@ -87,10 +93,12 @@ impl Node {
         (0..AGENTS).map(|i| format!("{}{i}", self.name)).collect()
     }
 
-    fn fresh_inboxes(&mut self) {
-        self.inboxes = Inboxes::new();
+    /// A (re)started process: its agents register and read at once, as agents do.
+    fn fresh_inboxes(&mut self, now: u64) {
+        self.inboxes = Inboxes::with_capacity(SIM_INBOX);
         for a in self.agents() {
             self.inboxes.register(&a);
+            self.inboxes.inbox(now, &a, None, None).expect("registered");
         }
     }
 }
@@ -108,10 +116,12 @@ struct Hub {
 }
 
 impl Hub {
-    fn fresh_inboxes(&mut self) {
-        self.inboxes = Inboxes::new();
+    fn fresh_inboxes(&mut self, now: u64) {
+        self.inboxes = Inboxes::with_capacity(SIM_INBOX);
         for a in 0..AGENTS {
-            self.inboxes.register(&format!("h{a}"));
+            let a = format!("h{a}");
+            self.inboxes.register(&a);
+            self.inboxes.inbox(now, &a, None, None).expect("registered");
         }
     }
 }
@@ -133,6 +143,11 @@ struct Stats {
     forged_rejected: u64,
     reposts: u64,
     receipts_delivered: u64,
+    /// `recipient_full` answers: a destination held forwarded mail at the previous hop.
+    held: u64,
+    /// Unread mail evicted from a reading recipient's inbox (must stay 0).
+    missed: u64,
+    reads: u64,
     frames: u64,
     reordered_seeds: u64,
     /// Resends refused and reported uncertain: delivered by an earlier attempt, or not.
@@ -162,6 +177,9 @@ impl Stats {
         self.forged_rejected += o.forged_rejected;
         self.reposts += o.reposts;
         self.receipts_delivered += o.receipts_delivered;
+        self.held += o.held;
+        self.missed += o.missed;
+        self.reads += o.reads;
         self.frames += o.frames;
         self.reordered_seeds += o.reordered_seeds;
         self.refused_on_retry_delivered += o.refused_on_retry_delivered;
@@ -226,7 +244,7 @@ impl Sim {
                     outbox: Outbox::with_limits(name, limits),
                     persisted: None,
                 };
-                n.fresh_inboxes();
+                n.fresh_inboxes(0);
                 n
             })
             .collect();
@@ -247,7 +265,7 @@ impl Sim {
             persisted: None,
         };
         let mut hub = hub;
-        hub.fresh_inboxes();
+        hub.fresh_inboxes(0);
         Self {
             seed,
             rng,
@@ -292,6 +310,8 @@ impl Sim {
     fn run(mut self) -> Stats {
         let mut next_send = 0u64;
         let mut next_fault = 2_000 + self.rng.below(8_000);
+        let mut next_read = 0u64;
+        let mut next_resume = RESUME_MS;
         loop {
             let traffic = self.now < TRAFFIC_MS;
             if !traffic && self.quiet() {
@@ -310,6 +330,8 @@ impl Sim {
             } else {
                 t = t.min(TRAFFIC_MS + SETTLE_MS + 1);
             }
+            // Agents keep reading, and held mail is retried, in both phases.
+            t = t.min(next_read).min(next_resume);
             for (name, c) in &self.conns {
                 let held = self.partitioned_until.get(name).copied().unwrap_or(0);
                 for p in [&c.to_node, &c.to_hub] {
@@ -347,6 +369,19 @@ impl Sim {
                 self.fault();
                 next_fault = self.now + 1_000 + self.rng.below(12_000);
             }
+            if self.now >= next_read {
+                self.read_one();
+                next_read = self.now + 20 + self.rng.below(400);
+            }
+            if self.now >= next_resume {
+                self.nodes.iter_mut().for_each(|n| {
+                    n.outbox.resume_held();
+                });
+                self.hub.outboxes.values_mut().for_each(|o| {
+                    o.resume_held();
+                });
+                next_resume = self.now + RESUME_MS;
+            }
             self.restarts();
             self.dial();
             self.deliver();
@@ -358,6 +393,23 @@ impl Sim {
             self.check_bounds();
         }
         self.finish()
+    }
+
+    /// One agent on a running host reads a page of its inbox.
+    fn read_one(&mut self) {
+        let host = self.rng.below(NODES.len() as u64 + 1) as usize;
+        let agent = self.rng.below(AGENTS as u64);
+        let limit = 1 + self.rng.below(4) as usize;
+        let (inboxes, name) = match self.nodes.get_mut(host) {
+            Some(n) if n.up => (&mut n.inboxes, format!("{}{agent}", n.name)),
+            None if self.hub.up => (&mut self.hub.inboxes, format!("h{agent}")),
+            _ => return,
+        };
+        let page = inboxes
+            .inbox(self.now, &name, None, Some(limit))
+            .expect("registered");
+        self.stats.reads += 1;
+        self.stats.missed += page.missed_count;
     }
 
     fn quiet(&self) -> bool {
@@ -640,14 +692,14 @@ impl Sim {
                 let (o, d) = n.persisted.take().expect("persisted at crash");
                 n.outbox = serde_json::from_str(&o).expect("outbox reloads");
                 n.dedupe = serde_json::from_str(&d).expect("dedupe reloads");
-                n.fresh_inboxes();
+                n.fresh_inboxes(self.now);
                 n.up = true;
             }
         }
         if !self.hub.up && self.now >= self.hub.restart_at {
             let (p, d) = self.hub.persisted.take().expect("persisted at crash");
             self.hub.dedupe = serde_json::from_str(&d).expect("dedupe reloads");
-            self.hub.fresh_inboxes();
+            self.hub.fresh_inboxes(self.now);
             self.hub.outboxes = p
                 .into_iter()
                 .map(|(k, s)| (k, serde_json::from_str(&s).expect("outbox reloads")))
@@ -1048,6 +1100,10 @@ fn count_delivery(
             outcome: AckOutcome::Duplicate,
             ..
         } => stats.duplicate_acks += 1,
+        Response::Error {
+            code: ErrorCode::RecipientFull,
+            ..
+        } => stats.held += 1,
         other => panic!("destination refused {}: {other:?}", m.message_id),
     }
 }
@@ -1058,6 +1114,10 @@ fn run_seeds(seeds: std::ops::Range<u64>) -> Stats {
         let s = Sim::new(seed).run();
         assert_eq!(s.lost_before_delivery, 0, "seed {seed}: lost {s:?}");
         assert_eq!(s.duplicated, 0, "seed {seed}: duplicated {s:?}");
+        assert_eq!(
+            s.missed, 0,
+            "seed {seed}: a reading agent lost mail to eviction {s:?}"
+        );
         total.add(&s);
     }
     total
@@ -1074,7 +1134,7 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} frames={} reordered_seeds={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} held={} missed={} reads={} frames={} reordered_seeds={} \
          refused_on_retry_delivered={} refused_on_retry_undelivered={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
@@ -1091,6 +1151,9 @@ fn federated_mail_survives_faults_across_seeds() {
         total.forged_rejected,
         total.reposts,
         total.receipts_delivered,
+        total.held,
+        total.missed,
+        total.reads,
         total.frames,
         total.reordered_seeds,
         total.refused_on_retry_delivered,
@@ -1114,6 +1177,10 @@ fn federated_mail_survives_faults_across_seeds() {
     assert!(total.node_crashes > 0 && total.hub_crashes > 0);
     assert!(total.duplicate_acks > 0, "resends reached the dedupe rings");
     assert!(total.forged_rejected > 0 && total.reposts > 0);
+    assert!(
+        total.held > 0,
+        "full inboxes of reading agents held mail at the previous hop"
+    );
     assert!(
         total.receipts_delivered > 0 && total.receipts_delivered <= total.delivered + total.reposts
     );

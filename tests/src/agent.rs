@@ -106,7 +106,8 @@ impl Agent {
             .await
     }
 
-    /// Reads the inbox until `n` messages arrived in total (bounded).
+    /// Waits on the inbox until `n` messages arrived in total (asserting no wait reports unread
+    /// mail evicted), bounded by `limit`.
     pub async fn collect(&mut self, n: usize, limit: Duration) -> Vec<Value> {
         let deadline = Instant::now() + limit;
         let mut got: Vec<Value> = Vec::new();
@@ -120,6 +121,11 @@ impl Agent {
             let w = self
                 .ok(json!({"action":"wait","timeout_ms": left.as_millis().min(10_000) as u64}))
                 .await;
+            assert_eq!(
+                w["missed_count"].as_u64().unwrap_or(0),
+                0,
+                "mail evicted: {w}"
+            );
             got.extend(w["new_messages"].as_array().cloned().unwrap_or_default());
         }
         got

@@ -113,8 +113,13 @@ struct Star {
 }
 
 async fn star() -> Star {
+    star_with(json!({})).await
+}
+
+/// [`star`] with extra config for node B.
+async fn star_with(b_config: Value) -> Star {
     let net = Net::star(2).unwrap();
-    let (b_dir, b, tb) = start_node(Some(net.node(0)), json!({}), "9876", "0.0.0.0");
+    let (b_dir, b, tb) = start_node(Some(net.node(0)), b_config, "9876", "0.0.0.0");
     let (c_dir, c, tc) = start_node(Some(net.node(1)), json!({}), "9876", "0.0.0.0");
     let hub_dir = config_dir(json!({}));
     let hub = NodeProc::start_in(
@@ -255,6 +260,54 @@ async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order
     assert!(err, "{e}");
     assert_eq!(e["code"], "unknown_recipient", "{e}");
     assert_eq!(e["connection"], "nodec", "{e}");
+}
+
+#[tokio::test]
+async fn a_burst_past_a_reading_recipients_inbox_waits_at_the_hub_and_loses_nothing() {
+    // B's sends answer `accepted` without waiting for the verdict, so the burst is over well
+    // inside the 30 s in which carol's one read marks her as reading.
+    let st = star_with(json!({"tuning": {"peer_send_wait_ms": 0}})).await;
+    let (mut bob, _) = Agent::new(&st.b.socket, "bob").await;
+    let (mut carol, tcarol) = Agent::new(&st.c_socket, "carol").await;
+    let a_carol = format!("nodec/{tcarol}");
+    bob.sees(&a_carol, Duration::from_secs(10)).await;
+    // carol is reading (an inbox call marks her so for 30 s) but not right now.
+    carol.ok(json!({"action":"inbox"})).await;
+    const N: usize = 150;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        let r = bob.send(&a_carol, &format!("burst-{i}")).await;
+        assert!(
+            matches!(r["status"].as_str(), Some("delivered" | "accepted")),
+            "{i}: {r}"
+        );
+        ids.push(r["message_id"].as_str().unwrap().to_owned());
+    }
+    // Her inbox keeps 100; the other 50 wait in the hub's outbox for node C instead of
+    // evicting unread mail.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = connection(&st.hub, "nodec").await;
+        if c["outbox_held"] == N - 100 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hub never held the overflow: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Reading makes room; every message arrives once, in order, and no read reports an
+    // eviction (`collect` asserts `missed_count` stays 0).
+    let got = carol.collect(N, Duration::from_secs(30)).await;
+    let got_ids: Vec<&str> = got
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got_ids, ids);
+    assert_eq!(connection(&st.hub, "nodec").await["outbox_held"], 0);
+    let page = carol.ok(json!({"action":"inbox"})).await;
+    assert_eq!(page["missed_count"], 0, "{page}");
 }
 
 type Ws =

@@ -125,18 +125,14 @@ impl Mail {
                     wait_id,
                     outcome,
                 } => {
-                    let ids: Vec<String> = outcome
-                        .new_messages
-                        .iter()
-                        .map(|m| m.message_id.clone())
-                        .collect();
-                    let delivered = g
-                        .waiters
-                        .remove(&wait_id)
-                        .is_some_and(|tx| tx.send(Some(outcome)).is_ok());
-                    if !delivered && !ids.is_empty() {
-                        // The caller went away: hand the mail back (same ids, fresh cursors).
-                        let _ = g.inboxes.wait_undelivered(now_ms(), &recipient, &ids);
+                    let delivered = match g.waiters.remove(&wait_id) {
+                        Some(tx) => tx.send(Some(outcome)),
+                        None => Err(Some(outcome)),
+                    };
+                    if let Err(Some(lost)) = delivered {
+                        // The caller went away: hand the mail back (same ids, fresh cursors)
+                        // and owe its missed_count again.
+                        let _ = g.inboxes.wait_undelivered(now_ms(), &recipient, &lost);
                     }
                 }
                 InboxEvent::WaitAbandoned { wait_id, .. } => {
@@ -266,7 +262,7 @@ impl Mail {
         let (page, actions) = {
             let mut g = node.mail.lock();
             Self::ensure(node, &mut g, recipient);
-            let p = g.inboxes.inbox(recipient, since, limit)?;
+            let p = g.inboxes.inbox(now_ms(), recipient, since, limit)?;
             g.urgent.retain(|(_, r)| r != recipient);
             (p, Self::drain(&mut g))
         };
@@ -369,13 +365,8 @@ impl Drop for WaitGuard {
             let mut g = self.node.mail.lock();
             g.waiters.remove(&self.id);
             g.inboxes.cancel_wait(&self.recipient, self.id);
-            if let Ok(Some(o)) = rx.try_recv() {
-                let ids: Vec<String> = o
-                    .new_messages
-                    .iter()
-                    .map(|m| m.message_id.clone())
-                    .collect();
-                let _ = g.inboxes.wait_undelivered(now_ms(), &self.recipient, &ids);
+            if let Ok(Some(lost)) = rx.try_recv() {
+                let _ = g.inboxes.wait_undelivered(now_ms(), &self.recipient, &lost);
             }
             Mail::drain(&mut g)
         };

@@ -257,7 +257,12 @@ impl End for NodeEnd {
                         connection,
                     },
                 ) => {
-                    tracing::warn!(message_id = %m.message_id, ?code, %connection, %message, "hub refused mail");
+                    if code == ErrorCode::RecipientFull {
+                        // Not a refusal: the uplink keeps it and retries on the next tick.
+                        tracing::info!(message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry");
+                    } else {
+                        tracing::warn!(message_id = %m.message_id, ?code, %connection, %message, "hub refused mail");
+                    }
                     self.settle(Some(&connection), |o| {
                         o.on_refused(&m.message_id, code, &message)
                     });
@@ -295,6 +300,11 @@ impl End for NodeEnd {
                 let _ = link.respond(id, r);
             }
         }
+    }
+
+    fn on_tick(&mut self, _link: &mut PeerLink) {
+        // Mail a reading recipient behind the hub had no room for goes out again.
+        self.node.peer.lock().uplink.resume_held();
     }
 
     fn pump(&mut self, link: &mut PeerLink) {

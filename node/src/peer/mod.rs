@@ -362,6 +362,12 @@ pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Res
         Response::SendAck { outcome, .. } => {
             tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, outcome = ?outcome, "forwarded message delivered")
         }
+        Response::Error {
+            code: ErrorCode::RecipientFull,
+            ..
+        } => {
+            tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, "forwarded message held at the previous hop: recipient full")
+        }
         Response::Error { code, message, .. } => {
             tracing::warn!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, code = ?code, %message, "forwarded message refused")
         }

@@ -15,6 +15,9 @@
 //!   waiter that then times out.
 //! - **Re-queue**: when a PTY disappears, its unread owned mail moves to the end of the inbox with
 //!   a fresh cursor and the same `message_id`.
+//! - **Holding forwarded mail**: [`Inboxes::should_hold`] tells the peer link when mail from
+//!   another host would evict unread mail of a recipient that is still reading; that mail
+//!   waits at the previous hop instead (local mail always follows the spec's FIFO eviction).
 //!
 //! It deliberately does not write to terminals, apply the composer-safety gate, run the wake
 //! budget or log: it emits [`InboxEvent`]s and the node acts on them.
@@ -25,6 +28,9 @@ use serde::{Deserialize, Serialize};
 
 /// Messages retained per recipient (spec "Limits").
 pub const INBOX_CAPACITY: usize = 100;
+/// How long after its last `inbox` or `wait` call a recipient still counts as reading, for
+/// [`Inboxes::should_hold`].
+pub const READER_ACTIVE_MS: u64 = 30_000;
 /// Largest accepted message body in bytes (spec "Limits": 64 KB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// A wait without `timeout_ms` runs this long.
@@ -145,6 +151,16 @@ pub struct WaitOutcome {
     pub new_messages: Vec<InboxMessage>,
     /// The cursor to continue from; present even on timeout.
     pub next_since: u64,
+    /// Unread messages evicted since the previous read (inbox or wait), omitted when none.
+    /// The spec reports evictions on inbox reads only; a caller that only ever waits would
+    /// never learn of them, so a wait reports them too and whichever read comes first clears
+    /// the count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub missed_count: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What [`Inboxes::wait`] did at once.
@@ -262,6 +278,8 @@ struct Recipient {
     pty: bool,
     /// A wake notice was requested and not yet reported done.
     wake_pending: bool,
+    /// When `inbox` or `wait` was last called (unix ms); `None` before the first call.
+    last_read_call: Option<u64>,
 }
 
 /// Every recipient's inbox on one node.
@@ -301,6 +319,32 @@ impl Inboxes {
     /// Whether `recipient` has an inbox.
     pub fn is_registered(&self, recipient: &str) -> bool {
         self.recipients.contains_key(recipient)
+    }
+
+    /// Retained messages after the stored read cursor.
+    pub fn unread(&self, recipient: &str) -> usize {
+        self.recipients.get(recipient).map_or(0, |r| {
+            r.entries
+                .iter()
+                .filter(|e| e.cursor > r.read_cursor)
+                .count()
+        })
+    }
+
+    /// Whether mail forwarded from another host should stay with the previous hop for now
+    /// (which retries it) rather than enter this inbox: the inbox already retains `capacity`
+    /// unread messages, so one more would evict unread mail, and the recipient is reading — a
+    /// wait is pending or it called `inbox`/`wait` within [`READER_ACTIVE_MS`]. A recipient
+    /// that never read or stopped reading gets the spec's FIFO eviction (reported by
+    /// `missed_count`) instead, so it cannot keep a connection's outbox full.
+    pub fn should_hold(&self, now: u64, recipient: &str) -> bool {
+        let Some(r) = self.recipients.get(recipient) else {
+            return false;
+        };
+        let reading = !r.waiters.is_empty()
+            || r.last_read_call
+                .is_some_and(|t| now.saturating_sub(t) <= READER_ACTIVE_MS);
+        reading && self.unread(recipient) >= self.capacity
     }
 
     /// Removes `recipient`'s inbox and returns its retained mail (for `replaces=` carry-over);
@@ -354,18 +398,25 @@ impl Inboxes {
     /// A resolved wait's answer never reached its caller (the MCP call or stream went away):
     /// the listed messages that are still retained are handed back, re-queued at the end with
     /// fresh cursors and unchanged ids, and assigned to the next waiter or the PTY. The
-    /// recipient dedupes a replay by `message_id`. Returns how many were re-queued.
+    /// recipient dedupes a replay by `message_id`. The answer's `missed_count` is owed again
+    /// (the next read reports it). Returns how many were re-queued.
     pub fn wait_undelivered(
         &mut self,
         now: u64,
         recipient: &str,
-        message_ids: &[String],
+        lost: &WaitOutcome,
     ) -> Result<usize, InboxError> {
+        let message_ids: Vec<&str> = lost
+            .new_messages
+            .iter()
+            .map(|m| m.message_id.as_str())
+            .collect();
         let r = self.get_mut(recipient)?;
+        r.missed += lost.missed_count;
         let (requeue, keep): (Vec<Entry>, Vec<Entry>) = r
             .entries
             .drain(..)
-            .partition(|e| message_ids.contains(&e.msg.message_id));
+            .partition(|e| message_ids.contains(&e.msg.message_id.as_str()));
         r.entries = keep.into();
         let n = requeue.len();
         for mut e in requeue {
@@ -546,11 +597,13 @@ impl Inboxes {
     /// backwards) and reports and clears `missed_count`.
     pub fn inbox(
         &mut self,
+        now: u64,
         recipient: &str,
         since: Option<u64>,
         limit: Option<usize>,
     ) -> Result<InboxPage, InboxError> {
         let r = self.get_mut(recipient)?;
+        r.last_read_call = Some(now);
         let since = since.unwrap_or(r.read_cursor);
         let limit = limit.map_or(INBOX_CAPACITY, |l| l.clamp(1, INBOX_CAPACITY));
         let mut fresh = r.entries.iter().filter(|e| e.cursor > since);
@@ -585,6 +638,7 @@ impl Inboxes {
         if r.waiters.iter().any(|w| w.id == wait_id) {
             return Err(InboxError::DuplicateWait { wait_id });
         }
+        r.last_read_call = Some(now);
         let since = since.unwrap_or(r.read_cursor);
         if r.entries.iter().any(|e| e.cursor > since) {
             let outcome = observe(r, since);
@@ -636,6 +690,7 @@ impl Inboxes {
                         timed_out: true,
                         new_messages: Vec::new(),
                         next_since: w.since.max(r.read_cursor),
+                        missed_count: std::mem::take(&mut r.missed),
                     }
                 };
                 self.events.push_back(InboxEvent::WaitResolved {
@@ -802,5 +857,6 @@ fn observe(r: &mut Recipient, since: u64) -> WaitOutcome {
         timed_out: false,
         new_messages,
         next_since,
+        missed_count: std::mem::take(&mut r.missed),
     }
 }

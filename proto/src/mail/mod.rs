@@ -10,6 +10,6 @@ pub mod inbox;
 
 pub use inbox::{
     DeliveryPath, INBOX_CAPACITY, InboxError, InboxEvent, InboxMessage, InboxPage, Inboxes,
-    Lifecycle, MAX_MESSAGE_BYTES, NewMessage, SendReceipt, WAIT_CAP_MS, WAIT_CLAMPED_MS,
-    WAIT_DEFAULT_MS, WaitId, WaitOutcome, WaitStart, WakeOwner,
+    Lifecycle, MAX_MESSAGE_BYTES, NewMessage, READER_ACTIVE_MS, SendReceipt, WAIT_CAP_MS,
+    WAIT_CLAMPED_MS, WAIT_DEFAULT_MS, WaitId, WaitOutcome, WaitStart, WakeOwner,
 };

@@ -18,8 +18,10 @@ use super::outbox::{Outbox, OutboxError};
 
 /// Delivers stamped mail (`from` already set by the link) to `m.to`, a local recipient.
 /// Fresh mail is enqueued and recorded in the recipient's ring; a repeat is acknowledged as
-/// `duplicate` without enqueueing; a collision or an unknown recipient is refused. `connection`
-/// is this side's name in errors.
+/// `duplicate` without enqueueing; a collision or an unknown recipient is refused. Fresh mail
+/// for a reading recipient whose inbox is full of unread mail is answered `recipient_full`
+/// and stays with the previous hop ([`Inboxes::should_hold`]). `connection` is this side's
+/// name in errors.
 pub fn deliver(
     inboxes: &mut Inboxes,
     rings: &mut DedupeRings,
@@ -43,6 +45,14 @@ pub fn deliver(
         Err(e @ DedupeError::IdentityCollision { .. }) => {
             refuse(ErrorCode::IdentityCollision, connection, e.to_string())
         }
+        Ok(Verdict::Fresh) if inboxes.should_hold(now, recipient) => refuse(
+            ErrorCode::RecipientFull,
+            connection,
+            format!(
+                "recipient '{recipient}' holds {} unread messages; retry when it has read",
+                inboxes.unread(recipient)
+            ),
+        ),
         Ok(Verdict::Fresh) => {
             let new = NewMessage {
                 recipient: recipient.to_owned(),

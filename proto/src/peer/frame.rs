@@ -150,6 +150,9 @@ pub enum ErrorCode {
     UnknownRecipient,
     /// The next hop's outbox is full.
     OutboxFull,
+    /// The recipient is reading but already has a full inbox of unread mail: the message stays
+    /// with the previous hop, which retries it (not a refusal; the sender is not told).
+    RecipientFull,
     /// The message id is known with another sender or body.
     IdentityCollision,
     /// The body is over the size limit.
@@ -278,6 +281,9 @@ pub enum Frame {
         new_messages: Vec<InboxMessage>,
         /// Cursor to continue from.
         next_since: u64,
+        /// Unread mail evicted since the previous read (omitted when none).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        missed_count: u64,
     },
     /// How relayed mail ended, hub → the sender's node (no answer expected).
     Receipt(Receipt),
@@ -346,4 +352,8 @@ impl Frame {
             Frame::Error { id, .. } => *id,
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -467,6 +467,7 @@ impl PeerLink {
                 timed_out,
                 new_messages,
                 next_since,
+                missed_count,
             } => self.answered(
                 id,
                 Response::WaitResult(WaitOutcome {
@@ -474,6 +475,7 @@ impl PeerLink {
                     timed_out,
                     new_messages,
                     next_since,
+                    missed_count,
                 }),
             ),
             Frame::Error {
@@ -630,6 +632,7 @@ impl PeerLink {
                 timed_out: w.timed_out,
                 new_messages: w.new_messages,
                 next_since: w.next_since,
+                missed_count: w.missed_count,
             },
             Response::Error {
                 code,

@@ -7,12 +7,16 @@
 //! between the oldest unacknowledged one and the newest sent, so a resend always lands inside
 //! the destination's 100-id dedupe horizon (as far as this outbox's traffic is concerned).
 //!
+//! A `recipient_full` answer is not a refusal: the message stays, nothing more goes to that
+//! recipient until the owner calls [`Outbox::resume_held`] (both ends do on their 500 ms
+//! housekeeping tick), and then the held messages go first, in their order, with their ids.
+//!
 //! The outbox serializes with serde so the node can store it in `redb` after every change;
 //! a reloaded outbox has nothing in flight and resends everything it holds, in order, with the
 //! same `message_id`s. It does not talk to the link itself: the owner moves messages from
 //! [`Outbox::poll_dispatch`] to `PeerLink::request` and feeds acknowledgements back.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -200,6 +204,10 @@ pub struct Outbox {
     /// Next dispatch number per recipient.
     #[serde(skip)]
     next_no: BTreeMap<String, u64>,
+    /// Recipients that answered `recipient_full`: nothing goes to them until
+    /// [`Outbox::resume_held`].
+    #[serde(skip)]
+    held_for: BTreeSet<String>,
     #[serde(skip)]
     events: VecDeque<OutboxEvent>,
 }
@@ -218,6 +226,7 @@ impl Outbox {
             held: VecDeque::new(),
             bytes: 0,
             next_no: BTreeMap::new(),
+            held_for: BTreeSet::new(),
             events: VecDeque::new(),
         }
     }
@@ -313,7 +322,7 @@ impl Outbox {
         let window = self.limits.max_in_flight_per_recipient;
         let mut pick = None;
         for (i, h) in self.held.iter().enumerate() {
-            if h.in_flight {
+            if h.in_flight || self.held_for.contains(&h.message.to) {
                 continue;
             }
             if h.dispatch_no.is_some() {
@@ -353,8 +362,21 @@ impl Outbox {
 
     /// The next hop refused a message: it leaves the outbox and the sender is told why —
     /// [`SenderOutcome::Refused`] when this was its only attempt, else
-    /// [`SenderOutcome::RefusedOnRetry`] (an earlier attempt may have arrived).
+    /// [`SenderOutcome::RefusedOnRetry`] (an earlier attempt may have arrived). Except
+    /// [`ErrorCode::RecipientFull`], which is no refusal: the message stays, off the wire, and
+    /// its recipient gets nothing more until [`Outbox::resume_held`].
     pub fn on_refused(&mut self, message_id: &str, code: ErrorCode, message: &str) {
+        if code == ErrorCode::RecipientFull {
+            if let Some(h) = self
+                .held
+                .iter_mut()
+                .find(|h| h.message.message_id == message_id)
+            {
+                h.in_flight = false;
+                self.held_for.insert(h.message.to.clone());
+            }
+            return;
+        }
         if let Some(h) = self.remove(message_id) {
             let connection = self.connection_id.clone();
             let message = message.to_owned();
@@ -391,6 +413,19 @@ impl Outbox {
             };
             self.emit(&m, outcome);
         }
+    }
+
+    /// Lets mail to recipients that answered `recipient_full` go out again; returns whether any
+    /// was held. Call periodically (the hold is a retry delay, not a state to wait out).
+    pub fn resume_held(&mut self) -> bool {
+        let any = !self.held_for.is_empty();
+        self.held_for.clear();
+        any
+    }
+
+    /// Recipients whose mail is held back after a `recipient_full` answer.
+    pub fn held_for(&self) -> usize {
+        self.held_for.len()
     }
 
     /// The next sender outcome to report.
