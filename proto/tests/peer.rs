@@ -821,17 +821,22 @@ fn a_recipient_full_answer_keeps_the_message_and_pauses_only_that_recipient() {
         .collect();
     assert_eq!(next, ["z1"]);
     assert!(o.resume_held());
-    let resent: Vec<String> = std::iter::from_fn(|| o.poll_dispatch())
+    // One probe: the held message, same id. Still full: held again, one frame spent.
+    let probe: Vec<String> = std::iter::from_fn(|| o.poll_dispatch())
         .map(|m| m.message_id)
         .collect();
-    assert_eq!(
-        resent,
-        ["b1", "b2"],
-        "the held message first, same id, then the rest"
-    );
+    assert_eq!(probe, ["b1"]);
+    o.on_refused("b1", ErrorCode::RecipientFull, "full");
+    assert_eq!(o.poll_dispatch(), None);
+    assert!(o.resume_held());
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b1".into()));
+    assert_eq!(o.poll_dispatch(), None, "one probe at a time");
+    // Room again: its acknowledgement reopens the window.
     o.on_ack("b1", AckOutcome::Delivered);
     assert_eq!(
         o.poll_event().map(|e| e.outcome),
         Some(SenderOutcome::Delivered)
     );
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b2".into()));
+    assert!(!o.resume_held(), "nothing held");
 }

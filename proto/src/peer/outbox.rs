@@ -9,7 +9,10 @@
 //!
 //! A `recipient_full` answer is not a refusal: the message stays, nothing more goes to that
 //! recipient until the owner calls [`Outbox::resume_held`] (both ends do on their 500 ms
-//! housekeeping tick), and then the held messages go first, in their order, with their ids.
+//! housekeeping tick). Then one message probes — the oldest held, same id — and only its
+//! acknowledgement reopens the recipient's whole window; a probe answered `recipient_full`
+//! again holds the recipient for another tick. So a recipient that stays full costs one frame
+//! per tick, not a window's worth.
 //!
 //! The outbox serializes with serde so the node can store it in `redb` after every change;
 //! a reloaded outbox has nothing in flight and resends everything it holds, in order, with the
@@ -208,6 +211,9 @@ pub struct Outbox {
     /// [`Outbox::resume_held`].
     #[serde(skip)]
     held_for: BTreeSet<String>,
+    /// Recipients resumed after a hold: one message at a time until one is acknowledged.
+    #[serde(skip)]
+    probing: BTreeSet<String>,
     #[serde(skip)]
     events: VecDeque<OutboxEvent>,
 }
@@ -227,6 +233,7 @@ impl Outbox {
             bytes: 0,
             next_no: BTreeMap::new(),
             held_for: BTreeSet::new(),
+            probing: BTreeSet::new(),
             events: VecDeque::new(),
         }
     }
@@ -325,6 +332,9 @@ impl Outbox {
             if h.in_flight || self.held_for.contains(&h.message.to) {
                 continue;
             }
+            if self.probing.contains(&h.message.to) && self.in_flight_to(&h.message.to) > 0 {
+                continue;
+            }
             if h.dispatch_no.is_some() {
                 pick = Some(i);
                 break;
@@ -352,6 +362,7 @@ impl Outbox {
     /// The next hop acknowledged a message: it leaves the outbox.
     pub fn on_ack(&mut self, message_id: &str, outcome: AckOutcome) {
         if let Some(h) = self.remove(message_id) {
+            self.probing.remove(&h.message.to);
             let outcome = match outcome {
                 AckOutcome::Delivered | AckOutcome::Duplicate => SenderOutcome::Delivered,
                 AckOutcome::Accepted => SenderOutcome::Accepted,
@@ -373,7 +384,9 @@ impl Outbox {
                 .find(|h| h.message.message_id == message_id)
             {
                 h.in_flight = false;
-                self.held_for.insert(h.message.to.clone());
+                let to = h.message.to.clone();
+                self.probing.remove(&to);
+                self.held_for.insert(to);
             }
             return;
         }
@@ -415,11 +428,12 @@ impl Outbox {
         }
     }
 
-    /// Lets mail to recipients that answered `recipient_full` go out again; returns whether any
-    /// was held. Call periodically (the hold is a retry delay, not a state to wait out).
+    /// Lets mail to recipients that answered `recipient_full` go out again, one probe each
+    /// until one is acknowledged; returns whether any was held. Call periodically (the hold is
+    /// a retry delay, not a state to wait out).
     pub fn resume_held(&mut self) -> bool {
         let any = !self.held_for.is_empty();
-        self.held_for.clear();
+        self.probing.append(&mut self.held_for);
         any
     }
 
