@@ -547,18 +547,21 @@ mod mail {
         });
         let mut got = 0usize;
         let mut rounds = 0usize;
+        // Evictions are reported by whichever read comes first: the waits, then the last inbox.
+        let mut missed = 0usize;
         // Bounded: every round either receives mail or, once the sender is done, ends.
         while rounds < m * 2 {
             rounds += 1;
             let w = a.agent(json!({"action":"wait","timeout_ms":1000})).await?;
             got += w["new_messages"].as_array().map_or(0, Vec::len);
+            missed += w["missed_count"].as_u64().unwrap_or(0) as usize;
             if got >= m || (w["timed_out"] == true && sender.is_finished()) {
                 break;
             }
         }
         let recv_secs = t0.elapsed().as_secs_f64();
         sender.await??;
-        let missed = a.agent(json!({"action":"inbox"})).await?["missed_count"]
+        missed += a.agent(json!({"action":"inbox"})).await?["missed_count"]
             .as_u64()
             .unwrap_or(0) as usize;
         let secs = recv_secs;
