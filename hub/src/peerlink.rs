@@ -83,13 +83,11 @@ impl PeerHub {
     /// Loads every stored per-connection outbox from the hub's store.
     pub fn load(node: Arc<Node>) -> anyhow::Result<Arc<Self>> {
         let mut inner = Inner::default();
-        for (k, v) in node.store.peer_outboxes()? {
-            if k == UPLINK_KEY {
-                continue;
+        let limits = tuic_node::peer::limits(&node.config().tuning);
+        for (k, o) in tuic_node::peer::load_outboxes(&node.store, limits)? {
+            if k != UPLINK_KEY {
+                inner.outboxes.insert(k, o);
             }
-            let o: Outbox = serde_json::from_slice(&v)
-                .map_err(|e| anyhow::anyhow!("decoding the stored outbox of {k}: {e}"))?;
-            inner.outboxes.insert(k, o);
         }
         Ok(Arc::new(Self {
             node,
@@ -132,7 +130,7 @@ impl PeerHub {
             }) = &routed
                 && let Some((conn, _)) = m.to.split_once('/')
             {
-                if let Err(e) = self.commit(&g, conn) {
+                if let Err(e) = self.commit(&mut g, conn) {
                     tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
                     // Not durable: give custody back rather than promise what a crash loses.
                     if let Some(o) = g.outboxes.get_mut(conn) {
@@ -157,8 +155,8 @@ impl PeerHub {
         }
     }
 
-    fn commit(&self, g: &Inner, conn: &str) -> anyhow::Result<()> {
-        match g.outboxes.get(conn) {
+    fn commit(&self, g: &mut Inner, conn: &str) -> anyhow::Result<()> {
+        match g.outboxes.get_mut(conn) {
             Some(o) => persist_outbox(&self.node.store, conn, o),
             None => Ok(()),
         }
@@ -182,7 +180,7 @@ impl PeerHub {
         while let Some(e) = o.poll_event() {
             events.push(e);
         }
-        if let Err(e) = self.commit(&g, conn) {
+        if let Err(e) = self.commit(&mut g, conn) {
             tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
         }
         for e in events {

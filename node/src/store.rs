@@ -6,6 +6,7 @@
 //! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
 //! Every call is blocking; async callers use `spawn_blocking`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
@@ -17,12 +18,22 @@ const LOGIN_SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("log
 /// Repositories: canonical path → JSON record.
 const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositories");
 
-/// Cross-host outboxes: key (a connection id, or [`UPLINK_KEY`]) → JSON `peer::Outbox`.
+/// Cross-host outboxes as whole records (key → JSON `peer::Outbox`): written by earlier
+/// versions, read once and moved into [`PEER_OUTBOX_MESSAGES`].
 const PEER_OUTBOXES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_outboxes");
+
+/// Cross-host outboxes, one record per held message: (outbox key — a connection id, or
+/// [`UPLINK_KEY`] — and the message's sequence number) → JSON record. A change writes or
+/// removes one message's record, however full the outbox is.
+const PEER_OUTBOX_MESSAGES: TableDefinition<'_, (&str, u64), &[u8]> =
+    TableDefinition::new("peer_outbox_messages");
 
 /// Dedupe rings of forwarded mail: recipient → JSON of that recipient's ring
 /// (`DedupeRings::export_ring`), so a delivery rewrites one ring, not all of them.
 const PEER_DEDUPE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_dedupe");
+
+/// One outbox's stored message records: `(seq, record)` in sequence order.
+pub type OutboxRecords = Vec<(u64, Vec<u8>)>;
 
 /// The key of a node's outbox towards its hub (never a valid connection id: it has `@`).
 pub const UPLINK_KEY: &str = "@uplink";
@@ -42,13 +53,14 @@ impl Store {
         tx.open_table(LOGIN_SESSIONS)?;
         tx.open_table(REPOS)?;
         tx.open_table(PEER_OUTBOXES)?;
+        tx.open_table(PEER_OUTBOX_MESSAGES)?;
         tx.open_table(PEER_DEDUPE)?;
         tx.commit()?;
         Ok(Self { db })
     }
 
-    /// Every stored outbox (key → JSON).
-    pub fn peer_outboxes(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    /// Every outbox stored whole by an earlier version (key → JSON).
+    pub fn legacy_peer_outboxes(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(PEER_OUTBOXES)?;
         let mut out = Vec::new();
@@ -59,9 +71,56 @@ impl Store {
         Ok(out)
     }
 
-    /// Replaces one outbox record. Committed (durable) before it returns, so a send answered
-    /// `accepted` after this survives a `kill -9`.
-    pub fn put_peer_outbox(&self, key: &str, json: &[u8]) -> anyhow::Result<()> {
+    /// Every stored outbox message record: key → `(seq, record)` in sequence order.
+    pub fn peer_outbox_messages(&self) -> anyhow::Result<BTreeMap<String, OutboxRecords>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(PEER_OUTBOX_MESSAGES)?;
+        let mut out: BTreeMap<String, OutboxRecords> = BTreeMap::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let (key, seq) = k.value();
+            out.entry(key.to_owned())
+                .or_default()
+                .push((seq, v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Applies one outbox's changes — `(seq, Some(record))` writes, `(seq, None)` removes — in
+    /// one transaction, committed (durable) before it returns, so a send answered `accepted`
+    /// after this survives a `kill -9`. `drop_legacy` also removes the outbox's whole record
+    /// of an earlier version (its messages being among the writes).
+    pub fn apply_peer_outbox(
+        &self,
+        key: &str,
+        changes: &[(u64, Option<&[u8]>)],
+        drop_legacy: bool,
+    ) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(PEER_OUTBOX_MESSAGES)?;
+            for (seq, record) in changes {
+                match record {
+                    Some(r) => {
+                        t.insert((key, *seq), *r)?;
+                    }
+                    None => {
+                        t.remove((key, *seq))?;
+                    }
+                }
+            }
+            if drop_legacy {
+                tx.open_table(PEER_OUTBOXES)?.remove(key)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Writes an outbox as one whole record, the way earlier versions did (tests of the move
+    /// to per-message records).
+    #[doc(hidden)]
+    pub fn put_legacy_peer_outbox(&self, key: &str, json: &[u8]) -> anyhow::Result<()> {
         let tx = self.db.begin_write()?;
         tx.open_table(PEER_OUTBOXES)?.insert(key, json)?;
         tx.commit()?;
@@ -189,23 +248,26 @@ mod tests {
         let p = d.path().join("state.redb");
         {
             let s = Store::open(&p).unwrap();
-            s.put_peer_outbox(UPLINK_KEY, b"{\"a\":1}").unwrap();
-            s.put_peer_outbox("nodeb", b"{}").unwrap();
-            s.put_peer_outbox(UPLINK_KEY, b"{\"a\":2}").unwrap();
+            s.put_legacy_peer_outbox("nodec", b"{}").unwrap();
+            s.apply_peer_outbox(UPLINK_KEY, &[(0, Some(b"a")), (1, Some(b"b"))], false)
+                .unwrap();
+            s.apply_peer_outbox("nodeb", &[(7, Some(b"x"))], false)
+                .unwrap();
+            s.apply_peer_outbox(UPLINK_KEY, &[(0, None), (2, Some(b"c"))], false)
+                .unwrap();
+            s.apply_peer_outbox("nodec", &[(0, Some(b"moved"))], true)
+                .unwrap();
             s.put_peer_ring("bob", Some(b"[]")).unwrap();
             s.put_peer_ring("carol", Some(b"[1]")).unwrap();
             s.put_peer_ring("carol", None).unwrap();
         }
         let s = Store::open(&p).unwrap();
-        let mut o = s.peer_outboxes().unwrap();
-        o.sort();
-        assert_eq!(
-            o,
-            vec![
-                ("@uplink".to_owned(), b"{\"a\":2}".to_vec()),
-                ("nodeb".to_owned(), b"{}".to_vec())
-            ]
-        );
+        let o = s.peer_outbox_messages().unwrap();
+        let want = |v: &[(u64, &[u8])]| v.iter().map(|(q, r)| (*q, r.to_vec())).collect::<Vec<_>>();
+        assert_eq!(o["@uplink"], want(&[(1, b"b"), (2, b"c")]));
+        assert_eq!(o["nodeb"], want(&[(7, b"x")]));
+        assert_eq!(o["nodec"], want(&[(0, b"moved")]));
+        assert!(s.legacy_peer_outboxes().unwrap().is_empty(), "moved");
         assert_eq!(
             s.peer_rings().unwrap(),
             vec![("bob".to_owned(), b"[]".to_vec())]

@@ -2,8 +2,8 @@
 
 use tuic_proto::peer::{
     AckOutcome, Backoff, DedupeError, DedupeRings, DownReason, ErrorCode, Frame, LinkConfig,
-    LinkEvent, LinkRole, LinkState, Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, Pushed,
-    Request, Response, SenderOutcome, Verdict, WireMessage,
+    LinkEvent, LinkRole, LinkState, Outbox, OutboxChange, OutboxError, OutboxLimits, PeerEntry,
+    PeerLink, Pushed, Request, Response, SenderOutcome, Verdict, WireMessage,
 };
 
 fn peer(id: &str) -> PeerEntry {
@@ -839,4 +839,106 @@ fn a_recipient_full_answer_keeps_the_message_and_pauses_only_that_recipient() {
     );
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b2".into()));
     assert!(!o.resume_held(), "nothing held");
+}
+
+/// Applies changes to a map standing in for the store's per-message records.
+fn apply(store: &mut std::collections::BTreeMap<u64, Vec<u8>>, changes: Vec<OutboxChange>) {
+    for c in changes {
+        match c {
+            OutboxChange::Put { seq, record } => {
+                store.insert(seq, record);
+            }
+            OutboxChange::Remove { seq } => {
+                store.remove(&seq);
+            }
+        }
+    }
+}
+
+fn records(store: &std::collections::BTreeMap<u64, Vec<u8>>) -> Vec<(u64, Vec<u8>)> {
+    store.iter().map(|(k, v)| (*k, v.clone())).collect()
+}
+
+#[test]
+fn outbox_changes_touch_one_record_each_and_rebuild_the_outbox() {
+    let mut store = std::collections::BTreeMap::new();
+    let mut o = Outbox::new("nodec");
+    for id in ["a", "b", "c"] {
+        o.push(wire(id, "x", "bob", id)).expect("push");
+    }
+    let changes = o.take_changes();
+    assert_eq!(changes.len(), 3, "one write per pushed message");
+    apply(&mut store, changes);
+    // The first attempt is recorded (a refusal after a restart is then known to be a retry);
+    // an acknowledgement removes exactly that message's record.
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
+    o.on_ack("a", AckOutcome::Delivered);
+    let changes = o.take_changes();
+    assert_eq!(
+        changes.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        [0, 1, 0]
+    );
+    assert!(matches!(changes[2], OutboxChange::Remove { seq: 0 }));
+    apply(&mut store, changes);
+    assert!(o.take_changes().is_empty());
+    // A failed commit gives its changes back, ahead of newer ones.
+    o.push(wire("d", "x", "bob", "d")).expect("push");
+    let failed = o.take_changes();
+    o.push(wire("e", "x", "bob", "e")).expect("push");
+    o.restore_changes(failed);
+    let again = o.take_changes();
+    assert_eq!(
+        again.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        [3, 4]
+    );
+    apply(&mut store, again);
+
+    // A restart: the records rebuild the outbox, oldest first, nothing in flight, b's attempt
+    // remembered, new messages numbered after the old.
+    let mut back =
+        Outbox::from_records("nodec", OutboxLimits::default(), &records(&store)).expect("load");
+    assert_eq!(back.len(), 4);
+    assert_eq!(back.bytes(), o.bytes());
+    assert_eq!(back.in_flight(), 0);
+    let order: Vec<String> = back.messages().map(|m| m.message_id.clone()).collect();
+    assert_eq!(order, ["b", "c", "d", "e"]);
+    back.poll_dispatch();
+    back.on_refused("b", ErrorCode::UnknownRecipient, "gone");
+    assert!(matches!(
+        back.poll_event().map(|e| e.outcome),
+        Some(SenderOutcome::RefusedOnRetry { .. })
+    ));
+    back.take_changes();
+    back.push(wire("f", "x", "bob", "f")).expect("push");
+    assert_eq!(
+        back.take_changes()
+            .iter()
+            .map(OutboxChange::seq)
+            .collect::<Vec<_>>(),
+        [5]
+    );
+}
+
+#[test]
+fn an_outbox_stored_whole_moves_into_per_message_records() {
+    let mut old = Outbox::new("nodec");
+    for id in ["a", "b"] {
+        old.push(wire(id, "x", "bob", id)).expect("push");
+    }
+    old.poll_dispatch();
+    // What an earlier version stored, without sequence numbers.
+    let mut json: serde_json::Value = serde_json::to_value(&old).expect("serialize");
+    for h in json["held"].as_array_mut().expect("held") {
+        h.as_object_mut().expect("object").remove("seq");
+    }
+    json.as_object_mut().expect("object").remove("next_seq");
+    let mut read: Outbox = serde_json::from_value(json).expect("old format reads");
+    read.rewrite_all();
+    let mut store = std::collections::BTreeMap::new();
+    apply(&mut store, read.take_changes());
+    let back =
+        Outbox::from_records("nodec", OutboxLimits::default(), &records(&store)).expect("load");
+    let order: Vec<String> = back.messages().map(|m| m.message_id.clone()).collect();
+    assert_eq!(order, ["a", "b"]);
 }

@@ -201,7 +201,7 @@ impl NodeEnd {
         {
             let mut p = self.node.peer.lock();
             f(&mut p.uplink);
-            if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &p.uplink) {
+            if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &mut p.uplink) {
                 tracing::error!(error = %e, "persisting the uplink outbox failed");
             }
             while let Some(mut ev) = p.uplink.poll_event() {

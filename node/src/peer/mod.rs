@@ -20,7 +20,7 @@ pub mod driver;
 pub mod endpoint;
 pub mod remote;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -29,8 +29,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tuic_proto::mail::MAX_MESSAGE_BYTES;
 use tuic_proto::peer::{
-    AckOutcome, Address, DedupeRings, ErrorCode, Outbox, OutboxError, OutboxLimits, PeerEntry,
-    Response, SenderOutcome, WireMessage, parse_address,
+    AckOutcome, Address, DedupeRings, ErrorCode, Outbox, OutboxChange, OutboxError, OutboxLimits,
+    PeerEntry, Response, SenderOutcome, WireMessage, parse_address,
 };
 
 use crate::config::Tuning;
@@ -118,13 +118,9 @@ impl PeerState {
     /// Loads the uplink outbox and the rings from the store (empty when absent). A stored
     /// record that does not decode is an error: starting empty would drop accepted mail.
     pub fn load(store: &Store, tuning: &Tuning) -> anyhow::Result<Self> {
-        let mut uplink = Outbox::with_limits(UPLINK, limits(tuning));
-        for (k, v) in store.peer_outboxes()? {
-            if k == UPLINK_KEY {
-                uplink = serde_json::from_slice(&v)
-                    .map_err(|e| anyhow::anyhow!("decoding the stored uplink outbox: {e}"))?;
-            }
-        }
+        let uplink = load_outboxes(store, limits(tuning))?
+            .remove(UPLINK_KEY)
+            .unwrap_or_else(|| Outbox::with_limits(UPLINK, limits(tuning)));
         let mut rings = DedupeRings::new();
         for (recipient, v) in store.peer_rings()? {
             rings
@@ -305,11 +301,58 @@ pub fn post_refusals(node: &Arc<Node>, late: Vec<LateRefusal>) {
     }
 }
 
-/// Writes an outbox record; a failure is logged (the mail is still held in memory and the
-/// next change writes it again).
-pub fn persist_outbox(store: &Store, key: &str, outbox: &Outbox) -> anyhow::Result<()> {
-    let json = serde_json::to_vec(outbox)?;
-    store.put_peer_outbox(key, &json)
+/// Commits an outbox's pending changes (one message record each) in one transaction. On
+/// failure the changes go back into the outbox, so the next commit writes them again.
+pub fn persist_outbox(store: &Store, key: &str, outbox: &mut Outbox) -> anyhow::Result<()> {
+    commit_changes(store, key, outbox, false)
+}
+
+fn commit_changes(
+    store: &Store,
+    key: &str,
+    outbox: &mut Outbox,
+    drop_legacy: bool,
+) -> anyhow::Result<()> {
+    let changes = outbox.take_changes();
+    if changes.is_empty() && !drop_legacy {
+        return Ok(());
+    }
+    let rows: Vec<(u64, Option<&[u8]>)> = changes
+        .iter()
+        .map(|c| match c {
+            OutboxChange::Put { seq, record } => (*seq, Some(record.as_slice())),
+            OutboxChange::Remove { seq } => (*seq, None),
+        })
+        .collect();
+    let r = store.apply_peer_outbox(key, &rows, drop_legacy);
+    if r.is_err() {
+        outbox.restore_changes(changes);
+    }
+    r
+}
+
+/// Every stored outbox by key ([`UPLINK_KEY`] or a connection id), with `limits`. Outboxes an
+/// earlier version stored as whole records are first moved into per-message records (one
+/// transaction each). A record that does not decode is an error: starting empty would drop
+/// accepted mail.
+pub fn load_outboxes(
+    store: &Store,
+    limits: OutboxLimits,
+) -> anyhow::Result<BTreeMap<String, Outbox>> {
+    for (key, json) in store.legacy_peer_outboxes()? {
+        let mut old: Outbox = serde_json::from_slice(&json)
+            .map_err(|e| anyhow::anyhow!("decoding the stored outbox of {key}: {e}"))?;
+        old.rewrite_all();
+        commit_changes(store, &key, &mut old, true)?;
+    }
+    let mut out = BTreeMap::new();
+    for (key, records) in store.peer_outbox_messages()? {
+        let name = if key == UPLINK_KEY { UPLINK } else { &key };
+        let o = Outbox::from_records(name, limits, &records)
+            .map_err(|e| anyhow::anyhow!("decoding the stored outbox of {key}: {e}"))?;
+        out.insert(key, o);
+    }
+    Ok(out)
 }
 
 /// Commits one recipient's ring (or its removal).
@@ -578,7 +621,7 @@ fn queue_uplink(
             });
         }
     }
-    if let Err(e) = persist_outbox(&node.store, UPLINK_KEY, &p.uplink) {
+    if let Err(e) = persist_outbox(&node.store, UPLINK_KEY, &mut p.uplink) {
         // Not durable: take it back out rather than promise what a crash would lose.
         p.uplink
             .on_refused(&message_id, ErrorCode::Internal, "not persisted");

@@ -32,4 +32,6 @@ pub use frame::{
 pub use link::{
     DownReason, LinkConfig, LinkError, LinkEvent, LinkState, PeerLink, Request, Response,
 };
-pub use outbox::{Outbox, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome};
+pub use outbox::{
+    Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome,
+};

@@ -14,9 +14,13 @@
 //! again holds the recipient for another tick. So a recipient that stays full costs one frame
 //! per tick, not a window's worth.
 //!
-//! The outbox serializes with serde so the node can store it in `redb` after every change;
-//! a reloaded outbox has nothing in flight and resends everything it holds, in order, with the
-//! same `message_id`s. It does not talk to the link itself: the owner moves messages from
+//! Persistence is per message: every held message has a sequence number, and each change
+//! records an [`OutboxChange`] (a message's record written, or removed) that the owner takes
+//! with [`Outbox::take_changes`] and commits, so a change costs one message's record however
+//! full the outbox is. [`Outbox::from_records`] rebuilds an outbox from those records; a
+//! reloaded outbox has nothing in flight and resends everything it holds, in order, with the
+//! same `message_id`s. (The whole outbox also serializes with serde, for the simulator and for
+//! reading records stored by earlier versions.) It does not talk to the link itself: the owner moves messages from
 //! [`Outbox::poll_dispatch`] to `PeerLink::request` and feeds acknowledgements back.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -181,8 +185,38 @@ pub enum OutboxError {
     EmptyMessageId,
 }
 
+/// One change to an outbox's stored records, keyed by the message's sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboxChange {
+    /// Write (or overwrite) the record of message `seq`.
+    Put {
+        /// The message's sequence number in this outbox.
+        seq: u64,
+        /// The record (JSON), as [`Outbox::from_records`] reads it.
+        record: Vec<u8>,
+    },
+    /// Remove the record of message `seq`.
+    Remove {
+        /// The message's sequence number in this outbox.
+        seq: u64,
+    },
+}
+
+impl OutboxChange {
+    /// The sequence number the change is about.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Self::Put { seq, .. } | Self::Remove { seq } => *seq,
+        }
+    }
+}
+
+/// The record of one held message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Held {
+    /// Order of arrival in this outbox (the record's key).
+    #[serde(default)]
+    seq: u64,
     message: WireMessage,
     /// Position in the recipient's dispatch sequence; not persisted, so a reloaded outbox starts
     /// a fresh window.
@@ -204,6 +238,12 @@ pub struct Outbox {
     limits: OutboxLimits,
     held: VecDeque<Held>,
     bytes: u64,
+    /// The next message's sequence number.
+    #[serde(default)]
+    next_seq: u64,
+    /// Changes not yet taken by [`Outbox::take_changes`].
+    #[serde(skip)]
+    journal: Vec<OutboxChange>,
     /// Next dispatch number per recipient.
     #[serde(skip)]
     next_no: BTreeMap<String, u64>,
@@ -231,6 +271,8 @@ impl Outbox {
             limits,
             held: VecDeque::new(),
             bytes: 0,
+            next_seq: 0,
+            journal: Vec::new(),
             next_no: BTreeMap::new(),
             held_for: BTreeSet::new(),
             probing: BTreeSet::new(),
@@ -306,12 +348,16 @@ impl Outbox {
             });
         }
         self.bytes += weight;
-        self.held.push_back(Held {
+        let h = Held {
+            seq: self.next_seq,
             message,
             dispatch_no: None,
             in_flight: false,
             attempts: 0,
-        });
+        };
+        self.next_seq += 1;
+        self.journal.push(put(&h));
+        self.held.push_back(h);
         Ok(Pushed::Accepted)
     }
 
@@ -356,7 +402,13 @@ impl Outbox {
         }
         h.in_flight = true;
         h.attempts = h.attempts.saturating_add(1);
-        Some(h.message.clone())
+        // Only the first attempt needs recording: after a restart, any later refusal is then
+        // already known to follow an attempt that may have arrived.
+        if h.attempts == 1 {
+            let change = put(h);
+            self.journal.push(change);
+        }
+        Some(self.held[i].message.clone())
     }
 
     /// The next hop acknowledged a message: it leaves the outbox.
@@ -447,6 +499,52 @@ impl Outbox {
         self.events.pop_front()
     }
 
+    /// The changes to commit since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<OutboxChange> {
+        std::mem::take(&mut self.journal)
+    }
+
+    /// Gives back changes whose commit failed: they go before any newer ones, so the next
+    /// commit writes them again.
+    pub fn restore_changes(&mut self, mut changes: Vec<OutboxChange>) {
+        changes.append(&mut self.journal);
+        self.journal = changes;
+    }
+
+    /// Renumbers every held message and records a write for each (and nothing else): moves an
+    /// outbox read from an older whole-outbox record into per-message records.
+    pub fn rewrite_all(&mut self) {
+        self.journal.clear();
+        for (seq, h) in self.held.iter_mut().enumerate() {
+            h.seq = seq as u64;
+        }
+        self.next_seq = self.held.len() as u64;
+        self.journal = self.held.iter().map(put).collect();
+    }
+
+    /// Rebuilds an outbox from its message records (`(seq, record)` from [`OutboxChange::Put`],
+    /// any order). Nothing is in flight; dispatch restarts with the oldest.
+    pub fn from_records(
+        connection_id: &str,
+        limits: OutboxLimits,
+        records: &[(u64, Vec<u8>)],
+    ) -> Result<Self, serde_json::Error> {
+        let mut o = Self::with_limits(connection_id, limits);
+        let mut held = records
+            .iter()
+            .map(|(seq, r)| {
+                let mut h: Held = serde_json::from_slice(r)?;
+                h.seq = *seq;
+                Ok(h)
+            })
+            .collect::<Result<Vec<Held>, serde_json::Error>>()?;
+        held.sort_by_key(|h| h.seq);
+        o.next_seq = held.last().map_or(0, |h| h.seq + 1);
+        o.bytes = held.iter().map(|h| h.message.weight()).sum();
+        o.held = held.into();
+        Ok(o)
+    }
+
     /// Every held message, oldest first (for inspection and persistence checks).
     pub fn messages(&self) -> impl Iterator<Item = &WireMessage> {
         self.held.iter().map(|h| &h.message)
@@ -459,6 +557,7 @@ impl Outbox {
             .position(|h| h.message.message_id == message_id)?;
         let h = self.held.remove(i)?;
         self.bytes -= h.message.weight();
+        self.journal.push(OutboxChange::Remove { seq: h.seq });
         Some(h)
     }
 
@@ -469,5 +568,12 @@ impl Outbox {
             to: m.to.clone(),
             outcome,
         });
+    }
+}
+
+fn put(h: &Held) -> OutboxChange {
+    OutboxChange::Put {
+        seq: h.seq,
+        record: serde_json::to_vec(h).expect("a held message serializes"),
     }
 }

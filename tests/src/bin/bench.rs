@@ -7,6 +7,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- idle-rss [SESSIONS]
 //! cargo run -p tuic-tests --release --bin bench -- mcp-session-list [SESSIONS] [CALLS]
 //! cargo run -p tuic-tests --release --bin bench -- mail-latency [N]
+//! cargo run -p tuic-tests --release --bin bench -- outbox-store [N] [KiB]
 //! cargo run -p tuic-tests --release --bin bench -- upload-copy | upload-copy-netns
 //! ```
 //!
@@ -62,6 +63,11 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(tuic_tests::bench_fed::keystroke(n))
         }
+        Some("outbox-store") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
+            let kib = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);
+            tuic_tests::bench_outbox::run_both(n, kib)
+        }
         Some("fed-mail") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(tuic_tests::bench_fed::mail(n))
@@ -73,7 +79,7 @@ fn main() -> anyhow::Result<()> {
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N]"
+            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB]"
         ),
     }
 }
