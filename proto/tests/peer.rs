@@ -777,6 +777,22 @@ fn a_reading_recipient_with_a_full_inbox_holds_forwarded_mail_at_the_previous_ho
             ..
         }
     ));
+    // Registering counts as reading: mail between registration and the first read waits.
+    let mut fresh = Inboxes::new();
+    fresh.register("new");
+    fresh.mark_reading(10, "new");
+    let mut fresh_rings = DedupeRings::new();
+    for i in 0..INBOX_CAPACITY {
+        let m = wire(&format!("n{i}"), "nodeb/alice", "new", "x");
+        deliver(&mut fresh, &mut fresh_rings, 11, "nodec", &m);
+    }
+    assert!(matches!(
+        deliver(&mut fresh, &mut fresh_rings, 12, "nodec", &next("new")),
+        Response::Error {
+            code: ErrorCode::RecipientFull,
+            ..
+        }
+    ));
     // A read makes room; mail flows again.
     let mut inboxes = Inboxes::new();
     inboxes.register("bob");

@@ -278,7 +278,7 @@ struct Recipient {
     pty: bool,
     /// A wake notice was requested and not yet reported done.
     wake_pending: bool,
-    /// When `inbox` or `wait` was last called (unix ms); `None` before the first call.
+    /// When `inbox` or `wait` was last called, or the agent registered (unix ms).
     last_read_call: Option<u64>,
 }
 
@@ -321,6 +321,15 @@ impl Inboxes {
         self.recipients.contains_key(recipient)
     }
 
+    /// The recipient's agent just announced itself (`agent action=register`): it counts as
+    /// reading for [`READER_ACTIVE_MS`], as if it had called `inbox`, so mail that crosses
+    /// hosts between its registration and its first read waits instead of evicting.
+    pub fn mark_reading(&mut self, now: u64, recipient: &str) {
+        if let Some(r) = self.recipients.get_mut(recipient) {
+            r.last_read_call = Some(now);
+        }
+    }
+
     /// Retained messages after the stored read cursor.
     pub fn unread(&self, recipient: &str) -> usize {
         self.recipients.get(recipient).map_or(0, |r| {
@@ -334,7 +343,7 @@ impl Inboxes {
     /// Whether mail forwarded from another host should stay with the previous hop for now
     /// (which retries it) rather than enter this inbox: the inbox already retains `capacity`
     /// unread messages, so one more would evict unread mail, and the recipient is reading — a
-    /// wait is pending or it called `inbox`/`wait` within [`READER_ACTIVE_MS`]. A recipient
+    /// wait is pending or it registered or called `inbox`/`wait` within [`READER_ACTIVE_MS`]. A recipient
     /// that never read or stopped reading gets the spec's FIFO eviction (reported by
     /// `missed_count`) instead, so it cannot keep a connection's outbox full.
     pub fn should_hold(&self, now: u64, recipient: &str) -> bool {

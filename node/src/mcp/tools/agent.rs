@@ -11,6 +11,7 @@ use tuic_proto::mail::{DeliveryPath, InboxError};
 
 use crate::mail::{Mail, spawn, wake};
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::session::now_ms;
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["register", "list_peers", "send", "inbox", "wait", "spawn"];
@@ -233,6 +234,7 @@ fn register(
     let actions = {
         let mut g = node.mail.lock();
         Mail::ensure(node, &mut g, &identity);
+        g.inboxes.mark_reading(now_ms(), &identity);
         if let Some(old) = &repaired_from
             && g.inboxes.is_registered(old)
         {
