@@ -161,6 +161,10 @@ pub struct Summary {
     /// The largest node uplink outbox (`peer_uplink.held` of each node's `GET /mcp/status`,
     /// sampled with the hub's); `None` when no node reported it.
     pub node_outbox_max: Option<u64>,
+    /// The most `recipient_full` answers one hub process had counted (the sum of
+    /// `outbox_recipient_full` over its connections, sampled with the outboxes; a restarted
+    /// hub counts from 0): mail held for a reading recipient's full inbox instead of evicting.
+    pub recipient_full: Option<u64>,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -209,7 +213,7 @@ impl fmt::Display for Summary {
         }
         write!(
             f,
-            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} routed_echo={} hub_outbox_max={} node_outbox_max={}",
+            "stream_bytes_ok={}/{} stream_conn={} stream_reconnects={} 503_latency={} detection={} recovery={} routed_echo={} hub_outbox_max={} node_outbox_max={} recipient_full={}",
             self.stream.ok_bytes,
             self.stream.expected,
             self.stream_conn,
@@ -221,6 +225,8 @@ impl fmt::Display for Summary {
             self.outbox_max
                 .map_or_else(|| "-".into(), |n| n.to_string()),
             self.node_outbox_max
+                .map_or_else(|| "-".into(), |n| n.to_string()),
+            self.recipient_full
                 .map_or_else(|| "-".into(), |n| n.to_string())
         )
     }
@@ -374,6 +380,8 @@ struct Sampling {
     hub: Peak,
     /// The nodes' uplink outboxes (`peer_uplink.held`).
     nodes: Peak,
+    /// The hub's `recipient_full` answers (sum of `outbox_recipient_full`).
+    recipient_full: Peak,
 }
 
 /// Samples the hub's per-connection outbox sizes and the nodes' uplink outboxes until stopped
@@ -400,10 +408,17 @@ async fn sample_outboxes(
         )
         .await
         {
+            let mut full = None;
             for c in r.json()["connections"].as_array().into_iter().flatten() {
                 if let Some(n) = c["outbox_held"].as_u64() {
                     st.hub.record(n);
                 }
+                if let Some(n) = c["outbox_recipient_full"].as_u64() {
+                    full = Some(full.unwrap_or(0) + n);
+                }
+            }
+            if let Some(n) = full {
+                st.recipient_full.record(n);
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -665,6 +680,7 @@ async fn run_on(
     let _ = sampler.await;
     s.outbox_max = sampling.hub.get();
     s.node_outbox_max = sampling.nodes.get();
+    s.recipient_full = sampling.recipient_full.get();
     s.duration = t0.elapsed();
     Ok(s)
 }
@@ -693,6 +709,7 @@ mod tests {
             recovery: Some(Duration::from_secs(2)),
             outbox_max: Some(12),
             node_outbox_max: Some(3),
+            recipient_full: Some(4),
             ..Summary::default()
         }
     }
@@ -757,6 +774,7 @@ mod tests {
             "recovery=2.00s",
             "hub_outbox_max=12",
             "node_outbox_max=3",
+            "recipient_full=4",
         ] {
             assert!(line.contains(field), "{field} missing: {line}");
         }

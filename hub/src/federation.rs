@@ -181,6 +181,7 @@ impl Federation {
                     "session_count": s.sessions.len(),
                     "peer_link_up": s.peer_up,
                     "outbox_held": self.mail.held(&c.id),
+                    "outbox_recipient_full": self.mail.recipient_full(&c.id),
                 });
                 if let Some(e) = s.last_error {
                     v["last_error"] = json!(e);

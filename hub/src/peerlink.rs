@@ -118,6 +118,14 @@ impl PeerHub {
         self.lock().outboxes.get(conn).map_or(0, Outbox::len)
     }
 
+    /// `recipient_full` answers `conn`'s node gave since this hub started.
+    pub fn recipient_full(&self, conn: &str) -> u64 {
+        self.lock()
+            .outboxes
+            .get(conn)
+            .map_or(0, Outbox::recipient_full_answers)
+    }
+
     /// Routes stamped mail: into the destination connection's outbox (committed before the
     /// answer), or into a hub-local inbox for `local/<peer>`.
     fn relay_in(&self, m: &WireMessage) -> Response {

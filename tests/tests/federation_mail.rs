@@ -289,6 +289,8 @@ async fn a_burst_past_a_reading_recipients_inbox_waits_at_the_hub_and_loses_noth
     loop {
         let c = connection(&st.hub, "nodec").await;
         if c["outbox_held"] == N - 100 {
+            // Node C said so: the hub counts its `recipient_full` answers.
+            assert!(c["outbox_recipient_full"].as_u64() >= Some(1), "{c}");
             break;
         }
         assert!(

@@ -157,6 +157,7 @@ impl PeerState {
             "bytes": g.uplink.bytes(),
             "max_messages": l.max_messages,
             "max_bytes": l.max_bytes,
+            "recipient_full": g.uplink.recipient_full_answers(),
         })
     }
 

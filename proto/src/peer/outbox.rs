@@ -254,6 +254,9 @@ pub struct Outbox {
     /// Recipients resumed after a hold: one message at a time until one is acknowledged.
     #[serde(skip)]
     probing: BTreeSet<String>,
+    /// `recipient_full` answers since this outbox was loaded.
+    #[serde(skip)]
+    full_answers: u64,
     #[serde(skip)]
     events: VecDeque<OutboxEvent>,
 }
@@ -276,6 +279,7 @@ impl Outbox {
             next_no: BTreeMap::new(),
             held_for: BTreeSet::new(),
             probing: BTreeSet::new(),
+            full_answers: 0,
             events: VecDeque::new(),
         }
     }
@@ -430,6 +434,7 @@ impl Outbox {
     /// its recipient gets nothing more until [`Outbox::resume_held`].
     pub fn on_refused(&mut self, message_id: &str, code: ErrorCode, message: &str) {
         if code == ErrorCode::RecipientFull {
+            self.full_answers += 1;
             if let Some(h) = self
                 .held
                 .iter_mut()
@@ -487,6 +492,11 @@ impl Outbox {
         let any = !self.held_for.is_empty();
         self.probing.append(&mut self.held_for);
         any
+    }
+
+    /// `recipient_full` answers since this outbox was created or loaded (observability).
+    pub fn recipient_full_answers(&self) -> u64 {
+        self.full_answers
     }
 
     /// Recipients whose mail is held back after a `recipient_full` answer.
