@@ -164,6 +164,10 @@ pub struct MailPlan {
     pub per_direction: u64,
     /// Pause between two sends of one sender.
     pub interval: Duration,
+    /// How long a reader whose node restarted waits, after registering again, before its first
+    /// read: a slow agent, so the mail the hub held while the node was down arrives faster
+    /// than it is read and fills the inbox (the hub must hold the rest, not evict).
+    pub read_lag_after_restart: Duration,
 }
 
 /// A running mail workload.
@@ -277,6 +281,7 @@ pub async fn start(
             events[to].clone(),
             ledger.clone(),
             stop_receivers.clone(),
+            plan.read_lag_after_restart,
         )));
     }
     Ok(Some(MailRun {
@@ -405,6 +410,7 @@ async fn receiver(
     events: Arc<HostEvents>,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
+    read_lag_after_restart: Duration,
 ) {
     // `since` is only meaningful within one process of the recipient's node: a restarted node
     // has a fresh inbox whose cursors start again.
@@ -421,6 +427,8 @@ async fn receiver(
         let epoch = events.epoch.load(Ordering::SeqCst);
         if since.0 != epoch {
             since = (epoch, 0);
+            // Registered again (by `session`), not reading yet.
+            tokio::time::sleep(read_lag_after_restart).await;
         }
         let r = m
             .call(

@@ -93,6 +93,9 @@ pub struct Plan {
     /// The node the faults hit: 0 = node B (default), 1 = node C. Delay needs the proxy,
     /// which sits in front of node B only.
     pub victim: usize,
+    /// After a node restart, its agent registers again and then waits this long before its
+    /// first read (see `MailPlan::read_lag_after_restart`).
+    pub read_lag_after_restart: Duration,
 }
 
 impl Plan {
@@ -106,6 +109,7 @@ impl Plan {
             impairment: Duration::from_secs(6),
             stream_batch: 100,
             victim: 0,
+            read_lag_after_restart: Duration::ZERO,
         }
     }
 
@@ -120,6 +124,7 @@ impl Plan {
             impairment: Duration::from_secs(45),
             stream_batch: 200,
             victim: 0,
+            read_lag_after_restart: Duration::from_secs(3),
         }
     }
 
@@ -527,6 +532,7 @@ async fn run_on(
         MailPlan {
             per_direction: plan.per_direction,
             interval,
+            read_lag_after_restart: plan.read_lag_after_restart,
         },
     )
     .await?;
