@@ -527,18 +527,13 @@ impl End for HubEnd {
                 Response::SendAck { outcome, .. } => {
                     self.hub.settle(&id, |o| o.on_ack(&m.message_id, outcome));
                 }
-                Response::Error {
-                    code: code @ ErrorCode::RecipientFull,
-                    message,
-                    ..
-                } => {
-                    // Not a refusal: the outbox keeps it and retries on the next tick.
-                    tracing::info!(conn = %id, message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry");
-                    self.hub
-                        .settle(&id, |o| o.on_refused(&m.message_id, code, &message));
-                }
                 Response::Error { code, message, .. } => {
-                    tracing::warn!(conn = %id, message_id = %m.message_id, ?code, %message, "node refused relayed mail");
+                    if code == ErrorCode::RecipientFull {
+                        // Not a refusal: the outbox keeps it and retries on the next tick.
+                        tracing::info!(conn = %id, message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry");
+                    } else {
+                        tracing::warn!(conn = %id, message_id = %m.message_id, ?code, %message, "node refused relayed mail");
+                    }
                     self.hub
                         .settle(&id, |o| o.on_refused(&m.message_id, code, &message));
                 }

@@ -41,17 +41,23 @@ fn ids(messages: &[tuic_proto::mail::InboxMessage]) -> Vec<String> {
     messages.iter().map(|m| m.message_id.clone()).collect()
 }
 
+/// BOB's inbox after `n` messages `m0..` sent at `now`.
+fn bob_with(n: usize, now: u64) -> Inboxes {
+    let mut ib = Inboxes::new();
+    ib.register(BOB);
+    for i in 0..n {
+        ib.send(now, msg(&format!("m{i}"), "x")).expect("send");
+    }
+    ib
+}
+
 fn events(ib: &mut Inboxes) -> Vec<InboxEvent> {
     std::iter::from_fn(|| ib.poll_event()).collect()
 }
 
 #[test]
 fn one_hundred_fifty_messages_evict_fifty_and_report_missed_count() {
-    let mut ib = Inboxes::new();
-    ib.register(BOB);
-    for i in 0..150 {
-        ib.send(1_000, msg(&format!("m{i}"), "x")).expect("send");
-    }
+    let mut ib = bob_with(150, 1_000);
     let page = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(page.missed_count, 50);
     assert_eq!(page.messages.len(), 100);
@@ -62,11 +68,7 @@ fn one_hundred_fifty_messages_evict_fifty_and_report_missed_count() {
 
 #[test]
 fn a_reader_that_only_waits_learns_of_evictions_from_the_wait() {
-    let mut ib = Inboxes::new();
-    ib.register(BOB);
-    for i in 0..150 {
-        ib.send(1_000, msg(&format!("m{i}"), "x")).expect("send");
-    }
+    let mut ib = bob_with(150, 1_000);
     let WaitStart::Resolved(o) = ib.wait(1_000, BOB, 1, None, Some(10)).expect("wait") else {
         panic!("mail was waiting");
     };
@@ -92,11 +94,7 @@ fn a_reader_that_only_waits_learns_of_evictions_from_the_wait() {
 
 #[test]
 fn equal_millisecond_burst_pages_without_loss_and_next_since_advances() {
-    let mut ib = Inboxes::new();
-    ib.register(BOB);
-    for i in 0..10 {
-        ib.send(5_000, msg(&format!("m{i}"), "x")).expect("send");
-    }
+    let mut ib = bob_with(10, 5_000);
     let mut seen = Vec::new();
     let mut last = 0;
     loop {

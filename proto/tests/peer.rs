@@ -777,38 +777,32 @@ fn a_reading_recipient_with_a_full_inbox_holds_forwarded_mail_at_the_previous_ho
             ..
         }
     ));
+    // A reader marked by `reading` at t=0, its inbox filled at t=1; the next message at t=2
+    // is held.
+    let full_reader = |who: &str, reading: fn(&mut Inboxes, &str)| {
+        let mut inboxes = Inboxes::new();
+        inboxes.register(who);
+        reading(&mut inboxes, who);
+        let mut rings = DedupeRings::new();
+        for i in 0..INBOX_CAPACITY {
+            let m = wire(&format!("{who}{i}"), "nodeb/alice", who, "x");
+            deliver(&mut inboxes, &mut rings, 1, "nodec", &m);
+        }
+        assert!(matches!(
+            deliver(&mut inboxes, &mut rings, 2, "nodec", &next(who)),
+            Response::Error {
+                code: ErrorCode::RecipientFull,
+                ..
+            }
+        ));
+        (inboxes, rings)
+    };
     // Registering counts as reading: mail between registration and the first read waits.
-    let mut fresh = Inboxes::new();
-    fresh.register("new");
-    fresh.mark_reading(10, "new");
-    let mut fresh_rings = DedupeRings::new();
-    for i in 0..INBOX_CAPACITY {
-        let m = wire(&format!("n{i}"), "nodeb/alice", "new", "x");
-        deliver(&mut fresh, &mut fresh_rings, 11, "nodec", &m);
-    }
-    assert!(matches!(
-        deliver(&mut fresh, &mut fresh_rings, 12, "nodec", &next("new")),
-        Response::Error {
-            code: ErrorCode::RecipientFull,
-            ..
-        }
-    ));
+    full_reader("new", |ib, who| ib.mark_reading(0, who));
     // A read makes room; mail flows again.
-    let mut inboxes = Inboxes::new();
-    inboxes.register("bob");
-    let mut rings = DedupeRings::new();
-    inboxes.inbox(0, "bob", None, None).expect("inbox");
-    for i in 0..INBOX_CAPACITY {
-        let m = wire(&format!("b{i}"), "nodeb/alice", "bob", "x");
-        deliver(&mut inboxes, &mut rings, 1, "nodec", &m);
-    }
-    assert!(matches!(
-        deliver(&mut inboxes, &mut rings, 2, "nodec", &next("bob")),
-        Response::Error {
-            code: ErrorCode::RecipientFull,
-            ..
-        }
-    ));
+    let (mut inboxes, mut rings) = full_reader("bob", |ib, who| {
+        ib.inbox(0, who, None, None).expect("inbox");
+    });
     let page = inboxes.inbox(3, "bob", None, Some(10)).expect("inbox");
     assert_eq!((page.messages.len(), page.missed_count), (10, 0));
     assert!(matches!(

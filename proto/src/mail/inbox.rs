@@ -159,7 +159,8 @@ pub struct WaitOutcome {
     pub missed_count: u64,
 }
 
-fn is_zero(n: &u64) -> bool {
+/// `skip_serializing_if` for counts omitted when zero (here and in peer-link frames).
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 

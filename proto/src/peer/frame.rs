@@ -282,7 +282,7 @@ pub enum Frame {
         /// Cursor to continue from.
         next_since: u64,
         /// Unread mail evicted since the previous read (omitted when none).
-        #[serde(default, skip_serializing_if = "is_zero")]
+        #[serde(default, skip_serializing_if = "crate::mail::inbox::is_zero")]
         missed_count: u64,
     },
     /// How relayed mail ended, hub → the sender's node (no answer expected).
@@ -352,8 +352,4 @@ impl Frame {
             Frame::Error { id, .. } => *id,
         }
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }

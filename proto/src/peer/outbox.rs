@@ -370,10 +370,16 @@ impl Outbox {
     /// The message is marked in flight.
     pub fn poll_dispatch(&mut self) -> Option<WireMessage> {
         let mut oldest_open: BTreeMap<&str, u64> = BTreeMap::new();
+        // Recipients with something on the wire, gathered in the same pass (a probing
+        // recipient gets one message at a time).
+        let mut on_wire: BTreeSet<&str> = BTreeSet::new();
         for h in &self.held {
             if let Some(no) = h.dispatch_no {
                 let e = oldest_open.entry(h.message.to.as_str()).or_insert(no);
                 *e = (*e).min(no);
+            }
+            if h.in_flight {
+                on_wire.insert(h.message.to.as_str());
             }
         }
         let window = self.limits.max_in_flight_per_recipient;
@@ -382,7 +388,7 @@ impl Outbox {
             if h.in_flight || self.held_for.contains(&h.message.to) {
                 continue;
             }
-            if self.probing.contains(&h.message.to) && self.in_flight_to(&h.message.to) > 0 {
+            if self.probing.contains(&h.message.to) && on_wire.contains(h.message.to.as_str()) {
                 continue;
             }
             if h.dispatch_no.is_some() {
@@ -524,7 +530,6 @@ impl Outbox {
     /// Renumbers every held message and records a write for each (and nothing else): moves an
     /// outbox read from an older whole-outbox record into per-message records.
     pub fn rewrite_all(&mut self) {
-        self.journal.clear();
         for (seq, h) in self.held.iter_mut().enumerate() {
             h.seq = seq as u64;
         }
