@@ -5,7 +5,8 @@
 //!
 //! Every message is accounted for: sent (attempted), accepted (the tool answered success),
 //! refused (the tool answered an error), no answer (the node died mid-call); delivered (read
-//! by the recipient), duplicates (read more than once), lost (accepted, never read, not held
+//! by the recipient), duplicates (read again under a new id), replays (read again under the
+//! same id), lost (accepted, never read, not held
 //! in a killed node's memory, not refused late; must be 0); and, separately, lost with a
 //! killed node's memory (accepted and sitting unread in the recipient's inbox, as read back
 //! just before the harness killed that node: inboxes live in memory, as the spec says) and
@@ -52,6 +53,9 @@ struct Fate {
     refused: bool,
     no_answer: bool,
     reads: u32,
+    /// The distinct `message_id`s it was read under (more than one: delivered twice as new
+    /// mail; one id read again: a replay).
+    read_ids: Vec<String>,
     latency: Option<Duration>,
     /// A `delivery_refused` notice named this send after it was accepted.
     late_refused: bool,
@@ -87,8 +91,12 @@ pub struct MailReport {
     pub no_answer: u64,
     /// Distinct messages read by their recipient.
     pub delivered: u64,
-    /// Extra reads of a message already read.
+    /// Extra reads of a message under a new `message_id`: delivered twice as distinct mail,
+    /// which no recipient can dedupe.
     pub duplicates: u64,
+    /// Extra reads of a message under the `message_id` already read (a replay; the spec lets
+    /// recipients dedupe those, but nothing in these scenarios should cause one).
+    pub replays: u64,
     /// Accepted, never read, not held in a killed node's memory, not refused late.
     pub lost: u64,
     /// Accepted, never read, and in its recipient's inbox (read back just before the kill)
@@ -473,6 +481,10 @@ async fn receiver(
                     if fate.reads == 1 {
                         fate.latency = fate.sent_at.map(|t| t.elapsed());
                     }
+                    let id = msg["message_id"].as_str().unwrap_or_default();
+                    if !fate.read_ids.iter().any(|r| r == id) {
+                        fate.read_ids.push(id.to_owned());
+                    }
                 }
                 if let Some(next) = value["next_since"].as_u64() {
                     since.1 = next;
@@ -619,7 +631,9 @@ impl MailRun {
             rep.refused += u64::from(f.refused);
             rep.no_answer += u64::from(f.no_answer);
             rep.delivered += u64::from(f.reads > 0);
-            rep.duplicates += u64::from(f.reads.saturating_sub(1));
+            let ids = f.read_ids.len() as u32;
+            rep.duplicates += u64::from(ids.saturating_sub(1));
+            rep.replays += u64::from(f.reads.saturating_sub(ids));
             rep.refused_delivered += u64::from(f.refused && f.reads > 0);
             lat.extend(f.latency);
             if let (Some(_), 0) = (f.accepted_at, f.reads) {
@@ -667,7 +681,7 @@ impl MailRun {
 pub fn describe(r: &MailReport) -> Value {
     json!({
         "sent": r.sent, "accepted": r.accepted, "refused": r.refused, "no_answer": r.no_answer,
-        "delivered": r.delivered, "duplicates": r.duplicates, "lost": r.lost,
+        "delivered": r.delivered, "duplicates": r.duplicates, "replays": r.replays, "lost": r.lost,
         "lost_killed_memory": r.lost_killed_memory, "late_refused": r.late_refused,
         "refused_delivered": r.refused_delivered,
         "evicted": r.evicted, "refusals": r.refusal_codes, "statuses": r.statuses,

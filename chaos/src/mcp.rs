@@ -3,6 +3,8 @@
 //! reached again without any state in the client but the protocol session id.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -29,7 +31,9 @@ pub enum Call {
 pub struct Mcp {
     socket: PathBuf,
     session: String,
-    next_id: u64,
+    /// Shared by every clone (a sender and a reader use one protocol session), so request ids
+    /// stay unique within the session.
+    next_id: Arc<AtomicU64>,
 }
 
 async fn post(
@@ -89,14 +93,14 @@ impl Mcp {
         Ok(Self {
             socket: socket.to_path_buf(),
             session,
-            next_id: 2,
+            next_id: Arc::new(AtomicU64::new(2)),
         })
     }
 
     /// Calls a tool with a bound on the whole exchange.
     pub async fn call(&mut self, tool: &str, args: Value, limit: Duration) -> Call {
-        self.next_id += 1;
-        let msg = json!({"jsonrpc":"2.0","id":self.next_id,"method":"tools/call",
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let msg = json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
             "params":{"name":tool,"arguments":args}});
         let r = tokio::time::timeout(limit, post(&self.socket, Some(&self.session), &msg)).await;
         let (status, _, v) = match r {

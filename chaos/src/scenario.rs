@@ -199,11 +199,12 @@ impl fmt::Display for Summary {
         match &self.mail {
             Some(m) => write!(
                 f,
-                "sent={} accepted={} delivered={} duplicates={} lost={} lost_killed_memory={} late_refused={} refused={} no_answer={} mail_p50={} mail_p99={} statuses={} refusals={} ",
+                "sent={} accepted={} delivered={} duplicates={} replays={} lost={} lost_killed_memory={} late_refused={} refused={} no_answer={} mail_p50={} mail_p99={} statuses={} refusals={} ",
                 m.sent,
                 m.accepted,
                 m.delivered,
                 m.duplicates,
+                m.replays,
                 m.lost,
                 m.lost_killed_memory,
                 m.late_refused,
@@ -275,6 +276,10 @@ pub fn check(s: &Summary) -> anyhow::Result<()> {
         let d = mail::describe(m);
         ensure!(m.lost == 0, "mail lost before delivery: {d}");
         ensure!(m.duplicates == 0, "mail delivered twice: {d}");
+        ensure!(
+            m.replays == 0,
+            "mail replayed under the same message_id: {d}"
+        );
         ensure!(m.refused_delivered == 0, "refused mail was delivered: {d}");
         ensure!(m.evicted == 0, "mail evicted before it was read: {d}");
         ensure!(m.accepted > 0, "no mail was accepted: {d}");
@@ -728,12 +733,15 @@ mod tests {
         s.mail.as_mut().unwrap().lost_killed_memory = 3;
         check(&s).unwrap();
         type Breaker = fn(&mut Summary);
-        let cases: [(&str, Breaker); 10] = [
+        let cases: [(&str, Breaker); 11] = [
             ("lost before delivery", |s| {
                 s.mail.as_mut().unwrap().lost = 1
             }),
             ("delivered twice", |s| {
                 s.mail.as_mut().unwrap().duplicates = 1
+            }),
+            ("replayed under the same message_id", |s| {
+                s.mail.as_mut().unwrap().replays = 1
             }),
             ("refused mail was delivered", |s| {
                 s.mail.as_mut().unwrap().refused_delivered = 1
@@ -773,6 +781,7 @@ mod tests {
             "accepted=9",
             "delivered=9",
             "duplicates=0",
+            "replays=0",
             "lost=0",
             "lost_killed_memory=0",
             "stream_bytes_ok=32/32",

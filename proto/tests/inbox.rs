@@ -55,6 +55,19 @@ fn events(ib: &mut Inboxes) -> Vec<InboxEvent> {
     std::iter::from_fn(|| ib.poll_event()).collect()
 }
 
+/// The wait answers among the pending events, by wait id.
+fn resolved(ib: &mut Inboxes) -> BTreeMap<u64, WaitOutcome> {
+    events(ib)
+        .into_iter()
+        .filter_map(|e| match e {
+            InboxEvent::WaitResolved {
+                wait_id, outcome, ..
+            } => Some((wait_id, outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn one_hundred_fifty_messages_evict_fifty_and_report_missed_count() {
     let mut ib = bob_with(150, 1_000);
@@ -75,11 +88,15 @@ fn a_reader_that_only_waits_learns_of_evictions_from_the_wait() {
     assert_eq!((o.new_messages.len(), o.missed_count), (100, 50));
     // Reported once: neither the next inbox read nor a timed-out wait repeats it.
     assert_eq!(ib.inbox(0, BOB, None, None).expect("inbox").missed_count, 0);
-    // An answer that never reached its caller owes its count again.
+    // An answer that never reached its caller owes its count again (and hands its mail back).
+    assert!(matches!(
+        ib.wait(1_001, BOB, 2, None, Some(10)).expect("wait"),
+        WaitStart::Pending { .. }
+    ));
     ib.send(1_001, msg("late", "x")).expect("send");
-    let WaitStart::Resolved(o) = ib.wait(1_001, BOB, 2, None, Some(10)).expect("wait") else {
-        panic!("mail was waiting");
-    };
+    let o = resolved(&mut ib)
+        .remove(&2)
+        .expect("resolved by the arrival");
     let lost = WaitOutcome {
         missed_count: 3,
         ..o
@@ -275,8 +292,11 @@ struct Model {
     assigned: BTreeMap<(String, u64), WakeOwner>,
     last_owner: BTreeMap<String, WakeOwner>,
     pending_waits: BTreeSet<u64>,
-    /// Ids of the most recent wait answer, which the test may declare undelivered.
-    last_wait: Option<WaitOutcome>,
+    /// Wait answers resolved by an event whose fate the node has not reported yet; the test
+    /// confirms each one or declares it undelivered.
+    unconfirmed: Vec<WaitOutcome>,
+    /// Evicted while only an unconfirmed answer carried them: gone if that answer is lost.
+    evicted_in_flight: BTreeSet<String>,
     /// Ids handed back by an undelivered wait answer; they may get a new owner.
     handed_back: BTreeSet<String>,
 }
@@ -291,6 +311,40 @@ impl Model {
                 m.message_id
             );
         }
+    }
+
+    fn in_flight(&self, id: &str) -> bool {
+        self.unconfirmed
+            .iter()
+            .any(|o| o.new_messages.iter().any(|x| x.message_id == id))
+    }
+
+    /// The node took answer `i` to its caller.
+    fn confirm(&mut self, ib: &mut Inboxes, i: usize, seed: u64) {
+        let o = self.unconfirmed.remove(i);
+        ib.wait_answered(BOB, &o);
+        // Concurrent answers may carry the same mail: a repeat here is not a cursor replay.
+        self.observe(&o.new_messages, true, seed);
+    }
+
+    /// Answer `i` never reached its caller: exactly its retained mail that no read returned
+    /// and no other unconfirmed answer carries comes back.
+    fn lose(&mut self, ib: &mut Inboxes, now: u64, i: usize, seed: u64) {
+        let lost = self.unconfirmed.remove(i);
+        let retained: BTreeSet<String> = ib.peek(BOB).into_iter().map(|x| x.message_id).collect();
+        let back: Vec<String> = ids(&lost.new_messages)
+            .into_iter()
+            .filter(|id| retained.contains(id) && !self.seen.contains(id) && !self.in_flight(id))
+            .collect();
+        // Its missed_count never reached the caller either.
+        self.missed_reported -= lost.missed_count;
+        let n = ib.wait_undelivered(now, BOB, &lost).expect("hand back");
+        assert_eq!(
+            n,
+            back.len(),
+            "seed {seed}: handed back {n}, expected {back:?}"
+        );
+        self.handed_back.extend(back);
     }
 
     /// Concurrent waits resolved by the same arrival all observe it; only one of them owns it.
@@ -309,8 +363,7 @@ impl Model {
                         .all(|x| !before.contains(&x.message_id));
                     assert!(batch_only, "seed {seed}: a wait returned mail already read");
                     self.missed_reported += outcome.missed_count;
-                    self.observe(&outcome.new_messages, true, seed);
-                    self.last_wait = Some(outcome);
+                    self.unconfirmed.push(outcome);
                 }
                 InboxEvent::LeaseAssigned {
                     message_id,
@@ -367,7 +420,11 @@ fn run_interleaving(seed: u64) -> usize {
                 if let Some(old) = r.evicted
                     && !m.seen.contains(&old)
                 {
-                    m.evicted_unseen.insert(old);
+                    if m.in_flight(&old) {
+                        m.evicted_in_flight.insert(old);
+                    } else {
+                        m.evicted_unseen.insert(old);
+                    }
                 }
             }
             40..=54 => {
@@ -391,7 +448,6 @@ fn run_interleaving(seed: u64) -> usize {
                     WaitStart::Resolved(o) => {
                         m.missed_reported += o.missed_count;
                         m.observe(&o.new_messages, false, seed);
-                        m.last_wait = Some(o);
                     }
                     WaitStart::Pending { .. } => {
                         m.pending_waits.insert(id);
@@ -406,24 +462,15 @@ fn run_interleaving(seed: u64) -> usize {
             86..=91 => {
                 ib.detach_pty(now, BOB).expect("detach");
             }
-            92..=95 => ib.pty_wake_done(BOB),
-            96 => ib.rearm_pty_wake(BOB),
-            97 => {
-                // The last wait's answer never reached its caller.
-                if let Some(lost) = m.last_wait.take() {
-                    let retained: BTreeSet<String> =
-                        ib.peek(BOB).into_iter().map(|x| x.message_id).collect();
-                    for id in ids(&lost.new_messages)
-                        .into_iter()
-                        .filter(|id| retained.contains(id))
-                    {
-                        m.seen.remove(&id);
-                        m.handed_back.insert(id);
-                    }
-                    // Its missed_count never reached the caller either.
-                    m.missed_reported -= lost.missed_count;
-                    ib.wait_undelivered(now, BOB, &lost).expect("hand back");
-                }
+            92..=93 => ib.pty_wake_done(BOB),
+            94 => ib.rearm_pty_wake(BOB),
+            95..=96 if !m.unconfirmed.is_empty() => {
+                let i = rng.below(m.unconfirmed.len() as u64) as usize;
+                m.confirm(&mut ib, i, seed);
+            }
+            97 if !m.unconfirmed.is_empty() => {
+                let i = rng.below(m.unconfirmed.len() as u64) as usize;
+                m.lose(&mut ib, now, i, seed);
             }
             _ => {
                 if let Some(&w) = m.pending_waits.iter().next()
@@ -445,6 +492,7 @@ fn run_interleaving(seed: u64) -> usize {
                 retained.contains(id)
                     || m.seen.contains(id)
                     || m.evicted_unseen.contains(id)
+                    || m.evicted_in_flight.contains(id)
                     || m.replaced.contains(id),
                 "seed {seed}: {id} vanished"
             );
@@ -455,6 +503,9 @@ fn run_interleaving(seed: u64) -> usize {
     ib.handle_timeout(now);
     ib.detach_pty(now, BOB).expect("detach");
     m.drain(&mut ib, seed);
+    while !m.unconfirmed.is_empty() {
+        m.confirm(&mut ib, 0, seed);
+    }
     let page = ib.inbox(now, BOB, None, None).expect("inbox");
     m.missed_reported += page.missed_count;
     m.observe(&page.messages, false, seed);
@@ -464,7 +515,10 @@ fn run_interleaving(seed: u64) -> usize {
     );
     for id in &m.sent {
         assert!(
-            m.seen.contains(id) || m.evicted_unseen.contains(id) || m.replaced.contains(id),
+            m.seen.contains(id)
+                || m.evicted_unseen.contains(id)
+                || m.replaced.contains(id)
+                || m.evicted_in_flight.contains(id),
             "seed {seed}: {id} was never observable"
         );
     }
@@ -496,15 +550,9 @@ fn an_undelivered_wait_answer_hands_its_mail_back_with_the_same_id() {
     ib.attach_pty(BOB).expect("pty");
     ib.wait(0, BOB, 1, None, Some(1_000)).expect("wait");
     ib.send(5, msg("a", "x")).expect("send");
-    let resolved = events(&mut ib)
-        .into_iter()
-        .find_map(|e| match e {
-            InboxEvent::WaitResolved { outcome, .. } => Some(outcome),
-            _ => None,
-        })
-        .expect("resolved");
+    let answer = resolved(&mut ib).remove(&1).expect("resolved");
     // The MCP call went away before the answer was written.
-    let n = ib.wait_undelivered(6, BOB, &resolved).expect("hand back");
+    let n = ib.wait_undelivered(6, BOB, &answer).expect("hand back");
     assert_eq!(n, 1);
     assert_eq!(ib.owner_of(BOB, "a"), Some(WakeOwner::Pty));
     let page = ib.inbox(0, BOB, None, None).expect("inbox");
@@ -567,4 +615,53 @@ fn a_lifecycle_summary_acknowledges_only_its_window() {
     assert!(matches!(&events(&mut ib)[..], [InboxEvent::PtyWake { .. }]));
     let page = ib.inbox(0, BOB, None, None).expect("inbox");
     assert_eq!(ids(&page.messages), ["late"]);
+}
+
+/// Two waits pending on the same cursor (a caller gave up on one and asked again before the
+/// node noticed) both resolve with the same arrival. One answer is lost, the other reaches its
+/// caller: the mail must not come back, or the reader that has it reads it twice.
+#[test]
+fn a_lost_answer_does_not_hand_back_mail_a_concurrent_answer_delivered() {
+    for lost_first in [true, false] {
+        let mut ib = Inboxes::new();
+        ib.register(BOB);
+        ib.wait(0, BOB, 1, Some(0), Some(1_000))
+            .expect("stale wait");
+        ib.wait(0, BOB, 2, Some(0), Some(1_000))
+            .expect("current wait");
+        ib.send(5, msg("a", "x")).expect("send");
+        let mut answers = resolved(&mut ib);
+        let (stale, current) = (answers.remove(&1).unwrap(), answers.remove(&2).unwrap());
+        assert_eq!(ids(&stale.new_messages), ["a"]);
+        assert_eq!(ids(&current.new_messages), ["a"]);
+        if lost_first {
+            assert_eq!(
+                ib.wait_undelivered(6, BOB, &stale),
+                Ok(0),
+                "still in flight"
+            );
+            ib.wait_answered(BOB, &current);
+        } else {
+            ib.wait_answered(BOB, &current);
+            assert_eq!(ib.wait_undelivered(6, BOB, &stale), Ok(0), "delivered");
+        }
+        // The reader continues from its answer: nothing new, with either cursor.
+        let explicit = ib
+            .inbox(7, BOB, Some(current.next_since), None)
+            .expect("inbox");
+        assert!(explicit.messages.is_empty(), "lost_first={lost_first}");
+        let stored = ib.inbox(7, BOB, None, None).expect("inbox");
+        assert!(stored.messages.is_empty(), "lost_first={lost_first}");
+    }
+    // Both answers lost: the mail comes back once.
+    let mut ib = Inboxes::new();
+    ib.register(BOB);
+    ib.wait(0, BOB, 1, None, Some(1_000)).expect("wait");
+    ib.wait(0, BOB, 2, None, Some(1_000)).expect("wait");
+    ib.send(5, msg("a", "x")).expect("send");
+    let answers = resolved(&mut ib);
+    assert_eq!(ib.wait_undelivered(6, BOB, &answers[&1]), Ok(0));
+    assert_eq!(ib.wait_undelivered(6, BOB, &answers[&2]), Ok(1));
+    let page = ib.inbox(7, BOB, None, None).expect("inbox");
+    assert_eq!(ids(&page.messages), ["a"]);
 }

@@ -311,8 +311,12 @@ impl Mail {
         guard.rx = None;
         match r {
             Ok(Some(o)) => {
+                let mut g = node.mail.lock();
+                // Taken by its caller: a concurrent wait whose answer is lost must not hand
+                // this mail back (the recipient has it).
+                g.inboxes.wait_answered(recipient, &o);
                 if o.met {
-                    node.mail.lock().urgent.retain(|(_, r)| r != recipient);
+                    g.urgent.retain(|(_, r)| r != recipient);
                 }
                 Ok(o)
             }

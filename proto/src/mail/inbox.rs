@@ -255,6 +255,19 @@ struct Entry {
     cursor: u64,
     owner: Option<WakeOwner>,
     lifecycle: Option<Lifecycle>,
+    reach: Reach,
+}
+
+/// How far an entry has got towards its reader, so a lost wait answer hands back only mail
+/// that no other answer carried to the recipient.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reach {
+    /// Resolved wait answers carrying it whose fate the node has not reported yet
+    /// ([`Inboxes::wait_answered`] or [`Inboxes::wait_undelivered`]).
+    in_flight: u32,
+    /// A read carrying it reached its caller: an inbox page, a wait answered at once, or a
+    /// wait answer the node confirmed.
+    delivered: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -405,28 +418,39 @@ impl Inboxes {
         Ok(n)
     }
 
+    /// A resolved wait's answer reached its caller (the node took it from the event): its
+    /// messages count as read, so a concurrent answer that is lost does not hand them back.
+    pub fn wait_answered(&mut self, recipient: &str, answered: &WaitOutcome) {
+        let Some(r) = self.recipients.get_mut(recipient) else {
+            return;
+        };
+        for e in r.entries.iter_mut().filter(|e| carries(answered, e)) {
+            e.reach.in_flight = e.reach.in_flight.saturating_sub(1);
+            e.reach.delivered = true;
+        }
+    }
+
     /// A resolved wait's answer never reached its caller (the MCP call or stream went away):
-    /// the listed messages that are still retained are handed back, re-queued at the end with
-    /// fresh cursors and unchanged ids, and assigned to the next waiter or the PTY. The
-    /// recipient dedupes a replay by `message_id`. The answer's `missed_count` is owed again
-    /// (the next read reports it). Returns how many were re-queued.
+    /// each listed message that is still retained and that no other answer carried to the
+    /// recipient (none returned or confirmed, none still in flight) is handed back, re-queued
+    /// at the end with a fresh cursor and its unchanged id, and assigned to the next waiter or
+    /// the PTY. The recipient dedupes a replay by `message_id`. The answer's `missed_count` is
+    /// owed again (the next read reports it). Returns how many were re-queued.
     pub fn wait_undelivered(
         &mut self,
         now: u64,
         recipient: &str,
         lost: &WaitOutcome,
     ) -> Result<usize, InboxError> {
-        let message_ids: Vec<&str> = lost
-            .new_messages
-            .iter()
-            .map(|m| m.message_id.as_str())
-            .collect();
         let r = self.get_mut(recipient)?;
         r.missed += lost.missed_count;
+        for e in r.entries.iter_mut().filter(|e| carries(lost, e)) {
+            e.reach.in_flight = e.reach.in_flight.saturating_sub(1);
+        }
         let (requeue, keep): (Vec<Entry>, Vec<Entry>) = r
             .entries
             .drain(..)
-            .partition(|e| message_ids.contains(&e.msg.message_id.as_str()));
+            .partition(|e| carries(lost, e) && !e.reach.delivered && e.reach.in_flight == 0);
         r.entries = keep.into();
         let n = requeue.len();
         for mut e in requeue {
@@ -471,6 +495,7 @@ impl Inboxes {
                 cursor,
                 owner: None,
                 lifecycle: None,
+                reach: Reach::default(),
             });
         }
         self.assign_unowned(new);
@@ -586,6 +611,7 @@ impl Inboxes {
             cursor,
             owner: None,
             lifecycle: new.lifecycle,
+            reach: Reach::default(),
         });
         let owner = self.assign_unowned(&recipient);
         let delivery = match owner {
@@ -616,11 +642,17 @@ impl Inboxes {
         r.last_read_call = Some(now);
         let since = since.unwrap_or(r.read_cursor);
         let limit = limit.map_or(INBOX_CAPACITY, |l| l.clamp(1, INBOX_CAPACITY));
-        let mut fresh = r.entries.iter().filter(|e| e.cursor > since);
-        let page: Vec<&Entry> = fresh.by_ref().take(limit).collect();
+        let mut fresh = r.entries.iter_mut().filter(|e| e.cursor > since);
+        let page: Vec<&mut Entry> = fresh.by_ref().take(limit).collect();
         let has_more = fresh.next().is_some();
         let next_since = page.last().map_or(since.max(r.read_cursor), |e| e.cursor);
-        let messages = page.into_iter().map(|e| e.msg.clone()).collect();
+        let messages = page
+            .into_iter()
+            .map(|e| {
+                e.reach.carried(Answer::Returned);
+                e.msg.clone()
+            })
+            .collect();
         r.read_cursor = r.read_cursor.max(next_since);
         let missed_count = std::mem::take(&mut r.missed);
         self.settle_pty(recipient);
@@ -651,7 +683,8 @@ impl Inboxes {
         r.last_read_call = Some(now);
         let since = since.unwrap_or(r.read_cursor);
         if r.entries.iter().any(|e| e.cursor > since) {
-            let outcome = observe(r, since);
+            // Answered at once: it reaches the caller with this return.
+            let outcome = observe(r, since, Answer::Returned);
             self.settle_pty(recipient);
             return Ok(WaitStart::Resolved(outcome));
         }
@@ -693,7 +726,7 @@ impl Inboxes {
             r.waiters = keep;
             for w in due {
                 let outcome = if r.entries.iter().any(|e| e.cursor > w.since) {
-                    observe(r, w.since)
+                    observe(r, w.since, Answer::Pending)
                 } else {
                     WaitOutcome {
                         met: false,
@@ -787,7 +820,7 @@ impl Inboxes {
                 r.waiters.drain(..).partition(|w| w.since < newest);
             r.waiters = keep;
             for w in met {
-                let outcome = observe(r, w.since);
+                let outcome = observe(r, w.since, Answer::Pending);
                 self.events.push_back(InboxEvent::WaitResolved {
                     recipient: recipient.to_owned(),
                     wait_id: w.id,
@@ -846,14 +879,39 @@ fn clamp_wait(timeout_ms: Option<u64>) -> u64 {
     }
 }
 
-/// A successful wait observation: every fresh message after `since`, acknowledging the cursor.
-fn observe(r: &mut Recipient, since: u64) -> WaitOutcome {
-    let new_messages: Vec<InboxMessage> = r
-        .entries
+/// Whether a wait answer carried this entry.
+fn carries(answer: &WaitOutcome, e: &Entry) -> bool {
+    answer
+        .new_messages
         .iter()
-        .filter(|e| e.cursor > since)
-        .map(|e| e.msg.clone())
-        .collect();
+        .any(|m| m.message_id == e.msg.message_id)
+}
+
+/// Whether a read answer is in its caller's hands when it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Returned by the call itself (an inbox page, a wait answered at once).
+    Returned,
+    /// Handed to the node in an event; it reports the fate later.
+    Pending,
+}
+
+impl Reach {
+    fn carried(&mut self, answer: Answer) {
+        match answer {
+            Answer::Returned => self.delivered = true,
+            Answer::Pending => self.in_flight += 1,
+        }
+    }
+}
+
+/// A successful wait observation: every fresh message after `since`, acknowledging the cursor.
+fn observe(r: &mut Recipient, since: u64, answer: Answer) -> WaitOutcome {
+    let mut new_messages = Vec::new();
+    for e in r.entries.iter_mut().filter(|e| e.cursor > since) {
+        e.reach.carried(answer);
+        new_messages.push(e.msg.clone());
+    }
     let next_since = r
         .entries
         .iter()
