@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use backon::BackoffBuilder;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -220,12 +219,7 @@ impl Federation {
     }
 
     async fn drive(self: Arc<Self>, conn: Arc<Conn>) {
-        let mut backoff = backon::ExponentialBuilder::default()
-            .with_min_delay(Duration::from_secs(1))
-            .with_max_delay(Duration::from_secs(30))
-            .with_jitter()
-            .without_max_times()
-            .build();
+        let mut backoff = crate::peerlink::reconnect_backoff(&self.node);
         loop {
             let ran_ok = tokio::select! {
                 _ = conn.stop.cancelled() => return,
@@ -244,12 +238,7 @@ impl Federation {
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
-                backoff = backon::ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_secs(1))
-                    .with_max_delay(Duration::from_secs(30))
-                    .with_jitter()
-                    .without_max_times()
-                    .build();
+                backoff = crate::peerlink::reconnect_backoff(&self.node);
             }
             let delay = backoff.next().unwrap_or(Duration::from_secs(30));
             tokio::select! {

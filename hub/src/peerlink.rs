@@ -353,10 +353,15 @@ async fn dial(conn: &Conn) -> Result<TungIo, String> {
     }
 }
 
-fn backoff() -> impl Iterator<Item = Duration> {
+/// The pauses between reconnect attempts to a node: 1 s doubling up to
+/// `tuning.peer_reconnect_max_ms`, each with a random jitter of up to its own length, without
+/// end. Both of a connection's tasks (sessions and mail) start a fresh one after a link that
+/// was up ends.
+pub(crate) fn reconnect_backoff(node: &Node) -> impl Iterator<Item = Duration> + use<> {
+    let max = Duration::from_millis(node.config().tuning.peer_reconnect_max_ms.max(1_000));
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_secs(1))
-        .with_max_delay(Duration::from_secs(30))
+        .with_max_delay(max)
         .with_jitter()
         .without_max_times()
         .build()
@@ -366,7 +371,7 @@ fn backoff() -> impl Iterator<Item = Duration> {
 /// removed or the hub shuts down.
 pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
     hub.ensure_outbox(&conn.id);
-    let mut delays = backoff();
+    let mut delays = reconnect_backoff(&hub.node);
     let stop = conn.stop.clone();
     loop {
         let dialed = tokio::select! {
@@ -407,7 +412,7 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                 };
                 let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
                 if end.was_up {
-                    delays = backoff();
+                    delays = reconnect_backoff(&hub.node);
                 }
                 tracing::debug!(conn = %conn.id, ?ended, "peer link task ended");
                 if ended == driver::Ended::Stopped {

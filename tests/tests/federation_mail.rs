@@ -118,10 +118,15 @@ async fn star() -> Star {
 
 /// [`star`] with extra config for node B.
 async fn star_with(b_config: Value) -> Star {
+    star_configs(b_config, json!({})).await
+}
+
+/// [`star`] with extra config for node B and for the hub.
+async fn star_configs(b_config: Value, hub_config: Value) -> Star {
     let net = Net::star(2).unwrap();
     let (b_dir, b, tb) = start_node(Some(net.node(0)), b_config, "9876", "0.0.0.0");
     let (c_dir, c, tc) = start_node(Some(net.node(1)), json!({}), "9876", "0.0.0.0");
-    let hub_dir = config_dir(json!({}));
+    let hub_dir = config_dir(hub_config);
     let hub = NodeProc::start_in(
         Some(net.hub()),
         "tuic-hub",
@@ -818,7 +823,14 @@ async fn full_outboxes_refuse_naming_the_connection_and_survive_a_restart() {
 
 #[tokio::test]
 async fn a_send_accepted_before_kill_9_is_delivered_once_after_restart() {
-    let st = star().await;
+    // Both links stay down for tens of seconds: with the default 30 s (+ jitter) reconnect
+    // pause the hub could take a minute to come back; what this test shows is the outbox, so
+    // the hub retries at most every 3 s (+ jitter).
+    let st = star_configs(
+        json!({}),
+        json!({"tuning": {"peer_reconnect_max_ms": 3_000}}),
+    )
+    .await;
     let (mut bob, tbob) = Agent::new(&st.b.socket, "bob").await;
     let (mut carol, tcarol) = Agent::new(&st.c_socket, "carol").await;
     let a_carol = format!("nodec/{tcarol}");
