@@ -27,6 +27,11 @@ fi
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 
 cargo fmt --all --check
+# Chromium's first start on a fresh machine builds its caches (fonts, the binary read from
+# disk) and can take most of chromedriver's 60 s start limit; pay that once here instead of in
+# whichever browser test happens to run first.
+timeout 120 chromium --headless=new --no-sandbox --disable-gpu --dump-dom about:blank \
+  >/dev/null 2>&1 || echo "note: chromium warm-up did not finish cleanly"
 # End-to-end tests start the real binaries, which nextest does not build by itself.
 cargo build --workspace --bins
 cargo nextest run --workspace --no-fail-fast "$@"
