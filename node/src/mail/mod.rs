@@ -311,11 +311,12 @@ impl Mail {
         guard.rx = None;
         match r {
             Ok(Some(o)) => {
-                let mut g = node.mail.lock();
-                // Taken by its caller: a concurrent wait whose answer is lost must not hand
-                // this mail back (the recipient has it).
-                g.inboxes.wait_answered(recipient, &o);
+                // `met` is "carries mail"; a timed-out answer carries none and needs no lock.
                 if o.met {
+                    let mut g = node.mail.lock();
+                    // Taken by its caller: a concurrent wait whose answer is lost must not
+                    // hand this mail back (the recipient has it).
+                    g.inboxes.wait_answered(recipient, &o);
                     g.urgent.retain(|(_, r)| r != recipient);
                 }
                 Ok(o)

@@ -22,7 +22,7 @@
 //! It deliberately does not write to terminals, apply the composer-safety gate, run the wake
 //! budget or log: it emits [`InboxEvent`]s and the node acts on them.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -424,7 +424,8 @@ impl Inboxes {
         let Some(r) = self.recipients.get_mut(recipient) else {
             return;
         };
-        for e in r.entries.iter_mut().filter(|e| carries(answered, e)) {
+        let ids = carried_ids(answered);
+        for e in r.entries.iter_mut().filter(|e| carries(&ids, e)) {
             e.reach.in_flight = e.reach.in_flight.saturating_sub(1);
             e.reach.delivered = true;
         }
@@ -444,13 +445,14 @@ impl Inboxes {
     ) -> Result<usize, InboxError> {
         let r = self.get_mut(recipient)?;
         r.missed += lost.missed_count;
-        for e in r.entries.iter_mut().filter(|e| carries(lost, e)) {
+        let ids = carried_ids(lost);
+        for e in r.entries.iter_mut().filter(|e| carries(&ids, e)) {
             e.reach.in_flight = e.reach.in_flight.saturating_sub(1);
         }
         let (requeue, keep): (Vec<Entry>, Vec<Entry>) = r
             .entries
             .drain(..)
-            .partition(|e| carries(lost, e) && !e.reach.delivered && e.reach.in_flight == 0);
+            .partition(|e| carries(&ids, e) && !e.reach.delivered && e.reach.in_flight == 0);
         r.entries = keep.into();
         let n = requeue.len();
         for mut e in requeue {
@@ -879,12 +881,18 @@ fn clamp_wait(timeout_ms: Option<u64>) -> u64 {
     }
 }
 
-/// Whether a wait answer carried this entry.
-fn carries(answer: &WaitOutcome, e: &Entry) -> bool {
+/// The ids a wait answer carried, looked up once per retained entry.
+fn carried_ids(answer: &WaitOutcome) -> BTreeSet<&str> {
     answer
         .new_messages
         .iter()
-        .any(|m| m.message_id == e.msg.message_id)
+        .map(|m| m.message_id.as_str())
+        .collect()
+}
+
+/// Whether an answer with these ids carried this entry.
+fn carries(ids: &BTreeSet<&str>, e: &Entry) -> bool {
+    ids.contains(e.msg.message_id.as_str())
 }
 
 /// Whether a read answer is in its caller's hands when it is built.
