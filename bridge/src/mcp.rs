@@ -5,12 +5,14 @@ use serde_json::{Value, json};
 use tuic_proto::ipc_http::{Request, Response};
 use tuic_proto::sse::SseDecoder;
 
-/// The revision a request falls back to when it names none (spec: "falls back to 2025-11-25").
-pub const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
-/// The modern revision, whose list and call results carry the cache/complete envelope.
-pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
-/// The revisions the server negotiates.
-pub const KNOWN_PROTOCOL_VERSIONS: [&str; 3] = ["2026-07-28", "2025-11-25", "2025-03-26"];
+/// The revision a request falls back to when it names none (spec: "falls back to 2025-11-25"),
+/// the modern revision whose results carry the cache/complete envelope, and the revisions
+/// `initialize` echoes: the node's own list in `tuic_proto::mcp`.
+pub use tuic_proto::mcp::{
+    ECHOED as KNOWN_PROTOCOL_VERSIONS, LEGACY_DEFAULT as DEFAULT_PROTOCOL_VERSION,
+    MODERN as MODERN_PROTOCOL_VERSION,
+};
+use tuic_proto::mcp::{SESSION_HEADER, TUIC_SESSION_HEADER, VERSION_HEADER};
 /// Largest single SSE event accepted from the node.
 pub const MAX_SSE_EVENT: usize = 16 * 1024 * 1024;
 
@@ -27,12 +29,12 @@ pub struct McpHeaders<'a> {
 
 impl McpHeaders<'_> {
     fn apply(&self, mut req: Request) -> Request {
-        req = req.header("mcp-protocol-version", self.protocol_version);
+        req = req.header(VERSION_HEADER, self.protocol_version);
         if let Some(s) = self.session_id {
-            req = req.header("mcp-session-id", s);
+            req = req.header(SESSION_HEADER, s);
         }
         if let Some(t) = self.tuic_session {
-            req = req.header("x-tuic-session", t);
+            req = req.header(TUIC_SESSION_HEADER, t);
         }
         req
     }

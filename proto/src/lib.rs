@@ -5,6 +5,7 @@
 //! and lets a simulator drive them with virtual time.
 //!
 //! - [`mail`]: the per-recipient inbox (retention, cursors, waits, the delivery lease).
+//! - [`mcp`]: MCP revisions, header names, JSON-RPC codes and the wait timing rules.
 //! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
 //!   See `docs/mail-protocol.md`.
 
@@ -12,6 +13,7 @@ pub mod endpoint;
 pub mod events;
 pub mod ipc_http;
 pub mod mail;
+pub mod mcp;
 pub mod peer;
 pub mod sse;
 

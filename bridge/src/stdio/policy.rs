@@ -15,13 +15,6 @@ pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(8);
 /// Read deadline of an ordinary call.
 pub const ORDINARY_DEADLINE: Duration = Duration::from_secs(10);
-/// Transport margin added to a wait's own timeout.
-pub const WAIT_MARGIN: Duration = Duration::from_secs(5);
-/// Longest wait a call may request; longer requests are clamped (the node's 301 s request
-/// timeout bounds every handler anyway).
-pub const MAX_WAIT: Duration = Duration::from_secs(300);
-/// A wait that names no timeout is given this long (plus the margin).
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// Confirmations and long workspace operations: the confirm window (300 s) plus 5 s.
 pub const LONG_DEADLINE: Duration = Duration::from_secs(305);
 
@@ -130,18 +123,15 @@ pub fn deadline_for(msg: &Value) -> Duration {
     match (tool.as_str(), action) {
         ("ui", "confirm") | ("repo", "worktree_create" | "worktree_remove") => LONG_DEADLINE,
         (_, "wait") => {
-            let requested = args
-                .get("timeout_ms")
-                .and_then(Value::as_u64)
-                .map(Duration::from_millis)
-                .or_else(|| {
-                    args.get("timeout")
-                        .and_then(Value::as_f64)
-                        .filter(|s| s.is_finite() && *s >= 0.0)
-                        .map(|s| Duration::from_secs_f64(s.min(MAX_WAIT.as_secs_f64())))
-                })
-                .unwrap_or(DEFAULT_WAIT);
-            requested.min(MAX_WAIT) + WAIT_MARGIN
+            // The node's own rule (`tuic_proto::mcp::wait_ms`) plus the transport margin, so the
+            // bridge never gives up on a wait the node is still running.
+            let requested = args.get("timeout_ms").and_then(Value::as_u64).or_else(|| {
+                args.get("timeout")
+                    .and_then(Value::as_f64)
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .map(|s| (s.min(1e9) * 1000.0) as u64)
+            });
+            Duration::from_millis(tuic_proto::mcp::wait_deadline_ms(requested))
         }
         _ => ORDINARY_DEADLINE,
     }
@@ -179,7 +169,7 @@ pub fn offline_answer(
             }
             json!({"jsonrpc": "2.0", "id": id, "result": result})
         }
-        _ => error_answer(id, -32000, &why.message()),
+        _ => error_answer(id, tuic_proto::mcp::NODE_UNREACHABLE, &why.message()),
     }
 }
 
@@ -260,7 +250,12 @@ mod tests {
                 "agent",
                 json!({"action":"wait","timeout_ms":9_999_999})
             )),
-            Duration::from_secs(305)
+            Duration::from_secs(300)
+        );
+        // No timeout: the node waits its 60 s default, the bridge 60 s + 5 s.
+        assert_eq!(
+            deadline_for(&call("agent", json!({"action":"wait"}))),
+            Duration::from_secs(65)
         );
         assert_eq!(
             deadline_for(&call(

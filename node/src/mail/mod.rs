@@ -338,9 +338,15 @@ impl Mail {
                 e.name = p.name;
             }
         }
-        for p in g.peers.values_mut() {
+        for (child, p) in g.peers.iter_mut() {
             if p.parent.as_deref() == Some(old) {
                 p.parent = Some(new.to_owned());
+                // The child's session row names its parent once that is a registered identity.
+                if !new.starts_with(spawn::PENDING_PREFIX)
+                    && let Some(s) = node.sessions.live(child)
+                {
+                    s.set_parent_session(Some(new.to_owned()));
+                }
             }
         }
         n

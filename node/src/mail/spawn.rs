@@ -196,6 +196,9 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
                 cwd: req.cwd.clone(),
                 env,
                 name: req.name.clone(),
+                name_from_spawn: true,
+                // Only a registered identity is published; a pending placeholder never is.
+                parent_session: req.parent.clone(),
                 ..Default::default()
             },
         )

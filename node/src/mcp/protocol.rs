@@ -1,46 +1,14 @@
-//! Pure JSON-RPC and MCP revision rules: message classification, error codes, version
-//! negotiation, the per-request era, and `Accept` parsing. No IO, no state.
+//! Pure JSON-RPC and MCP revision rules: message classification, error objects, the
+//! per-request era, and `Accept` parsing. No IO, no state. The revisions, header names and
+//! error codes themselves are the shared contract in `tuic_proto::mcp`.
 
 use serde_json::{Map, Value, json};
 
-/// The modern, stateless revision (SEP-2549 `server/discover`).
-pub const MODERN: &str = "2026-07-28";
-/// What a legacy `initialize` answers when the client names no version we echo.
-pub const LEGACY_DEFAULT: &str = "2025-11-25";
-/// Versions `initialize` echoes.
-pub const ECHOED: &[&str] = &[MODERN, LEGACY_DEFAULT, "2025-03-26"];
-/// Versions `server/discover` lists, newest first, and `MCP-Protocol-Version` may carry.
-pub const SUPPORTED: &[&str] = &[MODERN, LEGACY_DEFAULT, "2025-06-18", "2025-03-26"];
-
-/// The `_meta` keys a stateless request carries.
-pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` client info key.
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-/// `_meta` client capabilities key.
-pub const META_CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` server info key on results.
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-
-/// JSON-RPC parse error.
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC invalid request.
-pub const INVALID_REQUEST: i64 = -32600;
-/// JSON-RPC method not found.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// JSON-RPC invalid params.
-pub const INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC internal error.
-pub const INTERNAL_ERROR: i64 = -32603;
-/// An MCP standard header disagrees with the body (SEP-2243).
-pub const HEADER_MISMATCH: i64 = -32020;
-
-/// Picks the revision an `initialize` answers.
-pub fn negotiate(requested: Option<&str>) -> &'static str {
-    requested
-        .and_then(|r| ECHOED.iter().find(|v| **v == r))
-        .copied()
-        .unwrap_or(LEGACY_DEFAULT)
-}
+pub use tuic_proto::mcp::{
+    ECHOED, HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, LEGACY_DEFAULT,
+    META_CLIENT_CAPS, META_CLIENT_INFO, META_SERVER_INFO, META_VERSION, METHOD_NOT_FOUND, MODERN,
+    PARSE_ERROR, SUPPORTED, negotiate,
+};
 
 /// A JSON-RPC error object.
 pub fn error(id: Value, code: i64, message: impl Into<String>) -> Value {

@@ -362,14 +362,81 @@ fn clone_def(t: &ToolDef) -> ToolDef {
     }
 }
 
+/// Inputs that were renamed or removed: a caller still sending one is told what replaced it
+/// instead of getting a bare "unknown property" (spec "MCP Native Tools": the old `project` and
+/// `workspace_id` names are rejected; `agent spawn` rejects the removed alt-screen switches).
+const RETIRED_INPUTS: &[(&str, &str)] = &[
+    ("project", "pass the repository root as path"),
+    (
+        "workspace_id",
+        "pass branch (repo worktree_lifecycle/worktree_remove) or path (the repository root)",
+    ),
+    (
+        "allow_alt_screen",
+        "it was removed: the per-agent prevent_alt_screen setting decides the screen flag",
+    ),
+    (
+        "allowAltScreen",
+        "it was removed: the per-agent prevent_alt_screen setting decides the screen flag",
+    ),
+];
+
+/// Inputs a tool names in its schema, per native tool, computed once.
+static NATIVE_INPUTS: std::sync::LazyLock<
+    std::collections::HashMap<&'static str, std::collections::BTreeSet<String>>,
+> = std::sync::LazyLock::new(|| {
+    crate::mcp::tools::NATIVE
+        .iter()
+        .map(|t| {
+            let keys = (t.schema)()
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            (t.name, keys)
+        })
+        .collect()
+});
+
+/// Refuses an input a native tool's schema does not declare, naming it. Upstream tools
+/// validate their own inputs (their schema is theirs, passed through).
+fn check_inputs(def: &ToolDef, args: &Map<String, Value>) -> Result<(), ToolError> {
+    let Some(known) = NATIVE_INPUTS.get(def.name) else {
+        return Ok(());
+    };
+    for k in args.keys() {
+        if known.contains(k) {
+            continue;
+        }
+        if let Some((_, instead)) = RETIRED_INPUTS.iter().find(|(old, _)| old == k) {
+            return Err(ToolError::new(
+                "retired_input",
+                format!("{}: the input {k} is no longer accepted; {instead}", def.name),
+            )
+            .with("property", json!(k)));
+        }
+        return Err(ToolError::new(
+            "unknown_property",
+            format!(
+                "{}: unknown property {k}; accepted: {}",
+                def.name,
+                known.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .with("property", json!(k)));
+    }
+    Ok(())
+}
+
 /// Runs one handler: blocking actions on the blocking pool, others inline; a panic becomes a
-/// tool error either way.
+/// tool error either way. Inputs are checked against the tool's schema first.
 async fn run(
     node: &Arc<Node>,
     ctx: &CallCtx,
     def: Arc<ToolDef>,
     args: Map<String, Value>,
 ) -> Result<Value, ToolError> {
+    check_inputs(&def, &args)?;
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     let panicked = |name: &str| {
         tracing::warn!(source = "mcp", tool = name, "tool handler panicked");
@@ -443,5 +510,5 @@ pub fn schema(actions: &[&str], props: Value) -> Value {
         "action".into(),
         json!({"type": "string", "enum": actions, "description": "what to do"}),
     );
-    json!({"type": "object", "properties": p, "required": ["action"]})
+    json!({"type": "object", "properties": p, "required": ["action"], "additionalProperties": false})
 }

@@ -28,12 +28,7 @@ use crate::error::ApiError;
 use crate::guard::{self, Transport};
 use crate::state::Node;
 
-/// Protocol session header.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// Revision header.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
-/// TUIC identity header sent by `tuic-bridge` from `$TUIC_SESSION`.
-pub const TUIC_SESSION_HEADER: &str = "x-tuic-session";
+pub use tuic_proto::mcp::{SESSION_HEADER, TUIC_SESSION_HEADER, VERSION_HEADER};
 /// SEP-2243 method header (modern requests).
 pub const METHOD_HEADER: &str = "mcp-method";
 /// SEP-2243 name header (modern `tools/call`).

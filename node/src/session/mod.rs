@@ -76,8 +76,11 @@ pub struct Session {
     pub shell: String,
     /// Child process id.
     pub pid: Option<u32>,
-    /// Display name; set at create or by a rename.
-    display_name: Mutex<Option<String>>,
+    /// Display name and where it came from; set at create, by a spawn or by a rename.
+    display_name: Mutex<Name>,
+    /// The registered identity of the agent that spawned this session (never a pending
+    /// placeholder); set at spawn, or when a spawner registers after spawning.
+    parent_session: Mutex<Option<String>>,
     /// Raw ring and live subscribers.
     stream: Mutex<Backlog>,
     /// Output read while a screen reader held the screen, not yet fed to it (oldest first).
@@ -86,6 +89,9 @@ pub struct Session {
     screen: Mutex<Screen>,
     /// Bumped after every fed read and at exit; subscribers wait on it.
     wake: watch::Sender<u64>,
+    /// Bumped when the observed lifecycle changes (shell idle/busy, agent state; the monitor
+    /// publishes those) and at exit; `session action=wait` sleeps on it.
+    lifecycle: watch::Sender<u64>,
     /// PTY input. A blocking write: callers run off the async workers.
     writer: Mutex<Box<dyn Write + Send>>,
     /// PTY master, for resize and the foreground process group.
@@ -126,6 +132,37 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A session's display name and its provenance (the session-list flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Name {
+    /// The name, when one was given.
+    pub text: Option<String>,
+    /// A person chose it (a rename, or a name given at create).
+    pub is_custom: bool,
+    /// The spawning agent assigned it (`agent action=spawn name=`), and nobody renamed since.
+    pub from_spawn: bool,
+}
+
+impl Name {
+    /// A name given at create by a client (`POST /sessions`, `session action=create`).
+    pub fn custom(text: Option<String>) -> Self {
+        Self {
+            is_custom: text.is_some(),
+            text,
+            from_spawn: false,
+        }
+    }
+
+    /// A name assigned by a spawning agent.
+    pub fn spawned(text: Option<String>) -> Self {
+        Self {
+            from_spawn: text.is_some(),
+            text,
+            is_custom: false,
+        }
+    }
+}
+
 /// A row of `GET /sessions`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionRow {
@@ -140,6 +177,13 @@ pub struct SessionRow {
     /// Display name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
+    /// The display name was chosen by a person (rename or create), not derived.
+    pub display_name_is_custom: bool,
+    /// The display name was assigned by the spawning agent.
+    pub display_name_from_spawn: bool,
+    /// The spawning agent's registered identity, for parent-name resolution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
     /// Detected coding agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_type: Option<String>,
@@ -172,12 +216,38 @@ impl Session {
 
     /// The display name.
     pub fn display_name(&self) -> Option<String> {
+        lock(&self.display_name).text.clone()
+    }
+
+    /// The display name with its provenance.
+    pub fn name(&self) -> Name {
         lock(&self.display_name).clone()
     }
 
-    /// Replaces the display name.
+    /// Replaces the display name with a person's choice (a rename).
     pub fn set_display_name(&self, name: String) {
-        *lock(&self.display_name) = Some(name);
+        *lock(&self.display_name) = Name::custom(Some(name));
+    }
+
+    /// The spawning agent's registered identity.
+    pub fn parent_session(&self) -> Option<String> {
+        lock(&self.parent_session).clone()
+    }
+
+    /// Records the spawning agent's registered identity (a spawner that registered late, or
+    /// moved to another identity).
+    pub fn set_parent_session(&self, parent: Option<String>) {
+        *lock(&self.parent_session) = parent;
+    }
+
+    /// A receiver woken when the observed lifecycle changes and at exit.
+    pub fn lifecycle(&self) -> watch::Receiver<u64> {
+        self.lifecycle.subscribe()
+    }
+
+    /// Tells lifecycle waiters to look again (the monitor saw a state change).
+    pub(crate) fn lifecycle_changed(&self) {
+        self.lifecycle.send_modify(|v| *v += 1);
     }
 
     /// Writes input to the PTY. Blocking: call off the async workers.
@@ -433,12 +503,16 @@ impl Session {
                 st => st,
             }
         });
+        let name = self.name();
         SessionRow {
             session_id: self.id.clone(),
             alias: self.alias.clone(),
             tuic_session: self.tuic_session.clone(),
             cwd: self.cwd.clone(),
-            display_name: self.display_name(),
+            display_name: name.text,
+            display_name_is_custom: name.is_custom,
+            display_name_from_spawn: name.from_spawn,
+            parent_session: self.parent_session(),
             agent_type: agent.map(|(n, _)| n.to_owned()),
             background_work,
             shell_state,

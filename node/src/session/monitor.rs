@@ -102,8 +102,13 @@ fn check(s: &Session) -> Vec<Value> {
     if error.is_some() && error != seen.error {
         out.push(json!({"type": "error", "text": error}));
     }
+    let settled = row.shell_state == Some(activity::ShellState::Idle);
+    if settled != seen.settled || row.agent_state != seen.agent_state {
+        // `session action=wait` sleeps on this instead of polling the state itself.
+        s.lifecycle_changed();
+    }
     seen.output_ms = out_ms;
-    seen.settled = row.shell_state == Some(activity::ShellState::Idle);
+    seen.settled = settled;
     seen.agent_state = row.agent_state;
     seen.question = question;
     seen.rate_limit = rate.map(|(t, _)| t);

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 
 use super::backlog::Backlog;
 use super::capture::{Capture, Direction};
-use super::{Exit, LOG_LINES, Screen, Session, lock, now_ms};
+use super::{Exit, LOG_LINES, Name, Screen, Session, lock, now_ms};
 
 /// Read buffer size: large enough that bulk output costs few wakeups.
 const READ_BUF: usize = 64 * 1024;
@@ -41,7 +41,9 @@ pub(super) struct Spawn {
     pub(super) env: Vec<(String, String)>,
     pub(super) rows: u16,
     pub(super) cols: u16,
-    pub(super) name: Option<String>,
+    pub(super) name: Name,
+    /// The spawning agent's registered identity (`agent action=spawn`).
+    pub(super) parent_session: Option<String>,
 }
 
 /// Starts the process; `on_exit` runs on the waiter thread once the exit is recorded.
@@ -70,6 +72,7 @@ pub(super) fn spawn(
     let writer = pair.master.take_writer()?;
     let killer = child.clone_killer();
     let (wake, _) = watch::channel(0u64);
+    let (lifecycle, _) = watch::channel(0u64);
     let session = Arc::new(Session {
         id: s.id,
         tuic_session: s.tuic_session,
@@ -78,10 +81,12 @@ pub(super) fn spawn(
         shell: s.shell,
         pid: child.process_id(),
         display_name: Mutex::new(s.name),
+        parent_session: Mutex::new(s.parent_session),
         stream: Mutex::new(Backlog::default()),
         deferred: Mutex::new(Vec::new()),
         screen: Mutex::new(Screen::new(s.rows, s.cols, LOG_LINES)),
         wake,
+        lifecycle,
         writer: Mutex::new(writer),
         master: Mutex::new(pair.master),
         killer: Mutex::new(killer),
@@ -123,6 +128,7 @@ pub(super) fn spawn(
             }
             let _ = ws.exit.set(Exit { code });
             ws.wake.send_modify(|v| *v += 1);
+            ws.lifecycle.send_modify(|v| *v += 1);
             on_exit(&ws);
         })?;
     Ok(session)
@@ -327,7 +333,8 @@ mod tests {
                 env: Vec::new(),
                 rows: 24,
                 cols: 80,
-                name: None,
+                name: Name::default(),
+                parent_session: None,
             },
             Arc::new(Capture::new(CaptureDir::Dir(dir.path().to_path_buf()))),
             move |_| {

@@ -39,6 +39,13 @@ pub struct CreateRequest {
     pub name: Option<String>,
     /// An alias to restore (kept only when well-formed and free).
     pub alias: Option<String>,
+    /// The name was assigned by a spawning agent (`agent action=spawn`), not a person.
+    #[serde(skip)]
+    pub name_from_spawn: bool,
+    /// The spawning agent's registered identity; set by `agent action=spawn` only, never
+    /// from a request body.
+    #[serde(skip)]
+    pub parent_session: Option<String>,
 }
 
 /// Why a session was not created.
@@ -232,7 +239,12 @@ impl Registry {
                 env,
                 rows,
                 cols,
-                name: req.name.clone(),
+                name: if req.name_from_spawn {
+                    super::Name::spawned(req.name.clone())
+                } else {
+                    super::Name::custom(req.name.clone())
+                },
+                parent_session: req.parent_session.clone(),
             },
             self.capture.clone(),
             move |s| n2.sessions.on_exit(&n2, s),
@@ -262,7 +274,7 @@ impl Registry {
             cwd: session.cwd.clone(),
             agent_type: agent_type.map(str::to_owned),
             display_name: req.name,
-            parent_session: None,
+            parent_session: req.parent_session,
             tuic_session,
         });
         node.bus.publish(Event::TermAliasAssigned {

@@ -22,8 +22,6 @@ use super::{Session, SessionError, now_ms};
 pub const DEFAULT_ACK_MS: u64 = 3_000;
 /// Accepted range of `timeout_ms` for submit.
 pub const ACK_RANGE_MS: (u64, u64) = (250, 10_000);
-/// Longest `session action=wait`.
-pub const MAX_WAIT_MS: u64 = 300_000;
 
 /// The acknowledgement kinds of a receipt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -168,7 +166,7 @@ pub fn submit(
         if now >= deadline {
             break Ack::Timeout;
         }
-        wait_wake(&mut wake, deadline - now);
+        wait_change(&mut wake, deadline - now);
     };
     Ok(Receipt {
         ok: ack == Ack::Output,
@@ -215,14 +213,15 @@ fn reached(s: &Session, until: Until) -> bool {
     }
 }
 
-/// Waits until `until` or the timeout; returns whether it was reached. Output wakes the
-/// waiter; idleness is a quiet period, so the waiter also wakes when the quiet period of the
-/// last output would end.
+/// Waits until `until` or the timeout; returns whether it was reached. It sleeps on the
+/// session's lifecycle events (the monitor publishes each observed change of shell or agent
+/// state, the waiter thread the exit), subscribing before the first check so a transition in
+/// between still wakes it; it runs no polling loop of its own.
 pub fn wait(s: &Session, until: Until, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    let mut wake = s.wake();
+    let mut life = s.lifecycle();
     loop {
-        wake.borrow_and_update();
+        life.borrow_and_update();
         if reached(s, until) {
             return true;
         }
@@ -230,22 +229,15 @@ pub fn wait(s: &Session, until: Until, timeout: Duration) -> bool {
         if now >= deadline {
             return false;
         }
-        let mut step = deadline - now;
-        if until == Until::Idle {
-            let quiet_at = s.last_output_ms().map_or(0, |l| l + IDLE_AFTER_MS);
-            let to_quiet = Duration::from_millis(quiet_at.saturating_sub(now_ms()).max(10));
-            // An agent's state also depends on the screen; re-check at least every 250 ms.
-            step = step.min(to_quiet).min(Duration::from_millis(250));
-        }
-        wait_wake(&mut wake, step);
+        wait_change(&mut life, deadline - now);
     }
 }
 
-/// Parks until the session's wake fires or `d` passes.
-fn wait_wake(wake: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
+/// Parks until `watch` changes (output, lifecycle) or `d` passes.
+fn wait_change(watch: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
     match tokio::runtime::Handle::try_current() {
         Ok(h) => {
-            let _ = h.block_on(tokio::time::timeout(d, wake.changed()));
+            let _ = h.block_on(tokio::time::timeout(d, watch.changed()));
         }
         // Outside a runtime (unit tests), a bounded poll of the same condition.
         Err(_) => std::thread::sleep(d.min(Duration::from_millis(20))),

@@ -33,13 +33,8 @@ pub const INBOX_CAPACITY: usize = 100;
 pub const READER_ACTIVE_MS: u64 = 30_000;
 /// Largest accepted message body in bytes (spec "Limits": 64 KB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
-/// A wait without `timeout_ms` runs this long.
-pub const WAIT_DEFAULT_MS: u64 = 60_000;
-/// The advertised wait cap; a request at or above it runs as [`WAIT_CLAMPED_MS`].
-pub const WAIT_CAP_MS: u64 = 300_000;
-/// What a capped wait really runs: 5 s under the cap, so a client whose own deadline is
-/// exactly the cap still receives `timed_out` instead of its own transport error.
-pub const WAIT_CLAMPED_MS: u64 = 295_000;
+/// The wait timing rules are the shared MCP contract (one source for node and bridge).
+pub use crate::mcp::{WAIT_CAP_MS, WAIT_CLAMPED_MS, WAIT_DEFAULT_MS};
 /// The `awaiting_input` lifecycle state, exempt from replacement.
 const AWAITING_INPUT: &str = "awaiting_input";
 
@@ -874,11 +869,7 @@ fn next_cursor(r: &mut Recipient, now: u64) -> u64 {
 }
 
 fn clamp_wait(timeout_ms: Option<u64>) -> u64 {
-    match timeout_ms {
-        None => WAIT_DEFAULT_MS,
-        Some(t) if t >= WAIT_CAP_MS => WAIT_CLAMPED_MS,
-        Some(t) => t,
-    }
+    crate::mcp::wait_ms(timeout_ms)
 }
 
 /// The ids a wait answer carried, looked up once per retained entry.

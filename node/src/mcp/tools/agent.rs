@@ -546,13 +546,6 @@ fn spawn_child(
     ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    if args.contains_key("allow_alt_screen") || args.contains_key("allowAltScreen") {
-        return Err(ToolError::removed(
-            "agent spawn",
-            "allow_alt_screen",
-            "the per-agent prevent_alt_screen setting",
-        ));
-    }
     let command = opt_str(args, "command")?
         .filter(|c| !c.is_empty())
         .ok_or_else(|| ToolError::invalid("command is required"))?

@@ -51,7 +51,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - input: raw write (input text and/or special_key); proves the write only, never a submission. Local clients only.\n\
 - submit: one-call submission of input to a confirmed-idle agent with an empty composer; returns {ok, retry_safe, ack, ack_ms?, turn_epoch}; busy or half-typed sessions are refused before the first byte. timeout_ms 250-10000 (3000). Local clients only.\n\
 - output: clean text by default (format=raw keeps escapes); pages with from_line/from_byte/next_cursor, deltas with since_cursor.\n\
-- status: one session's state. wait: until=idle|exited, timeout_ms up to 300000.\n\
+- status: one session's state. wait: until=idle|exited, timeout_ms default 60000, up to 300000.\n\
 - resize (rows, cols), rename (name), close, kill (local clients only), pause/resume (local clients only).\n\
 - suspend: ask the UI to end the PTY and keep the tab restorable; errors when no UI is attached.\n\
 - keep_open (enabled): automatic idle closure of a managed child. declare_worktree (worktree_path): place the caller's own tab.",
@@ -361,9 +361,9 @@ fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError>
             )));
         }
     };
-    let timeout_ms = u64_arg(args, "timeout_ms")?
-        .unwrap_or(30_000)
-        .min(submit::MAX_WAIT_MS);
+    // The shared rule: 60 s by default, a request at or above the 300,000 ms cap runs
+    // 295,000 ms (the bridge computes its deadline from the same function).
+    let timeout_ms = tuic_proto::mcp::wait_ms(u64_arg(args, "timeout_ms")?);
     let started = std::time::Instant::now();
     let reached = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
     let row = s.row();

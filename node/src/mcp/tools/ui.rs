@@ -84,14 +84,14 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             }
             let sound = resolve_sound(level, args.get("sound"))?;
             let title = args.get("title").and_then(Value::as_str).map(str::to_owned);
+            let origin = caller_origin(node, ctx);
             node.bus.publish(Event::McpToast {
                 title,
                 message: message.to_owned(),
                 level: level.to_owned(),
                 sound: sound.clone(),
-                origin_repo_path: None,
-                // Only a caller bound to a terminal gets an id; never a guessed one.
-                origin_session_id: ctx.tuic_session.clone(),
+                origin_repo_path: origin.repo_path,
+                origin_session_id: origin.session_id,
             });
             let mut out = json!({"ok": true, "level": level});
             if let Some(s) = sound {
@@ -105,6 +105,30 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             "tab",
             "a UI with tabs, not built yet",
         )),
+    }
+}
+
+/// Where a toast came from, resolved from the caller's binding (callers never supply it).
+struct Origin {
+    /// The caller's peer project, else its PTY's working directory.
+    repo_path: Option<String>,
+    /// The caller's TUIC session, only when it is bound to a live terminal: a wrong id would
+    /// send the user's click to somebody else's terminal.
+    session_id: Option<String>,
+}
+
+fn caller_origin(node: &Node, ctx: &CallCtx) -> Origin {
+    let Some(t) = ctx.tuic_session.as_deref() else {
+        return Origin {
+            repo_path: None,
+            session_id: None,
+        };
+    };
+    let project = node.mail.lock().peers.get(t).and_then(|p| p.path.clone());
+    let pty = node.sessions.live(t);
+    Origin {
+        repo_path: project.or_else(|| pty.as_ref().map(|s| s.cwd.clone())),
+        session_id: pty.map(|s| s.tuic_session.clone()),
     }
 }
 
@@ -127,7 +151,7 @@ fn confirm(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         request_id: request_id.clone(),
         message: message.to_owned(),
         title: args.get("title").and_then(Value::as_str).map(str::to_owned),
-        origin_session_id: ctx.tuic_session.clone(),
+        origin_session_id: caller_origin(node, ctx).session_id,
     });
     let window = std::time::Duration::from_millis(node.config().tuning.mcp_confirm_timeout_ms);
     let answer = rx.recv_timeout(window).ok();
