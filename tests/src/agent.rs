@@ -21,6 +21,16 @@ pub struct Agent {
 
 /// One JSON-RPC POST to `/mcp` (with the session header when given).
 pub async fn rpc(socket: &Path, sid: Option<&str>, msg: Value) -> crate::Reply {
+    rpc_with(socket, sid, &[], msg).await
+}
+
+/// [`rpc`] with extra request headers (an asserted `x-tuic-session`, ...).
+pub async fn rpc_with(
+    socket: &Path,
+    sid: Option<&str>,
+    headers: &[(&str, &str)],
+    msg: Value,
+) -> crate::Reply {
     let mut b = hyper::Request::builder()
         .method("POST")
         .uri("/mcp")
@@ -29,6 +39,9 @@ pub async fn rpc(socket: &Path, sid: Option<&str>, msg: Value) -> crate::Reply {
         .header("accept", "application/json, text/event-stream");
     if let Some(sid) = sid {
         b = b.header("mcp-session-id", sid);
+    }
+    for (k, v) in headers {
+        b = b.header(*k, *v);
     }
     ipc_request(
         socket,

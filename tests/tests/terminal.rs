@@ -402,7 +402,7 @@ fn reveals_key(s: &str) -> Option<String> {
 }
 
 #[tokio::test]
-async fn a_private_key_never_leaks_through_any_page_size() {
+async fn agent_pages_never_leak_a_private_key_while_a_persons_views_show_the_terminal() {
     let node = Node::start(None).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let key = format!(
@@ -423,11 +423,13 @@ async fn a_private_key_never_leaks_through_any_page_size() {
     let got = drain_ws(&mut ws, T).await.unwrap();
     assert!(got.exit.is_some());
 
+    // The redaction rule (docs/http-api.md "Redaction"): what agents read — the MCP serializer
+    // formats, `mcp_raw` and `mcp` — is masked at every page size.
     // Raw, one byte at a time, from the oldest offset.
     let first = node
         .ok(
             "GET",
-            &format!("/sessions/{id}/output?format=raw&limit=1"),
+            &format!("/sessions/{id}/output?format=mcp_raw&limit=1"),
             None,
         )
         .await
@@ -439,7 +441,7 @@ async fn a_private_key_never_leaks_through_any_page_size() {
         let p = node
             .ok(
                 "GET",
-                &format!("/sessions/{id}/output?format=raw&from_byte={from}&limit=1"),
+                &format!("/sessions/{id}/output?format=mcp_raw&from_byte={from}&limit=1"),
                 None,
             )
             .await
@@ -460,8 +462,8 @@ async fn a_private_key_never_leaks_through_any_page_size() {
     );
     assert_eq!(reveals_key(&all), None, "raw pages revealed key material");
 
-    // Text (and the MCP serializer), one line at a time.
-    for format in ["text", "mcp"] {
+    // The MCP text serializer, one line at a time.
+    for format in ["mcp"] {
         let first = node
             .ok(
                 "GET",
@@ -497,12 +499,29 @@ async fn a_private_key_never_leaks_through_any_page_size() {
     }
     // The tail snapshot uses [REDACTED].
     let tail = node
-        .ok("GET", &format!("/sessions/{id}/output?format=text"), None)
+        .ok("GET", &format!("/sessions/{id}/output?format=mcp"), None)
         .await
         .unwrap();
     let t = tail["data"].as_str().unwrap();
     assert_eq!(reveals_key(t), None, "{t}");
     assert!(t.contains("[REDACTED]"), "{t}");
+
+    // A person's own views show the terminal as it was, all alike: the live stream, the raw
+    // and text history pages, and the grid.
+    let streamed = String::from_utf8_lossy(&got.bytes).into_owned();
+    assert!(reveals_key(&streamed).is_some(), "stream: {streamed}");
+    for format in ["raw", "text"] {
+        let p = node
+            .ok(
+                "GET",
+                &format!("/sessions/{id}/output?format={format}&from_line=0&from_byte=0"),
+                None,
+            )
+            .await
+            .unwrap();
+        let d = p["data"].as_str().unwrap();
+        assert!(reveals_key(d).is_some(), "{format}: {d}");
+    }
 }
 
 #[tokio::test]

@@ -5,6 +5,11 @@
 //! Formats: `raw`/`mcp_raw` page the raw ring by source bytes; `text`/`mcp` page the clean log
 //! by line (`from_line`, `since_cursor`) or, without a position, return the tail of the
 //! terminal grid; `log` returns clean-log lines plus the visible screen.
+//!
+//! Redaction follows one rule (docs/http-api.md, "Redaction"): what agents read is redacted
+//! — the MCP serializer formats `mcp`/`mcp_raw`, which MCP `session action=output` and the
+//! hub's remote output use — while the views of a person's own terminal show it as it is: the
+//! `raw`, `text` and `log` pages here, like the session stream, `raw-ring` and the grid.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -44,8 +49,10 @@ pub struct BadQuery(pub String);
 pub fn render(s: &Session, q: &OutputQuery) -> Result<Value, BadQuery> {
     let format = q.format.as_deref().unwrap_or("text");
     let mut v = match format {
-        "raw" | "mcp_raw" => raw(s, q, format),
-        "text" | "mcp" => text(s, q, format),
+        "raw" => raw(s, q, format, false),
+        "mcp_raw" => raw(s, q, format, true),
+        "text" => text(s, q, format, false),
+        "mcp" => text(s, q, format, true),
         "log" => log(s, q),
         other => {
             return Err(BadQuery(format!(
@@ -91,13 +98,15 @@ fn paging(obj: &mut Map<String, Value>, w: &Window, s: &Session, format: &str, k
     }
 }
 
-fn raw(s: &Session, q: &OutputQuery, format: &str) -> Value {
+fn raw(s: &Session, q: &OutputQuery, format: &str, agent: bool) -> Value {
     let (mut ring, total) = {
         let st = s.stream();
         (st.ring(), st.total())
     };
-    // Secrets are found in the whole retained ring before any slicing.
-    redact::mask_all(&mut ring);
+    if agent {
+        // Secrets are found in the whole retained ring before any slicing.
+        redact::mask_all(&mut ring);
+    }
     let from = q.from_byte.or(q.since_cursor).or(q.offset);
     let limit = q.limit.unwrap_or(DEFAULT_RAW_LIMIT);
     let (w, data) = pager::raw_page(&ring, total, from, limit);
@@ -124,7 +133,7 @@ fn mask_lines(lines: Vec<String>, with: u8) -> Vec<String> {
         .collect()
 }
 
-fn text(s: &Session, q: &OutputQuery, format: &str) -> Value {
+fn text(s: &Session, q: &OutputQuery, format: &str, agent: bool) -> Value {
     let from = q.from_line.or(q.offset);
     let limit = q.limit.unwrap_or(DEFAULT_LINE_LIMIT);
     let mut obj = Map::new();
@@ -135,12 +144,21 @@ fn text(s: &Session, q: &OutputQuery, format: &str) -> Value {
             let n = scr.grid.scroll_info().total_lines;
             (scr.grid.lines(0, n), scr.log.total(), scr.log.oldest())
         };
-        let mut rows = mask_lines(rows, redact::SENTINEL);
+        let mut rows = if agent {
+            mask_lines(rows, redact::SENTINEL)
+        } else {
+            rows
+        };
         while rows.last().is_some_and(|r| r.is_empty()) {
             rows.pop();
         }
         let start = rows.len().saturating_sub(limit as usize);
-        let data = redact::sentinel_runs_to_redacted(&rows[start..].join("\n"));
+        let tail = rows[start..].join("\n");
+        let data = if agent {
+            redact::sentinel_runs_to_redacted(&tail)
+        } else {
+            tail
+        };
         let w = Window {
             start_offset: log_total,
             end: log_total,
@@ -158,7 +176,7 @@ fn text(s: &Session, q: &OutputQuery, format: &str) -> Value {
         paging(&mut obj, &w, s, format, "from_line");
         return Value::Object(obj);
     }
-    let (w, rows) = log_page(s, from.or(q.since_cursor), limit, q.since_cursor.is_none());
+    let (w, rows) = log_page(s, from.or(q.since_cursor), limit, agent);
     let data = rows.join("\n");
     obj.insert("data_length".into(), json!(data.len()));
     obj.insert("data".into(), json!(data));
@@ -168,18 +186,16 @@ fn text(s: &Session, q: &OutputQuery, format: &str) -> Value {
     Value::Object(obj)
 }
 
-/// A page of clean-log lines, masked with the retained log plus screen as context.
-fn log_page(
-    s: &Session,
-    from: Option<u64>,
-    limit: u64,
-    _with_screen: bool,
-) -> (Window, Vec<String>) {
+/// A page of clean-log lines; for agents masked with the retained log plus screen as context.
+fn log_page(s: &Session, from: Option<u64>, limit: u64, agent: bool) -> (Window, Vec<String>) {
     let (mut lines, total, screen) = {
         let scr = s.screen();
         let lines: Vec<String> = scr.log.lines().iter().cloned().collect();
         (lines, scr.log.total(), scr.grid.screen())
     };
+    if !agent {
+        return pager::row_page(lines.iter().map(String::as_str), total, from, limit);
+    }
     let n_log = lines.len();
     lines.extend(screen);
     let mut masked = mask_lines(lines, b'*');
@@ -190,11 +206,8 @@ fn log_page(
 fn log(s: &Session, q: &OutputQuery) -> Value {
     let from = q.from_line.or(q.since_cursor).or(q.offset);
     let limit = q.limit.unwrap_or(DEFAULT_LINE_LIMIT);
-    let (w, lines) = log_page(s, from, limit, true);
-    let screen = {
-        let rows = s.screen().grid.screen();
-        mask_lines(rows, b'*')
-    };
+    let (w, lines) = log_page(s, from, limit, false);
+    let screen = s.screen().grid.screen();
     let mut obj = Map::new();
     obj.insert("lines".into(), json!(lines));
     obj.insert("total_lines".into(), json!(w.total));
