@@ -90,7 +90,10 @@ fn default_waits_through_the_bridge_outlive_thirty_five_seconds() {
     assert!(!is_error(&mail), "{mail}");
     let m = answer(&mail);
     assert_eq!(m["met"], true, "{m}");
-    assert_eq!(m["new_messages"][0]["message"], "after forty seconds", "{m}");
+    assert_eq!(
+        m["new_messages"][0]["message"], "after forty seconds",
+        "{m}"
+    );
     assert!(waited >= Duration::from_secs(38), "{waited:?}");
     let exited = b
         .response(&json!(2), Duration::from_secs(70))
@@ -115,7 +118,11 @@ async fn spawned_sessions_name_their_parent_and_where_their_name_came_from() {
     let spawned = parent
         .ok(json!({"action":"spawn","command":"/bin/sh","args":["-c","sleep 30"],"name":"worker-1"}))
         .await;
-    assert_eq!(spawned["parent_session_id"], parent_id.as_str(), "{spawned}");
+    assert_eq!(
+        spawned["parent_session_id"],
+        parent_id.as_str(),
+        "{spawned}"
+    );
     let child = spawned["session_id"].as_str().unwrap().to_owned();
     let ev = events.next(Duration::from_secs(10)).await.unwrap().1;
     assert_eq!(ev["session_id"], child.as_str(), "{ev}");
@@ -135,10 +142,7 @@ async fn spawned_sessions_name_their_parent_and_where_their_name_came_from() {
         ),
     )
     .await;
-    let orphan = answer(&r.json())["session_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let orphan = answer(&r.json())["session_id"].as_str().unwrap().to_owned();
     let ev = events.next(Duration::from_secs(10)).await.unwrap().1;
     assert_eq!(ev["session_id"], orphan.as_str(), "{ev}");
     assert!(ev.get("parent_session").is_none(), "{ev}");
@@ -198,7 +202,11 @@ async fn a_toast_names_the_callers_project_and_terminal() {
     let sock = node.socket.clone();
     let work = tempfile::tempdir().unwrap();
     let cwd = work.path().canonicalize().unwrap().display().to_string();
-    let s = create(&sock, json!({"rows":24,"cols":80,"cwd": cwd, "shell":"/bin/sh","args":["-c","sleep 30"]})).await;
+    let s = create(
+        &sock,
+        json!({"rows":24,"cols":80,"cwd": cwd, "shell":"/bin/sh","args":["-c","sleep 30"]}),
+    )
+    .await;
     let tuic = s["tuic_session"].as_str().unwrap().to_owned();
     let mut events = node.events("mcp-toast").await.unwrap();
     // The caller asserts the PTY's identity, as tuic-bridge does from $TUIC_SESSION.
@@ -214,7 +222,11 @@ async fn a_toast_names_the_callers_project_and_terminal() {
     let r = rpc(
         &sock,
         Some(&sid),
-        call(3, "agent", json!({"action":"register","path":"/srv/project"})),
+        call(
+            3,
+            "agent",
+            json!({"action":"register","path":"/srv/project"}),
+        ),
     )
     .await;
     assert!(!is_error(&r.json()), "{}", r.json());

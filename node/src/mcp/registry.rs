@@ -411,7 +411,10 @@ fn check_inputs(def: &ToolDef, args: &Map<String, Value>) -> Result<(), ToolErro
         if let Some((_, instead)) = RETIRED_INPUTS.iter().find(|(old, _)| old == k) {
             return Err(ToolError::new(
                 "retired_input",
-                format!("{}: the input {k} is no longer accepted; {instead}", def.name),
+                format!(
+                    "{}: the input {k} is no longer accepted; {instead}",
+                    def.name
+                ),
             )
             .with("property", json!(k)));
         }
