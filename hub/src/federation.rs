@@ -1,8 +1,9 @@
 //! The hub's view of its nodes: one driver task per configured connection keeps that node's
 //! session list mirrored and its health known.
 //!
-//! A driver subscribes to the node's `/events` (session lifecycle only) and re-reads
-//! `GET /sessions` on every event; a health probe every 5 s marks the connection down after 3
+//! A driver subscribes to the node's `/events` (session lifecycle only), reads `GET /sessions`
+//! once per connected period, then decodes the stream (`proto::sse`, typed `Event`s) and
+//! applies each event as a delta to the mirrored rows (a `lagged` re-reads the list); a health probe every 5 s marks the connection down after 3
 //! misses, and a reset stream marks it down at once. Reconnects back off 1 s → 30 s with
 //! jitter. While down, the connection has no rows and its routes answer 503.
 
@@ -19,6 +20,8 @@ use crate::connections::{self, ConnectionConfig};
 use crate::peerlink::PeerHub;
 use tuic_node::mcp::registry::ToolError;
 use tuic_node::peer::remote::RemoteSessions;
+use tuic_proto::events::Event;
+use tuic_proto::sse::{SseDecoder, SseEvent};
 
 /// Health probe interval.
 const PING_EVERY: Duration = Duration::from_secs(5);
@@ -38,6 +41,10 @@ pub struct ConnState {
     pub peer_up: bool,
     /// The peer link's last failure, without URL or token.
     pub peer_error: Option<String>,
+    /// Whole `GET /sessions` reads (connect, reconnect, `lagged`).
+    pub full_refreshes: u64,
+    /// Single-row reads (`GET /sessions/{id}`) for events that lack the row's fields.
+    pub row_fetches: u64,
 }
 
 /// One connection and its driver.
@@ -179,6 +186,8 @@ impl Federation {
                     "up": s.up,
                     "session_count": s.sessions.len(),
                     "peer_link_up": s.peer_up,
+                    "full_refreshes": s.full_refreshes,
+                    "row_fetches": s.row_fetches,
                     "outbox_held": self.mail.held(&c.id),
                     "outbox_recipient_full": self.mail.recipient_full(&c.id),
                 });
@@ -271,6 +280,7 @@ impl Federation {
         });
         tracing::info!(conn = %conn.id, "connection up");
         let mut events = resp.bytes_stream();
+        let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.tick().await;
         let mut misses = 0;
@@ -278,8 +288,9 @@ impl Federation {
             tokio::select! {
                 chunk = events.next() => match chunk {
                     Some(Ok(b)) => {
-                        if b.windows(6).any(|w| w == b"event:") {
-                            self.refresh(conn).await?;
+                        decoder.feed(&b).map_err(|e| e.to_string())?;
+                        while let Some(e) = decoder.poll_event() {
+                            self.apply(conn, &e).await?;
                         }
                     }
                     Some(Err(e)) => return Err(describe(&e)),
@@ -302,6 +313,98 @@ impl Federation {
         }
     }
 
+    /// Applies one decoded event to the mirror as a delta: `session-created` (and an exit or a
+    /// parser state change, whose payloads lack the row's fields) re-reads just that row,
+    /// `session-closed` drops it, a rename or an alias edits it in place, `lagged` (events
+    /// were lost) re-reads the whole list. Other events leave the rows alone.
+    async fn apply(&self, conn: &Conn, e: &SseEvent) -> Result<(), String> {
+        let data: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
+        let Ok(event) = serde_json::from_value::<Event>(json!({"type": e.event, "data": data}))
+        else {
+            tracing::debug!(conn = %conn.id, event = %e.event, "ignoring an undecodable event");
+            return Ok(());
+        };
+        match event {
+            Event::SessionCreated { session_id, .. }
+            | Event::PtyExit { session_id, .. }
+            | Event::PtyParsed { session_id, .. } => self.refresh_row(conn, &session_id).await,
+            Event::SessionClosed { session_id } => {
+                conn.set(|s| s.sessions.retain(|r| !row_is(r, &session_id)));
+                Ok(())
+            }
+            Event::SessionRenamed {
+                session_id,
+                name,
+                is_custom,
+            } => {
+                let found = edit_row(conn, &session_id, |o| {
+                    o.insert("display_name".into(), json!(name));
+                    if o.contains_key("display_name_is_custom") {
+                        o.insert("display_name_is_custom".into(), json!(is_custom));
+                    }
+                });
+                if found {
+                    Ok(())
+                } else {
+                    self.refresh_row(conn, &session_id).await
+                }
+            }
+            Event::TermAliasAssigned { session_id, alias } => {
+                let found = edit_row(conn, &session_id, |o| {
+                    o.insert("alias".into(), json!(alias));
+                });
+                if found {
+                    Ok(())
+                } else {
+                    self.refresh_row(conn, &session_id).await
+                }
+            }
+            Event::Lagged { .. } => self.refresh(conn).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Re-reads one row: replaced or added when the node lists it, dropped when it answers
+    /// 404 (the session ended meanwhile).
+    async fn refresh_row(&self, conn: &Conn, session_id: &str) -> Result<(), String> {
+        // Node session ids are UUIDs; anything that would need escaping in a path gets the
+        // whole list instead.
+        if session_id.is_empty()
+            || !session_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return self.refresh(conn).await;
+        }
+        let resp = self
+            .http
+            .get(format!("{}/sessions/{session_id}", conn.url))
+            .header("cookie", conn.cookie())
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| describe(&e))?;
+        let status = resp.status();
+        let row: Option<Value> = if status.is_success() {
+            Some(resp.json().await.map_err(|e| describe(&e))?)
+        } else if status == reqwest::StatusCode::NOT_FOUND {
+            None
+        } else {
+            return Err(format!("node answered {status} to a session row read"));
+        };
+        conn.set(|s| {
+            s.row_fetches += 1;
+            match row {
+                Some(row) => match s.sessions.iter_mut().find(|r| row_is(r, session_id)) {
+                    Some(r) => *r = row,
+                    None => s.sessions.push(row),
+                },
+                None => s.sessions.retain(|r| !row_is(r, session_id)),
+            }
+        });
+        Ok(())
+    }
+
     async fn refresh(&self, conn: &Conn) -> Result<(), String> {
         let rows: Vec<Value> = self
             .http
@@ -314,9 +417,41 @@ impl Federation {
             .json()
             .await
             .map_err(|e| describe(&e))?;
-        conn.set(|s| s.sessions = rows);
+        conn.set(|s| {
+            s.sessions = rows;
+            s.full_refreshes += 1;
+        });
         Ok(())
     }
+}
+
+/// Largest event the mirror decodes (session payloads are small; a parser event may carry
+/// some text).
+const MAX_EVENT_BYTES: usize = 1 << 20;
+
+fn row_is(row: &Value, session_id: &str) -> bool {
+    row.get("session_id").and_then(Value::as_str) == Some(session_id)
+}
+
+/// Edits one mirrored row in place; false when the mirror has no such row.
+fn edit_row(
+    conn: &Conn,
+    session_id: &str,
+    f: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> bool {
+    let mut found = false;
+    conn.set(|s| {
+        if let Some(o) = s
+            .sessions
+            .iter_mut()
+            .find(|r| row_is(r, session_id))
+            .and_then(Value::as_object_mut)
+        {
+            f(o);
+            found = true;
+        }
+    });
+    found
 }
 
 /// A client error without the URL (which may carry a query) or any credential.

@@ -160,6 +160,9 @@ pub struct Tuning {
     pub mcp_session_ttl_ms: u64,
     /// How often the MCP reaper sweeps (60 s).
     pub mcp_reap_interval_ms: u64,
+    /// Most MCP protocol sessions held at once (20,000): past it the oldest idle ones (no
+    /// `GET /mcp` stream) are evicted, counted in `GET /mcp/status` `sessions.evicted`.
+    pub mcp_session_cap: usize,
     /// A co-owner of a TUIC identity active this recently is joined, never replaced (30 s).
     pub mcp_identity_grace_ms: u64,
     /// How long MCP task handles are kept in memory (24 h).
@@ -205,6 +208,7 @@ impl Default for Tuning {
             tombstone_secs: 300,
             mcp_session_ttl_ms: 3_600_000,
             mcp_reap_interval_ms: 60_000,
+            mcp_session_cap: 20_000,
             mcp_identity_grace_ms: 30_000,
             mcp_task_retention_ms: 86_400_000,
             mail_wake_expiry_ms: 5_000,

@@ -149,6 +149,33 @@ impl McpState {
         }
         sweep
     }
+
+    /// Applies the table cap (`tuning.mcp_session_cap`) after a request may have added a
+    /// session: the oldest idle sessions go, with the reaper's identity rules. The caller
+    /// retires the peers of `retired` identities, as after a sweep.
+    pub fn enforce_cap(&self, cfg: &crate::config::Config) -> sessions::Sweep {
+        let cap = cfg.tuning.mcp_session_cap.max(1);
+        if self.sessions.len() <= cap {
+            return sessions::Sweep::default();
+        }
+        let liveness = self
+            .liveness
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let sweep = self.sessions.evict_over_cap(cap, liveness.as_ref());
+        if !sweep.reaped.is_empty() {
+            tracing::info!(
+                source = "mcp",
+                evicted = sweep.reaped.len(),
+                cap,
+                retained_identities = ?sweep.kept,
+                retired_identities = ?sweep.retired,
+                "mcp session cap evicted idle sessions"
+            );
+        }
+        sweep
+    }
 }
 
 /// Routes of the MCP endpoint, merged into the node router.

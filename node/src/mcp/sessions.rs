@@ -7,7 +7,7 @@
 //! It deliberately knows nothing about PTYs or mailboxes: whether an identity still owns a
 //! live terminal is asked through [`IdentityLiveness`], which the terminal core answers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,38 +26,86 @@ pub const RETIRED_CAPACITY: usize = 4096;
 /// half-open stream still holds once the id is recreated.
 static STREAM_GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// One protocol session.
+/// A protocol session id as the table keys it: an id this process minted (a canonical
+/// lower-case hyphenated UUID) in 16 bytes, any other header value as its text. Minted ids
+/// are the storm case, so an idle entry carries no heap string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Sid {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+impl Sid {
+    fn of(id: &str) -> Self {
+        // 36 characters is the hyphenated form only; lower case makes it round-trip exactly.
+        if id.len() == 36
+            && !id.bytes().any(|b| b.is_ascii_uppercase())
+            && let Ok(u) = uuid::Uuid::try_parse(id)
+        {
+            return Self::Uuid(*u.as_bytes());
+        }
+        Self::Text(id.into())
+    }
+
+    fn mint() -> (Self, String) {
+        let u = uuid::Uuid::new_v4();
+        (Self::Uuid(*u.as_bytes()), u.to_string())
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Uuid(b) => uuid::Uuid::from_bytes(*b).to_string(),
+            Self::Text(t) => t.to_string(),
+        }
+    }
+}
+
+/// One protocol session: 40 bytes while idle (plus its 24-byte key), so a storm of 10,000
+/// initializes stays well under 2 MB. The clock is microseconds since the table's epoch, the
+/// revision an index into the table's few interned revisions, the client name reduced to the
+/// one flag that is read, and the stream sender exists only while a `GET /mcp` stream does.
 #[derive(Debug)]
-pub struct McpSession {
-    /// Last request on this id; the reaper compares it with the TTL.
-    pub last_activity: Instant,
+struct McpSession {
+    /// Last request on this id (µs since the table's epoch); the reaper compares it with the TTL.
+    last_us: u64,
+    /// The TUIC identity (`x-tuic-session`) bound to this session, if any.
+    tuic_session: Option<Box<str>>,
+    /// The current `GET /mcp` stream: its generation and sender.
+    stream: Option<Box<(u64, mpsc::Sender<Value>)>>,
+    /// The negotiated revision, as an index into [`Inner::versions`].
+    version: u8,
     /// The client named itself at initialize as one that needs the collapsed catalogue
     /// (`client_requires_meta_tools`); only the flag is kept, not the name.
-    pub meta_tools: bool,
-    /// The negotiated revision.
-    pub protocol_version: &'static str,
-    /// The TUIC identity (`x-tuic-session`) bound to this session, if any.
-    pub tuic_session: Option<Box<str>>,
-    /// The current `GET /mcp` stream: its generation and sender. Boxed, like the strings
-    /// above, to keep an entry small: a storm of 10,000 initializes must stay under 3 MB.
-    stream: Option<Box<(u64, mpsc::Sender<Value>)>>,
+    meta_tools: bool,
 }
 
 impl McpSession {
-    fn new(now: Instant, protocol_version: &'static str) -> Self {
+    fn new(last_us: u64, version: u8) -> Self {
         Self {
-            last_activity: now,
-            meta_tools: false,
-            protocol_version,
+            last_us,
             tuic_session: None,
             stream: None,
+            version,
+            meta_tools: false,
         }
     }
 
-    /// Whether a `GET /mcp` stream is subscribed.
-    pub fn has_stream(&self) -> bool {
+    fn has_stream(&self) -> bool {
         self.stream.is_some()
     }
+}
+
+/// What a request reads of one protocol session ([`SessionTable::with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionView<'a> {
+    /// The negotiated revision.
+    pub protocol_version: &'static str,
+    /// The client needs the collapsed catalogue.
+    pub meta_tools: bool,
+    /// The bound TUIC identity.
+    pub tuic_session: Option<&'a str>,
+    /// Whether a `GET /mcp` stream is subscribed.
+    pub has_stream: bool,
 }
 
 /// The co-owners of one TUIC identity: the delivery owner first, then joined siblings.
@@ -136,15 +184,82 @@ impl IdentityLiveness for NoPtys {
 
 #[derive(Debug, Default)]
 struct Inner {
-    sessions: HashMap<String, McpSession>,
+    sessions: HashMap<Sid, McpSession>,
     identities: HashMap<String, Owners>,
     retired: VecDeque<String>,
+    /// The revisions sessions negotiated, interned: a session keeps a one-byte index.
+    versions: Vec<&'static str>,
+    /// Idle sessions evicted by the table cap since start.
+    evicted: u64,
+}
+
+impl Inner {
+    fn version_index(&mut self, v: &'static str) -> u8 {
+        if let Some(i) = self.versions.iter().position(|x| *x == v) {
+            return i as u8;
+        }
+        // The revisions are a handful of constants; the bound only guards the index width.
+        if self.versions.len() >= usize::from(u8::MAX) {
+            return 0;
+        }
+        self.versions.push(v);
+        (self.versions.len() - 1) as u8
+    }
+
+    fn version(&self, i: u8) -> &'static str {
+        self.versions.get(usize::from(i)).copied().unwrap_or("")
+    }
+
+    /// Removes one session for the reaper or the cap, keeping its identity when that is
+    /// still addressable (see "Identity outlives its transport").
+    fn remove_idle(
+        &mut self,
+        sid: &Sid,
+        liveness: &dyn IdentityLiveness,
+        sweep: &mut Sweep,
+    ) -> bool {
+        let Some(s) = self.sessions.remove(sid) else {
+            return false;
+        };
+        let id = sid.text();
+        if let Some(t) = s.tuic_session.map(String::from) {
+            let last = self
+                .identities
+                .get(&t)
+                .is_some_and(|o| o.sessions.len() <= 1);
+            if last && liveness.is_addressable(&t) {
+                if let Some(o) = self.identities.get_mut(&t) {
+                    o.sessions.retain(|x| x != &id);
+                }
+                sweep.kept.push(t);
+            } else {
+                drop_route(&mut self.identities, &t, &id);
+                if !self.identities.contains_key(&t) {
+                    sweep.retired.push(t);
+                }
+            }
+        }
+        sweep.reaped.push(id);
+        true
+    }
 }
 
 /// The table.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SessionTable {
     inner: Mutex<Inner>,
+    /// Activity times are microseconds since this instant (8 bytes, not an `Instant`'s 16;
+    /// fine enough that two requests in a row never tie when the cap picks the oldest).
+    epoch: Instant,
+}
+
+impl Default for SessionTable {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 /// What a request with an `Mcp-Session-Id` header found.
@@ -152,7 +267,7 @@ pub struct SessionTable {
 pub enum Lookup {
     /// A live session, now refreshed.
     Live,
-    /// An id this process does not know (restart, reap): recreated from scratch.
+    /// An id this process does not know (restart, reap, cap eviction): recreated from scratch.
     Recovered,
     /// An id ended by `DELETE /mcp`: answered with 404.
     Retired,
@@ -161,6 +276,10 @@ pub enum Lookup {
 impl SessionTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn us(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Number of live protocol sessions.
@@ -178,6 +297,11 @@ impl SessionTable {
         self.lock().identities.len()
     }
 
+    /// Idle sessions evicted by the cap since start.
+    pub fn evicted(&self) -> u64 {
+        self.lock().evicted
+    }
+
     /// Handles `initialize`: reuses a live id named by the header, else mints a new one.
     pub fn initialize(
         &self,
@@ -186,12 +310,14 @@ impl SessionTable {
         version: &'static str,
         client_name: Option<String>,
     ) -> (String, Arrival) {
+        let now = self.us(now);
         let mut g = self.lock();
+        let vi = g.version_index(version);
         if let Some(id) = header
-            && let Some(s) = g.sessions.get_mut(id)
+            && let Some(s) = g.sessions.get_mut(&Sid::of(id))
         {
-            s.last_activity = now;
-            s.protocol_version = version;
+            s.last_us = now;
+            s.version = vi;
             if client_name.is_some() {
                 s.meta_tools =
                     crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
@@ -203,43 +329,54 @@ impl SessionTable {
         } else {
             Arrival::Fresh
         };
-        let id = uuid::Uuid::new_v4().to_string();
-        let mut s = McpSession::new(now, version);
+        let (sid, id) = Sid::mint();
+        let mut s = McpSession::new(now, vi);
         s.meta_tools = crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
-        g.sessions.insert(id.clone(), s);
+        g.sessions.insert(sid, s);
         (id, arrival)
     }
 
     /// Refreshes the session named by a request header, recreating an unknown id.
     pub fn touch(&self, id: &str, now: Instant, default_version: &'static str) -> Lookup {
+        let now = self.us(now);
+        let sid = Sid::of(id);
         let mut g = self.lock();
-        if let Some(s) = g.sessions.get_mut(id) {
-            s.last_activity = now;
+        if let Some(s) = g.sessions.get_mut(&sid) {
+            s.last_us = now;
             return Lookup::Live;
         }
         if g.retired.iter().any(|r| r == id) {
             return Lookup::Retired;
         }
-        g.sessions
-            .insert(id.to_owned(), McpSession::new(now, default_version));
+        let vi = g.version_index(default_version);
+        g.sessions.insert(sid, McpSession::new(now, vi));
         Lookup::Recovered
     }
 
     /// Reads one session's fields.
-    pub fn with<R>(&self, id: &str, f: impl FnOnce(&McpSession) -> R) -> Option<R> {
-        self.lock().sessions.get(id).map(f)
+    pub fn with<R>(&self, id: &str, f: impl FnOnce(&SessionView<'_>) -> R) -> Option<R> {
+        let g = self.lock();
+        let s = g.sessions.get(&Sid::of(id))?;
+        Some(f(&SessionView {
+            protocol_version: g.version(s.version),
+            meta_tools: s.meta_tools,
+            tuic_session: s.tuic_session.as_deref(),
+            has_stream: s.has_stream(),
+        }))
     }
 
     /// Binds `tuic` to session `id` by the live-owner policy: a missing or stale owner is
     /// replaced, a subscribed or recently active owner is joined, never replaced.
     pub fn bind_identity(&self, id: &str, tuic: &str, now: Instant, grace: Duration) -> Binding {
+        let now = self.us(now);
+        let grace = u64::try_from(grace.as_micros()).unwrap_or(u64::MAX);
         let mut g = self.lock();
         let Inner {
             sessions,
             identities,
             ..
         } = &mut *g;
-        let Some(me) = sessions.get_mut(id) else {
+        let Some(me) = sessions.get_mut(&Sid::of(id)) else {
             return Binding::Unchanged;
         };
         let previous_identity = me.tuic_session.replace(tuic.into());
@@ -251,14 +388,17 @@ impl SessionTable {
             return Binding::Unchanged;
         }
         // Forget owners whose protocol session is gone.
-        owners.sessions.retain(|s| sessions.contains_key(s));
+        owners
+            .sessions
+            .retain(|s| sessions.contains_key(&Sid::of(s)));
         let Some(owner) = owners.sessions.first().cloned() else {
             owners.sessions.push(id.to_owned());
             return Binding::Owner;
         };
+        let owner_sid = Sid::of(&owner);
         let owner_live = sessions
-            .get(&owner)
-            .is_some_and(|o| o.has_stream() || now.duration_since(o.last_activity) < grace);
+            .get(&owner_sid)
+            .is_some_and(|o| o.has_stream() || now.saturating_sub(o.last_us) < grace);
         if owner_live {
             owners.sessions.push(id.to_owned());
             Binding::Sibling
@@ -266,7 +406,7 @@ impl SessionTable {
             // The stale owner's routes are retired atomically with the takeover.
             owners.sessions.retain(|s| s != &owner);
             owners.sessions.insert(0, id.to_owned());
-            if let Some(o) = sessions.get_mut(&owner) {
+            if let Some(o) = sessions.get_mut(&owner_sid) {
                 o.tuic_session = None;
             }
             Binding::Reclaimed { previous: owner }
@@ -288,7 +428,7 @@ impl SessionTable {
     /// session (`Some(None)`: ended, no identity retired; `None`: the id was not live).
     pub fn end(&self, id: &str) -> Option<Option<String>> {
         let mut g = self.lock();
-        let s = g.sessions.remove(id)?;
+        let s = g.sessions.remove(&Sid::of(id))?;
         let mut retired = None;
         if let Some(t) = &s.tuic_session {
             drop_route(&mut g.identities, t, id);
@@ -318,13 +458,15 @@ impl SessionTable {
     ) -> (u64, mpsc::Receiver<Value>) {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let generation = STREAM_GENERATION.fetch_add(1, Ordering::Relaxed);
+        let now = self.us(now);
         let mut g = self.lock();
         g.retired.retain(|r| r != id);
+        let vi = g.version_index(default_version);
         let s = g
             .sessions
-            .entry(id.to_owned())
-            .or_insert_with(|| McpSession::new(now, default_version));
-        s.last_activity = now;
+            .entry(Sid::of(id))
+            .or_insert_with(|| McpSession::new(now, vi));
+        s.last_us = now;
         s.stream = Some(Box::new((generation, tx)));
         (generation, rx)
     }
@@ -333,7 +475,7 @@ impl SessionTable {
     /// superseded stream never removes its replacement's sender. Returns whether it released.
     pub fn release_stream(&self, id: &str, generation: u64) -> bool {
         let mut g = self.lock();
-        match g.sessions.get_mut(id) {
+        match g.sessions.get_mut(&Sid::of(id)) {
             Some(s) if s.stream.as_ref().is_some_and(|b| b.0 == generation) => {
                 s.stream = None;
                 true
@@ -347,7 +489,7 @@ impl SessionTable {
     pub fn stream_generation(&self, id: &str) -> Option<u64> {
         self.lock()
             .sessions
-            .get(id)
+            .get(&Sid::of(id))
             .and_then(|s| s.stream.as_ref().map(|b| b.0))
     }
 
@@ -365,35 +507,58 @@ impl SessionTable {
     /// lock, so a session refreshed since the snapshot stays) and drops their routes. Reports
     /// the reaped ids, the identities kept because they are still addressable, and the
     /// identities whose last route went with them (their peers are retired by the caller).
+    /// A table that shrank to a quarter of its capacity gives the memory back.
     pub fn reap(&self, now: Instant, ttl: Duration, liveness: &dyn IdentityLiveness) -> Sweep {
+        let now = self.us(now);
+        let ttl = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
         let mut g = self.lock();
-        let stale: Vec<String> = g
+        let stale: Vec<Sid> = g
             .sessions
             .iter()
-            .filter(|(_, s)| now.duration_since(s.last_activity) >= ttl)
+            .filter(|(_, s)| now.saturating_sub(s.last_us) >= ttl)
             .map(|(k, _)| k.clone())
             .collect();
         let mut sweep = Sweep::default();
-        for id in &stale {
-            let Some(s) = g.sessions.remove(id) else {
-                continue;
-            };
-            if let Some(t) = s.tuic_session.map(String::from) {
-                let last = g.identities.get(&t).is_some_and(|o| o.sessions.len() <= 1);
-                if last && liveness.is_addressable(&t) {
-                    if let Some(o) = g.identities.get_mut(&t) {
-                        o.sessions.retain(|x| x != id);
-                    }
-                    sweep.kept.push(t);
-                } else {
-                    drop_route(&mut g.identities, &t, id);
-                    if !g.identities.contains_key(&t) {
-                        sweep.retired.push(t);
-                    }
-                }
+        for sid in &stale {
+            g.remove_idle(sid, liveness, &mut sweep);
+        }
+        let len = g.sessions.len();
+        if g.sessions.capacity() > 1024 && g.sessions.capacity() / 4 > len {
+            g.sessions.shrink_to(len * 2);
+        }
+        sweep
+    }
+
+    /// The table cap: when more than `cap` sessions are live, the oldest idle ones (no
+    /// `GET /mcp` stream) go until `cap` remain, minus a slack of `cap / 64` so a storm pays
+    /// one scan per slack's worth of inserts, not one per insert. Sessions with a stream are
+    /// never evicted, so a table of only streaming sessions may exceed the cap (each holds a
+    /// connection). An evicted id is forgotten, not retired: a later request with it
+    /// auto-recovers, as after the TTL reap. Returns what went, like [`SessionTable::reap`].
+    pub fn evict_over_cap(&self, cap: usize, liveness: &dyn IdentityLiveness) -> Sweep {
+        let mut sweep = Sweep::default();
+        let mut g = self.lock();
+        let len = g.sessions.len();
+        if len <= cap {
+            return sweep;
+        }
+        let want = len - cap + cap / 64;
+        // The `want` oldest idle sessions: a bounded max-heap on (last activity, id), so the
+        // scan allocates `want` entries, not one per session.
+        let mut oldest: BinaryHeap<(u64, Sid)> = BinaryHeap::with_capacity(want + 1);
+        for (k, s) in g.sessions.iter().filter(|(_, s)| !s.has_stream()) {
+            if oldest.len() < want {
+                oldest.push((s.last_us, k.clone()));
+            } else if oldest.peek().is_some_and(|(t, _)| s.last_us < *t) {
+                oldest.pop();
+                oldest.push((s.last_us, k.clone()));
             }
         }
-        sweep.reaped = stale;
+        for (_, sid) in oldest.into_sorted_vec() {
+            if g.remove_idle(&sid, liveness, &mut sweep) {
+                g.evicted += 1;
+            }
+        }
         sweep
     }
 
@@ -407,7 +572,7 @@ impl SessionTable {
         owners
             .sessions
             .iter()
-            .filter_map(|id| g.sessions.get(id))
+            .filter_map(|id| g.sessions.get(&Sid::of(id)))
             .find_map(|s| s.stream.as_ref())
             .is_some_and(|b| b.1.try_send(message.clone()).is_ok())
     }
@@ -416,13 +581,15 @@ impl SessionTable {
     pub fn identity_has_stream(&self, tuic: &str) -> bool {
         let g = self.lock();
         g.identities.get(tuic).is_some_and(|o| {
-            o.sessions
-                .iter()
-                .any(|id| g.sessions.get(id).is_some_and(McpSession::has_stream))
+            o.sessions.iter().any(|id| {
+                g.sessions
+                    .get(&Sid::of(id))
+                    .is_some_and(McpSession::has_stream)
+            })
         })
     }
 
-    /// Rough heap estimate of the table, for the status route.
+    /// The table's counts, for the status route.
     pub fn stats(&self) -> Value {
         let g = self.lock();
         serde_json::json!({
@@ -430,6 +597,7 @@ impl SessionTable {
             "streams": g.sessions.values().filter(|s| s.has_stream()).count(),
             "identities": g.identities.len(),
             "retired": g.retired.len(),
+            "evicted": g.evicted,
         })
     }
 }
@@ -542,5 +710,43 @@ mod tests {
         assert_eq!(sweep.retired, vec!["gone".to_string()]);
         assert_eq!(t.len(), 1);
         assert!(t.owners("gone").is_none());
+    }
+
+    #[test]
+    fn cap_evicts_oldest_idle_first_never_a_streaming_one_and_ids_recover() {
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let at = |ms: u64| now + Duration::from_millis(ms);
+        let ids: Vec<String> = (0..5)
+            .map(|i| t.initialize(None, at(i), V, None).0)
+            .collect();
+        // The oldest holds a stream; the second oldest was used again since.
+        let (_g, _rx) = t.subscribe(&ids[0], at(0), V);
+        t.touch(&ids[1], at(10), V);
+        assert!(t.evict_over_cap(5, &NoPtys).reaped.is_empty());
+        t.initialize(None, at(20), V, None);
+        t.initialize(None, at(21), V, None);
+        let sweep = t.evict_over_cap(5, &NoPtys);
+        assert_eq!(sweep.reaped, vec![ids[2].clone(), ids[3].clone()]);
+        assert_eq!((t.len(), t.evicted()), (5, 2));
+        assert!(t.stream_generation(&ids[0]).is_some());
+        // Evicted, not retired: the id auto-recovers.
+        assert!(!t.is_retired(&ids[2]));
+        assert_eq!(t.touch(&ids[2], at(30), V), Lookup::Recovered);
+        assert_eq!(t.evict_over_cap(5, &NoPtys).reaped, vec![ids[4].clone()]);
+        assert_eq!(t.touch(&ids[1], at(31), V), Lookup::Live);
+    }
+
+    #[test]
+    fn minted_ids_are_stored_compactly_and_other_ids_keep_their_text() {
+        let (sid, text) = Sid::mint();
+        assert!(matches!(sid, Sid::Uuid(_)));
+        assert_eq!(Sid::of(&text), sid);
+        assert_eq!(sid.text(), text);
+        for other in ["gone", &text.to_uppercase(), &text.replace('-', "")] {
+            assert_eq!(Sid::of(other), Sid::Text(other.into()));
+            assert_eq!(Sid::of(other).text(), other);
+        }
+        assert!(std::mem::size_of::<McpSession>() <= 40);
     }
 }

@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 
 use super::protocol::{self as p, Message};
 use super::registry::CallCtx;
-use super::sessions::{Binding, Lookup};
+use super::sessions::{Arrival, Binding, Lookup};
 use crate::error::ApiError;
 use crate::guard::{self, Transport};
 use crate::state::Node;
@@ -290,6 +290,7 @@ async fn handle(
             Lookup::Retired => return Outcome::err(StatusCode::NOT_FOUND, terminated(id)),
             Lookup::Recovered => {
                 tracing::info!(source = "mcp", session = %s, method = %method, "recovered a stale protocol session");
+                enforce_cap(node);
             }
             Lookup::Live => {}
         }
@@ -298,14 +299,14 @@ async fn handle(
     let session_version = req
         .session
         .as_deref()
-        .and_then(|s| node.mcp.sessions.with(s, |x| x.protocol_version.to_owned()));
+        .and_then(|s| node.mcp.sessions.with(s, |x| x.protocol_version));
     // The revision is re-read per request: header, else _meta, else the session's.
     let version = req
         .version_header
-        .clone()
-        .or_else(|| p::meta_version(&params).map(str::to_owned))
+        .as_deref()
+        .or_else(|| p::meta_version(&params))
         .or(session_version);
-    let modern = version.as_deref() == Some(p::MODERN);
+    let modern = version == Some(p::MODERN);
     let ctx = call_ctx(node, req, headers, &params);
 
     match method.as_str() {
@@ -458,6 +459,9 @@ fn initialize(
         node.mcp
             .sessions
             .initialize(req.session.as_deref(), now, version, client.clone());
+    if arrival != Arrival::Reused {
+        enforce_cap(node);
+    }
     let binding = bind(node, &sid, req.tuic_session.as_deref(), now);
     tracing::info!(
         source = "mcp_initialize",
@@ -493,6 +497,16 @@ fn initialize(
     ))
 }
 
+/// Applies the session-table cap after a request may have added a session; evicted
+/// sessions' identities and pending parents are retired as after a TTL reap.
+fn enforce_cap(node: &Arc<Node>) {
+    let sweep = node.mcp.enforce_cap(&node.config());
+    if !sweep.reaped.is_empty() {
+        crate::mail::evict_peers_for_reaped_mcp_session(node, &sweep.retired);
+        crate::mail::forget_pending(node, &sweep.reaped);
+    }
+}
+
 /// Binds a valid `x-tuic-session` to the protocol session. Returns how it bound.
 fn bind(node: &Arc<Node>, sid: &str, tuic: Option<&str>, now: Instant) -> Option<String> {
     let tuic = tuic?;
@@ -505,7 +519,7 @@ fn bind(node: &Arc<Node>, sid: &str, tuic: Option<&str>, now: Instant) -> Option
     let current = node
         .mcp
         .sessions
-        .with(sid, |s| s.tuic_session.as_deref().map(str::to_owned))
+        .with(sid, |s| s.tuic_session.map(str::to_owned))
         .flatten();
     if let Some(cur) = current.filter(|c| c != tuic)
         && node.sessions.owns_live_pty(&cur)
@@ -541,9 +555,9 @@ fn call_ctx(
         .session
         .as_deref()
         .and_then(|s| {
-            node.mcp.sessions.with(s, |x| {
-                (x.tuic_session.as_deref().map(str::to_owned), x.meta_tools)
-            })
+            node.mcp
+                .sessions
+                .with(s, |x| (x.tuic_session.map(str::to_owned), x.meta_tools))
         })
         .unwrap_or((None, false));
     CallCtx {
@@ -698,6 +712,7 @@ pub async fn get_stream(State(node): State<Arc<Node>>, headers: HeaderMap) -> Re
         .sessions
         .subscribe(&sid, Instant::now(), p::LEGACY_DEFAULT);
     tracing::debug!(source = "mcp", session = %sid, generation, "mcp stream opened");
+    enforce_cap(&node);
     let guard = StreamGuard {
         node: node.clone(),
         session: sid.clone(),

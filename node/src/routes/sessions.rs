@@ -46,7 +46,7 @@ const BULK_COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 pub(super) fn routes() -> Router<Arc<Node>> {
     Router::new()
         .route("/sessions", get(list).post(create))
-        .route("/sessions/{id}", axum::routing::delete(delete))
+        .route("/sessions/{id}", get(row).delete(delete))
         .route("/sessions/{id}/write", post(write))
         .route("/sessions/{id}/input", post(input))
         .route("/sessions/{id}/submit", post(submit))
@@ -96,6 +96,23 @@ async fn list(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(json!(rows)))
+}
+
+/// `GET /sessions/{id}`: one live session's row, as `GET /sessions` lists it (the hub's mirror
+/// fetches just the row an event names).
+async fn row(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = node
+        .sessions
+        .resolve(&id)
+        .filter(|s| s.exit().is_none())
+        .ok_or_else(|| unknown(&id))?;
+    let row = tokio::task::spawn_blocking(move || s.row())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(json!(row)))
 }
 
 async fn create(

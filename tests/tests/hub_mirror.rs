@@ -1,0 +1,111 @@
+//! The hub's session mirror follows a node by deltas: creating, renaming and closing sessions
+//! on a node shows on the hub's `GET /sessions`, and the hub reads the whole list only once per
+//! connected period (`full_refreshes` in `GET /hub/connections`), not once per event.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tuic_tests::fed::FedBed;
+use tuic_tests::ipc;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Polls the hub's list (bounded) until `pred` holds for it.
+async fn wait_hub(bed: &FedBed, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let rows = bed.hub_sessions().await.unwrap();
+        if pred(&rows) {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "{what}: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn conn_row(c: &[Value]) -> Value {
+    c.iter().find(|c| c["id"] == "nodeb").cloned().unwrap()
+}
+
+#[tokio::test]
+async fn hub_mirror_applies_created_renamed_closed_as_deltas() {
+    let bed = FedBed::start(1).await.unwrap();
+    let node = bed.nodes[0].proc();
+    let before = conn_row(&bed.connections().await.unwrap());
+    assert_eq!(before["full_refreshes"], json!(1), "{before}");
+
+    let shell = json!({"rows": 24, "cols": 80, "shell": "/bin/sh"});
+    let a = bed.create_on_node(0, shell.clone()).await.unwrap();
+    let b = bed.create_on_node(0, shell).await.unwrap();
+    let (addr_a, addr_b) = (format!("nodeb/{a}"), format!("nodeb/{b}"));
+    let row = bed.wait_listed(&addr_a, LIMIT).await.unwrap();
+    // The added row is the node's own row (alias included), not a stub from the event.
+    assert!(
+        row["alias"].as_str().is_some_and(|s| !s.is_empty()),
+        "{row}"
+    );
+    bed.wait_listed(&addr_b, LIMIT).await.unwrap();
+
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        &format!("/sessions/{a}/name"),
+        Some(json!({"name": "mirror-renamed"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    wait_hub(&bed, "rename never mirrored", |rows| {
+        rows.iter()
+            .any(|r| r["address"] == json!(addr_a) && r["display_name"] == "mirror-renamed")
+    })
+    .await;
+
+    let r = ipc(&node.socket, "DELETE", &format!("/sessions/{b}"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let rows = wait_hub(&bed, "closed session still listed", |rows| {
+        !rows.iter().any(|r| r["address"] == json!(addr_b))
+    })
+    .await;
+    assert!(
+        rows.iter().any(|r| r["address"] == json!(addr_a)),
+        "{rows:?}"
+    );
+
+    // The hub's list equals the node's own list.
+    let node_rows = ipc(&node.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    let ids = |v: Vec<&Value>| {
+        let mut v: Vec<String> = v
+            .iter()
+            .map(|r| r["session_id"].as_str().unwrap().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let hub_ids = ids(rows
+        .iter()
+        .filter(|r| r["connection_id"] == "nodeb")
+        .collect());
+    assert_eq!(hub_ids, ids(node_rows.as_array().unwrap().iter().collect()));
+
+    // Many events (created, alias, renamed, closed, exit...), one whole-list read: the one at
+    // connect. Rows were read one at a time.
+    let after = conn_row(&bed.connections().await.unwrap());
+    assert_eq!(after["full_refreshes"], json!(1), "{after}");
+    assert!(after["row_fetches"].as_u64().unwrap() >= 2, "{after}");
+
+    // The node's single-row route answers 404 for a closed session.
+    let r = ipc(&node.socket, "GET", &format!("/sessions/{b}"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404);
+    let r = ipc(&node.socket, "GET", &format!("/sessions/{a}"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.json()["display_name"], "mirror-renamed");
+}
