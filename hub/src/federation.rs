@@ -23,6 +23,9 @@ use tuic_node::peer::remote::RemoteSessions;
 use tuic_proto::events::Event;
 use tuic_proto::sse::{SseDecoder, SseEvent};
 
+/// Deadline of one session-list or row read from a node.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Health probe interval.
 const PING_EVERY: Duration = Duration::from_secs(5);
 /// Consecutive missed probes before a connection is down.
@@ -261,9 +264,7 @@ impl Federation {
     async fn session_once(&self, conn: &Conn) -> Result<(), String> {
         let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed";
         let resp = self
-            .http
-            .get(format!("{}/events?types={types}", conn.url))
-            .header("cookie", conn.cookie())
+            .node_get(conn, &format!("/events?types={types}"))
             .send()
             .await
             .map_err(|e| describe(&e))?;
@@ -377,10 +378,8 @@ impl Federation {
             return self.refresh(conn).await;
         }
         let resp = self
-            .http
-            .get(format!("{}/sessions/{session_id}", conn.url))
-            .header("cookie", conn.cookie())
-            .timeout(Duration::from_secs(5))
+            .node_get(conn, &format!("/sessions/{session_id}"))
+            .timeout(READ_TIMEOUT)
             .send()
             .await
             .map_err(|e| describe(&e))?;
@@ -405,12 +404,17 @@ impl Federation {
         Ok(())
     }
 
+    /// A GET of `path` on the connection's node, authenticated with its token cookie.
+    fn node_get(&self, conn: &Conn, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", conn.url))
+            .header("cookie", conn.cookie())
+    }
+
     async fn refresh(&self, conn: &Conn) -> Result<(), String> {
         let rows: Vec<Value> = self
-            .http
-            .get(format!("{}/sessions", conn.url))
-            .header("cookie", conn.cookie())
-            .timeout(Duration::from_secs(5))
+            .node_get(conn, "/sessions")
+            .timeout(READ_TIMEOUT)
             .send()
             .await
             .map_err(|e| describe(&e))?
