@@ -12,6 +12,7 @@ pub mod bridge;
 pub mod fake;
 pub mod fed;
 pub mod netns;
+pub mod progress;
 pub mod records;
 pub mod term;
 pub mod webdriver;
