@@ -33,7 +33,8 @@ async def call(c, name, args):
 async def main(url, name, repo, reports):
     async with Client(url, mode="legacy") as c:
         tools = await c.list_tools()
-        schema = next((t.inputSchema for t in tools.tools if t.name == "progress"), None)
+        schema = next((getattr(t, "input_schema", None) or getattr(t, "inputSchema", None)
+                       for t in tools.tools if t.name == "progress"), None)
         reg = await call(c, "agent", {"action": "register", "name": name, "path": repo})
         sent = [await call(c, "progress", r) for r in reports]
         bad = {
