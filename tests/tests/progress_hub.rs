@@ -166,6 +166,10 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     assert_eq!(phosts, ["nodeb", "nodec"], "{projects}");
 
     // A node restart keeps its journal.
+    let mut old = bed.nodes[0].proc.take().unwrap();
+    old.terminate().unwrap();
+    drop(old);
+    bed.wait_up("nodeb", false, Duration::from_secs(60)).await.unwrap();
     bed.nodes[0].restart().unwrap();
     bed.wait_up("nodeb", true, Duration::from_secs(60)).await.unwrap();
     let (after, _) = hub_pages(&bed, &project, 3).await;
