@@ -86,7 +86,10 @@ async fn local_json(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// One node's answer to `method path` (JSON), or why there is none.
@@ -133,10 +136,11 @@ fn parse_cursor(v: Option<&Value>) -> Result<Positions, String> {
             let pos = match pos {
                 "end" => Some(None),
                 "" => None,
-                n => Some(Some(
-                    n.parse::<u64>()
-                        .map_err(|_| format!("cursor {s:?} is not a nextCursor value"))?,
-                )),
+                n => {
+                    Some(Some(n.parse::<u64>().map_err(|_| {
+                        format!("cursor {s:?} is not a nextCursor value")
+                    })?))
+                }
             };
             Ok((host.to_owned(), pos))
         })
@@ -166,7 +170,10 @@ struct SourcePage {
 async fn progress_list(fed: Arc<Federation>, req: Request, next: Next) -> Response {
     let query = req.uri().query().unwrap_or("").to_owned();
     let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&query);
-    let path = pairs.iter().find(|(k, _)| k == "path").map(|(_, v)| v.clone());
+    let path = pairs
+        .iter()
+        .find(|(k, _)| k == "path")
+        .map(|(_, v)| v.clone());
     let only = pairs
         .iter()
         .find(|(k, _)| k == "connection")
@@ -226,7 +233,11 @@ async fn progress_list(fed: Arc<Federation>, req: Request, next: Next) -> Respon
         {
             Ok((s, mut v)) => {
                 tag_entries(&mut v, &conn.id);
-                (StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_GATEWAY), Json(v)).into_response()
+                (
+                    StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_GATEWAY),
+                    Json(v),
+                )
+                    .into_response()
             }
             Err(e) => unavailable(&conn.id, &e),
         };
@@ -342,7 +353,11 @@ async fn progress_list(fed: Arc<Federation>, req: Request, next: Next) -> Respon
         let page = pages.iter().enumerate().find(|(_, p)| &p.host == h);
         let pos = match page {
             Some((i, p)) => {
-                let taken: Vec<&Value> = all.iter().filter(|(j, _)| *j == i).map(|(_, e)| e).collect();
+                let taken: Vec<&Value> = all
+                    .iter()
+                    .filter(|(j, _)| *j == i)
+                    .map(|(_, e)| e)
+                    .collect();
                 let left = p.total.saturating_sub(taken.len() as u64);
                 match (taken.last(), left) {
                     (_, 0) => Some(None),
@@ -437,7 +452,9 @@ async fn gather(fed: &Arc<Federation>, path: &str) -> (Vec<(Arc<Conn>, Value)>, 
             }
             Ok((s, v)) => rows.push(json!({"connection_id": c.id, "up": true,
                 "error": format!("{s}: {}", v["error"].as_str().unwrap_or("error"))})),
-            Err(e) => rows.push(json!({"connection_id": c.id, "up": false, "offline": true, "error": e})),
+            Err(e) => {
+                rows.push(json!({"connection_id": c.id, "up": false, "offline": true, "error": e}))
+            }
         }
     }
     (ok, rows)
@@ -516,7 +533,10 @@ async fn flow(fed: Arc<Federation>, req: Request, next: Next) -> Response {
         Ok(v @ Value::Object(_)) => v,
         _ => return next.run(Request::from_parts(parts, Body::from(body))).await,
     };
-    let Some(addr) = v["session_id"].as_str().filter(|s| s.contains('/')).map(str::to_owned)
+    let Some(addr) = v["session_id"]
+        .as_str()
+        .filter(|s| s.contains('/'))
+        .map(str::to_owned)
     else {
         return next.run(Request::from_parts(parts, Body::from(body))).await;
     };
@@ -536,12 +556,24 @@ async fn flow(fed: Arc<Federation>, req: Request, next: Next) -> Response {
     let Some(conn) = fed.get(&conn_id) else {
         return ApiError::not_found(format!("unknown connection {conn_id}")).into_response();
     };
-    match node_json(&fed, &conn, reqwest::Method::POST, parts.uri.path(), Some(v)).await {
+    match node_json(
+        &fed,
+        &conn,
+        reqwest::Method::POST,
+        parts.uri.path(),
+        Some(v),
+    )
+    .await
+    {
         Ok((s, mut out)) => {
             if out.is_object() {
                 out["connection_id"] = json!(conn.id);
             }
-            (StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_GATEWAY), Json(out)).into_response()
+            (
+                StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_GATEWAY),
+                Json(out),
+            )
+                .into_response()
         }
         Err(e) => unavailable(&conn.id, &e),
     }

@@ -114,8 +114,8 @@ impl Node {
         let peer = crate::peer::PeerState::load(&store, &config.tuning)
             .context("loading cross-host mail state")?;
         let store = Arc::new(store);
-        let progress =
-            crate::progress::Progress::open(store.clone()).context("opening the progress journal")?;
+        let progress = crate::progress::Progress::open(store.clone())
+            .context("opening the progress journal")?;
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(

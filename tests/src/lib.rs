@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod bench_fed;
 pub mod bench_outbox;
+pub mod bench_progress;
 pub mod bench_upload;
 pub mod bridge;
 pub mod fake;

@@ -36,9 +36,12 @@ async fn post(socket: &Path, sid: Option<&str>, tuic: Option<&str>, msg: &Value)
     if let Some(t) = tuic {
         b = b.header("x-tuic-session", t);
     }
-    ipc_request(socket, b.body(Full::new(Bytes::from(msg.to_string()))).unwrap())
-        .await
-        .expect("MCP request")
+    ipc_request(
+        socket,
+        b.body(Full::new(Bytes::from(msg.to_string()))).unwrap(),
+    )
+    .await
+    .expect("MCP request")
 }
 
 impl Mcp {

@@ -50,7 +50,13 @@ async fn hub_pages(bed: &FedBed, project: &str, limit: u64) -> (Vec<Value>, Vec<
     (entries, pages)
 }
 
-async fn sdk_reports(python: &str, socket: &std::path::Path, name: &str, project: &str, reports: Value) {
+async fn sdk_reports(
+    python: &str,
+    socket: &std::path::Path,
+    name: &str,
+    project: &str,
+    reports: Value,
+) {
     let url = tcp_forward(socket).await;
     let out = tokio::time::timeout(
         Duration::from_secs(180),
@@ -63,7 +69,11 @@ async fn sdk_reports(python: &str, socket: &std::path::Path, name: &str, project
     .expect("client finished")
     .expect("client ran");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap();
     let r: Value = serde_json::from_str(line).unwrap();
     for s in r["sent"].as_array().unwrap() {
@@ -82,9 +92,14 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
         .to_string_lossy()
         .into_owned();
     for n in &bed.nodes {
-        let r = ipc(&n.proc().socket, "POST", "/repos", Some(json!({"path": project})))
-            .await
-            .unwrap();
+        let r = ipc(
+            &n.proc().socket,
+            "POST",
+            "/repos",
+            Some(json!({"path": project})),
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, 200);
     }
     let mut hub_events = Events::subscribe(&bed.hub.socket, "progress-recorded").await;
@@ -112,7 +127,10 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     .await;
     let t0 = Instant::now();
     let (err, v) = c
-        .tool("progress", json!({"type": "blocked", "text": "c2 needs review"}))
+        .tool(
+            "progress",
+            json!({"type": "blocked", "text": "c2 needs review"}),
+        )
         .await;
     assert!(!err, "{v}");
     let id = v["entry"]["id"].clone();
@@ -129,11 +147,20 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     assert_eq!(ev["host"], "nodec");
     // The hub lists both hosts, newest first, paged without overlap.
     let (entries, pages) = hub_pages(&bed, &project, 2).await;
-    let texts: Vec<&str> = entries.iter().map(|e| e["text"].as_str().unwrap()).collect();
-    let hosts: Vec<&str> = entries.iter().map(|e| e["host"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = entries
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    let hosts: Vec<&str> = entries
+        .iter()
+        .map(|e| e["host"].as_str().unwrap())
+        .collect();
     assert_eq!(texts, ["c2 needs review", "c1", "b2", "b1"], "{pages:?}");
     assert_eq!(hosts, ["nodec", "nodec", "nodeb", "nodeb"]);
-    let stamps: Vec<u64> = entries.iter().map(|e| e["created_at_ms"].as_u64().unwrap()).collect();
+    let stamps: Vec<u64> = entries
+        .iter()
+        .map(|e| e["created_at_ms"].as_u64().unwrap())
+        .collect();
     assert!(stamps.windows(2).all(|w| w[0] >= w[1]), "{stamps:?}");
     assert_eq!(pages[0]["total"], 4);
     assert_eq!(pages.len(), 2);
@@ -160,8 +187,16 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     .json();
     assert_eq!(blocked["total"], 1);
     assert_eq!(blocked["entries"][0]["connection_id"], "nodec");
-    let projects = ipc(&bed.hub.socket, "GET", "/progress/projects", None).await.unwrap().json();
-    let mut phosts: Vec<&str> = projects["projects"].as_array().unwrap().iter().map(|p| p["host"].as_str().unwrap()).collect();
+    let projects = ipc(&bed.hub.socket, "GET", "/progress/projects", None)
+        .await
+        .unwrap()
+        .json();
+    let mut phosts: Vec<&str> = projects["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
     phosts.sort();
     assert_eq!(phosts, ["nodeb", "nodec"], "{projects}");
 
@@ -169,9 +204,13 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     let mut old = bed.nodes[0].proc.take().unwrap();
     old.terminate().unwrap();
     drop(old);
-    bed.wait_up("nodeb", false, Duration::from_secs(60)).await.unwrap();
+    bed.wait_up("nodeb", false, Duration::from_secs(60))
+        .await
+        .unwrap();
     bed.nodes[0].restart().unwrap();
-    bed.wait_up("nodeb", true, Duration::from_secs(60)).await.unwrap();
+    bed.wait_up("nodeb", true, Duration::from_secs(60))
+        .await
+        .unwrap();
     let (after, _) = hub_pages(&bed, &project, 3).await;
     let texts: Vec<&str> = after.iter().map(|e| e["text"].as_str().unwrap()).collect();
     assert_eq!(texts, ["c2 needs review", "c1", "b2", "b1"]);
@@ -180,13 +219,21 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     let m = ipc(&bed.hub.socket, "GET", "/metrics", None).await.unwrap();
     assert_eq!(m.status, 200);
     let parsed = parse_prom(&python, &m.body).await;
-    assert_eq!(parsed["tuic_hub_connection_up{connection=\"nodeb\"}"], 1.0, "{parsed}");
-    assert_eq!(parsed["tuic_progress_appended_total{connection=\"nodec\",type=\"blocked\"}"], 1.0);
+    assert_eq!(
+        parsed["tuic_hub_connection_up{connection=\"nodeb\"}"], 1.0,
+        "{parsed}"
+    );
+    assert_eq!(
+        parsed["tuic_progress_appended_total{connection=\"nodec\",type=\"blocked\"}"],
+        1.0
+    );
     assert!(parsed.get("tuic_sessions{}").is_some());
 
     // An offline node is named, its rows absent, the rest still listed.
     bed.nodes[1].kill9();
-    bed.wait_up("nodec", false, Duration::from_secs(60)).await.unwrap();
+    bed.wait_up("nodec", false, Duration::from_secs(60))
+        .await
+        .unwrap();
     let r = ipc(
         &bed.hub.socket,
         "POST",
@@ -197,14 +244,34 @@ async fn two_agents_on_two_nodes_report_and_the_hub_lists_them_in_order() {
     .unwrap();
     assert_eq!(r.status, 200);
     let v = r.json();
-    let texts: Vec<&str> = v["entries"].as_array().unwrap().iter().map(|e| e["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
     assert_eq!(texts, ["b2", "b1"]);
-    let c_row = v["hosts"].as_array().unwrap().iter().find(|h| h["host"] == "nodec").unwrap().clone();
+    let c_row = v["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host"] == "nodec")
+        .unwrap()
+        .clone();
     assert_eq!(c_row["up"], false, "{v}");
     assert_eq!(c_row["offline"], true);
     assert_eq!(v["nextCursor"], Value::Null);
-    let agents = ipc(&bed.hub.socket, "GET", "/agents", None).await.unwrap().json();
-    let conn = agents["connections"].as_array().unwrap().iter().find(|c| c["connection_id"] == "nodec").unwrap().clone();
+    let agents = ipc(&bed.hub.socket, "GET", "/agents", None)
+        .await
+        .unwrap()
+        .json();
+    let conn = agents["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["connection_id"] == "nodec")
+        .unwrap()
+        .clone();
     assert_eq!(conn["offline"], true, "{agents}");
     let m = ipc(&bed.hub.socket, "GET", "/metrics", None).await.unwrap();
     let parsed = parse_prom(&python, &m.body).await;

@@ -153,7 +153,9 @@ async fn process_stats(State(node): State<Arc<Node>>) -> Result<Json<Value>, Api
             .cpu_samples
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = next;
-        Ok(Json(json!({"sessions": rows, "sampled_at_ms": crate::logs::now_ms()})))
+        Ok(Json(
+            json!({"sessions": rows, "sampled_at_ms": crate::logs::now_ms()}),
+        ))
     })
     .await
 }
@@ -192,7 +194,11 @@ async fn get_activity(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiE
 async fn put_activity(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let items = match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Array(a)) => a,
-        Ok(_) => return Err(ApiError::bad_request("the activity body must be a JSON array")),
+        Ok(_) => {
+            return Err(ApiError::bad_request(
+                "the activity body must be a JSON array",
+            ));
+        }
         Err(e) => return Err(ApiError::bad_request(format!("the body is not JSON: {e}"))),
     };
     if items.len() > MAX_ACTIVITY_ITEMS {

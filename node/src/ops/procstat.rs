@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn this_process_and_a_child_are_measured() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let me = std::process::id() as i32;
         let t = tree(me);
         let _ = child.kill();

@@ -201,7 +201,10 @@ impl Parsed {
     fn claude(&mut self, v: &Value) {
         let ts = v.get("timestamp").and_then(Value::as_str);
         if self.session_uuid.is_none() {
-            self.session_uuid = v.get("sessionId").and_then(Value::as_str).map(str::to_owned);
+            self.session_uuid = v
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
         }
         if self.cwd.is_none() {
             self.cwd = v.get("cwd").and_then(Value::as_str).map(str::to_owned);
@@ -363,10 +366,11 @@ impl Cache {
             parsed: st.parsed.clone(),
         };
         let mut files = lock(&self.files);
-        if files.len() >= MAX_FILES && !files.contains_key(path) {
-            if let Some(k) = files.keys().next().cloned() {
-                files.remove(&k);
-            }
+        if files.len() >= MAX_FILES
+            && !files.contains_key(path)
+            && let Some(k) = files.keys().next().cloned()
+        {
+            files.remove(&k);
         }
         files.insert(path.to_owned(), st);
         Ok(snap)
@@ -374,7 +378,11 @@ impl Cache {
 
     /// The transcript a PTY reads: its earlier claim while that file exists, else the
     /// newest file among `candidates` that no other PTY claimed.
-    fn claim(&self, pty: &str, candidates: Vec<(PathBuf, std::time::SystemTime)>) -> Option<PathBuf> {
+    fn claim(
+        &self,
+        pty: &str,
+        candidates: Vec<(PathBuf, std::time::SystemTime)>,
+    ) -> Option<PathBuf> {
         let mut claims = lock(&self.claims);
         if let Some(p) = claims.get(pty)
             && p.exists()
@@ -472,7 +480,12 @@ fn codex_transcript(cache: &Cache, t: &Target) -> Option<PathBuf> {
     let mut days = Vec::new();
     let sorted = |p: &Path| -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(p)
-            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v.reverse();
@@ -497,7 +510,9 @@ fn codex_transcript(cache: &Cache, t: &Target) -> Option<PathBuf> {
                 let mut first = String::new();
                 BufReader::new(f).read_line(&mut first).ok()?;
                 let v: Value = serde_json::from_str(first.trim()).ok()?;
-                v.pointer("/payload/cwd").and_then(Value::as_str).map(PathBuf::from)
+                v.pointer("/payload/cwd")
+                    .and_then(Value::as_str)
+                    .map(PathBuf::from)
             });
             if cwd.is_some_and(|c| c == want || c == Path::new(&t.cwd)) {
                 candidates.push((p, at));
@@ -552,11 +567,9 @@ fn agent_rows(cache: &Cache, parent: &Parsed, transcript: &Path) -> (Vec<Value>,
         };
         skipped += s.skipped;
         let first = s.parsed.first_user.clone().unwrap_or_default();
-        let spawn = parent
-            .spawns
-            .iter()
-            .enumerate()
-            .find(|(i, sp)| !used.contains(i) && sp.prompt.trim() == first.trim() && !first.is_empty());
+        let spawn = parent.spawns.iter().enumerate().find(|(i, sp)| {
+            !used.contains(i) && sp.prompt.trim() == first.trim() && !first.is_empty()
+        });
         let mut row = json!({
             "agent_id": id,
             "joined": spawn.is_some(),
@@ -712,8 +725,10 @@ mod tests {
         let cache = Cache::default();
         let user = line(json!({"type": "user", "sessionId": "u1", "timestamp": "t0",
             "message": {"role": "user", "content": "do the thing\nwell"}}));
-        let reply = line(json!({"type": "assistant", "timestamp": "t1", "message": {"role": "assistant",
-            "content": [{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "x", "name": "Bash", "input": {}}]}}));
+        let reply = line(
+            json!({"type": "assistant", "timestamp": "t1", "message": {"role": "assistant",
+            "content": [{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "x", "name": "Bash", "input": {}}]}}),
+        );
         std::fs::write(&p, format!("{user}not json\n{}", &reply[..15])).unwrap();
         let s = cache.read(&p, Format::Claude).unwrap();
         assert_eq!((s.lines, s.skipped), (2, 1));
@@ -722,7 +737,7 @@ mod tests {
         assert!(s.parsed.tools.is_empty());
         // The writer finishes the line: only the appended bytes are parsed.
         let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
-        f.write_all(reply[15..].as_bytes()).unwrap();
+        f.write_all(&reply.as_bytes()[15..]).unwrap();
         drop(f);
         let s = cache.read(&p, Format::Claude).unwrap();
         assert_eq!((s.lines, s.skipped, s.pending_bytes), (3, 1, 0));

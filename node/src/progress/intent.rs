@@ -27,7 +27,10 @@ mod tests {
     fn markers_and_non_markers() {
         let cases = [
             ("intent: rewrite the parser", Some("rewrite the parser")),
-            ("  ⏺ Intent:   fix the flaky test  ", Some("fix the flaky test")),
+            (
+                "  ⏺ Intent:   fix the flaky test  ",
+                Some("fix the flaky test"),
+            ),
             ("● intent: ship it", Some("ship it")),
             ("intent:", None),
             ("intent:    ", None),

@@ -270,11 +270,12 @@ impl Journal {
                 tracing::warn!(id, "unreadable progress entry skipped");
                 continue;
             };
-            inner
-                .projects
-                .entry(project.to_owned())
-                .or_default()
-                .add(id, e.kind, e.pty_id.as_deref(), e.created_at_ms);
+            inner.projects.entry(project.to_owned()).or_default().add(
+                id,
+                e.kind,
+                e.pty_id.as_deref(),
+                e.created_at_ms,
+            );
         }
         let meta = tx.open_table(META)?;
         let stored_next = meta.get("next_id")?.map(|v| v.value()).unwrap_or(1);
@@ -457,12 +458,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let j = open(d.path());
         for i in 0..20u64 {
-            let kind = if i % 3 == 0 { Kind::Blocked } else { Kind::Done };
+            let kind = if i % 3 == 0 {
+                Kind::Blocked
+            } else {
+                Kind::Done
+            };
             let pty = if i % 2 == 0 { "pty-a" } else { "pty-b" };
             j.append(new("/p", kind, Some(pty), &format!("e{i}")), 1_000 + i)
                 .unwrap();
         }
-        j.append(new("/q", Kind::Done, None, "other"), 5_000).unwrap();
+        j.append(new("/q", Kind::Done, None, "other"), 5_000)
+            .unwrap();
         let mut seen = Vec::new();
         let mut cursor = None;
         let mut totals = Vec::new();
@@ -521,15 +527,14 @@ mod tests {
     fn retention_prunes_the_oldest_of_that_project_only() {
         let d = tempfile::tempdir().unwrap();
         let j = open(d.path());
-        j.append(new("/other", Kind::Done, None, "keep"), 0).unwrap();
+        j.append(new("/other", Kind::Done, None, "keep"), 0)
+            .unwrap();
         for i in 0..(RETAIN + 3) {
             let kind = if i < 2 { Kind::Blocked } else { Kind::Done };
             j.append(new("/p", kind, Some("t"), &format!("e{i}")), i as u64)
                 .unwrap();
         }
-        let p = j
-            .list("/p", &Filter::default(), 1, Some(u64::MAX))
-            .unwrap();
+        let p = j.list("/p", &Filter::default(), 1, Some(u64::MAX)).unwrap();
         assert_eq!(p.total, RETAIN);
         let oldest = j.list("/p", &Filter::default(), 100, None).unwrap();
         assert_eq!(oldest.total, RETAIN);
@@ -545,7 +550,10 @@ mod tests {
             )
             .unwrap();
         assert_eq!(blocked.total, 0, "both blocked entries were the oldest");
-        assert_eq!(j.list("/other", &Filter::default(), 8, None).unwrap().total, 1);
+        assert_eq!(
+            j.list("/other", &Filter::default(), 8, None).unwrap().total,
+            1
+        );
         // The index rebuilt from the table agrees.
         drop(j);
         let j = open(d.path());

@@ -152,7 +152,10 @@ impl ReportError {
 impl Report {
     /// Parses the tool's arguments (`type`, `text`, `step`; nothing else).
     pub fn parse(args: &Map<String, Value>) -> Result<Self, ReportError> {
-        if let Some(k) = args.keys().find(|k| !matches!(k.as_str(), "type" | "text" | "step")) {
+        if let Some(k) = args
+            .keys()
+            .find(|k| !matches!(k.as_str(), "type" | "text" | "step"))
+        {
             return Err(ReportError::Invalid(format!(
                 "progress takes type, text and step; {k} is not one of them"
             )));
@@ -167,7 +170,11 @@ impl Report {
                 )));
             }
             Some(_) => return Err(ReportError::Invalid("type must be a string".into())),
-            None => return Err(ReportError::Invalid("type is required (done or blocked)".into())),
+            None => {
+                return Err(ReportError::Invalid(
+                    "type is required (done or blocked)".into(),
+                ));
+            }
         };
         let text = match args.get("text") {
             Some(Value::String(t)) => t.trim().to_owned(),
@@ -300,9 +307,7 @@ pub fn report(node: &Node, who: &Reporter, r: Report) -> Result<Entry, ReportErr
             project,
             kind: r.kind,
             text: crate::session::redact::replace_redacted(&r.text),
-            step: r
-                .step
-                .map(|s| crate::session::redact::replace_redacted(&s)),
+            step: r.step.map(|s| crate::session::redact::replace_redacted(&s)),
             origin: Origin::Agent,
             pty_id: c.pty_id,
             tuic_session: Some(c.tuic_session),
@@ -362,10 +367,7 @@ pub fn observe_intent(node: &Node, s: &crate::session::Session, text: &str) -> O
 pub fn append(node: &Node, mut new: NewEntry) -> Result<Entry, ReportError> {
     new.text = clip(&new.text, MAX_TEXT_CHARS);
     new.step = new.step.map(|s| clip(&s, MAX_STEP_CHARS));
-    let e = node
-        .progress
-        .journal
-        .append(new, crate::logs::now_ms())?;
+    let e = node.progress.journal.append(new, crate::logs::now_ms())?;
     node.progress.appended[e.kind as usize].fetch_add(1, Ordering::Relaxed);
     node.bus.publish(Event::ProgressRecorded(
         serde_json::to_value(&e).unwrap_or(Value::Null),
@@ -445,7 +447,9 @@ impl ListInput {
                 .parse::<u64>()
                 .map(Some)
                 .map_err(|_| ListError::Invalid(format!("cursor {s:?} is not a nextCursor value"))),
-            Some(_) => Err(ListError::Invalid("cursor must be a nextCursor value".into())),
+            Some(_) => Err(ListError::Invalid(
+                "cursor must be a nextCursor value".into(),
+            )),
         }
     }
 }
@@ -497,16 +501,27 @@ mod tests {
 
     #[test]
     fn report_input_is_the_spec_shape_and_nothing_else() {
-        let r = Report::parse(&args(json!({"type": "done", "text": " built ", "step": "2"})))
-            .unwrap();
+        let r = Report::parse(&args(
+            json!({"type": "done", "text": " built ", "step": "2"}),
+        ))
+        .unwrap();
         assert_eq!(r.kind, Kind::Done);
         assert_eq!(r.text, "built");
         assert_eq!(r.step.as_deref(), Some("2"));
         let e = |v| Report::parse(&args(v)).unwrap_err().code();
-        assert_eq!(e(json!({"type": "intent", "text": "x"})), "intent_is_observed");
-        assert_eq!(e(json!({"type": "working", "text": "x"})), "invalid_arguments");
+        assert_eq!(
+            e(json!({"type": "intent", "text": "x"})),
+            "intent_is_observed"
+        );
+        assert_eq!(
+            e(json!({"type": "working", "text": "x"})),
+            "invalid_arguments"
+        );
         assert_eq!(e(json!({"type": "done"})), "invalid_arguments");
-        assert_eq!(e(json!({"type": "done", "text": "  "})), "invalid_arguments");
+        assert_eq!(
+            e(json!({"type": "done", "text": "  "})),
+            "invalid_arguments"
+        );
         assert_eq!(
             e(json!({"type": "done", "text": "x", "path": "/p"})),
             "invalid_arguments"
@@ -516,8 +531,10 @@ mod tests {
             "text_too_long"
         );
         assert!(
-            Report::parse(&args(json!({"type": "blocked", "text": "é".repeat(MAX_TEXT_CHARS)})))
-                .is_ok()
+            Report::parse(&args(
+                json!({"type": "blocked", "text": "é".repeat(MAX_TEXT_CHARS)})
+            ))
+            .is_ok()
         );
     }
 

@@ -146,10 +146,7 @@ fn check_keys(m: &serde_json::Map<String, Value>, allowed: &[&str]) -> Result<()
 }
 
 /// `POST /progress/flow {session_id}`.
-async fn flow_summary(
-    State(node): State<Arc<Node>>,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+async fn flow_summary(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let m = object_body(&body)?;
     check_keys(&m, &["session_id"])?;
     let sid = str_field(&m, "session_id")?
@@ -163,16 +160,13 @@ async fn flow_summary(
 }
 
 /// `POST /progress/flow/detail {session_id, agent_id}`.
-async fn flow_detail(
-    State(node): State<Arc<Node>>,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+async fn flow_detail(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let m = object_body(&body)?;
     check_keys(&m, &["session_id", "agent_id"])?;
     let sid = str_field(&m, "session_id")?
         .ok_or_else(|| ApiError::bad_request("session_id is required (a PTY id)"))?;
-    let agent = str_field(&m, "agent_id")?
-        .ok_or_else(|| ApiError::bad_request("agent_id is required"))?;
+    let agent =
+        str_field(&m, "agent_id")?.ok_or_else(|| ApiError::bad_request("agent_id is required"))?;
     blocking(move || {
         let t = target(&node, &sid).map_err(flow_error)?;
         flow::detail(&node.progress.flow, &t, &agent).map_err(flow_error)

@@ -394,7 +394,10 @@ impl Session {
     /// The pid leading the terminal's foreground process group (the agent, when one runs),
     /// while the session lives.
     pub fn foreground_pid(&self) -> Option<i32> {
-        self.exit().is_none().then(|| self.foreground_pgid()).flatten()
+        self.exit()
+            .is_none()
+            .then(|| self.foreground_pgid())
+            .flatten()
     }
 
     /// The list row, with the observed state.

@@ -52,10 +52,11 @@ pub(super) fn record_async(
         let who = Reporter {
             tuic_session: ctx.tuic_session.clone(),
         };
-        let entry = tokio::task::spawn_blocking(move || crate::progress::report(&node, &who, report))
-            .await
-            .map_err(|_| ToolError::new("internal", "progress failed unexpectedly"))?
-            .map_err(tool_error)?;
+        let entry =
+            tokio::task::spawn_blocking(move || crate::progress::report(&node, &who, report))
+                .await
+                .map_err(|_| ToolError::new("internal", "progress failed unexpectedly"))?
+                .map_err(tool_error)?;
         Ok(json!({"ok": true, "entry": entry}))
     })
 }
