@@ -85,6 +85,10 @@ fn federate(
                 fed.clone(),
                 crate::proxy::intercept,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                fed.clone(),
+                crate::ops::intercept,
+            ))
     });
     Ok(Some(hook))
 }

@@ -171,6 +171,9 @@ impl Federation {
             self.node
                 .tasks
                 .spawn(crate::peerlink::drive(self.mail.clone(), conn.clone()));
+            self.node
+                .tasks
+                .spawn(crate::ops::relay_progress(self.clone(), conn.clone()));
             let fed = self.clone();
             self.node.tasks.spawn(async move { fed.drive(conn).await });
         }

@@ -9,5 +9,6 @@
 pub mod cli;
 pub mod connections;
 pub mod federation;
+pub mod ops;
 pub mod peerlink;
 pub mod proxy;

@@ -81,6 +81,10 @@ pub struct Node {
     pub mail: crate::mail::Mail,
     /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory.
     pub peer: crate::peer::PeerState,
+    /// The progress journal and the Progress Flow cursors.
+    pub progress: crate::progress::Progress,
+    /// Operations state: metrics collectors, process samples.
+    pub ops: crate::ops::Ops,
 }
 
 impl Node {
@@ -110,6 +114,8 @@ impl Node {
         let peer = crate::peer::PeerState::load(&store, &config.tuning)
             .context("loading cross-host mail state")?;
         let store = Arc::new(store);
+        let progress = crate::progress::Progress::open(store.clone())
+            .context("opening the progress journal")?;
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
@@ -145,6 +151,8 @@ impl Node {
             mcp,
             mail: crate::mail::Mail::default(),
             peer,
+            progress,
+            ops: crate::ops::Ops::default(),
         });
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =

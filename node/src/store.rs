@@ -1,8 +1,8 @@
 //! The node's embedded store: one `redb` file, `state.redb`, in the config dir.
 //!
 //! Durable records live here: login sessions, repositories, and the cross-host outboxes and
-//! dedupe rings of federated mail (`crate::peer`); the progress journal and stories as those
-//! features land. What the
+//! dedupe rings of federated mail (`crate::peer`); the progress journal
+//! (`crate::progress::journal`, which owns its tables); stories as that feature lands. What the
 //! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
 //! Every call is blocking; async callers use `spawn_blocking`.
 
@@ -57,6 +57,12 @@ impl Store {
         tx.open_table(PEER_DEDUPE)?;
         tx.commit()?;
         Ok(Self { db })
+    }
+
+    /// The database, for services that own their tables (the progress journal,
+    /// `crate::progress::journal`).
+    pub fn database(&self) -> &Database {
+        &self.db
     }
 
     /// Every outbox stored whole by an earlier version (key → JSON).

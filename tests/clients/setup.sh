@@ -11,6 +11,10 @@ if ! "$cache/venv/bin/python" -c "import mcp.client.client" 2>/dev/null; then
   python3 -m venv "$cache/venv" >&2
   "$cache/venv/bin/pip" install -q "mcp==$py_version" >&2
 fi
+# The official Prometheus text-format parser, for the /metrics tests.
+if ! "$cache/venv/bin/python" -c "import prometheus_client.parser" 2>/dev/null; then
+  "$cache/venv/bin/pip" install -q "prometheus_client==${TUIC_PROM_CLIENT_VERSION:-0.21.1}" >&2
+fi
 if [ ! -d "$cache/ts/node_modules/@modelcontextprotocol/sdk" ]; then
   mkdir -p "$cache/ts"
   (cd "$cache/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund "@modelcontextprotocol/sdk@$ts_version" >&2)

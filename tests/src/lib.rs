@@ -7,11 +7,13 @@
 pub mod agent;
 pub mod bench_fed;
 pub mod bench_outbox;
+pub mod bench_progress;
 pub mod bench_upload;
 pub mod bridge;
 pub mod fake;
 pub mod fed;
 pub mod netns;
+pub mod progress;
 pub mod records;
 pub mod term;
 pub mod webdriver;

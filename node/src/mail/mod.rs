@@ -236,6 +236,9 @@ impl Mail {
             (r, orch, Self::drain(&mut g))
         };
         Self::act(node, actions);
+        node.ops
+            .mail_posted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Channel push for a terminal-less client with a live stream: best effort, no lease.
         let channel = receipt.delivery == DeliveryPath::InboxOnly
             && !node.sessions.owns_live_pty(recipient)

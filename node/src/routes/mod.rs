@@ -66,9 +66,15 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         )
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
+        .merge(crate::progress::routes::routes())
+        .merge(crate::ops::routes())
         .merge(crate::mcp::routes())
         .merge(crate::web::routes())
-        .fallback(|| async { ApiError::not_found("no such route") });
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(middleware::from_fn_with_state(
+            node.clone(),
+            crate::ops::metrics::track,
+        ));
     // Uploads stream for as long as data keeps coming: they have their own bounds (idle
     // deadline per chunk, bytes, entries, concurrency) instead of the body limit and deadline.
     let streaming = Router::new()

@@ -461,6 +461,15 @@ impl Session {
         lock(&self.master).process_group_leader()
     }
 
+    /// The pid leading the terminal's foreground process group (the agent, when one runs),
+    /// while the session lives.
+    pub fn foreground_pid(&self) -> Option<i32> {
+        self.exit()
+            .is_none()
+            .then(|| self.foreground_pgid())
+            .flatten()
+    }
+
     /// The list row, with the observed state.
     pub fn row(&self) -> SessionRow {
         let now = now_ms();

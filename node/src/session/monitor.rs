@@ -29,6 +29,10 @@ pub(super) struct Seen {
     question: Option<String>,
     rate_limit: Option<String>,
     error: Option<String>,
+    /// Clean-log lines already looked at for `intent:` markers.
+    log_seen: u64,
+    /// The last `intent:` text journaled, so a redrawn line is not journaled twice.
+    last_intent: Option<String>,
 }
 
 /// Starts the monitor (once per node).
@@ -43,11 +47,18 @@ pub(super) fn start(node: &Arc<Node>) {
                 _ = tick.tick() => {}
             }
             let sessions = n.sessions.live_sessions();
+            let node = n.clone();
             let found = tokio::task::spawn_blocking(move || {
-                sessions
-                    .iter()
-                    .flat_map(|s| check(s).into_iter().map(|p| (s.id.clone(), p)))
-                    .collect::<Vec<_>>()
+                let mut found = Vec::new();
+                for s in &sessions {
+                    let (parsed, intents) = check(s);
+                    found.extend(parsed.into_iter().map(|p| (s.id.clone(), p)));
+                    // The progress journal's observed kind (a narrow hook: one call per marker).
+                    for text in intents {
+                        crate::progress::observe_intent(&node, s, &text);
+                    }
+                }
+                found
             })
             .await
             .unwrap_or_default();
@@ -58,22 +69,32 @@ pub(super) fn start(node: &Arc<Node>) {
     });
 }
 
-/// Parsed events for one session since its last check.
-fn check(s: &Session) -> Vec<Value> {
+/// Parsed events for one session since its last check, and the `intent:` markers of an
+/// agent's new clean-log lines.
+fn check(s: &Session) -> (Vec<Value>, Vec<String>) {
     let out_ms = s.last_output_ms.load(Ordering::Relaxed);
-    {
+    let log_seen = {
         let seen = lock(&s.seen);
         if seen.output_ms == out_ms && seen.settled {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
-    }
+        seen.log_seen
+    };
     // Bulk plain text is still arriving: the screen is a moving target and reading it would
     // apply the held-back text on every tick. Look again once output pauses for a tick.
     if s.screen_pending() && super::now_ms().saturating_sub(out_ms) < TICK.as_millis() as u64 {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let row = s.row();
-    let screen = s.screen().grid.screen().join("\n");
+    let (screen, new_lines, log_total) = {
+        let scr = s.screen();
+        let (_, lines) = if row.agent_type.is_some() {
+            scr.log.since(log_seen)
+        } else {
+            (0, Vec::new())
+        };
+        (scr.grid.screen().join("\n"), lines, scr.log.total())
+    };
     let question = activity::question_on_screen(&screen);
     let mut seen = lock(&s.seen);
     let mut out = Vec::new();
@@ -113,5 +134,15 @@ fn check(s: &Session) -> Vec<Value> {
     seen.question = question;
     seen.rate_limit = rate.map(|(t, _)| t);
     seen.error = error;
-    out
+    seen.log_seen = log_total;
+    let mut intents = Vec::new();
+    for l in &new_lines {
+        if let Some(t) = crate::progress::intent::marker(l)
+            && seen.last_intent.as_deref() != Some(t)
+        {
+            seen.last_intent = Some(t.to_owned());
+            intents.push(t.to_owned());
+        }
+    }
+    (out, intents)
 }

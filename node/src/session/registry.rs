@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -82,6 +83,23 @@ pub struct Registry {
     rt: std::sync::OnceLock<tokio::runtime::Handle>,
     /// Starts the state monitor with the first session.
     monitor: std::sync::Once,
+    /// Sessions created since start (`/metrics`, `/stats`).
+    created: AtomicU64,
+    /// PTY output bytes of sessions that left the live table (their totals are final).
+    ended_output: AtomicU64,
+}
+
+/// Counts of the registry for `/stats` and `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    /// Live sessions.
+    pub live: usize,
+    /// Exited sessions in their tombstone period.
+    pub tombstoned: usize,
+    /// Sessions created since start.
+    pub created_total: u64,
+    /// Bytes read from every PTY since start (live sessions' totals plus ended ones').
+    pub output_bytes_total: u64,
 }
 
 impl Registry {
@@ -96,6 +114,21 @@ impl Registry {
             ))),
             rt: std::sync::OnceLock::new(),
             monitor: std::sync::Once::new(),
+            created: AtomicU64::new(0),
+            ended_output: AtomicU64::new(0),
+        }
+    }
+
+    /// The counts, read in one critical section with the live table, so the output total
+    /// never counts a session twice or skips one that is moving to the tombstones.
+    pub fn stats(&self) -> RegistryStats {
+        let g = self.read();
+        let live_bytes: u64 = g.live.values().map(|s| s.stream().total()).sum();
+        RegistryStats {
+            live: g.live.len(),
+            tombstoned: g.tombstones.len(),
+            created_total: self.created.load(Ordering::Relaxed),
+            output_bytes_total: live_bytes + self.ended_output.load(Ordering::Relaxed),
         }
     }
 
@@ -256,6 +289,7 @@ impl Registry {
                 return Err(CreateError::Spawn(e));
             }
         };
+        self.created.fetch_add(1, Ordering::Relaxed);
         let inserted = {
             let mut g = self.write();
             // A process that exits at once finds no live entry in its waiter: tombstone it here.
@@ -266,6 +300,8 @@ impl Registry {
             } else {
                 g.by_alias.remove(&alias);
                 g.tombstones.insert(id.clone(), session.clone());
+                self.ended_output
+                    .fetch_add(session.stream().total(), Ordering::Relaxed);
                 false
             }
         };
@@ -311,6 +347,8 @@ impl Registry {
                     g.by_alias.remove(&s.alias);
                 }
                 g.tombstones.insert(s.id.clone(), s.clone());
+                self.ended_output
+                    .fetch_add(s.stream().total(), Ordering::Relaxed);
             }
             was
         };

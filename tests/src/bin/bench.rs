@@ -9,6 +9,8 @@
 //! cargo run -p tuic-tests --release --bin bench -- mail-latency [N]
 //! cargo run -p tuic-tests --release --bin bench -- outbox-store [N] [KiB]
 //! cargo run -p tuic-tests --release --bin bench -- upload-copy | upload-copy-netns
+//! cargo run -p tuic-tests --release --bin bench -- progress-journal [N]
+//! cargo run -p tuic-tests --release --bin bench -- metrics-scrape [SESSIONS]
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -78,8 +80,16 @@ fn main() -> anyhow::Result<()> {
         Some("upload-copy-netns") => rt.block_on(tuic_tests::bench_upload::run_netns(
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
+        Some("progress-journal") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+            rt.block_on(tuic_tests::bench_progress::journal(n))
+        }
+        Some("metrics-scrape") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
+            rt.block_on(tuic_tests::bench_progress::metrics(n))
+        }
         _ => bail!(
-            "usage: bench pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB]"
+            "usage: bench progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB]"
         ),
     }
 }

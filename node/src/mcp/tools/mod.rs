@@ -18,7 +18,10 @@ use crate::mcp::registry::{AsyncHandler, ToolDef};
 
 /// Actions that run as futures on the async workers (they sleep on events, not on a thread):
 /// `(tool, action, handler)`. Checked by the registry before the blocking/inline split.
-pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[("agent", "wait", agent::wait_async)];
+pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
+    ("agent", "wait", agent::wait_async),
+    ("progress", "", progress::record_async),
+];
 
 /// Every native tool, in catalogue order.
 pub static NATIVE: &[&ToolDef] = &[

@@ -1,36 +1,72 @@
-//! `progress`: compact progress reporting into the journal. Gated by `progress_tracking` too.
+//! `progress`: an agent reports a finished step or a blocker to the project's journal
+//! (`crate::progress`). The input is exactly `{type: done|blocked, text, step?}`; the project
+//! and the agent come from the caller. Listed only while `progress_tracking` is on (the
+//! registry's filter); an agent whose own flag is off gets `progress_tracking_disabled`.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError};
+use crate::progress::{MAX_STEP_CHARS, MAX_TEXT_CHARS, Report, ReportError, Reporter};
 use crate::state::Node;
 
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "progress",
-    summary: "Report what you are doing, briefly, to the progress journal",
-    description: "Report progress: summary (one line), status (working|blocked|done), path (repository root, optional).",
+    summary: "Report a finished step or a blocker to the project's progress journal",
+    description: "Report progress on every phase change: type=done when a step is finished, type=blocked when you cannot go on without someone (say what you need). text: one short paragraph (at most 500 characters); step: the plan step it concerns (optional). The project and the reporting agent come from your terminal (or agent register path=); intent is observed by TUIC from your `intent:` line, never reported. Read back with repo action=progress_list.",
     actions: &[],
     schema: || {
         json!({"type": "object", "properties": {
-            "summary": {"type": "string", "maxLength": 500},
-            "status": {"type": "string", "enum": ["working", "blocked", "done"]},
-            "path": {"type": "string"}
-        }, "required": ["summary"]})
+            "type": {"type": "string", "enum": ["done", "blocked"]},
+            "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
+            "step": {"type": "string", "maxLength": MAX_STEP_CHARS}
+        }, "required": ["type", "text"], "additionalProperties": false})
     },
     handler,
     blocking: &[],
     passthrough: false,
 };
 
-fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    if !args.get("summary").is_some_and(Value::is_string) {
-        return Err(ToolError::invalid("progress: summary is required"));
+/// A report's typed error as a tool error.
+pub(crate) fn tool_error(e: ReportError) -> ToolError {
+    let mut t = ToolError::new(e.code(), e.to_string());
+    if let ReportError::TooLong { field, len, max } = &e {
+        t = t
+            .with("field", json!(field))
+            .with("length", json!(len))
+            .with("max", json!(max));
     }
-    Err(ToolError::not_available(
-        "progress",
-        "record",
-        "the progress journal, not built yet",
-    ))
+    t
+}
+
+/// The registry runs this one as a future (`ASYNC_ACTIONS`): the journal commit goes to the
+/// blocking pool, never onto an async worker.
+pub(super) fn record_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+    Box::pin(async move {
+        let report = Report::parse(&args).map_err(tool_error)?;
+        let who = Reporter {
+            tuic_session: ctx.tuic_session.clone(),
+        };
+        let entry =
+            tokio::task::spawn_blocking(move || crate::progress::report(&node, &who, report))
+                .await
+                .map_err(|_| ToolError::new("internal", "progress failed unexpectedly"))?
+                .map_err(tool_error)?;
+        Ok(json!({"ok": true, "entry": entry}))
+    })
+}
+
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    // Reached only if the registry ran the handler inline; same path, same answer.
+    let report = Report::parse(args).map_err(tool_error)?;
+    let who = Reporter {
+        tuic_session: ctx.tuic_session.clone(),
+    };
+    let entry = crate::progress::report(node, &who, report).map_err(tool_error)?;
+    Ok(json!({"ok": true, "entry": entry}))
 }

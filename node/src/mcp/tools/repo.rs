@@ -43,7 +43,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - add (path: absolute directory; idempotent, Git or shell workspace), list, active (the repository of the caller's terminal), status (path: record plus live sessions inside it).\n\
 - worktree_create (path, branch, spawn_session?), worktree_list (path), worktree_remove (path, branch), worktree_lifecycle (path, branch).\n\
 - branch_list (path), branch_create (path, branch).\n\
-- progress_list (path): recent progress records.\n\
+- progress_list (path, input?: {blockedOnly?, ptyId?, limit? 1-100 default 8, cursor?}): the project's progress journal, newest first: {entries, total, nextCursor} (nextCursor null on the final page).\n\
 - orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.",
     actions: ACTIONS,
     schema: || {
@@ -51,7 +51,8 @@ pub(super) static TOOL: ToolDef = ToolDef {
             ACTIONS,
             json!({"path": {"type": "string"}, "branch": {"type": "string"},
                    "spawn_session": {"type": "boolean"},
-                   "decision": {"type": "string", "enum": ["remove", "keep"]}}),
+                   "decision": {"type": "string", "enum": ["remove", "keep"]},
+                   "input": crate::progress::list_input_schema()}),
         )
     },
     handler,
@@ -93,12 +94,24 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             Ok(status(node, &repo))
         }
         "active" => active(node, ctx),
+        "progress_list" => progress_list(node, args),
         _ => Err(ToolError::not_available(
             "repo",
             a,
             "worktree, branch and progress management, which this build's repository registry does not have (it registers and lists repositories only)",
         )),
     }
+}
+
+/// `progress_list`: the same service and shapes as `POST /progress/list`.
+fn progress_list(node: &Node, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let path = path_arg(args)?;
+    let err = |e: crate::progress::ListError| match e {
+        crate::progress::ListError::Invalid(m) => ToolError::invalid(m),
+        e => ToolError::new("store_error", e.to_string()),
+    };
+    let input = crate::progress::ListInput::from_value(args.get("input")).map_err(err)?;
+    crate::progress::list(node, path, &input).map_err(err)
 }
 
 fn path_arg(args: &Map<String, Value>) -> Result<&str, ToolError> {

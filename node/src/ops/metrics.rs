@@ -1,0 +1,215 @@
+//! `GET /metrics`: the node's Prometheus text exposition, built with the `prometheus` crate
+//! (its own registry per node, never the process-global one).
+//!
+//! Most figures are read from the services at scrape time (sessions, mail, outbox, journal);
+//! monotonic totals the services keep (bytes read from PTYs, sessions created, mail posted,
+//! journal appends) are carried into counters under one scrape lock, so a counter never goes
+//! back. Request latencies are observed by the [`track`] middleware per route template.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::progress::Kind;
+use crate::state::Node;
+
+/// The content type of the text exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The node's collectors.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    sessions: IntGauge,
+    tombstones: IntGauge,
+    sessions_created: IntCounter,
+    output_bytes: IntCounter,
+    mail_posted: IntCounter,
+    mail_peers: IntGauge,
+    mail_unread: IntGauge,
+    outbox_held: IntGaugeVec,
+    outbox_bytes: IntGaugeVec,
+    mcp_sessions: IntGauge,
+    progress_entries: IntGauge,
+    progress_appended: IntCounterVec,
+    http: HistogramVec,
+    /// Held while counters catch up with the services' totals.
+    scrape: Mutex<()>,
+}
+
+fn must<T>(r: prometheus::Result<T>) -> T {
+    // Static names and labels: a failure here is a programming error caught by every test.
+    r.expect("metric definition")
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let registry = Registry::new();
+        let reg = |c: Box<dyn prometheus::core::Collector>| must(registry.register(c));
+        let gauge = |n: &str, h: &str| {
+            let g = must(IntGauge::new(n, h));
+            reg(Box::new(g.clone()));
+            g
+        };
+        let counter = |n: &str, h: &str| {
+            let c = must(IntCounter::new(n, h));
+            reg(Box::new(c.clone()));
+            c
+        };
+        let sessions = gauge("tuic_sessions", "Live PTY sessions.");
+        let tombstones = gauge(
+            "tuic_sessions_tombstoned",
+            "Exited sessions whose output still answers (tombstone period).",
+        );
+        let sessions_created = counter(
+            "tuic_sessions_created_total",
+            "PTY sessions created since the node started.",
+        );
+        let output_bytes = counter(
+            "tuic_pty_output_bytes_total",
+            "Bytes read from PTYs (streamed to the ring, screen and subscribers).",
+        );
+        let mail_posted = counter(
+            "tuic_mail_posted_total",
+            "Messages delivered into inboxes on this node.",
+        );
+        let mail_peers = gauge("tuic_mail_peers", "Registered agent identities.");
+        let mail_unread = gauge("tuic_mail_unread", "Unread messages over every inbox.");
+        let outbox_held = must(IntGaugeVec::new(
+            Opts::new(
+                "tuic_outbox_held_messages",
+                "Cross-host mail held until the next hop acknowledges it, per connection.",
+            ),
+            &["connection"],
+        ));
+        reg(Box::new(outbox_held.clone()));
+        let outbox_bytes = must(IntGaugeVec::new(
+            Opts::new(
+                "tuic_outbox_held_bytes",
+                "Bytes of cross-host mail held, per connection.",
+            ),
+            &["connection"],
+        ));
+        reg(Box::new(outbox_bytes.clone()));
+        let mcp_sessions = gauge("tuic_mcp_sessions", "MCP protocol sessions.");
+        let progress_entries = gauge(
+            "tuic_progress_journal_entries",
+            "Entries retained in the progress journal.",
+        );
+        let progress_appended = must(IntCounterVec::new(
+            Opts::new(
+                "tuic_progress_appended_total",
+                "Progress entries journaled since the node started, by type.",
+            ),
+            &["type"],
+        ));
+        reg(Box::new(progress_appended.clone()));
+        let http = must(HistogramVec::new(
+            HistogramOpts::new(
+                "tuic_http_request_duration_seconds",
+                "Time to the response head, per route template and method.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+                60.0,
+            ]),
+            &["route", "method"],
+        ));
+        reg(Box::new(http.clone()));
+        Self {
+            registry,
+            sessions,
+            tombstones,
+            sessions_created,
+            output_bytes,
+            mail_posted,
+            mail_peers,
+            mail_unread,
+            outbox_held,
+            outbox_bytes,
+            mcp_sessions,
+            progress_entries,
+            progress_appended,
+            http,
+            scrape: Mutex::new(()),
+        }
+    }
+}
+
+fn catch_up(c: &IntCounter, total: u64) {
+    let now = c.get();
+    if total > now {
+        c.inc_by(total - now);
+    }
+}
+
+impl Metrics {
+    /// Observes one request's time to its response head.
+    pub fn observe_request(&self, route: &str, method: &str, secs: f64) {
+        self.http.with_label_values(&[route, method]).observe(secs);
+    }
+
+    /// The text exposition of `node` now.
+    pub fn render(&self, node: &Node) -> String {
+        let _g = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+        let s = node.sessions.stats();
+        self.sessions.set(s.live as i64);
+        self.tombstones.set(s.tombstoned as i64);
+        catch_up(&self.sessions_created, s.created_total);
+        catch_up(&self.output_bytes, s.output_bytes_total);
+        catch_up(
+            &self.mail_posted,
+            node.ops.mail_posted.load(Ordering::Relaxed),
+        );
+        {
+            let g = node.mail.lock();
+            self.mail_peers.set(g.peers.len() as i64);
+            let unread: usize = g.peers.keys().map(|p| g.inboxes.unread(p)).sum();
+            self.mail_unread.set(unread as i64);
+        }
+        let up = node.peer.uplink_status();
+        let held = up["held"].as_i64().unwrap_or(0);
+        self.outbox_held.with_label_values(&["hub"]).set(held);
+        self.outbox_bytes
+            .with_label_values(&["hub"])
+            .set(up["bytes"].as_i64().unwrap_or(0));
+        self.mcp_sessions.set(node.mcp.sessions.len() as i64);
+        self.progress_entries
+            .set(node.progress.journal.len() as i64);
+        for k in [Kind::Done, Kind::Blocked, Kind::Intent] {
+            catch_up(
+                &self.progress_appended.with_label_values(&[k.as_str()]),
+                node.progress.appended(k),
+            );
+        }
+        let mut buf = Vec::new();
+        // Encoding gathered families into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Middleware: observes each request's time to the response head under its route template
+/// (`unmatched` for the fallback), so label values stay bounded.
+pub async fn track(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().as_str().to_owned();
+    let t0 = Instant::now();
+    let resp = next.run(req).await;
+    node.ops
+        .metrics
+        .observe_request(&route, &method, t0.elapsed().as_secs_f64());
+    resp
+}
