@@ -81,6 +81,8 @@ pub struct Node {
     pub mail: crate::mail::Mail,
     /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory.
     pub peer: crate::peer::PeerState,
+    /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
+    pub upstreams: Arc<crate::upstream::Upstreams>,
 }
 
 impl Node {
@@ -117,6 +119,8 @@ impl Node {
         ));
         let sessions = crate::session::Registry::new(&paths.config_dir);
         let mcp = crate::mcp::McpState::new(&config);
+        let upstreams = Arc::new(crate::upstream::Upstreams::new(paths.upstreams_file()));
+        mcp.registry.set_source(upstreams.clone());
         let node = Arc::new(Self {
             name,
             paths,
@@ -145,6 +149,7 @@ impl Node {
             mcp,
             mail: crate::mail::Mail::default(),
             peer,
+            upstreams,
         });
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =

@@ -67,6 +67,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
         .merge(crate::mcp::routes())
+        .merge(crate::upstream::routes::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") });
     // Uploads stream for as long as data keeps coming: they have their own bounds (idle
