@@ -6,6 +6,7 @@ usage: upstream_raw.py MODE
            isError, _meta and an extension field, to check they pass through unchanged
   garbage  answers every line with text that is not JSON-RPC
   flood    correct, but floods notifications (log messages and tools/list_changed) meanwhile
+  many N   correct, listing N synthetic tools of realistic size (surface and search benchmarks)
 """
 import json
 import sys
@@ -21,6 +22,31 @@ RICH = {
     "x-extension": {"kept": True},
 }
 lock = threading.Lock()
+DOMAINS = ["github", "jira", "slack", "postgres", "files", "browser", "calendar", "mail",
+           "docker", "kubernetes", "sentry", "figma", "notion", "linear", "stripe", "aws"]
+VERBS = ["list", "get", "create", "update", "delete", "search", "sync", "export", "import", "watch"]
+NOUNS = ["issue", "comment", "branch", "message", "channel", "row", "table", "page", "event",
+         "invoice", "container", "pod", "alert", "file", "folder", "user", "team", "label"]
+
+
+def synthetic(n):
+    tools = []
+    for i in range(n):
+        d, v, o = DOMAINS[i % len(DOMAINS)], VERBS[(i // 3) % len(VERBS)], NOUNS[(i * 7) % len(NOUNS)]
+        desc = (f"{v.capitalize()} {o}s in {d}. Use this to {v} one or more {o} records of the "
+                f"connected {d} workspace; results are paginated with a cursor and filtered by the "
+                f"optional query. Returns the {o} identifiers, titles, owners, timestamps and a "
+                f"short excerpt of each. Requires the {d} integration to be authorized; the call "
+                f"fails with a clear message when the token lacks the scope for {o}s. "
+                f"Variant {i}: prefer the narrower filters first to keep answers small.")
+        tools.append({"name": f"{d}_{v}_{o}_{i}", "description": desc, "inputSchema": {
+            "type": "object", "properties": {
+                "query": {"type": "string", "description": f"text to match in the {o}"},
+                f"{o}_id": {"type": "string", "description": f"one {o} by id"},
+                "limit": {"type": "integer", "description": "most results (20)"},
+                "cursor": {"type": "string", "description": "from a previous answer"}},
+            "required": []}})
+    return tools
 
 
 def send(msg):
@@ -55,6 +81,8 @@ for line in sys.stdin:
             "serverInfo": {"name": "raw", "version": "1"}}})
         if MODE == "flood":
             threading.Thread(target=flood, daemon=True).start()
+    elif method == "tools/list" and MODE == "many":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": synthetic(int(sys.argv[2]))}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [
             {"name": "rich", "description": "Return a rich result.",

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod bench_fed;
 pub mod bench_outbox;
 pub mod bench_upload;
+pub mod bench_upstream;
 pub mod bridge;
 pub mod fake;
 pub mod fed;

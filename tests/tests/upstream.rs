@@ -383,3 +383,49 @@ async fn faulty_upstreams_are_isolated_and_the_breaker_opens_and_recovers() {
     let r = call(&node, "remote__add", json!({"a": 1, "b": 1})).await;
     assert_eq!(r["result"]["structuredContent"], json!({"sum": 2}), "{r}");
 }
+
+async fn list_bytes(node: &NodeProc) -> (usize, usize) {
+    let r = node
+        .connect()
+        .await
+        .rpc(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), &[])
+        .await
+        .json();
+    let tools = &r["result"]["tools"];
+    (tools.as_array().unwrap().len(), tools.to_string().len())
+}
+
+/// Spec "Lazy Tool Discovery": at 190 tools the full list costs every turn ~150 KB, the
+/// collapsed surface a few KB that do not grow with the upstreams. Measured here, not assumed.
+#[tokio::test]
+async fn collapsed_surface_stays_flat_while_the_full_list_grows_with_upstream_tools() {
+    let tuic_tests::SdkClients { python, .. } = tuic_tests::sdk_clients();
+    let many = json!({"servers": [
+        {"id": "many", "name": "many", "transport": stdio(&python, "upstream_raw.py", &["many", "180"])},
+    ]});
+    let node = start(json!({}), many).await;
+    wait_status(&node, "many ready", Duration::from_secs(60), |s| is(s, "many", "ready")).await;
+    let (count, full) = list_bytes(&node).await;
+    assert_eq!(count, 190, "10 native + 180 upstream tools");
+    // Collapse through the config save; the surface shrinks to the meta-tools and progress.
+    let base = get(&node, "/config").await;
+    let mut edited = base.clone();
+    edited["collapse_tools"] = json!(true);
+    let (code, body) = put(&node, "/config", &json!({"base": base, "config": edited})).await;
+    assert_eq!(code, 200, "{body}");
+    let (count, collapsed) = list_bytes(&node).await;
+    assert_eq!(count, 4, "search_tools, get_tool_schema, call_tool, progress");
+    let empty = start(json!({"collapse_tools": true}), json!({"servers": []})).await;
+    let (_, collapsed_without) = list_bytes(&empty).await;
+    println!("surface at 190 tools: full {full} bytes, collapsed {collapsed} bytes");
+    assert_eq!(collapsed, collapsed_without, "the collapsed surface does not grow with upstreams");
+    assert!(collapsed <= 3_000, "collapsed budget: {collapsed} bytes");
+    assert!(full >= 40 * collapsed, "full {full} vs collapsed {collapsed}");
+    // Everything stays reachable through the meta-tools, ranked by BM25.
+    let r = call(&node, "search_tools", json!({"query": "kubernetes pod", "limit": 3})).await;
+    let hits: Value = serde_json::from_str(&text(&r)).unwrap();
+    let top = hits["tools"][0]["name"].as_str().unwrap();
+    assert!(top.starts_with("many__kubernetes_") && top.contains("pod"), "{hits}");
+    let r = call(&node, "call_tool", json!({"name": "many__github_list_issue_0", "arguments": {}})).await;
+    assert_eq!(text(&r), "pong", "{r}");
+}
