@@ -99,9 +99,7 @@ pub async fn call(n: usize) -> anyhow::Result<()> {
         Ok(serde_json::from_str::<Value>(&l)?)
     }
     rt(&mut stdin, &mut lines, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})).await?;
-    let call = |id: usize| {
-        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ping_me","arguments":{}}})
-    };
+    let call = |id: usize| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ping_me","arguments":{}}});
     let mut direct = Vec::with_capacity(n);
     for i in 0..n + 50 {
         let t0 = Instant::now();

@@ -65,7 +65,10 @@ async fn http_upstream(python: &str, port: u16) -> tokio::process::Child {
         .await
         .is_err()
     {
-        assert!(Instant::now() < deadline, "the HTTP upstream did not listen");
+        assert!(
+            Instant::now() < deadline,
+            "the HTTP upstream did not listen"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     child
@@ -82,11 +85,7 @@ async fn start(config: Value, upstreams: Value) -> NodeProc {
 }
 
 async fn get(node: &NodeProc, path: &str) -> Value {
-    node.connect()
-        .await
-        .send("GET", path, &[], "")
-        .await
-        .json()
+    node.connect().await.send("GET", path, &[], "").await.json()
 }
 
 async fn put(node: &NodeProc, path: &str, body: &Value) -> (u16, Value) {
@@ -113,7 +112,12 @@ fn upstream<'a>(status: &'a Value, name: &str) -> &'a Value {
 }
 
 /// Waits (bounded) until `pred` holds for `GET /mcp/status`.
-async fn wait_status(node: &NodeProc, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+async fn wait_status(
+    node: &NodeProc,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let s = get(node, "/mcp/status").await;
@@ -155,7 +159,10 @@ async fn tool_names(node: &NodeProc) -> Vec<String> {
     let r = node
         .connect()
         .await
-        .rpc(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), &[])
+        .rpc(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            &[],
+        )
         .await
         .json();
     r["result"]["tools"]
@@ -202,20 +209,44 @@ async fn official_sdk_and_npm_upstreams_are_aggregated_filtered_and_passed_throu
         {"id": "raw-1", "name": "raw", "transport": stdio(&python, "upstream_raw.py", &["ok"])},
     ]});
     let node = start(json!({}), upstreams).await;
-    let st = wait_status(&node, "every upstream ready", Duration::from_secs(90), |s| {
-        ["py", "remote", "every", "raw"].iter().all(|n| is(s, n, "ready"))
-    })
+    let st = wait_status(
+        &node,
+        "every upstream ready",
+        Duration::from_secs(90),
+        |s| {
+            ["py", "remote", "every", "raw"]
+                .iter()
+                .all(|n| is(s, n, "ready"))
+        },
+    )
     .await;
     assert!(upstream(&st, "remote")["protocol"].is_string(), "{st}");
     assert_eq!(upstream(&st, "every")["tools"], 2, "allow filter: {st}");
 
     // Listing: namespaced, filtered at listing.
     let names = tool_names(&node).await;
-    for want in ["session", "py__echo", "py__add", "py__progress_steps", "remote__add", "every__echo", "every__get-sum", "raw__rich"] {
+    for want in [
+        "session",
+        "py__echo",
+        "py__add",
+        "py__progress_steps",
+        "remote__add",
+        "every__echo",
+        "every__get-sum",
+        "raw__rich",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }
-    for hidden in ["py__get_secret", "py__crash", "remote__get_secret", "every__get-env"] {
-        assert!(!names.iter().any(|n| n == hidden), "{hidden} listed: {names:?}");
+    for hidden in [
+        "py__get_secret",
+        "py__crash",
+        "remote__get_secret",
+        "every__get-env",
+    ] {
+        assert!(
+            !names.iter().any(|n| n == hidden),
+            "{hidden} listed: {names:?}"
+        );
     }
 
     // An agent on the official Python SDK lists and calls them through tuic.
@@ -235,24 +266,51 @@ async fn official_sdk_and_npm_upstreams_are_aggregated_filtered_and_passed_throu
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "agent: {}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_str(
-        String::from_utf8_lossy(&out.stdout).lines().last().unwrap(),
-    )
-    .unwrap();
-    let agent_tools: Vec<&str> = report["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    assert!(agent_tools.contains(&"remote__add") && !agent_tools.contains(&"py__get_secret"), "{report}");
+    assert!(
+        out.status.success(),
+        "agent: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    let agent_tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        agent_tools.contains(&"remote__add") && !agent_tools.contains(&"py__get_secret"),
+        "{report}"
+    );
     let c = &report["calls"];
     assert_eq!(c[0]["text"], "echo: hello", "{report}");
-    assert_eq!(c[1]["structured"], json!({"sum": 42}), "structuredContent passes: {report}");
-    assert!(c[2]["text"].as_str().unwrap().contains('3'), "npm server answered: {report}");
+    assert_eq!(
+        c[1]["structured"],
+        json!({"sum": 42}),
+        "structuredContent passes: {report}"
+    );
+    assert!(
+        c[2]["text"].as_str().unwrap().contains('3'),
+        "npm server answered: {report}"
+    );
     assert_eq!(c[3]["text"], "done 3", "{report}");
-    assert_eq!(c[3]["progress"].as_array().map(Vec::len), Some(3), "progress relayed: {report}");
+    assert_eq!(
+        c[3]["progress"].as_array().map(Vec::len),
+        Some(3),
+        "progress relayed: {report}"
+    );
     // Filters at dispatch, direct and through call_tool.
     assert_eq!(c[4]["is_error"], true, "{report}");
-    assert!(c[4]["text"].as_str().unwrap().contains("tool_filtered"), "{report}");
+    assert!(
+        c[4]["text"].as_str().unwrap().contains("tool_filtered"),
+        "{report}"
+    );
     assert_eq!(c[5]["is_error"], true, "{report}");
-    assert!(c[5]["text"].as_str().unwrap().contains("tool_filtered"), "{report}");
+    assert!(
+        c[5]["text"].as_str().unwrap().contains("tool_filtered"),
+        "{report}"
+    );
 
     // The CallToolResult passes through byte for byte, extension fields included.
     let r = call(&node, "raw__rich", json!({})).await;
@@ -269,13 +327,21 @@ async fn official_sdk_and_npm_upstreams_are_aggregated_filtered_and_passed_throu
     );
 
     // search_tools ranks with BM25 over names, descriptions and parameter names.
-    let r = call(&node, "search_tools", json!({"query": "add two numbers sum", "limit": 5})).await;
+    let r = call(
+        &node,
+        "search_tools",
+        json!({"query": "add two numbers sum", "limit": 5}),
+    )
+    .await;
     let hits: Value = serde_json::from_str(&text(&r)).unwrap();
     let first = hits["tools"][0]["name"].as_str().unwrap();
     assert!(first == "py__add" || first == "remote__add", "{hits}");
     let r = call(&node, "get_tool_schema", json!({"name": "remote__add"})).await;
     let schema: Value = serde_json::from_str(&text(&r)).unwrap();
-    assert!(schema["inputSchema"]["properties"]["a"].is_object(), "{schema}");
+    assert!(
+        schema["inputSchema"]["properties"]["a"].is_object(),
+        "{schema}"
+    );
     let r = call(&node, "get_tool_schema", json!({"name": "py__get_secret"})).await;
     assert_eq!(r["result"]["isError"], true, "{r}");
 
@@ -283,33 +349,74 @@ async fn official_sdk_and_npm_upstreams_are_aggregated_filtered_and_passed_throu
     let before = get(&node, "/mcp/upstreams").await;
     let mut bad = before.clone();
     bad["servers"][0]["name"] = json!("Not Valid");
-    let (code, body) = put(&node, "/mcp/upstreams", &json!({"base": before, "config": bad})).await;
+    let (code, body) = put(
+        &node,
+        "/mcp/upstreams",
+        &json!({"base": before, "config": bad}),
+    )
+    .await;
     assert_eq!(code, 400, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("servers[0].name"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("servers[0].name"),
+        "{body}"
+    );
     assert_eq!(get(&node, "/mcp/upstreams").await, before);
     let st = get(&node, "/mcp/status").await;
-    let (py_pid, every_pid) = (upstream(&st, "py")["pid"].clone(), upstream(&st, "every")["pid"].clone());
+    let (py_pid, every_pid) = (
+        upstream(&st, "py")["pid"].clone(),
+        upstream(&st, "every")["pid"].clone(),
+    );
     let mut edited = before.clone();
     edited["servers"][0]["tool_filter"] = json!({"deny": ["crash", "hang"]});
-    let (code, body) = put(&node, "/mcp/upstreams", &json!({"base": before, "config": edited})).await;
+    let (code, body) = put(
+        &node,
+        "/mcp/upstreams",
+        &json!({"base": before, "config": edited}),
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     let st = wait_status(&node, "py restarted", Duration::from_secs(60), |s| {
         is(s, "py", "ready") && upstream(s, "py")["pid"] != py_pid
     })
     .await;
-    assert_eq!(upstream(&st, "every")["pid"], every_pid, "an unchanged upstream keeps running");
-    assert!(tool_names(&node).await.iter().any(|n| n == "py__get_secret"));
-    assert_eq!(text(&call(&node, "py__get_secret", json!({})).await), "the secret");
+    assert_eq!(
+        upstream(&st, "every")["pid"],
+        every_pid,
+        "an unchanged upstream keeps running"
+    );
+    assert!(
+        tool_names(&node)
+            .await
+            .iter()
+            .any(|n| n == "py__get_secret")
+    );
+    assert_eq!(
+        text(&call(&node, "py__get_secret", json!({})).await),
+        "the secret"
+    );
 
     // The children die with the node.
-    let pids: Vec<u64> = ["py", "every", "raw"].iter().map(|n| upstream(&st, n)["pid"].as_u64().unwrap()).collect();
+    let pids: Vec<u64> = ["py", "every", "raw"]
+        .iter()
+        .map(|n| upstream(&st, n)["pid"].as_u64().unwrap())
+        .collect();
     let mut node = node;
     let pid = node.child.id().unwrap() as i32;
-    rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), rustix::process::Signal::TERM).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), node.child.wait()).await.unwrap().unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), node.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while pids.iter().any(|p| pid_alive(*p)) {
-        assert!(Instant::now() < deadline, "upstream children outlived the node: {pids:?}");
+        assert!(
+            Instant::now() < deadline,
+            "upstream children outlived the node: {pids:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -333,18 +440,39 @@ async fn faulty_upstreams_are_isolated_and_the_breaker_opens_and_recovers() {
         "upstream_connect_timeout_ms": 3000,
     }});
     let node = start(tuning, upstreams).await;
-    let st = wait_status(&node, "good, flood and remote ready; garbage's breaker open", Duration::from_secs(90), |s| {
-        ["good", "flood", "remote"].iter().all(|n| is(s, n, "ready"))
-            && (is(s, "garbage", "circuit_open") || is(s, "garbage", "failed"))
-    })
+    let st = wait_status(
+        &node,
+        "good, flood and remote ready; garbage's breaker open",
+        Duration::from_secs(90),
+        |s| {
+            ["good", "flood", "remote"]
+                .iter()
+                .all(|n| is(s, n, "ready"))
+                && (is(s, "garbage", "circuit_open") || is(s, "garbage", "failed"))
+        },
+    )
     .await;
     let g = upstream(&st, "garbage");
-    assert!(g["last_error"].as_str().unwrap().contains("not JSON-RPC"), "{g}");
-    assert!(!tool_names(&node).await.iter().any(|n| n.starts_with("garbage__")));
+    assert!(
+        g["last_error"].as_str().unwrap().contains("not JSON-RPC"),
+        "{g}"
+    );
+    assert!(
+        !tool_names(&node)
+            .await
+            .iter()
+            .any(|n| n.starts_with("garbage__"))
+    );
 
     // The flood does not stop its own tools, nor anyone else's.
-    assert_eq!(text(&call(&node, "flood__ping_me", json!({})).await), "pong");
-    assert_eq!(text(&call(&node, "good__echo", json!({"text": "x"})).await), "echo: x");
+    assert_eq!(
+        text(&call(&node, "flood__ping_me", json!({})).await),
+        "pong"
+    );
+    assert_eq!(
+        text(&call(&node, "good__echo", json!({"text": "x"})).await),
+        "echo: x"
+    );
 
     // A hang times out as a tool error while other calls go on.
     let hang = call(&node, "good__hang", json!({}));
@@ -358,28 +486,59 @@ async fn faulty_upstreams_are_isolated_and_the_breaker_opens_and_recovers() {
     let r = call(&node, "good__crash", json!({}));
     let r = r.await;
     assert_eq!(r["result"]["isError"], true, "{r}");
-    let st = wait_status(&node, "good reconnected after the crash", Duration::from_secs(60), |s| {
-        is(s, "good", "ready") && upstream(s, "good")["last_error"].as_str().is_some_and(|e| e.contains("exited"))
-    })
+    let st = wait_status(
+        &node,
+        "good reconnected after the crash",
+        Duration::from_secs(60),
+        |s| {
+            is(s, "good", "ready")
+                && upstream(s, "good")["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("exited"))
+        },
+    )
     .await;
-    assert!(upstream(&st, "good")["last_error"].as_str().unwrap().contains("exit status: 3"), "{st}");
-    assert_eq!(text(&call(&node, "good__echo", json!({"text": "back"})).await), "echo: back");
+    assert!(
+        upstream(&st, "good")["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("exit status: 3"),
+        "{st}"
+    );
+    assert_eq!(
+        text(&call(&node, "good__echo", json!({"text": "back"})).await),
+        "echo: back"
+    );
 
     // The HTTP upstream goes away: health checks fail, the breaker opens, its tools leave
     // the list, the status names the error; it comes back on the same port and recovers.
     drop(http);
-    let st = wait_status(&node, "remote's breaker open", Duration::from_secs(60), |s| {
-        is(s, "remote", "circuit_open") || is(s, "remote", "failed")
-    })
+    let st = wait_status(
+        &node,
+        "remote's breaker open",
+        Duration::from_secs(60),
+        |s| is(s, "remote", "circuit_open") || is(s, "remote", "failed"),
+    )
     .await;
     assert!(upstream(&st, "remote")["last_error"].is_string(), "{st}");
-    assert!(!tool_names(&node).await.iter().any(|n| n.starts_with("remote__")));
+    assert!(
+        !tool_names(&node)
+            .await
+            .iter()
+            .any(|n| n.starts_with("remote__"))
+    );
     let r = call(&node, "remote__add", json!({"a": 1, "b": 1})).await;
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert!(text(&r).contains("upstream_unavailable"), "{r}");
-    assert_eq!(text(&call(&node, "good__echo", json!({"text": "still"})).await), "echo: still");
+    assert_eq!(
+        text(&call(&node, "good__echo", json!({"text": "still"})).await),
+        "echo: still"
+    );
     let _http = http_upstream(&python, port).await;
-    wait_status(&node, "remote recovered", Duration::from_secs(60), |s| is(s, "remote", "ready")).await;
+    wait_status(&node, "remote recovered", Duration::from_secs(60), |s| {
+        is(s, "remote", "ready")
+    })
+    .await;
     let r = call(&node, "remote__add", json!({"a": 1, "b": 1})).await;
     assert_eq!(r["result"]["structuredContent"], json!({"sum": 2}), "{r}");
 }
@@ -388,7 +547,10 @@ async fn list_bytes(node: &NodeProc) -> (usize, usize) {
     let r = node
         .connect()
         .await
-        .rpc(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), &[])
+        .rpc(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            &[],
+        )
         .await
         .json();
     let tools = &r["result"]["tools"];
@@ -404,7 +566,10 @@ async fn collapsed_surface_stays_flat_while_the_full_list_grows_with_upstream_to
         {"id": "many", "name": "many", "transport": stdio(&python, "upstream_raw.py", &["many", "180"])},
     ]});
     let node = start(json!({}), many).await;
-    wait_status(&node, "many ready", Duration::from_secs(60), |s| is(s, "many", "ready")).await;
+    wait_status(&node, "many ready", Duration::from_secs(60), |s| {
+        is(s, "many", "ready")
+    })
+    .await;
     let (count, full) = list_bytes(&node).await;
     assert_eq!(count, 190, "10 native + 180 upstream tools");
     // Collapse through the config save; the surface shrinks to the meta-tools and progress.
@@ -414,18 +579,40 @@ async fn collapsed_surface_stays_flat_while_the_full_list_grows_with_upstream_to
     let (code, body) = put(&node, "/config", &json!({"base": base, "config": edited})).await;
     assert_eq!(code, 200, "{body}");
     let (count, collapsed) = list_bytes(&node).await;
-    assert_eq!(count, 4, "search_tools, get_tool_schema, call_tool, progress");
+    assert_eq!(
+        count, 4,
+        "search_tools, get_tool_schema, call_tool, progress"
+    );
     let empty = start(json!({"collapse_tools": true}), json!({"servers": []})).await;
     let (_, collapsed_without) = list_bytes(&empty).await;
     println!("surface at 190 tools: full {full} bytes, collapsed {collapsed} bytes");
-    assert_eq!(collapsed, collapsed_without, "the collapsed surface does not grow with upstreams");
+    assert_eq!(
+        collapsed, collapsed_without,
+        "the collapsed surface does not grow with upstreams"
+    );
     assert!(collapsed <= 3_000, "collapsed budget: {collapsed} bytes");
-    assert!(full >= 40 * collapsed, "full {full} vs collapsed {collapsed}");
+    assert!(
+        full >= 40 * collapsed,
+        "full {full} vs collapsed {collapsed}"
+    );
     // Everything stays reachable through the meta-tools, ranked by BM25.
-    let r = call(&node, "search_tools", json!({"query": "kubernetes pod", "limit": 3})).await;
+    let r = call(
+        &node,
+        "search_tools",
+        json!({"query": "kubernetes pod", "limit": 3}),
+    )
+    .await;
     let hits: Value = serde_json::from_str(&text(&r)).unwrap();
     let top = hits["tools"][0]["name"].as_str().unwrap();
-    assert!(top.starts_with("many__kubernetes_") && top.contains("pod"), "{hits}");
-    let r = call(&node, "call_tool", json!({"name": "many__github_list_issue_0", "arguments": {}})).await;
+    assert!(
+        top.starts_with("many__kubernetes_") && top.contains("pod"),
+        "{hits}"
+    );
+    let r = call(
+        &node,
+        "call_tool",
+        json!({"name": "many__github_list_issue_0", "arguments": {}}),
+    )
+    .await;
     assert_eq!(text(&r), "pong", "{r}");
 }

@@ -341,7 +341,10 @@ impl Registry {
         for t in self.visible(cfg) {
             let listing = t.listing();
             if let Some(d) = Doc::from_listing(&listing) {
-                rows.insert(d.name.clone(), json!({"name": t.name, "summary": t.summary}));
+                rows.insert(
+                    d.name.clone(),
+                    json!({"name": t.name, "summary": t.summary}),
+                );
                 docs.push(d);
             }
         }

@@ -121,11 +121,26 @@ mod tests {
         assert_eq!(
             pauses,
             vec![
-                Verdict::Open { backoff: secs(1), retry: 1 },
-                Verdict::Open { backoff: secs(2), retry: 2 },
-                Verdict::Open { backoff: secs(4), retry: 3 },
-                Verdict::Open { backoff: secs(8), retry: 4 },
-                Verdict::Open { backoff: secs(16), retry: 5 },
+                Verdict::Open {
+                    backoff: secs(1),
+                    retry: 1
+                },
+                Verdict::Open {
+                    backoff: secs(2),
+                    retry: 2
+                },
+                Verdict::Open {
+                    backoff: secs(4),
+                    retry: 3
+                },
+                Verdict::Open {
+                    backoff: secs(8),
+                    retry: 4
+                },
+                Verdict::Open {
+                    backoff: secs(16),
+                    retry: 5
+                },
                 Verdict::Failed,
             ]
         );

@@ -188,9 +188,9 @@ impl UpstreamsFile {
                 return Err(format!("{}: {:?} is also servers[{j}].id", at("id"), s.id));
             }
             let name_ok = !s.name.is_empty()
-                && s.name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+                && s.name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                })
                 && !s.name.contains(SEPARATOR);
             if !name_ok {
                 return Err(format!(
@@ -239,8 +239,14 @@ impl UpstreamsFile {
                     return Err(format!("{}: only http upstreams authenticate", at("auth")));
                 }
             }
-            for (list, f) in [(&s.tool_filter.allow, "allow"), (&s.tool_filter.deny, "deny")] {
-                if list.as_ref().is_some_and(|l| l.iter().any(String::is_empty)) {
+            for (list, f) in [
+                (&s.tool_filter.allow, "allow"),
+                (&s.tool_filter.deny, "deny"),
+            ] {
+                if list
+                    .as_ref()
+                    .is_some_and(|l| l.iter().any(String::is_empty))
+                {
                     return Err(format!(
                         "{}: empty pattern",
                         at(&format!("tool_filter.{f}"))
@@ -579,14 +585,23 @@ mod tests {
         assert_eq!(after.get("b").unwrap().timeout_secs, 5);
         // A concurrent add survives a stale save; adding the same id twice conflicts.
         let mut w3 = base.clone();
-        w3["servers"].as_array_mut().unwrap().push(server("c", "gamma"));
+        w3["servers"]
+            .as_array_mut()
+            .unwrap()
+            .push(server("c", "gamma"));
         save_delta(&file, &base, &w3).unwrap();
         let mut w4 = base.clone();
-        w4["servers"].as_array_mut().unwrap().push(server("d", "delta"));
+        w4["servers"]
+            .as_array_mut()
+            .unwrap()
+            .push(server("d", "delta"));
         let (_, after, _) = save_delta(&file, &base, &w4).unwrap();
         assert!(after.get("c").is_some() && after.get("d").is_some());
         let mut w5 = base.clone();
-        w5["servers"].as_array_mut().unwrap().push(server("c", "other"));
+        w5["servers"]
+            .as_array_mut()
+            .unwrap()
+            .push(server("c", "other"));
         assert!(matches!(
             save_delta(&file, &base, &w5),
             Err(UpstreamSaveError::Conflict(id)) if id == "c"
@@ -594,7 +609,10 @@ mod tests {
         // Omitting a server removes it; an invalid result changes nothing.
         let cur = serde_json::to_value(load(&file).unwrap()).unwrap();
         let mut rm = cur.clone();
-        rm["servers"].as_array_mut().unwrap().retain(|s| s["id"] != "d");
+        rm["servers"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|s| s["id"] != "d");
         let (_, after, _) = save_delta(&file, &cur, &rm).unwrap();
         assert!(after.get("d").is_none());
         let cur = serde_json::to_value(load(&file).unwrap()).unwrap();
@@ -617,15 +635,27 @@ mod tests {
         let mut with_token = base.clone();
         with_token["servers"][0]["auth"] = json!({"type": "bearer", "token": "s3cret"});
         let (_, after, creds) = save_delta(&file, &base, &with_token).unwrap();
-        assert_eq!(creds, vec![NewCredential { id: "h".into(), token: "s3cret".into() }]);
-        assert_eq!(after.get("h").unwrap().auth, Some(json!({"type": "bearer"})));
+        assert_eq!(
+            creds,
+            vec![NewCredential {
+                id: "h".into(),
+                token: "s3cret".into()
+            }]
+        );
+        assert_eq!(
+            after.get("h").unwrap().auth,
+            Some(json!({"type": "bearer"}))
+        );
         let raw = std::fs::read_to_string(file.path()).unwrap();
         assert!(!raw.contains("s3cret"), "{raw}");
         // A stale editor (base without auth) changes the timeout: auth stays.
         let mut stale = base.clone();
         stale["servers"][0]["timeout_secs"] = json!(9);
         let (_, after, _) = save_delta(&file, &base, &stale).unwrap();
-        assert_eq!(after.get("h").unwrap().auth, Some(json!({"type": "bearer"})));
+        assert_eq!(
+            after.get("h").unwrap().auth,
+            Some(json!({"type": "bearer"}))
+        );
         assert_eq!(after.get("h").unwrap().timeout_secs, 9);
         // A token for a stdio server is refused.
         let cur = serde_json::to_value(load(&file).unwrap()).unwrap();

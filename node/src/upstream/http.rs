@@ -121,7 +121,10 @@ impl HttpClient {
     pub async fn connect(&self, timeout: Duration) -> Result<String, UpstreamError> {
         if self.choice != EraChoice::Legacy {
             *lock(&self.era) = Era::Modern;
-            match self.request("server/discover", json!({}), timeout, None).await {
+            match self
+                .request("server/discover", json!({}), timeout, None)
+                .await
+            {
                 Ok(r) => {
                     let modern = r
                         .get("supportedVersions")
@@ -361,8 +364,9 @@ impl HttpClient {
                         "the event stream of {method} ended without an answer"
                     )));
                 };
-                let chunk = chunk
-                    .map_err(|e| UpstreamError::Transport(format!("reading {}: {}", self.url, short(&e))))?;
+                let chunk = chunk.map_err(|e| {
+                    UpstreamError::Transport(format!("reading {}: {}", self.url, short(&e)))
+                })?;
                 dec.feed(&chunk)
                     .map_err(|e| UpstreamError::Protocol(format!("event stream: {e}")))?;
                 while let Some(ev) = dec.poll_event() {
@@ -385,10 +389,9 @@ impl HttpClient {
                 }
             }
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Transport(format!("reading {}: {}", self.url, short(&e))))?;
+        let bytes = resp.bytes().await.map_err(|e| {
+            UpstreamError::Transport(format!("reading {}: {}", self.url, short(&e)))
+        })?;
         if status == reqwest::StatusCode::ACCEPTED && msg.get("id").is_none() {
             return Ok(Posted::Accepted);
         }

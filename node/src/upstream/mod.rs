@@ -563,14 +563,8 @@ impl Upstreams {
                 env,
                 cwd,
             } => {
-                let c = stdio::StdioClient::spawn(
-                    &e.def.name,
-                    command,
-                    args,
-                    env,
-                    cwd.as_deref(),
-                    tx,
-                )?;
+                let c =
+                    stdio::StdioClient::spawn(&e.def.name, command, args, env, cwd.as_deref(), tx)?;
                 let init = c
                     .request(
                         "initialize",
@@ -607,8 +601,13 @@ impl Upstreams {
                     Some("modern") => http::EraChoice::Modern,
                     _ => http::EraChoice::Auto,
                 };
-                let c =
-                    http::HttpClient::new(&e.def.name, url, choice, self.bearer_source(&e.def), tx)?;
+                let c = http::HttpClient::new(
+                    &e.def.name,
+                    url,
+                    choice,
+                    self.bearer_source(&e.def),
+                    tx,
+                )?;
                 c.connect(timeout).await?;
                 Arc::new(Client::Http(c))
             }
@@ -952,4 +951,71 @@ pub fn spawn(node: &Arc<Node>) {
             n.mcp.notify_list_changed();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http_def(url: &str) -> ServerDef {
+        serde_json::from_value(json!({"id": "h", "name": "remote",
+            "transport": {"type": "http", "url": url}, "auth": {"type": "bearer"}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn bearer_is_sent_only_to_the_origin_it_was_saved_for() {
+        let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
+        lock(&up.creds).insert(
+            "h".into(),
+            Credential {
+                kind: "bearer".into(),
+                origin: Some("http://127.0.0.1:8000".into()),
+                token: "t1".into(),
+            },
+        );
+        let same = up.bearer_source(&http_def("http://127.0.0.1:8000/other/path"));
+        assert_eq!(
+            same().unwrap().as_deref(),
+            Some("t1"),
+            "same-origin path edits keep auth"
+        );
+        let moved = up.bearer_source(&http_def("http://evil.test:8000/mcp"));
+        assert!(
+            matches!(moved(), Err(UpstreamError::Origin(m)) if m.contains("bound to http://127.0.0.1:8000"))
+        );
+        // A new generation is read on the next attempt, without a restart.
+        lock(&up.creds).get_mut("h").unwrap().token = "t2".into();
+        assert_eq!(same().unwrap().as_deref(), Some("t2"));
+        // Unbound (saved before origin binding): refused, nothing sent.
+        lock(&up.creds).get_mut("h").unwrap().origin = None;
+        assert!(matches!(same(), Err(UpstreamError::Origin(_))));
+        // No auth metadata: no bearer at all, whatever the vault holds.
+        let mut plain = http_def("http://127.0.0.1:8000/mcp");
+        plain.auth = None;
+        assert_eq!(up.bearer_source(&plain)().unwrap(), None);
+    }
+
+    #[test]
+    fn the_redacted_file_shows_token_presence_only() {
+        let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
+        lock(&up.creds).insert(
+            "h".into(),
+            Credential {
+                kind: "bearer".into(),
+                origin: Some("http://127.0.0.1:8000".into()),
+                token: "s3cret".into(),
+            },
+        );
+        let f = UpstreamsFile {
+            servers: vec![http_def("http://127.0.0.1:8000/mcp")],
+            extra: Map::new(),
+        };
+        let v = up.redacted(&f);
+        assert_eq!(
+            v["servers"][0]["auth"],
+            json!({"type": "bearer", "token_exists": true})
+        );
+        assert!(!v.to_string().contains("s3cret"));
+    }
 }

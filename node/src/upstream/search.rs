@@ -201,17 +201,40 @@ mod tests {
     #[test]
     fn ranks_name_over_description_and_finds_parameters() {
         let docs = vec![
-            doc("session", "Manage terminal sessions: list, create, input, output.", &["action", "session_id"]),
+            doc(
+                "session",
+                "Manage terminal sessions: list, create, input, output.",
+                &["action", "session_id"],
+            ),
             doc("fs__read_file", "Read a file from disk.", &["path"]),
-            doc("git__log", "Show the commit log; mentions a file only in passing.", &["repo"]),
-            doc("weather__forecast", "Weather for a city.", &["city", "days"]),
+            doc(
+                "git__log",
+                "Show the commit log; mentions a file only in passing.",
+                &["repo"],
+            ),
+            doc(
+                "weather__forecast",
+                "Weather for a city.",
+                &["city", "days"],
+            ),
         ];
         let idx = Index::build(&docs);
         let hits = idx.search("read file", 10);
         assert_eq!(hits[0].0, "fs__read_file", "{hits:?}");
-        assert!(hits.iter().any(|h| h.0 == "git__log"), "description match is found too");
-        assert_eq!(idx.search("city", 10)[0].0, "weather__forecast", "parameter names count");
-        assert_eq!(idx.search("terminals", 10)[0].0, "session", "plural stemming");
+        assert!(
+            hits.iter().any(|h| h.0 == "git__log"),
+            "description match is found too"
+        );
+        assert_eq!(
+            idx.search("city", 10)[0].0,
+            "weather__forecast",
+            "parameter names count"
+        );
+        assert_eq!(
+            idx.search("terminals", 10)[0].0,
+            "session",
+            "plural stemming"
+        );
         assert!(idx.search("zebra", 10).is_empty());
         assert_eq!(idx.search("file", 1).len(), 1, "limit applies");
     }

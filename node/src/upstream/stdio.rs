@@ -65,9 +65,9 @@ impl StdioClient {
         if let Some(d) = cwd {
             cmd.current_dir(expand_tilde(d));
         }
-        let mut child = cmd.spawn().map_err(|e| {
-            UpstreamError::Transport(format!("starting {program:?} failed: {e}"))
-        })?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| UpstreamError::Transport(format!("starting {program:?} failed: {e}")))?;
         let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
