@@ -173,9 +173,7 @@ impl RpcCore {
         let id = m.get("id").filter(|v| !v.is_null());
         match (method, id) {
             (None, Some(id)) => {
-                let Some(n) = id.as_u64() else {
-                    return None;
-                };
+                let n = id.as_u64()?;
                 let waiter = lock(&self.pending).remove(&n);
                 let Some(w) = waiter else {
                     tracing::debug!(source = "upstream", upstream = %self.upstream, id = n, "answer to no waiting request");
