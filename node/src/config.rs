@@ -190,6 +190,18 @@ pub struct Tuning {
     pub tailscale_refresh_ms: u64,
     /// The budget of one detection (500 ms); past it the state is `unavailable`.
     pub tailscale_probe_ms: u64,
+    /// How often the upstream health checker lists every connected upstream's tools (60 s).
+    pub upstream_health_interval_ms: u64,
+    /// Consecutive upstream failures that open its circuit breaker (3).
+    pub upstream_failure_threshold: u32,
+    /// The first reconnect pause of an open breaker (1 s); it doubles per retry.
+    pub upstream_backoff_base_ms: u64,
+    /// The longest reconnect pause of an open breaker (60 s).
+    pub upstream_backoff_max_ms: u64,
+    /// Breaker retries before an upstream is `failed` (5); a failed one is retried per tick.
+    pub upstream_max_retries: u32,
+    /// Budget of one upstream connect: spawn or first POST, initialize, tools/list (30 s).
+    pub upstream_connect_timeout_ms: u64,
 }
 
 impl Default for Tuning {
@@ -221,6 +233,12 @@ impl Default for Tuning {
             peer_reconnect_max_ms: 30_000,
             tailscale_refresh_ms: 30_000,
             tailscale_probe_ms: 500,
+            upstream_health_interval_ms: 60_000,
+            upstream_failure_threshold: 3,
+            upstream_backoff_base_ms: 1_000,
+            upstream_backoff_max_ms: 60_000,
+            upstream_max_retries: 5,
+            upstream_connect_timeout_ms: 30_000,
         }
     }
 }
@@ -334,24 +352,48 @@ impl ConfigFile {
     where
         F: FnOnce(&mut Value) -> Result<(), SaveError>,
     {
+        let (_, _, cfg) = self.update_json(f, |doc| {
+            serde_json::from_value(doc.clone()).map_err(|e| SaveError::Invalid(e.to_string()))
+        })?;
+        Ok(cfg)
+    }
+
+    /// The general locked save shared by every hand-editable JSON file of the config dir
+    /// (`config.json`, `mcp-upstreams.json`): under the cross-process lock, reads the latest
+    /// document, runs `f` on it, validates the result with `check` and publishes it with an
+    /// atomic rename. Returns the exact documents before and after the mutation plus what
+    /// `check` made of the result, so a caller can apply precisely what the write changed.
+    /// Nothing is written when `f` or `check` fails. Blocking: call from a blocking thread.
+    pub fn update_json<T, E, F, C>(&self, f: F, check: C) -> Result<(Value, Value, T), E>
+    where
+        E: From<SaveError>,
+        F: FnOnce(&mut Value) -> Result<(), E>,
+        C: FnOnce(&Value) -> Result<T, E>,
+    {
+        let io = |e: anyhow::Error| E::from(SaveError::Io(e));
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(self.lock_path())
             .context("opening the config lock")
-            .map_err(SaveError::Io)?;
+            .map_err(io)?;
         fs4::fs_std::FileExt::lock_exclusive(&lock)
             .context("locking the config")
-            .map_err(SaveError::Io)?;
-        let mut doc = self.read_value().map_err(SaveError::Io)?;
+            .map_err(io)?;
+        let before = self.read_value().map_err(io)?;
+        let mut doc = before.clone();
         f(&mut doc)?;
-        let cfg: Config =
-            serde_json::from_value(doc.clone()).map_err(|e| SaveError::Invalid(e.to_string()))?;
-        self.write_atomic(&doc).map_err(SaveError::Io)?;
+        let checked = check(&doc)?;
+        self.write_atomic(&doc).map_err(io)?;
         // The lock is released when `lock` drops, after the rename is visible.
         drop(lock);
-        Ok(cfg)
+        Ok((before, doc, checked))
+    }
+
+    /// Reads the document as JSON without the lock (an absent or empty file is `{}`).
+    pub fn read_json(&self) -> anyhow::Result<Value> {
+        self.read_value()
     }
 
     /// Applies the caller's `base`→`edited` delta to the latest file (the `PUT /config` save).
@@ -380,7 +422,12 @@ impl ConfigFile {
     fn write_atomic(&self, doc: &Value) -> anyhow::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir = self.path.parent().context("config path has no parent")?;
-        let tmp = dir.join(format!(".config.json.{}.tmp", std::process::id()));
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "config.json".into());
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -400,13 +447,18 @@ impl ConfigFile {
 
 /// One change between two documents: set a value, or remove the key.
 #[derive(Debug, Clone, PartialEq)]
-enum Change {
+pub(crate) enum Change {
     Set(Value),
     Remove,
 }
 
 /// Collects the changes from `a` to `b`; objects recurse, anything else is replaced whole.
-fn diff(path: &mut Vec<String>, a: &Value, b: &Value, out: &mut Vec<(Vec<String>, Change)>) {
+pub(crate) fn diff(
+    path: &mut Vec<String>,
+    a: &Value,
+    b: &Value,
+    out: &mut Vec<(Vec<String>, Change)>,
+) {
     match (a, b) {
         (Value::Object(ma), Value::Object(mb)) => {
             for (k, vb) in mb {
@@ -428,7 +480,8 @@ fn diff(path: &mut Vec<String>, a: &Value, b: &Value, out: &mut Vec<(Vec<String>
     }
 }
 
-fn apply(doc: &mut Value, path: &[String], change: Change) {
+/// Applies one change at `path`, creating parent objects as needed.
+pub(crate) fn apply(doc: &mut Value, path: &[String], change: Change) {
     let Some((leaf, parents)) = path.split_last() else {
         if let Change::Set(v) = change {
             *doc = v;

@@ -26,5 +26,6 @@ pub mod session;
 pub mod state;
 pub mod store;
 pub mod tailscale;
+pub mod upstream;
 pub mod vault;
 pub mod web;

@@ -114,6 +114,29 @@ impl Paths {
     pub fn secrets_file(&self) -> PathBuf {
         self.config_dir.join("secrets.json")
     }
+    /// `mcp-upstreams.json`: the upstream MCP servers this node proxies.
+    pub fn upstreams_file(&self) -> PathBuf {
+        self.config_dir.join("mcp-upstreams.json")
+    }
+}
+
+/// Expands a leading `~` or `~/` of a user-supplied path (command, argument, cwd) to `$HOME`.
+pub fn expand_tilde(s: &str) -> String {
+    expand_tilde_with(s, std::env::var_os("HOME").map(PathBuf::from).as_deref())
+}
+
+/// [`expand_tilde`] with the home dir given; `~user` forms and inner tildes stay as they are.
+pub fn expand_tilde_with(s: &str, home: Option<&Path>) -> String {
+    let Some(home) = home else {
+        return s.to_owned();
+    };
+    if s == "~" {
+        return home.display().to_string();
+    }
+    match s.strip_prefix("~/") {
+        Some(rest) => home.join(rest).display().to_string(),
+        None => s.to_owned(),
+    }
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
@@ -128,6 +151,16 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tilde_expansion() {
+        let h = Some(std::path::Path::new("/home/u"));
+        assert_eq!(super::expand_tilde_with("~", h), "/home/u");
+        assert_eq!(super::expand_tilde_with("~/bin/x", h), "/home/u/bin/x");
+        assert_eq!(super::expand_tilde_with("~other/x", h), "~other/x");
+        assert_eq!(super::expand_tilde_with("/a/~/b", h), "/a/~/b");
+        assert_eq!(super::expand_tilde_with("~/x", None), "~/x");
+    }
+
     use super::*;
 
     #[test]

@@ -85,6 +85,8 @@ pub struct Node {
     pub progress: crate::progress::Progress,
     /// Operations state: metrics collectors, process samples.
     pub ops: crate::ops::Ops,
+    /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
+    pub upstreams: Arc<crate::upstream::Upstreams>,
 }
 
 impl Node {
@@ -123,6 +125,8 @@ impl Node {
         ));
         let sessions = crate::session::Registry::new(&paths.config_dir);
         let mcp = crate::mcp::McpState::new(&config);
+        let upstreams = Arc::new(crate::upstream::Upstreams::new(paths.upstreams_file()));
+        mcp.registry.set_source(upstreams.clone());
         let node = Arc::new(Self {
             name,
             paths,
@@ -153,6 +157,7 @@ impl Node {
             peer,
             progress,
             ops: crate::ops::Ops::default(),
+            upstreams,
         });
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =

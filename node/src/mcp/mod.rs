@@ -304,5 +304,6 @@ async fn status(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> 
         "tasks": node.mcp.tasks.len(),
         "peer_uplink": node.peer.uplink_status(),
         "native_tools": native,
+        "upstreams": node.upstreams.status(),
     })))
 }

@@ -5,7 +5,8 @@
 //! It does not know the transport: `transport.rs` hands it a [`CallCtx`] and gets back a tool
 //! result value or a [`ToolError`].
 
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use serde_json::{Map, Value, json};
 
@@ -24,6 +25,9 @@ pub struct CallCtx {
     pub client_name: Option<String>,
     /// The protocol session's remembered "needs the collapsed catalogue" flag.
     pub session_meta_tools: bool,
+    /// `params._meta.progressToken` of this `tools/call`: progress of a proxied call is
+    /// relayed to the caller's `GET /mcp` stream under it.
+    pub progress_token: Option<Value>,
 }
 
 impl CallCtx {
@@ -149,6 +153,40 @@ impl ToolDef {
     }
 }
 
+/// Tools that belong to another server and are proxied (the upstream MCP servers): listed
+/// after the native ones, searched, and called with their result passed through unchanged.
+/// The implementor applies its own filters at listing *and* at dispatch.
+pub trait ToolSource: Send + Sync + std::fmt::Debug {
+    /// Changes whenever the set of tools this source lists changes.
+    fn generation(&self) -> u64;
+    /// The MCP `Tool` objects a caller may see, already filtered and named as callable.
+    fn listings(&self) -> Vec<Value>;
+    /// Whether `name` is in this source's namespace (then a failure is a tool error, not
+    /// an unknown tool).
+    fn owns(&self, name: &str) -> bool;
+    /// The listing of one callable tool, or why it cannot be called.
+    fn schema(&self, name: &str) -> Result<Value, ToolError>;
+    /// Calls one tool; the value is the upstream's `CallToolResult` as it came.
+    fn call<'a>(
+        &'a self,
+        node: &'a Arc<Node>,
+        ctx: &'a CallCtx,
+        name: &'a str,
+        args: Map<String, Value>,
+    ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>>;
+}
+
+/// What one BM25 index was built from; a different key means a rebuild.
+type IndexKey = ((Vec<String>, bool, bool), u64, u64);
+
+/// A built search index and the result rows it ranks.
+#[derive(Debug)]
+struct Corpus {
+    index: crate::upstream::search::Index,
+    /// name → search result row (`{name, summary}`).
+    rows: std::collections::HashMap<String, Value>,
+}
+
 /// Meta-tools of the collapsed surface.
 pub const META_TOOLS: &[&str] = &["search_tools", "get_tool_schema", "call_tool"];
 
@@ -156,8 +194,14 @@ pub const META_TOOLS: &[&str] = &["search_tools", "get_tool_schema", "call_tool"
 #[derive(Debug)]
 pub struct Registry {
     native: Vec<&'static ToolDef>,
-    /// Tools added at run time (upstream proxies, test fixtures), by name.
+    /// Tools added at run time (test fixtures), by name.
     dynamic: RwLock<Vec<Arc<ToolDef>>>,
+    /// Bumped by every add/remove of a run-time tool.
+    dynamic_generation: AtomicU64,
+    /// Proxied tools (the upstream MCP servers), set once at start.
+    source: OnceLock<Arc<dyn ToolSource>>,
+    /// The `search_tools` index, rebuilt when the tool set it was built from changes.
+    index: Mutex<Option<(IndexKey, Arc<Corpus>)>>,
 }
 
 impl Default for Registry {
@@ -165,6 +209,9 @@ impl Default for Registry {
         Self {
             native: crate::mcp::tools::NATIVE.to_vec(),
             dynamic: RwLock::new(Vec::new()),
+            dynamic_generation: AtomicU64::new(0),
+            source: OnceLock::new(),
+            index: Mutex::new(None),
         }
     }
 }
@@ -194,7 +241,18 @@ impl Registry {
             return false;
         }
         d.push(def);
+        self.dynamic_generation.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Installs the proxied-tool source (once; later calls are ignored).
+    pub fn set_source(&self, source: Arc<dyn ToolSource>) {
+        let _ = self.source.set(source);
+    }
+
+    /// The proxied-tool source, if one is installed.
+    pub fn source(&self) -> Option<&Arc<dyn ToolSource>> {
+        self.source.get()
     }
 
     /// Removes a run-time tool.
@@ -202,6 +260,7 @@ impl Registry {
         let mut d = self.dynamic.write().unwrap_or_else(|p| p.into_inner());
         let before = d.len();
         d.retain(|x| x.name != name);
+        self.dynamic_generation.fetch_add(1, Ordering::Relaxed);
         d.len() != before
     }
 
@@ -244,7 +303,73 @@ impl Registry {
             }
             return v;
         }
-        self.visible(cfg).iter().map(|t| t.listing()).collect()
+        let mut v: Vec<Value> = self.visible(cfg).iter().map(|t| t.listing()).collect();
+        if let Some(src) = self.source() {
+            v.extend(src.listings());
+        }
+        v
+    }
+
+    /// `search_tools`: the BM25 ranking over every callable tool (native, run-time and
+    /// proxied), best first, at most `limit` rows `{name, summary}`. The index is rebuilt
+    /// only when the tool set changed since it was built.
+    pub fn search(&self, cfg: &crate::config::Config, query: &str, limit: usize) -> Vec<Value> {
+        let corpus = self.corpus(cfg);
+        corpus
+            .index
+            .search(query, limit)
+            .into_iter()
+            .filter_map(|(name, _)| corpus.rows.get(name).cloned())
+            .collect()
+    }
+
+    fn corpus(&self, cfg: &crate::config::Config) -> Arc<Corpus> {
+        use crate::upstream::search::{Doc, Index};
+        let key: IndexKey = (
+            surface_fingerprint(cfg),
+            self.dynamic_generation.load(Ordering::Relaxed),
+            self.source().map_or(0, |s| s.generation()),
+        );
+        let mut g = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, c)) = g.as_ref()
+            && *k == key
+        {
+            return c.clone();
+        }
+        let mut docs = Vec::new();
+        let mut rows = std::collections::HashMap::new();
+        for t in self.visible(cfg) {
+            let listing = t.listing();
+            if let Some(d) = Doc::from_listing(&listing) {
+                rows.insert(
+                    d.name.clone(),
+                    json!({"name": t.name, "summary": t.summary}),
+                );
+                docs.push(d);
+            }
+        }
+        if let Some(src) = self.source() {
+            for l in src.listings() {
+                if let Some(d) = Doc::from_listing(&l) {
+                    let summary: String = d
+                        .description
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(120)
+                        .collect();
+                    rows.insert(d.name.clone(), json!({"name": d.name, "summary": summary}));
+                    docs.push(d);
+                }
+            }
+        }
+        let corpus = Arc::new(Corpus {
+            index: Index::build(&docs),
+            rows,
+        });
+        *g = Some((key, corpus.clone()));
+        corpus
     }
 
     /// Dispatches a `tools/call`. `Err` is a protocol error (unknown tool → -32602).
@@ -258,6 +383,11 @@ impl Registry {
         let cfg = node.config();
         if META_TOOLS.contains(&name) {
             return Ok(self.call_meta(node, ctx, name, args).await);
+        }
+        if let Some(src) = self.source()
+            && src.owns(name)
+        {
+            return Ok((src.call(node, ctx, name, args).await, true));
         }
         // The filter applies at dispatch too: knowing a hidden name does not make it callable.
         let Some(def) = self.find(&cfg, name) else {
@@ -305,23 +435,38 @@ impl Registry {
         };
         match name {
             "search_tools" => {
-                let q = tool_arg("query")?.to_lowercase();
-                let words: Vec<&str> = q.split_whitespace().collect();
-                let hits: Vec<Value> = self
-                    .visible(&cfg)
-                    .iter()
-                    .filter(|t| {
-                        let hay = format!("{} {}", t.name, t.description).to_lowercase();
-                        words.is_empty() || words.iter().any(|w| hay.contains(w))
-                    })
-                    .map(|t| json!({"name": t.name, "summary": t.summary}))
-                    .collect();
+                let q = tool_arg("query")?;
+                let limit = match args.get("limit") {
+                    None | Some(Value::Null) => 10,
+                    Some(v) => v
+                        .as_u64()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| ToolError::invalid("limit must be an integer 1..=100"))?
+                        as usize,
+                };
+                let hits = if q.trim().is_empty() {
+                    // No keywords: the catalogue's first rows, so the agent sees what exists.
+                    let mut all: Vec<Value> = self
+                        .visible(&cfg)
+                        .iter()
+                        .map(|t| json!({"name": t.name, "summary": t.summary}))
+                        .collect();
+                    all.truncate(limit);
+                    all
+                } else {
+                    self.search(&cfg, &q, limit)
+                };
                 Ok((Ok(json!({"tools": hits})), false))
             }
             "get_tool_schema" => {
                 let n = tool_arg("name")?;
                 if META_TOOLS.contains(&n.as_str()) {
                     return Err(ToolError::invalid(format!("{n} is a meta-tool")));
+                }
+                if let Some(src) = self.source()
+                    && src.owns(&n)
+                {
+                    return src.schema(&n).map(|l| (Ok(l), false));
                 }
                 self.find(&cfg, &n)
                     .map(|t| (Ok(t.listing()), false))
@@ -337,6 +482,12 @@ impl Registry {
                     Some(Value::Object(m)) => m.clone(),
                     Some(_) => return Err(ToolError::invalid("arguments must be an object")),
                 };
+                // The proxied tools' filters apply here too: discovery does not gate dispatch.
+                if let Some(src) = self.source()
+                    && src.owns(&n)
+                {
+                    return Ok((src.call(node, ctx, &n, inner).await, true));
+                }
                 let Some(def) = self.find(&cfg, &n) else {
                     return Err(ToolError::invalid(format!(
                         "no such tool (or disabled): {n}"
@@ -474,7 +625,7 @@ fn meta_listings() -> Vec<Value> {
     vec![
         json!({"name": "search_tools",
             "description": "Search the TUIC tool catalogue by keywords. Returns matching tool names with one-line summaries; fetch a schema with get_tool_schema, then invoke with call_tool.",
-            "inputSchema": {"type": "object", "properties": {"query": {"type": "string", "description": "keywords"}}, "required": ["query"]}}),
+            "inputSchema": {"type": "object", "properties": {"query": {"type": "string", "description": "keywords"}, "limit": {"type": "integer", "description": "most results (10)"}}, "required": ["query"]}}),
         json!({"name": "get_tool_schema",
             "description": "Return the full description and input schema of one tool found with search_tools.",
             "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}),

@@ -562,6 +562,16 @@ impl SessionTable {
         sweep
     }
 
+    /// Sends `message` to one protocol session's `GET /mcp` stream; false when it has none
+    /// or the stream is full (a relayed progress notification is then skipped, not queued).
+    pub fn push_to_session(&self, id: &str, message: &Value) -> bool {
+        let g = self.lock();
+        g.sessions
+            .get(id)
+            .and_then(|s| s.stream.as_ref())
+            .is_some_and(|b| b.1.try_send(message.clone()).is_ok())
+    }
+
     /// The delivery owner's stream of an identity: the first co-owner holding a `GET /mcp`
     /// stream. Sends `message` there; false when no co-owner has a stream or it is full.
     pub fn push_to_identity(&self, tuic: &str, message: &Value) -> bool {

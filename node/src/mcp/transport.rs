@@ -566,6 +566,11 @@ fn call_ctx(
         tuic_session: tuic,
         client_name: p::meta_client_name(params).map(str::to_owned),
         session_meta_tools,
+        progress_token: params
+            .get("_meta")
+            .and_then(|m| m.get("progressToken"))
+            .filter(|t| t.is_string() || t.is_number())
+            .cloned(),
     }
 }
 

@@ -69,6 +69,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .merge(crate::progress::routes::routes())
         .merge(crate::ops::routes())
         .merge(crate::mcp::routes())
+        .merge(crate::upstream::routes::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(

@@ -359,6 +359,7 @@ fn serve_conn<I>(
 
 fn spawn_background(node: &Arc<Node>) {
     crate::mcp::spawn_background(node);
+    crate::upstream::spawn(node);
     crate::mail::spawn_background(node);
     crate::tailscale::spawn(node);
     // Hand edits and `set-password` change config.json under a running node: reload it.

@@ -11,6 +11,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- upload-copy | upload-copy-netns
 //! cargo run -p tuic-tests --release --bin bench -- progress-journal [N]
 //! cargo run -p tuic-tests --release --bin bench -- metrics-scrape [SESSIONS]
+//! cargo run -p tuic-tests --release --bin bench -- upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -74,6 +75,19 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(tuic_tests::bench_fed::mail(n))
         }
+        Some("upstream-call") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2_000);
+            rt.block_on(tuic_tests::bench_upstream::call(n))
+        }
+        Some("tool-search") => {
+            let tools = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
+            let q = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2_000);
+            rt.block_on(tuic_tests::bench_upstream::search(tools, q))
+        }
+        Some("surface-bytes") => {
+            let tools = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(180);
+            rt.block_on(tuic_tests::bench_upstream::surface(tools))
+        }
         Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
             tuic_tests::bench_upload::TreeSpec::FULL,
         )),
@@ -89,7 +103,7 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(tuic_tests::bench_progress::metrics(n))
         }
         _ => bail!(
-            "usage: bench progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB]"
+            "usage: bench progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }

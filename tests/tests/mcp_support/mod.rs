@@ -39,7 +39,11 @@ pub struct NodeProc {
 impl NodeProc {
     /// Starts a node whose config.json is `config` (merged over `secret_store: file`).
     pub async fn start(config: Value) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), config).await
+    }
+
+    /// [`NodeProc::start`] in a config dir the caller prepared (other files already there).
+    pub async fn start_in(dir: tempfile::TempDir, config: Value) -> Self {
         let mut cfg = serde_json::json!({"secret_store": "file"});
         if let (Some(c), Some(e)) = (cfg.as_object_mut(), config.as_object()) {
             c.extend(e.clone());

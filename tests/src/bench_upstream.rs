@@ -1,0 +1,253 @@
+//! Benchmarks of the upstream MCP proxy (`bench upstream-call | tool-search | surface-bytes`):
+//! the latency a proxied `tools/call` adds over calling the same stdio upstream directly, the
+//! BM25 `search_tools` latency at 1,000 tools (in process and over IPC), and the tool surface
+//! in bytes, full against collapsed, at 190 tools.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::term::Node;
+
+fn raw_script() -> PathBuf {
+    crate::clients_dir().join("upstream_raw.py")
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+/// A keep-alive HTTP/1.1 connection to the node's IPC socket.
+struct Conn(hyper::client::conn::http1::SendRequest<Full<Bytes>>);
+
+impl Conn {
+    async fn open(node: &Node) -> anyhow::Result<Self> {
+        let s = tokio::net::UnixStream::connect(&node.socket).await?;
+        let (send, c) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s)).await?;
+        tokio::spawn(c);
+        Ok(Self(send))
+    }
+
+    async fn rpc(&mut self, msg: &Value) -> anyhow::Result<Value> {
+        self.0.ready().await?;
+        let req = hyper::Request::post("/mcp")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(msg.to_string())))?;
+        let r = self.0.send_request(req).await?;
+        let body = r.into_body().collect().await?.to_bytes();
+        Ok(serde_json::from_slice(&body)?)
+    }
+}
+
+/// Starts a node proxying `python3 upstream_raw.py ARGS` as upstream `raw`, ready.
+async fn node_with(args: &[&str], config: Value) -> anyhow::Result<Node> {
+    let node = Node::start(Some(config)).await?;
+    let mut a = vec![raw_script().display().to_string()];
+    a.extend(args.iter().map(|s| (*s).to_owned()));
+    let servers = json!({"servers": [{"id": "raw", "name": "raw",
+        "transport": {"type": "stdio", "command": "python3", "args": a}}]});
+    node.ok(
+        "PUT",
+        "/mcp/upstreams",
+        Some(json!({"base": {"servers": []}, "config": servers})),
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = node.ok("GET", "/mcp/status", None).await?;
+        if s["upstreams"][0]["status"] == "ready" {
+            return Ok(node);
+        }
+        if Instant::now() > deadline {
+            bail!("upstream not ready: {}", s["upstreams"]);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `upstream-call [N]`.
+pub async fn call(n: usize) -> anyhow::Result<()> {
+    // Direct: this process speaks to the same upstream over its stdio.
+    let mut child = tokio::process::Command::new("python3")
+        .arg(raw_script())
+        .arg("ok")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    async fn rt(
+        stdin: &mut tokio::process::ChildStdin,
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+        msg: Value,
+    ) -> anyhow::Result<Value> {
+        stdin.write_all(format!("{msg}\n").as_bytes()).await?;
+        stdin.flush().await?;
+        let l = lines.next_line().await?.context("upstream closed")?;
+        Ok(serde_json::from_str::<Value>(&l)?)
+    }
+    rt(&mut stdin, &mut lines, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})).await?;
+    let call = |id: usize| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ping_me","arguments":{}}});
+    let mut direct = Vec::with_capacity(n);
+    for i in 0..n + 50 {
+        let t0 = Instant::now();
+        let r = rt(&mut stdin, &mut lines, call(i + 1)).await?;
+        if i >= 50 {
+            direct.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        if r["result"]["content"][0]["text"] != "pong" {
+            bail!("direct answer {r}");
+        }
+    }
+    drop(child);
+
+    let node = node_with(&["ok"], json!({})).await?;
+    let mut c = Conn::open(&node).await?;
+    let native = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"session","arguments":{"action":"list"}}});
+    let proxied = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"raw__ping_me","arguments":{}}});
+    let (mut floor, mut via) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n + 50 {
+        let t0 = Instant::now();
+        c.rpc(&native).await?;
+        let t1 = Instant::now();
+        let r = c.rpc(&proxied).await?;
+        let t2 = Instant::now();
+        if r["result"]["content"][0]["text"] != "pong" {
+            bail!("proxied answer {r}");
+        }
+        if i >= 50 {
+            floor.push((t1 - t0).as_secs_f64() * 1e3);
+            via.push((t2 - t1).as_secs_f64() * 1e3);
+        }
+    }
+    let (d50, d99) = (percentile(&mut direct, 0.5), percentile(&mut direct, 0.99));
+    let (f50, f99) = (percentile(&mut floor, 0.5), percentile(&mut floor, 0.99));
+    let (p50, p99) = (percentile(&mut via, 0.5), percentile(&mut via, 0.99));
+    println!("upstream-call calls={n} (stdio upstream: tests/clients/upstream_raw.py ok)");
+    println!("  direct stdio tools/call:            p50 {d50:.3} ms  p99 {d99:.3} ms");
+    println!("  native tools/call over IPC (floor): p50 {f50:.3} ms  p99 {f99:.3} ms");
+    println!("  proxied tools/call over IPC:        p50 {p50:.3} ms  p99 {p99:.3} ms");
+    println!(
+        "  added by tuic (proxied - direct):   p50 {:.3} ms  p99 {:.3} ms",
+        p50 - d50,
+        p99 - d99
+    );
+    println!(
+        "  added by the proxy hop (proxied - native - direct): p50 {:.3} ms",
+        p50 - f50 - d50
+    );
+    Ok(())
+}
+
+/// `tool-search [TOOLS] [QUERIES]`.
+pub async fn search(tools: usize, queries: usize) -> anyhow::Result<()> {
+    let node = node_with(&["many", &tools.to_string()], json!({})).await?;
+    let mut c = Conn::open(&node).await?;
+    let words = [
+        "kubernetes pod",
+        "list github issues",
+        "slack message channel",
+        "export invoice stripe",
+        "search files folder",
+        "update jira comment",
+        "delete docker container",
+        "watch sentry alert",
+        "calendar event create",
+        "postgres table rows",
+    ];
+    // The first query builds the index; the rest reuse it until the tool set changes.
+    let mut ipc = Vec::with_capacity(queries);
+    for i in 0..queries + 10 {
+        let q = words[i % words.len()];
+        let msg = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_tools","arguments":{"query": q}}});
+        let t0 = Instant::now();
+        let r = c.rpc(&msg).await?;
+        if i >= 10 {
+            ipc.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        if r["result"]["isError"] != false {
+            bail!("search answered {r}");
+        }
+    }
+    // In process: the same documents through the node's index type.
+    let out = tokio::process::Command::new("python3")
+        .arg(raw_script())
+        .args(["many", &tools.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut out = out;
+    out.stdin
+        .take()
+        .context("stdin")?
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}\n")
+        .await?;
+    let o = out.wait_with_output().await?;
+    let listed: Value = serde_json::from_slice(&o.stdout)?;
+    let docs: Vec<tuic_node::upstream::search::Doc> = listed["result"]["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(tuic_node::upstream::search::Doc::from_listing)
+        .collect();
+    let t0 = Instant::now();
+    let index = tuic_node::upstream::search::Index::build(&docs);
+    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut inproc = Vec::with_capacity(queries);
+    for i in 0..queries {
+        let t0 = Instant::now();
+        let hits = index.search(words[i % words.len()], 10);
+        inproc.push(t0.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(hits);
+    }
+    println!("tool-search tools={} queries={queries}", docs.len());
+    println!("  index build: {build_ms:.3} ms");
+    println!(
+        "  BM25 search in process:          p50 {:.4} ms  p99 {:.4} ms",
+        percentile(&mut inproc, 0.5),
+        percentile(&mut inproc, 0.99)
+    );
+    println!(
+        "  search_tools tools/call over IPC: p50 {:.3} ms  p99 {:.3} ms",
+        percentile(&mut ipc, 0.5),
+        percentile(&mut ipc, 0.99)
+    );
+    Ok(())
+}
+
+/// `surface-bytes [UPSTREAM_TOOLS]`: tools/list bytes, full and collapsed.
+pub async fn surface(upstream_tools: usize) -> anyhow::Result<()> {
+    let mut sizes = Vec::new();
+    for collapse in [false, true] {
+        let node = node_with(
+            &["many", &upstream_tools.to_string()],
+            json!({"collapse_tools": collapse}),
+        )
+        .await?;
+        let mut c = Conn::open(&node).await?;
+        let r = c
+            .rpc(&json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+            .await?;
+        let tools = &r["result"]["tools"];
+        sizes.push((
+            tools.as_array().map_or(0, Vec::len),
+            tools.to_string().len(),
+        ));
+    }
+    println!("surface-bytes (tools/list result.tools, compact JSON)");
+    println!("  full:      {} tools, {} bytes", sizes[0].0, sizes[0].1);
+    println!("  collapsed: {} tools, {} bytes", sizes[1].0, sizes[1].1);
+    Ok(())
+}
