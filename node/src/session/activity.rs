@@ -98,16 +98,32 @@ pub fn agent_state(
     screen_tail: &str,
     output_since_detect: bool,
 ) -> AgentState {
+    agent_state_from_marks(
+        shell,
+        question_on_screen(screen_tail).is_some(),
+        screen_tail.contains("suggest: ["),
+        output_since_detect,
+    )
+}
+
+/// [`agent_state`] from what was read off the screen: a question waits (`question`), the
+/// `suggest: [` completion marker shows (`completed`).
+pub fn agent_state_from_marks(
+    shell: Option<ShellState>,
+    question: bool,
+    completed: bool,
+    output_since_detect: bool,
+) -> AgentState {
     if !output_since_detect {
         return AgentState::Starting;
     }
     if shell == Some(ShellState::Busy) {
         return AgentState::Working;
     }
-    if question_on_screen(screen_tail).is_some() {
+    if question {
         return AgentState::AwaitingInput;
     }
-    if screen_tail.contains("suggest: [") {
+    if completed {
         AgentState::Completed
     } else {
         AgentState::Idle

@@ -16,6 +16,7 @@ pub mod input;
 mod monitor;
 pub mod output;
 pub mod pager;
+pub mod probe;
 mod pty;
 pub mod redact;
 pub mod registry;
@@ -108,6 +109,8 @@ pub struct Session {
     agent: Mutex<Option<(&'static str, u64)>>,
     /// What the monitor last reported.
     seen: Mutex<monitor::Seen>,
+    /// The derived state (`/proc`, screen marks) last probed; the list reads it.
+    probe: Mutex<Option<probe::Probe>>,
     /// Submitted turns: advanced exactly once after each complete `submit` write.
     turn_epoch: AtomicU64,
     /// Held by the one `submit` in flight; a second submit finds it taken and is refused.
@@ -308,7 +311,7 @@ impl Session {
         Ok(())
     }
 
-    /// The coding agent last detected in the foreground (refreshed by [`Session::row`]).
+    /// The coding agent last detected in the foreground (refreshed by [`Session::probe`]).
     pub fn agent(&self) -> Option<&'static str> {
         lock(&self.agent).map(|(a, _)| a)
     }
@@ -406,6 +409,7 @@ impl Session {
             });
         }
         self.screen().resize(rows, cols);
+        self.screen_changed();
         lock(&self.master)
             .resize(PtySize {
                 rows,
@@ -456,63 +460,29 @@ impl Session {
         self.wake.subscribe()
     }
 
-    /// The foreground process group leader.
-    fn foreground_pgid(&self) -> Option<i32> {
-        lock(&self.master).process_group_leader()
+    /// The list row, with the state observed now (a fresh [`Session::probe`]; blocking).
+    pub fn row(&self) -> SessionRow {
+        let p = self.probe();
+        self.build_row(&p)
     }
 
     /// The pid leading the terminal's foreground process group (the agent, when one runs),
     /// while the session lives.
     pub fn foreground_pid(&self) -> Option<i32> {
-        self.exit()
-            .is_none()
-            .then(|| self.foreground_pgid())
-            .flatten()
+        if self.exit().is_some() {
+            return None;
+        }
+        lock(&self.master).process_group_leader()
     }
 
-    /// The list row, with the observed state.
-    pub fn row(&self) -> SessionRow {
+    /// A row from a probe; the time-derived state is computed now.
+    fn build_row(&self, p: &probe::Probe) -> SessionRow {
         let now = now_ms();
         let last = self.last_output_ms.load(Ordering::Relaxed);
         let shell_state = activity::shell_state(now, (last > 0).then_some(last));
-        let pgid = if self.exit().is_none() {
-            self.foreground_pgid()
-        } else {
-            None
-        };
-        let fg = pgid.and_then(activity::foreground_process);
-        let detected = fg
-            .as_ref()
-            .and_then(|(comm, argv)| activity::detect_agent(comm, argv));
-        let agent = {
-            let mut a = lock(&self.agent);
-            match (detected, *a) {
-                (Some(name), Some((prev, _))) if prev == name => {}
-                // Output after the input that launched the agent (or any output, when the
-                // agent is the session's own program) shows it has started.
-                (Some(name), _) => *a = Some((name, self.last_input_ms.load(Ordering::Relaxed))),
-                (None, _) => {}
-            }
-            *a
-        };
-        // Only an agent in the foreground can have background work of its own.
-        let background_work = detected.is_some() && pgid.is_some_and(activity::background_work);
-        let agent_state = agent.map(|(_, since)| {
-            let tail = {
-                let s = self.screen();
-                s.grid.screen().join("\n")
-            };
-            // Millisecond stamps: output in the same millisecond as the launching input (a fast
-            // agent answering at once) counts as started; no output at all never does.
-            let st = activity::agent_state(shell_state, &tail, last > 0 && last >= since);
-            match st {
-                activity::AgentState::Idle | activity::AgentState::Completed if background_work => {
-                    activity::AgentState::Working
-                }
-                st => st,
-            }
-        });
-        let name = self.name();
+        let agent = *lock(&self.agent);
+        let agent_state = agent.map(|(_, since)| self.agent_state_from(p, shell_state, since));
+        let background_work = p.background_work;
         SessionRow {
             session_id: self.id.clone(),
             alias: self.alias.clone(),
@@ -526,7 +496,7 @@ impl Session {
             background_work,
             shell_state,
             agent_state,
-            foreground_process: fg.map(|(comm, _)| comm),
+            foreground_process: p.foreground_process.clone(),
             exit_code: self.exit().and_then(|e| e.code),
             pty_description: lock(&self.description).clone(),
         }

@@ -2,8 +2,11 @@
 //! a question, and on agents' screens a rate limit or an error appearing) and publishes them as
 //! `pty-parsed` events, which the session stream forwards as `parsed` frames.
 //!
-//! Sessions with no new output since their last check and a settled state cost one atomic
-//! load per tick. It does not classify anything itself (see `activity`).
+//! Each tick it also probes every live session (`Session::probe`: the foreground process from
+//! the PTY and `/proc`, an agent's screen marks when its screen changed) and stores the result,
+//! so listing sessions reads ready rows; a list is never more than one tick behind. Sessions
+//! with no new output since their last check and a settled state publish nothing. It does not
+//! classify anything itself (see `activity`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -51,7 +54,8 @@ pub(super) fn start(node: &Arc<Node>) {
             let found = tokio::task::spawn_blocking(move || {
                 let mut found = Vec::new();
                 for s in &sessions {
-                    let (parsed, intents) = check(s);
+                    let probe = s.probe();
+                    let (parsed, intents) = check(s, &probe);
                     found.extend(parsed.into_iter().map(|p| (s.id.clone(), p)));
                     // The progress journal's observed kind (a narrow hook: one call per marker).
                     for text in intents {
@@ -62,6 +66,7 @@ pub(super) fn start(node: &Arc<Node>) {
             })
             .await
             .unwrap_or_default();
+            n.sessions.monitor_ticked();
             for (session_id, parsed) in found {
                 n.bus.publish(Event::PtyParsed { session_id, parsed });
             }
@@ -69,9 +74,9 @@ pub(super) fn start(node: &Arc<Node>) {
     });
 }
 
-/// Parsed events for one session since its last check, and the `intent:` markers of an
-/// agent's new clean-log lines.
-fn check(s: &Session) -> (Vec<Value>, Vec<String>) {
+/// Parsed events for one session since its last check (`probe`: taken this tick), and the
+/// `intent:` markers of an agent's new clean-log lines.
+fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) {
     let out_ms = s.last_output_ms.load(Ordering::Relaxed);
     let log_seen = {
         let seen = lock(&s.seen);
@@ -85,7 +90,7 @@ fn check(s: &Session) -> (Vec<Value>, Vec<String>) {
     if s.screen_pending() && super::now_ms().saturating_sub(out_ms) < TICK.as_millis() as u64 {
         return (Vec::new(), Vec::new());
     }
-    let row = s.row();
+    let row = s.build_row(probe);
     let (screen, new_lines, log_total) = {
         let scr = s.screen();
         let (_, lines) = if row.agent_type.is_some() {

@@ -95,6 +95,7 @@ pub(super) fn spawn(
         last_input_ms: AtomicU64::new(0),
         agent: Mutex::new(None),
         seen: Mutex::default(),
+        probe: Mutex::new(None),
         turn_epoch: AtomicU64::new(0),
         submit_claim: Mutex::new(()),
         composer: Mutex::new(super::input::Composer::default()),

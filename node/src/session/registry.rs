@@ -83,6 +83,8 @@ pub struct Registry {
     rt: std::sync::OnceLock<tokio::runtime::Handle>,
     /// Starts the state monitor with the first session.
     monitor: std::sync::Once,
+    /// Bumped after each monitor round (every live session probed).
+    ticks: tokio::sync::watch::Sender<u64>,
     /// Sessions created since start (`/metrics`, `/stats`).
     created: AtomicU64,
     /// PTY output bytes of sessions that left the live table (their totals are final).
@@ -114,6 +116,7 @@ impl Registry {
             ))),
             rt: std::sync::OnceLock::new(),
             monitor: std::sync::Once::new(),
+            ticks: tokio::sync::watch::Sender::new(0),
             created: AtomicU64::new(0),
             ended_output: AtomicU64::new(0),
         }
@@ -187,7 +190,19 @@ impl Registry {
         self.read().live.values().cloned().collect()
     }
 
-    /// Rows of the live sessions, oldest alias first.
+    /// Completed monitor rounds: a receiver is woken after each.
+    pub fn monitor_ticks(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.ticks.subscribe()
+    }
+
+    /// Records a completed monitor round.
+    pub(super) fn monitor_ticked(&self) {
+        self.ticks.send_modify(|t| *t += 1);
+    }
+
+    /// Rows of the live sessions, oldest alias first, from their ready state (see
+    /// `session::probe`: the foreground and screen marks at most one monitor tick old, no
+    /// `/proc` read here unless a session was never probed).
     pub fn rows(&self) -> Vec<SessionRow> {
         // A session whose exit is recorded but whose waiter has not unregistered it yet has
         // already left the list.
@@ -198,7 +213,7 @@ impl Registry {
             .filter(|s| s.exit().is_none())
             .cloned()
             .collect();
-        let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.row()).collect();
+        let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.listed_row()).collect();
         rows.sort_by(|a, b| a.alias.cmp(&b.alias));
         rows
     }
