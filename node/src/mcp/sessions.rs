@@ -567,7 +567,7 @@ impl SessionTable {
     pub fn push_to_session(&self, id: &str, message: &Value) -> bool {
         let g = self.lock();
         g.sessions
-            .get(id)
+            .get(&Sid::of(id))
             .and_then(|s| s.stream.as_ref())
             .is_some_and(|b| b.1.try_send(message.clone()).is_ok())
     }

@@ -483,6 +483,7 @@ impl Session {
         let agent = *lock(&self.agent);
         let agent_state = agent.map(|(_, since)| self.agent_state_from(p, shell_state, since));
         let background_work = p.background_work;
+        let name = self.name();
         SessionRow {
             session_id: self.id.clone(),
             alias: self.alias.clone(),
