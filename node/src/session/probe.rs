@@ -224,8 +224,7 @@ mod tests {
         // Once a whole monitor round ran after the state settled, the listed rows are exactly
         // what a fresh probe says.
         two_ticks(&n).await;
-        let listed: Vec<serde_json::Value> =
-            n.sessions.rows().iter().map(|r| json!(r)).collect();
+        let listed: Vec<serde_json::Value> = n.sessions.rows().iter().map(|r| json!(r)).collect();
         let mut probed: Vec<serde_json::Value> = [&shell, &sleeper, &quiet]
             .iter()
             .map(|s| fresh(s))
