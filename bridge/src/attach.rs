@@ -8,7 +8,8 @@
 //! binary frames. The window size follows `SIGWINCH`. The detach key leaves the session
 //! running. When the connection drops (the hub or the host went away) a line says so and the
 //! attachment is retried with the shared reconnect backoff until it comes back, the session
-//! is reported gone, or the retry budget runs out; the detach key gives up at any time.
+//! is reported gone, or the retry budget runs out; the detach key gives up at any time. Keys
+//! typed meanwhile are kept (up to 4 KiB) and sent once the session is back.
 //! `tuic run` uses the same stream without raw mode and without input.
 
 use std::path::{Path, PathBuf};
@@ -172,11 +173,15 @@ fn stdin_reader() -> mpsc::Receiver<Vec<u8>> {
 async fn pump(
     o: &Options,
     ws: Ws,
+    held: Vec<u8>,
     keys: &mut mpsc::Receiver<Vec<u8>>,
     watch: &mut DetachWatch,
     winch: &mut tokio::signal::unix::Signal,
 ) -> Pump {
     let (mut tx, mut rx) = ws.split();
+    if !held.is_empty() && tx.send(Message::Binary(held.into())).await.is_err() {
+        return Pump::Lost("the connection closed".into());
+    }
     loop {
         tokio::select! {
             typed = keys.recv() => {
@@ -216,20 +221,33 @@ async fn pump(
     }
 }
 
-/// Waits `d` while watching the keyboard: `true` when the detach key was typed.
+/// Keys typed while the connection is down that are kept for the session (beyond this they
+/// are dropped, and the user is told).
+const HELD_KEYS_MAX: usize = 4096;
+
+/// Waits `d` while watching the keyboard: `true` when the detach key was typed. Other typed
+/// bytes are kept in `held` (bounded) for the session once it is back.
 async fn wait_or_detach(
     d: Duration,
     keys: &mut mpsc::Receiver<Vec<u8>>,
     watch: &mut DetachWatch,
+    held: &mut Vec<u8>,
 ) -> bool {
     let deadline = tokio::time::Instant::now() + d;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return false,
-            typed = keys.recv() => match typed {
-                Some(b) if watch.feed(&b).detach => return true,
-                Some(_) => {}
-                None => return true,
+            typed = keys.recv() => {
+                let Some(b) = typed else { return true };
+                let t = watch.feed(&b);
+                if t.detach {
+                    return true;
+                }
+                let room = HELD_KEYS_MAX.saturating_sub(held.len());
+                if t.send.len() > room {
+                    tty::out(b"\r\n[tuic: too much typed while disconnected; dropping keys]\r\n");
+                }
+                held.extend_from_slice(&t.send[..t.send.len().min(room)]);
             }
         }
     }
@@ -254,6 +272,7 @@ pub async fn run(o: &Options) -> Outcome {
         };
     let mut backoff = Backoff::new();
     let mut down_since: Option<Instant> = None;
+    let mut held = Vec::new();
     loop {
         let attempt = async {
             send_size(&o.socket, &route).await;
@@ -277,7 +296,8 @@ pub async fn run(o: &Options) -> Outcome {
                 }
                 backoff.reset();
                 tty::out(snap["ansi"].as_str().unwrap_or_default().as_bytes());
-                match pump(o, ws, &mut keys, &mut watch, &mut winch).await {
+                let typed_meanwhile = std::mem::take(&mut held);
+                match pump(o, ws, typed_meanwhile, &mut keys, &mut watch, &mut winch).await {
                     Pump::Detached => return Outcome::Detached,
                     Pump::Exited(c) => return Outcome::Exited(c),
                     Pump::Repaint => continue,
@@ -306,7 +326,7 @@ pub async fn run(o: &Options) -> Outcome {
             )
             .as_bytes(),
         );
-        if wait_or_detach(delay, &mut keys, &mut watch).await {
+        if wait_or_detach(delay, &mut keys, &mut watch, &mut held).await {
             return Outcome::Detached;
         }
     }

@@ -288,12 +288,6 @@ pub(crate) fn attach(
     reconnect_for: Duration,
 ) -> Result<u8, Failure> {
     let key = DetachKey::parse(key).map_err(Failure::Usage)?;
-    if !tty::stdin_is_tty() {
-        return Err(Failure::Usage(
-            "tuic attach needs a terminal: stdin is not a TTY (from scripts use `tuic capture` and `tuic send-keys`)"
-                .into(),
-        ));
-    }
     let r = match resolve(ctx, t) {
         Ok(r) => r,
         Err(miss) => {
@@ -309,6 +303,12 @@ pub(crate) fn attach(
             return Err(miss);
         }
     };
+    if !tty::stdin_is_tty() {
+        return Err(Failure::Usage(
+            "tuic attach needs a terminal: stdin is not a TTY (from scripts use `tuic capture` and `tuic send-keys`)"
+                .into(),
+        ));
+    }
     attach_resolved(ctx, r, key, reconnect_for)
 }
 

@@ -35,7 +35,7 @@ impl RawMode {
         let saved = termios::tcgetattr(&stdin)?;
         let mut raw = saved.clone();
         raw.make_raw();
-        termios::tcsetattr(&stdin, OptionalActions::Flush, &raw)?;
+        termios::tcsetattr(&stdin, OptionalActions::Now, &raw)?;
         Ok(Self { saved })
     }
 }
