@@ -281,7 +281,16 @@ pub fn serve(
     rt.block_on(async move {
         let hook = hook(&node)?;
         crate::server::run(node, hook).await
-    })
+    })?;
+    if crate::ops::update::restart_requested() {
+        // The executable was replaced (`POST /remote/update`): the drained node starts again
+        // on the new one, same arguments and pid.
+        drop(rt);
+        drop(_instance_lock);
+        return Err(anyhow::Error::from(crate::ops::update::reexec())
+            .context("re-executing the updated binary"));
+    }
+    Ok(())
 }
 
 /// `set-password`: reads the password from stdin and stores its bcrypt hash.

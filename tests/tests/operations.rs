@@ -277,3 +277,178 @@ async fn the_primary_node_repairs_agent_configs_at_start_and_only_when_needed() 
     assert!(!node.log_text().contains("bridge_repair"));
     assert!(std::fs::read_to_string(&claude).unwrap().contains(stale));
 }
+
+/// A node run from `exe` (a copy this test may replace) with remote access on loopback; its
+/// stdout lines arrive on the returned channel (a re-executed node prints a new ready line).
+fn spawn_copy(exe: &Path, cfg: &Path) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = Command::new(exe)
+        .args([
+            "--config-dir",
+            &s(cfg),
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .env_remove("TUIC_SOCKET")
+        .env("TUIC_NO_BRIDGE_REPAIR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+fn ready_tcp(rx: &std::sync::mpsc::Receiver<String>) -> String {
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a ready line");
+        if line.contains(" ready ipc=") {
+            return line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("tcp="))
+                .unwrap()
+                .to_owned();
+        }
+    }
+}
+
+fn sha(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+#[tokio::test]
+async fn remote_update_is_cookie_only_checks_the_binary_and_restarts_on_it() {
+    let cfg = config_dir(json!({}));
+    let (code, _, err) = tuic_tests::run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &s(cfg.path())],
+        "update pw\n",
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let bin_dir = tempfile::tempdir().unwrap();
+    let exe = bin_dir.path().join("tuic-node");
+    std::fs::copy(bin("tuic-node"), &exe).unwrap();
+    let original = sha(&exe);
+    let (mut child, rx) = spawn_copy(&exe, cfg.path());
+    let base = format!("http://{}", ready_tcp(&rx));
+    let http = reqwest::Client::new();
+    let login = http
+        .post(format!("{base}/auth/login"))
+        .json(&json!({"username": "admin", "password": "update pw"}))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    // The new build: the same program with bytes appended (a different digest).
+    let mut new_bytes = std::fs::read(bin("tuic-node")).unwrap();
+    new_bytes.extend_from_slice(b"\0tuic update test build");
+    let new_sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&new_bytes))
+    };
+    let post = |body: Vec<u8>, digest: &str| {
+        http.post(format!("{base}/remote/update"))
+            .header("x-update-sha256", digest)
+            .body(body)
+    };
+    // Basic Auth and ?token= never authorize executable replacement (refused before the
+    // body is read, so a small one is sent).
+    let r = post(b"\x7fELF".to_vec(), &new_sha)
+        .basic_auth("admin", Some("update pw"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("login cookie"), "{v}");
+    let token = cookie.trim_start_matches("tui-session=").to_owned();
+    let r = http
+        .post(format!("{base}/remote/update?token={token}"))
+        .header("x-update-sha256", &new_sha)
+        .body(b"\x7fELF".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // With the cookie: a wrong digest, a non-executable, another program are refused, and
+    // the executable is untouched.
+    let refused = [
+        (new_bytes.clone(), "0".repeat(64), "not the announced"),
+        (
+            b"#!/bin/sh\necho hi\n".to_vec(),
+            String::new(),
+            "not an executable",
+        ),
+        (
+            std::fs::read(bin("tuic-hub")).unwrap(),
+            String::new(),
+            "is not tuic-node",
+        ),
+    ];
+    for (body, digest, why) in refused {
+        let digest = if digest.is_empty() {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(&body))
+        } else {
+            digest
+        };
+        let r = post(body, &digest)
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let v: Value = r.json().await.unwrap();
+        let msg = v["error"].as_str().unwrap();
+        assert!(
+            msg.contains(why) && msg.contains("nothing was replaced"),
+            "{v}"
+        );
+        assert_eq!(sha(&exe), original);
+    }
+    // The real update: answered, then the node drains and re-executes the new file.
+    let r = post(new_bytes.clone(), &new_sha)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["restarting"], true, "{v}");
+    assert_eq!(v["sha256"], json!(new_sha));
+    assert!(
+        v["version"].as_str().unwrap().starts_with("tuic-node "),
+        "{v}"
+    );
+    let base2 = format!("http://{}", ready_tcp(&rx));
+    let h = http.get(format!("{base2}/health")).send().await.unwrap();
+    assert_eq!(h.status(), 200);
+    assert_eq!(sha(&exe), new_sha);
+    assert_eq!(sha(&bin_dir.path().join("tuic-node.previous")), original);
+    // Same process (re-exec keeps the pid).
+    assert!(child.try_wait().unwrap().is_none());
+    let _ = child.kill();
+    let _ = child.wait();
+}

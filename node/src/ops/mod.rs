@@ -9,6 +9,7 @@
 pub mod metrics;
 pub mod procstat;
 pub mod service;
+pub mod update;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
