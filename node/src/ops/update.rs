@@ -99,7 +99,7 @@ fn probe(candidate: &Path, name: &str) -> Result<String, String> {
             out.status
         ));
     }
-    if !text.split_whitespace().next().is_some_and(|w| w == name) {
+    if text.split_whitespace().next() != Some(name) {
         return Err(format!(
             "the new executable is not {name} (its --version says {text:?})"
         ));
