@@ -46,7 +46,11 @@ pub fn restart_requested() -> bool {
 /// Replaces this process with the (updated) executable, same arguments. Returns only on error.
 pub fn reexec() -> std::io::Error {
     use std::os::unix::process::CommandExt;
-    let exe = match INSTALLED_AT.get().cloned().map_or_else(std::env::current_exe, Ok) {
+    let exe = match INSTALLED_AT
+        .get()
+        .cloned()
+        .map_or_else(std::env::current_exe, Ok)
+    {
         Ok(e) => e,
         Err(e) => return e,
     };
