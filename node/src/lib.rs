@@ -25,6 +25,7 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod store;
+pub mod stories;
 pub mod tailscale;
 pub mod upstream;
 pub mod vault;

@@ -83,6 +83,8 @@ pub struct Node {
     pub peer: crate::peer::PeerState,
     /// The progress journal and the Progress Flow cursors.
     pub progress: crate::progress::Progress,
+    /// Native stories, workflow definitions and runs (`crate::stories`).
+    pub stories: Arc<crate::stories::Stories>,
     /// Operations state: metrics collectors, process samples.
     pub ops: crate::ops::Ops,
     /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
@@ -118,6 +120,9 @@ impl Node {
         let store = Arc::new(store);
         let progress = crate::progress::Progress::open(store.clone())
             .context("opening the progress journal")?;
+        let stories = Arc::new(
+            crate::stories::Stories::open(store.clone()).context("opening the story service")?,
+        );
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
@@ -156,6 +161,7 @@ impl Node {
             mail: crate::mail::Mail::default(),
             peer,
             progress,
+            stories,
             ops: crate::ops::Ops::default(),
             upstreams,
         });

@@ -21,6 +21,7 @@ use crate::mcp::registry::{AsyncHandler, ToolDef};
 pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
     ("agent", "wait", agent::wait_async),
     ("progress", "", progress::record_async),
+    ("story", "", story::call_async),
 ];
 
 /// Every native tool, in catalogue order.
