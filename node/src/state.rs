@@ -85,6 +85,8 @@ pub struct Node {
     pub progress: crate::progress::Progress,
     /// Native stories, workflow definitions and runs (`crate::stories`).
     pub stories: Arc<crate::stories::Stories>,
+    /// Automation definitions, their scheduler's state and firing ledger.
+    pub automations: crate::automations::Automations,
     /// Operations state: metrics collectors, process samples.
     pub ops: crate::ops::Ops,
     /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
@@ -123,6 +125,8 @@ impl Node {
         let stories = Arc::new(
             crate::stories::Stories::open(store.clone()).context("opening the story service")?,
         );
+        let automations = crate::automations::Automations::open(store.clone(), now)
+            .context("opening the automations")?;
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
@@ -162,6 +166,7 @@ impl Node {
             peer,
             progress,
             stories,
+            automations,
             ops: crate::ops::Ops::default(),
             upstreams,
         });

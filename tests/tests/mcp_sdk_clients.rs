@@ -19,6 +19,7 @@ const FAMILY: &[&str] = &[
     "remote",
     "repo",
     "story",
+    "automations",
     "progress",
     "ui",
     "plugin_dev_guide",

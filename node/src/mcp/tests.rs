@@ -389,6 +389,7 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
             "remote",
             "repo",
             "story",
+            "automations",
             "progress",
             "ui",
             "plugin_dev_guide",

@@ -68,6 +68,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .merge(sessions::routes())
         .merge(crate::progress::routes::routes())
         .merge(crate::stories::routes::routes())
+        .merge(crate::automations::routes::routes())
         .merge(crate::ops::routes())
         .merge(crate::mcp::routes())
         .merge(crate::upstream::routes::routes())

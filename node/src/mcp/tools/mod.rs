@@ -2,6 +2,7 @@
 //! files match them); actions may be added or renamed under the deprecation rules.
 
 mod agent;
+mod automations;
 mod config;
 mod debug;
 mod plugin_dev_guide;
@@ -32,6 +33,7 @@ pub static NATIVE: &[&ToolDef] = &[
     &remote::TOOL,
     &repo::TOOL,
     &story::TOOL,
+    &automations::TOOL,
     &progress::TOOL,
     &ui::TOOL,
     &plugin_dev_guide::TOOL,
@@ -56,6 +58,7 @@ mod tests {
                 "remote",
                 "repo",
                 "story",
+                "automations",
                 "progress",
                 "ui",
                 "plugin_dev_guide",
