@@ -20,6 +20,8 @@ const FAMILY: &[&str] = &[
     "repo",
     "story",
     "automations",
+    "workflow_run",
+    "workflow_report",
     "progress",
     "ui",
     "plugin_dev_guide",

@@ -390,6 +390,8 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
             "repo",
             "story",
             "automations",
+            "workflow_run",
+            "workflow_report",
             "progress",
             "ui",
             "plugin_dev_guide",

@@ -14,6 +14,7 @@ mod story;
 pub mod task;
 mod ui;
 mod voice;
+mod workflow;
 
 use crate::mcp::registry::{AsyncHandler, ToolDef};
 
@@ -23,6 +24,7 @@ pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
     ("agent", "wait", agent::wait_async),
     ("progress", "", progress::record_async),
     ("story", "", story::call_async),
+    ("workflow_report", "", workflow::report_async),
 ];
 
 /// Every native tool, in catalogue order.
@@ -34,6 +36,8 @@ pub static NATIVE: &[&ToolDef] = &[
     &repo::TOOL,
     &story::TOOL,
     &automations::TOOL,
+    &workflow::RUN_TOOL,
+    &workflow::REPORT_TOOL,
     &progress::TOOL,
     &ui::TOOL,
     &plugin_dev_guide::TOOL,
@@ -59,6 +63,8 @@ mod tests {
                 "repo",
                 "story",
                 "automations",
+                "workflow_run",
+                "workflow_report",
                 "progress",
                 "ui",
                 "plugin_dev_guide",
