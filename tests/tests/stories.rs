@@ -613,3 +613,213 @@ async fn a_one_second_automation_fires_once_a_second_and_stops_when_paused() {
             .contains("not_bound")
     );
 }
+
+#[tokio::test]
+async fn operator_commands_are_fenced_and_authority_is_enforced_per_rule() {
+    let dir = config_dir(json!({}));
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &s(dir.path())],
+        "pw",
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let node = start(dir.path());
+    let repo = tempfile::tempdir().unwrap();
+    let project = add_repo(&node, repo.path()).await;
+    let worker = worker_script(repo.path());
+    let quitter = repo.path().join("quitter.sh");
+    std::fs::write(&quitter, "#!/bin/sh\necho quitting\nexit 0\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&quitter, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let act = |input: Value| json!({"input": input, "project_path": project});
+    // Stories made and approved over HTTP: the local API creates, a human approves.
+    for t in ["asks", "quits"] {
+        let (st, v) = local(
+            &node,
+            "/stories/action",
+            act(json!({"action": "create", "title": t})),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        let id = v["story"]["id"].clone();
+        let (st, v) = human(
+            &node,
+            "/stories/action",
+            act(json!({"action": "approve", "id": id, "expected_revision": 1})),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["story"]["approved_by"]["kind"], "human");
+    }
+    for (def_id, cmd) in [("ask", worker.clone()), ("quit", s(&quitter))] {
+        let (st, v) = human(
+            &node,
+            "/workflows/definition/action",
+            act(
+                json!({"action": "publish", "definition_id": def_id, "name": def_id,
+            "steps": [{"id": "only", "agent": {"command": cmd}, "prompt": "go"}]}),
+            ),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
+
+    // A worker that exits without reporting costs repairs until the run fails.
+    let (st, v) = local(&node, "/workflows/run/action", act(json!({"action": "start_graph", "target": {"type": "story", "id": "st-2"},
+        "definition_id": "quit", "definition_revision": 1, "request_id": "q", "limits": {"max_repairs": 1}}))).await;
+    assert_eq!(st, 200, "{v}");
+    let quit_run = v["run"]["run_id"].as_str().unwrap().to_owned();
+    await_event(&node, &mut events, &project, &quit_run, |e| {
+        e["kind"] == "failed"
+    })
+    .await;
+    let all = run_events(&node, &project, &quit_run).await;
+    assert_eq!(
+        all.iter().filter(|e| e["kind"] == "repair").count(),
+        2,
+        "{all:?}"
+    );
+
+    // needs_input: only a human answers it, on the explicit activation.
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(
+            json!({"action": "start_graph", "target": {"type": "story", "id": "st-1"},
+        "definition_id": "ask", "definition_revision": 1, "request_id": "a"}),
+        ),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let run_id = v["run"]["run_id"].as_str().unwrap().to_owned();
+    let launched = await_event(&node, &mut events, &project, &run_id, |e| {
+        e["kind"] == "attempt_launched"
+    })
+    .await;
+    let w = launched["detail"]["tuic_session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ask = report(&run_id, "st-1", 2, &launched, "which database?");
+    ask["input"]["outcome"] = json!("needs_input");
+    let (err, v) = call_as(&node.socket, &w, "workflow_report", ask.clone()).await;
+    assert!(err, "needs_input without inputRequest");
+    assert_eq!(v["code"], "invalid_arguments");
+    ask["input"]["inputRequest"] =
+        json!({"question": "which database?", "options": ["sqlite", "postgres"]});
+    let (err, v) = call_as(&node.socket, &w, "workflow_report", ask).await;
+    assert!(!err, "{v}");
+    let (_, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "get", "run_id": run_id})),
+    )
+    .await;
+    assert_eq!(v["run"]["status"], "awaiting_input");
+    let activation = v["run"]["pending_input"]["activation_id"].clone();
+    let seq = v["run"]["sequence"].as_u64().unwrap();
+    // Status-only resume cannot bypass the pending activation.
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "resume", "run_id": run_id, "expected_sequence": seq})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["code"].as_str()),
+        (409, Some("invalid_transition")),
+        "{v}"
+    );
+    let answer = json!({"action": "resume_graph", "execution_id": run_id, "activation_id": activation, "resolution": "sqlite"});
+    let (st, v) = local(&node, "/workflows/run/action", act(answer.clone())).await;
+    assert_eq!((st, v["code"].as_str()), (403, Some("forbidden")), "{v}");
+    let mut wrong = answer.clone();
+    wrong["activation_id"] = json!("run-0-a9");
+    let (st, _) = human(&node, "/workflows/run/action", act(wrong)).await;
+    assert_eq!(st, 409);
+    let (st, v) = human(&node, "/workflows/run/action", act(answer)).await;
+    assert_eq!(st, 200, "{v}");
+    let relaunched = await_event(&node, &mut events, &project, &run_id, |e| {
+        e["kind"] == "attempt_launched" && e["detail"]["generation"] == 2
+    })
+    .await;
+    assert_ne!(
+        relaunched["detail"]["attempt_id"],
+        launched["detail"]["attempt_id"]
+    );
+
+    // Pause and cancel are fenced by the sequence; agents may not cancel.
+    let (_, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "get", "run_id": run_id})),
+    )
+    .await;
+    let seq = v["run"]["sequence"].as_u64().unwrap();
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "pause", "run_id": run_id, "expected_sequence": seq - 1})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["code"].as_str()),
+        (409, Some("stale_revision")),
+        "{v}"
+    );
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "pause", "run_id": run_id, "expected_sequence": seq})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["run"]["status"], "paused");
+    let seq = v["run"]["sequence"].as_u64().unwrap();
+    let (mut agent, _) = Agent::register(
+        &node.socket,
+        json!({"action": "register", "name": "x", "path": project}),
+    )
+    .await;
+    let (err, v) = agent
+        .tool(
+            "workflow_run",
+            json!({"action": "cancel", "run_id": run_id, "expected_sequence": seq}),
+        )
+        .await;
+    assert!(err);
+    assert_eq!(v["code"], "forbidden", "{v}");
+    let (err, v) = agent
+        .tool("workflow_run", json!({"action": "get", "run_id": run_id}))
+        .await;
+    assert!(!err, "agents read runs: {v}");
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "cancel", "run_id": run_id, "expected_sequence": seq})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["run"]["status"], "cancelled");
+    // Plan targets are unavailable in this build, and say so.
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(
+            json!({"action": "start_graph", "target": {"type": "plan", "id": "ps-1"},
+        "definition_id": "ask", "definition_revision": 1, "request_id": "p"}),
+        ),
+    )
+    .await;
+    assert_eq!(st, 501, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("unavailable in this build")
+    );
+}
