@@ -356,7 +356,7 @@ impl Workflows {
         g: &mut Inner,
         ch: RunChange,
         now_ms: u64,
-        idem: Option<(&str, &str, &str, &dyn Fn(&Run) -> Value)>,
+        idem: Option<(&str, &str, &str)>,
     ) -> Result<Run, StoryError> {
         let mut run = ch.run;
         let tx = self.store.database().begin_write().map_err(store_err)?;
@@ -382,14 +382,15 @@ impl Workflows {
                 .insert(run.run_id.as_str(), db::to_bytes(&run)?.as_slice())
                 .map_err(store_err)?;
         }
-        if let Some((scope, key, hash, result)) = idem {
+        // A start's idempotency entry: its first answer, `{run}` as committed.
+        if let Some((scope, key, hash)) = idem {
             db::idem_put(
                 &tx,
                 scope,
                 key,
                 &IdemEntry {
                     hash: hash.to_owned(),
-                    result: result(&run),
+                    result: json!({"run": run}),
                 },
             )?;
             if let Some(n) = run.run_id.strip_prefix("run-").and_then(|n| n.parse().ok()) {
@@ -951,8 +952,7 @@ fn start_graph(
         ],
         run,
     };
-    let result = |r: &Run| json!({"run": r});
-    let run = w.commit(&mut g, ch, now, Some((&scope, request_id, &hash, &result)))?;
+    let run = w.commit(&mut g, ch, now, Some((&scope, request_id, &hash)))?;
     drop(g);
     w.notify_run(&run);
     super::runner::kick(node, &run.run_id);
