@@ -106,12 +106,16 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
             rt.block_on(tuic_tests::bench_stories::list(n))
         }
+        Some("workflow-events") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
+            rt.block_on(tuic_tests::bench_stories::workflow_events(n))
+        }
         Some("metrics-scrape") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
             rt.block_on(tuic_tests::bench_progress::metrics(n))
         }
         _ => bail!(
-            "usage: bench progress-journal [N] | stories-list [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
