@@ -558,3 +558,35 @@ async fn connect_hosts_ls_and_disconnect_front_the_hub() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("not a tuic hub"), "{err}");
 }
+
+#[tokio::test]
+async fn agent_spawn_list_and_send_through_the_cli() {
+    let node = Node::start(None).await.unwrap();
+    let s = node.socket.as_path();
+    let (code, out, err) = tuic(
+        s,
+        &[
+            "agent", "spawn", "--name", "worker", "--", "sh", "-c", "sleep 30",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| json!({"raw": out}));
+    let sid = v["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    let tuic_session = v["tuic_session"].as_str().unwrap().to_owned();
+    // The spawned child has a peer entry at once.
+    let (code, out, err) = tuic(s, &["agent", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&tuic_session), "{out}");
+    let (code, out, err) = tuic(s, &["agent", "send", &tuic_session, "hello worker"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("delivered") || out.contains("ok") || out.contains("message_id"),
+        "{out}"
+    );
+    let (_, out, _) = tuic(s, &["ls"]);
+    assert!(out.contains("worker"), "{out}");
+    assert_eq!(tuic(s, &["kill", &sid]).0, 0);
+}
