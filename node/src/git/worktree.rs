@@ -1,0 +1,1244 @@
+//! Linked worktrees (spec "repo — Worktree Create/List/Remove"): creation with stale-worktree
+//! recovery, warm ignored directories and the setup script; the lifecycle inspection behind
+//! `worktree_list`, `worktree_lifecycle` and removal; removal with its safety gates
+//! (`force`, `expected_fingerprint`, `override_lock`, `delete_branch`); the orphan cleanup
+//! dialog. Worktrees live beside the repository in `<repo>__wt/<branch>`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tuic_proto::events::Event;
+
+use super::branch::{self, Integration, Targets};
+use super::{Git, GitError, RepoRef, resolve_repo};
+use crate::state::Node;
+
+/// Ignored directories copied into a new worktree at most.
+pub const MAX_WARM_DIRS: usize = 64;
+/// How long a worktree setup script may run.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Output kept from a setup script (its tail).
+const SETUP_OUTPUT_TAIL: usize = 4096;
+/// The setup script, relative to the new worktree.
+pub const SETUP_SCRIPT: &str = ".tuic/worktree-setup.sh";
+/// Where the warm-artifacts report of a worktree is kept, inside its Git admin directory (it
+/// goes when the worktree goes).
+const WARM_FILE: &str = "tuic-warm-artifacts.json";
+
+/// One entry of `git worktree list --porcelain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Checkout path as Git records it.
+    pub path: PathBuf,
+    /// HEAD commit (absent for an unborn branch).
+    pub head: Option<String>,
+    /// Branch name (absent when detached).
+    pub branch: Option<String>,
+    /// The main checkout (the first entry).
+    pub main: bool,
+    /// Lock reason (empty string for a lock without reason).
+    pub locked: Option<String>,
+    /// Git considers it prunable (its checkout is gone).
+    pub prunable: bool,
+}
+
+/// The repository's worktrees, main checkout first.
+pub fn entries(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
+    let out = git.out(root, &["worktree", "list", "--porcelain", "-z"])?;
+    let mut v = Vec::new();
+    let mut cur: Option<Entry> = None;
+    for field in out.split('\0') {
+        if field.is_empty() {
+            if let Some(e) = cur.take() {
+                v.push(e);
+            }
+            continue;
+        }
+        let (k, val) = field.split_once(' ').unwrap_or((field, ""));
+        match k {
+            "worktree" => {
+                if let Some(e) = cur.take() {
+                    v.push(e);
+                }
+                cur = Some(Entry {
+                    path: PathBuf::from(val),
+                    head: None,
+                    branch: None,
+                    main: v.is_empty(),
+                    locked: None,
+                    prunable: false,
+                });
+            }
+            _ => {
+                let Some(e) = cur.as_mut() else { continue };
+                match k {
+                    "HEAD" => e.head = Some(val.to_owned()),
+                    "branch" => {
+                        e.branch = Some(val.strip_prefix("refs/heads/").unwrap_or(val).to_owned())
+                    }
+                    "locked" => e.locked = Some(val.to_owned()),
+                    "prunable" => e.prunable = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    if let Some(e) = cur.take() {
+        v.push(e);
+    }
+    Ok(v)
+}
+
+/// The `<repo>__wt` directory beside a repository root.
+pub fn worktrees_dir(root: &Path) -> PathBuf {
+    let name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "repo".into());
+    root.with_file_name(format!("{name}__wt"))
+}
+
+/// The directory name a branch gets (`/` flattened so every worktree is one level deep).
+pub fn dir_name(branch: &str) -> String {
+    branch.replace('/', "-")
+}
+
+/// A worktree's lifecycle status (spec "repo — Worktree List").
+#[derive(Debug, Clone, Serialize)]
+pub struct Lifecycle {
+    /// Staged, unstaged, untracked and conflicted paths together.
+    pub dirty_files: u64,
+    /// Staged paths.
+    pub staged: u64,
+    /// Unstaged changes to tracked paths.
+    pub unstaged: u64,
+    /// Untracked paths.
+    pub untracked: u64,
+    /// Paths with unresolved conflicts.
+    pub conflicted: u64,
+    /// The checkout directory is gone (Git calls the worktree prunable).
+    pub missing_checkout: bool,
+    /// `merged`, `unmerged`, `in_sync` or `unknown`.
+    pub commit_status: &'static str,
+    /// `safe`, `requires_force` or `unknown`.
+    pub removal_safety: &'static str,
+    /// The worktree is locked (`git worktree lock`).
+    pub locked: bool,
+    /// The lock reason, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_reason: Option<String>,
+    /// The integration proof, when merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof: Option<&'static str>,
+    /// Own commits not in the default branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead: Option<u64>,
+    /// HEAD commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// Binds a forced removal to this snapshot: sha256 of HEAD, checkout status and
+    /// submodule refs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// Why inspection failed (the verdicts are then `unknown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+struct Status {
+    staged: u64,
+    unstaged: u64,
+    untracked: u64,
+    conflicted: u64,
+    raw: Vec<u8>,
+}
+
+fn status(git: &Git, wt: &Path) -> Result<Status, GitError> {
+    let args = [
+        "status",
+        "--porcelain=v2",
+        "-z",
+        "--untracked-files=normal",
+        "--ignore-submodules=none",
+    ];
+    let o = git.run(wt, &args)?;
+    if !o.status.success() {
+        return Err(super::failed(&args, &o));
+    }
+    let mut s = Status {
+        staged: 0,
+        unstaged: 0,
+        untracked: 0,
+        conflicted: 0,
+        raw: o.stdout.clone(),
+    };
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut fields = text.split('\0');
+    while let Some(f) = fields.next() {
+        let mut parts = f.splitn(3, ' ');
+        match parts.next() {
+            Some("1") | Some("2") => {
+                let xy = parts.next().unwrap_or("..").as_bytes();
+                if xy.first().is_some_and(|c| *c != b'.') {
+                    s.staged += 1;
+                }
+                if xy.get(1).is_some_and(|c| *c != b'.') {
+                    s.unstaged += 1;
+                }
+                if f.starts_with('2') {
+                    // A rename carries its original path as the next field.
+                    fields.next();
+                }
+            }
+            Some("u") => s.conflicted += 1,
+            Some("?") => s.untracked += 1,
+            _ => {}
+        }
+    }
+    Ok(s)
+}
+
+/// Initialized submodules of a checkout: `(path, HEAD)`.
+fn submodules(git: &Git, wt: &Path) -> Vec<(String, String)> {
+    if !wt.join(".gitmodules").is_file() {
+        return vec![];
+    }
+    git.out(wt, &["submodule", "status", "--recursive"])
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('-'))
+        .filter_map(|l| {
+            let mut p = l[1.min(l.len())..].split_whitespace();
+            let sha = p.next()?.to_owned();
+            Some((p.next()?.to_owned(), sha))
+        })
+        .collect()
+}
+
+/// Inspects one worktree (the function behind `lifecycle_status` and `worktree_lifecycle`).
+/// Never fails: an error leaves `unknown` verdicts and sets `error`.
+pub fn inspect(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Lifecycle {
+    let mut l = Lifecycle {
+        dirty_files: 0,
+        staged: 0,
+        unstaged: 0,
+        untracked: 0,
+        conflicted: 0,
+        missing_checkout: e.prunable || !e.path.is_dir(),
+        commit_status: "unknown",
+        removal_safety: "unknown",
+        locked: e.locked.is_some(),
+        lock_reason: e.locked.clone().filter(|r| !r.is_empty()),
+        proof: None,
+        ahead: None,
+        head: e.head.clone(),
+        fingerprint: None,
+        error: None,
+    };
+    if l.missing_checkout {
+        l.removal_safety = if l.locked { "requires_force" } else { "safe" };
+        l.error = Some(format!("the checkout {} is missing", e.path.display()));
+        return l;
+    }
+    let st = match status(git, &e.path) {
+        Ok(s) => s,
+        Err(err) => {
+            l.error = Some(err.to_string());
+            return l;
+        }
+    };
+    l.staged = st.staged;
+    l.unstaged = st.unstaged;
+    l.untracked = st.untracked;
+    // A path can be both staged and unstaged: each changed path counts once.
+    l.dirty_files = count_paths(&st.raw);
+    l.conflicted = st.conflicted;
+    let subs = submodules(git, &e.path);
+    let mut h = Sha256::new();
+    h.update(e.head.as_deref().unwrap_or("unborn"));
+    h.update([0]);
+    h.update(&st.raw);
+    h.update([0]);
+    for (p, s) in &subs {
+        h.update(format!("{p} {s}\n"));
+    }
+    l.fingerprint = Some(hex::encode(&h.finalize()[..16]));
+    match (&e.branch, &e.head) {
+        (Some(b), Some(tip)) => {
+            let v = branch::classify(git, root, b, tip, targets, vec![]);
+            l.commit_status = v.commit_status;
+            l.proof = v.proof;
+            l.ahead = v.ahead;
+            if let Some(err) = v.error {
+                l.error = Some(err);
+            }
+        }
+        _ => {
+            l.commit_status = "unknown";
+            l.error = Some("detached HEAD: no branch to classify".into());
+        }
+    }
+    l.removal_safety = if l.dirty_files > 0 || l.locked {
+        "requires_force"
+    } else {
+        "safe"
+    };
+    l
+}
+
+fn count_paths(raw: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(raw);
+    let mut n = 0;
+    let mut fields = text.split('\0');
+    while let Some(f) = fields.next() {
+        if f.starts_with("2 ") {
+            fields.next();
+        }
+        if ["1 ", "2 ", "u ", "? "].iter().any(|p| f.starts_with(p)) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Runs `f` over `items` on at most `bound` scoped threads, keeping the order. The threads are
+/// the caller's own (already off the async workers), so a saturated blocking pool cannot
+/// starve the fan-out that one of its threads waits for.
+pub fn fan_out<T: Sync, R: Send>(items: &[T], bound: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 || bound <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..bound.min(items.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(item);
+                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
+}
+
+fn kind(e: &Entry) -> &'static str {
+    if e.main { "main" } else { "worktree" }
+}
+
+fn key_of(e: &Entry) -> String {
+    e.branch
+        .clone()
+        .unwrap_or_else(|| e.path.to_string_lossy().into_owned())
+}
+
+fn warm_report(git: &Git, wt: &Path) -> Option<Value> {
+    let dir = git.out(wt, &["rev-parse", "--absolute-git-dir"]).ok()?;
+    let bytes = std::fs::read(Path::new(&dir).join(WARM_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// One listed worktree with its lifecycle payload.
+fn listed(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Value {
+    let mut v = json!({
+        "branch": e.branch,
+        "path": e.path.to_string_lossy(),
+        "kind": kind(e),
+        "lifecycle_status": inspect(git, root, e, targets),
+    });
+    if e.branch.is_none() {
+        v.as_object_mut().unwrap().remove("branch");
+    }
+    if !e.main
+        && e.path.is_dir()
+        && let Some(w) = warm_report(git, &e.path)
+    {
+        v["warm_artifacts"] = w;
+    }
+    v
+}
+
+/// `worktree_list`: every worktree of the repository keyed by branch (a detached one by its
+/// path), each with its lifecycle status, inspected concurrently within the git bound.
+pub fn list(node: &Node, repo: &str) -> Result<Value, GitError> {
+    let r = resolve_repo(node, repo)?;
+    list_at(&node.git, &r.root)
+}
+
+/// [`list`] on a resolved root (the bench and tests call it directly).
+pub fn list_at(git: &Git, root: &Path) -> Result<Value, GitError> {
+    let es = entries(git, root)?;
+    let targets = Targets::resolve(git, root);
+    let rows = fan_out(&es, super::GIT_CONCURRENCY, |e| {
+        listed(git, root, e, &targets)
+    });
+    let mut m = serde_json::Map::new();
+    for (e, v) in es.iter().zip(rows) {
+        m.insert(key_of(e), v);
+    }
+    Ok(Value::Object(m))
+}
+
+/// The linked worktree of `branch` (never the main checkout).
+fn find_linked(git: &Git, r: &RepoRef, branch: &str) -> Result<(Entry, Vec<Entry>), GitError> {
+    let es = entries(git, &r.root)?;
+    match es.iter().find(|e| e.branch.as_deref() == Some(branch)) {
+        Some(e) if e.main => Err(GitError::refused(
+            "main_checkout",
+            format!(
+                "branch {branch} is checked out in the main checkout {}; only linked worktrees are managed here",
+                r.key
+            ),
+        )),
+        Some(e) => Ok((e.clone(), es)),
+        None => Err(GitError::UnknownWorktree(format!(
+            "no worktree of {} has branch {branch}; repo action=worktree_list shows them",
+            r.key
+        ))),
+    }
+}
+
+/// `worktree_lifecycle`: the fresh verdict of one branch's worktree, with its fingerprint.
+pub fn lifecycle(node: &Node, repo: &str, branch: &str) -> Result<Value, GitError> {
+    let r = resolve_repo(node, repo)?;
+    let (e, _) = find_linked(&node.git, &r, branch)?;
+    let targets = Targets::resolve(&node.git, &r.root);
+    Ok(payload(node, &r, &e, &targets))
+}
+
+/// The worktree lifecycle payload shared by the events and `declare_worktree`.
+pub fn payload(node: &Node, r: &RepoRef, e: &Entry, targets: &Targets) -> Value {
+    let mut v = listed(&node.git, &r.root, e, targets);
+    v["repo_path"] = json!(r.key);
+    v["worktree_path"] = json!(e.path.to_string_lossy());
+    v["live_sessions"] = json!(sessions_inside(node, &e.path));
+    v
+}
+
+/// Live sessions whose start directory or declared placement lies inside `dir`.
+pub fn sessions_inside(node: &Node, dir: &Path) -> Vec<String> {
+    node.sessions
+        .rows()
+        .into_iter()
+        .filter(|r| {
+            Path::new(&r.cwd).starts_with(dir)
+                || r.worktree_path
+                    .as_deref()
+                    .is_some_and(|p| Path::new(p).starts_with(dir))
+        })
+        .map(|r| r.session_id)
+        .collect()
+}
+
+/// A `worktree_create` request (the same for MCP and `POST /worktrees`).
+#[derive(Debug, Clone, Default)]
+pub struct CreateRequest {
+    /// The registered repository (`path` over MCP, `base_repo` over HTTP).
+    pub repo: String,
+    /// The branch to create or check out; generated when absent.
+    pub branch: Option<String>,
+    /// The commit-ish a new branch starts from (default: the repository's HEAD).
+    pub base: Option<String>,
+    /// Start a bare shell PTY in the new worktree.
+    pub spawn_session: bool,
+    /// The caller's bound identity (from the MCP binding, never from a request body).
+    pub creator_session: Option<String>,
+}
+
+/// Validates a branch name with Git's own rule.
+pub fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
+    if b.is_empty() || b.starts_with('-') || !git.ok(root, &["check-ref-format", "--branch", b])? {
+        return Err(GitError::InvalidBranch(format!(
+            "{b:?} is not a valid branch name (git check-ref-format --branch)"
+        )));
+    }
+    Ok(())
+}
+
+fn commit_of(git: &Git, root: &Path, rev: &str) -> Option<String> {
+    git.out(
+        root,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )
+    .ok()
+    .filter(|s| !s.is_empty())
+}
+
+/// `worktree_create` = `POST /worktrees`.
+pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, &req.repo)?;
+    let branch = match &req.branch {
+        Some(b) => {
+            check_branch(git, &r.root, b)?;
+            b.clone()
+        }
+        None => generated_branch(git, &r.root),
+    };
+    let base_commit = match &req.base {
+        Some(b) => {
+            if b.starts_with('-') {
+                return Err(GitError::UnknownRef(format!("base {b:?} is not a ref")));
+            }
+            commit_of(git, &r.root, b).ok_or_else(|| {
+                GitError::UnknownRef(format!(
+                    "base branch {b} does not exist in {}; nothing was created",
+                    r.key
+                ))
+            })?
+        }
+        None => commit_of(git, &r.root, "HEAD").ok_or_else(|| {
+            GitError::UnknownRef(format!(
+                "{} has no commits yet: a worktree needs a base commit",
+                r.key
+            ))
+        })?,
+    };
+    let parent = worktrees_dir(&r.root);
+    if let Ok(m) = std::fs::symlink_metadata(&parent)
+        && !m.is_dir()
+    {
+        return Err(GitError::refused(
+            "path_escape",
+            format!(
+                "{} exists and is not a plain directory (a symlink would place worktrees outside the repository's parent)",
+                parent.display()
+            ),
+        ));
+    }
+    let target = parent.join(dir_name(&branch));
+    let mut es = entries(git, &r.root)?;
+    // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
+    if es.iter().any(|e| e.prunable && e.locked.is_none()) {
+        git.out(&r.root, &["worktree", "prune"])?;
+        es = entries(git, &r.root)?;
+    }
+    if let Some(e) = es
+        .iter()
+        .find(|e| e.branch.as_deref() == Some(branch.as_str()))
+    {
+        if e.path == target && target.is_dir() {
+            // A retry of the same creation answers the existing worktree.
+            return finish(node, &r, &branch, &target, req, false, None, None);
+        }
+        return Err(GitError::refused(
+            "checked_out",
+            format!(
+                "branch {branch} is already checked out at {}",
+                e.path.display()
+            ),
+        ));
+    }
+    if let Some(e) = es.iter().find(|e| e.path == target) {
+        return Err(GitError::refused(
+            "path_exists",
+            format!(
+                "{} is already the worktree of {}",
+                target.display(),
+                e.branch.as_deref().unwrap_or("a detached HEAD")
+            ),
+        ));
+    }
+    if target.exists() {
+        // A leftover empty directory (a crashed earlier create) is recovered; content never is.
+        let empty = std::fs::read_dir(&target)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
+        if empty && std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir(&target).map_err(|e| GitError::Io(e.to_string()))?;
+        } else {
+            return Err(GitError::refused(
+                "path_exists",
+                format!(
+                    "{} exists and is not a worktree; move it away first",
+                    target.display()
+                ),
+            ));
+        }
+    }
+    let made_parent = !parent.exists();
+    let exists = commit_of(git, &r.root, &format!("refs/heads/{branch}")).is_some();
+    let t = target.to_string_lossy().into_owned();
+    let res = if exists {
+        git.out(&r.root, &["worktree", "add", "--quiet", &t, &branch])
+    } else {
+        git.out(
+            &r.root,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                &branch,
+                &t,
+                &base_commit,
+            ],
+        )
+    };
+    if let Err(e) = res {
+        if made_parent {
+            let _ = std::fs::remove_dir(&parent);
+        }
+        return Err(e);
+    }
+    let warm = warm_artifacts(git, &r.root, &target);
+    let setup = run_setup(&target, &r.root);
+    finish(
+        node,
+        &r,
+        &branch,
+        &target,
+        req,
+        true,
+        Some((warm, exists)),
+        setup,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    node: &Arc<Node>,
+    r: &RepoRef,
+    branch: &str,
+    target: &Path,
+    req: &CreateRequest,
+    created: bool,
+    fresh: Option<(Value, bool)>,
+    setup: Option<Value>,
+) -> Result<Value, GitError> {
+    let path = target.to_string_lossy().into_owned();
+    let head = commit_of(&node.git, target, "HEAD");
+    let warm = match &fresh {
+        Some((w, _)) => w.clone(),
+        None => warm_report(&node.git, target).unwrap_or(json!({"warmed_directories": 0})),
+    };
+    let mut spawned = None;
+    if created && req.spawn_session {
+        let s = node
+            .sessions
+            .create(
+                node,
+                crate::session::CreateRequest {
+                    cwd: Some(path.clone()),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| {
+                GitError::Io(format!(
+                    "the worktree was created but its shell did not start: {e}"
+                ))
+            })?;
+        spawned = Some(s);
+    }
+    // Only the creator, when it already works in this repository, moves into the new workspace.
+    let creator_moves = req.creator_session.as_deref().and_then(|t| {
+        let own = node.sessions.live(t)?;
+        Path::new(&own.cwd).starts_with(&r.root).then_some(t)
+    });
+    if created
+        && !req.spawn_session
+        && let Some(t) = creator_moves
+    {
+        let _ = super::placement::record(node, r, t, &path, Some(branch));
+    }
+    if let Some(s) = &spawned {
+        let _ = super::placement::record(node, r, &s.tuic_session, &path, Some(branch));
+    }
+    let mut v = json!({
+        "ok": true,
+        "created": created,
+        "worktree_path": path,
+        "branch": branch,
+        "workspace_id": branch,
+        "base_repo": r.key,
+        "head": head,
+        "spawn_session": req.spawn_session,
+        "warm_artifacts": warm,
+        "instructions": {
+            "cd": format!("cd {path}"),
+            "note": "Work in the worktree with absolute paths; Git refs and objects are shared with the parent repository, the parent's uncommitted changes are not copied.",
+            "warm_artifacts": warm,
+        },
+    });
+    if let Some((_, existed)) = fresh {
+        v["branch_existed"] = json!(existed);
+    }
+    if let Some(s) = setup {
+        v["setup_script"] = s;
+    }
+    if let Some(s) = &spawned {
+        v["session_id"] = json!(s.id);
+        v["tuic_session"] = json!(s.tuic_session);
+    }
+    if created {
+        let mut ev = json!({
+            "repo_path": r.key,
+            "branch": branch,
+            "worktree_path": path,
+            "kind": "worktree",
+            "spawn_session": req.spawn_session,
+        });
+        if let Some(c) = &req.creator_session {
+            ev["creator_session"] = json!(c);
+        }
+        if let Some(s) = &spawned {
+            ev["session_id"] = json!(s.id);
+        }
+        node.bus.publish(Event::WorktreeCreated(ev));
+    }
+    Ok(v)
+}
+
+fn generated_branch(git: &Git, root: &Path) -> String {
+    loop {
+        let b = format!("wt-{:06x}", rand::random::<u32>() & 0xff_ffff);
+        if commit_of(git, root, &format!("refs/heads/{b}")).is_none() {
+            return b;
+        }
+    }
+}
+
+/// Copies the parent checkout's Git-ignored directories into the new worktree, reflinking where
+/// the filesystem can (`cp --reflink=auto`), best effort and bounded. Tracked changes are never
+/// copied. The report is kept in the worktree's Git admin directory for `worktree_list`.
+fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
+    let listed = git
+        .out(
+            root,
+            &[
+                "ls-files",
+                "--others",
+                "--ignored",
+                "--exclude-standard",
+                "--directory",
+                "-z",
+            ],
+        )
+        .unwrap_or_default();
+    let mut warmed = 0u64;
+    let mut skipped = Vec::new();
+    for rel in listed
+        .split('\0')
+        .filter(|p| p.ends_with('/'))
+        .map(|p| p.trim_end_matches('/'))
+        .filter(|p| !p.is_empty() && !p.split('/').any(|c| c == ".." || c == ".git"))
+        .take(MAX_WARM_DIRS)
+    {
+        let src = root.join(rel);
+        let dst = wt.join(rel);
+        let plain_dir = std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir());
+        if !plain_dir || dst.exists() {
+            continue;
+        }
+        if let Some(p) = dst.parent() {
+            let _ = std::fs::create_dir_all(p);
+        }
+        let ok = std::process::Command::new("cp")
+            .args(["-a", "--reflink=auto"])
+            .arg(&src)
+            .arg(&dst)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            warmed += 1;
+        } else {
+            skipped.push(rel.to_owned());
+        }
+    }
+    let mut v = json!({"warmed_directories": warmed, "method": "reflink_or_copy"});
+    if !skipped.is_empty() {
+        v["skipped"] = json!(skipped);
+    }
+    if let Ok(dir) = git.out(wt, &["rev-parse", "--absolute-git-dir"]) {
+        let _ = std::fs::write(Path::new(&dir).join(WARM_FILE), v.to_string());
+    }
+    v
+}
+
+/// Runs the worktree's `.tuic/worktree-setup.sh`, if it has one, bounded in time; its result
+/// is reported, never fatal (the worktree exists either way).
+fn run_setup(wt: &Path, root: &Path) -> Option<Value> {
+    let script = wt.join(SETUP_SCRIPT);
+    if !script.is_file() {
+        return None;
+    }
+    let child = std::process::Command::new("sh")
+        .arg(&script)
+        .current_dir(wt)
+        .env("TUIC_WORKTREE_PATH", wt)
+        .env("TUIC_BASE_REPO", root)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            return Some(json!({"ran": false, "script": SETUP_SCRIPT, "error": e.to_string()}));
+        }
+    };
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(SETUP_TIMEOUT) {
+        Ok(o) => o,
+        Err(_) => {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            return Some(
+                json!({"ran": true, "script": SETUP_SCRIPT, "ok": false, "timed_out": true,
+                               "timeout_secs": SETUP_TIMEOUT.as_secs()}),
+            );
+        }
+    };
+    Some(match out {
+        Ok(o) => {
+            let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&o.stderr));
+            let tail: String = {
+                let start = text.len().saturating_sub(SETUP_OUTPUT_TAIL);
+                let mut s = start;
+                while !text.is_char_boundary(s) {
+                    s += 1;
+                }
+                text[s..].to_owned()
+            };
+            json!({"ran": true, "script": SETUP_SCRIPT, "ok": o.status.success(),
+                   "exit_code": o.status.code(), "output_tail": tail})
+        }
+        Err(e) => json!({"ran": false, "script": SETUP_SCRIPT, "error": e.to_string()}),
+    })
+}
+
+/// A `worktree_remove` request.
+#[derive(Debug, Clone, Default)]
+pub struct RemoveRequest {
+    /// The registered repository.
+    pub repo: String,
+    /// The branch whose linked worktree goes.
+    pub branch: String,
+    /// Discard staged, unstaged and untracked work (needs `expected_fingerprint`).
+    pub force: bool,
+    /// The lifecycle fingerprint the caller decided on.
+    pub expected_fingerprint: Option<String>,
+    /// Delete the branch afterwards (default: true, false when forced).
+    pub delete_branch: Option<bool>,
+    /// Remove a locked worktree (Git gets two `--force`).
+    pub override_lock: bool,
+}
+
+/// `worktree_remove`.
+pub fn remove(node: &Node, req: &RemoveRequest) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, &req.repo)?;
+    if req.branch.is_empty() {
+        return Err(GitError::InvalidBranch("branch is required".into()));
+    }
+    let (e, es) = find_linked(git, &r, &req.branch)?;
+    let targets = Targets::resolve(git, &r.root);
+    let l = inspect(git, &r.root, &e, &targets);
+    if req.force && req.expected_fingerprint.is_none() && !l.missing_checkout {
+        return Err(GitError::refused(
+            "fingerprint_required",
+            "force=true needs expected_fingerprint from a fresh repo action=worktree_lifecycle, so only the state you saw is discarded",
+        ));
+    }
+    if let Some(want) = &req.expected_fingerprint
+        && l.fingerprint.as_deref() != Some(want.as_str())
+    {
+        return Err(GitError::refused(
+            "stale_fingerprint",
+            format!(
+                "the worktree of {} changed since the fingerprint {want} (now {}): its status, HEAD or a submodule ref moved; inspect it again",
+                req.branch,
+                l.fingerprint.as_deref().unwrap_or("unavailable")
+            ),
+        ));
+    }
+    if l.locked && !req.override_lock {
+        return Err(GitError::refused(
+            "locked",
+            format!(
+                "the worktree {} is locked{}; removing it needs override_lock=true (confirmed by the user)",
+                e.path.display(),
+                l.lock_reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    if l.dirty_files > 0 && !req.force {
+        return Err(GitError::refused(
+            "dirty",
+            format!(
+                "the worktree {} has {} changed path(s) ({} staged, {} unstaged, {} untracked); commit or stash them, or pass force=true with expected_fingerprint to discard them",
+                e.path.display(),
+                l.dirty_files,
+                l.staged,
+                l.unstaged,
+                l.untracked
+            ),
+        ));
+    }
+    let mut warnings = Vec::new();
+    let live = sessions_inside(node, &e.path);
+    if !live.is_empty() {
+        warnings.push(format!(
+            "{} live session(s) run inside the worktree: {}",
+            live.len(),
+            live.join(", ")
+        ));
+    }
+    if l.commit_status == "unmerged" {
+        warnings.push(format!(
+            "branch {} has {} commit(s) not in {}",
+            req.branch,
+            l.ahead.unwrap_or(0),
+            targets.default_name().unwrap_or("the default branch")
+        ));
+    }
+    let ignored = if e.path.is_dir() {
+        git.out(
+            &e.path,
+            &["status", "--porcelain", "--ignored=matching", "-z"],
+        )
+        .map(|s| s.split('\0').filter(|f| f.starts_with("!! ")).count())
+        .unwrap_or(0)
+    } else {
+        0
+    };
+    if ignored > 0 {
+        warnings.push(format!(
+            "{ignored} ignored local file(s) or folder(s) are deleted with the worktree"
+        ));
+    }
+    // Initialized submodule refs are kept in the parent repository before Git removes the
+    // checkout that holds their only copy.
+    let subs = if e.path.is_dir() {
+        submodules(git, &e.path)
+    } else {
+        vec![]
+    };
+    let mut preserved = Vec::new();
+    for (p, sha) in &subs {
+        let name = format!(
+            "refs/tuic/submodules/{}/{}",
+            dir_name(&req.branch),
+            p.trim_matches('/')
+        );
+        let root_s = r.root.to_string_lossy().into_owned();
+        let pushed = git
+            .ok(
+                &e.path.join(p),
+                &[
+                    "push",
+                    "--quiet",
+                    "--no-verify",
+                    &root_s,
+                    &format!("{sha}:{name}"),
+                ],
+            )
+            .unwrap_or(false);
+        if pushed {
+            preserved.push(json!({"path": p, "commit": sha, "ref": name}));
+        } else {
+            warnings.push(format!("submodule {p} at {sha} could not be preserved"));
+        }
+    }
+    let path = e.path.to_string_lossy().into_owned();
+    let mut args = vec!["worktree", "remove"];
+    if req.override_lock && l.locked {
+        args.extend(["--force", "--force"]);
+    } else if req.force || !subs.is_empty() || l.missing_checkout {
+        args.push("--force");
+    }
+    args.push(&path);
+    if l.missing_checkout {
+        git.out(&r.root, &["worktree", "prune"])?;
+        if entries(git, &r.root)?.iter().any(|x| x.path == e.path) {
+            git.out(&r.root, &args)?;
+        }
+    } else {
+        git.out(&r.root, &args)?;
+    }
+    let parent = worktrees_dir(&r.root);
+    let _ = std::fs::remove_dir(&parent);
+    super::placement::forget_path(node, &r, &path);
+    let mut v =
+        json!({"ok": true, "warnings": warnings, "worktree_path": path, "branch": req.branch});
+    if !preserved.is_empty() {
+        v["preserved_submodules"] = json!(preserved);
+    }
+    let delete_branch = req.delete_branch.unwrap_or(!req.force);
+    if delete_branch {
+        let checkouts: Vec<(String, Option<String>)> = es
+            .iter()
+            .filter(|x| x.path != e.path)
+            .map(|x| (x.path.to_string_lossy().into_owned(), x.branch.clone()))
+            .collect();
+        match branch::delete(git, &r.root, &req.branch, false, &checkouts) {
+            Ok(d) => {
+                v["branch_deleted"] = json!(true);
+                v["branch_delete"] = json!(d);
+            }
+            Err(err) => {
+                v["branch_deleted"] = json!(false);
+                v["branch_delete_warning"] = json!(format!(
+                    "the worktree was removed but branch {} was kept: {err}",
+                    req.branch
+                ));
+            }
+        }
+    }
+    node.bus.publish(Event::WorktreeRemoved(json!({
+        "repo_path": r.key, "branch": req.branch, "worktree_path": path,
+    })));
+    Ok(v)
+}
+
+/// `branch_integrations` (all local branches) or `branch_integration` (one).
+pub fn integrations(node: &Node, repo: &str, only: Option<&str>) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, repo)?;
+    let es = entries(git, &r.root)?;
+    let mut paths: HashMap<String, Vec<String>> = HashMap::new();
+    for e in &es {
+        if let Some(b) = &e.branch {
+            paths
+                .entry(b.clone())
+                .or_default()
+                .push(e.path.to_string_lossy().into_owned());
+        }
+    }
+    let mut bs = branch::local_branches(git, &r.root)?;
+    if let Some(b) = only {
+        bs.retain(|(n, _)| n == b);
+        if bs.is_empty() {
+            return Err(GitError::UnknownRef(format!(
+                "branch {b} does not exist in {}",
+                r.key
+            )));
+        }
+    }
+    let targets = Targets::resolve(git, &r.root);
+    let v: Vec<Integration> = fan_out(&bs, super::GIT_CONCURRENCY, |(b, tip)| {
+        branch::classify(
+            git,
+            &r.root,
+            b,
+            tip,
+            &targets,
+            paths.get(b).cloned().unwrap_or_default(),
+        )
+    });
+    Ok(match only {
+        Some(_) => json!(v[0]),
+        None => json!(v),
+    })
+}
+
+/// `branch_delete`.
+pub fn delete_branch(node: &Node, repo: &str, b: &str, archive: bool) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, repo)?;
+    let checkouts: Vec<(String, Option<String>)> = entries(git, &r.root)?
+        .into_iter()
+        .map(|e| (e.path.to_string_lossy().into_owned(), e.branch))
+        .collect();
+    let d = branch::delete(git, &r.root, b, archive, &checkouts)?;
+    Ok(json!(d))
+}
+
+/// `GET /repo/info`: the repository's Git facts in one call.
+pub fn info(node: &Node, repo: &str) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, repo)?;
+    let targets = Targets::resolve(git, &r.root);
+    let branch = git
+        .out(&r.root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .ok();
+    let head = commit_of(git, &r.root, "HEAD");
+    let st = status(git, &r.root)?;
+    let es = entries(git, &r.root)?;
+    let record = node
+        .repos
+        .list()
+        .ok()
+        .and_then(|l| l.into_iter().find(|x| x.path == r.key));
+    Ok(json!({
+        "path": r.key,
+        "name": r.root.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "is_git_repo": true,
+        "branch": branch,
+        "head": head,
+        "default_branch": targets.default_name(),
+        "is_dirty": count_paths(&st.raw) > 0,
+        "dirty_files": count_paths(&st.raw),
+        "worktree_count": es.len().saturating_sub(1),
+        "worktrees_dir": worktrees_dir(&r.root),
+        "remotes": record.map(|x| x.remotes).unwrap_or_default(),
+    }))
+}
+
+/// Pending orphan cleanup dialogs: repository → the orphaned worktree paths it listed.
+#[derive(Debug, Default)]
+pub struct Orphans(Mutex<BTreeMap<String, Vec<String>>>);
+
+/// Linked worktrees inside the repository's `__wt` directory that nothing owns any more: the
+/// checkout is gone, or HEAD is detached.
+fn orphans_of(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
+    let dir = worktrees_dir(root);
+    Ok(entries(git, root)?
+        .into_iter()
+        .filter(|e| !e.main && e.path.starts_with(&dir) && e.locked.is_none())
+        .filter(|e| e.prunable || !e.path.is_dir() || e.branch.is_none())
+        .collect())
+}
+
+/// Looks for orphaned worktrees and opens (or refreshes) the cleanup dialog when there are
+/// some, publishing `orphan-cleanup-requested`. Returns the pending paths.
+pub fn scan_orphans(node: &Node, repo: &str) -> Result<Vec<String>, GitError> {
+    let r = resolve_repo(node, repo)?;
+    let found: Vec<String> = orphans_of(&node.git, &r.root)?
+        .into_iter()
+        .map(|e| e.path.to_string_lossy().into_owned())
+        .collect();
+    let mut g = node.git.orphans.0.lock().unwrap_or_else(|p| p.into_inner());
+    if found.is_empty() {
+        g.remove(&r.key);
+    } else if g.get(&r.key) != Some(&found) {
+        g.insert(r.key.clone(), found.clone());
+        node.bus.publish(Event::OrphanCleanupRequested(
+            json!({"repo_path": r.key, "worktrees": found}),
+        ));
+    }
+    Ok(found)
+}
+
+/// `orphan_cleanup_answer`: `keep` closes the dialog; `remove` rechecks every pending worktree
+/// (no tracked or untracked changes, a HEAD reachable from a branch, no live session inside,
+/// still an orphan) and removes them all, or refuses the whole answer.
+pub fn orphan_answer(node: &Node, repo: &str, decision: &str) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, repo)?;
+    let pending = {
+        let g = node.git.orphans.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(&r.key).cloned()
+    };
+    let Some(pending) = pending else {
+        return Err(GitError::refused(
+            "no_open_dialog",
+            format!(
+                "no orphan cleanup dialog is open for {} (repo action=worktree_list opens one when it finds orphaned worktrees)",
+                r.key
+            ),
+        ));
+    };
+    let close = |decision: &str, removed: &[String]| {
+        node.git
+            .orphans
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&r.key);
+        node.bus.publish(Event::OrphanCleanupResolved(json!({
+            "repo_path": r.key, "decision": decision, "removed": removed,
+        })));
+    };
+    match decision {
+        "keep" => {
+            close("keep", &[]);
+            Ok(json!({"ok": true, "decision": "keep", "kept": pending}))
+        }
+        "remove" => {
+            let current = orphans_of(git, &r.root)?;
+            let mut unsafe_ = Vec::new();
+            let mut to_remove = Vec::new();
+            for p in &pending {
+                let Some(e) = current.iter().find(|e| e.path.to_string_lossy() == *p) else {
+                    unsafe_.push(format!(
+                        "{p}: no longer an orphaned worktree (stale dialog)"
+                    ));
+                    continue;
+                };
+                if e.path.is_dir() {
+                    match status(git, &e.path) {
+                        Ok(s) if count_paths(&s.raw) > 0 => {
+                            unsafe_.push(format!("{p}: has tracked or untracked changes"));
+                            continue;
+                        }
+                        Err(err) => {
+                            unsafe_.push(format!("{p}: {err}"));
+                            continue;
+                        }
+                        Ok(_) => {}
+                    }
+                    let reachable = e.head.as_deref().is_some_and(|h| {
+                        git.out(
+                            &r.root,
+                            &["for-each-ref", "--count=1", "--contains", h, "refs/heads"],
+                        )
+                        .is_ok_and(|s| !s.is_empty())
+                    });
+                    if !reachable {
+                        unsafe_.push(format!("{p}: its HEAD is not reachable from any branch"));
+                        continue;
+                    }
+                    let live = sessions_inside(node, &e.path);
+                    if !live.is_empty() {
+                        unsafe_.push(format!("{p}: live sessions inside ({})", live.join(", ")));
+                        continue;
+                    }
+                }
+                to_remove.push(e.clone());
+            }
+            if !unsafe_.is_empty() {
+                return Err(GitError::refused(
+                    "unsafe_cleanup",
+                    format!(
+                        "orphan cleanup refused, nothing removed: {}",
+                        unsafe_.join("; ")
+                    ),
+                ));
+            }
+            let mut removed = Vec::new();
+            for e in &to_remove {
+                let p = e.path.to_string_lossy().into_owned();
+                if e.path.is_dir() {
+                    git.out(&r.root, &["worktree", "remove", &p])?;
+                }
+                removed.push(p);
+            }
+            git.out(&r.root, &["worktree", "prune"])?;
+            close("remove", &removed);
+            Ok(json!({"ok": true, "decision": "remove", "removed": removed}))
+        }
+        other => Err(GitError::refused(
+            "invalid_decision",
+            format!("decision must be remove or keep, not {other:?}"),
+        )),
+    }
+}
