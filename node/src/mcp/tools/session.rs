@@ -3,8 +3,8 @@
 //! (`is_caller`, own-session refusals) and the removed-action routes. Session behaviour (create,
 //! writes, submit receipts, waits, the output serializer) lives in `crate::session` and is
 //! shared with the REST routes. Actions whose backend a headless node does not have (a UI for
-//! `suspend`, managed children for `keep_open`, worktree placement for `declare_worktree`)
-//! answer a precise structured error, never a fake success.
+//! `suspend`, managed children for `keep_open`) answer a precise structured error, never a
+//! fake success. `declare_worktree` is the git service's placement (`crate::git::placement`).
 
 use std::sync::Arc;
 
@@ -83,7 +83,16 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &[
-        "create", "input", "submit", "wait", "close", "kill", "resize", "pause", "resume",
+        "create",
+        "input",
+        "submit",
+        "wait",
+        "close",
+        "kill",
+        "resize",
+        "pause",
+        "resume",
+        "declare_worktree",
     ],
     passthrough: false,
 };
@@ -518,13 +527,5 @@ fn declare_worktree(
     };
     let path = str_arg(args, "worktree_path")?
         .ok_or_else(|| ToolError::invalid("worktree_path is required (an absolute path)"))?;
-    if !std::path::Path::new(path).is_absolute() {
-        return Err(ToolError::invalid("worktree_path must be absolute"));
-    }
-    Err(ToolError::not_available(
-        "session",
-        "declare_worktree",
-        "worktree placement (the repository worktree registry and tab placement), which this build does not have",
-    )
-    .with("session_id", json!(own.id)))
+    super::repo_git::declare(node, t, &own.id, &own.cwd, path)
 }
