@@ -441,7 +441,7 @@ async fn repo_add_list_status_active_on_the_registry() {
     )
     .await
     .unwrap_err();
-    assert_eq!(e.code, "not_available");
+    assert_eq!(e.code, "not_git", "a shell workspace has no worktrees");
 
     // status and active see a session started inside the repository.
     let c = ok(
