@@ -36,6 +36,10 @@ pub struct Targets {
     pub integration: Option<(String, String)>,
     /// The default branch's remote-tracking twin (`origin/<default>`), when it differs.
     pub upstream: Option<(String, String)>,
+    /// The default branch's tree (a no-op merge leaves exactly this).
+    pub default_tree: Option<String>,
+    /// Every archive ref → the commit it holds, read once per query.
+    pub archives: HashMap<String, String>,
 }
 
 impl Targets {
@@ -85,10 +89,29 @@ impl Targets {
                 .filter(|u| u != t)
                 .map(|u| (format!("origin/{b}"), u))
         });
+        let default_tree = default
+            .as_ref()
+            .and_then(|(_, t)| git.out(root, &["rev-parse", &format!("{t}^{{tree}}")]).ok());
+        let archives = git
+            .out(
+                root,
+                &[
+                    "for-each-ref",
+                    "--format=%(refname)%00%(objectname)",
+                    "refs/archive",
+                ],
+            )
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('\0'))
+            .map(|(r, t)| (r.to_owned(), t.to_owned()))
+            .collect();
         Self {
             default,
             integration,
             upstream,
+            default_tree,
+            archives,
         }
     }
 
@@ -195,7 +218,11 @@ pub fn classify(
         github_pr: GITHUB_PR_UNAVAILABLE,
         error: None,
     };
-    if let Some(held) = archived_at(git, root, branch, tip) {
+    let (primary, variant) = archive_refs(branch, tip);
+    if let Some(held) = [primary, variant]
+        .into_iter()
+        .find(|r| targets.archives.get(r).is_some_and(|t| t == tip))
+    {
         out.archived = true;
         out.archive_ref = held;
     }
@@ -228,7 +255,7 @@ fn is_ancestor(git: &Git, root: &Path, a: &str, b: &str) -> Result<bool, GitErro
 }
 
 fn prove(git: &Git, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict, GitError> {
-    let Some((dname, dtip)) = &targets.default else {
+    let Some((_, dtip)) = &targets.default else {
         return Err(GitError::UnknownRef(
             "the repository has no default branch to prove integration against".into(),
         ));
@@ -236,7 +263,7 @@ fn prove(git: &Git, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict
     let merged = |proof, ahead| Verdict {
         status: "merged",
         proof: Some(proof),
-        ahead,
+        ahead: Some(ahead),
     };
     if tip == dtip {
         return Ok(Verdict {
@@ -245,47 +272,68 @@ fn prove(git: &Git, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict
             ahead: Some(0),
         });
     }
-    if is_ancestor(git, root, tip, dtip)? {
-        return Ok(merged("ancestry", Some(0)));
-    }
+    // One walk answers ancestry (no own commits), the own commits' count, merges and subjects.
     let range = format!("{dtip}..{tip}");
-    let ahead: u64 = git
-        .out(root, &["rev-list", "--count", &range])?
-        .parse()
-        .unwrap_or(0);
+    let own: Vec<OwnCommit> = git
+        .out(root, &["log", "--format=%H %P%x00%s", &range])?
+        .lines()
+        .filter_map(|l| {
+            let (ids, subject) = l.split_once('\0')?;
+            let mut ids = ids.split(' ');
+            Some(OwnCommit {
+                sha: ids.next()?.to_owned(),
+                merge: ids.count() > 1,
+                subject: subject.trim().to_owned(),
+            })
+        })
+        .collect();
+    let ahead = own.len() as u64;
+    if own.is_empty() {
+        return Ok(merged("ancestry", 0));
+    }
     for (_, t) in targets.integration.iter().chain(targets.upstream.iter()) {
         if is_ancestor(git, root, tip, t)? {
-            return Ok(merged("integration_ancestry", Some(ahead)));
+            return Ok(merged("integration_ancestry", ahead));
         }
     }
-    let merges: u64 = git
-        .out(root, &["rev-list", "--merges", "--count", &range])?
-        .parse()
-        .unwrap_or(0);
     // `git cherry` compares patch ids of single-parent commits; a merge's resolution is
-    // invisible to it, so branches with merges never get this proof.
-    if merges == 0 {
+    // invisible to it, so branches with merges never get the patch proofs.
+    let has_merges = own.iter().any(|c| c.merge);
+    if !has_merges {
         let cherry = git.out(root, &["cherry", dtip, tip])?;
         let lines: Vec<&str> = cherry.lines().filter(|l| !l.is_empty()).collect();
         if !lines.is_empty() && lines.iter().all(|l| l.starts_with('-')) {
-            return Ok(merged("patch_equivalence", Some(ahead)));
+            return Ok(merged("patch_equivalence", ahead));
         }
     }
-    if noop_merge(git, root, dtip, tip)? {
-        let subjects = own_subjects(git, root, &range)?;
-        let proof = if !subjects.is_empty() && squash_listed(git, root, dtip, tip, &subjects)? {
+    let base = git
+        .out(root, &["merge-base", dtip, tip])
+        .unwrap_or_default();
+    let mut theirs: Option<Vec<(String, String, String)>> = None;
+    let mut target_log = |git: &Git| -> Result<Vec<(String, String, String)>, GitError> {
+        if theirs.is_none() {
+            theirs = Some(target_commits(git, root, dtip, &base)?);
+        }
+        Ok(theirs.clone().unwrap_or_default())
+    };
+    if noop_merge(git, root, dtip, tip, targets.default_tree.as_deref())? {
+        let subjects: Vec<&str> = own
+            .iter()
+            .filter(|c| !c.merge && !c.subject.is_empty())
+            .map(|c| c.subject.as_str())
+            .collect();
+        let proof = if !subjects.is_empty() && squash_listed(&target_log(git)?, &subjects) {
             "squash_message"
         } else {
             "noop_merge"
         };
-        return Ok(merged(proof, Some(ahead)));
+        return Ok(merged(proof, ahead));
     }
-    if (merges == 0 && twin_patches(git, root, dtip, tip, &range)?)
-        || added_lines_present(git, root, dtip, tip)?
+    if (!has_merges && twin_patches(git, root, &own, &target_log(git)?)?)
+        || (!base.is_empty() && added_lines_present(git, root, dtip, &base, tip)?)
     {
-        return Ok(merged("content_superset", Some(ahead)));
+        return Ok(merged("content_superset", ahead));
     }
-    let _ = dname;
     Ok(Verdict {
         status: "unmerged",
         proof: None,
@@ -293,8 +341,21 @@ fn prove(git: &Git, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict
     })
 }
 
+/// One own commit of a branch (not in the default branch).
+struct OwnCommit {
+    sha: String,
+    merge: bool,
+    subject: String,
+}
+
 /// A virtual merge of `tip` into `target` is clean and its tree is the target's own tree.
-fn noop_merge(git: &Git, root: &Path, target: &str, tip: &str) -> Result<bool, GitError> {
+fn noop_merge(
+    git: &Git,
+    root: &Path,
+    target: &str,
+    tip: &str,
+    target_tree: Option<&str>,
+) -> Result<bool, GitError> {
     let o = git.run(root, &["merge-tree", "--write-tree", target, tip])?;
     if o.status.code() != Some(0) {
         // 1 is a conflicted merge: not a no-op. Anything else is a failure.
@@ -309,17 +370,11 @@ fn noop_merge(git: &Git, root: &Path, target: &str, tip: &str) -> Result<bool, G
         .next()
         .unwrap_or("")
         .to_owned();
-    let target_tree = git.out(root, &["rev-parse", &format!("{target}^{{tree}}")])?;
+    let target_tree = match target_tree {
+        Some(t) => t.to_owned(),
+        None => git.out(root, &["rev-parse", &format!("{target}^{{tree}}")])?,
+    };
     Ok(!tree.is_empty() && tree == target_tree)
-}
-
-fn own_subjects(git: &Git, root: &Path, range: &str) -> Result<Vec<String>, GitError> {
-    Ok(git
-        .out(root, &["log", "--no-merges", "--format=%s", range])?
-        .lines()
-        .map(|l| l.trim().to_owned())
-        .filter(|l| !l.is_empty())
-        .collect())
 }
 
 /// Target commits since the merge base (newest first, bounded): `(sha, subject, body)`.
@@ -361,28 +416,20 @@ fn target_commits(
 }
 
 /// Some target commit's message lists every own subject, as a line or a `* subject` bullet.
-fn squash_listed(
-    git: &Git,
-    root: &Path,
-    target: &str,
-    tip: &str,
-    subjects: &[String],
-) -> Result<bool, GitError> {
-    Ok(target_commits(git, root, target, tip)?
-        .iter()
-        .any(|(_, _, body)| {
-            let lines: Vec<&str> = body
-                .lines()
-                .map(|l| {
-                    let t = l.trim();
-                    t.strip_prefix("* ")
-                        .or_else(|| t.strip_prefix("- "))
-                        .unwrap_or(t)
-                        .trim()
-                })
-                .collect();
-            subjects.iter().all(|s| lines.contains(&s.as_str()))
-        }))
+fn squash_listed(theirs: &[(String, String, String)], subjects: &[&str]) -> bool {
+    theirs.iter().any(|(_, _, body)| {
+        let lines: Vec<&str> = body
+            .lines()
+            .map(|l| {
+                let t = l.trim();
+                t.strip_prefix("* ")
+                    .or_else(|| t.strip_prefix("- "))
+                    .unwrap_or(t)
+                    .trim()
+            })
+            .collect();
+        subjects.iter().all(|s| lines.contains(s))
+    })
 }
 
 /// The changed lines of one commit without context or hunk coordinates: file headers and
@@ -415,21 +462,21 @@ fn bare_patch(git: &Git, root: &Path, sha: &str) -> Result<Vec<String>, GitError
 fn twin_patches(
     git: &Git,
     root: &Path,
-    target: &str,
-    tip: &str,
-    range: &str,
+    own: &[OwnCommit],
+    theirs: &[(String, String, String)],
 ) -> Result<bool, GitError> {
-    let own = git.out(root, &["log", "--no-merges", "--format=%H%x00%s", range])?;
-    let own: Vec<(&str, &str)> = own.lines().filter_map(|l| l.split_once('\0')).collect();
-    if own.is_empty() {
+    // Subjects first: a commit without a same-subject candidate ends the proof without a diff.
+    if own.is_empty()
+        || !own
+            .iter()
+            .all(|c| theirs.iter().any(|(_, s, _)| *s == c.subject))
+    {
         return Ok(false);
     }
-    let theirs = target_commits(git, root, target, tip)?;
-    for (sha, subject) in own {
-        let mine = bare_patch(git, root, sha)?;
+    for c in own {
+        let mine = bare_patch(git, root, &c.sha)?;
         let mut found = false;
-        for (t, s, _) in theirs.iter().filter(|(_, s, _)| s == subject) {
-            let _ = s;
+        for (t, _, _) in theirs.iter().filter(|(_, s, _)| *s == c.subject) {
             if bare_patch(git, root, t)? == mine {
                 found = true;
                 break;
@@ -445,8 +492,13 @@ fn twin_patches(
 /// Every line the branch adds since the merge base is present, with its multiplicity, in the
 /// same regular file at the target tip. Deletions, mode changes, binary files and incomplete
 /// final lines disqualify.
-fn added_lines_present(git: &Git, root: &Path, target: &str, tip: &str) -> Result<bool, GitError> {
-    let base = git.out(root, &["merge-base", target, tip])?;
+fn added_lines_present(
+    git: &Git,
+    root: &Path,
+    target: &str,
+    base: &str,
+    tip: &str,
+) -> Result<bool, GitError> {
     let diff = git.out(
         root,
         &[
@@ -455,7 +507,7 @@ fn added_lines_present(git: &Git, root: &Path, target: &str, tip: &str) -> Resul
             "--no-renames",
             "--no-ext-diff",
             "-U0",
-            &base,
+            base,
             tip,
         ],
     )?;

@@ -345,9 +345,25 @@ fn key_of(e: &Entry) -> String {
         .unwrap_or_else(|| e.path.to_string_lossy().into_owned())
 }
 
+/// A linked worktree's Git admin directory, from its `.git` file (no process), else Git.
+fn admin_dir(git: &Git, wt: &Path) -> Option<PathBuf> {
+    if let Ok(text) = std::fs::read_to_string(wt.join(".git"))
+        && let Some(p) = text.trim().strip_prefix("gitdir: ")
+    {
+        let p = Path::new(p);
+        return Some(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            wt.join(p)
+        });
+    }
+    git.out(wt, &["rev-parse", "--absolute-git-dir"])
+        .ok()
+        .map(PathBuf::from)
+}
+
 fn warm_report(git: &Git, wt: &Path) -> Option<Value> {
-    let dir = git.out(wt, &["rev-parse", "--absolute-git-dir"]).ok()?;
-    let bytes = std::fs::read(Path::new(&dir).join(WARM_FILE)).ok()?;
+    let bytes = std::fs::read(admin_dir(git, wt)?.join(WARM_FILE)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -768,8 +784,8 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
     if !skipped.is_empty() {
         v["skipped"] = json!(skipped);
     }
-    if let Ok(dir) = git.out(wt, &["rev-parse", "--absolute-git-dir"]) {
-        let _ = std::fs::write(Path::new(&dir).join(WARM_FILE), v.to_string());
+    if let Some(dir) = admin_dir(git, wt) {
+        let _ = std::fs::write(dir.join(WARM_FILE), v.to_string());
     }
     v
 }
