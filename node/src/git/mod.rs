@@ -242,7 +242,7 @@ pub fn resolve_repo(node: &Node, raw: &str) -> Result<RepoRef, GitError> {
         .canonicalize()
         .map_err(|e| GitError::InvalidPath(format!("path {raw}: {e}")))?;
     let roots = node.repos.roots();
-    if !roots.iter().any(|r| *r == canon) {
+    if !roots.contains(&canon) {
         let lexical_inside = roots.iter().any(|r| p.starts_with(r));
         return Err(GitError::NotRegistered(if canon != p && lexical_inside {
             format!(
