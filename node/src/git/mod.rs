@@ -1,15 +1,19 @@
 //! The git service: every Git operation of the node happens here, through the `git` CLI.
 //!
-//! It owns worktrees (`worktree.rs`: create, list with lifecycle status, remove, the orphan
-//! cleanup answer), branch integration proofs and safe local branch deletion with archive refs
-//! (`branch.rs`), and agent-declared worktree placement (`placement.rs`). The MCP `repo` tool,
+//! It owns worktrees (`create.rs`; `worktree.rs`: list with lifecycle status, remove;
+//! `orphans.rs`: the orphan cleanup dialog), branch integration proofs and safe local branch
+//! deletion with archive refs (`branch.rs`, `query.rs`), and agent-declared worktree placement
+//! (`placement.rs`). The MCP `repo` tool,
 //! `session action=declare_worktree` and the `/worktrees`, `/repo/*` routes are thin adapters
 //! over it. It deliberately does not register repositories (`crate::repos` does) and never runs
 //! on an async worker: every function is blocking, and each `git` process takes one of a bounded
 //! number of slots ([`Git::run`]), so a burst of callers queues instead of forking without limit.
 
 pub mod branch;
+pub mod create;
+pub mod orphans;
 pub mod placement;
+pub mod query;
 pub mod worktree;
 
 #[cfg(test)]
@@ -115,7 +119,7 @@ pub struct Git {
     /// Signalled when a slot is returned.
     returned: Condvar,
     /// Open orphan cleanup dialogs.
-    pub orphans: worktree::Orphans,
+    pub orphans: orphans::Orphans,
 }
 
 impl Default for Git {
@@ -140,7 +144,7 @@ impl Git {
         Self {
             free: Mutex::new(max.max(1)),
             returned: Condvar::new(),
-            orphans: worktree::Orphans::default(),
+            orphans: orphans::Orphans::default(),
         }
     }
 

@@ -1,34 +1,25 @@
-//! Linked worktrees (spec "repo — Worktree Create/List/Remove"): creation with stale-worktree
-//! recovery, warm ignored directories and the setup script; the lifecycle inspection behind
+//! Linked worktrees (spec "repo — Worktree List/Remove"): the lifecycle inspection behind
 //! `worktree_list`, `worktree_lifecycle` and removal; removal with its safety gates
-//! (`force`, `expected_fingerprint`, `override_lock`, `delete_branch`); the orphan cleanup
-//! dialog. Worktrees live beside the repository in `<repo>__wt/<branch>`.
+//! (`force`, `expected_fingerprint`, `override_lock`, `delete_branch`). Creation is in
+//! `create.rs`. Worktrees live beside the repository in `<repo>__wt/<branch>`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tuic_proto::events::Event;
 
-use super::branch::{self, Integration, Targets};
+pub use super::create::{CreateRequest, create};
+
+use super::branch::{self, Targets};
 use super::{Git, GitError, RepoRef, resolve_repo};
 use crate::state::Node;
 
-/// Ignored directories copied into a new worktree at most.
-pub const MAX_WARM_DIRS: usize = 64;
-/// How long a worktree setup script may run.
-pub const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
-/// Output kept from a setup script (its tail).
-const SETUP_OUTPUT_TAIL: usize = 4096;
-/// The setup script, relative to the new worktree.
-pub const SETUP_SCRIPT: &str = ".tuic/worktree-setup.sh";
 /// Where the warm-artifacts report of a worktree is kept, inside its Git admin directory (it
 /// goes when the worktree goes).
-const WARM_FILE: &str = "tuic-warm-artifacts.json";
+pub(super) const WARM_FILE: &str = "tuic-warm-artifacts.json";
 
 /// One entry of `git worktree list --porcelain`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,15 +141,15 @@ pub struct Lifecycle {
     pub error: Option<String>,
 }
 
-struct Status {
+pub(super) struct Status {
     staged: u64,
     unstaged: u64,
     untracked: u64,
     conflicted: u64,
-    raw: Vec<u8>,
+    pub(super) raw: Vec<u8>,
 }
 
-fn status(git: &Git, wt: &Path) -> Result<Status, GitError> {
+pub(super) fn status(git: &Git, wt: &Path) -> Result<Status, GitError> {
     let args = [
         "status",
         "--porcelain=v2",
@@ -291,7 +282,7 @@ pub fn inspect(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Lifecycl
     l
 }
 
-fn count_paths(raw: &[u8]) -> u64 {
+pub(super) fn count_paths(raw: &[u8]) -> u64 {
     let text = String::from_utf8_lossy(raw);
     let mut n = 0;
     let mut fields = text.split('\0');
@@ -346,7 +337,7 @@ fn key_of(e: &Entry) -> String {
 }
 
 /// A linked worktree's Git admin directory, from its `.git` file (no process), else Git.
-fn admin_dir(git: &Git, wt: &Path) -> Option<PathBuf> {
+pub(super) fn admin_dir(git: &Git, wt: &Path) -> Option<PathBuf> {
     if let Ok(text) = std::fs::read_to_string(wt.join(".git"))
         && let Some(p) = text.trim().strip_prefix("gitdir: ")
     {
@@ -362,7 +353,7 @@ fn admin_dir(git: &Git, wt: &Path) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn warm_report(git: &Git, wt: &Path) -> Option<Value> {
+pub(super) fn warm_report(git: &Git, wt: &Path) -> Option<Value> {
     let bytes = std::fs::read(admin_dir(git, wt)?.join(WARM_FILE)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
@@ -457,395 +448,6 @@ pub fn sessions_inside(node: &Node, dir: &Path) -> Vec<String> {
         })
         .map(|r| r.session_id)
         .collect()
-}
-
-/// A `worktree_create` request (the same for MCP and `POST /worktrees`).
-#[derive(Debug, Clone, Default)]
-pub struct CreateRequest {
-    /// The registered repository (`path` over MCP, `base_repo` over HTTP).
-    pub repo: String,
-    /// The branch to create or check out; generated when absent.
-    pub branch: Option<String>,
-    /// The commit-ish a new branch starts from (default: the repository's HEAD).
-    pub base: Option<String>,
-    /// Start a bare shell PTY in the new worktree.
-    pub spawn_session: bool,
-    /// The caller's bound identity (from the MCP binding, never from a request body).
-    pub creator_session: Option<String>,
-}
-
-/// Validates a branch name with Git's own rule.
-pub fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
-    if b.is_empty() || b.starts_with('-') || !git.ok(root, &["check-ref-format", "--branch", b])? {
-        return Err(GitError::InvalidBranch(format!(
-            "{b:?} is not a valid branch name (git check-ref-format --branch)"
-        )));
-    }
-    Ok(())
-}
-
-fn commit_of(git: &Git, root: &Path, rev: &str) -> Option<String> {
-    git.out(
-        root,
-        &[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("{rev}^{{commit}}"),
-        ],
-    )
-    .ok()
-    .filter(|s| !s.is_empty())
-}
-
-/// `worktree_create` = `POST /worktrees`.
-pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, &req.repo)?;
-    let branch = match &req.branch {
-        Some(b) => {
-            check_branch(git, &r.root, b)?;
-            b.clone()
-        }
-        None => generated_branch(git, &r.root),
-    };
-    let base_commit = match &req.base {
-        Some(b) => {
-            if b.starts_with('-') {
-                return Err(GitError::UnknownRef(format!("base {b:?} is not a ref")));
-            }
-            commit_of(git, &r.root, b).ok_or_else(|| {
-                GitError::UnknownRef(format!(
-                    "base branch {b} does not exist in {}; nothing was created",
-                    r.key
-                ))
-            })?
-        }
-        None => commit_of(git, &r.root, "HEAD").ok_or_else(|| {
-            GitError::UnknownRef(format!(
-                "{} has no commits yet: a worktree needs a base commit",
-                r.key
-            ))
-        })?,
-    };
-    let parent = worktrees_dir(&r.root);
-    if let Ok(m) = std::fs::symlink_metadata(&parent)
-        && !m.is_dir()
-    {
-        return Err(GitError::refused(
-            "path_escape",
-            format!(
-                "{} exists and is not a plain directory (a symlink would place worktrees outside the repository's parent)",
-                parent.display()
-            ),
-        ));
-    }
-    let target = parent.join(dir_name(&branch));
-    let mut es = entries(git, &r.root)?;
-    // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
-    if es.iter().any(|e| e.prunable && e.locked.is_none()) {
-        git.out(&r.root, &["worktree", "prune"])?;
-        es = entries(git, &r.root)?;
-    }
-    if let Some(e) = es
-        .iter()
-        .find(|e| e.branch.as_deref() == Some(branch.as_str()))
-    {
-        if e.path == target && target.is_dir() {
-            // A retry of the same creation answers the existing worktree.
-            return finish(node, &r, &branch, &target, req, false, None, None);
-        }
-        return Err(GitError::refused(
-            "checked_out",
-            format!(
-                "branch {branch} is already checked out at {}",
-                e.path.display()
-            ),
-        ));
-    }
-    if let Some(e) = es.iter().find(|e| e.path == target) {
-        return Err(GitError::refused(
-            "path_exists",
-            format!(
-                "{} is already the worktree of {}",
-                target.display(),
-                e.branch.as_deref().unwrap_or("a detached HEAD")
-            ),
-        ));
-    }
-    if target.exists() {
-        // A leftover empty directory (a crashed earlier create) is recovered; content never is.
-        let empty = std::fs::read_dir(&target)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(false);
-        if empty && std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
-            std::fs::remove_dir(&target).map_err(|e| GitError::Io(e.to_string()))?;
-        } else {
-            return Err(GitError::refused(
-                "path_exists",
-                format!(
-                    "{} exists and is not a worktree; move it away first",
-                    target.display()
-                ),
-            ));
-        }
-    }
-    let made_parent = !parent.exists();
-    let exists = commit_of(git, &r.root, &format!("refs/heads/{branch}")).is_some();
-    let t = target.to_string_lossy().into_owned();
-    let res = if exists {
-        git.out(&r.root, &["worktree", "add", "--quiet", &t, &branch])
-    } else {
-        git.out(
-            &r.root,
-            &[
-                "worktree",
-                "add",
-                "--quiet",
-                "-b",
-                &branch,
-                &t,
-                &base_commit,
-            ],
-        )
-    };
-    if let Err(e) = res {
-        if made_parent {
-            let _ = std::fs::remove_dir(&parent);
-        }
-        return Err(e);
-    }
-    let warm = warm_artifacts(git, &r.root, &target);
-    let setup = run_setup(&target, &r.root);
-    finish(
-        node,
-        &r,
-        &branch,
-        &target,
-        req,
-        true,
-        Some((warm, exists)),
-        setup,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    node: &Arc<Node>,
-    r: &RepoRef,
-    branch: &str,
-    target: &Path,
-    req: &CreateRequest,
-    created: bool,
-    fresh: Option<(Value, bool)>,
-    setup: Option<Value>,
-) -> Result<Value, GitError> {
-    let path = target.to_string_lossy().into_owned();
-    let head = commit_of(&node.git, target, "HEAD");
-    let warm = match &fresh {
-        Some((w, _)) => w.clone(),
-        None => warm_report(&node.git, target).unwrap_or(json!({"warmed_directories": 0})),
-    };
-    let mut spawned = None;
-    if created && req.spawn_session {
-        let s = node
-            .sessions
-            .create(
-                node,
-                crate::session::CreateRequest {
-                    cwd: Some(path.clone()),
-                    ..Default::default()
-                },
-            )
-            .map_err(|e| {
-                GitError::Io(format!(
-                    "the worktree was created but its shell did not start: {e}"
-                ))
-            })?;
-        spawned = Some(s);
-    }
-    // Only the creator, when it already works in this repository, moves into the new workspace.
-    let creator_moves = req.creator_session.as_deref().and_then(|t| {
-        let own = node.sessions.live(t)?;
-        Path::new(&own.cwd).starts_with(&r.root).then_some(t)
-    });
-    if created
-        && !req.spawn_session
-        && let Some(t) = creator_moves
-    {
-        let _ = super::placement::record(node, r, t, &path, Some(branch));
-    }
-    if let Some(s) = &spawned {
-        let _ = super::placement::record(node, r, &s.tuic_session, &path, Some(branch));
-    }
-    let mut v = json!({
-        "ok": true,
-        "created": created,
-        "worktree_path": path,
-        "branch": branch,
-        "workspace_id": branch,
-        "base_repo": r.key,
-        "head": head,
-        "spawn_session": req.spawn_session,
-        "warm_artifacts": warm,
-        "instructions": {
-            "cd": format!("cd {path}"),
-            "note": "Work in the worktree with absolute paths; Git refs and objects are shared with the parent repository, the parent's uncommitted changes are not copied.",
-            "warm_artifacts": warm,
-        },
-    });
-    if let Some((_, existed)) = fresh {
-        v["branch_existed"] = json!(existed);
-    }
-    if let Some(s) = setup {
-        v["setup_script"] = s;
-    }
-    if let Some(s) = &spawned {
-        v["session_id"] = json!(s.id);
-        v["tuic_session"] = json!(s.tuic_session);
-    }
-    if created {
-        let mut ev = json!({
-            "repo_path": r.key,
-            "branch": branch,
-            "worktree_path": path,
-            "kind": "worktree",
-            "spawn_session": req.spawn_session,
-        });
-        if let Some(c) = &req.creator_session {
-            ev["creator_session"] = json!(c);
-        }
-        if let Some(s) = &spawned {
-            ev["session_id"] = json!(s.id);
-        }
-        node.bus.publish(Event::WorktreeCreated(ev));
-    }
-    Ok(v)
-}
-
-fn generated_branch(git: &Git, root: &Path) -> String {
-    loop {
-        let b = format!("wt-{:06x}", rand::random::<u32>() & 0xff_ffff);
-        if commit_of(git, root, &format!("refs/heads/{b}")).is_none() {
-            return b;
-        }
-    }
-}
-
-/// Copies the parent checkout's Git-ignored directories into the new worktree, reflinking where
-/// the filesystem can (`cp --reflink=auto`), best effort and bounded. Tracked changes are never
-/// copied. The report is kept in the worktree's Git admin directory for `worktree_list`.
-fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
-    let listed = git
-        .out(
-            root,
-            &[
-                "ls-files",
-                "--others",
-                "--ignored",
-                "--exclude-standard",
-                "--directory",
-                "-z",
-            ],
-        )
-        .unwrap_or_default();
-    let mut warmed = 0u64;
-    let mut skipped = Vec::new();
-    for rel in listed
-        .split('\0')
-        .filter(|p| p.ends_with('/'))
-        .map(|p| p.trim_end_matches('/'))
-        .filter(|p| !p.is_empty() && !p.split('/').any(|c| c == ".." || c == ".git"))
-        .take(MAX_WARM_DIRS)
-    {
-        let src = root.join(rel);
-        let dst = wt.join(rel);
-        let plain_dir = std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir());
-        if !plain_dir || dst.exists() {
-            continue;
-        }
-        if let Some(p) = dst.parent() {
-            let _ = std::fs::create_dir_all(p);
-        }
-        let ok = std::process::Command::new("cp")
-            .args(["-a", "--reflink=auto"])
-            .arg(&src)
-            .arg(&dst)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            warmed += 1;
-        } else {
-            skipped.push(rel.to_owned());
-        }
-    }
-    let mut v = json!({"warmed_directories": warmed, "method": "reflink_or_copy"});
-    if !skipped.is_empty() {
-        v["skipped"] = json!(skipped);
-    }
-    if let Some(dir) = admin_dir(git, wt) {
-        let _ = std::fs::write(dir.join(WARM_FILE), v.to_string());
-    }
-    v
-}
-
-/// Runs the worktree's `.tuic/worktree-setup.sh`, if it has one, bounded in time; its result
-/// is reported, never fatal (the worktree exists either way).
-fn run_setup(wt: &Path, root: &Path) -> Option<Value> {
-    let script = wt.join(SETUP_SCRIPT);
-    if !script.is_file() {
-        return None;
-    }
-    let child = std::process::Command::new("sh")
-        .arg(&script)
-        .current_dir(wt)
-        .env("TUIC_WORKTREE_PATH", wt)
-        .env("TUIC_BASE_REPO", root)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            return Some(json!({"ran": false, "script": SETUP_SCRIPT, "error": e.to_string()}));
-        }
-    };
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(SETUP_TIMEOUT) {
-        Ok(o) => o,
-        Err(_) => {
-            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-            return Some(
-                json!({"ran": true, "script": SETUP_SCRIPT, "ok": false, "timed_out": true,
-                               "timeout_secs": SETUP_TIMEOUT.as_secs()}),
-            );
-        }
-    };
-    Some(match out {
-        Ok(o) => {
-            let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&o.stderr));
-            let tail: String = {
-                let start = text.len().saturating_sub(SETUP_OUTPUT_TAIL);
-                let mut s = start;
-                while !text.is_char_boundary(s) {
-                    s += 1;
-                }
-                text[s..].to_owned()
-            };
-            json!({"ran": true, "script": SETUP_SCRIPT, "ok": o.status.success(),
-                   "exit_code": o.status.code(), "output_tail": tail})
-        }
-        Err(e) => json!({"ran": false, "script": SETUP_SCRIPT, "error": e.to_string()}),
-    })
 }
 
 /// A `worktree_remove` request.
@@ -1035,226 +637,16 @@ pub fn remove(node: &Node, req: &RemoveRequest) -> Result<Value, GitError> {
     Ok(v)
 }
 
-/// `branch_integrations` (all local branches) or `branch_integration` (one).
-pub fn integrations(node: &Node, repo: &str, only: Option<&str>) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let es = entries(git, &r.root)?;
-    let mut paths: HashMap<String, Vec<String>> = HashMap::new();
-    for e in &es {
-        if let Some(b) = &e.branch {
-            paths
-                .entry(b.clone())
-                .or_default()
-                .push(e.path.to_string_lossy().into_owned());
-        }
-    }
-    let mut bs = branch::local_branches(git, &r.root)?;
-    if let Some(b) = only {
-        bs.retain(|(n, _)| n == b);
-        if bs.is_empty() {
-            return Err(GitError::UnknownRef(format!(
-                "branch {b} does not exist in {}",
-                r.key
-            )));
-        }
-    }
-    let targets = Targets::resolve(git, &r.root);
-    let v: Vec<Integration> = fan_out(&bs, super::GIT_CONCURRENCY, |(b, tip)| {
-        branch::classify(
-            git,
-            &r.root,
-            b,
-            tip,
-            &targets,
-            paths.get(b).cloned().unwrap_or_default(),
-        )
-    });
-    Ok(match only {
-        Some(_) => json!(v[0]),
-        None => json!(v),
-    })
-}
-
-/// `branch_delete`.
-pub fn delete_branch(node: &Node, repo: &str, b: &str, archive: bool) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let checkouts: Vec<(String, Option<String>)> = entries(git, &r.root)?
-        .into_iter()
-        .map(|e| (e.path.to_string_lossy().into_owned(), e.branch))
-        .collect();
-    let d = branch::delete(git, &r.root, b, archive, &checkouts)?;
-    Ok(json!(d))
-}
-
-/// `GET /repo/info`: the repository's Git facts in one call.
-pub fn info(node: &Node, repo: &str) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let targets = Targets::resolve(git, &r.root);
-    let branch = git
-        .out(&r.root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .ok();
-    let head = commit_of(git, &r.root, "HEAD");
-    let st = status(git, &r.root)?;
-    let es = entries(git, &r.root)?;
-    let record = node
-        .repos
-        .list()
-        .ok()
-        .and_then(|l| l.into_iter().find(|x| x.path == r.key));
-    Ok(json!({
-        "path": r.key,
-        "name": r.root.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "is_git_repo": true,
-        "branch": branch,
-        "head": head,
-        "default_branch": targets.default_name(),
-        "is_dirty": count_paths(&st.raw) > 0,
-        "dirty_files": count_paths(&st.raw),
-        "worktree_count": es.len().saturating_sub(1),
-        "worktrees_dir": worktrees_dir(&r.root),
-        "remotes": record.map(|x| x.remotes).unwrap_or_default(),
-    }))
-}
-
-/// Pending orphan cleanup dialogs: repository → the orphaned worktree paths it listed.
-#[derive(Debug, Default)]
-pub struct Orphans(Mutex<BTreeMap<String, Vec<String>>>);
-
-/// Linked worktrees inside the repository's `__wt` directory that nothing owns any more: the
-/// checkout is gone, or HEAD is detached.
-fn orphans_of(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
-    let dir = worktrees_dir(root);
-    Ok(entries(git, root)?
-        .into_iter()
-        .filter(|e| !e.main && e.path.starts_with(&dir) && e.locked.is_none())
-        .filter(|e| e.prunable || !e.path.is_dir() || e.branch.is_none())
-        .collect())
-}
-
-/// Looks for orphaned worktrees and opens (or refreshes) the cleanup dialog when there are
-/// some, publishing `orphan-cleanup-requested`. Returns the pending paths.
-pub fn scan_orphans(node: &Node, repo: &str) -> Result<Vec<String>, GitError> {
-    let r = resolve_repo(node, repo)?;
-    let found: Vec<String> = orphans_of(&node.git, &r.root)?
-        .into_iter()
-        .map(|e| e.path.to_string_lossy().into_owned())
-        .collect();
-    let mut g = node.git.orphans.0.lock().unwrap_or_else(|p| p.into_inner());
-    if found.is_empty() {
-        g.remove(&r.key);
-    } else if g.get(&r.key) != Some(&found) {
-        g.insert(r.key.clone(), found.clone());
-        node.bus.publish(Event::OrphanCleanupRequested(
-            json!({"repo_path": r.key, "worktrees": found}),
-        ));
-    }
-    Ok(found)
-}
-
-/// `orphan_cleanup_answer`: `keep` closes the dialog; `remove` rechecks every pending worktree
-/// (no tracked or untracked changes, a HEAD reachable from a branch, no live session inside,
-/// still an orphan) and removes them all, or refuses the whole answer.
-pub fn orphan_answer(node: &Node, repo: &str, decision: &str) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let pending = {
-        let g = node.git.orphans.0.lock().unwrap_or_else(|p| p.into_inner());
-        g.get(&r.key).cloned()
-    };
-    let Some(pending) = pending else {
-        return Err(GitError::refused(
-            "no_open_dialog",
-            format!(
-                "no orphan cleanup dialog is open for {} (repo action=worktree_list opens one when it finds orphaned worktrees)",
-                r.key
-            ),
-        ));
-    };
-    let close = |decision: &str, removed: &[String]| {
-        node.git
-            .orphans
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&r.key);
-        node.bus.publish(Event::OrphanCleanupResolved(json!({
-            "repo_path": r.key, "decision": decision, "removed": removed,
-        })));
-    };
-    match decision {
-        "keep" => {
-            close("keep", &[]);
-            Ok(json!({"ok": true, "decision": "keep", "kept": pending}))
-        }
-        "remove" => {
-            let current = orphans_of(git, &r.root)?;
-            let mut unsafe_ = Vec::new();
-            let mut to_remove = Vec::new();
-            for p in &pending {
-                let Some(e) = current.iter().find(|e| e.path.to_string_lossy() == *p) else {
-                    unsafe_.push(format!(
-                        "{p}: no longer an orphaned worktree (stale dialog)"
-                    ));
-                    continue;
-                };
-                if e.path.is_dir() {
-                    match status(git, &e.path) {
-                        Ok(s) if count_paths(&s.raw) > 0 => {
-                            unsafe_.push(format!("{p}: has tracked or untracked changes"));
-                            continue;
-                        }
-                        Err(err) => {
-                            unsafe_.push(format!("{p}: {err}"));
-                            continue;
-                        }
-                        Ok(_) => {}
-                    }
-                    let reachable = e.head.as_deref().is_some_and(|h| {
-                        git.out(
-                            &r.root,
-                            &["for-each-ref", "--count=1", "--contains", h, "refs/heads"],
-                        )
-                        .is_ok_and(|s| !s.is_empty())
-                    });
-                    if !reachable {
-                        unsafe_.push(format!("{p}: its HEAD is not reachable from any branch"));
-                        continue;
-                    }
-                    let live = sessions_inside(node, &e.path);
-                    if !live.is_empty() {
-                        unsafe_.push(format!("{p}: live sessions inside ({})", live.join(", ")));
-                        continue;
-                    }
-                }
-                to_remove.push(e.clone());
-            }
-            if !unsafe_.is_empty() {
-                return Err(GitError::refused(
-                    "unsafe_cleanup",
-                    format!(
-                        "orphan cleanup refused, nothing removed: {}",
-                        unsafe_.join("; ")
-                    ),
-                ));
-            }
-            let mut removed = Vec::new();
-            for e in &to_remove {
-                let p = e.path.to_string_lossy().into_owned();
-                if e.path.is_dir() {
-                    git.out(&r.root, &["worktree", "remove", &p])?;
-                }
-                removed.push(p);
-            }
-            git.out(&r.root, &["worktree", "prune"])?;
-            close("remove", &removed);
-            Ok(json!({"ok": true, "decision": "remove", "removed": removed}))
-        }
-        other => Err(GitError::refused(
-            "invalid_decision",
-            format!("decision must be remove or keep, not {other:?}"),
-        )),
-    }
+pub(super) fn commit_of(git: &Git, root: &Path, rev: &str) -> Option<String> {
+    git.out(
+        root,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )
+    .ok()
+    .filter(|s| !s.is_empty())
 }

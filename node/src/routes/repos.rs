@@ -112,7 +112,7 @@ pub(super) async fn list_worktrees(
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
         let v = crate::git::worktree::list(n, &q.path)?;
-        let _ = crate::git::worktree::scan_orphans(n, &q.path);
+        let _ = crate::git::orphans::scan(n, &q.path);
         Ok(v)
     })
     .await
@@ -173,7 +173,7 @@ pub(super) async fn repo_info(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(&node, move |n| crate::git::worktree::info(n, &q.path)).await
+    blocking(&node, move |n| crate::git::query::info(n, &q.path)).await
 }
 
 /// `GET /repo/branch-integrations?path=[&branch=]`: `repo action=branch_integrations`
@@ -183,7 +183,7 @@ pub(super) async fn branch_integrations(
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        crate::git::worktree::integrations(n, &q.path, q.branch.as_deref())
+        crate::git::query::integrations(n, &q.path, q.branch.as_deref())
     })
     .await
 }
@@ -202,7 +202,7 @@ pub(super) async fn branch_delete(
     JsonBody(b): JsonBody<BranchDeleteBody>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        crate::git::worktree::delete_branch(n, &b.path, &b.branch, b.archive)
+        crate::git::query::delete_branch(n, &b.path, &b.branch, b.archive)
     })
     .await
 }
@@ -219,7 +219,7 @@ pub(super) async fn orphan_cleanup(
     JsonBody(b): JsonBody<OrphanBody>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        crate::git::worktree::orphan_answer(n, &b.path, &b.decision)
+        crate::git::orphans::answer(n, &b.path, &b.decision)
     })
     .await
 }

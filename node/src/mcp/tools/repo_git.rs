@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use crate::git::worktree::{self, CreateRequest, RemoveRequest};
 use crate::git::{GitError, placement};
+use crate::git::{orphans, query};
 use crate::mcp::registry::{CallCtx, ToolError};
 use crate::state::Node;
 
@@ -75,7 +76,7 @@ pub(super) fn handle(
         "worktree_list" => {
             let v = worktree::list(node, path).map_err(tool_error)?;
             // Listing is where orphaned worktrees are noticed: it opens the cleanup dialog.
-            let _ = worktree::scan_orphans(node, path);
+            let _ = orphans::scan(node, path);
             Ok(v)
         }
         "worktree_lifecycle" => {
@@ -92,11 +93,11 @@ pub(super) fn handle(
             };
             worktree::remove(node, &req).map_err(tool_error)
         }
-        "branch_integrations" => worktree::integrations(node, path, None).map_err(tool_error),
+        "branch_integrations" => query::integrations(node, path, None).map_err(tool_error),
         "branch_integration" => {
-            worktree::integrations(node, path, Some(branch_arg(args, a)?)).map_err(tool_error)
+            query::integrations(node, path, Some(branch_arg(args, a)?)).map_err(tool_error)
         }
-        "branch_delete" => worktree::delete_branch(
+        "branch_delete" => query::delete_branch(
             node,
             path,
             branch_arg(args, a)?,
@@ -106,7 +107,7 @@ pub(super) fn handle(
         "orphan_cleanup_answer" => {
             let d = str_arg(args, "decision")?
                 .ok_or_else(|| ToolError::invalid("decision is required (remove or keep)"))?;
-            worktree::orphan_answer(node, path, d).map_err(tool_error)
+            orphans::answer(node, path, d).map_err(tool_error)
         }
         _ => Err(ToolError::invalid(format!("unknown repo action {a}"))),
     }
