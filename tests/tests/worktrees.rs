@@ -372,3 +372,80 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
     );
     assert_eq!(git(&root, &["rev-parse", "sdk/feature"]), archived);
 }
+
+#[tokio::test]
+async fn a_hub_addresses_a_node_repository_as_connection_colon_path() {
+    let bed = tuic_tests::fed::FedBed::start(1).await.unwrap();
+    let node = &bed.nodes[0];
+    let (_d, root) = repo();
+    let r = ipc(
+        &node.proc().socket,
+        "POST",
+        "/repos",
+        Some(json!({"path": s(&root)})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let remote = format!("{}:{}", node.id, s(&root));
+    // MCP on the hub: created and listed on the owner.
+    let mcp = Mcp::start(&bed.hub.socket, None).await;
+    let (err, v) = mcp
+        .tool(
+            "repo",
+            json!({"action": "worktree_create", "path": remote, "branch": "via-hub"}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["connection_id"], node.id.as_str());
+    let wt = root.with_file_name("repo__wt").join("via-hub");
+    assert_eq!(v["worktree_path"], s(&wt));
+    assert!(wt.join("a.txt").is_file());
+    let (err, l) = mcp
+        .tool("repo", json!({"action": "worktree_list", "path": remote}))
+        .await;
+    assert!(!err, "{l}");
+    assert_eq!(l["via-hub"]["kind"], "worktree");
+    // POST /worktrees on the hub with the same address.
+    let r = ipc(
+        &bed.hub.socket,
+        "POST",
+        "/worktrees",
+        Some(json!({"base_repo": remote, "branch": "via-hub-http"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        root.with_file_name("repo__wt")
+            .join("via-hub-http")
+            .is_dir()
+    );
+    // The owner's refusal keeps its code and names the connection; an unknown one is named.
+    let (err, e) = mcp
+        .tool(
+            "repo",
+            json!({"action": "worktree_create", "path": format!("{}:/definitely/not/registered", node.id), "branch": "x"}),
+        )
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "invalid_path", "{e}");
+    assert_eq!(e["connection"], node.id.as_str());
+    let (err, e) = mcp
+        .tool(
+            "repo",
+            json!({"action": "worktree_list", "path": "nodez:/x"}),
+        )
+        .await;
+    assert!(err);
+    assert_eq!(e["code"], "unknown_connection", "{e}");
+    // Removal through the hub.
+    let (err, v) = mcp
+        .tool(
+            "repo",
+            json!({"action": "worktree_remove", "path": remote, "branch": "via-hub"}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    assert!(!wt.exists());
+}

@@ -14,6 +14,7 @@ pub mod create;
 pub mod orphans;
 pub mod placement;
 pub mod query;
+pub mod remote;
 pub mod worktree;
 
 #[cfg(test)]
@@ -71,6 +72,18 @@ pub enum GitError {
     /// The filesystem or process spawn failed.
     #[error("{0}")]
     Io(String),
+    /// A hub's remote repository: the owner refused, or the connection is down or unknown.
+    #[error("{message}")]
+    Remote {
+        /// The connection the repository lives on.
+        connection: String,
+        /// The owner's code (or the hub's `owner_unavailable`, `unknown_connection`).
+        code: &'static str,
+        /// The owner's message, prefixed with the connection.
+        message: String,
+        /// The owner's HTTP status (503 when unreachable).
+        status: u16,
+    },
 }
 
 impl GitError {
@@ -86,6 +99,7 @@ impl GitError {
             Self::Refused { code, .. } => code,
             Self::Failed { .. } => "git_failed",
             Self::Io(_) => "io_error",
+            Self::Remote { code, .. } => code,
         }
     }
 
@@ -100,6 +114,7 @@ impl GitError {
             Self::UnknownWorktree(_) => 404,
             Self::Refused { .. } => 409,
             Self::Failed { .. } | Self::Io(_) => 500,
+            Self::Remote { status, .. } => *status,
         }
     }
 

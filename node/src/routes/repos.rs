@@ -84,6 +84,17 @@ pub(super) async fn create_worktree(
     JsonBody(b): JsonBody<CreateBody>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
+        if let Some((conn, path)) = crate::git::remote::target(n, &b.base_repo) {
+            let mut args = serde_json::Map::new();
+            if let Some(br) = b.branch.filter(|s| !s.is_empty()) {
+                args.insert("branch".into(), json!(br));
+            }
+            if let Some(base) = b.base {
+                args.insert("base".into(), json!(base));
+            }
+            args.insert("spawn_session".into(), json!(b.spawn_session));
+            return crate::git::remote::action(n, conn, path, "worktree_create", &args);
+        }
         crate::git::worktree::create(
             n,
             &crate::git::worktree::CreateRequest {
@@ -111,6 +122,9 @@ pub(super) async fn list_worktrees(
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
+        if let Some((conn, path)) = crate::git::remote::target(n, &q.path) {
+            return crate::git::remote::action(n, conn, path, "worktree_list", &Default::default());
+        }
         let v = crate::git::worktree::list(n, &q.path)?;
         let _ = crate::git::orphans::scan(n, &q.path);
         Ok(v)
@@ -173,7 +187,13 @@ pub(super) async fn repo_info(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(&node, move |n| crate::git::query::info(n, &q.path)).await
+    blocking(&node, move |n| {
+        if let Some((conn, path)) = crate::git::remote::target(n, &q.path) {
+            return crate::git::remote::action(n, conn, path, "info", &Default::default());
+        }
+        crate::git::query::info(n, &q.path)
+    })
+    .await
 }
 
 /// `GET /repo/branch-integrations?path=[&branch=]`: `repo action=branch_integrations`

@@ -16,7 +16,14 @@ use crate::state::Node;
 
 /// A git service error as a tool error with the same stable code.
 pub(crate) fn tool_error(e: GitError) -> ToolError {
-    ToolError::new(e.code(), e.to_string())
+    match &e {
+        GitError::Remote {
+            connection, status, ..
+        } => ToolError::new(e.code(), e.to_string())
+            .with("connection", json!(connection))
+            .with("status", json!(status)),
+        _ => ToolError::new(e.code(), e.to_string()),
+    }
 }
 
 fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
@@ -56,6 +63,10 @@ pub(super) fn handle(
         }
     }
     let path = super::repo::path_arg(args)?;
+    // Hub: `<connection_id>:/path` is a repository of that node, served by its owner.
+    if let Some((conn, remote_path)) = crate::git::remote::target(node, path) {
+        return crate::git::remote::action(node, conn, remote_path, a, args).map_err(tool_error);
+    }
     match a {
         "worktree_create" => {
             let req = CreateRequest {
