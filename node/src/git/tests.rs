@@ -628,3 +628,69 @@ fn orphan_cleanup_dialog_opens_rechecks_and_answers() {
         "no_open_dialog"
     );
 }
+
+#[test]
+fn removal_preserves_initialized_submodule_refs() {
+    let cfg = tempfile::tempdir().unwrap();
+    let n = node(cfg.path());
+    let (d, root) = repo();
+    let lib = d.path().join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    sh_git(&lib, &["init", "-q", "-b", "main"]);
+    commit(&lib, "lib.txt", "v1\n", "lib v1");
+    sh_git(
+        &root,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "lib",
+        ],
+    );
+    sh_git(&root, &["commit", "-q", "-m", "add lib"]);
+    n.repos.add(root.to_str().unwrap(), &n.bus, 1).unwrap();
+    worktree::create(&n, &req(&root, "sub")).unwrap();
+    let wt = root.with_file_name("repo__wt").join("sub");
+    sh_git(
+        &wt,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "update",
+            "-q",
+            "--init",
+        ],
+    );
+    // A submodule commit that exists only inside this worktree's checkout.
+    let only_here = commit(&wt.join("lib"), "lib.txt", "v2\n", "lib v2 in the worktree");
+    let lc = worktree::lifecycle(&n, root.to_str().unwrap(), "sub").unwrap();
+    assert_eq!(
+        lc["lifecycle_status"]["removal_safety"], "requires_force",
+        "{lc}"
+    );
+    let mut r = rm(&root, "sub");
+    r.force = true;
+    r.expected_fingerprint = lc["lifecycle_status"]["fingerprint"]
+        .as_str()
+        .map(str::to_owned);
+    let v = worktree::remove(&n, &r).unwrap();
+    assert_eq!(
+        v["preserved_submodules"][0]["commit"],
+        only_here.as_str(),
+        "{v}"
+    );
+    assert!(!wt.exists());
+    assert_eq!(
+        sh_git(&root, &["rev-parse", "refs/tuic/submodules/sub/lib"]),
+        only_here
+    );
+    assert_eq!(
+        sh_git(&root, &["cat-file", "-t", &only_here]),
+        "commit",
+        "the object is kept in the parent"
+    );
+}
