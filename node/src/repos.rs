@@ -205,7 +205,15 @@ impl Repos {
         let lock = self.lock.clone();
         let root_owned = root.to_path_buf();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if res.is_err() {
+            // Only HEAD (a branch switch) and config (remotes) change what the record holds;
+            // everything else Git writes under `.git` (index, refs, worktrees) would only fork
+            // `git` for nothing.
+            let relevant = res.as_ref().is_ok_and(|ev| {
+                ev.paths
+                    .iter()
+                    .any(|p| p.file_name().is_some_and(|n| n == "HEAD" || n == "config"))
+            });
+            if !relevant {
                 return;
             }
             let key = root_owned.to_string_lossy();

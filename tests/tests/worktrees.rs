@@ -242,6 +242,17 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     assert_eq!(row["worktree_path"], s(&http_wt));
     assert_eq!(row["worktree_branch"], "http-one");
     assert_eq!(row["cwd"], s(&root), "the real cwd is unchanged");
+    // The single-row route (what a hub's mirror fetches) and session status carry it too.
+    let (_, one) = get(
+        &node,
+        &format!("/sessions/{}", pty["session_id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(one["worktree_path"], s(&http_wt), "{one}");
+    let (_, st) = mcp
+        .tool("session", json!({"action": "status", "session_id": tuic}))
+        .await;
+    assert_eq!(st["worktree_branch"], "http-one", "{st}");
 
     // GET /repo/info.
     let (st, info) = get(&node, &format!("/repo/info?path={}", enc(&s(&root)))).await;

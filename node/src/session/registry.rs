@@ -144,6 +144,17 @@ impl Registry {
         }
     }
 
+    /// One session's row observed now (a fresh probe; blocking) with its declared placement,
+    /// as `GET /sessions` lists it.
+    pub fn placed_row(&self, s: &Session) -> SessionRow {
+        let mut r = s.row();
+        if let Some((path, branch)) = self.placement(&r.tuic_session) {
+            r.worktree_path = Some(path);
+            r.worktree_branch = branch;
+        }
+        r
+    }
+
     /// The declared worktree placement of an identity.
     pub fn placement(&self, tuic_session: &str) -> Option<(String, Option<String>)> {
         self.placements

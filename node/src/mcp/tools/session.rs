@@ -218,8 +218,8 @@ fn session_error(s: &Session, e: SessionError) -> ToolError {
 }
 
 /// A list/status row with `is_caller`: the caller's identity is bound to this PTY.
-fn row_json(s: &Session, ctx: &CallCtx) -> Value {
-    let mut v = json!(s.row());
+fn row_json(node: &Node, s: &Session, ctx: &CallCtx) -> Value {
+    let mut v = json!(node.sessions.placed_row(s));
     v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()));
     v
 }
@@ -351,7 +351,7 @@ fn output(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
 
 fn status(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = resolve(node, args)?;
-    let mut v = row_json(&s, ctx);
+    let mut v = row_json(node, &s, ctx);
     v["turn_epoch"] = json!(s.turn_epoch());
     if s.exit().is_some() {
         v["exited"] = json!(true);
