@@ -91,6 +91,8 @@ pub struct Registry {
     ticks: tokio::sync::watch::Sender<u64>,
     /// Sessions created since start (`/metrics`, `/stats`).
     created: AtomicU64,
+    /// Condition checks by `session action=wait` (see `submit::Waited::checks`).
+    wait_checks: AtomicU64,
     /// PTY output bytes of sessions that left the live table (their totals are final).
     ended_output: AtomicU64,
     /// Declared worktree placement by stable identity (`crate::git::placement` keeps it in
@@ -110,6 +112,8 @@ pub struct RegistryStats {
     pub created_total: u64,
     /// Bytes read from every PTY since start (live sessions' totals plus ended ones').
     pub output_bytes_total: u64,
+    /// Condition checks by `session action=wait` since start.
+    pub wait_checks_total: u64,
 }
 
 impl Registry {
@@ -126,6 +130,7 @@ impl Registry {
             monitor: std::sync::Once::new(),
             ticks: tokio::sync::watch::Sender::new(0),
             created: AtomicU64::new(0),
+            wait_checks: AtomicU64::new(0),
             ended_output: AtomicU64::new(0),
             placements: RwLock::default(),
         }
@@ -174,7 +179,13 @@ impl Registry {
             tombstoned: g.tombstones.len(),
             created_total: self.created.load(Ordering::Relaxed),
             output_bytes_total: live_bytes + self.ended_output.load(Ordering::Relaxed),
+            wait_checks_total: self.wait_checks.load(Ordering::Relaxed),
         }
+    }
+
+    /// Adds a finished wait's condition checks to the total.
+    pub fn count_wait_checks(&self, n: u64) {
+        self.wait_checks.fetch_add(n, Ordering::Relaxed);
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {

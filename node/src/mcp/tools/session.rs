@@ -374,7 +374,9 @@ fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError>
     // 295,000 ms (the bridge computes its deadline from the same function).
     let timeout_ms = tuic_proto::mcp::wait_ms(u64_arg(args, "timeout_ms")?);
     let started = std::time::Instant::now();
-    let reached = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
+    let waited = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
+    node.sessions.count_wait_checks(waited.checks);
+    let reached = waited.reached;
     let row = s.row();
     let mut v = json!({
         "session_id": s.id,
