@@ -374,28 +374,72 @@ async fn stream(
         )));
     }
     // Subscribe before answering, so every byte after the handshake reaches this client.
-    let cursor = {
+    let (cursor, hello) = {
         let mut st = s.stream();
-        let from = q.from_byte.unwrap_or(st.total());
-        st.subscribe(from)
+        let total = st.total();
+        let cursor = st.subscribe(q.from_byte.unwrap_or(total));
+        let start = cursor.load(std::sync::atomic::Ordering::Acquire);
+        let hello = Hello {
+            offset: start,
+            total_written: total,
+            oldest_offset: st.ring_start().min(start),
+        };
+        (cursor, hello)
     };
     let log_from = s.screen().log.total();
     let bus = node.bus.subscribe();
     Ok(ws
-        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, log_from, bus))
+        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, hello, log_from, bus))
         .into_response())
 }
 
+/// Where a byte stream starts, sent as its first frame (`{"type":"hello",...}`): the raw offset
+/// of the first byte the stream sends, the bytes written so far, and the oldest retained offset
+/// (a client that connected "from now" may page `[oldest_offset, offset)` from `output`).
+#[derive(Debug, Clone, Copy)]
+struct Hello {
+    offset: u64,
+    total_written: u64,
+    oldest_offset: u64,
+}
+
+impl Hello {
+    fn frame(&self, mode: &str) -> Message {
+        let v = json!({
+            "type": "hello",
+            "mode": mode,
+            "offset": self.offset,
+            "total_written": self.total_written,
+            "oldest_offset": self.oldest_offset,
+        });
+        Message::Text(v.to_string().into())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run_stream(
     node: Arc<Node>,
     s: Arc<Session>,
     sock: WebSocket,
     q: StreamQuery,
     cursor: Arc<std::sync::atomic::AtomicU64>,
+    hello: Hello,
     mut log_cursor: u64,
     mut bus: tokio::sync::broadcast::Receiver<Arc<crate::events::Envelope>>,
 ) {
     let (mut tx, mut rx) = sock.split();
+    let label = if q.binary.as_deref().is_some_and(|b| b == "1" || b == "true") {
+        "binary"
+    } else {
+        match q.format.as_deref() {
+            Some("text") => "text",
+            Some("log") => "log",
+            _ => "output",
+        }
+    };
+    if tx.send(hello.frame(label)).await.is_err() {
+        return;
+    }
     let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
     let mode = q.format.clone().unwrap_or_default();
     // Client frames go to the PTY, in order, off the async workers.
