@@ -356,6 +356,8 @@ struct StreamQuery {
     binary: Option<String>,
     /// Start at this raw byte offset instead of now (replays retained output).
     from_byte: Option<u64>,
+    /// `screen`: the emulated screen as frames (`crate::session::screensync`).
+    mode: Option<String>,
 }
 
 async fn stream(
@@ -372,6 +374,23 @@ async fn stream(
         return Err(ApiError::bad_request(format!(
             "unknown stream format {f:?}"
         )));
+    }
+    match q.mode.as_deref() {
+        None | Some("bytes") => {}
+        Some("screen") => {
+            let hello = {
+                let st = s.stream();
+                Hello {
+                    offset: st.total(),
+                    total_written: st.total(),
+                    oldest_offset: st.ring_start(),
+                }
+            };
+            return Ok(ws
+                .on_upgrade(move |sock| run_screen(node, s, sock, hello))
+                .into_response());
+        }
+        Some(m) => return Err(ApiError::bad_request(format!("unknown stream mode {m:?}"))),
     }
     // Subscribe before answering, so every byte after the handshake reaches this client.
     let (cursor, hello) = {
@@ -414,6 +433,59 @@ impl Hello {
         });
         Message::Text(v.to_string().into())
     }
+}
+
+/// A screen-sync client: JSON client frames are acks, resizes, scrolls or input; binary frames
+/// are input. The frames themselves come from `screensync::run`.
+async fn run_screen(node: Arc<Node>, s: Arc<Session>, sock: WebSocket, hello: Hello) {
+    use crate::session::screensync::{self, Control};
+    use tuic_proto::screen::ClientFrame;
+    let (mut tx, mut rx) = sock.split();
+    if tx.send(hello.frame("screen")).await.is_err() {
+        return;
+    }
+    let (ctl_tx, ctl_rx) = tokio::sync::mpsc::channel(64);
+    let writer = s.clone();
+    let cap = node.sessions.capture.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = rx.next().await {
+            let data = match msg {
+                Message::Binary(b) => b.to_vec(),
+                Message::Text(t) => match serde_json::from_str::<ClientFrame>(t.as_str()) {
+                    Ok(ClientFrame::Input { data }) => data.into_bytes(),
+                    Ok(ClientFrame::Ack { seq }) => {
+                        let _ = ctl_tx.send(Control::Ack(seq)).await;
+                        continue;
+                    }
+                    Ok(ClientFrame::Resize { rows, cols, apply }) => {
+                        let _ = ctl_tx.send(Control::Resize { rows, cols, apply }).await;
+                        continue;
+                    }
+                    Ok(ClientFrame::Scroll { offset }) => {
+                        let _ = ctl_tx.send(Control::Scroll(offset)).await;
+                        continue;
+                    }
+                    // A malformed control frame is dropped, never typed into the PTY.
+                    Err(e) => {
+                        tracing::debug!(session = %writer.id, "screen client frame: {e}");
+                        continue;
+                    }
+                },
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let w = writer.clone();
+            let cap = cap.clone();
+            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                break;
+            }
+        }
+        // Dropping the control sender ends the screen loop.
+    });
+    let out =
+        tx.with(|t: String| futures::future::ready(Ok::<_, axum::Error>(Message::Text(t.into()))));
+    screensync::run(node, s, Box::pin(out), ctl_rx).await;
 }
 
 #[allow(clippy::too_many_arguments)]
