@@ -200,7 +200,6 @@ pub async fn run<S>(
     let mut dirty_since = Some(Instant::now());
     let mut exit_seen = false;
     loop {
-        wake.borrow_and_update();
         let exited = s.exit();
         if let Some(e) = exited {
             if !exit_seen {
@@ -220,6 +219,8 @@ pub async fn run<S>(
             let now = Instant::now();
             let due = pacer.ready_at(now).is_some_and(|t| t <= now);
             if due || exited.is_some() {
+                // Mark the wake seen before reading: output after this point wakes again.
+                wake.borrow_and_update();
                 let Some(snap) = snapshot(&s, &mut view).await else {
                     return;
                 };
