@@ -524,3 +524,56 @@ async fn screen_mode_works_for_a_remote_session_through_the_hub() {
     assert_eq!(sc.exit, Some(Some(0)));
     assert!(sc.screen().text_rows()[0].contains("after-alt:remote"));
 }
+
+#[tokio::test]
+async fn screen_mode_stays_bounded_and_exact_under_hostile_output() {
+    let node = Node::start(None).await.unwrap();
+    // A 1 MB line, 10,000 colour changes (alternating per cell and with no cell between),
+    // invalid UTF-8, an OSC 52 clipboard write and a title with markup.
+    let script = r#"stty -echo; printf READY; read go
+head -c 1000000 /dev/zero | tr '\0' 'A'; printf '\n'
+i=0; while [ $i -lt 10000 ]; do printf '\033[3%dm\033[4%dmx\r' $((i%8)) $(((i+3)%8)); i=$((i+1)); done
+i=0; while [ $i -lt 2000 ]; do printf '\033[38;2;%d;%d;%dmc' $((i%256)) $((i*7%256)) $((i*13%256)); i=$((i+1)); done
+printf '\033[0m\n\377\376\300\200 bad bytes\n'
+printf '\033]52;c;aGVsbG8=\007\033]0;<script>alert(1)</script>\007'
+printf 'HOSTILE-END'; read done"#;
+    let c = node.create(sh(24, 80, script)).await.unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut sc = ScreenClient::connect(&node.socket, &id, true).await;
+    sc.until("READY", |s| s.text_rows()[0].contains("READY"))
+        .await;
+    node.write(&id, "go\n").await.unwrap();
+    // Every frame stays within what a 24×80 screen can need, however hostile the output.
+    let deadline = Instant::now() + T;
+    let mut largest = 0;
+    while !sc
+        .mirror
+        .screen
+        .as_ref()
+        .is_some_and(|s| s.text_rows().iter().any(|r| r.contains("HOSTILE-END")))
+    {
+        let before = sc.bytes;
+        assert!(sc.step(deadline).await.unwrap(), "closed early");
+        largest = largest.max(sc.bytes - before);
+    }
+    println!(
+        "hostile output: largest frame {largest} bytes, {} frames",
+        sc.frames
+    );
+    assert!(largest < 24 * 80 * 64, "a frame of {largest} bytes");
+    converge(&mut sc, &node.socket, &id).await;
+    let s = sc.screen();
+    assert_eq!(s.title, "<script>alert(1)</script>");
+    assert!(
+        s.text_rows()
+            .iter()
+            .any(|r| r.contains("\u{FFFD}") && r.contains("bad bytes")),
+        "{:?}",
+        s.text_rows()
+    );
+    // The per-cell colours arrived as runs: one row has 80 distinct true-colour runs.
+    assert!(s.lines.iter().any(|r| r.len() >= 80), "{:?}", s.lines);
+    node.write(&id, "x\n").await.unwrap();
+    sc.drain().await;
+    assert_eq!(sc.exit, Some(Some(0)));
+}
