@@ -199,6 +199,9 @@ export class ScreenClient {
 
   ack() {
     this.frames += 1;
+    // Diagnostics for tests and the curious: what this view received.
+    this.root.dataset.frames = this.frames;
+    this.root.dataset.bytes = this.bytes;
     if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ type: "ack", seq: this.seq }));
     this.hooks.onState?.(this.screen);
   }
