@@ -394,3 +394,112 @@ async fn phone_page_stays_responsive_during_a_64_mib_burst_and_ends_on_the_nodes
         .await
         .unwrap();
 }
+
+/// The input records (`dir == b'i'`) of a `.tcap` capture file, concatenated.
+fn captured_input(path: &std::path::Path) -> Vec<u8> {
+    let Ok(b) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut at = 8;
+    while at + 13 <= b.len() {
+        let dir = b[at];
+        let len = u32::from_le_bytes(b[at + 9..at + 13].try_into().unwrap()) as usize;
+        let end = (at + 13 + len).min(b.len());
+        if dir == b'i' {
+            out.extend_from_slice(&b[at + 13..end]);
+        }
+        at = end;
+    }
+    out
+}
+
+#[tokio::test]
+async fn phone_special_keys_bar_sends_the_right_bytes_to_the_pty() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 20, "cols": 40, "shell": "/bin/sh",
+               "args": ["-c", "stty raw -echo; printf READY; exec cat >/dev/null"], "cwd": "/tmp"}),
+    )
+    .await;
+    let cap = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/diagnostics/capture",
+        Some(json!({"enabled": true, "session_id": sid})),
+    )
+    .await
+    .unwrap()
+    .json();
+    let file = std::path::Path::new(cap["dir"].as_str().unwrap()).join(format!("{sid}.tcap"));
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('READY')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    // The bar is on screen at phone width, with touch-sized keys.
+    let sized = b
+        .eval(
+            "return [...document.querySelectorAll('#keys button')].every(k => k.getBoundingClientRect().height >= 40 && k.getBoundingClientRect().width >= 40)",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sized, json!(true));
+    let tap = |label: &'static str| {
+        let b = &b;
+        async move {
+            b.click(
+                &b.find(&format!("#keys button[data-key='{label}']"))
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let line = b.find("#line").await.unwrap();
+    tap("Esc").await;
+    tap("Tab").await;
+    tap("Ctrl").await;
+    b.type_text(&line, "c").await.unwrap();
+    tap("Alt").await;
+    b.type_text(&line, "x").await.unwrap();
+    for k in ["←", "↑", "↓", "→", "PgUp", "PgDn", "|", "~", "/"] {
+        tap(k).await;
+    }
+    tap("Ctrl").await;
+    tap("Ctrl").await; // pressed twice: released, so the next key is plain
+    tap("/").await;
+    // Modified characters never stay in the input line.
+    assert_eq!(
+        b.eval("return document.getElementById('line').value", json!([]))
+            .await
+            .unwrap(),
+        json!("")
+    );
+    let want: &[u8] = b"\x1b\t\x03\x1bx\x1b[D\x1b[A\x1b[B\x1b[C\x1b[5~\x1b[6~|~//";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = captured_input(&file);
+        if got == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline && got.len() <= want.len(),
+            "PTY input {:?}, want {:?}",
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.screenshot(&artifacts_dir().join("screen-keys-phone.png"))
+        .await
+        .unwrap();
+}
