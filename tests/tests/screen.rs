@@ -577,3 +577,25 @@ printf 'HOSTILE-END'; read done"#;
     sc.drain().await;
     assert_eq!(sc.exit, Some(Some(0)));
 }
+
+#[tokio::test]
+async fn a_synchronized_update_that_never_ends_shows_after_its_deadline() {
+    let node = Node::start(None).await.unwrap();
+    // Begin a DEC 2026 frame, draw into it and stall without ending it.
+    let c = node
+        .create(sh(
+            6,
+            30,
+            "stty -echo; printf 'before\\n\\033[?2026h\\033[2J\\033[HSYNC-FRAME'; read x",
+        ))
+        .await
+        .unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut sc = ScreenClient::connect(&node.socket, &id, true).await;
+    let t0 = std::time::Instant::now();
+    sc.until("the stalled frame", |s| s.text_rows()[0] == "SYNC-FRAME")
+        .await;
+    // The emulator's bound is 150 ms; allow for a loaded machine, not for "never".
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    converge(&mut sc, &node.socket, &id).await;
+}

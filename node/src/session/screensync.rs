@@ -152,12 +152,17 @@ struct View {
     history: Option<usize>,
 }
 
-/// Takes a snapshot off the async workers (reading the screen applies held-back output).
-async fn snapshot(s: &Arc<Session>, view: &mut View) -> Option<Snapshot> {
+/// Takes a snapshot off the async workers (reading the screen applies held-back output), and
+/// the deadline of a synchronized update (DEC 2026) still pending in it.
+async fn snapshot(s: &Arc<Session>, view: &mut View) -> Option<(Snapshot, Option<Instant>)> {
     let s = s.clone();
     let mut v = std::mem::take(view);
     let (snap, v) = tokio::task::spawn_blocking(move || {
-        let scr = s.screen();
+        let mut scr = s.screen();
+        // A synchronized update past its deadline ends here as it would on a terminal: a
+        // program that stalls mid-frame cannot freeze the view.
+        scr.expire_sync(Instant::now());
+        let sync = scr.grid.sync_deadline();
         let info = scr.grid.scroll_info();
         let history = info.total_lines - info.screen_lines;
         if v.offset > 0
@@ -168,7 +173,7 @@ async fn snapshot(s: &Arc<Session>, view: &mut View) -> Option<Snapshot> {
         v.history = Some(history);
         let snap = scr.grid.snapshot(v.offset);
         v.offset = snap.scroll as usize;
-        (snap, v)
+        ((snap, sync), v)
     })
     .await
     .ok()?;
@@ -199,6 +204,8 @@ pub async fn run<S>(
     // The first frame goes at once.
     let mut dirty_since = Some(Instant::now());
     let mut exit_seen = false;
+    // When a synchronized update is pending, look again at its deadline.
+    let mut sync_due: Option<Instant> = None;
     loop {
         let exited = s.exit();
         if let Some(e) = exited {
@@ -221,9 +228,10 @@ pub async fn run<S>(
             if due || exited.is_some() {
                 // Mark the wake seen before reading: output after this point wakes again.
                 wake.borrow_and_update();
-                let Some(snap) = snapshot(&s, &mut view).await else {
+                let Some((snap, sync)) = snapshot(&s, &mut view).await else {
                     return;
                 };
+                sync_due = sync;
                 if let Some(f) = framer.frame(snap) {
                     if out.send(text(&f)).await.is_err() {
                         return;
@@ -245,6 +253,10 @@ pub async fn run<S>(
                 dirty_since.get_or_insert_with(Instant::now);
             }
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {}
+            _ = async { tokio::time::sleep_until(tokio::time::Instant::from_std(sync_due.expect("guarded"))).await }, if sync_due.is_some() && dirty_since.is_none() => {
+                sync_due = None;
+                dirty_since = Some(Instant::now());
+            }
             c = control.recv() => match c {
                 None => return,
                 Some(Control::Ack(seq)) => pacer.on_ack(seq),
