@@ -503,3 +503,89 @@ async fn phone_special_keys_bar_sends_the_right_bytes_to_the_pty() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn phone_view_reattaches_within_3_s_with_a_fresh_whole_screen() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 20, "cols": 40, "shell": "/bin/sh",
+               "args": ["-c", "stty -echo; printf 'first\\n'; read a; echo \"gap:$a\"; read b; echo \"online:$b\"; read c"],
+               "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('first')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let write = |data: &'static str| {
+        let socket = node.socket.clone();
+        let sid = sid.clone();
+        async move {
+            tuic_tests::ipc(
+                &socket,
+                "POST",
+                &format!("/sessions/{sid}/write"),
+                Some(json!({"data": data})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // The link drops (as after a lock or a network change); output arrives meanwhile.
+    b.eval(
+        "document.getElementById('screen').__client.ws.close(); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    write("x\n").await;
+    b.wait_for(
+        "document.getElementById('screen').dataset.fulls === '2' && document.getElementById('screen').textContent.includes('gap:x')",
+        3_000,
+    )
+    .await
+    .unwrap();
+    println!(
+        "re-attached after a drop in {} ms",
+        t0.elapsed().as_millis()
+    );
+    let rows = rows_agree(&b, &node, &sid).await;
+    assert_eq!(rows.iter().filter(|r| r.contains("gap:x")).count(), 1);
+    // Back online after a long backoff: the `online` event re-attaches at once.
+    b.eval(
+        "const c = document.getElementById('screen').__client; c.backoff = 60000; c.ws.close(); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').__client.ws.readyState === WebSocket.CLOSED && !document.getElementById('banner').hidden",
+        5_000,
+    )
+    .await
+    .unwrap();
+    write("y\n").await;
+    let t1 = Instant::now();
+    b.eval(
+        "window.dispatchEvent(new Event('online')); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').dataset.fulls === '3' && document.getElementById('screen').textContent.includes('online:y') && document.getElementById('banner').hidden",
+        3_000,
+    )
+    .await
+    .unwrap();
+    println!("re-attached on `online` in {} ms", t1.elapsed().as_millis());
+    rows_agree(&b, &node, &sid).await;
+}

@@ -123,9 +123,28 @@ export class ScreenClient {
     this.pending = null; // a scroll offset to send on the next animation frame
     this.bytes = 0; // frame bytes received (diagnostics)
     this.frames = 0;
+    this.fulls = 0; // whole-screen frames received (one per connection and resize)
+    this.retry = null;
     this.root.replaceChildren();
+    this.root.__client = this; // diagnostics: tests reach the live client here
     this.bindScroll();
+    // Back from a lock screen or a network change: re-attach at once, not after the backoff.
+    this.onWake = () => {
+      if (document.visibilityState === "visible") this.reattach();
+    };
+    window.addEventListener("online", this.onWake);
+    document.addEventListener("visibilitychange", this.onWake);
     this.connect();
+  }
+
+  /** Reconnects now when the socket is gone (a fresh whole screen follows). */
+  reattach() {
+    if (this.closed || this.exited) return;
+    const st = this.ws?.readyState;
+    if (st === WebSocket.OPEN || st === WebSocket.CONNECTING) return;
+    clearTimeout(this.retry);
+    this.backoff = 1000;
+    this.reconnect();
   }
 
   connect() {
@@ -143,8 +162,12 @@ export class ScreenClient {
     };
     ws.onclose = () => {
       if (this.closed || this.exited) return;
+      if (this.ws !== ws) return;
       this.hooks.onBanner?.("Connection lost — reconnecting…");
-      setTimeout(() => this.reconnect(), this.backoff);
+      clearTimeout(this.retry);
+      // The first retry is quick (a dropped link comes back with a fresh screen within a
+      // second); later ones back off.
+      this.retry = setTimeout(() => this.reconnect(), this.backoff);
       this.backoff = Math.min(this.backoff * 2, 8000);
     };
   }
@@ -159,7 +182,8 @@ export class ScreenClient {
         return;
       }
     } catch {
-      setTimeout(() => this.reconnect(), this.backoff);
+      clearTimeout(this.retry);
+      this.retry = setTimeout(() => this.reconnect(), this.backoff);
       this.backoff = Math.min(this.backoff * 2, 8000);
       return;
     }
@@ -171,6 +195,8 @@ export class ScreenClient {
       case "screen":
         // A fresh whole screen (first frame, resize, or after a reconnect).
         this.seq = f.seq;
+        this.fulls += 1;
+        this.root.dataset.fulls = this.fulls;
         this.screen = { ...f, lines: f.lines.map((r) => r) };
         this.renderAll();
         this.ack();
@@ -312,6 +338,9 @@ export class ScreenClient {
 
   close() {
     this.closed = true;
+    clearTimeout(this.retry);
+    window.removeEventListener("online", this.onWake);
+    document.removeEventListener("visibilitychange", this.onWake);
     this.ws?.close();
   }
 }
