@@ -447,6 +447,18 @@ function route() {
   renderList();
 }
 
+// With the on-screen keyboard open the visual viewport is shorter than the layout viewport:
+// size the page to it, so the input line and the screen's cursor row stay visible.
+if (window.visualViewport) {
+  const vv = window.visualViewport;
+  const fitViewport = () => {
+    document.documentElement.style.setProperty("--vvh", `${Math.round(vv.height)}px`);
+    view?.screen?.keepCursorInView();
+  };
+  vv.addEventListener("resize", fitViewport);
+  fitViewport();
+}
+
 $("back").onclick = () => { location.hash = ""; };
 window.addEventListener("hashchange", route);
 lineInput();

@@ -256,6 +256,19 @@ export class ScreenClient {
     this.fit();
     for (let y = 0; y < s.lines.length; y++) this.renderRow(y);
     this.offset = s.scroll ?? 0;
+    this.keepCursorInView();
+  }
+
+  /** When the screen is taller than the view (a small phone, the keyboard open), keep the
+   *  cursor row — where the program is asking — on screen. */
+  keepCursorInView() {
+    const c = this.screen?.cursor;
+    const el = c?.visible ? this.rowsEl[c.y] : null;
+    if (!el || this.root.scrollHeight <= this.root.clientHeight) return;
+    const top = el.offsetTop - this.root.offsetTop;
+    const bottom = top + el.offsetHeight;
+    if (bottom > this.root.scrollTop + this.root.clientHeight) this.root.scrollTop = bottom - this.root.clientHeight + 8;
+    else if (top < this.root.scrollTop) this.root.scrollTop = Math.max(0, top - 8);
   }
 
   renderDiff(d, k, oldCursor) {
@@ -275,6 +288,7 @@ export class ScreenClient {
     if (k) for (let y = this.rowsEl.length - k; y < this.rowsEl.length; y++) dirty.add(y);
     for (const y of dirty) this.renderRow(y);
     if (d.scroll !== undefined) this.offset = d.scroll;
+    this.keepCursorInView();
   }
 
   /** Scales the font so the PTY's columns fit the view; past the minimum the view pans. */
