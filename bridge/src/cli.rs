@@ -53,11 +53,116 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// List terminal sessions (GET /sessions).
-    Sessions {
+    /// List terminal sessions on every host (GET /sessions; on a hub, every connected host's).
+    #[command(visible_alias = "sessions", alias = "list-sessions")]
+    Ls {
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
+    },
+    /// Create a session and attach to it (tmux new-session).
+    #[command(alias = "new-session")]
+    New {
+        #[command(flatten)]
+        spec: NewArgs,
+        /// Do not attach; print the new session's name.
+        #[arg(short = 'd', long)]
+        detached: bool,
+        /// The detach key: a prefix and a key, or one key.
+        #[arg(long, env = "TUIC_DETACH_KEY", default_value = "C-b d")]
+        detach_key: String,
+        /// The program and its arguments (default: the host's shell).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Run a command in a new session, print its output, exit with its exit code.
+    Run {
+        #[command(flatten)]
+        spec: NewArgs,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Attach this terminal to a session (tmux attach); the detach key leaves it running.
+    #[command(alias = "a", alias = "attach-session")]
+    Attach {
+        /// A session: alias, id, name, `host/alias`, or a unique prefix.
+        target: String,
+        /// The detach key: a prefix and a key (`C-b d`), or one key (`C-\`).
+        #[arg(long, env = "TUIC_DETACH_KEY", default_value = "C-b d")]
+        detach_key: String,
+        /// Seconds to keep re-attaching after the connection drops.
+        #[arg(long, default_value_t = 120)]
+        reconnect_secs: u64,
+    },
+    /// Type keys into a session: tmux key names (Enter, C-c, Escape, Up, F5…) or text.
+    SendKeys {
+        /// The session.
+        target: String,
+        /// Send every word as text, even key names.
+        #[arg(short = 'l', long)]
+        literal: bool,
+        /// Keys and text, in order.
+        #[arg(required = true, allow_hyphen_values = true)]
+        keys: Vec<String>,
+    },
+    /// Print a session's screen (tmux capture-pane).
+    #[command(alias = "capture-pane")]
+    Capture {
+        /// The session.
+        target: String,
+        /// The last N rows, scrollback included (default: the screen).
+        #[arg(long, short = 'n')]
+        lines: Option<usize>,
+        /// The screen as escape sequences (colours, cursor) instead of text.
+        #[arg(long)]
+        ansi: bool,
+    },
+    /// Kill a session.
+    #[command(alias = "kill-session")]
+    Kill {
+        /// The session.
+        target: String,
+    },
+    /// Resize a session's terminal.
+    Resize {
+        /// The session.
+        target: String,
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// Rename a session.
+    #[command(alias = "rename-session")]
+    Rename {
+        /// The session.
+        target: String,
+        /// The new display name.
+        name: String,
+    },
+    /// Agents: spawn one, list peers, send mail.
+    Agent {
+        #[command(subcommand)]
+        cmd: AgentCmd,
+    },
+    /// The hub's connections: up/down, sessions, outbox, last error.
+    Hosts {
+        /// Print the hub's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Connect the hub to a node (runs `tuic-hub connect`; the token is read from stdin).
+    Connect {
+        /// Connection id: the first part of that node's addresses.
+        id: String,
+        /// The node's URL, `http://host:port`.
+        url: String,
+    },
+    /// Remove a hub connection (runs `tuic-hub disconnect`).
+    Disconnect {
+        /// Connection id.
+        id: String,
     },
     /// Send a message to a peer agent (MCP `agent action=send`).
     Send {
@@ -91,9 +196,62 @@ enum Cmd {
     },
 }
 
+/// Where and how `new`/`run` create a session.
+#[derive(Debug, clap::Args)]
+struct NewArgs {
+    /// Display name.
+    #[arg(long, short = 's')]
+    name: Option<String>,
+    /// Working directory (on the session's host).
+    #[arg(long, short = 'c')]
+    cwd: Option<String>,
+    /// The hub connection to create it on (default: this node).
+    #[arg(long, short = 'H')]
+    host: Option<String>,
+}
+
+impl NewArgs {
+    fn spec(&self, command: &[String]) -> crate::termcmd::NewSpec {
+        crate::termcmd::NewSpec {
+            name: self.name.clone(),
+            cwd: self.cwd.clone(),
+            host: self.host.clone(),
+            command: command.to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCmd {
+    /// Start an agent in a new session (MCP `agent action=spawn`).
+    Spawn {
+        /// Working directory.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// Display name.
+        #[arg(long)]
+        name: Option<String>,
+        /// A first prompt for the agent.
+        #[arg(long)]
+        prompt: Option<String>,
+        /// The agent's command and arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// List peer agents (MCP `agent action=list_peers`).
+    List,
+    /// Send mail to a peer (as `tuic send`).
+    Send {
+        /// Recipient.
+        to: String,
+        /// The message.
+        message: String,
+    },
+}
+
 /// Why a command failed, which decides the exit code.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     NotRunning(String),
     Unavailable(String),
     Failed(String),
@@ -116,8 +274,8 @@ impl Failure {
     }
 }
 
-struct Ctx {
-    target: Target,
+pub(crate) struct Ctx {
+    pub(crate) target: Target,
     timeout: Duration,
     tuic_session: Option<String>,
 }
@@ -139,12 +297,12 @@ impl Ctx {
         }
     }
 
-    fn send(&self, req: &Request) -> Result<Response, Failure> {
+    pub(crate) fn send(&self, req: &Request) -> Result<Response, Failure> {
         request_sync(&self.target.socket, req, self.timeout).map_err(|e| self.ipc_failure(e))
     }
 
     /// GET a JSON route; a 404 means the node does not serve it.
-    fn get_json(&self, path: &str, needs: &str) -> Result<Value, Failure> {
+    pub(crate) fn get_json(&self, path: &str, needs: &str) -> Result<Value, Failure> {
         let resp = self.send(&Request::new("GET", path))?;
         if resp.status() == 404 {
             return Err(Failure::Unavailable(format!(
@@ -203,7 +361,7 @@ impl Ctx {
     }
 
     /// initialize → notifications/initialized → tools/call → DELETE; returns the call result.
-    fn call_tool(&self, tool: &str, arguments: Value) -> Result<Value, Failure> {
+    pub(crate) fn call_tool(&self, tool: &str, arguments: Value) -> Result<Value, Failure> {
         let init = mcp::rpc_request(
             json!(1),
             "initialize",
@@ -295,56 +453,6 @@ fn content_text(result: &Value) -> String {
         .unwrap_or_else(|| result.to_string())
 }
 
-/// Renders `GET /sessions` rows as an aligned table.
-pub fn sessions_table(rows: &[Value]) -> String {
-    let cols: [(&str, &[&str]); 6] = [
-        ("ALIAS", &["alias"]),
-        ("SESSION", &["address", "session_id"]),
-        ("NAME", &["display_name"]),
-        ("AGENT", &["agent_type"]),
-        ("STATE", &["agent_state", "shell_state"]),
-        ("CWD", &["cwd"]),
-    ];
-    let cell = |row: &Value, keys: &[&str]| -> String {
-        keys.iter()
-            .find_map(|k| match row.get(*k) {
-                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-                Some(Value::Null) | None => None,
-                Some(Value::String(_)) => None,
-                Some(v) => Some(v.to_string()),
-            })
-            .map(|s| s.replace(['\n', '\r', '\t'], " "))
-            .unwrap_or_else(|| "-".into())
-    };
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| cols.iter().map(|(_, k)| cell(r, k)).collect())
-        .collect();
-    let mut widths: Vec<usize> = cols.iter().map(|(h, _)| h.len()).collect();
-    for row in &table {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| -> String {
-        let last = cells.len() - 1;
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i == last {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(cols.iter().map(|(h, _)| (*h).to_owned()).collect());
-    for row in table {
-        out.push_str(&line(row));
-    }
-    out
-}
-
 fn status(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
     let resp = ctx.send(&Request::new("GET", "/health"))?;
     if resp.status() != 200 {
@@ -371,19 +479,6 @@ fn status(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
         field("session_count"),
         field("protocol_version"),
     );
-    Ok(())
-}
-
-fn sessions(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
-    let v = ctx.get_json("/sessions", "the terminal core (sessions)")?;
-    if as_json {
-        println!("{v}");
-        return Ok(());
-    }
-    let rows = v
-        .as_array()
-        .ok_or_else(|| Failure::Failed("GET /sessions: expected a JSON array".into()))?;
-    print!("{}", sessions_table(rows));
     Ok(())
 }
 
@@ -502,6 +597,68 @@ fn cp(ctx: &Ctx, args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
+fn agent(ctx: &Ctx, cmd: &AgentCmd) -> Result<(), Failure> {
+    let args = match cmd {
+        AgentCmd::Spawn {
+            cwd,
+            name,
+            prompt,
+            command,
+        } => {
+            let (prog, rest) = command.split_first().expect("clap requires a command");
+            let mut a = json!({"action": "spawn", "command": prog, "args": rest});
+            if let Some(c) = cwd {
+                a["cwd"] = json!(c);
+            }
+            if let Some(n) = name {
+                a["name"] = json!(n);
+            }
+            if let Some(p) = prompt {
+                a["prompt"] = json!(p);
+            }
+            a
+        }
+        AgentCmd::List => json!({"action": "list_peers"}),
+        AgentCmd::Send { to, message } => json!({"action": "send", "to": to, "message": message}),
+    };
+    print_result(&ctx.call_tool("agent", args)?);
+    Ok(())
+}
+
+/// Runs `tuic-hub <args>` from beside this binary with the same instance and config dir.
+fn hub_command(cli: &Cli, args: &[&str]) -> ExitCode {
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("tuic-hub")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("tuic-hub"));
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(args);
+    if let Some(d) = &cli.config_dir {
+        cmd.arg("--config-dir").arg(d);
+    }
+    if let Some(i) = &cli.instance {
+        cmd.arg("--instance").arg(i);
+    }
+    match cmd.status() {
+        Ok(s) => ExitCode::from(s.code().map_or(EXIT_FAILED, |c| c.clamp(0, 255) as u8)),
+        Err(e) => {
+            eprintln!("tuic: cannot run {}: {e}", exe.display());
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+    }
+}
+
+fn finish(r: Result<u8, Failure>) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("tuic: {}", f.message());
+            ExitCode::from(f.code())
+        }
+    }
+}
+
 /// Runs the CLI with the process's arguments and environment.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -513,7 +670,57 @@ pub fn main() -> ExitCode {
     };
     let result = match &cli.cmd {
         Cmd::Status { json } => status(&ctx, *json),
-        Cmd::Sessions { json } => sessions(&ctx, *json),
+        Cmd::Ls { json } => crate::termcmd::ls(&ctx, *json),
+        Cmd::New {
+            spec,
+            detached,
+            detach_key,
+            command,
+        } => {
+            return finish(crate::termcmd::new(
+                &ctx,
+                &spec.spec(command),
+                *detached,
+                detach_key,
+            ));
+        }
+        Cmd::Run { spec, command } => {
+            return finish(crate::termcmd::run(&ctx, &spec.spec(command)));
+        }
+        Cmd::Attach {
+            target,
+            detach_key,
+            reconnect_secs,
+        } => {
+            return finish(crate::termcmd::attach(
+                &ctx,
+                target,
+                detach_key,
+                Duration::from_secs(*reconnect_secs),
+            ));
+        }
+        Cmd::SendKeys {
+            target,
+            literal,
+            keys,
+        } => crate::termcmd::send_keys(&ctx, target, keys, *literal),
+        Cmd::Capture {
+            target,
+            lines,
+            ansi,
+        } => crate::termcmd::capture(&ctx, target, *lines, *ansi),
+        Cmd::Kill { target } => crate::termcmd::kill(&ctx, target),
+        Cmd::Resize { target, cols, rows } => crate::termcmd::resize(&ctx, target, *cols, *rows),
+        Cmd::Rename { target, name } => crate::termcmd::rename(&ctx, target, name),
+        Cmd::Agent { cmd } => agent(&ctx, cmd),
+        Cmd::Hosts { json } => crate::termcmd::hosts(&ctx, *json),
+        Cmd::Connect { id, url } => {
+            return hub_command(
+                &cli,
+                &["connect", "--id", id, "--url", url, "--token-stdin"],
+            );
+        }
+        Cmd::Disconnect { id } => return hub_command(&cli, &["disconnect", "--id", id]),
         Cmd::Send { to, message } => ctx
             .call_tool(
                 "agent",
@@ -534,26 +741,5 @@ pub fn main() -> ExitCode {
             eprintln!("tuic: {}", f.message());
             ExitCode::from(f.code())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_aligns_and_fills_missing_cells() {
-        let rows = vec![
-            json!({"session_id": "s1", "alias": "tu-1", "tuic_session": "u", "cwd": "/w",
-                   "agent_type": "claude", "agent_state": "idle"}),
-            json!({"session_id": "s22", "alias": "tu-22", "tuic_session": "v", "cwd": "/x y",
-                   "display_name": "build\nlog"}),
-        ];
-        assert_eq!(
-            sessions_table(&rows),
-            "ALIAS  SESSION  NAME       AGENT   STATE  CWD\n\
-             tu-1   s1       -          claude  idle   /w\n\
-             tu-22  s22      build log  -       -      /x y\n"
-        );
     }
 }

@@ -37,6 +37,12 @@ fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Where [`publish`] would put `source`: `<config_dir>/mcp-bridge/<sha256>/tuic-bridge`.
+pub fn published_path(source: &Path, config_dir: &Path) -> anyhow::Result<PathBuf> {
+    let (hash, _) = sha256_file(source)?;
+    Ok(config_dir.join("mcp-bridge").join(hash).join(BINARY_NAME))
+}
+
 /// Publishes `source` under `<config_dir>/mcp-bridge/<sha256>/tuic-bridge`.
 pub fn publish(source: &Path, config_dir: &Path) -> anyhow::Result<Published> {
     let (hash, bytes) = sha256_file(source)?;

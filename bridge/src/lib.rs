@@ -5,14 +5,20 @@
 //! - [`ipc`]: blocking (CLI) and tokio (bridge) adapters around the sans-IO HTTP/1.1 parser
 //!   in `tuic_proto::ipc_http`;
 //! - [`mcp`]: Streamable HTTP request headers and answer decoding;
-//! - [`cli`]: the `tuic` commands; [`stdio`]: the bridge; [`install`]: publishing the
+//! - [`cli`]: the `tuic` commands ([`termcmd`] the tmux-like ones, [`attach`] the attached
+//!   terminal, [`keys`] tmux key names, [`target`] session names, [`tty`] the user's terminal); [`stdio`]: the bridge; [`install`]: publishing the
 //!   bridge binary into the config dir.
 
+pub mod attach;
 pub mod cli;
 pub mod cp;
 pub mod install;
 pub mod ipc;
+pub mod keys;
 pub mod locate;
 pub mod mcp;
 pub mod migrate;
 pub mod stdio;
+pub mod target;
+mod termcmd;
+pub mod tty;

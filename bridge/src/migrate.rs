@@ -16,7 +16,9 @@
 //! Codex: `$CODEX_HOME/config.toml`, else `~/.codex/config.toml`. Each `[mcp_servers.<name>]`
 //! table with a managed `command = "…"` (a plain basic string) is repointed unless the table
 //! says `enabled = false`; the edit is line-based so comments and layout survive. Inline-table
-//! entries and escaped strings are left alone. Not here: the node's repair at start.
+//! entries and escaped strings are left alone. A dry run ([`Report::dry_run`]) only lists
+//! the files that need it: the primary node runs `tuic-bridge install --if-needed` at start,
+//! which publishes and rewrites only then.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,10 @@ pub struct Report {
     pub updated: Vec<PathBuf>,
     /// Human-readable warnings (each names the config and the command).
     pub warnings: Vec<String>,
+    /// Plan only: `updated` lists the files that would be rewritten; nothing is written.
+    pub dry_run: bool,
+    /// A config already names the published path but no executable is there yet.
+    pub needs_publish: bool,
 }
 
 /// The Claude config files to look at, from `HOME` and `CLAUDE_CONFIG_DIR`.
@@ -131,6 +137,9 @@ pub fn migrate_claude_file(
         let Some(cmd) = entry.get("command").and_then(Value::as_str) else {
             continue;
         };
+        if cmd == new_cmd && !executable(Path::new(cmd)) {
+            report.needs_publish = true;
+        }
         if is_managed(cmd, config_dir) && cmd != new_cmd {
             if !replace.iter().any(|c| c == cmd) {
                 replace.push(cmd.to_owned());
@@ -146,6 +155,10 @@ pub fn migrate_claude_file(
         }
     }
     if replace.is_empty() {
+        return Ok(());
+    }
+    if report.dry_run {
+        report.updated.push(file.to_path_buf());
         return Ok(());
     }
     let mut out = text.clone();
@@ -181,11 +194,25 @@ pub fn migrate_claude(
     published: &Path,
     config_dir: &Path,
 ) -> Report {
+    migrate_claude_into(
+        home,
+        claude_config_dir,
+        published,
+        config_dir,
+        Report::default(),
+    )
+}
+
+/// [`migrate_claude`] continuing `report` (e.g. a dry run's).
+pub fn migrate_claude_into(
+    home: Option<&Path>,
+    claude_config_dir: Option<&str>,
+    published: &Path,
+    config_dir: &Path,
+    mut report: Report,
+) -> Report {
     let (roots, warnings) = claude_roots(home, claude_config_dir);
-    let mut report = Report {
-        warnings,
-        ..Default::default()
-    };
+    report.warnings.extend(warnings);
     for file in roots {
         if let Err(e) = migrate_claude_file(&file, published, config_dir, &mut report) {
             report.warnings.push(format!("{e:#}"));
@@ -255,6 +282,9 @@ pub fn migrate_codex_file(
             if disabled {
                 return;
             }
+            if value == new_cmd && !executable(Path::new(value)) {
+                report.needs_publish = true;
+            }
             if is_managed(value, config_dir) && value != new_cmd {
                 edits.push((i, a, b));
             } else if is_bridge_command(value)
@@ -287,6 +317,10 @@ pub fn migrate_codex_file(
     }
     flush(table_cmd.take(), disabled, &mut edits, report);
     if edits.is_empty() {
+        return Ok(());
+    }
+    if report.dry_run {
+        report.updated.push(file.to_path_buf());
         return Ok(());
     }
     let mut out: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();

@@ -60,6 +60,12 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
         rows.extend(fed.remote_rows());
         return Json(rows).into_response();
     }
+    if path == "/sessions"
+        && req.method() == axum::http::Method::POST
+        && let Some(host) = create_host(req.uri().query())
+    {
+        return create_remote(&fed, req, &host).await;
+    }
     if let Some((id, rest)) = session_target(&path)
         && id.contains('/')
     {
@@ -86,7 +92,8 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
         return if is_ws {
             proxy_ws(conn, req, &sid, &rest).await
         } else {
-            proxy_http(&fed, conn, req, &sid, &rest).await
+            let url = target_url(&conn, &sid, &rest, req.uri().query());
+            proxy_http(&fed, conn, req, url).await
         };
     }
     next.run(req).await
@@ -112,14 +119,43 @@ fn target_url(conn: &Conn, sid: &str, rest: &str, query: Option<&str>) -> String
     format!("{}/sessions/{enc}{rest}{q}", conn.url)
 }
 
-async fn proxy_http(
-    fed: &Federation,
-    conn: Arc<Conn>,
-    req: Request,
-    sid: &str,
-    rest: &str,
-) -> Response {
-    let url = target_url(&conn, sid, rest, req.uri().query());
+/// The `host` of `POST /sessions?host=<connection_id>`, unless it names this hub itself.
+fn create_host(query: Option<&str>) -> Option<String> {
+    let host = query?.split('&').find_map(|kv| kv.strip_prefix("host="))?;
+    let host = percent_encoding::percent_decode_str(host)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
+    (!host.is_empty() && host != "local").then_some(host)
+}
+
+/// `POST /sessions?host=<connection_id>`: creates the session on that node; the answer is the
+/// node's, plus the `address` (`<connection_id>/<session_id>`) every other route takes.
+async fn create_remote(fed: &Federation, req: Request, host: &str) -> Response {
+    let Some(conn) = fed.get(host) else {
+        return ApiError::not_found(format!("unknown connection {host}")).into_response();
+    };
+    if !conn.snapshot().up {
+        return unavailable(&conn.id, "not connected");
+    }
+    let url = format!("{}/sessions", conn.url);
+    let resp = proxy_http(fed, conn, req, url).await;
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let body = match resp.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return ApiError::internal(e.to_string()).into_response(),
+    };
+    let mut v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(sid) = v["session_id"].as_str().map(str::to_owned) {
+        v["address"] = json!(format!("{host}/{sid}"));
+        v["connection_id"] = json!(host);
+    }
+    Json(v).into_response()
+}
+
+async fn proxy_http(fed: &Federation, conn: Arc<Conn>, req: Request, url: String) -> Response {
     let method = req.method().clone();
     let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
     let body = match http_body_util::Limited::new(req.into_body(), MAX_PROXY_BODY)

@@ -1,5 +1,5 @@
 //! Command line of `tuic-node` (and of `tuic-hub`, which is a node plus federation):
-//! `serve` (the default), `set-password`, `token`.
+//! `serve` (the default), `set-password`, `token`, `install-service`, `backup`, `restore`.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -48,6 +48,32 @@ pub enum NodeCommand {
         #[command(flatten)]
         loc: Location,
     },
+    /// Write this binary's systemd user unit (launchd agent on macOS), enable and start it.
+    InstallService {
+        #[command(flatten)]
+        loc: Location,
+        /// Directory for the unit (default: ~/.config/systemd/user or ~/Library/LaunchAgents).
+        #[arg(long)]
+        unit_dir: Option<PathBuf>,
+        /// Only write the unit; print how to enable it.
+        #[arg(long)]
+        no_enable: bool,
+    },
+    /// Copy the store (state.redb) to FILE: through the running node (a consistent copy while
+    /// it serves), or directly when it is stopped.
+    Backup {
+        #[command(flatten)]
+        loc: Location,
+        /// The file to write (must not exist).
+        file: PathBuf,
+    },
+    /// Replace the store with a backup (the node must be stopped; the old store is kept).
+    Restore {
+        #[command(flatten)]
+        loc: Location,
+        /// The backup file.
+        file: PathBuf,
+    },
 }
 
 /// Where a node's files are: `--config-dir`, `--instance`.
@@ -94,7 +120,106 @@ pub fn run_command(
         NodeCommand::Serve(a) => serve(name, a, hook),
         NodeCommand::SetPassword { loc, user } => set_password(&loc, user),
         NodeCommand::Token { loc } => token(&loc),
+        NodeCommand::InstallService {
+            loc,
+            unit_dir,
+            no_enable,
+        } => {
+            let p = paths(&loc)?;
+            p.ensure_dir()?;
+            let i = crate::ops::service::install(
+                name,
+                &p,
+                &crate::ops::service::InstallOptions {
+                    unit_dir,
+                    no_enable,
+                },
+            )?;
+            crate::ops::service::print_installed(&i);
+            anyhow::ensure!(
+                i.enabled || no_enable,
+                "{} is written but not enabled (see above)",
+                i.unit.display()
+            );
+            Ok(())
+        }
+        NodeCommand::Backup { loc, file } => backup(&loc, &file),
+        NodeCommand::Restore { loc, file } => restore(&loc, &file),
     }
+}
+
+/// Asks a running node on `socket` (one HTTP/1.1 request); `None` when nothing listens.
+fn ask_running(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(120)));
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+fn absolute(file: &std::path::Path) -> anyhow::Result<PathBuf> {
+    Ok(if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(file)
+    })
+}
+
+/// `backup FILE`.
+fn backup(loc: &Location, file: &std::path::Path) -> anyhow::Result<()> {
+    let p = paths(loc)?;
+    let dest = absolute(file)?;
+    let body = serde_json::json!({"path": dest}).to_string();
+    let v = match ask_running(&p.socket, "POST", "/store/backup", &body) {
+        Some((200, b)) => serde_json::from_str::<serde_json::Value>(&b)?,
+        Some((status, b)) => anyhow::bail!("the running node refused the backup ({status}): {b}"),
+        None => {
+            // Holding the instance lock keeps a node from starting mid-copy.
+            let _lock = crate::server::claim_instance(&p.node_lock_file(), &p.socket)?;
+            serde_json::json!(crate::ops::service::backup_offline(&p, &dest)?)
+        }
+    };
+    println!("{}", v["path"].as_str().unwrap_or_default());
+    eprintln!(
+        "{} bytes, sha256 {}",
+        v["bytes"],
+        v["sha256"].as_str().unwrap_or("?")
+    );
+    Ok(())
+}
+
+/// `restore FILE`.
+fn restore(loc: &Location, file: &std::path::Path) -> anyhow::Result<()> {
+    let p = paths(loc)?;
+    if ask_running(&p.socket, "GET", "/health", "").is_some() {
+        anyhow::bail!(
+            "a node is running on {}: stop it first (the store is open there)",
+            p.socket.display()
+        );
+    }
+    // Holding the instance lock keeps a node from starting mid-restore.
+    let _lock = crate::server::claim_instance(&p.node_lock_file(), &p.socket)?;
+    let (dest, kept) = crate::ops::service::restore(&p, &absolute(file)?)?;
+    eprintln!(
+        "restored {}{}",
+        dest.display(),
+        kept.map(|k| format!("; the previous store is kept as {}", k.display()))
+            .unwrap_or_default()
+    );
+    Ok(())
 }
 
 /// Prints an error the way every tuic binary does and turns it into an exit code.
@@ -151,11 +276,21 @@ pub fn serve(
         .context("starting the runtime")?;
     paths.ensure_dir()?;
     let _instance_lock = crate::server::claim_instance(&paths.node_lock_file(), &paths.socket)?;
+    crate::ops::service::repair_bridge_at_start(&paths);
     let node = Node::open(name, paths, overrides, logs)?;
     rt.block_on(async move {
         let hook = hook(&node)?;
         crate::server::run(node, hook).await
-    })
+    })?;
+    if crate::ops::update::restart_requested() {
+        // The executable was replaced (`POST /remote/update`): the drained node starts again
+        // on the new one, same arguments and pid.
+        drop(rt);
+        drop(_instance_lock);
+        return Err(anyhow::Error::from(crate::ops::update::reexec())
+            .context("re-executing the updated binary"));
+    }
+    Ok(())
 }
 
 /// `set-password`: reads the password from stdin and stores its bcrypt hash.

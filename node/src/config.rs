@@ -420,29 +420,33 @@ impl ConfigFile {
     }
 
     fn write_atomic(&self, doc: &Value) -> anyhow::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let dir = self.path.parent().context("config path has no parent")?;
-        let name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "config.json".into());
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
         let mut bytes = serde_json::to_vec_pretty(doc)?;
         bytes.push(b'\n');
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)
-            .with_context(|| format!("publishing {}", self.path.display()))?;
-        Ok(())
+        write_file_atomic(&self.path, &bytes, 0o600)
     }
+}
+
+/// Writes `bytes` to `path` through a temp file in the same directory (created with `mode`),
+/// synced, then renamed over `path`: a reader sees the old file or the new one, never a part.
+pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().context("the path has no parent")?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("publishing {}", path.display()))?;
+    Ok(())
 }
 
 /// One change between two documents: set a value, or remove the key.

@@ -12,8 +12,8 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::fed::FedBed;
-use crate::records;
 use crate::term::{Ws, read_until};
+use crate::{percentile, records};
 
 const T: Duration = Duration::from_secs(300);
 
@@ -99,11 +99,6 @@ pub async fn stream(mib: usize) -> anyhow::Result<()> {
     }
     println!("  ratio (hub/direct throughput): {:.2}", secs[0] / secs[1]);
     Ok(())
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// `n` single-key round trips per route to a `cat` on node B.

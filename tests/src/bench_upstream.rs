@@ -13,16 +13,11 @@ use hyper::body::Bytes;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use crate::percentile;
 use crate::term::Node;
 
 fn raw_script() -> PathBuf {
     crate::clients_dir().join("upstream_raw.py")
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
 }
 
 /// A keep-alive HTTP/1.1 connection to the node's IPC socket.

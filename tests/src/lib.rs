@@ -5,6 +5,7 @@
 //! them with `cargo build --workspace --bins` before running the tests).
 
 pub mod agent;
+pub mod bench_attach;
 pub mod bench_fed;
 pub mod bench_outbox;
 pub mod bench_progress;
@@ -28,6 +29,12 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
+
+/// The `p` quantile (0..=1, nearest rank) of `v`, which it sorts.
+pub fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
 
 /// Path of a workspace binary built beside the running test.
 pub fn bin(name: &str) -> PathBuf {

@@ -110,7 +110,7 @@ fn routes_the_node_lacks_are_named_never_faked() {
     // `sessions` lists the node's sessions (header row).
     let (code, out, err) = run(sandbox.path(), &["sessions"], &env);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("ALIAS"), "{out}");
+    assert!(out.starts_with("HOST"), "{out}");
 
     // `open` goes through MCP `repo action=add` and registers the canonical directory; a
     // repeat keeps the record.

@@ -27,55 +27,89 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Publish this binary into <config_dir>/mcp-bridge/<sha256>/tuic-bridge and print its path.
-    Install,
+    /// Publish this binary into <config_dir>/mcp-bridge/<sha256>/tuic-bridge, print its path,
+    /// and point Claude Code and Codex configs at it.
+    Install {
+        /// Do nothing unless an agent config needs repair (a managed bridge command that is not
+        /// this build's published copy, or a published copy that is missing). The primary
+        /// node runs this at start.
+        #[arg(long)]
+        if_needed: bool,
+    },
+}
+
+/// Runs the Claude and Codex migrations to `published`, continuing `report`.
+fn migrate_all(
+    published: &std::path::Path,
+    config_dir: &std::path::Path,
+    report: tuic_bridge::migrate::Report,
+) -> tuic_bridge::migrate::Report {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let claude_dir = std::env::var("CLAUDE_CONFIG_DIR").ok();
+    let mut report = tuic_bridge::migrate::migrate_claude_into(
+        home.as_deref(),
+        claude_dir.as_deref(),
+        published,
+        config_dir,
+        report,
+    );
+    let codex_home = std::env::var("CODEX_HOME").ok();
+    if let Some(codex) = tuic_bridge::migrate::codex_config(home.as_deref(), codex_home.as_deref())
+        && let Err(e) =
+            tuic_bridge::migrate::migrate_codex_file(&codex, published, config_dir, &mut report)
+    {
+        report.warnings.push(format!("{e:#}"));
+    }
+    report
+}
+
+fn install(config_dir: &std::path::Path, if_needed: bool) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    if if_needed {
+        let planned = tuic_bridge::install::published_path(&exe, config_dir)?;
+        let plan = migrate_all(
+            &planned,
+            config_dir,
+            tuic_bridge::migrate::Report {
+                dry_run: true,
+                ..Default::default()
+            },
+        );
+        for w in &plan.warnings {
+            eprintln!("tuic-bridge: warning: {w}");
+        }
+        if plan.updated.is_empty() && !plan.needs_publish {
+            eprintln!("tuic-bridge: no agent config needs repair");
+            return Ok(());
+        }
+    }
+    let p = tuic_bridge::install::publish(&exe, config_dir)?;
+    println!("{}", p.path.display());
+    if p.reused {
+        eprintln!("tuic-bridge: already published");
+    }
+    let report = migrate_all(&p.path, config_dir, Default::default());
+    for f in &report.updated {
+        eprintln!(
+            "tuic-bridge: pointed {} at {}",
+            f.display(),
+            p.path.display()
+        );
+    }
+    if !if_needed {
+        for w in &report.warnings {
+            eprintln!("tuic-bridge: warning: {w}");
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let target = locate_from_process(cli.instance.as_deref(), cli.config_dir.as_deref());
-    if let Some(Cmd::Install) = cli.cmd {
-        let published = std::env::current_exe()
-            .map_err(anyhow::Error::from)
-            .and_then(|exe| tuic_bridge::install::publish(&exe, &target.config_dir));
-        return match published {
-            Ok(p) => {
-                println!("{}", p.path.display());
-                if p.reused {
-                    eprintln!("tuic-bridge: already published");
-                }
-                let home = std::env::var_os("HOME").map(PathBuf::from);
-                let claude_dir = std::env::var("CLAUDE_CONFIG_DIR").ok();
-                let mut report = tuic_bridge::migrate::migrate_claude(
-                    home.as_deref(),
-                    claude_dir.as_deref(),
-                    &p.path,
-                    &target.config_dir,
-                );
-                let codex_home = std::env::var("CODEX_HOME").ok();
-                if let Some(codex) =
-                    tuic_bridge::migrate::codex_config(home.as_deref(), codex_home.as_deref())
-                    && let Err(e) = tuic_bridge::migrate::migrate_codex_file(
-                        &codex,
-                        &p.path,
-                        &target.config_dir,
-                        &mut report,
-                    )
-                {
-                    report.warnings.push(format!("{e:#}"));
-                }
-                for f in &report.updated {
-                    eprintln!(
-                        "tuic-bridge: pointed {} at {}",
-                        f.display(),
-                        p.path.display()
-                    );
-                }
-                for w in &report.warnings {
-                    eprintln!("tuic-bridge: warning: {w}");
-                }
-                ExitCode::SUCCESS
-            }
+    if let Some(Cmd::Install { if_needed }) = cli.cmd {
+        return match install(&target.config_dir, if_needed) {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tuic-bridge: install failed: {e:#}");
                 ExitCode::FAILURE

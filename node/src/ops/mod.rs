@@ -8,6 +8,8 @@
 
 pub mod metrics;
 pub mod procstat;
+pub mod service;
+pub mod update;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -50,6 +52,7 @@ pub fn routes() -> axum::Router<Arc<Node>> {
         .route("/process/stats", get(process_stats))
         .route("/metrics", get(metrics_text))
         .route("/config/activity", get(get_activity).put(put_activity))
+        .route("/store/backup", axum::routing::post(backup))
 }
 
 async fn blocking<T: Send + 'static>(
@@ -227,4 +230,39 @@ async fn put_activity(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json
         Ok(Json(json!({"ok": true, "count": items.len()})))
     })
     .await
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct BackupBody {
+    /// Absolute path of the file to write (must not exist).
+    path: String,
+}
+
+/// `POST /store/backup {path}` (IPC only): a consistent copy of the store while the node runs
+/// (writes pause for the copy) → `{path, bytes, sha256}`. `tuic-node backup FILE` calls it.
+async fn backup(
+    State(node): State<Arc<Node>>,
+    transport: Option<axum::Extension<crate::guard::Transport>>,
+    crate::error::JsonBody(b): crate::error::JsonBody<BackupBody>,
+) -> Result<Json<Value>, ApiError> {
+    if !matches!(
+        transport.map(|axum::Extension(t)| t),
+        Some(crate::guard::Transport::Ipc)
+    ) {
+        return Err(ApiError::forbidden(
+            "store backups are taken only from this machine's IPC socket",
+        ));
+    }
+    let dest = std::path::PathBuf::from(&b.path);
+    if !dest.is_absolute() {
+        return Err(ApiError::bad_request("path must be absolute"));
+    }
+    let n = node.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        service::backup_store(&n.store, &n.paths.store_file(), &dest)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
+    Ok(Json(json!(r)))
 }

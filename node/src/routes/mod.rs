@@ -77,9 +77,11 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
             crate::ops::metrics::track,
         ));
     // Uploads stream for as long as data keeps coming: they have their own bounds (idle
-    // deadline per chunk, bytes, entries, concurrency) instead of the body limit and deadline.
+    // deadline per chunk, bytes, entries, concurrency; the update's size cap) instead of the
+    // body limit and deadline.
     let streaming = Router::new()
         .route("/fs/upload-copy", post(crate::fs::upload::upload_copy))
+        .route("/remote/update", post(crate::ops::update::update))
         .layer(DefaultBodyLimit::disable());
     let app = with_server_limits(routes, node.request_timeout()).merge(streaming);
     let app = match hook {

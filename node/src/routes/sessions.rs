@@ -57,6 +57,7 @@ pub(super) fn routes() -> Router<Arc<Node>> {
         .route("/sessions/{id}/prompt-receipt", get(prompt_receipt))
         .route("/sessions/{id}/terminal/scroll-info", get(scroll_info))
         .route("/sessions/{id}/terminal/lines", get(lines))
+        .route("/sessions/{id}/terminal/snapshot", get(snapshot))
         .route(
             "/sessions/{id}/terminal/scroll-to-offset",
             post(scroll_to_offset),
@@ -329,6 +330,41 @@ async fn lines(
     let mut v = json!({"lines": lines, "total_lines": total});
     if let Some(c) = s.exit().and_then(|e| e.code) {
         v["exit_code"] = json!(c);
+    }
+    Ok(Json(v))
+}
+
+/// `GET /sessions/{id}/terminal/snapshot`: the visible screen as the escape sequences that
+/// redraw it, with the raw stream offset it reflects, so a client paints it and then streams
+/// `from_byte=offset` with no gap and no repeat (`tuic attach`). A person's view: like the
+/// live stream it is not redacted (see docs/http-api.md, "Redaction").
+async fn snapshot(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let s = find(&node, &id)?;
+    let exit = s.exit();
+    let v = tokio::task::spawn_blocking(move || {
+        let scr = s.screen();
+        let (rows, cols) = scr.grid.size();
+        let (row, col, visible) = scr.grid.cursor();
+        json!({
+            "ansi": scr.grid.render_ansi(),
+            "offset": scr.fed(),
+            "rows": rows,
+            "cols": cols,
+            "cursor": {"row": row, "col": col, "visible": visible},
+            "alt_screen": scr.grid.alt_screen(),
+        })
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut v = v;
+    if let Some(e) = exit {
+        v["exited"] = json!(true);
+        if let Some(c) = e.code {
+            v["exit_code"] = json!(c);
+        }
     }
     Ok(Json(v))
 }

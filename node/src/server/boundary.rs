@@ -31,6 +31,12 @@ fn is_public(method: &Method, path: &str) -> bool {
     ) || (method == Method::GET && path.starts_with("/assets/login"))
 }
 
+/// Routes only the session cookie authorizes (the spec: Basic Auth alone does not authorize
+/// executable replacement).
+fn cookie_only(method: &Method, path: &str) -> bool {
+    method == Method::POST && path == "/remote/update"
+}
+
 /// Routes where browsers cannot set headers, so `?token=` is accepted. Nowhere else.
 fn accepts_query_token(method: &Method, path: &str) -> bool {
     method == Method::GET
@@ -147,6 +153,14 @@ async fn authenticate(
         if let Some(slid) = check_login(node, tok, lifetime_ms) {
             return Ok(slid.map(|_| auth::session_cookie(tok, lifetime_ms / 1000)));
         }
+    }
+    if cookie_only(method, uri.path()) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "executable replacement needs the tui-session login cookie; Basic Auth and ?token= do not authorize it",
+        )
+        .into_response());
     }
     if accepts_query_token(method, uri.path())
         && let Some(tok) = query_token(uri.query())

@@ -335,6 +335,44 @@ impl Grid {
         runs
     }
 
+    /// The escape sequences that redraw the visible screen (see `session::ansi`).
+    pub fn render_ansi(&self) -> String {
+        super::ansi::render(&self.term)
+    }
+
+    /// Cursor row and column on the visible screen, and whether it is shown.
+    pub fn cursor(&self) -> (usize, usize, bool) {
+        let p = self.term.grid().cursor.point;
+        (
+            p.line.0.max(0) as usize,
+            p.column.0,
+            self.term.mode().contains(TermMode::SHOW_CURSOR),
+        )
+    }
+
+    /// Whether the application cursor-keys mode (DECCKM) is on.
+    pub fn app_cursor(&self) -> bool {
+        self.term.mode().contains(TermMode::APP_CURSOR)
+    }
+
+    /// Every visible cell's character, colours and attributes (for tests comparing screens).
+    #[cfg(test)]
+    pub fn cell_styles(&self) -> Vec<String> {
+        let g = self.term.grid();
+        let mut out = Vec::new();
+        for r in 0..g.screen_lines() {
+            let row = &g[Line(r as i32)];
+            for c in 0..row.len() {
+                let cell = &row[Column(c)];
+                out.push(format!(
+                    "{:?}{:?}{:?}{:?}",
+                    cell.c, cell.fg, cell.bg, cell.flags
+                ));
+            }
+        }
+        out
+    }
+
     fn row_text(&self, line: Line) -> String {
         let row = &self.term.grid()[line];
         let mut s = String::with_capacity(row.len());

@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod alias;
+pub mod ansi;
 pub mod backlog;
 pub mod capture;
 pub mod cleanlog;

@@ -37,6 +37,8 @@ pub struct Screen {
     track: Tracker,
     pending: Pending,
     scrollback: usize,
+    /// Output bytes fed so far: the raw stream offset this screen reflects.
+    fed: u64,
 }
 
 #[derive(Default)]
@@ -103,11 +105,13 @@ impl Screen {
             track: Tracker::default(),
             pending: Pending::default(),
             scrollback,
+            fed: 0,
         }
     }
 
     /// Feeds output; returns bytes the emulator wants written back to the PTY.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.fed += bytes.len() as u64;
         let mut replies = Vec::new();
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -152,6 +156,12 @@ impl Screen {
             bytes.clear();
             self.pending.bytes = bytes;
         }
+    }
+
+    /// Output bytes fed so far. Every byte reaches the raw stream before the screen, so a
+    /// stream subscribed at this offset continues exactly where this screen stands.
+    pub fn fed(&self) -> u64 {
+        self.fed
     }
 
     /// Whether plain text is waiting to be applied.

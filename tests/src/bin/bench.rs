@@ -26,8 +26,8 @@ use futures::{SinkExt, StreamExt};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
-use tuic_tests::records;
 use tuic_tests::term::{Node, read_until};
+use tuic_tests::{percentile, records};
 
 const T: Duration = Duration::from_secs(300);
 
@@ -67,6 +67,10 @@ fn main() -> anyhow::Result<()> {
         Some("fed-stream") => {
             let mib = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
             rt.block_on(tuic_tests::bench_fed::stream(mib))
+        }
+        Some("attach-keystroke") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+            rt.block_on(tuic_tests::bench_attach::keystroke(n))
         }
         Some("fed-keystroke") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
@@ -109,7 +113,7 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(tuic_tests::bench_progress::metrics(n))
         }
         _ => bail!(
-            "usage: bench progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
@@ -368,12 +372,6 @@ async fn screen_keystroke(n: usize, gap_ms: u64) -> anyhow::Result<()> {
         s99 - r99
     );
     Ok(())
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
 }
 
 async fn node_round_trips(node: &Node, n: usize) -> anyhow::Result<Vec<f64>> {

@@ -1,0 +1,365 @@
+//! `tuic attach`: the user's terminal shows a session and types into it, locally or through a
+//! hub, the way `tmux attach` does.
+//!
+//! One attachment is: resize the session to this terminal, fetch the screen snapshot
+//! (`GET /sessions/{id}/terminal/snapshot`: escape sequences that redraw it, and the raw stream
+//! offset it reflects), paint it, then stream raw bytes from exactly that offset
+//! (`WS /sessions/{id}/stream?binary=1&from_byte=N`) while typed bytes go the other way as
+//! binary frames. The window size follows `SIGWINCH`. The detach key leaves the session
+//! running. When the connection drops (the hub or the host went away) a line says so and the
+//! attachment is retried with the shared reconnect backoff until it comes back, the session
+//! is reported gone, or the retry budget runs out; the detach key gives up at any time. Keys
+//! typed meanwhile are kept (up to 4 KiB) and sent once the session is back.
+//! `tuic run` uses the same stream without raw mode and without input.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tuic_proto::ipc_http::Request;
+use tuic_proto::peer::Backoff;
+
+use crate::ipc::{self, IpcError};
+use crate::keys::{DetachKey, DetachWatch};
+use crate::tty;
+
+/// Bound of one HTTP request during an attachment.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How an attachment ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The detach key: the session keeps running.
+    Detached,
+    /// The session's process ended (its exit code, when it exited normally).
+    Exited(Option<i32>),
+    /// The session is not there (any more): why.
+    Gone(String),
+    /// The connection stayed down past the retry budget: the last reason.
+    Unreachable(String),
+}
+
+/// What `attach` needs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The IPC socket of the local node or hub.
+    pub socket: PathBuf,
+    /// The id session routes take (`host/id` for a remote session).
+    pub route_id: String,
+    /// For messages: `host/alias`.
+    pub label: String,
+    /// The detach key.
+    pub detach: DetachKey,
+    /// How long to keep re-attaching after the connection drops.
+    pub reconnect_for: Duration,
+}
+
+/// Percent-encodes a route id for a path segment (`boxb/3` → `boxb%2F3`).
+pub fn encode_id(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Why one attempt failed.
+enum Attempt {
+    /// 404: no such session (or connection).
+    Gone(String),
+    /// Anything that may heal: refused, reset, 503 from a hub whose host is down.
+    Retry(String),
+}
+
+fn describe_ipc(e: &IpcError) -> String {
+    match e {
+        IpcError::NotRunning { .. } => "nothing listens on the local socket".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `GET`/`POST` a JSON route; 404 is [`Attempt::Gone`].
+async fn call(socket: &Path, req: Request) -> Result<Value, Attempt> {
+    let resp = ipc::request(socket, &req, REQUEST_TIMEOUT)
+        .await
+        .map_err(|e| Attempt::Retry(describe_ipc(&e)))?;
+    let v = resp.json().unwrap_or(Value::Null);
+    let err = || {
+        v["error"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| String::from_utf8_lossy(&resp.body).into_owned())
+    };
+    match resp.status() {
+        200..=299 => Ok(v),
+        404 => Err(Attempt::Gone(err())),
+        s if s >= 500 => Err(Attempt::Retry(format!("{s}: {}", err()))),
+        s => Err(Attempt::Gone(format!("{s}: {}", err()))),
+    }
+}
+
+/// Sends this terminal's size to the session (the last client to attach or resize sets it).
+async fn send_size(socket: &Path, route: &str) {
+    if let Some((rows, cols)) = tty::size() {
+        let req = Request::new("POST", &format!("/sessions/{route}/resize"))
+            .json(&json!({"rows": rows, "cols": cols}));
+        let _ = call(socket, req).await;
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>;
+
+/// Opens the raw stream at `offset`.
+async fn open_stream(socket: &Path, route: &str, offset: u64) -> Result<Ws, Attempt> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| Attempt::Retry(format!("connecting {}: {e}", socket.display())))?;
+    let url = format!("ws://localhost/sessions/{route}/stream?binary=1&from_byte={offset}");
+    match tokio_tungstenite::client_async(url, stream).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let body = r
+                .body()
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default()
+                .into_owned();
+            if r.status().as_u16() == 404 {
+                Err(Attempt::Gone(body))
+            } else {
+                Err(Attempt::Retry(format!("{}: {body}", r.status())))
+            }
+        }
+        Err(e) => Err(Attempt::Retry(e.to_string())),
+    }
+}
+
+/// How one connected attachment ended.
+enum Pump {
+    Detached,
+    Exited(Option<i32>),
+    /// Reconnect at once (the stream lagged: repaint from a fresh snapshot).
+    Repaint,
+    Lost(String),
+}
+
+/// The exit code in an `exit` text frame.
+fn exit_code(v: &Value) -> Option<i32> {
+    v["exit_code"].as_i64().and_then(|c| i32::try_from(c).ok())
+}
+
+/// Reads stdin on its own thread (a blocked read cannot be cancelled; it ends with the
+/// process) into a channel.
+fn stdin_reader() -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel(64);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Streams one connected attachment until it ends.
+async fn pump(
+    o: &Options,
+    ws: Ws,
+    held: Vec<u8>,
+    keys: &mut mpsc::Receiver<Vec<u8>>,
+    watch: &mut DetachWatch,
+    winch: &mut tokio::signal::unix::Signal,
+) -> Pump {
+    let (mut tx, mut rx) = ws.split();
+    if !held.is_empty() && tx.send(Message::Binary(held.into())).await.is_err() {
+        return Pump::Lost("the connection closed".into());
+    }
+    loop {
+        tokio::select! {
+            typed = keys.recv() => {
+                let Some(bytes) = typed else {
+                    // stdin closed: nothing more can be typed; leave the session running.
+                    return Pump::Detached;
+                };
+                let t = watch.feed(&bytes);
+                if !t.send.is_empty() && tx.send(Message::Binary(t.send.into())).await.is_err() {
+                    return Pump::Lost("the connection closed".into());
+                }
+                if t.detach {
+                    let _ = tx.close().await;
+                    return Pump::Detached;
+                }
+            }
+            msg = rx.next() => match msg {
+                Some(Ok(Message::Binary(b))) => tty::out(&b),
+                Some(Ok(Message::Text(t))) => {
+                    let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                    match v["type"].as_str() {
+                        Some("exit") => return Pump::Exited(exit_code(&v)),
+                        Some("lagged") => return Pump::Repaint,
+                        Some("closed") => return Pump::Lost("the host is shutting down".into()),
+                        // hello, parsed events: nothing to draw.
+                        _ => {}
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None => {
+                    return Pump::Lost("the connection closed".into());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Pump::Lost(e.to_string()),
+            },
+            _ = winch.recv() => send_size(&o.socket, &encode_id(&o.route_id)).await,
+        }
+    }
+}
+
+/// Keys typed while the connection is down that are kept for the session (beyond this they
+/// are dropped, and the user is told).
+const HELD_KEYS_MAX: usize = 4096;
+
+/// Waits `d` while watching the keyboard: `true` when the detach key was typed. Other typed
+/// bytes are kept in `held` (bounded) for the session once it is back.
+async fn wait_or_detach(
+    d: Duration,
+    keys: &mut mpsc::Receiver<Vec<u8>>,
+    watch: &mut DetachWatch,
+    held: &mut Vec<u8>,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + d;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return false,
+            typed = keys.recv() => {
+                let Some(b) = typed else { return true };
+                let t = watch.feed(&b);
+                if t.detach {
+                    return true;
+                }
+                let room = HELD_KEYS_MAX.saturating_sub(held.len());
+                if t.send.len() > room {
+                    tty::out(b"\r\n[tuic: too much typed while disconnected; dropping keys]\r\n");
+                }
+                held.extend_from_slice(&t.send[..t.send.len().min(room)]);
+            }
+        }
+    }
+}
+
+fn jitter() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Attaches the calling terminal (already in raw mode) to the session until it ends.
+pub async fn run(o: &Options) -> Outcome {
+    let route = encode_id(&o.route_id);
+    let mut keys = stdin_reader();
+    let mut watch = DetachWatch::new(o.detach.clone());
+    let mut winch =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Unreachable(format!("cannot watch the window size: {e}")),
+        };
+    let mut backoff = Backoff::new();
+    let mut down_since: Option<Instant> = None;
+    let mut held = Vec::new();
+    loop {
+        let attempt = async {
+            send_size(&o.socket, &route).await;
+            let snap = call(
+                &o.socket,
+                Request::new("GET", &format!("/sessions/{route}/terminal/snapshot")),
+            )
+            .await?;
+            if snap["exited"] == json!(true) {
+                return Ok(Err(exit_code(&snap)));
+            }
+            let offset = snap["offset"].as_u64().unwrap_or(0);
+            let ws = open_stream(&o.socket, &route, offset).await?;
+            Ok(Ok((snap, ws)))
+        };
+        let why = match attempt.await {
+            Ok(Err(code)) => return Outcome::Exited(code),
+            Ok(Ok((snap, ws))) => {
+                if down_since.take().is_some() {
+                    tty::out(b"\x1b[0m");
+                }
+                backoff.reset();
+                tty::out(snap["ansi"].as_str().unwrap_or_default().as_bytes());
+                let typed_meanwhile = std::mem::take(&mut held);
+                match pump(o, ws, typed_meanwhile, &mut keys, &mut watch, &mut winch).await {
+                    Pump::Detached => return Outcome::Detached,
+                    Pump::Exited(c) => return Outcome::Exited(c),
+                    Pump::Repaint => continue,
+                    Pump::Lost(why) => why,
+                }
+            }
+            Err(Attempt::Gone(why)) => {
+                return Outcome::Gone(if why.is_empty() {
+                    "no such session".into()
+                } else {
+                    why
+                });
+            }
+            Err(Attempt::Retry(why)) => why,
+        };
+        let since = *down_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= o.reconnect_for {
+            return Outcome::Unreachable(why);
+        }
+        let delay = Duration::from_millis(backoff.next_delay(jitter()));
+        tty::out(
+            format!(
+                "\r\n\x1b[0m[tuic: lost {} ({why}); re-attaching in {:.0} s, detach key to give up]\r\n",
+                o.label,
+                delay.as_secs_f64().ceil()
+            )
+            .as_bytes(),
+        );
+        if wait_or_detach(delay, &mut keys, &mut watch, &mut held).await {
+            return Outcome::Detached;
+        }
+    }
+}
+
+/// `tuic run`: streams a session's output from its first byte to stdout until it exits;
+/// returns its exit code.
+pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String> {
+    let route = encode_id(route_id);
+    let ws = open_stream(socket, &route, 0).await.map_err(|a| match a {
+        Attempt::Gone(w) | Attempt::Retry(w) => w,
+    })?;
+    let (_tx, mut rx) = ws.split();
+    while let Some(msg) = rx.next().await {
+        match msg.map_err(|e| e.to_string())? {
+            Message::Binary(b) => tty::out(&b),
+            Message::Text(t) => {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                match v["type"].as_str() {
+                    Some("exit") => return Ok(exit_code(&v)),
+                    Some("closed") => return Err("the host is shutting down".into()),
+                    Some("lagged") => {
+                        return Err(format!(
+                            "output outran this client ({} bytes missed)",
+                            v["missed"]
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    Err("the connection closed before the session exited".into())
+}

@@ -1,0 +1,493 @@
+//! The tmux-like `tuic` commands: `ls`, `new`, `run`, `attach`, `send-keys`, `capture`,
+//! `kill`, `resize`, `rename`, `hosts`. Each is one or a few requests to the local node or hub;
+//! on a hub every session route takes a remote `host/id` address, so the same commands reach
+//! every machine.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tuic_proto::ipc_http::Request;
+
+use crate::attach::{self, Outcome, encode_id};
+use crate::cli::{Ctx, Failure};
+use crate::keys::{self, DetachKey};
+use crate::target::{self, Resolved};
+use crate::tty;
+
+/// `GET /sessions`, as rows.
+fn rows(ctx: &Ctx) -> Result<Vec<Value>, Failure> {
+    let v = ctx.get_json("/sessions", "the terminal core (sessions)")?;
+    v.as_array()
+        .cloned()
+        .ok_or_else(|| Failure::Failed("GET /sessions: expected a JSON array".into()))
+}
+
+/// The hub's connections, or `None` on a plain node.
+fn connections(ctx: &Ctx) -> Result<Option<Vec<Value>>, Failure> {
+    let resp = ctx.send(&Request::new("GET", "/hub/connections"))?;
+    if resp.status() == 404 {
+        return Ok(None);
+    }
+    let v = resp
+        .json()
+        .map_err(|e| Failure::Failed(format!("GET /hub/connections: invalid JSON: {e}")))?;
+    Ok(Some(
+        v["connections"].as_array().cloned().unwrap_or_default(),
+    ))
+}
+
+/// Resolves TARGET over the listed sessions.
+pub(crate) fn resolve(ctx: &Ctx, t: &str) -> Result<Resolved, Failure> {
+    let rows = rows(ctx)?;
+    target::resolve(&rows, t).map_err(|m| Failure::Failed(format!("session {t:?}: {m}")))
+}
+
+/// Sends one JSON request to a session route; maps the node's error.
+fn session_call(
+    ctx: &Ctx,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, Failure> {
+    let mut req = Request::new(method, path);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = ctx.send(&req)?;
+    let v = resp.json().unwrap_or(Value::Null);
+    if (200..300).contains(&resp.status()) {
+        return Ok(v);
+    }
+    let msg = v["error"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| crate::mcp::error_text(&resp));
+    Err(Failure::Failed(format!(
+        "{method} {path}: {} {msg}",
+        resp.status()
+    )))
+}
+
+/// Aligns rows of cells under headers; the last column is not padded.
+pub(crate) fn table(headers: &[&str], body: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in body {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let last = cells.len().saturating_sub(1);
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == last {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&headers.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>());
+    for row in body {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+fn cell(row: &Value, keys: &[&str]) -> String {
+    keys.iter()
+        .find_map(|k| match row.get(*k) {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(Value::Null) | None | Some(Value::String(_)) => None,
+            Some(v) => Some(v.to_string()),
+        })
+        .map(|s| s.replace(['\n', '\r', '\t'], " "))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// `GET /sessions` rows as the `tuic ls` table; hosts that are down follow as one line each.
+pub(crate) fn sessions_table(rows: &[Value], down: &[Value]) -> String {
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                target::host_of(r),
+                cell(r, &["alias"]),
+                cell(r, &["session_id"]),
+                cell(r, &["display_name"]),
+                cell(r, &["agent_type"]),
+                cell(r, &["agent_state", "shell_state"]),
+                cell(r, &["cwd"]),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &["HOST", "ALIAS", "SESSION", "NAME", "AGENT", "STATE", "CWD"],
+        &body,
+    );
+    for c in down {
+        out.push_str(&format!(
+            "{}: offline{}\n",
+            cell(c, &["id"]),
+            c["last_error"]
+                .as_str()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// `tuic ls [--json]`.
+pub(crate) fn ls(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
+    let rows = rows(ctx)?;
+    if as_json {
+        println!("{}", Value::Array(rows));
+        return Ok(());
+    }
+    let down: Vec<Value> = connections(ctx)?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c["up"] != json!(true))
+        .collect();
+    print!("{}", sessions_table(&rows, &down));
+    Ok(())
+}
+
+/// `tuic hosts [--json]`.
+pub(crate) fn hosts(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
+    let Some(conns) = connections(ctx)? else {
+        return Err(Failure::Unavailable(
+            "the process on this socket is not a tuic hub (GET /hub/connections answered 404)"
+                .into(),
+        ));
+    };
+    if as_json {
+        println!("{}", Value::Array(conns));
+        return Ok(());
+    }
+    let body: Vec<Vec<String>> = conns
+        .iter()
+        .map(|c| {
+            vec![
+                cell(c, &["id"]),
+                if c["up"] == json!(true) { "up" } else { "down" }.to_owned(),
+                cell(c, &["session_count"]),
+                cell(c, &["outbox_held"]),
+                cell(c, &["url"]),
+                cell(c, &["last_error", "peer_last_error"]),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &["HOST", "STATE", "SESSIONS", "OUTBOX", "URL", "LAST ERROR"],
+            &body
+        )
+    );
+    Ok(())
+}
+
+/// What `new`/`run` create.
+#[derive(Debug, Default)]
+pub(crate) struct NewSpec {
+    /// Display name.
+    pub(crate) name: Option<String>,
+    /// Working directory on the host.
+    pub(crate) cwd: Option<String>,
+    /// A hub connection id; absent or `local` is this node.
+    pub(crate) host: Option<String>,
+    /// Program and arguments; empty runs the host's shell.
+    pub(crate) command: Vec<String>,
+}
+
+/// Creates a session; returns the id routes take and a label.
+fn create(ctx: &Ctx, spec: &NewSpec) -> Result<Resolved, Failure> {
+    let mut body = json!({});
+    if let Some(n) = &spec.name {
+        body["name"] = json!(n);
+    }
+    if let Some(c) = &spec.cwd {
+        body["cwd"] = json!(c);
+    }
+    if let Some((prog, args)) = spec.command.split_first() {
+        body["shell"] = json!(prog);
+        body["args"] = json!(args);
+    }
+    if let Some((rows, cols)) = tty::size() {
+        body["rows"] = json!(rows);
+        body["cols"] = json!(cols);
+    }
+    let host = spec.host.as_deref().filter(|h| *h != "local");
+    let path = match host {
+        Some(h) => format!("/sessions?host={}", encode_id(h)),
+        None => "/sessions".into(),
+    };
+    let v = session_call(ctx, "POST", &path, Some(body))?;
+    let sid = v["session_id"].as_str().unwrap_or_default();
+    let alias = v["alias"].as_str().unwrap_or(sid);
+    Ok(match host {
+        Some(h) => Resolved {
+            route_id: v["address"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{h}/{sid}")),
+            label: format!("{h}/{alias}"),
+            host: h.to_owned(),
+        },
+        None => Resolved {
+            route_id: sid.to_owned(),
+            label: alias.to_owned(),
+            host: "local".into(),
+        },
+    })
+}
+
+/// `tuic new`: creates a session and attaches to it unless `detached` (or stdin is not a
+/// terminal, which is said on stderr).
+pub(crate) fn new(ctx: &Ctx, spec: &NewSpec, detached: bool, key: &str) -> Result<u8, Failure> {
+    let key = DetachKey::parse(key).map_err(Failure::Usage)?;
+    let r = create(ctx, spec)?;
+    if detached || !tty::stdin_is_tty() {
+        println!("{}", r.label);
+        if !detached {
+            eprintln!(
+                "tuic: created {}; not attaching: stdin is not a terminal",
+                r.label
+            );
+        }
+        return Ok(0);
+    }
+    attach_resolved(ctx, r, key, Duration::from_secs(120))
+}
+
+/// `tuic run CMD…`: runs CMD in a new session, prints its output, returns its exit code.
+pub(crate) fn run(ctx: &Ctx, spec: &NewSpec) -> Result<u8, Failure> {
+    let r = create(ctx, spec)?;
+    let rt = runtime()?;
+    let code = rt
+        .block_on(attach::follow(&ctx.target.socket, &r.route_id))
+        .map_err(|e| Failure::Failed(format!("{}: {e}", r.label)))?;
+    Ok(code.map_or(1, |c| c.clamp(0, 255) as u8))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Failed(format!("cannot start the runtime: {e}")))
+}
+
+/// `tuic attach TARGET`.
+pub(crate) fn attach(
+    ctx: &Ctx,
+    t: &str,
+    key: &str,
+    reconnect_for: Duration,
+) -> Result<u8, Failure> {
+    let key = DetachKey::parse(key).map_err(Failure::Usage)?;
+    let r = match resolve(ctx, t) {
+        Ok(r) => r,
+        Err(miss) => {
+            // An exited session has left the list but still answers by id: say how it ended.
+            let snap = ctx.send(&Request::new(
+                "GET",
+                &format!("/sessions/{}/terminal/snapshot", encode_id(t)),
+            ))?;
+            let v = snap.json().unwrap_or(Value::Null);
+            if snap.status() == 200 && v["exited"] == json!(true) {
+                return Err(exited_failure(t, &v));
+            }
+            return Err(miss);
+        }
+    };
+    if !tty::stdin_is_tty() {
+        return Err(Failure::Usage(
+            "tuic attach needs a terminal: stdin is not a TTY (from scripts use `tuic capture` and `tuic send-keys`)"
+                .into(),
+        ));
+    }
+    attach_resolved(ctx, r, key, reconnect_for)
+}
+
+fn exited_failure(label: &str, v: &Value) -> Failure {
+    Failure::Failed(match v["exit_code"].as_i64() {
+        Some(c) => format!("session {label} has exited with code {c}"),
+        None => format!("session {label} has exited (killed by a signal)"),
+    })
+}
+
+fn attach_resolved(
+    ctx: &Ctx,
+    r: Resolved,
+    key: DetachKey,
+    reconnect_for: Duration,
+) -> Result<u8, Failure> {
+    let opts = attach::Options {
+        socket: ctx.target.socket.clone(),
+        route_id: r.route_id.clone(),
+        label: r.label.clone(),
+        detach: key,
+        reconnect_for,
+    };
+    let rt = runtime()?;
+    let raw = tty::RawMode::enter()
+        .map_err(|e| Failure::Failed(format!("cannot put the terminal in raw mode: {e}")))?;
+    let outcome = rt.block_on(attach::run(&opts));
+    // Leave the terminal as the user's shell expects it, on a fresh line.
+    tty::out(format!("{}\r\n", tty::RESET).as_bytes());
+    drop(raw);
+    // The stdin thread may sit in a read; the runtime must not wait for it.
+    rt.shutdown_background();
+    match outcome {
+        Outcome::Detached => {
+            eprintln!("[detached (from session {})]", r.label);
+            Ok(0)
+        }
+        Outcome::Exited(code) => {
+            match code {
+                Some(c) => eprintln!("[session {} exited with code {c}]", r.label),
+                None => eprintln!("[session {} exited (killed by a signal)]", r.label),
+            }
+            Ok(code.map_or(1, |c| c.clamp(0, 255) as u8))
+        }
+        Outcome::Gone(why) => Err(Failure::Failed(format!(
+            "session {} is gone: {why}",
+            r.label
+        ))),
+        Outcome::Unreachable(why) => Err(Failure::Failed(format!(
+            "gave up re-attaching to {}: {why}",
+            r.label
+        ))),
+    }
+}
+
+/// `tuic send-keys TARGET KEYS…` (`-l`: all literal).
+pub(crate) fn send_keys(
+    ctx: &Ctx,
+    t: &str,
+    words: &[String],
+    literal: bool,
+) -> Result<(), Failure> {
+    let r = resolve(ctx, t)?;
+    let bytes = keys::encode(words, literal);
+    let data = String::from_utf8(bytes)
+        .map_err(|_| Failure::Usage("the keys are not valid UTF-8".into()))?;
+    session_call(
+        ctx,
+        "POST",
+        &format!("/sessions/{}/write", encode_id(&r.route_id)),
+        Some(json!({"data": data})),
+    )?;
+    Ok(())
+}
+
+/// `tuic capture TARGET [--lines N] [--ansi]`: the screen (or its last N rows with
+/// scrollback) as text, or the screen as the escape sequences that redraw it.
+pub(crate) fn capture(ctx: &Ctx, t: &str, lines: Option<usize>, ansi: bool) -> Result<(), Failure> {
+    let r = resolve(ctx, t)?;
+    let route = encode_id(&r.route_id);
+    if ansi {
+        let v = session_call(
+            ctx,
+            "GET",
+            &format!("/sessions/{route}/terminal/snapshot"),
+            None,
+        )?;
+        print!("{}{}", v["ansi"].as_str().unwrap_or_default(), tty::RESET);
+        println!();
+        return Ok(());
+    }
+    let info = session_call(
+        ctx,
+        "GET",
+        &format!("/sessions/{route}/terminal/scroll-info"),
+        None,
+    )?;
+    let total = info["total_lines"].as_u64().unwrap_or(0) as usize;
+    let screen = info["screen_lines"].as_u64().unwrap_or(0) as usize;
+    let want = lines.unwrap_or(screen).min(total);
+    let v = session_call(
+        ctx,
+        "GET",
+        &format!(
+            "/sessions/{route}/terminal/lines?start={}&end={total}",
+            total - want
+        ),
+        None,
+    )?;
+    let mut rows: Vec<&str> = v["lines"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    // Blank rows below the last written one are the empty part of the screen.
+    while rows.last().is_some_and(|l| l.is_empty()) {
+        rows.pop();
+    }
+    for l in rows {
+        println!("{l}");
+    }
+    Ok(())
+}
+
+/// `tuic kill TARGET`.
+pub(crate) fn kill(ctx: &Ctx, t: &str) -> Result<(), Failure> {
+    let r = resolve(ctx, t)?;
+    session_call(
+        ctx,
+        "DELETE",
+        &format!("/sessions/{}", encode_id(&r.route_id)),
+        None,
+    )?;
+    println!("killed {}", r.label);
+    Ok(())
+}
+
+/// `tuic resize TARGET COLS ROWS`.
+pub(crate) fn resize(ctx: &Ctx, t: &str, cols: u16, rows: u16) -> Result<(), Failure> {
+    let r = resolve(ctx, t)?;
+    session_call(
+        ctx,
+        "POST",
+        &format!("/sessions/{}/resize", encode_id(&r.route_id)),
+        Some(json!({"rows": rows, "cols": cols})),
+    )?;
+    Ok(())
+}
+
+/// `tuic rename TARGET NAME`.
+pub(crate) fn rename(ctx: &Ctx, t: &str, name: &str) -> Result<(), Failure> {
+    let r = resolve(ctx, t)?;
+    session_call(
+        ctx,
+        "PUT",
+        &format!("/sessions/{}/name", encode_id(&r.route_id)),
+        Some(json!({"name": name})),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_has_host_column_and_lists_down_hosts() {
+        let rows = vec![
+            json!({"session_id": "s1", "alias": "tu-1", "cwd": "/w", "agent_type": "claude",
+                   "agent_state": "idle"}),
+            json!({"session_id": "s22", "alias": "tu-2", "cwd": "/x y", "display_name": "build\nlog",
+                   "connection_id": "boxb", "address": "boxb/s22"}),
+        ];
+        let down = vec![json!({"id": "boxc", "up": false, "last_error": "connection refused"})];
+        assert_eq!(
+            sessions_table(&rows, &down),
+            "HOST   ALIAS  SESSION  NAME       AGENT   STATE  CWD\n\
+             local  tu-1   s1       -          claude  idle   /w\n\
+             boxb   tu-2   s22      build log  -       -      /x y\n\
+             boxc: offline (connection refused)\n"
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! The user's own terminal: whether stdin is one, its size, and raw mode for `tuic attach`
+//! restored on every way out (drop, detach, error).
+
+use std::io::Write;
+
+use rustix::termios::{self, OptionalActions, Termios};
+
+/// Whether stdin is a terminal.
+pub fn stdin_is_tty() -> bool {
+    termios::isatty(std::io::stdin())
+}
+
+/// The terminal's rows and columns (stdout first, then stdin), when it reports a size.
+pub fn size() -> Option<(u16, u16)> {
+    [
+        termios::tcgetwinsize(std::io::stdout()),
+        termios::tcgetwinsize(std::io::stdin()),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|w| w.ws_row > 0 && w.ws_col > 0)
+    .map(|w| (w.ws_row, w.ws_col))
+}
+
+/// Raw mode on stdin while held: keys arrive one by one, unechoed, with no signals from
+/// `C-c`/`C-z` (they go to the session, as in tmux).
+pub struct RawMode {
+    saved: Termios,
+}
+
+impl RawMode {
+    /// Puts stdin in raw mode.
+    pub fn enter() -> std::io::Result<Self> {
+        let stdin = std::io::stdin();
+        let saved = termios::tcgetattr(&stdin)?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        termios::tcsetattr(&stdin, OptionalActions::Now, &raw)?;
+        Ok(Self { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(std::io::stdin(), OptionalActions::Now, &self.saved);
+    }
+}
+
+/// What leaves the user's terminal as it was for their shell after showing a session: default
+/// colours, normal cursor and keypad keys, no bracketed paste or mouse reports, main screen,
+/// visible cursor.
+pub const RESET: &str = "\x1b[0m\x1b[?1l\x1b>\x1b[?2004l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1049l\x1b[?25h";
+
+/// Writes `bytes` to stdout and flushes.
+pub fn out(bytes: &[u8]) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(bytes);
+    let _ = o.flush();
+}

@@ -1,0 +1,502 @@
+//! `tuic attach` and the tmux-like commands through the real binaries.
+//!
+//! The outer terminal is itself a real PTY: a session of a node running `tuic attach …` (the
+//! node's own emulator then shows what the user would see, its resize route is the outer
+//! window's resize, and its write route is the keyboard). The inner session is the one being
+//! attached to, locally or on another host behind a hub in network namespaces.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tuic_tests::fed::FedBed;
+use tuic_tests::term::{Node, bin};
+use tuic_tests::{NodeProc, ipc};
+
+const T: Duration = Duration::from_secs(30);
+
+/// Any node's (or hub's) IPC socket, for plain JSON requests.
+async fn call(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    let r = ipc(socket, method, path, body).await?;
+    if r.status != 200 {
+        bail!(
+            "{method} {path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    Ok(r.json())
+}
+
+/// Polls `f` (bounded by [`T`]) until it returns `Some`.
+async fn until<F, Fut, R>(what: &str, mut f: F) -> anyhow::Result<R>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<R>>>,
+{
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(r) = f().await? {
+            return Ok(r);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The visible screen of session `id` on `socket` (rows trimmed at the right).
+async fn screen(socket: &Path, id: &str) -> anyhow::Result<Vec<String>> {
+    let info = call(
+        socket,
+        "GET",
+        &format!("/sessions/{id}/terminal/scroll-info"),
+        None,
+    )
+    .await?;
+    let total = info["total_lines"].as_u64().context("total")?;
+    let rows = info["screen_lines"].as_u64().context("rows")?;
+    let v = call(
+        socket,
+        "GET",
+        &format!(
+            "/sessions/{id}/terminal/lines?start={}&end={total}",
+            total - rows
+        ),
+        None,
+    )
+    .await?;
+    Ok(v["lines"]
+        .as_array()
+        .context("lines")?
+        .iter()
+        .map(|l| l.as_str().unwrap_or_default().to_owned())
+        .collect())
+}
+
+async fn screen_has(socket: &Path, id: &str, text: &str) -> anyhow::Result<bool> {
+    Ok(screen(socket, id).await?.iter().any(|l| l.contains(text)))
+}
+
+async fn wait_text(socket: &Path, id: &str, text: &str) -> anyhow::Result<()> {
+    let r = until(&format!("{text:?} on {id}"), || async {
+        Ok(screen_has(socket, id, text).await?.then_some(()))
+    })
+    .await;
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let now = screen(socket, id).await.unwrap_or_default();
+            Err(e.context(format!("screen of {id}: {now:#?}")))
+        }
+    }
+}
+
+async fn write(socket: &Path, id: &str, data: &str) -> anyhow::Result<()> {
+    call(
+        socket,
+        "POST",
+        &format!("/sessions/{id}/write"),
+        Some(json!({"data": data})),
+    )
+    .await
+    .map(drop)
+}
+
+/// An inner shell with a fixed prompt.
+fn shell() -> Value {
+    json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+           "env": {"PS1": "inner$ ", "ENV": ""}, "args": ["-i"]})
+}
+
+/// An outer terminal on `host` running `tuic attach <target>` against `socket`.
+async fn outer(
+    host: &Path,
+    socket: &Path,
+    target: &str,
+    rows: u16,
+    cols: u16,
+) -> anyhow::Result<String> {
+    let v = call(
+        host,
+        "POST",
+        "/sessions",
+        // A session's TUIC_SOCKET names its own node; this client talks to `socket`'s node
+        // (its config dir's default socket).
+        Some(
+            json!({"rows": rows, "cols": cols, "cwd": "/tmp", "shell": "env",
+                    "args": ["-u", "TUIC_SOCKET", bin("tuic").to_string_lossy(),
+                             "--config-dir", socket.parent().unwrap().to_string_lossy(),
+                             "attach", target, "--reconnect-secs", "60"]}),
+        ),
+    )
+    .await?;
+    Ok(v["session_id"].as_str().context("id")?.to_owned())
+}
+
+/// Waits until session `id` exited; its exit code and its last screen.
+async fn exited(socket: &Path, id: &str) -> anyhow::Result<(Option<i64>, Vec<String>)> {
+    let v = until(&format!("{id} to exit"), || async {
+        let v = call(
+            socket,
+            "GET",
+            &format!("/sessions/{id}/terminal/snapshot"),
+            None,
+        )
+        .await?;
+        Ok((v["exited"] == json!(true)).then_some(v))
+    })
+    .await?;
+    Ok((v["exit_code"].as_i64(), screen(socket, id).await?))
+}
+
+#[tokio::test]
+async fn attach_types_paints_resizes_detaches_and_reattaches() {
+    let node = Node::start(None).await.unwrap();
+    let sock = node.socket.clone();
+    let inner = node.create(shell()).await.unwrap();
+    let (iid, alias) = (
+        inner["session_id"].as_str().unwrap().to_owned(),
+        inner["alias"].as_str().unwrap().to_owned(),
+    );
+    write(&sock, &iid, "echo before-attach\n").await.unwrap();
+    wait_text(&sock, &iid, "before-attach").await.unwrap();
+
+    // Attaching paints what was printed before it: the stream does not start "from now".
+    let o1 = outer(&sock, &sock, &alias, 24, 80).await.unwrap();
+    wait_text(&sock, &o1, "before-attach").await.unwrap();
+
+    // Typed keys reach the session; its output and cursor appear in the outer terminal.
+    write(&sock, &o1, "echo typed-$((40+2))\r").await.unwrap();
+    wait_text(&sock, &iid, "typed-42").await.unwrap();
+    wait_text(&sock, &o1, "typed-42").await.unwrap();
+    until("the outer screen and cursor to equal the inner", || async {
+        let a = call(
+            &sock,
+            "GET",
+            &format!("/sessions/{iid}/terminal/snapshot"),
+            None,
+        )
+        .await?;
+        let b = call(
+            &sock,
+            "GET",
+            &format!("/sessions/{o1}/terminal/snapshot"),
+            None,
+        )
+        .await?;
+        let same =
+            screen(&sock, &iid).await? == screen(&sock, &o1).await? && a["cursor"] == b["cursor"];
+        Ok(same.then_some(()))
+    })
+    .await
+    .unwrap();
+
+    // The window size follows a resize of the outer terminal.
+    call(
+        &sock,
+        "POST",
+        &format!("/sessions/{o1}/resize"),
+        Some(json!({"rows": 30, "cols": 100})),
+    )
+    .await
+    .unwrap();
+    until("the inner size to follow", || async {
+        let v = call(
+            &sock,
+            "GET",
+            &format!("/sessions/{iid}/terminal/snapshot"),
+            None,
+        )
+        .await?;
+        Ok((v["rows"] == 30 && v["cols"] == 100).then_some(()))
+    })
+    .await
+    .unwrap();
+    write(&sock, &o1, "stty size\r").await.unwrap();
+    wait_text(&sock, &o1, "30 100").await.unwrap();
+
+    // The detach key leaves the session running; tuic exits 0 and says so.
+    write(&sock, &o1, "\x02d").await.unwrap();
+    let (code, last) = exited(&sock, &o1).await.unwrap();
+    assert_eq!(code, Some(0), "{last:?}");
+    assert!(
+        last.iter().any(|l| l.contains("[detached (from session")),
+        "{last:?}"
+    );
+    call(&sock, "GET", &format!("/sessions/{iid}"), None)
+        .await
+        .unwrap();
+
+    // Output while detached, then a re-attach shows the current screen.
+    write(&sock, &iid, "echo while-detached\n").await.unwrap();
+    wait_text(&sock, &iid, "while-detached").await.unwrap();
+    let o2 = outer(&sock, &sock, &iid, 30, 100).await.unwrap();
+    until("the re-attached screen to equal the inner", || async {
+        Ok((screen(&sock, &iid).await? == screen(&sock, &o2).await?).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    // The session ending ends the attachment with its exit code.
+    write(&sock, &o2, "exit 7\r").await.unwrap();
+    let (code, last) = exited(&sock, &o2).await.unwrap();
+    assert_eq!(code, Some(7), "{last:?}");
+}
+
+#[tokio::test]
+async fn two_clients_type_in_order_and_the_latest_sets_the_size() {
+    let node = Node::start(None).await.unwrap();
+    let sock = node.socket.clone();
+    let inner = node
+        .create(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+                       "args": ["-c", "stty raw -echo; printf READY; exec cat"]}),
+        )
+        .await
+        .unwrap();
+    let iid = inner["session_id"].as_str().unwrap().to_owned();
+    wait_text(&sock, &iid, "READY").await.unwrap();
+    let a = outer(&sock, &sock, &iid, 24, 80).await.unwrap();
+    wait_text(&sock, &a, "READY").await.unwrap();
+    let b = outer(&sock, &sock, &iid, 20, 70).await.unwrap();
+    wait_text(&sock, &b, "READY").await.unwrap();
+    // The latest client to attach sets the size (tmux's `window-size latest`).
+    until("the second client's size", || async {
+        let v = call(
+            &sock,
+            "GET",
+            &format!("/sessions/{iid}/terminal/snapshot"),
+            None,
+        )
+        .await?;
+        Ok((v["rows"] == 20 && v["cols"] == 70).then_some(()))
+    })
+    .await
+    .unwrap();
+    // Keys from both reach the PTY in the order they were typed.
+    for (i, c) in ["a", "b", "a", "b", "a"].iter().enumerate() {
+        let who = if *c == "a" { &a } else { &b };
+        write(&sock, who, &format!("<{c}{i}>")).await.unwrap();
+        wait_text(&sock, &iid, &format!("<{c}{i}>")).await.unwrap();
+    }
+    let all = screen(&sock, &iid).await.unwrap().join("");
+    assert!(all.contains("<a0><b1><a2><b3><a4>"), "{all}");
+    // Both clients show the same bytes.
+    wait_text(&sock, &a, "<a0><b1><a2><b3><a4>").await.unwrap();
+    wait_text(&sock, &b, "<a0><b1><a2><b3><a4>").await.unwrap();
+}
+
+/// Runs the CLI against `socket` with stdin not a terminal.
+fn tuic(socket: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin("tuic"))
+        .args(args)
+        .env("TUIC_SOCKET", socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running tuic");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn commands_new_ls_send_keys_capture_rename_resize_kill_and_bad_targets() {
+    let node = Node::start(None).await.unwrap();
+    let sock = node.socket.clone();
+    let s = sock.as_path();
+    // new -d prints the alias; stdin is not a terminal, so plain `new` would not attach.
+    let (code, out, err) = tuic(
+        s,
+        &[
+            "new", "-d", "-s", "dup", "-c", "/tmp", "--", "/bin/sh", "-i",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let first = out.trim().to_owned();
+    let (code, out, err) = tuic(s, &["new", "-s", "dup", "--", "/bin/sh", "-i"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("not attaching: stdin is not a terminal"),
+        "{err}"
+    );
+    let second = out.trim().to_owned();
+    let (code, out, _) = tuic(s, &["ls"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("HOST"), "{out}");
+    assert!(
+        out.contains(&first) && out.contains(&second) && out.contains("local"),
+        "{out}"
+    );
+    let (_, out, _) = tuic(s, &["ls", "--json"]);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 2);
+
+    // send-keys with tmux names, capture as text.
+    let (code, _, err) = tuic(s, &["send-keys", &first, "echo sk-$((2*21))", "Enter"]);
+    assert_eq!(code, 0, "{err}");
+    let id = rows[0]["session_id"].as_str().unwrap().to_owned();
+    let first_id = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alias"] == json!(first))
+        .unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_text(&sock, &first_id, "sk-42").await.unwrap();
+    let (code, out, _) = tuic(s, &["capture", &first]);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l == "sk-42"), "{out}");
+    let (_, ansi, _) = tuic(s, &["capture", &first, "--ansi"]);
+    assert!(ansi.contains("\x1b[") && ansi.contains("sk-42"), "{ansi:?}");
+    // C-c reaches the PTY as ETX: it interrupts a running sleep (else the echo would wait
+    // 300 s, far past the bound).
+    tuic(s, &["send-keys", &first, "sleep 300", "Enter"]);
+    tuic(s, &["send-keys", &first, "C-c"]);
+    tuic(s, &["send-keys", &first, "echo interrupted", "Enter"]);
+    wait_text(&sock, &first_id, "interrupted").await.unwrap();
+
+    // An ambiguous target lists its candidates; a unique prefix resolves.
+    let (code, _, err) = tuic(s, &["capture", "dup"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("ambiguous") && err.contains(&first) && err.contains(&second),
+        "{err}"
+    );
+    let (code, _, err) = tuic(s, &["attach", "nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no such session") && err.contains(&first),
+        "{err}"
+    );
+    let prefix = &id[..id.len() - 3];
+    let (code, _, err) = tuic(s, &["capture", prefix]);
+    assert_eq!(code, 0, "{err}");
+
+    // rename, resize, kill.
+    assert_eq!(tuic(s, &["rename", &first, "renamed"]).0, 0);
+    assert_eq!(tuic(s, &["resize", "renamed", "90", "20"]).0, 0);
+    let snap = call(
+        &sock,
+        "GET",
+        &format!("/sessions/{first_id}/terminal/snapshot"),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (snap["rows"].clone(), snap["cols"].clone()),
+        (json!(20), json!(90))
+    );
+    // A non-terminal stdin is a clear error for attach (after the target resolved).
+    let (code, _, err) = tuic(s, &["attach", "renamed"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("stdin is not a TTY"), "{err}");
+    let (code, out, _) = tuic(s, &["kill", "renamed"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("killed"), "{out}");
+
+    // run: output on stdout, the exit code as its own; attach to the exited one says how it ended.
+    let (code, out, err) = tuic(s, &["run", "--", "sh", "-c", "echo from-run; exit 5"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(out.contains("from-run"), "{out}");
+    let (code, _, err) = tuic(s, &["attach", &second]);
+    assert_eq!(code, 2, "{err}");
+    write(&sock, &second_id(&rows, &second), "exit 3\n")
+        .await
+        .unwrap();
+    exited(&sock, &second_id(&rows, &second)).await.unwrap();
+    let (code, _, err) = tuic(s, &["attach", &second]);
+    assert_eq!(code, 1);
+    assert!(err.contains("has exited with code 3"), "{err}");
+}
+
+fn second_id(rows: &Value, alias: &str) -> String {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alias"] == json!(alias))
+        .unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn attach_through_a_hub_to_another_host_survives_a_hub_restart() {
+    let mut bed = FedBed::start(1).await.unwrap();
+    let hub_sock = bed.hub.socket.clone();
+    // A session on node B, created through the hub (POST /sessions?host=).
+    let (code, out, err) = tuic(
+        &hub_sock,
+        &["new", "-d", "-H", "nodeb", "--", "/bin/sh", "-i"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let label = out.trim().to_owned();
+    assert!(label.starts_with("nodeb/"), "{label}");
+    until("the hub to list it", || async {
+        let rows = bed.hub_sessions().await?;
+        Ok(rows
+            .iter()
+            .any(|r| format!("nodeb/{}", r["alias"].as_str().unwrap_or("")) == label)
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+    // The outer terminal is on a plain local node; its tuic talks to the hub.
+    let term = Node::start(None).await.unwrap();
+    let tsock = term.socket.clone();
+    let o = outer(&tsock, &hub_sock, &label, 24, 80).await.unwrap();
+    // The painted screen shows the remote shell's prompt before anything is typed.
+    wait_text(&tsock, &o, "#").await.unwrap();
+    write(&tsock, &o, "echo via-hub-$((3*3))\r").await.unwrap();
+    wait_text(&tsock, &o, "via-hub-9").await.unwrap();
+    let (code, out, _) = tuic(&hub_sock, &["capture", &label]);
+    assert_eq!(code, 0);
+    assert!(out.contains("via-hub-9"), "{out}");
+    let (code, out, _) = tuic(&hub_sock, &["hosts"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("nodeb") && out.contains("up"), "{out}");
+
+    // kill -9 of the hub: the attachment says it lost the session, then re-attaches to the
+    // same PTY once the hub is back, and typing works again.
+    let hub_args = [
+        "--config-dir".to_owned(),
+        bed.hub_dir.path().to_string_lossy().into_owned(),
+    ];
+    let _ = bed.hub.child.kill();
+    let _ = bed.hub.child.wait();
+    wait_text(&tsock, &o, "[tuic: lost").await.unwrap();
+    bed.hub = NodeProc::start_in(
+        Some(bed.net.hub()),
+        "tuic-hub",
+        &hub_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+    .unwrap();
+    bed.wait_up("nodeb", true, T).await.unwrap();
+    // Typed while still disconnected: kept and delivered once re-attached.
+    write(&tsock, &o, "echo back-$((5+5))\r").await.unwrap();
+    wait_text(&tsock, &o, "back-10").await.unwrap();
+
+    // kill -9 of the host that owns the PTY: the line says so; after its restart the
+    // session is gone with it (PTYs do not outlive their node) and tuic says that and exits.
+    bed.nodes[0].kill9();
+    wait_text(&tsock, &o, "[tuic: lost").await.unwrap();
+    bed.nodes[0].restart().unwrap();
+    let (code, last) = exited(&tsock, &o).await.unwrap();
+    assert_eq!(code, Some(1), "{last:?}");
+    let (_, out, _) = tuic(&hub_sock, &["ls"]);
+    assert!(!out.contains(&label), "{out}");
+}
