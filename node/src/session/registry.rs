@@ -40,6 +40,10 @@ pub struct CreateRequest {
     pub name: Option<String>,
     /// An alias to restore (kept only when well-formed and free).
     pub alias: Option<String>,
+    /// A stable identity to restore (a tab persisted it): kept only when it is a UUID no live
+    /// session holds, else a fresh one is minted.
+    #[serde(default)]
+    pub tuic_session: Option<String>,
     /// The name was assigned by a spawning agent (`agent action=spawn`), not a person.
     #[serde(skip)]
     pub name_from_spawn: bool,
@@ -91,6 +95,10 @@ pub struct Registry {
     wait_checks: AtomicU64,
     /// PTY output bytes of sessions that left the live table (their totals are final).
     ended_output: AtomicU64,
+    /// Declared worktree placement by stable identity (`crate::git::placement` keeps it in
+    /// the repository records and mirrors it here): `tuic_session` → (path, branch). Keyed by
+    /// identity, not PTY, so a session restored with its `tuic_session` shows it again.
+    placements: RwLock<HashMap<String, (String, Option<String>)>>,
 }
 
 /// Counts of the registry for `/stats` and `/metrics`.
@@ -124,7 +132,41 @@ impl Registry {
             created: AtomicU64::new(0),
             wait_checks: AtomicU64::new(0),
             ended_output: AtomicU64::new(0),
+            placements: RwLock::default(),
         }
+    }
+
+    /// Sets (or with `None` clears) the declared worktree placement of an identity.
+    pub fn set_placement(&self, tuic_session: &str, placement: Option<(String, Option<String>)>) {
+        let mut g = self.placements.write().unwrap_or_else(|p| p.into_inner());
+        match placement {
+            Some(p) => {
+                g.insert(tuic_session.to_owned(), p);
+            }
+            None => {
+                g.remove(tuic_session);
+            }
+        }
+    }
+
+    /// One session's row observed now (a fresh probe; blocking) with its declared placement,
+    /// as `GET /sessions` lists it.
+    pub fn placed_row(&self, s: &Session) -> SessionRow {
+        let mut r = s.row();
+        if let Some((path, branch)) = self.placement(&r.tuic_session) {
+            r.worktree_path = Some(path);
+            r.worktree_branch = branch;
+        }
+        r
+    }
+
+    /// The declared worktree placement of an identity.
+    pub fn placement(&self, tuic_session: &str) -> Option<(String, Option<String>)> {
+        self.placements
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tuic_session)
+            .cloned()
     }
 
     /// The counts, read in one critical section with the live table, so the output total
@@ -225,6 +267,12 @@ impl Registry {
             .cloned()
             .collect();
         let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.listed_row()).collect();
+        for r in &mut rows {
+            if let Some((path, branch)) = self.placement(&r.tuic_session) {
+                r.worktree_path = Some(path);
+                r.worktree_branch = branch;
+            }
+        }
         rows.sort_by(|a, b| a.alias.cmp(&b.alias));
         rows
     }
@@ -265,16 +313,24 @@ impl Registry {
         let agent_type = super::activity::detect_agent(&shell, &req.args);
         let prefix = alias::prefix_for(&repo_name(&cwd));
         let id = mint_id();
-        let tuic_session = uuid::Uuid::new_v4().to_string();
-        let alias = {
+        let (alias, tuic_session) = {
             let mut g = self.write();
+            let tuic_session = req
+                .tuic_session
+                .as_deref()
+                .and_then(|t| uuid::Uuid::parse_str(t).ok())
+                .map(|u| u.to_string())
+                .filter(|t| !g.by_tuic.contains_key(t))
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            // Reserve the identity with the alias, so a concurrent restore cannot take it.
+            g.by_tuic.insert(tuic_session.clone(), id.clone());
             let Inner {
                 aliases, by_alias, ..
             } = &mut *g;
             let a = aliases.assign(&prefix, req.alias.as_deref(), |x| by_alias.contains_key(x));
             // Reserve it now so a concurrent create cannot take it.
             by_alias.insert(a.clone(), id.clone());
-            a
+            (a, tuic_session)
         };
         let mut env: Vec<(String, String)> = req.env.into_iter().collect();
         env.push(("TERM".into(), "xterm-256color".into()));
@@ -311,7 +367,9 @@ impl Registry {
         let session = match spawned {
             Ok(s) => s,
             Err(e) => {
-                self.write().by_alias.remove(&alias);
+                let mut g = self.write();
+                g.by_alias.remove(&alias);
+                g.by_tuic.remove(&tuic_session);
                 return Err(CreateError::Spawn(e));
             }
         };
@@ -325,6 +383,7 @@ impl Registry {
                 true
             } else {
                 g.by_alias.remove(&alias);
+                g.by_tuic.remove(&tuic_session);
                 g.tombstones.insert(id.clone(), session.clone());
                 self.ended_output
                     .fetch_add(session.stream().total(), Ordering::Relaxed);
