@@ -779,6 +779,48 @@ async fn operator_commands_are_fenced_and_authority_is_enforced_per_rule() {
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["run"]["status"], "paused");
+    // Killed while paused: the worker dies with the node; resuming after the restart
+    // reconciles (attempt_lost) and launches the next generation.
+    let mut node = node;
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    drop(events);
+    let node = start(dir.path());
+    let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
+    let (_, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "get", "run_id": run_id})),
+    )
+    .await;
+    assert_eq!(
+        v["run"]["status"], "paused",
+        "recovery does not resume a paused run"
+    );
+    let seq = v["run"]["sequence"].as_u64().unwrap();
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "resume", "run_id": run_id, "expected_sequence": seq})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    await_event(&node, &mut events, &project, &run_id, |e| {
+        e["kind"] == "attempt_launched" && e["detail"]["generation"] == 3
+    })
+    .await;
+    assert!(
+        run_events(&node, &project, &run_id)
+            .await
+            .iter()
+            .any(|e| e["kind"] == "attempt_lost")
+    );
+    let (_, v) = local(
+        &node,
+        "/workflows/run/action",
+        act(json!({"action": "get", "run_id": run_id})),
+    )
+    .await;
     let seq = v["run"]["sequence"].as_u64().unwrap();
     let (mut agent, _) = Agent::register(
         &node.socket,

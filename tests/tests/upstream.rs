@@ -571,7 +571,7 @@ async fn collapsed_surface_stays_flat_while_the_full_list_grows_with_upstream_to
     })
     .await;
     let (count, full) = list_bytes(&node).await;
-    assert_eq!(count, 190, "10 native + 180 upstream tools");
+    assert_eq!(count, 193, "13 native + 180 upstream tools");
     // Collapse through the config save; the surface shrinks to the meta-tools and progress.
     let base = get(&node, "/config").await;
     let mut edited = base.clone();

@@ -95,6 +95,7 @@ pub fn kick(node: &Arc<Node>, run_id: &str) {
 
 fn launch(node: &Arc<Node>, run_id: &str) {
     let w = &node.workflows;
+    reconcile(node, run_id);
     let Some(run) = w.run(run_id) else { return };
     if run.status != RunStatus::Running {
         return;
@@ -510,33 +511,49 @@ fn worker_exited(node: &Arc<Node>, session_id: &str) {
     }
 }
 
-/// Live runs after a start (or a lagged event stream): a launched attempt whose worker is
-/// not a live PTY is lost and relaunched; a reserved attempt is launched.
+/// Live runs after a start (or a lagged event stream): every running run is kicked, and a
+/// kick first reconciles (see [`reconcile`]).
 fn recover(node: &Arc<Node>) {
     for run in node.workflows.live_runs() {
-        if run.status != RunStatus::Running {
-            continue;
+        if run.status == RunStatus::Running {
+            kick(node, &run.run_id);
         }
-        let Some(a) = &run.attempt else { continue };
-        let gone = a
-            .session_id
-            .as_deref()
-            .is_some_and(|s| node.sessions.live(s).is_none_or(|x| x.exit().is_some()));
-        if gone {
-            let att = a.attempt_id.clone();
-            let _ = node
-                .workflows
-                .update(&run.run_id, crate::logs::now_ms(), |cur| {
-                    if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att) {
-                        return Ok(None);
-                    }
-                    Ok(Some(repair(
-                        cur,
-                        "the worker is gone (node restart)",
-                        false,
-                    )))
-                });
-        }
-        kick(node, &run.run_id);
     }
+}
+
+/// A running run whose launched, unreported attempt has no live worker PTY (the node
+/// restarted, or a paused run's worker died meanwhile) records `attempt_lost` and reserves
+/// the next generation.
+fn reconcile(node: &Arc<Node>, run_id: &str) {
+    let Some(run) = node.workflows.run(run_id) else {
+        return;
+    };
+    if run.status != RunStatus::Running {
+        return;
+    }
+    let Some(a) = &run.attempt else { return };
+    let gone = a
+        .session_id
+        .as_deref()
+        .is_some_and(|s| node.sessions.live(s).is_none_or(|x| x.exit().is_some()));
+    if !gone
+        || run
+            .reports
+            .contains_key(&format!("{}#{}", a.attempt_id, a.generation))
+    {
+        return;
+    }
+    let att = a.attempt_id.clone();
+    let _ = node.workflows.update(run_id, crate::logs::now_ms(), |cur| {
+        if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att)
+            || cur.status != RunStatus::Running
+        {
+            return Ok(None);
+        }
+        Ok(Some(repair(
+            cur,
+            "the worker is gone (node restart)",
+            false,
+        )))
+    });
 }
