@@ -48,6 +48,30 @@ fn start(cfg: &Path) -> NodeProc {
     NodeProc::start("tuic-node", &["--config-dir", &s(cfg)], &[]).unwrap()
 }
 
+/// Stops `node` and starts it again on the same config dir. The new process starts once the
+/// old one's locks on the config dir and the store are released — awaited with a blocking
+/// `flock` (bounded), because a child forked by the old node can hold a copy of their file
+/// descriptors for the moment between its fork and its exec, after the node itself is gone.
+fn restart(mut node: NodeProc, cfg: &Path) -> NodeProc {
+    node.terminate().unwrap();
+    for f in ["node.lock", "state.redb"] {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(cfg.join(f))
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(file.lock().is_ok() && file.unlock().is_ok());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap_or(false),
+            "{f} stayed locked after the node exited"
+        );
+    }
+    start(cfg)
+}
+
 async fn post(node: &NodeProc, path: &str, body: Value) -> (u16, Value) {
     let r = ipc(&node.socket, "POST", path, Some(body)).await.unwrap();
     (r.status, r.json())
@@ -261,8 +285,7 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     assert_eq!(info["worktree_count"], 2);
 
     // Restart: the tab comes back with its identity and its placement.
-    node.terminate().unwrap();
-    let node = start(cfg.path());
+    let node = restart(node, cfg.path());
     assert!(row_of(&node, &tuic).await.is_null());
     let back = shell_in(&node, &root, Some(&tuic)).await;
     assert_eq!(back["tuic_session"], tuic.as_str());
@@ -298,6 +321,21 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     assert_eq!(v["ok"], true);
     assert!(!http_wt.exists());
     assert!(row_of(&node, &tuic).await.get("worktree_path").is_none());
+
+    // spawn_session starts a bare shell in the new worktree, placed there.
+    let (st, v) = post(
+        &node,
+        "/worktrees",
+        json!({"base_repo": s(&root), "branch": "spawned", "spawn_session": true}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let spawned_wt = wt_dir.join("spawned");
+    let row = row_of(&node, v["tuic_session"].as_str().unwrap()).await;
+    assert_eq!(row["session_id"], v["session_id"]);
+    assert_eq!(row["cwd"], s(&spawned_wt));
+    assert_eq!(row["worktree_path"], s(&spawned_wt));
+    assert_eq!(row["worktree_branch"], "spawned");
 }
 
 #[tokio::test]
@@ -355,8 +393,7 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
     assert_eq!(first["declare"]["value"]["branch"], "sdk/feature");
 
     // After a restart GET /sessions shows the placement of the restored tab.
-    node.terminate().unwrap();
-    let node = start(cfg.path());
+    let node = restart(node, cfg.path());
     shell_in(&node, &root, Some(&tuic)).await;
     let row = row_of(&node, &tuic).await;
     assert_eq!(row["worktree_path"], s(&wt), "{row}");
