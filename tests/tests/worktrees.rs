@@ -117,7 +117,7 @@ async fn row_of(node: &NodeProc, tuic: &str) -> Value {
 #[tokio::test]
 async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     let cfg = config_dir(json!({}));
-    let mut node = start(cfg.path());
+    let node = start(cfg.path());
     let (d, root) = repo();
     let (st, v) = post(&node, "/repos", json!({"path": s(&root)})).await;
     assert_eq!(st, 200, "{v}");
@@ -345,7 +345,7 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
         Err(_) => tuic_tests::sdk_clients().python,
     };
     let cfg = config_dir(json!({}));
-    let mut node = start(cfg.path());
+    let node = start(cfg.path());
     let (_d, root) = repo();
     let (st, v) = post(&node, "/repos", json!({"path": s(&root)})).await;
     assert_eq!(st, 200, "{v}");
