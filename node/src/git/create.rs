@@ -18,6 +18,9 @@ use crate::state::Node;
 
 /// Ignored directories copied into a new worktree at most.
 pub const MAX_WARM_DIRS: usize = 64;
+/// A Git-ignored directory is fully copied (where the filesystem cannot reflink) only up to
+/// this size; bigger ones are skipped and reported, so creation stays fast.
+pub const WARM_COPY_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// How long a worktree setup script may run.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Output kept from a setup script (its tail).
@@ -300,8 +303,19 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
             ],
         )
         .unwrap_or_default();
-    let mut warmed = 0u64;
+    let mut reflinked = 0u64;
+    let mut copied = 0u64;
     let mut skipped = Vec::new();
+    let cp = |mode: &str, src: &Path, dst: &Path| {
+        std::process::Command::new("cp")
+            .args(["-a", mode])
+            .arg(src)
+            .arg(dst)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
     for rel in listed
         .split('\0')
         .filter(|p| p.ends_with('/'))
@@ -318,20 +332,25 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
         if let Some(p) = dst.parent() {
             let _ = std::fs::create_dir_all(p);
         }
-        let ok = std::process::Command::new("cp")
-            .args(["-a", "--reflink=auto"])
-            .arg(&src)
-            .arg(&dst)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            warmed += 1;
+        // Copy-on-write first; a full copy only for directories small enough not to turn a
+        // worktree creation into a disk-filling minutes-long copy.
+        if cp("--reflink=always", &src, &dst) {
+            reflinked += 1;
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&dst);
+        if tree_size_within(&src, WARM_COPY_MAX_BYTES) && cp("--reflink=never", &src, &dst) {
+            copied += 1;
         } else {
+            let _ = std::fs::remove_dir_all(&dst);
             skipped.push(rel.to_owned());
         }
     }
-    let mut v = json!({"warmed_directories": warmed, "method": "reflink_or_copy"});
+    let mut v = json!({
+        "warmed_directories": reflinked + copied,
+        "reflinked": reflinked,
+        "copied": copied,
+    });
     if !skipped.is_empty() {
         v["skipped"] = json!(skipped);
     }
@@ -339,6 +358,30 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
         let _ = std::fs::write(dir.join(WARM_FILE), v.to_string());
     }
     v
+}
+
+/// Whether the regular files under `dir` (symlinks not followed) total at most `max` bytes;
+/// the walk stops as soon as the bound is passed.
+fn tree_size_within(dir: &Path, max: u64) -> bool {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += m.len();
+                if total > max {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Runs the worktree's `.tuic/worktree-setup.sh`, if it has one, bounded in time; its result
