@@ -362,7 +362,7 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
 
 /// Whether the regular files under `dir` (symlinks not followed) total at most `max` bytes;
 /// the walk stops as soon as the bound is passed.
-fn tree_size_within(dir: &Path, max: u64) -> bool {
+pub(super) fn tree_size_within(dir: &Path, max: u64) -> bool {
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

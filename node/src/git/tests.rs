@@ -694,3 +694,13 @@ fn removal_preserves_initialized_submodule_refs() {
         "the object is kept in the parent"
     );
 }
+
+#[test]
+fn warm_copy_size_bound_stops_early() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+    std::fs::write(d.path().join("a/b/f"), vec![0u8; 600]).unwrap();
+    std::fs::write(d.path().join("a/g"), vec![0u8; 600]).unwrap();
+    assert!(super::create::tree_size_within(d.path(), 1200));
+    assert!(!super::create::tree_size_within(d.path(), 1199));
+}
