@@ -15,6 +15,7 @@ const LOGIN_HTML: &str = include_str!("../../web/login.html");
 const APP_HTML: &str = include_str!("../../web/index.html");
 const APP_JS: &str = include_str!("../../web/assets/app.js");
 const ANSI_JS: &str = include_str!("../../web/assets/ansi.js");
+const SCREEN_JS: &str = include_str!("../../web/assets/screen.js");
 const APP_CSS: &str = include_str!("../../web/assets/app.css");
 
 fn html(body: &'static str) -> impl IntoResponse {
@@ -42,6 +43,10 @@ pub fn routes() -> Router<Arc<Node>> {
         .route(
             "/assets/ansi.js",
             get(|| async { asset("text/javascript; charset=utf-8", ANSI_JS) }),
+        )
+        .route(
+            "/assets/screen.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCREEN_JS) }),
         )
         .route(
             "/assets/app.css",

@@ -6,6 +6,8 @@
 //!
 //! - [`mail`]: the per-recipient inbox (retention, cursors, waits, the delivery lease).
 //! - [`mcp`]: MCP revisions, header names, JSON-RPC codes and the wait timing rules.
+//! - [`screen`]: screen-sync frames of `WS /sessions/{id}/stream?mode=screen`, the row diff and
+//!   the client mirror.
 //! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
 //!   See `docs/mail-protocol.md`.
 
@@ -15,6 +17,7 @@ pub mod ipc_http;
 pub mod mail;
 pub mod mcp;
 pub mod peer;
+pub mod screen;
 pub mod sse;
 
 /// Version of the node's HTTP/peer protocol, reported by `GET /health`.

@@ -156,7 +156,7 @@ async fn list_live_view_and_input_line() {
     .await
     .unwrap();
     b.wait_for(
-        "document.getElementById('term').textContent.includes('red-before')",
+        "document.getElementById('screen').textContent.includes('red-before')",
         10_000,
     )
     .await
@@ -164,7 +164,7 @@ async fn list_live_view_and_input_line() {
     // ANSI colours are rendered, not shown as escape codes.
     let coloured = b
         .eval(
-            "return [...document.querySelectorAll('#term span')].some(s => s.textContent.includes('red-before') && s.style.color !== '')",
+            "return [...document.querySelectorAll('#screen span')].some(s => s.textContent.includes('red-before') && s.style.color !== '')",
             json!([]),
         )
         .await
@@ -172,7 +172,7 @@ async fn list_live_view_and_input_line() {
     assert_eq!(coloured, json!(true));
     assert_eq!(
         b.eval(
-            "return document.getElementById('term').textContent.includes('\\x1b')",
+            "return document.getElementById('screen').textContent.includes('\\x1b')",
             json!([])
         )
         .await
@@ -185,18 +185,31 @@ async fn list_live_view_and_input_line() {
         .await
         .unwrap();
     b.wait_for(
-        "document.getElementById('term').textContent.includes('typed-42')",
+        "document.getElementById('screen').textContent.includes('typed-42')",
         10_000,
     )
     .await
     .unwrap();
     // Sent once: the command line appears exactly once in the output.
     let count = b
-        .eval("return document.getElementById('term').textContent.split('echo typed-$((40+2))').length - 1", json!([]))
+        .eval("return document.getElementById('screen').textContent.split('echo typed-$((40+2))').length - 1", json!([]))
         .await
         .unwrap();
     assert_eq!(count, json!(1));
     b.screenshot(&artifacts_dir().join("session-view-phone.png"))
+        .await
+        .unwrap();
+    // The History tab keeps the byte view of the output, colours rendered.
+    b.click(&b.find("#tab-history").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "!document.getElementById('term').hidden && document.getElementById('screen').hidden && document.getElementById('term').textContent.includes('typed-42') && [...document.querySelectorAll('#term span')].some(s => s.textContent.includes('red-before') && s.style.color !== '')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    b.click(&b.find("#tab-screen").await.unwrap())
         .await
         .unwrap();
     // An Enter that commits an IME composition does not send the line.
@@ -344,7 +357,7 @@ async fn quick_reply_chip_answers_a_question() {
         .await
         .unwrap();
     b.wait_for(
-        "document.getElementById('term').textContent.includes('answered:y')",
+        "document.getElementById('screen').textContent.includes('answered:y')",
         10_000,
     )
     .await
@@ -432,7 +445,7 @@ async fn hub_shows_a_remote_nodes_session_and_streams_it() {
         .await
         .unwrap();
     b.wait_for(
-        "document.getElementById('term').textContent.includes('remote-25')",
+        "document.getElementById('screen').textContent.includes('remote-25')",
         15_000,
     )
     .await

@@ -1,9 +1,12 @@
 // The tuic web UI: one module for the phone (/mobile) and the desktop browser (/).
-// Sessions from GET /sessions, kept fresh by /events with a 3 s polling fallback; a session
-// view streams raw PTY bytes over the WebSocket, renders ANSI colours, pages older output on
-// scroll, and writes input through POST /sessions/{id}/write.
+// Sessions from GET /sessions, kept fresh by /events with a 3 s polling fallback. A session
+// view shows the node's emulated screen (screen sync, `screen.js`: DOM rows from
+// `stream?mode=screen` frames); the History tab streams raw PTY bytes, renders ANSI colours and
+// pages older output on scroll. Input goes through POST /sessions/{id}/write (the input line)
+// or the screen socket (keys typed on the focused screen).
 
 import { AnsiRenderer } from "/assets/ansi.js";
+import { ScreenClient, keyBytes } from "/assets/screen.js";
 
 const $ = (id) => document.getElementById(id);
 const desktop = !location.pathname.startsWith("/mobile");
@@ -112,10 +115,62 @@ class SessionView {
     this.closed = false;
     this.backoff = 1000;
     this.loadingOlder = false;
+    this.historyStarted = false;
     this.term.onscroll = () => this.onScroll();
     $("jump").onclick = () => this.jump();
+    $("tab-screen").onclick = () => this.showScreen();
+    $("tab-history").onclick = () => this.showHistory();
     this.hideChips();
-    this.start();
+    $("exit-note").hidden = true;
+    this.screen = new ScreenClient($("screen"), this.path, {
+      onParsed: (ev) => this.onParsed(ev),
+      onExit: (code) => this.showExit(code),
+      onBanner: (t) => this.banner(t),
+      onScroll: (o) => { if (this.mode === "screen") $("jump").hidden = o === 0; },
+      onState: (s) => {
+        if (this.mode === "screen") $("jump").hidden = (s.scroll ?? 0) === 0;
+        if (s.title) $("screen").setAttribute("aria-label", `Terminal screen: ${s.title}`);
+      },
+    });
+    $("screen").onkeydown = (e) => {
+      const b = keyBytes(e);
+      if (b == null) return;
+      e.preventDefault();
+      if (!this.screen.input(b)) this.send(b);
+    };
+    this.showScreen();
+  }
+
+  showScreen() {
+    this.mode = "screen";
+    $("screen").hidden = false;
+    this.term.hidden = true;
+    $("tab-screen").setAttribute("aria-selected", "true");
+    $("tab-history").setAttribute("aria-selected", "false");
+    $("jump").hidden = (this.screen.offset ?? 0) === 0;
+    // The history stream is not needed while the screen shows: close it (reloaded on demand).
+    if (this.historyStarted) {
+      this.historyStarted = false;
+      this.ws?.close();
+      this.ws = null;
+    }
+  }
+
+  showHistory() {
+    this.mode = "history";
+    $("screen").hidden = true;
+    this.term.hidden = false;
+    $("tab-screen").setAttribute("aria-selected", "false");
+    $("tab-history").setAttribute("aria-selected", "true");
+    if (!this.historyStarted) {
+      this.historyStarted = true;
+      this.term.replaceChildren();
+      this.renderer = new AnsiRenderer(this.term);
+      this.decoder = new TextDecoder("utf-8");
+      this.start();
+    } else {
+      this.scrollToEnd();
+    }
   }
 
   async start() {
@@ -137,7 +192,7 @@ class SessionView {
   }
 
   connect() {
-    if (this.closed) return;
+    if (this.closed || !this.historyStarted) return;
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${proto}://${location.host}${this.path}/stream?binary=1&from_byte=${this.offset}`);
     ws.binaryType = "arraybuffer";
@@ -157,7 +212,7 @@ class SessionView {
       else if (f.type === "output") { this.renderer.write(f.data); if (this.follow) this.scrollToEnd(); }
     };
     ws.onclose = () => {
-      if (this.closed || this.exited) return;
+      if (this.closed || this.exited || this.ws !== ws) return;
       this.banner("Connection lost — reconnecting…");
       setTimeout(() => this.reconnect(), this.backoff);
       this.backoff = Math.min(this.backoff * 2, 8000);
@@ -193,10 +248,15 @@ class SessionView {
   }
 
   showExit(code) {
+    if (this.exitShown) return;
+    this.exitShown = true;
     this.exited = true;
-    this.renderer.write(`\r\n\x1b[2m[process exited${code != null ? " with code " + code : ""}]\x1b[0m\r\n`);
+    const note = `[process exited${code != null ? " with code " + code : ""}]`;
+    $("exit-note").textContent = note;
+    $("exit-note").hidden = false;
+    if (this.historyStarted) this.renderer.write(`\r\n\x1b[2m${note}\x1b[0m\r\n`);
     this.hideChips();
-    this.scrollToEnd();
+    if (this.mode === "history") this.scrollToEnd();
   }
 
   banner(text) {
@@ -231,6 +291,12 @@ class SessionView {
 
   hideChips() { $("chips").hidden = true; }
 
+  /** Input in order with the screen's own keys: over the screen socket when it is open. */
+  typeIn(data) {
+    if (!data) return;
+    if (!this.screen.input(data)) this.send(data);
+  }
+
   async send(data) {
     try {
       await api(`${this.path}/write`, {
@@ -254,7 +320,10 @@ class SessionView {
     $("jump").hidden = true;
   }
 
-  jump() { this.scrollToEnd(); }
+  jump() {
+    if (this.mode === "screen") { this.screen.follow(); $("jump").hidden = true; return; }
+    this.scrollToEnd();
+  }
 
   onScroll() {
     this.follow = this.atBottom();
@@ -288,14 +357,70 @@ class SessionView {
   close() {
     this.closed = true;
     this.ws?.close();
+    this.screen.close();
   }
+}
+
+// The special-keys bar: keys a phone keyboard lacks. Ctrl and Alt are sticky: they apply to
+// the next key from the bar or the next character typed in the input line, then release.
+const KEYS = [
+  ["Esc", "\x1b"], ["Tab", "\t"], ["Ctrl", null], ["Alt", null],
+  ["←", "\x1b[D"], ["↑", "\x1b[A"], ["↓", "\x1b[B"], ["→", "\x1b[C"],
+  ["PgUp", "\x1b[5~"], ["PgDn", "\x1b[6~"], ["|", "|"], ["~", "~"], ["/", "/"],
+];
+const sticky = { ctrl: false, alt: false };
+
+/** Applies the sticky modifiers to `data` (one character or a key's bytes) and releases them. */
+function modified(data) {
+  let out = data;
+  if (sticky.ctrl && [...data].length === 1) {
+    const c = data.toUpperCase().charCodeAt(0);
+    if (c >= 64 && c <= 95) out = String.fromCharCode(c - 64);
+    else if (data === " ") out = "\x00";
+    else if (data === "?") out = "\x7f";
+  }
+  if (sticky.alt) out = "\x1b" + out;
+  sticky.ctrl = sticky.alt = false;
+  for (const b of document.querySelectorAll("#keys button[data-mod]")) b.setAttribute("aria-pressed", "false");
+  return out;
+}
+
+function keysBar() {
+  const bar = $("keys");
+  const buttons = KEYS.map(([label, data]) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.dataset.key = label;
+    if (data == null) {
+      const mod = label.toLowerCase();
+      b.dataset.mod = mod;
+      b.setAttribute("aria-pressed", "false");
+      b.onclick = () => {
+        sticky[mod] = !sticky[mod];
+        b.setAttribute("aria-pressed", String(sticky[mod]));
+      };
+    } else {
+      b.onclick = () => view?.typeIn(modified(data));
+    }
+    // Keep the focus (and the on-screen keyboard) where it is.
+    b.addEventListener("pointerdown", (e) => e.preventDefault());
+    return b;
+  });
+  bar.replaceChildren(...buttons);
+  // A character typed while a modifier is held goes to the PTY at once, modified.
+  $("line").addEventListener("beforeinput", (e) => {
+    if (!(sticky.ctrl || sticky.alt) || e.isComposing || e.inputType !== "insertText" || !e.data) return;
+    e.preventDefault();
+    view?.typeIn(modified(e.data));
+  });
 }
 
 function lineInput() {
   const input = $("line");
   const submit = () => {
     if (!view) return;
-    view.send(input.value + "\r");
+    view.typeIn(input.value + "\r");
     input.value = "";
   };
   // Enter that commits an IME composition must not also send the line.
@@ -322,9 +447,22 @@ function route() {
   renderList();
 }
 
+// With the on-screen keyboard open the visual viewport is shorter than the layout viewport:
+// size the page to it, so the input line and the screen's cursor row stay visible.
+if (window.visualViewport) {
+  const vv = window.visualViewport;
+  const fitViewport = () => {
+    document.documentElement.style.setProperty("--vvh", `${Math.round(vv.height)}px`);
+    view?.screen?.keepCursorInView();
+  };
+  vv.addEventListener("resize", fitViewport);
+  fitViewport();
+}
+
 $("back").onclick = () => { location.hash = ""; };
 window.addEventListener("hashchange", route);
 lineInput();
+keysBar();
 refreshSessions().then(route);
 startEvents();
 setInterval(refreshSessions, 3000);

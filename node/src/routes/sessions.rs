@@ -393,6 +393,8 @@ struct StreamQuery {
     binary: Option<String>,
     /// Start at this raw byte offset instead of now (replays retained output).
     from_byte: Option<u64>,
+    /// `screen`: the emulated screen as frames (`crate::session::screensync`).
+    mode: Option<String>,
 }
 
 async fn stream(
@@ -410,29 +412,143 @@ async fn stream(
             "unknown stream format {f:?}"
         )));
     }
+    match q.mode.as_deref() {
+        None | Some("bytes") => {}
+        Some("screen") => {
+            let hello = {
+                let st = s.stream();
+                Hello {
+                    offset: st.total(),
+                    total_written: st.total(),
+                    oldest_offset: st.ring_start(),
+                }
+            };
+            return Ok(ws
+                .on_upgrade(move |sock| run_screen(node, s, sock, hello))
+                .into_response());
+        }
+        Some(m) => return Err(ApiError::bad_request(format!("unknown stream mode {m:?}"))),
+    }
     // Subscribe before answering, so every byte after the handshake reaches this client.
-    let cursor = {
+    let (cursor, hello) = {
         let mut st = s.stream();
-        let from = q.from_byte.unwrap_or(st.total());
-        st.subscribe(from)
+        let total = st.total();
+        let cursor = st.subscribe(q.from_byte.unwrap_or(total));
+        let start = cursor.load(std::sync::atomic::Ordering::Acquire);
+        let hello = Hello {
+            offset: start,
+            total_written: total,
+            oldest_offset: st.ring_start().min(start),
+        };
+        (cursor, hello)
     };
     let log_from = s.screen().log.total();
     let bus = node.bus.subscribe();
     Ok(ws
-        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, log_from, bus))
+        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, hello, log_from, bus))
         .into_response())
 }
 
+/// Where a byte stream starts, sent as its first frame (`{"type":"hello",...}`): the raw offset
+/// of the first byte the stream sends, the bytes written so far, and the oldest retained offset
+/// (a client that connected "from now" may page `[oldest_offset, offset)` from `output`).
+#[derive(Debug, Clone, Copy)]
+struct Hello {
+    offset: u64,
+    total_written: u64,
+    oldest_offset: u64,
+}
+
+impl Hello {
+    fn frame(&self, mode: &str) -> Message {
+        let v = json!({
+            "type": "hello",
+            "mode": mode,
+            "offset": self.offset,
+            "total_written": self.total_written,
+            "oldest_offset": self.oldest_offset,
+        });
+        Message::Text(v.to_string().into())
+    }
+}
+
+/// A screen-sync client: JSON client frames are acks, resizes, scrolls or input; binary frames
+/// are input. The frames themselves come from `screensync::run`.
+async fn run_screen(node: Arc<Node>, s: Arc<Session>, sock: WebSocket, hello: Hello) {
+    use crate::session::screensync::{self, Control};
+    use tuic_proto::screen::ClientFrame;
+    let (mut tx, mut rx) = sock.split();
+    if tx.send(hello.frame("screen")).await.is_err() {
+        return;
+    }
+    let (ctl_tx, ctl_rx) = tokio::sync::mpsc::channel(64);
+    let writer = s.clone();
+    let cap = node.sessions.capture.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = rx.next().await {
+            let data = match msg {
+                Message::Binary(b) => b.to_vec(),
+                Message::Text(t) => match serde_json::from_str::<ClientFrame>(t.as_str()) {
+                    Ok(ClientFrame::Input { data }) => data.into_bytes(),
+                    Ok(ClientFrame::Ack { seq }) => {
+                        let _ = ctl_tx.send(Control::Ack(seq)).await;
+                        continue;
+                    }
+                    Ok(ClientFrame::Resize { rows, cols, apply }) => {
+                        let _ = ctl_tx.send(Control::Resize { rows, cols, apply }).await;
+                        continue;
+                    }
+                    Ok(ClientFrame::Scroll { offset }) => {
+                        let _ = ctl_tx.send(Control::Scroll(offset)).await;
+                        continue;
+                    }
+                    // A malformed control frame is dropped, never typed into the PTY.
+                    Err(e) => {
+                        tracing::debug!(session = %writer.id, "screen client frame: {e}");
+                        continue;
+                    }
+                },
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let w = writer.clone();
+            let cap = cap.clone();
+            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                break;
+            }
+        }
+        // Dropping the control sender ends the screen loop.
+    });
+    let out =
+        tx.with(|t: String| futures::future::ready(Ok::<_, axum::Error>(Message::Text(t.into()))));
+    screensync::run(node, s, Box::pin(out), ctl_rx).await;
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run_stream(
     node: Arc<Node>,
     s: Arc<Session>,
     sock: WebSocket,
     q: StreamQuery,
     cursor: Arc<std::sync::atomic::AtomicU64>,
+    hello: Hello,
     mut log_cursor: u64,
     mut bus: tokio::sync::broadcast::Receiver<Arc<crate::events::Envelope>>,
 ) {
     let (mut tx, mut rx) = sock.split();
+    let label = if q.binary.as_deref().is_some_and(|b| b == "1" || b == "true") {
+        "binary"
+    } else {
+        match q.format.as_deref() {
+            Some("text") => "text",
+            Some("log") => "log",
+            _ => "output",
+        }
+    };
+    if tx.send(hello.frame(label)).await.is_err() {
+        return;
+    }
     let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
     let mode = q.format.clone().unwrap_or_default();
     // Client frames go to the PTY, in order, off the async workers.

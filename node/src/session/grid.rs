@@ -13,7 +13,8 @@ use alacritty_terminal::grid::{Dimensions, Scroll};
 use alacritty_terminal::index::{Column, Line};
 use alacritty_terminal::term::cell::Flags;
 use alacritty_terminal::term::{Config, Term, TermMode};
-use alacritty_terminal::vte::ansi::{Processor, StdSyncHandler};
+use alacritty_terminal::vte::ansi::{Color, NamedColor, Processor, StdSyncHandler};
+use tuic_proto::screen as wire;
 
 /// Scrollback rows the grid keeps.
 pub const SCROLLBACK_ROWS: usize = 10_000;
@@ -36,19 +37,67 @@ impl Dimensions for Size {
     }
 }
 
-/// Collects what the emulator wants written back to the PTY.
+/// Collects what the emulator wants written back to the PTY, and the window title it set.
 #[derive(Clone, Default)]
-struct Replies(Arc<Mutex<Vec<u8>>>);
+struct Replies(Arc<Mutex<Vec<u8>>>, Arc<Mutex<String>>);
 
 impl EventListener for Replies {
     fn send_event(&self, event: Event) {
-        if let Event::PtyWrite(s) = event {
-            self.0
+        match event {
+            Event::PtyWrite(s) => self
+                .0
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(s.as_bytes());
+                .extend_from_slice(s.as_bytes()),
+            Event::Title(t) => *self.1.lock().unwrap_or_else(|p| p.into_inner()) = t,
+            Event::ResetTitle => self.1.lock().unwrap_or_else(|p| p.into_inner()).clear(),
+            _ => {}
         }
     }
+}
+
+/// The wire colour of a cell colour; `None` for the terminal's default colours.
+fn wire_color(c: Color) -> Option<wire::Color> {
+    match c {
+        Color::Spec(rgb) => Some(wire::Color::Rgb(rgb.r, rgb.g, rgb.b)),
+        Color::Indexed(i) => Some(wire::Color::Index(i)),
+        Color::Named(n) => {
+            let v = n as usize;
+            let dim = NamedColor::DimBlack as usize;
+            if v < 16 {
+                Some(wire::Color::Index(v as u8))
+            } else if (dim..dim + 8).contains(&v) {
+                Some(wire::Color::Index((v - dim) as u8))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn wire_attrs(f: Flags) -> u16 {
+    use tuic_proto::screen::attrs as a;
+    let mut v = 0;
+    for (flag, bit) in [
+        (Flags::BOLD, a::BOLD),
+        (Flags::ITALIC, a::ITALIC),
+        (Flags::ALL_UNDERLINES, a::UNDERLINE),
+        (Flags::INVERSE, a::INVERSE),
+        (Flags::DIM, a::DIM),
+        (Flags::STRIKEOUT, a::STRIKE),
+        (Flags::HIDDEN, a::HIDDEN),
+    ] {
+        if f.intersects(flag) {
+            v |= bit;
+        }
+    }
+    v
+}
+
+/// Whether a blank cell of this style shows nothing (trailing ones are trimmed).
+fn blank_is_invisible(r: &wire::Run) -> bool {
+    use tuic_proto::screen::attrs as a;
+    r.bg.is_none() && r.attrs & (a::INVERSE | a::UNDERLINE | a::STRIKE) == 0
 }
 
 /// Scroll position and size, as `terminal/scroll-info` reports it.
@@ -203,6 +252,89 @@ impl Grid {
         self.term.mode().contains(TermMode::ALT_SCREEN)
     }
 
+    /// The window title the program set (OSC 0/2); empty when none.
+    pub fn title(&self) -> String {
+        self.replies
+            .1
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The screen as a screen-sync snapshot, viewed `view_offset` rows back in the history
+    /// (clamped; 0 is the live screen). The grid's own scroll position is not used or changed.
+    pub fn snapshot(&self, view_offset: usize) -> wire::Snapshot {
+        let g = self.term.grid();
+        let history = g.history_size();
+        let off = view_offset.min(history);
+        let rows = g.screen_lines();
+        let lines = (0..rows)
+            .map(|r| self.row_runs(Line(r as i32 - off as i32)))
+            .collect();
+        let c = g.cursor.point;
+        let y = c.line.0 + off as i32;
+        let visible =
+            self.term.mode().contains(TermMode::SHOW_CURSOR) && (0..rows as i32).contains(&y);
+        wire::Snapshot {
+            cols: g.columns() as u16,
+            rows: rows as u16,
+            cursor: wire::Cursor {
+                x: c.column.0.min(g.columns().saturating_sub(1)) as u16,
+                y: y.clamp(0, rows as i32 - 1) as u16,
+                visible,
+            },
+            alt_screen: self.alt_screen(),
+            title: self.title(),
+            scroll: off as u32,
+            history: history as u32,
+            lines,
+        }
+    }
+
+    /// One row as runs of equally styled cells, trailing invisible blanks trimmed.
+    fn row_runs(&self, line: Line) -> wire::Row {
+        let row = &self.term.grid()[line];
+        let mut runs: Vec<wire::Run> = Vec::new();
+        for col in 0..row.len() {
+            let cell = &row[Column(col)];
+            if cell
+                .flags
+                .intersects(Flags::WIDE_CHAR_SPACER | Flags::LEADING_WIDE_CHAR_SPACER)
+            {
+                continue;
+            }
+            let style = wire::Run {
+                text: String::new(),
+                fg: wire_color(cell.fg),
+                bg: wire_color(cell.bg),
+                attrs: wire_attrs(cell.flags),
+                wide: cell.flags.contains(Flags::WIDE_CHAR),
+            };
+            let run = match runs.last_mut() {
+                Some(r) if r.same_style(&style) => r,
+                _ => {
+                    runs.push(style);
+                    runs.last_mut().expect("just pushed")
+                }
+            };
+            run.text.push(if cell.c == '\t' { ' ' } else { cell.c });
+            if let Some(z) = cell.zerowidth() {
+                run.text.extend(z);
+            }
+        }
+        while let Some(r) = runs.last_mut() {
+            if !blank_is_invisible(r) {
+                break;
+            }
+            r.text.truncate(r.text.trim_end_matches(' ').len());
+            if !r.text.is_empty() {
+                break;
+            }
+            runs.pop();
+        }
+        runs
+    }
+
     /// The escape sequences that redraw the visible screen (see `session::ansi`).
     pub fn render_ansi(&self) -> String {
         super::ansi::render(&self.term)
@@ -316,5 +448,87 @@ mod tests {
         assert_eq!(g.scroll_info().display_offset, 4);
         g.scroll_to_offset(1000);
         assert_eq!(g.scroll_info().display_offset, 8);
+    }
+
+    #[test]
+    fn snapshot_follows_a_vim_like_program() {
+        use tuic_proto::screen::{Mirror, ServerFrame, attrs, diff};
+        let mut g = Grid::new(5, 20);
+        g.feed(b"$ vim notes\r\n");
+        let before = g.snapshot(0);
+        assert!(!before.alt_screen);
+        assert_eq!(before.text_rows()[0], "$ vim notes");
+        // Enter the alternate screen, set a title, clear, draw with cursor motion and colour.
+        g.feed(b"\x1b]2;vim notes\x07\x1b[?1049h\x1b[H\x1b[2J");
+        g.feed(b"\x1b[1;1H\x1b[1;31mhello\x1b[0m\x1b[5;1H-- INSERT --\x1b[2;3H\x1b[7mX\x1b[0m");
+        g.feed("\x1b[3;1H日本".as_bytes());
+        g.feed(b"\x1b[2;4H");
+        let s = g.snapshot(0);
+        assert!(s.alt_screen);
+        assert_eq!(s.title, "vim notes");
+        assert_eq!(
+            s.text_rows(),
+            vec!["hello", "  X", "日本", "", "-- INSERT --"]
+        );
+        assert_eq!((s.cursor.x, s.cursor.y, s.cursor.visible), (3, 1, true));
+        let hello = &s.lines[0][0];
+        assert_eq!(hello.fg, Some(tuic_proto::screen::Color::Index(1)));
+        assert_eq!(hello.attrs, attrs::BOLD);
+        assert!(
+            s.lines[1]
+                .iter()
+                .any(|r| r.text == "X" && r.attrs == attrs::INVERSE)
+        );
+        assert!(s.lines[2][0].wide && s.lines[2][0].width() == 4);
+        // The rows agree with the text rows the lines route returns.
+        assert_eq!(s.text_rows(), g.screen());
+        // A diff from the previous screen reproduces this one.
+        let d = diff(&before, &s, 2).unwrap();
+        let mut m = Mirror::default();
+        m.apply(&ServerFrame::Screen {
+            seq: 1,
+            screen: before.clone(),
+        })
+        .unwrap();
+        m.apply(&ServerFrame::Diff(d)).unwrap();
+        assert_eq!(m.screen.as_ref().unwrap(), &s);
+        // Hiding the cursor and leaving the alternate screen restore the shell's rows.
+        g.feed(b"\x1b[?25l");
+        assert!(!g.snapshot(0).cursor.visible);
+        g.feed(b"\x1b[?25h\x1b[?1049l");
+        let after = g.snapshot(0);
+        assert!(!after.alt_screen);
+        assert_eq!(after.text_rows()[0], "$ vim notes");
+        let d = diff(&s, &after, 3).unwrap();
+        assert_eq!(d.alt_screen, Some(false));
+    }
+
+    #[test]
+    fn snapshot_views_history_without_moving_the_grid() {
+        let mut g = Grid::new(3, 10);
+        for i in 0..10 {
+            g.feed(format!("{i}\r\n").as_bytes());
+        }
+        let live = g.snapshot(0);
+        assert_eq!(live.text_rows(), vec!["8", "9", ""]);
+        assert_eq!(live.history, 8);
+        let back = g.snapshot(4);
+        assert_eq!(back.text_rows(), vec!["4", "5", "6"]);
+        assert_eq!(back.scroll, 4);
+        assert!(!back.cursor.visible, "the cursor row is below this view");
+        assert_eq!(g.snapshot(1000).scroll, 8);
+        assert_eq!(g.scroll_info().display_offset, 0);
+    }
+
+    #[test]
+    fn snapshot_keeps_coloured_trailing_blanks_and_trims_plain_ones() {
+        let mut g = Grid::new(2, 10);
+        g.feed(b"ab   \x1b[44m  \x1b[0m\r\ncd    ");
+        let s = g.snapshot(0);
+        let last = s.lines[0].last().unwrap();
+        assert_eq!(last.text, "  ");
+        assert_eq!(last.bg, Some(tuic_proto::screen::Color::Index(4)));
+        assert_eq!(s.lines[1].len(), 1);
+        assert_eq!(s.lines[1][0].text, "cd");
     }
 }

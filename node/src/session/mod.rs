@@ -22,6 +22,7 @@ mod pty;
 pub mod redact;
 pub mod registry;
 pub mod screen;
+pub mod screensync;
 pub mod submit;
 pub mod utf8;
 

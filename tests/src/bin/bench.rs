@@ -4,6 +4,7 @@
 //! cargo build --release -p tuic-node -p tuic-tests --bins
 //! cargo run -p tuic-tests --release --bin bench -- pty-throughput [MiB]
 //! cargo run -p tuic-tests --release --bin bench -- keystroke-latency [N]
+//! cargo run -p tuic-tests --release --bin bench -- screen-keystroke [N] [GAP_MS]
 //! cargo run -p tuic-tests --release --bin bench -- idle-rss [SESSIONS]
 //! cargo run -p tuic-tests --release --bin bench -- mcp-session-list [SESSIONS] [CALLS]
 //! cargo run -p tuic-tests --release --bin bench -- mail-latency [N]
@@ -46,6 +47,11 @@ fn main() -> anyhow::Result<()> {
         Some("keystroke-latency") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
             rt.block_on(latency(n))
+        }
+        Some("screen-keystroke") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(300);
+            let gap = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(60);
+            rt.block_on(screen_keystroke(n, gap))
         }
         Some("idle-rss") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
@@ -125,7 +131,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
@@ -275,6 +281,113 @@ async fn throughput(mib: usize) -> anyhow::Result<()> {
         "  node CPU: {:.2} s ({:.2} s per 64 MiB)",
         cpu,
         cpu * 64.0 / mib as f64
+    );
+    Ok(())
+}
+
+/// `screen-keystroke`: one `cat` session watched by a raw byte stream and a screen-sync stream
+/// at once; each keystroke is timed to its raw echo frame and to the screen frame showing it.
+/// Keys go `gap_ms` apart (default 60 ms, fast typing): a change after a quiet spell is framed
+/// at once, while changes closer together than the frame interval (16–50 ms) are coalesced by
+/// design, so `GAP_MS=0` measures the rate limit rather than the latency.
+async fn screen_keystroke(n: usize, gap_ms: u64) -> anyhow::Result<()> {
+    use tuic_proto::screen::{ClientFrame, Mirror, ServerFrame};
+    let node = Node::start(None).await?;
+    let c = node
+        .create(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", "stty raw -echo; printf READY; exec cat"]}),
+        )
+        .await?;
+    let id = c["session_id"].as_str().context("id")?.to_owned();
+    let mut raw = node.ws(&id, "?binary=1&from_byte=0").await?;
+    read_until(&mut raw, b"READY", T).await?;
+    let mut scr = node.ws(&id, "?mode=screen").await?;
+    let mut mirror = Mirror::default();
+    let mut screen_bytes = 0usize;
+    // Applies screen frames (acking each) until `done` holds for the mirror.
+    async fn screen_until(
+        scr: &mut tuic_tests::term::Ws,
+        mirror: &mut Mirror,
+        bytes: &mut usize,
+        done: &dyn Fn(&Mirror) -> bool,
+    ) -> anyhow::Result<()> {
+        while !done(mirror) {
+            let m = tokio::time::timeout(T, scr.next())
+                .await?
+                .context("screen stream closed")??;
+            if let Message::Text(t) = m {
+                *bytes += t.len();
+                let f: ServerFrame = serde_json::from_str(t.as_str())?;
+                if let Some(seq) = mirror.apply(&f)? {
+                    let a = serde_json::to_string(&ClientFrame::Ack { seq })?;
+                    scr.send(Message::Text(a.into())).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+    let cursor = |m: &Mirror| m.screen.as_ref().map(|s| (s.cursor.x, s.cursor.y));
+    screen_until(&mut scr, &mut mirror, &mut screen_bytes, &|m| {
+        cursor(m) == Some((5, 0))
+    })
+    .await?;
+    let (mut raw_ms, mut screen_ms) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut x, mut y) = (5u16, 0u16);
+    let mut raw_bytes = 0usize;
+    for i in 0..n {
+        if x >= 70 {
+            // A new line, untimed: both views catch up first.
+            raw.send(Message::Binary(b"\r\n".to_vec().into())).await?;
+            raw_bytes += read_until(&mut raw, b"\n", T).await?.len();
+            y = (y + 1).min(23);
+            x = 0;
+            screen_until(&mut scr, &mut mirror, &mut screen_bytes, &|m| {
+                cursor(m) == Some((0, y))
+            })
+            .await?;
+        }
+        if gap_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+        }
+        let key = [b'a' + (i % 26) as u8];
+        let t0 = Instant::now();
+        raw.send(Message::Binary(key.to_vec().into())).await?;
+        x += 1;
+        let want = Some((x, y));
+        let (r, s) = tokio::join!(
+            async {
+                let got = read_until(&mut raw, &key, T).await;
+                (got, t0.elapsed().as_secs_f64() * 1e3)
+            },
+            async {
+                let got = screen_until(&mut scr, &mut mirror, &mut screen_bytes, &|m| {
+                    cursor(m) == want
+                })
+                .await;
+                (got, t0.elapsed().as_secs_f64() * 1e3)
+            }
+        );
+        raw_bytes += r.0?.len();
+        s.0?;
+        raw_ms.push(r.1);
+        screen_ms.push(s.1);
+    }
+    node.ok("DELETE", &format!("/sessions/{id}"), None).await?;
+    println!(
+        "screen-keystroke round trips={n} gap={gap_ms} ms (key -> PTY -> cat -> raw echo frame | screen frame)"
+    );
+    let (r50, r99) = (percentile(&mut raw_ms, 0.5), percentile(&mut raw_ms, 0.99));
+    let (s50, s99) = (
+        percentile(&mut screen_ms, 0.5),
+        percentile(&mut screen_ms, 0.99),
+    );
+    println!("  raw echo frame   p50 {r50:.3} ms  p99 {r99:.3} ms  ({raw_bytes} bytes)");
+    println!("  screen frame     p50 {s50:.3} ms  p99 {s99:.3} ms  ({screen_bytes} bytes)");
+    println!(
+        "  screen adds p50 {:.3} ms, p99 {:.3} ms",
+        s50 - r50,
+        s99 - r99
     );
     Ok(())
 }

@@ -1,0 +1,591 @@
+//! The web UI's screen view (screen sync) in Debian's headless Chromium at phone size
+//! (390×844), against a real node over TCP: the rendered rows equal the node's
+//! `terminal/lines` screen for a cursor-drawing program and for `vim`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tuic_tests::webdriver::{Browser, artifacts_dir};
+use tuic_tests::{NodeProc, run_with_stdin};
+
+const PASSWORD: &str = "phone pass";
+
+fn remote_node() -> (tempfile::TempDir, NodeProc) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let dir = d.path().to_str().unwrap().to_owned();
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &dir],
+        PASSWORD,
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let node = NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            &dir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    (d, node)
+}
+
+async fn login(b: &Browser, base: &str) {
+    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+}
+
+async fn create(node: &NodeProc, body: Value) -> String {
+    let r = tuic_tests::ipc(&node.socket, "POST", "/sessions", Some(body))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.json()["session_id"].as_str().unwrap().to_owned()
+}
+
+async fn node_screen(node: &NodeProc, id: &str) -> Vec<String> {
+    let info = tuic_tests::ipc(
+        &node.socket,
+        "GET",
+        &format!("/sessions/{id}/terminal/scroll-info"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    let total = info["total_lines"].as_u64().unwrap();
+    let rows = info["screen_lines"].as_u64().unwrap();
+    let v = tuic_tests::ipc(
+        &node.socket,
+        "GET",
+        &format!(
+            "/sessions/{id}/terminal/lines?start={}&end={total}",
+            total - rows
+        ),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    serde_json::from_value(v["lines"].clone()).unwrap()
+}
+
+async fn page_rows(b: &Browser) -> Vec<String> {
+    let v = b
+        .eval(
+            "return [...document.querySelectorAll('#screen .row')].map(r => r.textContent.replace(/\\s+$/, ''))",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+/// Waits (bounded) until the page's rows equal the node's screen; returns them.
+async fn rows_agree(b: &Browser, node: &NodeProc, id: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let want = node_screen(node, id).await;
+        let got = page_rows(b).await;
+        if got == want {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "page rows never matched the node's screen:\npage {got:#?}\nnode {want:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The rendered cursor: (column, row) of the `.cursor` cell.
+async fn page_cursor(b: &Browser) -> Value {
+    b.eval(
+        "const rows = [...document.querySelectorAll('#screen .row')];
+         const y = rows.findIndex(r => r.querySelector('.cursor'));
+         if (y < 0) return null;
+         const c = rows[y].querySelector('.cursor');
+         let x = 0;
+         const walk = (n) => {
+           if (n === c) return true;
+           if (n.nodeType === 3) { x += [...n.textContent].length; return false; }
+           if (n.classList && n.classList.contains('w')) { if (n.contains(c)) return true; x += 2; return false; }
+           for (const k of n.childNodes) if (walk(k)) return true;
+           return false;
+         };
+         walk(rows[y]);
+         return [x, y];",
+        json!([]),
+    )
+    .await
+    .unwrap()
+}
+
+const DRAW: &str = r#"stty -echo
+printf '\033]2;<img src=x onerror=window.pwned=1>\007\033]52;c;aGVsbG8=\007'
+printf '\033[?1049h\033[2J\033[H'
+printf '\033[1;1H\033[1;32mTOP-LEFT\033[0m <b>not bold</b>'
+printf '\033[5;10H\033[7mmiddle\033[0m'
+printf '\033[12;1H-- status --'
+printf '\033[3;1Hxxxxxxx\033[3;3H\033[K'
+printf '\033[6;1H\346\227\245\346\234\254wide \377\376 bytes'
+printf '\033[8;20HDONE-MARK'
+read go
+printf '\033[?1049l'
+echo "after-alt:$go"
+read again
+"#;
+
+#[tokio::test]
+async fn phone_screen_view_matches_the_nodes_screen_for_a_drawing_program_and_vim() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 30, "cols": 60, "shell": "/bin/sh", "args": ["-c", DRAW], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('DONE-MARK')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = rows_agree(&b, &node, &sid).await;
+    assert_eq!(rows.len(), 30);
+    assert_eq!(rows[0], "TOP-LEFT <b>not bold</b>");
+    assert_eq!(page_cursor(&b).await, json!([28, 7]));
+    // Hostile output stays text: no element from markup, no script ran, the page title kept.
+    let safe = b
+        .eval(
+            "return !window.pwned && !document.querySelector('#screen img, #screen b') && document.title === 'tuic'",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(safe, json!(true));
+    // The 60 columns fit the phone's width (scaled), and nothing overflows the page.
+    let fit = b
+        .eval(
+            "const s = document.getElementById('screen');
+             return [s.scrollWidth <= s.clientWidth + 1, document.documentElement.scrollWidth <= window.innerWidth]",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fit, json!([true, true]));
+    b.screenshot(&artifacts_dir().join("screen-draw-phone.png"))
+        .await
+        .unwrap();
+    // The input line reaches the PTY; the screen follows the program back to the shell rows.
+    let line = b.find("#line").await.unwrap();
+    b.type_text(&line, "from-phone\u{E007}").await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('after-alt:from-phone')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    rows_agree(&b, &node, &sid).await;
+
+    // vim, in a fresh session: the rendered rows equal the node's, cursor included.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), "first line\n\tindented\nlast 日本\n").unwrap();
+    let vim = create(
+        &node,
+        json!({"rows": 20, "cols": 50, "shell": "vim",
+               "args": ["-u", "NONE", "-N", "-n", "-i", "NONE", file.path().to_str().unwrap()],
+               "cwd": "/tmp"}),
+    )
+    .await;
+    b.goto(&format!("{base}/mobile#/s/{vim}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('first line')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = rows_agree(&b, &node, &vim).await;
+    assert_eq!(rows[0], "first line");
+    assert_eq!(rows[1], "        indented");
+    assert!(rows[3].starts_with('~'), "{rows:#?}");
+    assert_eq!(page_cursor(&b).await, json!([0, 0]));
+    // Motion in vim moves the rendered cursor: `G` to the last line, `$` to its end.
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{vim}/write"),
+        Some(json!({"data": "G$"})),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "(() => { const rows = [...document.querySelectorAll('#screen .row')]; return rows.findIndex(r => r.querySelector('.cursor')) === 2; })()",
+        10_000,
+    )
+    .await
+    .unwrap();
+    rows_agree(&b, &node, &vim).await;
+    // "last 日本": the cursor sits on the last wide character, column 7.
+    assert_eq!(page_cursor(&b).await, json!([7, 2]));
+    b.screenshot(&artifacts_dir().join("screen-vim-phone.png"))
+        .await
+        .unwrap();
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{vim}/write"),
+        Some(json!({"data": "\x1b:q!\r"})),
+    )
+    .await
+    .unwrap();
+    b.wait_for("!document.getElementById('exit-note').hidden", 10_000)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn phone_page_stays_responsive_during_a_64_mib_burst_and_ends_on_the_nodes_screen() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let script = "stty -echo; printf READY; read go; \
+                  seq -f '%.0f abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz' 1 950000; \
+                  printf 'BURST-END'; read done";
+    let sid = create(
+        &node,
+        json!({"rows": 30, "cols": 60, "shell": "/bin/sh", "args": ["-c", script], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('READY')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let bytes_before: u64 = b
+        .eval(
+            "return Number(document.getElementById('screen').dataset.bytes || 0)",
+            json!([]),
+        )
+        .await
+        .unwrap()
+        .as_u64()
+        .unwrap();
+    // Each tap's handling delay as the page sees it: from the event's creation to its handler.
+    b.eval(
+        "window.__tapLag = []; document.getElementById('tab-screen').addEventListener('click', e => window.__tapLag.push(performance.now() - e.timeStamp)); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": "go\n"})),
+    )
+    .await
+    .unwrap();
+    // While the burst runs, a tap on the page is handled promptly: the time from a click
+    // event dispatched by the page to its handler running, and the page's task latency.
+    let mut worst: f64 = 0.0;
+    let mut samples = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = b
+            .eval(
+                "return document.getElementById('screen').textContent.includes('BURST-END')",
+                json!([]),
+            )
+            .await
+            .unwrap();
+        if done == json!(true) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the burst never ended on the page"
+        );
+        let t0 = Instant::now();
+        b.click(&b.find("#tab-screen").await.unwrap())
+            .await
+            .unwrap();
+        let lag = b
+            .eval(
+                "return await new Promise(r => { const t = performance.now(); setTimeout(() => r(performance.now() - t), 0); })",
+                json!([]),
+            )
+            .await
+            .unwrap()
+            .as_f64()
+            .unwrap();
+        let tap = t0.elapsed().as_secs_f64() * 1e3;
+        worst = worst.max(tap);
+        samples += 1;
+        assert!(
+            lag < 500.0,
+            "page task latency {lag:.0} ms during the burst"
+        );
+    }
+    let rows = rows_agree(&b, &node, &sid).await;
+    assert!(rows.iter().any(|r| r.contains("BURST-END")));
+    let page_bytes = b
+        .eval(
+            "return Number(document.getElementById('screen').dataset.bytes || 0)",
+            json!([]),
+        )
+        .await
+        .unwrap()
+        .as_u64()
+        .unwrap()
+        - bytes_before;
+    let raw = tuic_tests::ipc(
+        &node.socket,
+        "GET",
+        &format!("/sessions/{sid}/output?format=raw&limit=1"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json()["total_written"]
+        .as_u64()
+        .unwrap();
+    let lags: Vec<f64> =
+        serde_json::from_value(b.eval("return window.__tapLag", json!([])).await.unwrap()).unwrap();
+    let slowest = lags.iter().copied().fold(0.0, f64::max);
+    println!(
+        "page burst: raw {raw} bytes, screen frames to the page {page_bytes} bytes ({:.3} %); \
+         {samples} taps during the burst, slowest handled {slowest:.1} ms after the tap \
+         (WebDriver click round trip, driver included: {worst:.0} ms)",
+        page_bytes as f64 * 100.0 / raw as f64
+    );
+    assert!(raw > 60 << 20);
+    assert!(page_bytes * 50 <= raw, "{page_bytes} of {raw}");
+    assert_eq!(lags.len(), samples, "every tap was handled");
+    assert!(slowest < 500.0, "a tap was handled {slowest:.0} ms late");
+    b.screenshot(&artifacts_dir().join("screen-burst-phone.png"))
+        .await
+        .unwrap();
+}
+
+/// The input records (`dir == b'i'`) of a `.tcap` capture file, concatenated.
+fn captured_input(path: &std::path::Path) -> Vec<u8> {
+    let Ok(b) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut at = 8;
+    while at + 13 <= b.len() {
+        let dir = b[at];
+        let len = u32::from_le_bytes(b[at + 9..at + 13].try_into().unwrap()) as usize;
+        let end = (at + 13 + len).min(b.len());
+        if dir == b'i' {
+            out.extend_from_slice(&b[at + 13..end]);
+        }
+        at = end;
+    }
+    out
+}
+
+#[tokio::test]
+async fn phone_special_keys_bar_sends_the_right_bytes_to_the_pty() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 20, "cols": 40, "shell": "/bin/sh",
+               "args": ["-c", "stty raw -echo; printf READY; exec cat >/dev/null"], "cwd": "/tmp"}),
+    )
+    .await;
+    let cap = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/diagnostics/capture",
+        Some(json!({"enabled": true, "session_id": sid})),
+    )
+    .await
+    .unwrap()
+    .json();
+    let file = std::path::Path::new(cap["dir"].as_str().unwrap()).join(format!("{sid}.tcap"));
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('READY')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    // The bar is on screen at phone width, with touch-sized keys.
+    let sized = b
+        .eval(
+            "return [...document.querySelectorAll('#keys button')].every(k => k.getBoundingClientRect().height >= 40 && k.getBoundingClientRect().width >= 40)",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sized, json!(true));
+    let tap = |label: &'static str| {
+        let b = &b;
+        async move {
+            b.click(
+                &b.find(&format!("#keys button[data-key='{label}']"))
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let line = b.find("#line").await.unwrap();
+    tap("Esc").await;
+    tap("Tab").await;
+    tap("Ctrl").await;
+    b.type_text(&line, "c").await.unwrap();
+    tap("Alt").await;
+    b.type_text(&line, "x").await.unwrap();
+    for k in ["←", "↑", "↓", "→", "PgUp", "PgDn", "|", "~", "/"] {
+        tap(k).await;
+    }
+    tap("Ctrl").await;
+    tap("Ctrl").await; // pressed twice: released, so the next key is plain
+    tap("/").await;
+    // Modified characters never stay in the input line.
+    assert_eq!(
+        b.eval("return document.getElementById('line').value", json!([]))
+            .await
+            .unwrap(),
+        json!("")
+    );
+    let want: &[u8] = b"\x1b\t\x03\x1bx\x1b[D\x1b[A\x1b[B\x1b[C\x1b[5~\x1b[6~|~//";
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = captured_input(&file);
+        if got == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline && got.len() <= want.len(),
+            "PTY input {:?}, want {:?}",
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.screenshot(&artifacts_dir().join("screen-keys-phone.png"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn phone_view_reattaches_within_3_s_with_a_fresh_whole_screen() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 20, "cols": 40, "shell": "/bin/sh",
+               "args": ["-c", "stty -echo; printf 'first\\n'; read a; echo \"gap:$a\"; read b; echo \"online:$b\"; read c"],
+               "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('first')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let write = |data: &'static str| {
+        let socket = node.socket.clone();
+        let sid = sid.clone();
+        async move {
+            tuic_tests::ipc(
+                &socket,
+                "POST",
+                &format!("/sessions/{sid}/write"),
+                Some(json!({"data": data})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // The link drops (as after a lock or a network change); output arrives meanwhile.
+    b.eval(
+        "document.getElementById('screen').__client.ws.close(); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    write("x\n").await;
+    b.wait_for(
+        "document.getElementById('screen').dataset.fulls === '2' && document.getElementById('screen').textContent.includes('gap:x')",
+        3_000,
+    )
+    .await
+    .unwrap();
+    println!(
+        "re-attached after a drop in {} ms",
+        t0.elapsed().as_millis()
+    );
+    let rows = rows_agree(&b, &node, &sid).await;
+    assert_eq!(rows.iter().filter(|r| r.contains("gap:x")).count(), 1);
+    // Back online after a long backoff: the `online` event re-attaches at once.
+    b.eval(
+        "const c = document.getElementById('screen').__client; c.backoff = 60000; c.ws.close(); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').__client.ws.readyState === WebSocket.CLOSED && !document.getElementById('banner').hidden",
+        5_000,
+    )
+    .await
+    .unwrap();
+    write("y\n").await;
+    let t1 = Instant::now();
+    b.eval(
+        "window.dispatchEvent(new Event('online')); return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').dataset.fulls === '3' && document.getElementById('screen').textContent.includes('online:y') && document.getElementById('banner').hidden",
+        3_000,
+    )
+    .await
+    .unwrap();
+    println!("re-attached on `online` in {} ms", t1.elapsed().as_millis());
+    rows_agree(&b, &node, &sid).await;
+}
