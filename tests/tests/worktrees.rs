@@ -336,6 +336,11 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     assert_eq!(row["cwd"], s(&spawned_wt));
     assert_eq!(row["worktree_path"], s(&spawned_wt));
     assert_eq!(row["worktree_branch"], "spawned");
+    // That shell's repository is the parent one: its worktree belongs to it.
+    let inside = Mcp::start(&node.socket, v["tuic_session"].as_str()).await;
+    let (err, act) = inside.tool("repo", json!({"action": "active"})).await;
+    assert!(!err, "{act}");
+    assert_eq!(act["repo"]["path"], s(&root));
 }
 
 #[tokio::test]

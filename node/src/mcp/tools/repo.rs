@@ -181,10 +181,19 @@ fn active(node: &Node, ctx: &CallCtx) -> Result<Value, ToolError> {
         ));
     };
     let cwd = Path::new(&own.cwd);
-    let repo = repos(node)?
-        .into_iter()
+    let all = repos(node)?;
+    let mut repo = all
+        .iter()
         .filter(|r| cwd.starts_with(&r.path))
-        .max_by_key(|r| r.path.len());
+        .max_by_key(|r| r.path.len())
+        .cloned();
+    // A terminal started in a linked worktree (`<repo>__wt/<branch>`) belongs to the
+    // repository whose main checkout owns that worktree.
+    if repo.is_none()
+        && let Some(main) = crate::git::main_checkout_of(&node.git, cwd)
+    {
+        repo = all.into_iter().find(|r| Path::new(&r.path) == main);
+    }
     match repo {
         Some(r) => Ok(status(node, &r)),
         None => Err(ToolError::new(
