@@ -341,6 +341,13 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     let (err, act) = inside.tool("repo", json!({"action": "active"})).await;
     assert!(!err, "{act}");
     assert_eq!(act["repo"]["path"], s(&root));
+    let listed = act["sessions"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|x| x["session_id"] == v["session_id"] && x["worktree_path"] == s(&spawned_wt)),
+        "{act}"
+    );
 }
 
 #[tokio::test]
