@@ -319,6 +319,14 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["ok"], true);
+    assert!(
+        v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("live session")),
+        "the tab placed there is named: {v}"
+    );
     assert!(!http_wt.exists());
     assert!(row_of(&node, &tuic).await.get("worktree_path").is_none());
 
@@ -397,6 +405,10 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
     assert!(first["tools"].as_array().unwrap().contains(&json!("repo")));
     assert_eq!(first["create"]["is_error"], false, "{first}");
     assert_eq!(first["create"]["value"]["worktree_path"], s(&wt));
+    assert!(
+        first["create"]["value"].get("cc_agent_hint").is_none(),
+        "only Claude Code gets the hint"
+    );
     assert_eq!(
         first["list"]["value"]["sdk/feature"]["lifecycle_status"]["removal_safety"], "safe",
         "{first}"
