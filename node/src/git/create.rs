@@ -171,7 +171,7 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
     }
     let warm = warm_artifacts(git, &r.root, &target);
     let setup = run_setup(&target, &r.root);
-    finish(
+    let mut v = finish(
         node,
         &r,
         &branch,
@@ -180,7 +180,13 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
         true,
         Some((warm, exists)),
         setup,
-    )
+    )?;
+    if exists && let Some(b) = &req.base {
+        v["warnings"] = json!([format!(
+            "branch {branch} already existed and was checked out as it is; base {b} was not used"
+        )]);
+    }
+    Ok(v)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -378,9 +378,15 @@ fn worktree_create_list_remove_with_safety_gates() {
     worktree::create(&n, &req(&root, "stale")).unwrap();
     let sw = root.with_file_name("repo__wt").join("stale");
     std::fs::remove_dir_all(&sw).unwrap();
-    let v = worktree::create(&n, &req(&root, "stale")).unwrap();
+    let mut again = req(&root, "stale");
+    again.base = Some("main".into());
+    let v = worktree::create(&n, &again).unwrap();
     assert_eq!(v["created"], true);
     assert_eq!(v["branch_existed"], true);
+    assert!(
+        v["warnings"][0].as_str().unwrap().contains("was not used"),
+        "{v}"
+    );
     assert!(sw.join("base.txt").is_file());
 }
 
