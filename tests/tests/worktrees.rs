@@ -511,6 +511,34 @@ async fn a_hub_addresses_a_node_repository_as_connection_colon_path() {
         .await;
     assert!(err);
     assert_eq!(e["code"], "unknown_connection", "{e}");
+    // A declaration on the node reaches the hub's mirrored row.
+    let pty = shell_in(node.proc(), &root, None).await;
+    let tuic = pty["tuic_session"].as_str().unwrap();
+    let bound = Mcp::start(&node.proc().socket, Some(tuic)).await;
+    let (err, d) = bound
+        .tool(
+            "session",
+            json!({"action": "declare_worktree", "worktree_path": s(&wt)}),
+        )
+        .await;
+    assert!(!err, "{d}");
+    let address = format!("{}/{}", node.id, pty["session_id"].as_str().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = bed
+            .wait_listed(&address, Duration::from_secs(10))
+            .await
+            .unwrap();
+        if row["worktree_path"] == s(&wt) {
+            assert_eq!(row["worktree_branch"], "via-hub");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hub row never placed: {row}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     // Removal through the hub.
     let (err, v) = mcp
         .tool(
