@@ -315,6 +315,36 @@ pub fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
     Ok(())
 }
 
+/// The main checkout owning the linked worktree that holds `dir`, read from the worktree's
+/// `.git` file (`gitdir: <main>/.git/worktrees/<name>`) without running Git, so hot paths
+/// (progress attribution, the session monitor) can use it. `None` when the nearest `.git` is
+/// a directory (a main checkout) or there is none.
+pub fn main_checkout_of_worktree(dir: &Path) -> Option<PathBuf> {
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        let dot = d.join(".git");
+        if let Ok(m) = std::fs::symlink_metadata(&dot) {
+            if !m.is_file() {
+                return None;
+            }
+            let text = std::fs::read_to_string(&dot).ok()?;
+            let gitdir = PathBuf::from(text.trim().strip_prefix("gitdir: ")?);
+            let gitdir = if gitdir.is_absolute() {
+                gitdir
+            } else {
+                d.join(gitdir)
+            };
+            let worktrees = gitdir.parent()?;
+            let common = worktrees.parent()?;
+            return (worktrees.file_name()? == "worktrees" && common.file_name()? == ".git")
+                .then(|| common.parent().map(Path::to_path_buf))
+                .flatten();
+        }
+        cur = d.parent();
+    }
+    None
+}
+
 /// The main checkout of the repository holding `dir` (through Git's common dir), if `dir` is
 /// inside a Git work tree.
 pub fn main_checkout_of(git: &Git, dir: &Path) -> Option<PathBuf> {

@@ -710,3 +710,33 @@ fn warm_copy_size_bound_stops_early() {
     assert!(super::create::tree_size_within(d.path(), 1200));
     assert!(!super::create::tree_size_within(d.path(), 1199));
 }
+
+#[test]
+fn a_linked_worktree_is_attributed_to_its_repository_without_git() {
+    let cfg = tempfile::tempdir().unwrap();
+    let n = node(cfg.path());
+    let (d, root) = repo();
+    n.repos.add(root.to_str().unwrap(), &n.bus, 1).unwrap();
+    worktree::create(&n, &req(&root, "attr")).unwrap();
+    let wt = root.with_file_name("repo__wt").join("attr");
+    std::fs::create_dir_all(wt.join("deep/er")).unwrap();
+    assert_eq!(
+        super::main_checkout_of_worktree(&wt.join("deep/er")).as_deref(),
+        Some(root.as_path())
+    );
+    assert_eq!(
+        super::main_checkout_of_worktree(&root),
+        None,
+        "a main checkout"
+    );
+    assert_eq!(
+        super::main_checkout_of_worktree(d.path()),
+        None,
+        "outside Git"
+    );
+    // Progress from a terminal in the worktree is the repository's.
+    assert_eq!(
+        crate::progress::project_of(&n, wt.join("deep").to_str().unwrap()).as_deref(),
+        root.to_str()
+    );
+}

@@ -206,7 +206,7 @@ fn active(node: &Node, ctx: &CallCtx) -> Result<Value, ToolError> {
     // A terminal started in a linked worktree (`<repo>__wt/<branch>`) belongs to the
     // repository whose main checkout owns that worktree.
     if repo.is_none()
-        && let Some(main) = crate::git::main_checkout_of(&node.git, cwd)
+        && let Some(main) = crate::git::main_checkout_of_worktree(cwd)
     {
         repo = all.into_iter().find(|r| Path::new(&r.path) == main);
     }
