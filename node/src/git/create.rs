@@ -95,6 +95,8 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
         ));
     }
     let target = parent.join(dir_name(&branch));
+    let lock = git.repo_lock(&r.key);
+    let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
     let mut es = entries(git, &r.root)?;
     // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
     if es.iter().any(|e| e.prunable && e.locked.is_none()) {
@@ -107,6 +109,7 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
     {
         if e.path == target && target.is_dir() {
             // A retry of the same creation answers the existing worktree.
+            drop(guard);
             return finish(node, &r, &branch, &target, req, false, None, None);
         }
         return Err(GitError::refused(
@@ -169,6 +172,7 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
         }
         return Err(e);
     }
+    drop(guard);
     let warm = warm_artifacts(git, &r.root, &target);
     let setup = run_setup(&target, &r.root);
     let mut v = finish(

@@ -135,6 +135,11 @@ pub struct Git {
     returned: Condvar,
     /// Open orphan cleanup dialogs.
     pub orphans: orphans::Orphans,
+    /// Per repository, serializes the check-then-act of worktree creation and removal (two
+    /// agents creating the same branch at once get one worktree and one clear refusal, not a
+    /// half-made pair). Held only around the Git mutation, never across warming or the setup
+    /// script; other repositories are never blocked by a long removal.
+    mutate: Mutex<std::collections::HashMap<String, std::sync::Arc<Mutex<()>>>>,
 }
 
 impl Default for Git {
@@ -160,6 +165,7 @@ impl Git {
             free: Mutex::new(max.max(1)),
             returned: Condvar::new(),
             orphans: orphans::Orphans::default(),
+            mutate: Mutex::default(),
         }
     }
 
@@ -170,6 +176,16 @@ impl Git {
         }
         *free -= 1;
         Slot(self)
+    }
+
+    /// The mutation lock of one repository (see the `mutate` field).
+    pub(crate) fn repo_lock(&self, key: &str) -> std::sync::Arc<Mutex<()>> {
+        self.mutate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Runs `git -C dir args...` to completion in one slot. Blocking.

@@ -740,3 +740,25 @@ fn a_linked_worktree_is_attributed_to_its_repository_without_git() {
         root.to_str()
     );
 }
+
+#[test]
+fn concurrent_creates_of_one_branch_make_one_worktree() {
+    let cfg = tempfile::tempdir().unwrap();
+    let n = node(cfg.path());
+    let (_d, root) = repo();
+    n.repos.add(root.to_str().unwrap(), &n.bus, 1).unwrap();
+    let results: Vec<serde_json::Value> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| worktree::create(&n, &req(&root, "race")).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let created = results.iter().filter(|v| v["created"] == true).count();
+    assert_eq!(created, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|v| v["worktree_path"] == results[0]["worktree_path"])
+    );
+    assert_eq!(worktree::entries(&n.git, &root).unwrap().len(), 2);
+}
