@@ -762,3 +762,27 @@ fn concurrent_creates_of_one_branch_make_one_worktree() {
     );
     assert_eq!(worktree::entries(&n.git, &root).unwrap().len(), 2);
 }
+
+#[test]
+fn an_unknown_verdict_never_authorizes_deletion() {
+    let git = Git::default();
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    sh_git(r, &["init", "-q", "-b", "weird"]);
+    commit(r, "a.txt", "a\n", "a");
+    sh_git(r, &["branch", "x"]);
+    // No origin/HEAD, no main/master/trunk, a detached main checkout: no default branch.
+    sh_git(r, &["checkout", "-q", "--detach"]);
+    let v = classify(&git, r, "x");
+    assert_eq!(v.commit_status, "unknown");
+    assert!(
+        v.error.as_deref().unwrap().contains("no default branch"),
+        "{v:?}"
+    );
+    let e = branch::delete(&git, r, "x", true, &[]).unwrap_err();
+    assert_eq!(e.code(), "unknown_verdict", "{e}");
+    assert!(
+        git.ok(r, &["rev-parse", "--verify", "--quiet", "refs/heads/x"])
+            .unwrap()
+    );
+}
