@@ -50,8 +50,9 @@ fn start(cfg: &Path) -> NodeProc {
 
 /// Stops `node` and starts it again on the same config dir. The new process starts once the
 /// old one's locks on the config dir and the store are released — awaited with a blocking
-/// `flock` (bounded), because a child forked by the old node can hold a copy of their file
-/// descriptors for the moment between its fork and its exec, after the node itself is gone.
+/// `flock` (bounded): the kernel can release an exited process's last file references a few
+/// milliseconds after its parent reaped it (seen as the old pid's `FLOCK` in `/proc/locks`
+/// with no process holding the file), and `claim_instance` does not wait for that.
 fn restart(mut node: NodeProc, cfg: &Path) -> NodeProc {
     node.terminate().unwrap();
     for f in ["node.lock", "state.redb"] {
