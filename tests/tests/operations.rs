@@ -345,7 +345,16 @@ async fn remote_update_is_cookie_only_checks_the_binary_and_restarts_on_it() {
     let exe = bin_dir.path().join("tuic-node");
     std::fs::copy(bin("tuic-node"), &exe).unwrap();
     let original = sha(&exe);
-    let (mut child, rx) = spawn_copy(&exe, cfg.path());
+    let (child, rx) = spawn_copy(&exe, cfg.path());
+    // Killed however the test ends (a re-executed node is the same process).
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(child);
     let base = format!("http://{}", ready_tcp(&rx));
     let http = reqwest::Client::new();
     let login = http
@@ -448,7 +457,5 @@ async fn remote_update_is_cookie_only_checks_the_binary_and_restarts_on_it() {
     assert_eq!(sha(&exe), new_sha);
     assert_eq!(sha(&bin_dir.path().join("tuic-node.previous")), original);
     // Same process (re-exec keeps the pid).
-    assert!(child.try_wait().unwrap().is_none());
-    let _ = child.kill();
-    let _ = child.wait();
+    assert!(child.0.try_wait().unwrap().is_none());
 }

@@ -26,75 +26,183 @@ pub const RETIRED_CAPACITY: usize = 4096;
 /// half-open stream still holds once the id is recreated.
 static STREAM_GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// A protocol session id as the table keys it: an id this process minted (a canonical
-/// lower-case hyphenated UUID) in 16 bytes, any other header value as its text. Minted ids
-/// are the storm case, so an idle entry carries no heap string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Sid {
-    Uuid([u8; 16]),
-    Text(Box<str>),
-}
+/// A protocol session id as the table keys it, in 16 bytes: an id this process minted (a
+/// canonical lower-case hyphenated UUID) as its bytes, any other header value as the first 16
+/// bytes of a domain-separated SHA-256 of its text (the text itself is kept beside the table,
+/// in [`Inner::texts`], for the rare ids that need it). Minted ids are the storm case, so an
+/// idle entry carries no heap string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Sid([u8; 16]);
 
 impl Sid {
-    fn of(id: &str) -> Self {
+    /// The key of `id`, and whether it is a minted UUID (its text is its bytes).
+    fn parse(id: &str) -> (Self, bool) {
         // 36 characters is the hyphenated form only; lower case makes it round-trip exactly.
         if id.len() == 36
             && !id.bytes().any(|b| b.is_ascii_uppercase())
             && let Ok(u) = uuid::Uuid::try_parse(id)
         {
-            return Self::Uuid(*u.as_bytes());
+            return (Self(*u.as_bytes()), true);
         }
-        Self::Text(id.into())
+        use sha2::Digest;
+        let d = sha2::Sha256::new()
+            .chain_update(b"tuic mcp session id\0")
+            .chain_update(id.as_bytes())
+            .finalize();
+        let mut k = [0u8; 16];
+        k.copy_from_slice(&d[..16]);
+        (Self(k), false)
+    }
+
+    fn of(id: &str) -> Self {
+        Self::parse(id).0
     }
 
     fn mint() -> (Self, String) {
         let u = uuid::Uuid::new_v4();
-        (Self::Uuid(*u.as_bytes()), u.to_string())
-    }
-
-    fn text(&self) -> String {
-        match self {
-            Self::Uuid(b) => uuid::Uuid::from_bytes(*b).to_string(),
-            Self::Text(t) => t.to_string(),
-        }
+        (Self(*u.as_bytes()), u.to_string())
     }
 }
 
-/// One protocol session: 40 bytes while idle (plus its 24-byte key), so a storm of 10,000
-/// initializes stays well under 2 MB. The clock is microseconds since the table's epoch, the
-/// revision an index into the table's few interned revisions, the client name reduced to the
-/// one flag that is read, and the stream sender exists only while a `GET /mcp` stream does.
+/// Bits of [`McpSession::word`]: the last request's time, in µs since the table's epoch (48
+/// bits: 8.9 years), then the revision index and the two client flags.
+const US_BITS: u32 = 48;
+const US_MASK: u64 = (1 << US_BITS) - 1;
+const VERSION_SHIFT: u32 = 48;
+const META_TOOLS_BIT: u64 = 1 << 56;
+const CLAUDE_CODE_BIT: u64 = 1 << 57;
+
+/// One protocol session: 16 bytes while idle (plus its 16-byte key), so a storm of 10,000
+/// initializes stays well under 2 MB. One word packs the last activity (µs since the table's
+/// epoch), the revision (an index into the table's few interned revisions) and the two flags
+/// read of the client name; what only some sessions have — a bound TUIC identity, a `GET /mcp`
+/// stream — lives in one box that exists only while one of them does.
 #[derive(Debug)]
 struct McpSession {
-    /// Last request on this id (µs since the table's epoch); the reaper compares it with the TTL.
-    last_us: u64,
+    word: u64,
+    cold: Option<Box<Cold>>,
+}
+
+/// The fields an idle, unbound session does not have.
+#[derive(Debug, Default)]
+struct Cold {
     /// The TUIC identity (`x-tuic-session`) bound to this session, if any.
     tuic_session: Option<Box<str>>,
     /// The current `GET /mcp` stream: its generation and sender.
-    stream: Option<Box<(u64, mpsc::Sender<Value>)>>,
-    /// The negotiated revision, as an index into [`Inner::versions`].
-    version: u8,
-    /// The client named itself at initialize as one that needs the collapsed catalogue
-    /// (`client_requires_meta_tools`); only the flag is kept, not the name.
-    meta_tools: bool,
-    /// The client named itself Claude Code at initialize (it gets `cc_agent_hint`).
-    claude_code: bool,
+    stream: Option<(u64, mpsc::Sender<Value>)>,
 }
 
 impl McpSession {
     fn new(last_us: u64, version: u8) -> Self {
-        Self {
-            last_us,
-            tuic_session: None,
-            stream: None,
-            version,
-            meta_tools: false,
-            claude_code: false,
+        let mut s = Self {
+            word: 0,
+            cold: None,
+        };
+        s.set_last_us(last_us);
+        s.set_version(version);
+        s
+    }
+
+    /// Last request on this id (µs since the table's epoch); the reaper compares it with the TTL.
+    fn last_us(&self) -> u64 {
+        self.word & US_MASK
+    }
+
+    fn set_last_us(&mut self, us: u64) {
+        self.word = (self.word & !US_MASK) | us.min(US_MASK);
+    }
+
+    /// The negotiated revision, as an index into [`Inner::versions`].
+    fn version(&self) -> u8 {
+        (self.word >> VERSION_SHIFT) as u8
+    }
+
+    fn set_version(&mut self, v: u8) {
+        self.word = (self.word & !(0xff << VERSION_SHIFT)) | (u64::from(v) << VERSION_SHIFT);
+    }
+
+    fn flag(&self, bit: u64) -> bool {
+        self.word & bit != 0
+    }
+
+    fn set_flag(&mut self, bit: u64, on: bool) {
+        if on {
+            self.word |= bit;
+        } else {
+            self.word &= !bit;
         }
     }
 
+    /// The client named itself at initialize as one that needs the collapsed catalogue
+    /// (`client_requires_meta_tools`); only the flag is kept, not the name.
+    fn meta_tools(&self) -> bool {
+        self.flag(META_TOOLS_BIT)
+    }
+
+    /// The client named itself Claude Code at initialize (it gets `cc_agent_hint`).
+    fn claude_code(&self) -> bool {
+        self.flag(CLAUDE_CODE_BIT)
+    }
+
+    /// Records what initialize says about the client.
+    fn set_client(&mut self, client_name: Option<&str>) {
+        self.set_flag(
+            META_TOOLS_BIT,
+            crate::mcp::registry::client_requires_meta_tools(client_name),
+        );
+        self.set_flag(
+            CLAUDE_CODE_BIT,
+            crate::mcp::registry::is_claude_code(client_name),
+        );
+    }
+
+    fn tuic_session(&self) -> Option<&str> {
+        self.cold.as_ref()?.tuic_session.as_deref()
+    }
+
+    fn stream(&self) -> Option<&(u64, mpsc::Sender<Value>)> {
+        self.cold.as_ref()?.stream.as_ref()
+    }
+
     fn has_stream(&self) -> bool {
-        self.stream.is_some()
+        self.stream().is_some()
+    }
+
+    fn cold_mut(&mut self) -> &mut Cold {
+        self.cold.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the box once neither cold field is set.
+    fn tidy(&mut self) {
+        if self
+            .cold
+            .as_ref()
+            .is_some_and(|c| c.tuic_session.is_none() && c.stream.is_none())
+        {
+            self.cold = None;
+        }
+    }
+
+    /// Binds (or with `None` unbinds) an identity; returns the previous one.
+    fn set_tuic_session(&mut self, t: Option<Box<str>>) -> Option<Box<str>> {
+        let prev = match t {
+            Some(t) => self.cold_mut().tuic_session.replace(t),
+            None => self.cold.as_mut().and_then(|c| c.tuic_session.take()),
+        };
+        self.tidy();
+        prev
+    }
+
+    fn set_stream(&mut self, st: Option<(u64, mpsc::Sender<Value>)>) {
+        match st {
+            Some(st) => self.cold_mut().stream = Some(st),
+            None => {
+                if let Some(c) = self.cold.as_mut() {
+                    c.stream = None;
+                }
+            }
+        }
+        self.tidy();
     }
 }
 
@@ -190,6 +298,8 @@ impl IdentityLiveness for NoPtys {
 #[derive(Debug, Default)]
 struct Inner {
     sessions: HashMap<Sid, McpSession>,
+    /// The text of every live key that is not a minted UUID (see [`Sid`]).
+    texts: HashMap<Sid, Box<str>>,
     identities: HashMap<String, Owners>,
     retired: VecDeque<String>,
     /// The revisions sessions negotiated, interned: a session keeps a one-byte index.
@@ -215,6 +325,30 @@ impl Inner {
         self.versions.get(usize::from(i)).copied().unwrap_or("")
     }
 
+    /// The id text of a live key.
+    fn text_of(&self, sid: &Sid) -> String {
+        match self.texts.get(sid) {
+            Some(t) => t.to_string(),
+            None => uuid::Uuid::from_bytes(sid.0).to_string(),
+        }
+    }
+
+    /// Inserts a session under `id` (recording its text when it is not a minted UUID).
+    fn insert(&mut self, id: &str, s: McpSession) -> &mut McpSession {
+        let (sid, minted) = Sid::parse(id);
+        if !minted {
+            self.texts.entry(sid).or_insert_with(|| id.into());
+        }
+        self.sessions.entry(sid).or_insert(s)
+    }
+
+    /// Removes a session and its recorded text.
+    fn remove(&mut self, sid: &Sid) -> Option<McpSession> {
+        let s = self.sessions.remove(sid)?;
+        self.texts.remove(sid);
+        Some(s)
+    }
+
     /// Removes one session for the reaper or the cap, keeping its identity when that is
     /// still addressable (see "Identity outlives its transport").
     fn remove_idle(
@@ -223,11 +357,11 @@ impl Inner {
         liveness: &dyn IdentityLiveness,
         sweep: &mut Sweep,
     ) -> bool {
-        let Some(s) = self.sessions.remove(sid) else {
+        let id = self.text_of(sid);
+        let Some(s) = self.remove(sid) else {
             return false;
         };
-        let id = sid.text();
-        if let Some(t) = s.tuic_session.map(String::from) {
+        if let Some(t) = s.tuic_session().map(String::from) {
             let last = self
                 .identities
                 .get(&t)
@@ -321,12 +455,10 @@ impl SessionTable {
         if let Some(id) = header
             && let Some(s) = g.sessions.get_mut(&Sid::of(id))
         {
-            s.last_us = now;
-            s.version = vi;
+            s.set_last_us(now);
+            s.set_version(vi);
             if client_name.is_some() {
-                s.meta_tools =
-                    crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
-                s.claude_code = crate::mcp::registry::is_claude_code(client_name.as_deref());
+                s.set_client(client_name.as_deref());
             }
             return (id.to_owned(), Arrival::Reused);
         }
@@ -337,8 +469,7 @@ impl SessionTable {
         };
         let (sid, id) = Sid::mint();
         let mut s = McpSession::new(now, vi);
-        s.meta_tools = crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
-        s.claude_code = crate::mcp::registry::is_claude_code(client_name.as_deref());
+        s.set_client(client_name.as_deref());
         g.sessions.insert(sid, s);
         (id, arrival)
     }
@@ -349,14 +480,14 @@ impl SessionTable {
         let sid = Sid::of(id);
         let mut g = self.lock();
         if let Some(s) = g.sessions.get_mut(&sid) {
-            s.last_us = now;
+            s.set_last_us(now);
             return Lookup::Live;
         }
         if g.retired.iter().any(|r| r == id) {
             return Lookup::Retired;
         }
         let vi = g.version_index(default_version);
-        g.sessions.insert(sid, McpSession::new(now, vi));
+        g.insert(id, McpSession::new(now, vi));
         Lookup::Recovered
     }
 
@@ -365,10 +496,10 @@ impl SessionTable {
         let g = self.lock();
         let s = g.sessions.get(&Sid::of(id))?;
         Some(f(&SessionView {
-            protocol_version: g.version(s.version),
-            meta_tools: s.meta_tools,
-            claude_code: s.claude_code,
-            tuic_session: s.tuic_session.as_deref(),
+            protocol_version: g.version(s.version()),
+            meta_tools: s.meta_tools(),
+            claude_code: s.claude_code(),
+            tuic_session: s.tuic_session(),
             has_stream: s.has_stream(),
         }))
     }
@@ -387,7 +518,7 @@ impl SessionTable {
         let Some(me) = sessions.get_mut(&Sid::of(id)) else {
             return Binding::Unchanged;
         };
-        let previous_identity = me.tuic_session.replace(tuic.into());
+        let previous_identity = me.set_tuic_session(Some(tuic.into()));
         if let Some(prev) = previous_identity.filter(|p| &**p != tuic) {
             drop_route(identities, &prev, id);
         }
@@ -406,7 +537,7 @@ impl SessionTable {
         let owner_sid = Sid::of(&owner);
         let owner_live = sessions
             .get(&owner_sid)
-            .is_some_and(|o| o.has_stream() || now.saturating_sub(o.last_us) < grace);
+            .is_some_and(|o| o.has_stream() || now.saturating_sub(o.last_us()) < grace);
         if owner_live {
             owners.sessions.push(id.to_owned());
             Binding::Sibling
@@ -415,7 +546,7 @@ impl SessionTable {
             owners.sessions.retain(|s| s != &owner);
             owners.sessions.insert(0, id.to_owned());
             if let Some(o) = sessions.get_mut(&owner_sid) {
-                o.tuic_session = None;
+                o.set_tuic_session(None);
             }
             Binding::Reclaimed { previous: owner }
         }
@@ -436,11 +567,11 @@ impl SessionTable {
     /// session (`Some(None)`: ended, no identity retired; `None`: the id was not live).
     pub fn end(&self, id: &str) -> Option<Option<String>> {
         let mut g = self.lock();
-        let s = g.sessions.remove(&Sid::of(id))?;
+        let s = g.remove(&Sid::of(id))?;
         let mut retired = None;
-        if let Some(t) = &s.tuic_session {
+        if let Some(t) = s.tuic_session() {
             drop_route(&mut g.identities, t, id);
-            if !g.identities.contains_key(&**t) {
+            if !g.identities.contains_key(t) {
                 retired = Some(t.to_string());
             }
         }
@@ -470,12 +601,9 @@ impl SessionTable {
         let mut g = self.lock();
         g.retired.retain(|r| r != id);
         let vi = g.version_index(default_version);
-        let s = g
-            .sessions
-            .entry(Sid::of(id))
-            .or_insert_with(|| McpSession::new(now, vi));
-        s.last_us = now;
-        s.stream = Some(Box::new((generation, tx)));
+        let s = g.insert(id, McpSession::new(now, vi));
+        s.set_last_us(now);
+        s.set_stream(Some((generation, tx)));
         (generation, rx)
     }
 
@@ -484,8 +612,8 @@ impl SessionTable {
     pub fn release_stream(&self, id: &str, generation: u64) -> bool {
         let mut g = self.lock();
         match g.sessions.get_mut(&Sid::of(id)) {
-            Some(s) if s.stream.as_ref().is_some_and(|b| b.0 == generation) => {
-                s.stream = None;
+            Some(s) if s.stream().is_some_and(|b| b.0 == generation) => {
+                s.set_stream(None);
                 true
             }
             // Absent (DELETE or reap retired it): the sender died with the entry.
@@ -498,7 +626,7 @@ impl SessionTable {
         self.lock()
             .sessions
             .get(&Sid::of(id))
-            .and_then(|s| s.stream.as_ref().map(|b| b.0))
+            .and_then(|s| s.stream().map(|b| b.0))
     }
 
     /// Sends a notification to every subscribed stream; a full stream misses it.
@@ -506,7 +634,7 @@ impl SessionTable {
         let g = self.lock();
         g.sessions
             .values()
-            .filter_map(|s| s.stream.as_ref())
+            .filter_map(McpSession::stream)
             .filter(|b| b.1.try_send(message.clone()).is_ok())
             .count()
     }
@@ -523,8 +651,8 @@ impl SessionTable {
         let stale: Vec<Sid> = g
             .sessions
             .iter()
-            .filter(|(_, s)| now.saturating_sub(s.last_us) >= ttl)
-            .map(|(k, _)| k.clone())
+            .filter(|(_, s)| now.saturating_sub(s.last_us()) >= ttl)
+            .map(|(k, _)| *k)
             .collect();
         let mut sweep = Sweep::default();
         for sid in &stale {
@@ -533,6 +661,8 @@ impl SessionTable {
         let len = g.sessions.len();
         if g.sessions.capacity() > 1024 && g.sessions.capacity() / 4 > len {
             g.sessions.shrink_to(len * 2);
+            let texts = g.texts.len();
+            g.texts.shrink_to(texts * 2);
         }
         sweep
     }
@@ -556,10 +686,10 @@ impl SessionTable {
         let mut oldest: BinaryHeap<(u64, Sid)> = BinaryHeap::with_capacity(want + 1);
         for (k, s) in g.sessions.iter().filter(|(_, s)| !s.has_stream()) {
             if oldest.len() < want {
-                oldest.push((s.last_us, k.clone()));
-            } else if oldest.peek().is_some_and(|(t, _)| s.last_us < *t) {
+                oldest.push((s.last_us(), *k));
+            } else if oldest.peek().is_some_and(|(t, _)| s.last_us() < *t) {
                 oldest.pop();
-                oldest.push((s.last_us, k.clone()));
+                oldest.push((s.last_us(), *k));
             }
         }
         for (_, sid) in oldest.into_sorted_vec() {
@@ -576,7 +706,7 @@ impl SessionTable {
         let g = self.lock();
         g.sessions
             .get(&Sid::of(id))
-            .and_then(|s| s.stream.as_ref())
+            .and_then(McpSession::stream)
             .is_some_and(|b| b.1.try_send(message.clone()).is_ok())
     }
 
@@ -591,7 +721,7 @@ impl SessionTable {
             .sessions
             .iter()
             .filter_map(|id| g.sessions.get(&Sid::of(id)))
-            .find_map(|s| s.stream.as_ref())
+            .find_map(McpSession::stream)
             .is_some_and(|b| b.1.try_send(message.clone()).is_ok())
     }
 
@@ -758,13 +888,49 @@ mod tests {
     #[test]
     fn minted_ids_are_stored_compactly_and_other_ids_keep_their_text() {
         let (sid, text) = Sid::mint();
-        assert!(matches!(sid, Sid::Uuid(_)));
-        assert_eq!(Sid::of(&text), sid);
-        assert_eq!(sid.text(), text);
-        for other in ["gone", &text.to_uppercase(), &text.replace('-', "")] {
-            assert_eq!(Sid::of(other), Sid::Text(other.into()));
-            assert_eq!(Sid::of(other).text(), other);
+        assert_eq!(Sid::parse(&text), (sid, true));
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let at = |ms: u64| now + Duration::from_millis(ms);
+        let others = ["gone", &text.to_uppercase(), &text.replace('-', "")].map(String::from);
+        for other in &others {
+            let (k, minted) = Sid::parse(other);
+            assert!(!minted);
+            assert_ne!(k, sid);
+            assert_eq!(t.touch(other, at(1), V), Lookup::Recovered);
         }
-        assert!(std::mem::size_of::<McpSession>() <= 40);
+        // Every id comes back as its own text when the reaper names what it removed.
+        let (id, _) = t.initialize(None, at(1), V, None);
+        let mut reaped = t.reap(at(100_000), Duration::from_secs(1), &NoPtys).reaped;
+        reaped.sort();
+        let mut want: Vec<String> = others.to_vec();
+        want.push(id);
+        want.sort();
+        assert_eq!(reaped, want);
+        assert!(t.lock().texts.is_empty());
+        // An idle entry is one word and a null box; its key is 16 bytes.
+        assert_eq!(std::mem::size_of::<McpSession>(), 16);
+        assert_eq!(std::mem::size_of::<Sid>(), 16);
+    }
+
+    #[test]
+    fn the_packed_word_keeps_time_revision_and_flags_apart() {
+        let mut s = McpSession::new(123_456_789, 3);
+        s.set_client(Some("claude-code"));
+        assert_eq!((s.last_us(), s.version()), (123_456_789, 3));
+        s.set_last_us(u64::MAX);
+        assert_eq!(s.last_us(), US_MASK);
+        assert_eq!(s.version(), 3);
+        s.set_version(255);
+        assert_eq!((s.last_us(), s.version()), (US_MASK, 255));
+        assert_eq!(
+            s.claude_code(),
+            crate::mcp::registry::is_claude_code(Some("claude-code"))
+        );
+        assert!(s.cold.is_none());
+        s.set_tuic_session(Some("t".into()));
+        assert_eq!(s.tuic_session(), Some("t"));
+        assert_eq!(s.set_tuic_session(None).as_deref(), Some("t"));
+        assert!(s.cold.is_none(), "the box goes with its last field");
     }
 }
