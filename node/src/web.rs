@@ -28,6 +28,33 @@ const FILES: &[(&str, &str, &str)] = &[
     ("login.html", HTML, include_str!("../../web/login.html")),
     ("index.html", HTML, include_str!("../../web/index.html")),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
+    ("assets/dom.js", JS, include_str!("../../web/assets/dom.js")),
+    ("assets/api.js", JS, include_str!("../../web/assets/api.js")),
+    (
+        "assets/state.js",
+        JS,
+        include_str!("../../web/assets/state.js"),
+    ),
+    (
+        "assets/list.js",
+        JS,
+        include_str!("../../web/assets/list.js"),
+    ),
+    (
+        "assets/events.js",
+        JS,
+        include_str!("../../web/assets/events.js"),
+    ),
+    (
+        "assets/view.js",
+        JS,
+        include_str!("../../web/assets/view.js"),
+    ),
+    (
+        "assets/input.js",
+        JS,
+        include_str!("../../web/assets/input.js"),
+    ),
     (
         "assets/screen.js",
         JS,

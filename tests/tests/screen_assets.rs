@@ -25,7 +25,8 @@ async fn pages_and_assets_carry_etags_and_revalidate_with_304() {
         ("/mobile", "text/html", "/assets/app.js"),
         ("/mobile/s/x", "text/html", "/assets/app.js"),
         ("/mobile/login", "text/html", "password"),
-        ("/assets/app.js", "text/javascript", "ScreenClient"),
+        ("/assets/app.js", "text/javascript", "SessionView"),
+        ("/assets/view.js", "text/javascript", "ScreenClient"),
         (
             "/assets/screen.js",
             "text/javascript",
@@ -66,6 +67,13 @@ async fn pages_and_assets_carry_etags_and_revalidate_with_304() {
     assert_eq!(tags[0], tags[1]);
     assert_ne!(tags[0], tags[3]);
     assert_ne!(tags[4], tags[5]);
+    // Every module the page imports is served.
+    for m in [
+        "dom", "api", "state", "list", "events", "view", "input", "screen", "ansi",
+    ] {
+        let r = get(&node, &format!("/assets/{m}.js"), None).await;
+        assert_eq!(r.status, 200, "{m}.js");
+    }
     let missing = get(&node, "/assets/nope.js", None).await;
     assert_eq!(missing.status, 404);
 }
