@@ -56,6 +56,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/input.js"),
     ),
     (
+        "assets/notices.js",
+        JS,
+        include_str!("../../web/assets/notices.js"),
+    ),
+    (
         "assets/screen.js",
         JS,
         include_str!("../../web/assets/screen.js"),
@@ -150,6 +155,19 @@ pub fn routes() -> Router<Arc<Node>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_module_and_asset_a_file_references_is_embedded() {
+        // A module missing from the table would stop the whole page from starting.
+        let f = files();
+        for &(name, _, body) in FILES {
+            for part in body.split("\"/assets/").skip(1) {
+                let Some(end) = part.find('"') else { continue };
+                let path = format!("assets/{}", &part[..end]);
+                assert!(f.contains_key(path.as_str()), "{name} references {path}");
+            }
+        }
+    }
 
     #[test]
     fn every_file_has_a_distinct_strong_etag_and_if_none_match_is_parsed() {

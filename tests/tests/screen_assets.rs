@@ -69,7 +69,7 @@ async fn pages_and_assets_carry_etags_and_revalidate_with_304() {
     assert_ne!(tags[4], tags[5]);
     // Every module the page imports is served.
     for m in [
-        "dom", "api", "state", "list", "events", "view", "input", "screen", "ansi",
+        "dom", "api", "state", "list", "events", "view", "input", "notices", "screen", "ansi",
     ] {
         let r = get(&node, &format!("/assets/{m}.js"), None).await;
         assert_eq!(r.status, 200, "{m}.js");

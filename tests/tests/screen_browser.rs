@@ -589,3 +589,86 @@ async fn phone_view_reattaches_within_3_s_with_a_fresh_whole_screen() {
     println!("re-attached on `online` in {} ms", t1.elapsed().as_millis());
     rows_agree(&b, &node, &sid).await;
 }
+
+#[tokio::test]
+async fn phone_shows_agent_toasts_and_answers_confirm_dialogs() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.wait_for("document.getElementById('sessions')", 10_000)
+        .await
+        .unwrap();
+    // Wait until the page's /events stream is open, so it sees the events that follow.
+    b.wait_for("document.getElementById('conn').textContent === ''", 10_000)
+        .await
+        .unwrap();
+    let (mut agent, _) = tuic_tests::agent::Agent::new(&node.socket, "asker").await;
+    // A toast (markup stays text).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (err, v) = agent
+            .tool(
+                "ui",
+                json!({"action": "toast", "title": "Build", "message": "<b>done</b> in 3s"}),
+            )
+            .await;
+        assert!(!err, "{v}");
+        // The page may still be connecting its event stream: toast again until it shows.
+        if b
+            .eval(
+                "return !!document.querySelector('#notices .toast') && document.querySelector('#notices .toast').textContent.includes('<b>done</b> in 3s') && !document.querySelector('#notices b')",
+                json!([]),
+            )
+            .await
+            .unwrap()
+            == json!(true)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no toast on the page");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A confirm dialog: the question in full, Allow and Deny large and apart; Allow answers it.
+    let sock = node.socket.clone();
+    let asking = tokio::spawn(async move {
+        let (mut a, _) = tuic_tests::agent::Agent::new(&sock, "confirmer").await;
+        a.tool(
+            "ui",
+            json!({"action": "confirm", "title": "Permission", "message": "Run `rm -rf build/` in /repo?\nThis deletes 12 files."}),
+        )
+        .await
+    });
+    b.wait_for("!!document.querySelector('#notices .confirm')", 15_000)
+        .await
+        .unwrap();
+    let layout = b
+        .eval(
+            "const d = document.querySelector('#notices .confirm');
+             const [deny, allow] = [...d.querySelectorAll('button')].map(x => x.getBoundingClientRect());
+             return [d.textContent.includes('This deletes 12 files.'), allow.height >= 44 && deny.height >= 44, allow.left - deny.right >= 16]",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(layout, json!([true, true, true]));
+    b.screenshot(&artifacts_dir().join("confirm-phone.png"))
+        .await
+        .unwrap();
+    b.click(
+        &b.find("#notices .confirm button[data-answer='allow']")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let (err, v) = tokio::time::timeout(Duration::from_secs(15), asking)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!err, "{v}");
+    assert_eq!(v["confirmed"], true, "{v}");
+    b.wait_for("!document.querySelector('#notices .confirm')", 5_000)
+        .await
+        .unwrap();
+}

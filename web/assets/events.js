@@ -1,9 +1,11 @@
 // Live updates from GET /events (SSE): list changes refresh the list; `pty-parsed` events mark
-// activity and reach the open view (questions become quick replies).
+// activity and reach the open view (questions become quick replies); agents' toasts and
+// confirm dialogs go to `notices.js`.
 
 import { $ } from "/assets/dom.js";
 import { refreshSessions } from "/assets/list.js";
 import { state } from "/assets/state.js";
+import { bindNotices } from "/assets/notices.js";
 
 export function startEvents() {
   const es = new EventSource("/events");
@@ -18,6 +20,7 @@ export function startEvents() {
     if (state.view && state.view.key === d.session_id) state.view.onParsed(d.parsed);
   });
   es.addEventListener("lagged", bump);
+  bindNotices(es);
   es.onerror = () => { $("conn").textContent = "reconnecting…"; };
   es.onopen = () => { $("conn").textContent = ""; };
 }
