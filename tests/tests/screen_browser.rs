@@ -672,3 +672,66 @@ async fn phone_shows_agent_toasts_and_answers_confirm_dialogs() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn phone_finds_text_in_older_history_and_copies_the_screen() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    // The needle is printed first, then ~150 KB: it lies beyond the first history page.
+    let script = "stty -echo; echo NEEDLE-42 here; i=0; while [ $i -lt 4000 ]; do echo \"filler line $i ........\"; i=$((i+1)); done; echo END-OF-IT; read x";
+    let sid = create(
+        &node,
+        json!({"rows": 20, "cols": 50, "shell": "/bin/sh", "args": ["-c", script], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('END-OF-IT')",
+        20_000,
+    )
+    .await
+    .unwrap();
+    // Copy: the screen's rows as text.
+    b.eval(
+        "navigator.clipboard.writeText = async (t) => { window.__copied = t; }; return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    let rows = rows_agree(&b, &node, &sid).await;
+    b.click(&b.find("#copy").await.unwrap()).await.unwrap();
+    b.wait_for("typeof window.__copied === 'string'", 5_000)
+        .await
+        .unwrap();
+    let copied = b.eval("return window.__copied", json!([])).await.unwrap();
+    let want = rows.join("\n");
+    assert_eq!(copied.as_str().unwrap().trim_end(), want.trim_end());
+    // Find: typed in the search box, Enter; the older page is loaded and the line shown.
+    let find = b.find("#find").await.unwrap();
+    b.type_text(&find, "needle-42\u{E007}").await.unwrap();
+    b.wait_for(
+        "(() => { const h = document.querySelector('#term .ln.hit'); if (!h) return false;
+                   const r = h.getBoundingClientRect(), t = document.getElementById('term').getBoundingClientRect();
+                   return h.textContent.includes('NEEDLE-42 here') && r.top >= t.top && r.bottom <= t.bottom; })()",
+        20_000,
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts_dir().join("find-phone.png"))
+        .await
+        .unwrap();
+    // A query with no match says so and leaves the view usable.
+    let find = b.find("#find").await.unwrap();
+    b.clear(&find).await.unwrap();
+    b.type_text(&find, "no-such-text-anywhere\u{E007}")
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('find').classList.contains('missing')",
+        20_000,
+    )
+    .await
+    .unwrap();
+}

@@ -37,6 +37,29 @@ if (window.visualViewport) {
   fitViewport();
 }
 
+// Search in the history (Enter finds the next older match) and copy the screen's text.
+$("find-form").onsubmit = async (e) => {
+  e.preventDefault();
+  const found = await state.view?.find($("find").value);
+  $("find").classList.toggle("missing", found === false);
+};
+$("copy").onclick = async () => {
+  const text = state.view?.screenText() ?? "";
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    // Without the async clipboard (plain http): copy through a selected textarea.
+    const t = document.createElement("textarea");
+    t.value = text;
+    document.body.appendChild(t);
+    t.select();
+    document.execCommand("copy");
+    t.remove();
+  }
+  $("copy").textContent = "Copied";
+  setTimeout(() => { $("copy").textContent = "Copy"; }, 1500);
+};
+
 $("back").onclick = () => { location.hash = ""; };
 window.addEventListener("hashchange", route);
 lineInput();

@@ -75,7 +75,7 @@ export class SessionView {
       this.term.replaceChildren();
       this.renderer = new AnsiRenderer(this.term);
       this.decoder = new TextDecoder("utf-8");
-      this.start();
+      this.historyReady = this.start();
     } else {
       this.scrollToEnd();
     }
@@ -260,6 +260,44 @@ export class SessionView {
       this.loadingOlder = false;
       $("history-loading").hidden = true;
     }
+  }
+
+  /**
+   * Finds `query` (case-insensitive) in the history, searching backwards from the last hit (or
+   * the end), loading older retained output as needed (bounded); marks and shows the line.
+   * Returns whether it was found.
+   */
+  async find(query) {
+    const q = query.trim().toLowerCase();
+    if (!q) return false;
+    if (this.mode !== "history") this.showHistory();
+    await this.historyReady;
+    for (let pages = 0; pages < 64; pages++) {
+      const lines = [...this.term.querySelectorAll(".ln")];
+      const last = this.term.querySelector(".ln.hit");
+      let from = last ? lines.indexOf(last) - 1 : lines.length - 1;
+      for (let i = from; i >= 0; i--) {
+        if (lines[i].textContent.toLowerCase().includes(q)) {
+          last?.classList.remove("hit");
+          lines[i].classList.add("hit");
+          lines[i].scrollIntoView({ block: "center" });
+          this.follow = false;
+          $("jump").hidden = false;
+          return true;
+        }
+      }
+      if (this.oldest <= 0) break;
+      const before = this.term.querySelectorAll(".ln").length;
+      await this.loadOlder();
+      // Older lines were prepended above: search again (above the last hit, when there is one).
+      if (this.term.querySelectorAll(".ln").length === before) break;
+    }
+    return false;
+  }
+
+  /** The screen's rows as plain text (what the person sees), for the clipboard. */
+  screenText() {
+    return this.screen.text().join("\n").replace(/\n+$/, "\n");
   }
 
   close() {
