@@ -13,6 +13,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v tar >/dev/null 2>&1 || need+=(tar)
+# install-service's units are checked with systemd's own verifier.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The official MCP SDK clients and conformance suite come from PyPI and npm.
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v python3 >/dev/null 2>&1 || need+=(python3)

@@ -362,6 +362,30 @@ impl Ctx {
 
     /// initialize → notifications/initialized → tools/call → DELETE; returns the call result.
     pub(crate) fn call_tool(&self, tool: &str, arguments: Value) -> Result<Value, Failure> {
+        self.call_tool_after(None, tool, arguments)
+    }
+
+    /// Sends mail as this terminal's identity (`TUIC_SESSION`), or, from a shell outside any
+    /// session, as the transient peer `tuic-cli` registered for this one call.
+    pub(crate) fn send_mail(&self, to: &str, message: &str) -> Result<Value, Failure> {
+        let send = json!({"action": "send", "to": to, "message": message});
+        match self.tuic_session {
+            Some(_) => self.call_tool("agent", send),
+            None => self.call_tool_after(
+                Some(("agent", json!({"action": "register", "name": "tuic-cli"}))),
+                "agent",
+                send,
+            ),
+        }
+    }
+
+    /// [`Ctx::call_tool`], with `first` called in the same protocol session beforehand.
+    fn call_tool_after(
+        &self,
+        first: Option<(&str, Value)>,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, Failure> {
         let init = mcp::rpc_request(
             json!(1),
             "initialize",
@@ -385,12 +409,32 @@ impl Ctx {
             sid,
             &mcp::rpc_notification("notifications/initialized", None),
         )?;
-        let call = mcp::rpc_request(
-            json!(2),
-            "tools/call",
-            json!({"name": tool, "arguments": arguments}),
-        );
-        let outcome = self.mcp_post(sid, &call);
+        let outcome = (|| {
+            if let Some((t, args)) = &first {
+                let pre = mcp::rpc_request(
+                    json!(2),
+                    "tools/call",
+                    json!({"name": t, "arguments": args}),
+                );
+                let (_, answer) = self.mcp_post(sid, &pre)?;
+                let answer = answer.unwrap_or(Value::Null);
+                if let Some(err) = answer.get("error") {
+                    return Err(Failure::Failed(format!("{t}: {}", rpc_error_text(err))));
+                }
+                if answer.pointer("/result/isError") == Some(&json!(true)) {
+                    return Err(Failure::Failed(format!(
+                        "{t}: {}",
+                        content_text(&answer["result"])
+                    )));
+                }
+            }
+            let call = mcp::rpc_request(
+                json!(3),
+                "tools/call",
+                json!({"name": tool, "arguments": arguments}),
+            );
+            self.mcp_post(sid, &call)
+        })();
         if sid.is_some() {
             let headers = McpHeaders {
                 session_id: sid,
@@ -619,7 +663,10 @@ fn agent(ctx: &Ctx, cmd: &AgentCmd) -> Result<(), Failure> {
             a
         }
         AgentCmd::List => json!({"action": "list_peers"}),
-        AgentCmd::Send { to, message } => json!({"action": "send", "to": to, "message": message}),
+        AgentCmd::Send { to, message } => {
+            print_result(&ctx.send_mail(to, message)?);
+            return Ok(());
+        }
     };
     print_result(&ctx.call_tool("agent", args)?);
     Ok(())
@@ -721,12 +768,7 @@ pub fn main() -> ExitCode {
             );
         }
         Cmd::Disconnect { id } => return hub_command(&cli, &["disconnect", "--id", id]),
-        Cmd::Send { to, message } => ctx
-            .call_tool(
-                "agent",
-                json!({"action": "send", "to": to, "message": message}),
-            )
-            .map(|r| print_result(&r)),
+        Cmd::Send { to, message } => ctx.send_mail(to, message).map(|r| print_result(&r)),
         Cmd::Open { dir } => open(&ctx, dir),
         Cmd::Story {
             json,

@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod fs;
+pub mod git;
 pub mod guard;
 pub mod logs;
 pub mod mail;

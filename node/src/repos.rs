@@ -6,7 +6,7 @@
 //! existing record. It deliberately does not run git work on async workers: every call here is
 //! blocking and async callers use `spawn_blocking`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -34,6 +34,21 @@ pub struct Repo {
     pub remotes: Vec<Remote>,
     /// When it was first registered, unix ms.
     pub added_ms: u64,
+    /// Agent-declared worktree placement (`session action=declare_worktree`): the stable
+    /// `TUIC_SESSION` of a tab → the linked worktree it belongs to. Written only through
+    /// [`Repos::update`], under the registry lock.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub declared_worktrees: BTreeMap<String, DeclaredWorktree>,
+}
+
+/// One declared placement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredWorktree {
+    /// Canonical worktree path.
+    pub worktree_path: String,
+    /// Its branch when declared (absent when detached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_branch: Option<String>,
 }
 
 /// A Git remote.
@@ -71,8 +86,9 @@ pub enum AddError {
 /// The registry of repositories.
 pub struct Repos {
     store: Arc<Store>,
-    /// Serializes read-modify-write of the registry (the spec's repositories lock).
-    lock: Mutex<()>,
+    /// Serializes read-modify-write of the registry (the spec's repositories lock); shared with
+    /// the HEAD watchers, which rewrite records too.
+    lock: Arc<Mutex<()>>,
     /// Running watchers by repository path; dropping one stops it.
     watchers: Mutex<HashMap<String, notify::RecommendedWatcher>>,
 }
@@ -88,7 +104,7 @@ impl Repos {
     pub fn new(store: Arc<Store>) -> Self {
         Self {
             store,
-            lock: Mutex::new(()),
+            lock: Arc::new(Mutex::new(())),
             watchers: Mutex::new(HashMap::new()),
         }
     }
@@ -110,6 +126,26 @@ impl Repos {
     /// Whether `path` is exactly a registered root.
     pub fn is_root(&self, path: &Path) -> bool {
         self.roots().iter().any(|r| r == path)
+    }
+
+    /// Applies `f` to one record under the registry lock and persists it (the locked
+    /// repository delta: a concurrent edit of another field is never overwritten). `None`
+    /// when no repository has that key.
+    pub fn update<R>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Repo) -> R,
+    ) -> anyhow::Result<Option<R>> {
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mut repo) = self.store.repo(key)? else {
+            return Ok(None);
+        };
+        let before = repo.clone();
+        let r = f(&mut repo);
+        if repo != before {
+            self.store.put_repo(&repo)?;
+        }
+        Ok(Some(r))
     }
 
     /// Registers `path` (blocking). Idempotent.
@@ -166,17 +202,34 @@ impl Repos {
             return Ok(());
         }
         let store = self.store.clone();
+        let lock = self.lock.clone();
         let root_owned = root.to_path_buf();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if res.is_ok()
-                && let Ok(Some(mut repo)) = store.repo(&root_owned.to_string_lossy())
+            // Only HEAD (a branch switch) and config (remotes) change what the record holds;
+            // everything else Git writes under `.git` (index, refs, worktrees) would only fork
+            // `git` for nothing.
+            let relevant = res.as_ref().is_ok_and(|ev| {
+                ev.paths
+                    .iter()
+                    .any(|p| p.file_name().is_some_and(|n| n == "HEAD" || n == "config"))
+            });
+            if !relevant {
+                return;
+            }
+            let key = root_owned.to_string_lossy();
+            let Ok(Some(seen)) = store.repo(&key) else {
+                return;
+            };
+            // Git runs outside the lock; the write re-reads under it, so a declaration made
+            // meanwhile is kept.
+            let fresh = read_metadata(&root_owned, seen.added_ms);
+            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+            if let Ok(Some(mut repo)) = store.repo(&key)
+                && (fresh.branch != repo.branch || fresh.remotes != repo.remotes)
             {
-                let fresh = read_metadata(&root_owned, repo.added_ms);
-                if fresh.branch != repo.branch || fresh.remotes != repo.remotes {
-                    repo.branch = fresh.branch;
-                    repo.remotes = fresh.remotes;
-                    let _ = store.put_repo(&repo);
-                }
+                repo.branch = fresh.branch;
+                repo.remotes = fresh.remotes;
+                let _ = store.put_repo(&repo);
             }
         })
         .map_err(|e| e.to_string())?;
@@ -224,6 +277,7 @@ fn read_metadata(root: &Path, now_ms: u64) -> Repo {
             branch: None,
             remotes: vec![],
             added_ms: now_ms,
+            declared_worktrees: BTreeMap::new(),
         };
     }
     let branch = git(&["symbolic-ref", "--quiet", "--short", "HEAD"]).filter(|b| !b.is_empty());
@@ -246,6 +300,7 @@ fn read_metadata(root: &Path, now_ms: u64) -> Repo {
         branch,
         remotes,
         added_ms: now_ms,
+        declared_worktrees: BTreeMap::new(),
     }
 }
 

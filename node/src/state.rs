@@ -71,6 +71,8 @@ pub struct Node {
     pub tasks: TaskTracker,
     /// Registered repositories (the roots of every file route).
     pub repos: Repos,
+    /// The git service's bounded runner and open orphan dialogs (`crate::git`).
+    pub git: crate::git::Git,
     /// Concurrent uploads allowed; a permit is held through extraction.
     pub upload_permits: Arc<tokio::sync::Semaphore>,
     /// PTY sessions and their exit tombstones.
@@ -150,6 +152,7 @@ impl Node {
             tcp: tokio::sync::Mutex::new(TcpControl::default()),
             tasks: TaskTracker::new(),
             repos,
+            git: crate::git::Git::default(),
             upload_permits,
             sessions,
             mcp,
@@ -159,6 +162,7 @@ impl Node {
             ops: crate::ops::Ops::default(),
             upstreams,
         });
+        crate::git::placement::load(&node);
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
             Arc::new(crate::mail::Addressable::new(&node));

@@ -82,6 +82,19 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dns_name: Option<String>,
     },
+    /// A linked worktree was created (`POST /worktrees`, `repo action=worktree_create`): the
+    /// worktree lifecycle payload with `creator_session` and `spawn_session`.
+    WorktreeCreated(Value),
+    /// A linked worktree was removed (`repo action=worktree_remove`).
+    WorktreeRemoved(Value),
+    /// An agent declared the worktree its tab belongs to (`session action=declare_worktree`):
+    /// the worktree lifecycle payload with `creator_session` and `spawn_session: false`.
+    SessionWorktreeDeclared(Value),
+    /// The node found orphaned linked worktrees and opened the cleanup dialog that
+    /// `repo action=orphan_cleanup_answer` answers.
+    OrphanCleanupRequested(Value),
+    /// The orphan cleanup dialog was answered; UIs close it.
+    OrphanCleanupResolved(Value),
     /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
     Lagged { missed: u64 },
 }
@@ -103,6 +116,11 @@ impl Event {
             Self::McpConfirmResolved { .. } => "mcp-confirm-resolved",
             Self::ConfigChanged { .. } => "config-changed",
             Self::TailscaleStatus { .. } => "tailscale-status",
+            Self::WorktreeCreated(_) => "worktree-created",
+            Self::WorktreeRemoved(_) => "worktree-removed",
+            Self::SessionWorktreeDeclared(_) => "session-worktree-declared",
+            Self::OrphanCleanupRequested(_) => "orphan-cleanup-requested",
+            Self::OrphanCleanupResolved(_) => "orphan-cleanup-resolved",
             Self::Lagged { .. } => "lagged",
         }
     }
@@ -132,6 +150,9 @@ mod tests {
                 exit_code: None,
             },
             Event::ProgressRecorded(serde_json::json!({"a": 1})),
+            Event::WorktreeCreated(serde_json::json!({"branch": "b"})),
+            Event::SessionWorktreeDeclared(serde_json::json!({"branch": "b"})),
+            Event::OrphanCleanupResolved(serde_json::json!({"decision": "keep"})),
         ];
         for e in samples {
             let v = serde_json::to_value(&e).unwrap();

@@ -11,6 +11,7 @@ pub mod bench_outbox;
 pub mod bench_progress;
 pub mod bench_upload;
 pub mod bench_upstream;
+pub mod bench_worktrees;
 pub mod bridge;
 pub mod fake;
 pub mod fed;

@@ -500,3 +500,93 @@ async fn attach_through_a_hub_to_another_host_survives_a_hub_restart() {
     let (_, out, _) = tuic(&hub_sock, &["ls"]);
     assert!(!out.contains(&label), "{out}");
 }
+
+#[tokio::test]
+async fn connect_hosts_ls_and_disconnect_front_the_hub() {
+    let dir = tuic_tests::config_dir(json!({}));
+    let d = dir.path().to_string_lossy().into_owned();
+    let hub = NodeProc::start("tuic-hub", &["--config-dir", &d], &[]).unwrap();
+    let tuic_in = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut c = std::process::Command::new(bin("tuic"))
+            .arg("--config-dir")
+            .arg(&d)
+            .args(args)
+            .env_remove("TUIC_SOCKET")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    // Nothing listens on port 9 of loopback: the connection stays down with its error.
+    let (code, _, err) = tuic_in(&["connect", "boxz", "http://127.0.0.1:9"], "a-token\n");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("connection boxz saved"), "{err}");
+    let down = until("boxz to be listed down with its error", || async {
+        let (_, out, _) = tuic(&hub.socket, &["hosts", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        Ok(v.as_array()
+            .and_then(|a| a.iter().find(|c| c["id"] == "boxz").cloned())
+            .filter(|c| c["up"] == false && c.get("last_error").is_some()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(down["url"], "http://127.0.0.1:9");
+    let (code, out, _) = tuic(&hub.socket, &["hosts"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("HOST") && out.contains("boxz") && out.contains("down"),
+        "{out}"
+    );
+    let (_, out, _) = tuic(&hub.socket, &["ls"]);
+    assert!(out.contains("boxz: offline"), "{out}");
+    let (code, _, err) = tuic_in(&["disconnect", "boxz"], "");
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = tuic(&hub.socket, &["hosts", "--json"]);
+    assert_eq!(out.trim(), "[]", "{out}");
+    // On a plain node, hosts says it is not a hub (exit 4).
+    let node = Node::start(None).await.unwrap();
+    let (code, _, err) = tuic(&node.socket, &["hosts"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("not a tuic hub"), "{err}");
+}
+
+#[tokio::test]
+async fn agent_spawn_list_and_send_through_the_cli() {
+    let node = Node::start(None).await.unwrap();
+    let s = node.socket.as_path();
+    let (code, out, err) = tuic(
+        s,
+        &[
+            "agent", "spawn", "--name", "worker", "--", "sh", "-c", "sleep 30",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| json!({"raw": out}));
+    let sid = v["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    let tuic_session = v["tuic_session"].as_str().unwrap().to_owned();
+    // The spawned child has a peer entry at once.
+    let (code, out, err) = tuic(s, &["agent", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&tuic_session), "{out}");
+    let (code, out, err) = tuic(s, &["agent", "send", &tuic_session, "hello worker"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("delivered") || out.contains("ok") || out.contains("message_id"),
+        "{out}"
+    );
+    let (_, out, _) = tuic(s, &["ls"]);
+    assert!(out.contains("worker"), "{out}");
+    assert_eq!(tuic(s, &["kill", &sid]).0, 0);
+}

@@ -287,3 +287,74 @@ async fn undeclared_and_retired_inputs_are_refused_by_name() {
         .unwrap();
     assert_eq!(session["inputSchema"]["additionalProperties"], false);
 }
+
+/// The `tuic_session_wait_checks_total` counter from `GET /metrics`.
+async fn wait_checks(socket: &Path) -> u64 {
+    let r = ipc(socket, "GET", "/metrics", None).await.unwrap();
+    String::from_utf8_lossy(&r.body)
+        .lines()
+        .find_map(|l| l.strip_prefix("tuic_session_wait_checks_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("tuic_session_wait_checks_total in /metrics")
+}
+
+/// Item 2: `session action=wait` sleeps on the session's lifecycle events. A wait on a quiet
+/// session that runs to its 3 s deadline evaluates its condition at the start and at the
+/// deadline only; the 250 ms polling loop it replaced checked ~12 times. An event in between
+/// (the exit) ends the wait at once.
+#[tokio::test]
+async fn session_wait_sleeps_on_lifecycle_events_instead_of_polling() {
+    let node = Node::start(None).await.unwrap();
+    let sock = node.socket.clone();
+    let s = create(
+        &sock,
+        json!({"rows":24,"cols":80,"shell":"/bin/sh","args":["-c","sleep 30"],"cwd":"/tmp"}),
+    )
+    .await;
+    let id = s["session_id"].as_str().unwrap().to_owned();
+    let (mut a, _) = Agent::new(&sock, "waiter").await;
+    let before = wait_checks(&sock).await;
+    let t0 = Instant::now();
+    let (err, v) = a
+        .tool(
+            "session",
+            json!({"action":"wait","session_id": id,"until":"exited","timeout_ms":3000}),
+        )
+        .await;
+    let took = t0.elapsed();
+    assert!(!err, "{v}");
+    assert!(took >= Duration::from_millis(2900), "{took:?} {v}");
+    let checks = wait_checks(&sock).await - before;
+    assert!(checks <= 3, "a quiet 3 s wait checked {checks} times: {v}");
+    // The exit wakes a pending wait without waiting for any tick.
+    let quick = create(
+        &sock,
+        json!({"rows":24,"cols":80,"shell":"/bin/sh","args":["-c","read x; exit 4"],"cwd":"/tmp"}),
+    )
+    .await;
+    let qid = quick["session_id"].as_str().unwrap().to_owned();
+    let sock2 = sock.clone();
+    let q2 = qid.clone();
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ipc(
+            &sock2,
+            "POST",
+            &format!("/sessions/{q2}/write"),
+            Some(json!({"data":"go\n"})),
+        )
+        .await
+        .unwrap();
+    });
+    let before = wait_checks(&sock).await;
+    let (err, v) = a
+        .tool(
+            "session",
+            json!({"action":"wait","session_id": qid,"until":"exited","timeout_ms":20000}),
+        )
+        .await;
+    writer.await.unwrap();
+    assert!(!err, "{v}");
+    let checks = wait_checks(&sock).await - before;
+    assert!(checks <= 4, "{checks} checks for one exit: {v}");
+}

@@ -25,12 +25,23 @@ pub struct CallCtx {
     pub client_name: Option<String>,
     /// The protocol session's remembered "needs the collapsed catalogue" flag.
     pub session_meta_tools: bool,
+    /// The protocol session's client named itself Claude Code at initialize.
+    pub session_claude_code: bool,
     /// `params._meta.progressToken` of this `tools/call`: progress of a proxied call is
     /// relayed to the caller's `GET /mcp` stream under it.
     pub progress_token: Option<Value>,
 }
 
 impl CallCtx {
+    /// Whether the caller is Claude Code: this request's `_meta` client name decides, else
+    /// the name given at initialize.
+    pub fn claude_code(&self) -> bool {
+        match &self.client_name {
+            Some(c) => is_claude_code(Some(c)),
+            None => self.session_claude_code,
+        }
+    }
+
     /// Whether this caller gets the collapsed surface. A request that names its client decides
     /// by itself; the session's flag (from initialize) is the fallback.
     pub fn collapsed(&self, cfg: &crate::config::Config) -> bool {
@@ -221,6 +232,11 @@ pub fn surface_fingerprint(cfg: &crate::config::Config) -> (Vec<String>, bool, b
     let mut d = cfg.disabled_native_tools.clone();
     d.sort();
     (d, cfg.collapse_tools, cfg.progress_tracking)
+}
+
+/// Whether a client name is Claude Code's (`clientInfo.name`).
+pub fn is_claude_code(client: Option<&str>) -> bool {
+    client.is_some_and(|c| c == "claude-code" || c.starts_with("claude-code-") || c == "claude")
 }
 
 /// Whether a client gets the collapsed catalogue whatever `collapse_tools` says.

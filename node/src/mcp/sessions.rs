@@ -77,6 +77,8 @@ struct McpSession {
     /// The client named itself at initialize as one that needs the collapsed catalogue
     /// (`client_requires_meta_tools`); only the flag is kept, not the name.
     meta_tools: bool,
+    /// The client named itself Claude Code at initialize (it gets `cc_agent_hint`).
+    claude_code: bool,
 }
 
 impl McpSession {
@@ -87,6 +89,7 @@ impl McpSession {
             stream: None,
             version,
             meta_tools: false,
+            claude_code: false,
         }
     }
 
@@ -102,6 +105,8 @@ pub struct SessionView<'a> {
     pub protocol_version: &'static str,
     /// The client needs the collapsed catalogue.
     pub meta_tools: bool,
+    /// The client is Claude Code.
+    pub claude_code: bool,
     /// The bound TUIC identity.
     pub tuic_session: Option<&'a str>,
     /// Whether a `GET /mcp` stream is subscribed.
@@ -321,6 +326,7 @@ impl SessionTable {
             if client_name.is_some() {
                 s.meta_tools =
                     crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
+                s.claude_code = crate::mcp::registry::is_claude_code(client_name.as_deref());
             }
             return (id.to_owned(), Arrival::Reused);
         }
@@ -332,6 +338,7 @@ impl SessionTable {
         let (sid, id) = Sid::mint();
         let mut s = McpSession::new(now, vi);
         s.meta_tools = crate::mcp::registry::client_requires_meta_tools(client_name.as_deref());
+        s.claude_code = crate::mcp::registry::is_claude_code(client_name.as_deref());
         g.sessions.insert(sid, s);
         (id, arrival)
     }
@@ -360,6 +367,7 @@ impl SessionTable {
         Some(f(&SessionView {
             protocol_version: g.version(s.version),
             meta_tools: s.meta_tools,
+            claude_code: s.claude_code,
             tuic_session: s.tuic_session.as_deref(),
             has_stream: s.has_stream(),
         }))

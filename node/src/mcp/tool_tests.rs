@@ -441,7 +441,7 @@ async fn repo_add_list_status_active_on_the_registry() {
     )
     .await
     .unwrap_err();
-    assert_eq!(e.code, "not_available");
+    assert_eq!(e.code, "not_git", "a shell workspace has no worktrees");
 
     // status and active see a session started inside the repository.
     let c = ok(
@@ -465,4 +465,45 @@ async fn repo_add_list_status_active_on_the_registry() {
         .await
         .unwrap();
     assert_eq!(act["repo"]["path"], path.to_str().unwrap());
+}
+
+/// Every `<tool> action=<a>` the server instructions tell an agent to use is answered by a
+/// backend: none of them is `not_available`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instructions_promise_no_action_that_answers_not_available() {
+    let f = fixture();
+    let text = crate::mcp::instructions::render(&Default::default(), false);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let clean = |w: &str| {
+        w.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .to_owned()
+    };
+    let mut promised = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if let Some(a) = w.strip_prefix("action=")
+            && i > 0
+        {
+            let tool = clean(words[i - 1]);
+            promised.push((tool.clone(), clean(a)));
+            let mut j = i + 1;
+            while j + 1 < words.len() && words[j] == "/" {
+                promised.push((tool.clone(), clean(words[j + 1])));
+                j += 2;
+            }
+        }
+    }
+    assert!(
+        promised.contains(&("repo".into(), "worktree_remove".into())),
+        "{promised:?}"
+    );
+    for (tool_name, a) in promised {
+        let r = tool(&f, &local(), &tool_name, json!({"action": a})).await;
+        if let Err(e) = r {
+            assert_ne!(
+                e.code, "not_available",
+                "{tool_name} action={a}: {}",
+                e.message
+            );
+        }
+    }
 }

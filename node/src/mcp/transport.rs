@@ -551,21 +551,26 @@ fn call_ctx(
     headers: &HeaderMap,
     params: &Map<String, Value>,
 ) -> CallCtx {
-    let (tuic, session_meta_tools) = req
+    let (tuic, session_meta_tools, session_claude_code) = req
         .session
         .as_deref()
         .and_then(|s| {
-            node.mcp
-                .sessions
-                .with(s, |x| (x.tuic_session.map(str::to_owned), x.meta_tools))
+            node.mcp.sessions.with(s, |x| {
+                (
+                    x.tuic_session.map(str::to_owned),
+                    x.meta_tools,
+                    x.claude_code,
+                )
+            })
         })
-        .unwrap_or((None, false));
+        .unwrap_or((None, false, false));
     CallCtx {
         loopback: guard::is_loopback_caller(req.transport, headers),
         mcp_session: req.session.clone(),
         tuic_session: tuic,
         client_name: p::meta_client_name(params).map(str::to_owned),
         session_meta_tools,
+        session_claude_code,
         progress_token: params
             .get("_meta")
             .and_then(|m| m.get("progressToken"))

@@ -32,6 +32,7 @@ pub struct Metrics {
     tombstones: IntGauge,
     sessions_created: IntCounter,
     output_bytes: IntCounter,
+    wait_checks: IntCounter,
     mail_posted: IntCounter,
     mail_peers: IntGauge,
     mail_unread: IntGauge,
@@ -76,6 +77,10 @@ impl Default for Metrics {
         let output_bytes = counter(
             "tuic_pty_output_bytes_total",
             "Bytes read from PTYs (streamed to the ring, screen and subscribers).",
+        );
+        let wait_checks = counter(
+            "tuic_session_wait_checks_total",
+            "Condition checks by session waits (start, each lifecycle change, deadline; no polling).",
         );
         let mail_posted = counter(
             "tuic_mail_posted_total",
@@ -130,6 +135,7 @@ impl Default for Metrics {
             tombstones,
             sessions_created,
             output_bytes,
+            wait_checks,
             mail_posted,
             mail_peers,
             mail_unread,
@@ -165,6 +171,7 @@ impl Metrics {
         self.tombstones.set(s.tombstoned as i64);
         catch_up(&self.sessions_created, s.created_total);
         catch_up(&self.output_bytes, s.output_bytes_total);
+        catch_up(&self.wait_checks, s.wait_checks_total);
         catch_up(
             &self.mail_posted,
             node.ops.mail_posted.load(Ordering::Relaxed),

@@ -49,6 +49,16 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/auth/login", post(auth::login))
         .route("/events", get(events::sse))
         .route("/repos", get(repos::list).post(repos::add))
+        .route(
+            "/worktrees",
+            get(repos::list_worktrees).post(repos::create_worktree),
+        )
+        .route("/worktrees/lifecycle", get(repos::worktree_lifecycle))
+        .route("/worktrees/remove", post(repos::remove_worktree))
+        .route("/repo/info", get(repos::repo_info))
+        .route("/repo/branch-integrations", get(repos::branch_integrations))
+        .route("/repo/branch-delete", post(repos::branch_delete))
+        .route("/repo/orphan-cleanup", post(repos::orphan_cleanup))
         .route("/fs/read-external", get(crate::fs::read_external))
         .route("/fs/read-editor", get(crate::fs::read_editor))
         .route(

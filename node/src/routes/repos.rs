@@ -1,10 +1,13 @@
 //! `GET /repos` and `POST /repos {path}`: the registry service behind MCP `repo action=add|list`,
-//! also reachable over HTTP so scripts and the web UI share one implementation.
+//! also reachable over HTTP so scripts and the web UI share one implementation; and the git
+//! service's routes (`POST /worktrees`, `GET /worktrees`, `/worktrees/lifecycle`,
+//! `/worktrees/remove`, `GET /repo/info`, `/repo/branch-integrations`, `/repo/branch-delete`,
+//! `/repo/orphan-cleanup`), thin adapters over `crate::git` like the MCP `repo` actions.
 
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -41,4 +44,202 @@ pub(super) async fn add(
     Ok(Json(
         serde_json::to_value(outcome).map_err(|e| ApiError::internal(e.to_string()))?,
     ))
+}
+
+/// A git service error as the HTTP edge's error: same code and message, a fitting status.
+fn git_error(e: crate::git::GitError) -> ApiError {
+    let status = axum::http::StatusCode::from_u16(e.http_status())
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    ApiError::new(status, e.code(), e.to_string())
+}
+
+/// Runs a git service call on the blocking pool (git is never run on an async worker).
+async fn blocking(
+    node: &Arc<Node>,
+    f: impl FnOnce(&Arc<Node>) -> Result<Value, crate::git::GitError> + Send + 'static,
+) -> Result<Json<Value>, ApiError> {
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || f(&n))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map(Json)
+        .map_err(git_error)
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CreateBody {
+    base_repo: String,
+    #[serde(default)]
+    branch: Option<String>,
+    #[serde(default)]
+    base: Option<String>,
+    #[serde(default)]
+    spawn_session: bool,
+}
+
+/// `POST /worktrees`: the same creation core as MCP `repo action=worktree_create` (an HTTP
+/// caller has no MCP binding, so no creator session moves).
+pub(super) async fn create_worktree(
+    State(node): State<Arc<Node>>,
+    JsonBody(b): JsonBody<CreateBody>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        if let Some((conn, path)) = crate::git::remote::target(n, &b.base_repo) {
+            let mut args = serde_json::Map::new();
+            if let Some(br) = b.branch.filter(|s| !s.is_empty()) {
+                args.insert("branch".into(), json!(br));
+            }
+            if let Some(base) = b.base {
+                args.insert("base".into(), json!(base));
+            }
+            args.insert("spawn_session".into(), json!(b.spawn_session));
+            return crate::git::remote::action(n, conn, path, "worktree_create", &args);
+        }
+        crate::git::worktree::create(
+            n,
+            &crate::git::worktree::CreateRequest {
+                repo: b.base_repo,
+                branch: b.branch.filter(|s| !s.is_empty()),
+                base: b.base,
+                spawn_session: b.spawn_session,
+                creator_session: None,
+            },
+        )
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PathQuery {
+    path: String,
+    #[serde(default)]
+    branch: Option<String>,
+}
+
+/// `GET /worktrees?path=`: `repo action=worktree_list`.
+pub(super) async fn list_worktrees(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        if let Some((conn, path)) = crate::git::remote::target(n, &q.path) {
+            return crate::git::remote::action(n, conn, path, "worktree_list", &Default::default());
+        }
+        let v = crate::git::worktree::list(n, &q.path)?;
+        let _ = crate::git::orphans::scan(n, &q.path);
+        Ok(v)
+    })
+    .await
+}
+
+/// `GET /worktrees/lifecycle?path=&branch=`: `repo action=worktree_lifecycle`.
+pub(super) async fn worktree_lifecycle(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let branch = q
+        .branch
+        .clone()
+        .ok_or_else(|| ApiError::bad_request("branch is required"))?;
+    blocking(&node, move |n| {
+        crate::git::worktree::lifecycle(n, &q.path, &branch)
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RemoveBody {
+    path: String,
+    branch: String,
+    #[serde(default)]
+    force: bool,
+    #[serde(default)]
+    expected_fingerprint: Option<String>,
+    #[serde(default)]
+    delete_branch: Option<bool>,
+    #[serde(default)]
+    override_lock: bool,
+}
+
+/// `POST /worktrees/remove`: `repo action=worktree_remove`.
+pub(super) async fn remove_worktree(
+    State(node): State<Arc<Node>>,
+    JsonBody(b): JsonBody<RemoveBody>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        crate::git::worktree::remove(
+            n,
+            &crate::git::worktree::RemoveRequest {
+                repo: b.path,
+                branch: b.branch,
+                force: b.force,
+                expected_fingerprint: b.expected_fingerprint,
+                delete_branch: b.delete_branch,
+                override_lock: b.override_lock,
+            },
+        )
+    })
+    .await
+}
+
+/// `GET /repo/info?path=`: the repository's Git facts.
+pub(super) async fn repo_info(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        if let Some((conn, path)) = crate::git::remote::target(n, &q.path) {
+            return crate::git::remote::action(n, conn, path, "info", &Default::default());
+        }
+        crate::git::query::info(n, &q.path)
+    })
+    .await
+}
+
+/// `GET /repo/branch-integrations?path=[&branch=]`: `repo action=branch_integrations`
+/// (or `branch_integration` with `branch`).
+pub(super) async fn branch_integrations(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<PathQuery>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        crate::git::query::integrations(n, &q.path, q.branch.as_deref())
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct BranchDeleteBody {
+    path: String,
+    branch: String,
+    #[serde(default)]
+    archive: bool,
+}
+
+/// `POST /repo/branch-delete`: `repo action=branch_delete`.
+pub(super) async fn branch_delete(
+    State(node): State<Arc<Node>>,
+    JsonBody(b): JsonBody<BranchDeleteBody>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        crate::git::query::delete_branch(n, &b.path, &b.branch, b.archive)
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct OrphanBody {
+    path: String,
+    decision: String,
+}
+
+/// `POST /repo/orphan-cleanup`: `repo action=orphan_cleanup_answer`.
+pub(super) async fn orphan_cleanup(
+    State(node): State<Arc<Node>>,
+    JsonBody(b): JsonBody<OrphanBody>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(&node, move |n| {
+        crate::git::orphans::answer(n, &b.path, &b.decision)
+    })
+    .await
 }

@@ -110,7 +110,8 @@ async fn row(
         .resolve(&id)
         .filter(|s| s.exit().is_none())
         .ok_or_else(|| unknown(&id))?;
-    let row = tokio::task::spawn_blocking(move || s.row())
+    let n = node.clone();
+    let row = tokio::task::spawn_blocking(move || n.sessions.placed_row(&s))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(json!(row)))

@@ -211,6 +211,13 @@ pub struct SessionRow {
     /// The orchestrator's description of the assigned work.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pty_description: Option<String>,
+    /// The linked worktree this tab is placed in (`session action=declare_worktree`); `cwd`
+    /// stays the real shell directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_path: Option<String>,
+    /// That worktree's branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_branch: Option<String>,
 }
 
 impl Session {
@@ -502,6 +509,8 @@ impl Session {
             foreground_process: p.foreground_process.clone(),
             exit_code: self.exit().and_then(|e| e.code),
             pty_description: lock(&self.description).clone(),
+            worktree_path: None,
+            worktree_branch: None,
         }
     }
 }

@@ -40,6 +40,10 @@ pub struct CreateRequest {
     pub name: Option<String>,
     /// An alias to restore (kept only when well-formed and free).
     pub alias: Option<String>,
+    /// A stable identity to restore (a tab persisted it): kept only when it is a UUID no live
+    /// session holds, else a fresh one is minted.
+    #[serde(default)]
+    pub tuic_session: Option<String>,
     /// The name was assigned by a spawning agent (`agent action=spawn`), not a person.
     #[serde(skip)]
     pub name_from_spawn: bool,
@@ -87,8 +91,14 @@ pub struct Registry {
     ticks: tokio::sync::watch::Sender<u64>,
     /// Sessions created since start (`/metrics`, `/stats`).
     created: AtomicU64,
+    /// Condition checks by `session action=wait` (see `submit::Waited::checks`).
+    wait_checks: AtomicU64,
     /// PTY output bytes of sessions that left the live table (their totals are final).
     ended_output: AtomicU64,
+    /// Declared worktree placement by stable identity (`crate::git::placement` keeps it in
+    /// the repository records and mirrors it here): `tuic_session` → (path, branch). Keyed by
+    /// identity, not PTY, so a session restored with its `tuic_session` shows it again.
+    placements: RwLock<HashMap<String, (String, Option<String>)>>,
 }
 
 /// Counts of the registry for `/stats` and `/metrics`.
@@ -102,6 +112,8 @@ pub struct RegistryStats {
     pub created_total: u64,
     /// Bytes read from every PTY since start (live sessions' totals plus ended ones').
     pub output_bytes_total: u64,
+    /// Condition checks by `session action=wait` since start.
+    pub wait_checks_total: u64,
 }
 
 impl Registry {
@@ -118,8 +130,43 @@ impl Registry {
             monitor: std::sync::Once::new(),
             ticks: tokio::sync::watch::Sender::new(0),
             created: AtomicU64::new(0),
+            wait_checks: AtomicU64::new(0),
             ended_output: AtomicU64::new(0),
+            placements: RwLock::default(),
         }
+    }
+
+    /// Sets (or with `None` clears) the declared worktree placement of an identity.
+    pub fn set_placement(&self, tuic_session: &str, placement: Option<(String, Option<String>)>) {
+        let mut g = self.placements.write().unwrap_or_else(|p| p.into_inner());
+        match placement {
+            Some(p) => {
+                g.insert(tuic_session.to_owned(), p);
+            }
+            None => {
+                g.remove(tuic_session);
+            }
+        }
+    }
+
+    /// One session's row observed now (a fresh probe; blocking) with its declared placement,
+    /// as `GET /sessions` lists it.
+    pub fn placed_row(&self, s: &Session) -> SessionRow {
+        let mut r = s.row();
+        if let Some((path, branch)) = self.placement(&r.tuic_session) {
+            r.worktree_path = Some(path);
+            r.worktree_branch = branch;
+        }
+        r
+    }
+
+    /// The declared worktree placement of an identity.
+    pub fn placement(&self, tuic_session: &str) -> Option<(String, Option<String>)> {
+        self.placements
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tuic_session)
+            .cloned()
     }
 
     /// The counts, read in one critical section with the live table, so the output total
@@ -132,7 +179,13 @@ impl Registry {
             tombstoned: g.tombstones.len(),
             created_total: self.created.load(Ordering::Relaxed),
             output_bytes_total: live_bytes + self.ended_output.load(Ordering::Relaxed),
+            wait_checks_total: self.wait_checks.load(Ordering::Relaxed),
         }
+    }
+
+    /// Adds a finished wait's condition checks to the total.
+    pub fn count_wait_checks(&self, n: u64) {
+        self.wait_checks.fetch_add(n, Ordering::Relaxed);
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
@@ -214,6 +267,12 @@ impl Registry {
             .cloned()
             .collect();
         let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.listed_row()).collect();
+        for r in &mut rows {
+            if let Some((path, branch)) = self.placement(&r.tuic_session) {
+                r.worktree_path = Some(path);
+                r.worktree_branch = branch;
+            }
+        }
         rows.sort_by(|a, b| a.alias.cmp(&b.alias));
         rows
     }
@@ -254,16 +313,24 @@ impl Registry {
         let agent_type = super::activity::detect_agent(&shell, &req.args);
         let prefix = alias::prefix_for(&repo_name(&cwd));
         let id = mint_id();
-        let tuic_session = uuid::Uuid::new_v4().to_string();
-        let alias = {
+        let (alias, tuic_session) = {
             let mut g = self.write();
+            let tuic_session = req
+                .tuic_session
+                .as_deref()
+                .and_then(|t| uuid::Uuid::parse_str(t).ok())
+                .map(|u| u.to_string())
+                .filter(|t| !g.by_tuic.contains_key(t))
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            // Reserve the identity with the alias, so a concurrent restore cannot take it.
+            g.by_tuic.insert(tuic_session.clone(), id.clone());
             let Inner {
                 aliases, by_alias, ..
             } = &mut *g;
             let a = aliases.assign(&prefix, req.alias.as_deref(), |x| by_alias.contains_key(x));
             // Reserve it now so a concurrent create cannot take it.
             by_alias.insert(a.clone(), id.clone());
-            a
+            (a, tuic_session)
         };
         let mut env: Vec<(String, String)> = req.env.into_iter().collect();
         env.push(("TERM".into(), "xterm-256color".into()));
@@ -300,7 +367,9 @@ impl Registry {
         let session = match spawned {
             Ok(s) => s,
             Err(e) => {
-                self.write().by_alias.remove(&alias);
+                let mut g = self.write();
+                g.by_alias.remove(&alias);
+                g.by_tuic.remove(&tuic_session);
                 return Err(CreateError::Spawn(e));
             }
         };
@@ -314,6 +383,7 @@ impl Registry {
                 true
             } else {
                 g.by_alias.remove(&alias);
+                g.by_tuic.remove(&tuic_session);
                 g.tombstones.insert(id.clone(), session.clone());
                 self.ended_output
                     .fetch_add(session.stream().total(), Ordering::Relaxed);

@@ -217,20 +217,38 @@ fn reached(s: &Session, until: Until) -> bool {
 /// session's lifecycle events (the monitor publishes each observed change of shell or agent
 /// state, the waiter thread the exit), subscribing before the first check so a transition in
 /// between still wakes it; it runs no polling loop of its own.
-pub fn wait(s: &Session, until: Until, timeout: Duration) -> bool {
+pub fn wait(s: &Session, until: Until, timeout: Duration) -> Waited {
     let deadline = Instant::now() + timeout;
     let mut life = s.lifecycle();
+    let mut checks = 0;
     loop {
         life.borrow_and_update();
+        checks += 1;
         if reached(s, until) {
-            return true;
+            return Waited {
+                reached: true,
+                checks,
+            };
         }
         let now = Instant::now();
         if now >= deadline {
-            return false;
+            return Waited {
+                reached: false,
+                checks,
+            };
         }
         wait_change(&mut life, deadline - now);
     }
+}
+
+/// How a [`wait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waited {
+    /// The condition held before the deadline.
+    pub reached: bool,
+    /// Times the condition was evaluated: one at the start, one per lifecycle change, one at
+    /// the deadline (a quiet session costs two, never one per polling tick).
+    pub checks: u64,
 }
 
 /// Parks until `watch` changes (output, lifecycle) or `d` passes.

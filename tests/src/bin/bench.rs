@@ -13,6 +13,8 @@
 //! cargo run -p tuic-tests --release --bin bench -- progress-journal [N]
 //! cargo run -p tuic-tests --release --bin bench -- metrics-scrape [SESSIONS]
 //! cargo run -p tuic-tests --release --bin bench -- upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]
+//! cargo run -p tuic-tests --release --bin bench -- worktree-list [WORKTREES] [COMMITS] [CALLS]
+//! cargo run -p tuic-tests --release --bin bench -- branch-integrations [BRANCHES] [COMMITS] [CALLS]
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -112,8 +114,24 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
             rt.block_on(tuic_tests::bench_progress::metrics(n))
         }
+        Some("worktree-list") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(50);
+            let commits = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20_000);
+            let calls = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(30);
+            rt.block_on(tuic_tests::bench_worktrees::worktree_list(
+                n, commits, calls,
+            ))
+        }
+        Some("branch-integrations") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+            let commits = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20_000);
+            let calls = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(20);
+            rt.block_on(tuic_tests::bench_worktrees::branch_integrations(
+                n, commits, calls,
+            ))
+        }
         _ => bail!(
-            "usage: bench progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }

@@ -8,6 +8,7 @@ mod plugin_dev_guide;
 mod progress;
 mod remote;
 mod repo;
+mod repo_git;
 pub(crate) mod session;
 mod story;
 pub mod task;

@@ -1,8 +1,9 @@
 //! `repo`: registered repositories and their worktrees. `add`/`list` are the same service as
 //! `POST /repos` / `GET /repos` (`crate::repos`, the path `tuic open DIR` takes); `status` and
-//! `active` read that registry plus the live sessions. Worktree, branch, progress-list and
-//! orphan-cleanup actions have no backend in this build and answer a structured
-//! `not_available` naming what is missing. This file also owns the removed-action routes.
+//! `active` read that registry plus the live sessions. Worktree, branch-integration and
+//! orphan-cleanup actions are thin adapters over the git service (`crate::git`, see
+//! `repo_git.rs`), the same core as `POST /worktrees` and `/repo/*`. This file also owns the
+//! removed-action routes.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,8 +23,9 @@ const ACTIONS: &[&str] = &[
     "worktree_list",
     "worktree_remove",
     "worktree_lifecycle",
-    "branch_list",
-    "branch_create",
+    "branch_integrations",
+    "branch_integration",
+    "branch_delete",
     "progress_list",
     "orphan_cleanup_answer",
 ];
@@ -34,6 +36,8 @@ const REMOVED: &[(&str, &str)] = &[
     ("close_issue", "POST /repo/issues/close"),
     ("reopen_issue", "POST /repo/issues/reopen"),
     ("ci_logs", "GET /repo/ci-failure-logs"),
+    ("branch_list", "repo action=branch_integrations"),
+    ("branch_create", "repo action=worktree_create"),
 ];
 
 pub(super) static TOOL: ToolDef = ToolDef {
@@ -41,8 +45,12 @@ pub(super) static TOOL: ToolDef = ToolDef {
     summary: "Repositories, worktrees and branches known to this node",
     description: "Repositories (path = repository root) and linked worktrees (branch).\n\
 - add (path: absolute directory; idempotent, Git or shell workspace), list, active (the repository of the caller's terminal), status (path: record plus live sessions inside it).\n\
-- worktree_create (path, branch, spawn_session?), worktree_list (path), worktree_remove (path, branch), worktree_lifecycle (path, branch).\n\
-- branch_list (path), branch_create (path, branch).\n\
+- worktree_create (path, branch?, base?, spawn_session?): a linked worktree in <repo>__wt/<branch> (= POST /worktrees), with setup_script and warm_artifacts results.\n\
+- worktree_list (path): every worktree keyed by branch with lifecycle_status {dirty_files, missing_checkout, commit_status merged|unmerged|in_sync|unknown, removal_safety safe|requires_force|unknown, locked, fingerprint}.\n\
+- worktree_lifecycle (path, branch): the fresh verdict and fingerprint of one worktree.\n\
+- worktree_remove (path, branch, force?, expected_fingerprint?, delete_branch?, override_lock?): refuses dirty work unless force (which needs expected_fingerprint), locked worktrees unless override_lock; returns {ok, warnings}.\n\
+- branch_integrations (path) / branch_integration (path, branch): proofs ancestry, integration_ancestry, patch_equivalence, squash_message, noop_merge, content_superset; github_pr is unavailable.\n\
+- branch_delete (path, branch, archive?): deletes an integrated local branch not checked out anywhere, keeping its tip under refs/archive/<branch>; archive=true also deletes an unmerged one recoverably.\n\
 - progress_list (path, input?: {blockedOnly?, ptyId?, limit? 1-100 default 8, cursor?}): the project's progress journal, newest first: {entries, total, nextCursor} (nextCursor null on the final page).\n\
 - orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.",
     actions: ACTIONS,
@@ -50,7 +58,13 @@ pub(super) static TOOL: ToolDef = ToolDef {
         schema(
             ACTIONS,
             json!({"path": {"type": "string"}, "branch": {"type": "string"},
+                   "base": {"type": "string"},
                    "spawn_session": {"type": "boolean"},
+                   "force": {"type": "boolean"},
+                   "expected_fingerprint": {"type": "string"},
+                   "delete_branch": {"type": "boolean"},
+                   "override_lock": {"type": "boolean"},
+                   "archive": {"type": "boolean"},
                    "decision": {"type": "string", "enum": ["remove", "keep"]},
                    "input": crate::progress::list_input_schema()}),
         )
@@ -62,8 +76,13 @@ pub(super) static TOOL: ToolDef = ToolDef {
         "status",
         "active",
         "worktree_create",
+        "worktree_list",
         "worktree_remove",
-        "branch_create",
+        "worktree_lifecycle",
+        "branch_integrations",
+        "branch_integration",
+        "branch_delete",
+        "orphan_cleanup_answer",
     ],
     passthrough: false,
 };
@@ -95,11 +114,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         }
         "active" => active(node, ctx),
         "progress_list" => progress_list(node, args),
-        _ => Err(ToolError::not_available(
-            "repo",
-            a,
-            "worktree, branch and progress management, which this build's repository registry does not have (it registers and lists repositories only)",
-        )),
+        _ => super::repo_git::handle(node, ctx, a, args),
     }
 }
 
@@ -114,7 +129,7 @@ fn progress_list(node: &Node, args: &Map<String, Value>) -> Result<Value, ToolEr
     crate::progress::list(node, path, &input).map_err(err)
 }
 
-fn path_arg(args: &Map<String, Value>) -> Result<&str, ToolError> {
+pub(super) fn path_arg(args: &Map<String, Value>) -> Result<&str, ToolError> {
     args.get("path")
         .and_then(Value::as_str)
         .filter(|p| !p.is_empty())

@@ -3,8 +3,8 @@
 //! (`is_caller`, own-session refusals) and the removed-action routes. Session behaviour (create,
 //! writes, submit receipts, waits, the output serializer) lives in `crate::session` and is
 //! shared with the REST routes. Actions whose backend a headless node does not have (a UI for
-//! `suspend`, managed children for `keep_open`, worktree placement for `declare_worktree`)
-//! answer a precise structured error, never a fake success.
+//! `suspend`, managed children for `keep_open`) answer a precise structured error, never a
+//! fake success. `declare_worktree` is the git service's placement (`crate::git::placement`).
 
 use std::sync::Arc;
 
@@ -83,7 +83,16 @@ pub(super) static TOOL: ToolDef = ToolDef {
     },
     handler,
     blocking: &[
-        "create", "input", "submit", "wait", "close", "kill", "resize", "pause", "resume",
+        "create",
+        "input",
+        "submit",
+        "wait",
+        "close",
+        "kill",
+        "resize",
+        "pause",
+        "resume",
+        "declare_worktree",
     ],
     passthrough: false,
 };
@@ -209,8 +218,8 @@ fn session_error(s: &Session, e: SessionError) -> ToolError {
 }
 
 /// A list/status row with `is_caller`: the caller's identity is bound to this PTY.
-fn row_json(s: &Session, ctx: &CallCtx) -> Value {
-    let mut v = json!(s.row());
+fn row_json(node: &Node, s: &Session, ctx: &CallCtx) -> Value {
+    let mut v = json!(node.sessions.placed_row(s));
     v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()));
     v
 }
@@ -342,7 +351,7 @@ fn output(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
 
 fn status(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = resolve(node, args)?;
-    let mut v = row_json(&s, ctx);
+    let mut v = row_json(node, &s, ctx);
     v["turn_epoch"] = json!(s.turn_epoch());
     if s.exit().is_some() {
         v["exited"] = json!(true);
@@ -365,7 +374,9 @@ fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError>
     // 295,000 ms (the bridge computes its deadline from the same function).
     let timeout_ms = tuic_proto::mcp::wait_ms(u64_arg(args, "timeout_ms")?);
     let started = std::time::Instant::now();
-    let reached = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
+    let waited = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
+    node.sessions.count_wait_checks(waited.checks);
+    let reached = waited.reached;
     let row = s.row();
     let mut v = json!({
         "session_id": s.id,
@@ -518,13 +529,5 @@ fn declare_worktree(
     };
     let path = str_arg(args, "worktree_path")?
         .ok_or_else(|| ToolError::invalid("worktree_path is required (an absolute path)"))?;
-    if !std::path::Path::new(path).is_absolute() {
-        return Err(ToolError::invalid("worktree_path must be absolute"));
-    }
-    Err(ToolError::not_available(
-        "session",
-        "declare_worktree",
-        "worktree placement (the repository worktree registry and tab placement), which this build does not have",
-    )
-    .with("session_id", json!(own.id)))
+    super::repo_git::declare(node, t, &own.id, &own.cwd, path)
 }

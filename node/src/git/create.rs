@@ -1,0 +1,400 @@
+//! `worktree_create` = `POST /worktrees` (spec "repo — Worktree Create"): base_repo
+//! validation, branch naming, stale-worktree recovery, best-effort warming of Git-ignored
+//! directories, the setup script, placement of the creator or the spawned shell, and the
+//! `worktree-created` event. The Claude Code hint is the MCP adapter's.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tuic_proto::events::Event;
+
+use super::worktree::{
+    WARM_FILE, admin_dir, commit_of, dir_name, entries, warm_report, worktrees_dir,
+};
+use super::{Git, GitError, RepoRef, resolve_repo};
+use crate::state::Node;
+
+/// Ignored directories copied into a new worktree at most.
+pub const MAX_WARM_DIRS: usize = 64;
+/// How long a worktree setup script may run.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Output kept from a setup script (its tail).
+const SETUP_OUTPUT_TAIL: usize = 4096;
+/// The setup script, relative to the new worktree.
+pub const SETUP_SCRIPT: &str = ".tuic/worktree-setup.sh";
+/// A `worktree_create` request (the same for MCP and `POST /worktrees`).
+#[derive(Debug, Clone, Default)]
+pub struct CreateRequest {
+    /// The registered repository (`path` over MCP, `base_repo` over HTTP).
+    pub repo: String,
+    /// The branch to create or check out; generated when absent.
+    pub branch: Option<String>,
+    /// The commit-ish a new branch starts from (default: the repository's HEAD).
+    pub base: Option<String>,
+    /// Start a bare shell PTY in the new worktree.
+    pub spawn_session: bool,
+    /// The caller's bound identity (from the MCP binding, never from a request body).
+    pub creator_session: Option<String>,
+}
+
+/// Validates a branch name with Git's own rule.
+pub fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
+    if b.is_empty() || b.starts_with('-') || !git.ok(root, &["check-ref-format", "--branch", b])? {
+        return Err(GitError::InvalidBranch(format!(
+            "{b:?} is not a valid branch name (git check-ref-format --branch)"
+        )));
+    }
+    Ok(())
+}
+
+/// `worktree_create` = `POST /worktrees`.
+pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> {
+    let git = &node.git;
+    let r = resolve_repo(node, &req.repo)?;
+    let branch = match &req.branch {
+        Some(b) => {
+            check_branch(git, &r.root, b)?;
+            b.clone()
+        }
+        None => generated_branch(git, &r.root),
+    };
+    let base_commit = match &req.base {
+        Some(b) => {
+            if b.starts_with('-') {
+                return Err(GitError::UnknownRef(format!("base {b:?} is not a ref")));
+            }
+            commit_of(git, &r.root, b).ok_or_else(|| {
+                GitError::UnknownRef(format!(
+                    "base branch {b} does not exist in {}; nothing was created",
+                    r.key
+                ))
+            })?
+        }
+        None => commit_of(git, &r.root, "HEAD").ok_or_else(|| {
+            GitError::UnknownRef(format!(
+                "{} has no commits yet: a worktree needs a base commit",
+                r.key
+            ))
+        })?,
+    };
+    let parent = worktrees_dir(&r.root);
+    if let Ok(m) = std::fs::symlink_metadata(&parent)
+        && !m.is_dir()
+    {
+        return Err(GitError::refused(
+            "path_escape",
+            format!(
+                "{} exists and is not a plain directory (a symlink would place worktrees outside the repository's parent)",
+                parent.display()
+            ),
+        ));
+    }
+    let target = parent.join(dir_name(&branch));
+    let mut es = entries(git, &r.root)?;
+    // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
+    if es.iter().any(|e| e.prunable && e.locked.is_none()) {
+        git.out(&r.root, &["worktree", "prune"])?;
+        es = entries(git, &r.root)?;
+    }
+    if let Some(e) = es
+        .iter()
+        .find(|e| e.branch.as_deref() == Some(branch.as_str()))
+    {
+        if e.path == target && target.is_dir() {
+            // A retry of the same creation answers the existing worktree.
+            return finish(node, &r, &branch, &target, req, false, None, None);
+        }
+        return Err(GitError::refused(
+            "checked_out",
+            format!(
+                "branch {branch} is already checked out at {}",
+                e.path.display()
+            ),
+        ));
+    }
+    if let Some(e) = es.iter().find(|e| e.path == target) {
+        return Err(GitError::refused(
+            "path_exists",
+            format!(
+                "{} is already the worktree of {}",
+                target.display(),
+                e.branch.as_deref().unwrap_or("a detached HEAD")
+            ),
+        ));
+    }
+    if target.exists() {
+        // A leftover empty directory (a crashed earlier create) is recovered; content never is.
+        let empty = std::fs::read_dir(&target)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
+        if empty && std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir(&target).map_err(|e| GitError::Io(e.to_string()))?;
+        } else {
+            return Err(GitError::refused(
+                "path_exists",
+                format!(
+                    "{} exists and is not a worktree; move it away first",
+                    target.display()
+                ),
+            ));
+        }
+    }
+    let made_parent = !parent.exists();
+    let exists = commit_of(git, &r.root, &format!("refs/heads/{branch}")).is_some();
+    let t = target.to_string_lossy().into_owned();
+    let res = if exists {
+        git.out(&r.root, &["worktree", "add", "--quiet", &t, &branch])
+    } else {
+        git.out(
+            &r.root,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                &branch,
+                &t,
+                &base_commit,
+            ],
+        )
+    };
+    if let Err(e) = res {
+        if made_parent {
+            let _ = std::fs::remove_dir(&parent);
+        }
+        return Err(e);
+    }
+    let warm = warm_artifacts(git, &r.root, &target);
+    let setup = run_setup(&target, &r.root);
+    finish(
+        node,
+        &r,
+        &branch,
+        &target,
+        req,
+        true,
+        Some((warm, exists)),
+        setup,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    node: &Arc<Node>,
+    r: &RepoRef,
+    branch: &str,
+    target: &Path,
+    req: &CreateRequest,
+    created: bool,
+    fresh: Option<(Value, bool)>,
+    setup: Option<Value>,
+) -> Result<Value, GitError> {
+    let path = target.to_string_lossy().into_owned();
+    let head = commit_of(&node.git, target, "HEAD");
+    let warm = match &fresh {
+        Some((w, _)) => w.clone(),
+        None => warm_report(&node.git, target).unwrap_or(json!({"warmed_directories": 0})),
+    };
+    let mut spawned = None;
+    if created && req.spawn_session {
+        let s = node
+            .sessions
+            .create(
+                node,
+                crate::session::CreateRequest {
+                    cwd: Some(path.clone()),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| {
+                GitError::Io(format!(
+                    "the worktree was created but its shell did not start: {e}"
+                ))
+            })?;
+        spawned = Some(s);
+    }
+    // Only the creator, when it already works in this repository, moves into the new workspace.
+    let creator_moves = req.creator_session.as_deref().and_then(|t| {
+        let own = node.sessions.live(t)?;
+        Path::new(&own.cwd).starts_with(&r.root).then_some(t)
+    });
+    if created
+        && !req.spawn_session
+        && let Some(t) = creator_moves
+    {
+        let _ = super::placement::record(node, r, t, &path, Some(branch));
+    }
+    if let Some(s) = &spawned {
+        let _ = super::placement::record(node, r, &s.tuic_session, &path, Some(branch));
+    }
+    let mut v = json!({
+        "ok": true,
+        "created": created,
+        "worktree_path": path,
+        "branch": branch,
+        "workspace_id": branch,
+        "base_repo": r.key,
+        "head": head,
+        "spawn_session": req.spawn_session,
+        "warm_artifacts": warm,
+        "instructions": {
+            "cd": format!("cd {path}"),
+            "note": "Work in the worktree with absolute paths; Git refs and objects are shared with the parent repository, the parent's uncommitted changes are not copied.",
+            "warm_artifacts": warm,
+        },
+    });
+    if let Some((_, existed)) = fresh {
+        v["branch_existed"] = json!(existed);
+    }
+    if let Some(s) = setup {
+        v["setup_script"] = s;
+    }
+    if let Some(s) = &spawned {
+        v["session_id"] = json!(s.id);
+        v["tuic_session"] = json!(s.tuic_session);
+    }
+    if created {
+        let mut ev = json!({
+            "repo_path": r.key,
+            "branch": branch,
+            "worktree_path": path,
+            "kind": "worktree",
+            "spawn_session": req.spawn_session,
+        });
+        if let Some(c) = &req.creator_session {
+            ev["creator_session"] = json!(c);
+        }
+        if let Some(s) = &spawned {
+            ev["session_id"] = json!(s.id);
+        }
+        node.bus.publish(Event::WorktreeCreated(ev));
+    }
+    Ok(v)
+}
+
+fn generated_branch(git: &Git, root: &Path) -> String {
+    loop {
+        let b = format!("wt-{:06x}", rand::random::<u32>() & 0xff_ffff);
+        if commit_of(git, root, &format!("refs/heads/{b}")).is_none() {
+            return b;
+        }
+    }
+}
+
+/// Copies the parent checkout's Git-ignored directories into the new worktree, reflinking where
+/// the filesystem can (`cp --reflink=auto`), best effort and bounded. Tracked changes are never
+/// copied. The report is kept in the worktree's Git admin directory for `worktree_list`.
+fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
+    let listed = git
+        .out(
+            root,
+            &[
+                "ls-files",
+                "--others",
+                "--ignored",
+                "--exclude-standard",
+                "--directory",
+                "-z",
+            ],
+        )
+        .unwrap_or_default();
+    let mut warmed = 0u64;
+    let mut skipped = Vec::new();
+    for rel in listed
+        .split('\0')
+        .filter(|p| p.ends_with('/'))
+        .map(|p| p.trim_end_matches('/'))
+        .filter(|p| !p.is_empty() && !p.split('/').any(|c| c == ".." || c == ".git"))
+        .take(MAX_WARM_DIRS)
+    {
+        let src = root.join(rel);
+        let dst = wt.join(rel);
+        let plain_dir = std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir());
+        if !plain_dir || dst.exists() {
+            continue;
+        }
+        if let Some(p) = dst.parent() {
+            let _ = std::fs::create_dir_all(p);
+        }
+        let ok = std::process::Command::new("cp")
+            .args(["-a", "--reflink=auto"])
+            .arg(&src)
+            .arg(&dst)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            warmed += 1;
+        } else {
+            skipped.push(rel.to_owned());
+        }
+    }
+    let mut v = json!({"warmed_directories": warmed, "method": "reflink_or_copy"});
+    if !skipped.is_empty() {
+        v["skipped"] = json!(skipped);
+    }
+    if let Some(dir) = admin_dir(git, wt) {
+        let _ = std::fs::write(dir.join(WARM_FILE), v.to_string());
+    }
+    v
+}
+
+/// Runs the worktree's `.tuic/worktree-setup.sh`, if it has one, bounded in time; its result
+/// is reported, never fatal (the worktree exists either way).
+fn run_setup(wt: &Path, root: &Path) -> Option<Value> {
+    let script = wt.join(SETUP_SCRIPT);
+    if !script.is_file() {
+        return None;
+    }
+    let child = std::process::Command::new("sh")
+        .arg(&script)
+        .current_dir(wt)
+        .env("TUIC_WORKTREE_PATH", wt)
+        .env("TUIC_BASE_REPO", root)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            return Some(json!({"ran": false, "script": SETUP_SCRIPT, "error": e.to_string()}));
+        }
+    };
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(SETUP_TIMEOUT) {
+        Ok(o) => o,
+        Err(_) => {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            return Some(
+                json!({"ran": true, "script": SETUP_SCRIPT, "ok": false, "timed_out": true,
+                               "timeout_secs": SETUP_TIMEOUT.as_secs()}),
+            );
+        }
+    };
+    Some(match out {
+        Ok(o) => {
+            let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&o.stderr));
+            let tail: String = {
+                let start = text.len().saturating_sub(SETUP_OUTPUT_TAIL);
+                let mut s = start;
+                while !text.is_char_boundary(s) {
+                    s += 1;
+                }
+                text[s..].to_owned()
+            };
+            json!({"ran": true, "script": SETUP_SCRIPT, "ok": o.status.success(),
+                   "exit_code": o.status.code(), "output_tail": tail})
+        }
+        Err(e) => json!({"ran": false, "script": SETUP_SCRIPT, "error": e.to_string()}),
+    })
+}

@@ -1,0 +1,329 @@
+//! The git service: every Git operation of the node happens here, through the `git` CLI.
+//!
+//! It owns worktrees (`create.rs`; `worktree.rs`: list with lifecycle status, remove;
+//! `orphans.rs`: the orphan cleanup dialog), branch integration proofs and safe local branch
+//! deletion with archive refs (`branch.rs`, `query.rs`), and agent-declared worktree placement
+//! (`placement.rs`). The MCP `repo` tool,
+//! `session action=declare_worktree` and the `/worktrees`, `/repo/*` routes are thin adapters
+//! over it. It deliberately does not register repositories (`crate::repos` does) and never runs
+//! on an async worker: every function is blocking, and each `git` process takes one of a bounded
+//! number of slots ([`Git::run`]), so a burst of callers queues instead of forking without limit.
+
+pub mod branch;
+pub mod create;
+pub mod orphans;
+pub mod placement;
+pub mod query;
+pub mod remote;
+pub mod worktree;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Condvar, Mutex};
+
+use crate::state::Node;
+
+/// Concurrent `git` processes per node. Git work is IO- and fork-bound; on the 2-core machines
+/// the node targets, more than this only adds contention on the object store.
+pub const GIT_CONCURRENCY: usize = 8;
+
+/// Why a Git operation was refused or failed. Every variant names the problem in its message;
+/// `code` is the stable machine-readable name the adapters answer with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GitError {
+    /// The path is malformed (relative, `..`, NUL) or does not exist.
+    #[error("{0}")]
+    InvalidPath(String),
+    /// The path is not (inside) a registered repository.
+    #[error("{0}")]
+    NotRegistered(String),
+    /// The registered directory is not a Git repository root.
+    #[error("{0}")]
+    NotGit(String),
+    /// A named ref (base branch, branch) does not exist.
+    #[error("{0}")]
+    UnknownRef(String),
+    /// The worktree named is not one of the repository's worktrees.
+    #[error("{0}")]
+    UnknownWorktree(String),
+    /// A branch name Git does not accept.
+    #[error("{0}")]
+    InvalidBranch(String),
+    /// The current state forbids the operation (dirty, locked, stale fingerprint, checked out,
+    /// unmerged, exists...); `code` says which.
+    #[error("{message}")]
+    Refused {
+        /// Stable reason code.
+        code: &'static str,
+        /// Human message naming the problem and the way out.
+        message: String,
+    },
+    /// A `git` command failed unexpectedly.
+    #[error("git {args} failed: {stderr}")]
+    Failed {
+        /// The arguments, for the message.
+        args: String,
+        /// Git's own explanation (trimmed).
+        stderr: String,
+    },
+    /// The filesystem or process spawn failed.
+    #[error("{0}")]
+    Io(String),
+    /// A hub's remote repository: the owner refused, or the connection is down or unknown.
+    #[error("{message}")]
+    Remote {
+        /// The connection the repository lives on.
+        connection: String,
+        /// The owner's code (or the hub's `owner_unavailable`, `unknown_connection`).
+        code: &'static str,
+        /// The owner's message, prefixed with the connection.
+        message: String,
+        /// The owner's HTTP status (503 when unreachable).
+        status: u16,
+    },
+}
+
+impl GitError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidPath(_) => "invalid_path",
+            Self::NotRegistered(_) => "unknown_repository",
+            Self::NotGit(_) => "not_git",
+            Self::UnknownRef(_) => "unknown_ref",
+            Self::UnknownWorktree(_) => "unknown_worktree",
+            Self::InvalidBranch(_) => "invalid_branch",
+            Self::Refused { code, .. } => code,
+            Self::Failed { .. } => "git_failed",
+            Self::Io(_) => "io_error",
+            Self::Remote { code, .. } => code,
+        }
+    }
+
+    /// The HTTP status class the routes answer with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::InvalidPath(_)
+            | Self::NotRegistered(_)
+            | Self::NotGit(_)
+            | Self::UnknownRef(_)
+            | Self::InvalidBranch(_) => 400,
+            Self::UnknownWorktree(_) => 404,
+            Self::Refused { .. } => 409,
+            Self::Failed { .. } | Self::Io(_) => 500,
+            Self::Remote { status, .. } => *status,
+        }
+    }
+
+    pub(crate) fn refused(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Refused {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The bounded `git` runner.
+#[derive(Debug)]
+pub struct Git {
+    /// Free process slots.
+    free: Mutex<usize>,
+    /// Signalled when a slot is returned.
+    returned: Condvar,
+    /// Open orphan cleanup dialogs.
+    pub orphans: orphans::Orphans,
+}
+
+impl Default for Git {
+    fn default() -> Self {
+        Self::new(GIT_CONCURRENCY)
+    }
+}
+
+/// A held process slot; returns itself on drop.
+struct Slot<'a>(&'a Git);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.returned.notify_one();
+    }
+}
+
+impl Git {
+    /// A runner allowing `max` concurrent processes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            free: Mutex::new(max.max(1)),
+            returned: Condvar::new(),
+            orphans: orphans::Orphans::default(),
+        }
+    }
+
+    fn slot(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.returned.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Slot(self)
+    }
+
+    /// Runs `git -C dir args...` to completion in one slot. Blocking.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> Result<Output, GitError> {
+        let _slot = self.slot();
+        command(dir, args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| GitError::Io(format!("running git: {e}")))
+    }
+
+    /// Runs git and returns its stdout (trailing newline trimmed); a failure carries stderr.
+    pub fn out(&self, dir: &Path, args: &[&str]) -> Result<String, GitError> {
+        let o = self.run(dir, args)?;
+        if o.status.success() {
+            let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
+            while s.ends_with('\n') {
+                s.pop();
+            }
+            Ok(s)
+        } else {
+            Err(failed(args, &o))
+        }
+    }
+
+    /// Runs git and answers whether it exited 0.
+    pub fn ok(&self, dir: &Path, args: &[&str]) -> Result<bool, GitError> {
+        Ok(self.run(dir, args)?.status.success())
+    }
+}
+
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("git");
+    c.arg("-C")
+        .arg(dir)
+        .args(["-c", "core.quotepath=off"])
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        // Reads (status) must not take the index lock a concurrent writer needs.
+        .env("GIT_OPTIONAL_LOCKS", "0");
+    c
+}
+
+pub(crate) fn failed(args: &[&str], o: &Output) -> GitError {
+    GitError::Failed {
+        args: args.join(" "),
+        stderr: String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+    }
+}
+
+/// Checks a caller-supplied absolute path lexically: absolute, no NUL, no `..` component.
+pub fn check_path(raw: &str, what: &str) -> Result<PathBuf, GitError> {
+    if raw.is_empty() {
+        return Err(GitError::InvalidPath(format!("{what} is required")));
+    }
+    if raw.contains('\0') {
+        return Err(GitError::InvalidPath(format!("{what} contains a NUL byte")));
+    }
+    let p = Path::new(raw);
+    if !p.is_absolute() {
+        return Err(GitError::InvalidPath(format!(
+            "{what} {raw} is not an absolute path"
+        )));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(GitError::InvalidPath(format!(
+            "{what} {raw} contains a `..` component"
+        )));
+    }
+    Ok(p.to_path_buf())
+}
+
+/// A registered Git repository, resolved and validated for Git work.
+#[derive(Debug, Clone)]
+pub struct RepoRef {
+    /// Canonical root (the main checkout).
+    pub root: PathBuf,
+    /// The registry key (`root` as a string).
+    pub key: String,
+}
+
+/// Resolves `raw` to a registered Git repository root: the lexical checks of [`check_path`],
+/// canonicalisation (a symlink resolving outside every registered root is named as such),
+/// registration, and Git itself (the directory must be the main checkout of a repository).
+pub fn resolve_repo(node: &Node, raw: &str) -> Result<RepoRef, GitError> {
+    let p = check_path(raw, "path")?;
+    let canon = p
+        .canonicalize()
+        .map_err(|e| GitError::InvalidPath(format!("path {raw}: {e}")))?;
+    let roots = node.repos.roots();
+    if !roots.contains(&canon) {
+        let lexical_inside = roots.iter().any(|r| p.starts_with(r));
+        return Err(GitError::NotRegistered(if canon != p && lexical_inside {
+            format!(
+                "path {raw} resolves through a symlink to {}, outside the registered repositories",
+                canon.display()
+            )
+        } else if roots.iter().any(|r| canon.starts_with(r)) {
+            format!(
+                "path {raw} is inside a registered repository but is not its root; pass the repository root"
+            )
+        } else {
+            format!(
+                "path {raw} is not a registered repository; register it with repo action=add (POST /repos)"
+            )
+        }));
+    }
+    let key = canon.to_string_lossy().into_owned();
+    check_main_checkout(&node.git, &canon)?;
+    Ok(RepoRef { root: canon, key })
+}
+
+/// The directory must be the main checkout of a Git repository (not a shell workspace, not a
+/// subdirectory, not a linked worktree).
+pub fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
+    let not_git = || {
+        GitError::NotGit(format!(
+            "{} is not a Git repository (registered as a shell workspace); worktrees and branches need Git",
+            root.display()
+        ))
+    };
+    let top = git
+        .out(root, &["rev-parse", "--show-toplevel"])
+        .map_err(|_| not_git())?;
+    let top = PathBuf::from(top).canonicalize().map_err(|_| not_git())?;
+    if top != root {
+        return Err(not_git());
+    }
+    let common = git.out(
+        root,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )?;
+    let common = PathBuf::from(common)
+        .canonicalize()
+        .map_err(|e| GitError::Io(e.to_string()))?;
+    if common != root.join(".git") {
+        return Err(GitError::NotGit(format!(
+            "{} is a linked worktree, not a repository's main checkout; pass the main checkout",
+            root.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The main checkout of the repository holding `dir` (through Git's common dir), if `dir` is
+/// inside a Git work tree.
+pub fn main_checkout_of(git: &Git, dir: &Path) -> Option<PathBuf> {
+    let common = git
+        .out(
+            dir,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )
+        .ok()?;
+    let common = PathBuf::from(common).canonicalize().ok()?;
+    (common.file_name()? == ".git").then(|| common.parent().map(Path::to_path_buf))?
+}

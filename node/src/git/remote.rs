@@ -1,0 +1,194 @@
+//! On a hub, the git service of another node: a repository addressed as
+//! `<connection_id>:/path` is served by its owner, over the owner's authenticated HTTP routes
+//! (`/worktrees`, `/repo/*`, the same adapters a local caller uses) through the hub's proxy
+//! path — like `tuic cp`, never over the peer link. On a plain node nothing here applies (such
+//! a path is refused as not absolute).
+
+use serde_json::{Map, Value};
+
+use super::GitError;
+use crate::state::Node;
+
+/// `<connection_id>:/path` on a hub: the connection and the owner's path.
+pub fn target<'a>(node: &Node, path: &'a str) -> Option<(&'a str, &'a str)> {
+    node.peer.remote_sessions()?;
+    let (conn, rest) = path.split_once(':')?;
+    (!conn.is_empty() && !conn.contains('/') && rest.starts_with('/')).then_some((conn, rest))
+}
+
+/// Every code the git service answers with, so an owner's refusal keeps its code here.
+const CODES: &[&str] = &[
+    "invalid_path",
+    "unknown_repository",
+    "not_git",
+    "unknown_ref",
+    "unknown_worktree",
+    "invalid_branch",
+    "git_failed",
+    "io_error",
+    "dirty",
+    "locked",
+    "fingerprint_required",
+    "stale_fingerprint",
+    "checked_out",
+    "path_exists",
+    "path_escape",
+    "main_checkout",
+    "default_branch",
+    "integration_branch",
+    "unmerged",
+    "unknown_verdict",
+    "ref_moved",
+    "no_open_dialog",
+    "unsafe_cleanup",
+    "invalid_decision",
+    "bad_request",
+];
+
+fn enc(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Calls the owner's route; a refusal keeps the owner's code and names the connection.
+fn call(
+    node: &Node,
+    conn: &str,
+    method: &str,
+    path_and_query: &str,
+    body: Option<Value>,
+) -> Result<Value, GitError> {
+    let remote = node
+        .peer
+        .remote_sessions()
+        .ok_or_else(|| GitError::InvalidPath("remote repositories need a hub".into()))?;
+    let (status, v) = remote
+        .call(conn, method, path_and_query, body)
+        .map_err(|e| GitError::Remote {
+            connection: conn.to_owned(),
+            code: e.code,
+            message: e.message,
+            status: 503,
+        })?;
+    if (200..300).contains(&status) {
+        let mut v = v;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("connection_id".into(), Value::from(conn));
+        }
+        return Ok(v);
+    }
+    let code = v
+        .get("code")
+        .and_then(Value::as_str)
+        .and_then(|c| CODES.iter().find(|k| **k == c).copied())
+        .unwrap_or("remote_error");
+    Err(GitError::Remote {
+        connection: conn.to_owned(),
+        code,
+        message: format!(
+            "{conn}: {}",
+            v.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("the owner refused the call")
+        ),
+        status,
+    })
+}
+
+fn pick(args: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
+    keys.iter()
+        .filter_map(|k| args.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect()
+}
+
+/// Serves one git action of the `repo` tool (or a route) on the owner of `conn`. `args` are
+/// the MCP arguments (`path` already split off as `path`).
+pub fn action(
+    node: &Node,
+    conn: &str,
+    path: &str,
+    a: &str,
+    args: &Map<String, Value>,
+) -> Result<Value, GitError> {
+    let q = |extra: &str| format!("path={}{extra}", enc(path));
+    let branch_q = || {
+        args.get("branch")
+            .and_then(Value::as_str)
+            .map(|b| format!("&branch={}", enc(b)))
+            .unwrap_or_default()
+    };
+    match a {
+        "worktree_create" => {
+            let mut b = pick(args, &["branch", "base", "spawn_session"]);
+            b.insert("base_repo".into(), Value::from(path));
+            call(node, conn, "POST", "/worktrees", Some(Value::Object(b)))
+        }
+        "worktree_list" => call(node, conn, "GET", &format!("/worktrees?{}", q("")), None),
+        "worktree_lifecycle" => call(
+            node,
+            conn,
+            "GET",
+            &format!("/worktrees/lifecycle?{}", q(&branch_q())),
+            None,
+        ),
+        "worktree_remove" => {
+            let mut b = pick(
+                args,
+                &[
+                    "branch",
+                    "force",
+                    "expected_fingerprint",
+                    "delete_branch",
+                    "override_lock",
+                ],
+            );
+            b.insert("path".into(), Value::from(path));
+            call(
+                node,
+                conn,
+                "POST",
+                "/worktrees/remove",
+                Some(Value::Object(b)),
+            )
+        }
+        "branch_integrations" => call(
+            node,
+            conn,
+            "GET",
+            &format!("/repo/branch-integrations?{}", q("")),
+            None,
+        ),
+        "branch_integration" => call(
+            node,
+            conn,
+            "GET",
+            &format!("/repo/branch-integrations?{}", q(&branch_q())),
+            None,
+        ),
+        "branch_delete" => {
+            let mut b = pick(args, &["branch", "archive"]);
+            b.insert("path".into(), Value::from(path));
+            call(
+                node,
+                conn,
+                "POST",
+                "/repo/branch-delete",
+                Some(Value::Object(b)),
+            )
+        }
+        "orphan_cleanup_answer" => {
+            let mut b = pick(args, &["decision"]);
+            b.insert("path".into(), Value::from(path));
+            call(
+                node,
+                conn,
+                "POST",
+                "/repo/orphan-cleanup",
+                Some(Value::Object(b)),
+            )
+        }
+        "info" => call(node, conn, "GET", &format!("/repo/info?{}", q("")), None),
+        other => Err(GitError::InvalidPath(format!(
+            "repo action={other} is not routed to remote repositories"
+        ))),
+    }
+}
