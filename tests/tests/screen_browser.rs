@@ -735,3 +735,122 @@ async fn phone_finds_text_in_older_history_and_copies_the_screen() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn hub_list_groups_sessions_by_host_and_shows_a_remote_screen() {
+    let (nd, node) = remote_node();
+    let (_, token, _) = run_with_stdin(
+        "tuic-node",
+        &["token", "--config-dir", nd.path().to_str().unwrap()],
+        "",
+    )
+    .unwrap();
+    let hd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        hd.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let hdir = hd.path().to_str().unwrap().to_owned();
+    run_with_stdin(
+        "tuic-hub",
+        &["set-password", "--config-dir", &hdir],
+        PASSWORD,
+    )
+    .unwrap();
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &[
+            "--config-dir",
+            &hdir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let url = format!("http://{}", node.tcp.unwrap());
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &hdir,
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        token.trim(),
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let draw = "stty -echo; printf '\\033[?1049h\\033[2J\\033[3;4Hremote-drawn'; read x";
+    let remote = create(
+        &node,
+        json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"}),
+    )
+    .await;
+    let local = create(
+        &hub,
+        json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", "read x"], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    let base = format!("http://{}", hub.tcp.unwrap());
+    login(&b, &base).await;
+    let address = format!("boxb/{remote}");
+    b.wait_for(
+        &format!("!!document.querySelector(\"#sessions a[data-session='{address}']\")"),
+        20_000,
+    )
+    .await
+    .unwrap();
+    // Headers per host, this machine first, each followed by its own sessions.
+    let groups = b
+        .eval(
+            "const out = []; let cur = null;
+             for (const li of document.querySelectorAll('#sessions li')) {
+               if (li.classList.contains('host')) { cur = {host: li.dataset.host, count: li.querySelector('.badge').textContent, rows: []}; out.push(cur); }
+               else cur.rows.push(li.querySelector('a').dataset.session);
+             }
+             return out",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let hub_local = groups[0]["rows"].as_array().unwrap();
+    assert_eq!(groups[0]["host"], "local", "{groups}");
+    assert!(
+        hub_local
+            .iter()
+            .any(|r| r.as_str().unwrap().ends_with(&local)),
+        "{groups}"
+    );
+    assert_eq!(groups[1]["host"], "boxb", "{groups}");
+    assert_eq!(groups[1]["rows"], json!([address]), "{groups}");
+    assert_eq!(groups[1]["count"], "1", "{groups}");
+    b.screenshot(&artifacts_dir().join("hub-groups-phone.png"))
+        .await
+        .unwrap();
+    // The remote session's screen, through the hub, equals the owner's.
+    b.click(
+        &b.find(&format!("#sessions a[data-session='{address}']"))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('remote-drawn')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = rows_agree(&b, &node, &remote).await;
+    assert_eq!(rows[2], "   remote-drawn");
+}
