@@ -484,7 +484,12 @@ async fn phone_special_keys_bar_sends_the_right_bytes_to_the_pty() {
             .unwrap(),
         json!("")
     );
-    let want: &[u8] = b"\x1b\t\x03\x1bx\x1b[D\x1b[A\x1b[B\x1b[C\x1b[5~\x1b[6~|~//";
+    // Keys typed on the focused screen (a desktop keyboard) go to the PTY as a terminal sends
+    // them: text, Enter as CR, arrows as escape sequences.
+    let screen = b.find("#screen").await.unwrap();
+    b.click(&screen).await.unwrap();
+    b.type_text(&screen, "ab\u{E007}\u{E013}").await.unwrap();
+    let want: &[u8] = b"\x1b\t\x03\x1bx\x1b[D\x1b[A\x1b[B\x1b[C\x1b[5~\x1b[6~|~//ab\r\x1b[A";
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let got = captured_input(&file);
