@@ -6,6 +6,7 @@
 //! link (`peer`) and federation is the hub's job (`tuic-hub`), which is a node plus peer links.
 
 pub mod auth;
+pub mod automations;
 pub mod cli;
 pub mod config;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod server;
 pub mod session;
 pub mod state;
 pub mod store;
+pub mod stories;
 pub mod tailscale;
 pub mod upstream;
 pub mod vault;

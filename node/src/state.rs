@@ -85,6 +85,12 @@ pub struct Node {
     pub peer: crate::peer::PeerState,
     /// The progress journal and the Progress Flow cursors.
     pub progress: crate::progress::Progress,
+    /// Native stories, workflow definitions and runs (`crate::stories`).
+    pub stories: Arc<crate::stories::Stories>,
+    /// Workflow definitions and runs (`crate::stories::workflow`).
+    pub workflows: Arc<crate::stories::workflow::Workflows>,
+    /// Automation definitions, their scheduler's state and firing ledger.
+    pub automations: crate::automations::Automations,
     /// Operations state: metrics collectors, process samples.
     pub ops: crate::ops::Ops,
     /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
@@ -120,6 +126,15 @@ impl Node {
         let store = Arc::new(store);
         let progress = crate::progress::Progress::open(store.clone())
             .context("opening the progress journal")?;
+        let stories = Arc::new(
+            crate::stories::Stories::open(store.clone()).context("opening the story service")?,
+        );
+        let workflows = Arc::new(
+            crate::stories::workflow::Workflows::open(store.clone())
+                .context("opening the workflow runs")?,
+        );
+        let automations = crate::automations::Automations::open(store.clone(), now)
+            .context("opening the automations")?;
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
@@ -159,9 +174,33 @@ impl Node {
             mail: crate::mail::Mail::default(),
             peer,
             progress,
+            stories,
+            workflows,
+            automations,
             ops: crate::ops::Ops::default(),
             upstreams,
         });
+        // Story and run commits publish their wake hints on the bus.
+        let weak = Arc::downgrade(&node);
+        node.stories.set_notify(Arc::new(move |project, seq| {
+            if let Some(n) = weak.upgrade() {
+                n.bus.publish(tuic_proto::events::Event::StoryChanged {
+                    repo_path: project.to_owned(),
+                    sequence: seq,
+                });
+            }
+        }));
+        let weak = Arc::downgrade(&node);
+        node.workflows
+            .set_notify(Arc::new(move |project, run_id, seq| {
+                if let Some(n) = weak.upgrade() {
+                    n.bus
+                        .publish(tuic_proto::events::Event::WorkflowRunChanged {
+                            repo_path: project.to_owned(),
+                            payload: serde_json::json!({"runId": run_id, "sequence": seq}),
+                        });
+                }
+            }));
         crate::git::placement::load(&node);
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =

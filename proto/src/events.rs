@@ -82,6 +82,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dns_name: Option<String>,
     },
+    /// A workflow run changed: a low-frequency wake hint `{runId, sequence}`; consumers page
+    /// `/workflows/run/action` events from their last durable sequence.
+    WorkflowRunChanged { repo_path: String, payload: Value },
+    /// A project's story log advanced to `sequence` (a wake hint, not the state).
+    StoryChanged { repo_path: String, sequence: u64 },
+    /// An automation fired (the firing record as stored in its ledger).
+    AutomationFired(Value),
     /// A linked worktree was created (`POST /worktrees`, `repo action=worktree_create`): the
     /// worktree lifecycle payload with `creator_session` and `spawn_session`.
     WorktreeCreated(Value),
@@ -116,6 +123,9 @@ impl Event {
             Self::McpConfirmResolved { .. } => "mcp-confirm-resolved",
             Self::ConfigChanged { .. } => "config-changed",
             Self::TailscaleStatus { .. } => "tailscale-status",
+            Self::WorkflowRunChanged { .. } => "workflow-run-changed",
+            Self::StoryChanged { .. } => "story-changed",
+            Self::AutomationFired(_) => "automation-fired",
             Self::WorktreeCreated(_) => "worktree-created",
             Self::WorktreeRemoved(_) => "worktree-removed",
             Self::SessionWorktreeDeclared(_) => "session-worktree-declared",

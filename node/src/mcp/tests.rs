@@ -389,6 +389,9 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
             "remote",
             "repo",
             "story",
+            "automations",
+            "workflow_run",
+            "workflow_report",
             "progress",
             "ui",
             "plugin_dev_guide",
@@ -411,7 +414,7 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
     r.extensions_mut().insert(Transport::Ipc);
     let s = send(&f.node, r).await;
     let cat = s.body["native_tools"].as_array().unwrap();
-    assert_eq!(cat.len(), 12);
+    assert_eq!(cat.len(), 15);
     let debug = cat.iter().find(|t| t["name"] == "debug").unwrap();
     assert_eq!(debug["enabled"], false);
     assert!(
@@ -759,7 +762,7 @@ async fn request_meta_decides_the_surface_and_the_session_flag_is_the_fallback()
         &[("mcp-session-id", &sid)],
     )
     .await;
-    assert_eq!(names(&a), 10, "request _meta wins over the session");
+    assert_eq!(names(&a), 13, "request _meta wins over the session");
 }
 
 fn boom(
@@ -866,7 +869,7 @@ async fn conformance_fixtures_are_off_by_default_and_pass_call_tool_results_thro
             .as_array()
             .unwrap()
             .len(),
-        12
+        15
     );
 }
 

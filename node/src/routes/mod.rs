@@ -77,6 +77,8 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
         .merge(crate::progress::routes::routes())
+        .merge(crate::stories::routes::routes())
+        .merge(crate::automations::routes::routes())
         .merge(crate::ops::routes())
         .merge(crate::mcp::routes())
         .merge(crate::upstream::routes::routes())

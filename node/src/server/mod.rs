@@ -362,6 +362,8 @@ fn spawn_background(node: &Arc<Node>) {
     crate::upstream::spawn(node);
     crate::mail::spawn_background(node);
     crate::tailscale::spawn(node);
+    crate::automations::scheduler::spawn(node);
+    crate::stories::runner::spawn(node);
     // Hand edits and `set-password` change config.json under a running node: reload it.
     let n = node.clone();
     node.tasks.spawn(async move {

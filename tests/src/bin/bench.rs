@@ -110,6 +110,14 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
             rt.block_on(tuic_tests::bench_progress::journal(n))
         }
+        Some("stories-list") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            rt.block_on(tuic_tests::bench_stories::list(n))
+        }
+        Some("workflow-events") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
+            rt.block_on(tuic_tests::bench_stories::workflow_events(n))
+        }
         Some("metrics-scrape") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
             rt.block_on(tuic_tests::bench_progress::metrics(n))
@@ -131,7 +139,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }

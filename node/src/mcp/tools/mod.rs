@@ -2,6 +2,7 @@
 //! files match them); actions may be added or renamed under the deprecation rules.
 
 mod agent;
+mod automations;
 mod config;
 mod debug;
 mod plugin_dev_guide;
@@ -14,6 +15,7 @@ mod story;
 pub mod task;
 mod ui;
 mod voice;
+mod workflow;
 
 use crate::mcp::registry::{AsyncHandler, ToolDef};
 
@@ -22,6 +24,8 @@ use crate::mcp::registry::{AsyncHandler, ToolDef};
 pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
     ("agent", "wait", agent::wait_async),
     ("progress", "", progress::record_async),
+    ("story", "", story::call_async),
+    ("workflow_report", "", workflow::report_async),
 ];
 
 /// Every native tool, in catalogue order.
@@ -32,6 +36,9 @@ pub static NATIVE: &[&ToolDef] = &[
     &remote::TOOL,
     &repo::TOOL,
     &story::TOOL,
+    &automations::TOOL,
+    &workflow::RUN_TOOL,
+    &workflow::REPORT_TOOL,
     &progress::TOOL,
     &ui::TOOL,
     &plugin_dev_guide::TOOL,
@@ -56,6 +63,9 @@ mod tests {
                 "remote",
                 "repo",
                 "story",
+                "automations",
+                "workflow_run",
+                "workflow_report",
                 "progress",
                 "ui",
                 "plugin_dev_guide",

@@ -1,36 +1,66 @@
-//! `story`: the story journal. Not built yet.
+//! `story`: the native story service (`crate::stories`) over MCP. The input is
+//! `{input: StoryAction}`; the project and the actor come from the bound caller (an unbound
+//! local caller — the `tuic story` CLI — names them with `project_path` / `session_id`).
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError};
 use crate::state::Node;
-
-const ACTIONS: &[&str] = &["get", "list", "create", "update", "transition"];
+use crate::stories::StoryAction;
+use crate::stories::service::{ACTION_NAMES, Ctx};
 
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "story",
-    summary: "Read and update the project's stories",
-    description: "Project stories.\n- get (id), list (path?, status?), create (title, body?), update (id, fields), transition (id, status).",
-    actions: ACTIONS,
+    summary: "Read and change the project's revisioned stories",
+    description: "Native stories of your project, revisioned. Pass {input: {action, ...}}. Reads: list (status?, plan_source?, limit?, cursor?), get (id), plan_view (plan_source?), events (cursor?, limit?: a gapless page of the story event log), list_plan_sources. Changes (each takes request_id?: the same id with the same payload returns the first result; another payload is refused): create (title, description?, acceptance_criteria?, dependencies?, plan_source?), update (id, expected_revision, title?, description?, acceptance_criteria?), transition (id, expected_revision, to: ready→in_progress claims it, in_progress→review, review→in_progress; other moves are administrative and need a human), add_dependency / remove_dependency (id, expected_revision, depends_on; cycles are refused; agents cannot remove), review (id, expected_revision, decision: approve|changes_requested, findings?: [{criterion, ok, note?}], note?), approve (= review with decision approve; backlog→ready, review→done; the author or claimer cannot approve), add_plan_source (path under plans/ or .claude/plans/), remove_plan_source (id). Every change needs expected_revision = the story's current revision.",
+    actions: &[],
     schema: || {
-        schema(
-            ACTIONS,
-            json!({"id": {"type": "string"}, "path": {"type": "string"}, "status": {"type": "string"},
-                   "title": {"type": "string"}, "body": {"type": "string"}, "fields": {"type": "object"}}),
-        )
+        json!({"type": "object", "properties": {
+            "input": {"type": "object", "description": "a StoryAction: {action, ...}", "properties": {
+                "action": {"type": "string", "enum": ACTION_NAMES}
+            }, "required": ["action"]},
+            "project_path": {"type": "string", "description": "unbound local callers only (tuic story --project); ignored for a bound agent"},
+            "session_id": {"type": "string", "description": "unbound local callers only (tuic story --session-id); ignored for a bound agent"}
+        }, "required": ["input"], "additionalProperties": false})
     },
     handler,
-    blocking: &["create", "update", "transition"],
+    blocking: &[],
     passthrough: false,
 };
 
-fn handler(_: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let a = action("story", ACTIONS, args)?;
-    Err(ToolError::not_available(
-        "story",
-        a,
-        "the story journal, not built yet",
-    ))
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let input = args
+        .get("input")
+        .ok_or_else(|| ToolError::invalid("story: input is required: {input: {action, ...}}"))?;
+    let action = StoryAction::from_value(input).map_err(|e| e.to_tool())?;
+    let s = |k: &str| args.get(k).and_then(Value::as_str);
+    let (project, actor) =
+        crate::stories::mcp_caller(node, ctx, s("project_path"), s("session_id"))
+            .map_err(|e| e.to_tool())?;
+    node.stories
+        .execute(
+            &Ctx {
+                project,
+                actor,
+                now_ms: crate::logs::now_ms(),
+            },
+            action,
+        )
+        .map_err(|e| e.to_tool())
+}
+
+/// The registry runs this tool as a future (`ASYNC_ACTIONS`): the commit goes to the blocking
+/// pool.
+pub(super) fn call_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || handler(&node, &ctx, &args))
+            .await
+            .map_err(|_| ToolError::new("internal", "story failed unexpectedly"))?
+    })
 }

@@ -1,0 +1,103 @@
+//! `workflow_run` (graph starts, operator commands and execution history over
+//! `crate::stories::workflow`) and `workflow_report` (a worker's durable attempt report).
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::state::Node;
+use crate::stories::workflow::RUN_ACTIONS;
+
+pub(super) static RUN_TOOL: ToolDef = ToolDef {
+    name: "workflow_run",
+    summary: "Start story workflow graphs and read their execution history",
+    description: "Workflow runs of your project. start_graph (target: {type: story, id}, expected_revision?, definition_id, definition_revision, request_id, limits?: {max_repairs}) pins the published definition revision and the story's current revision; the story must be ready (approved). get (run_id), list (limit?), events (run_id, cursor?, limit?: a gapless page of the run's events by sequence). pause / resume / cancel (run_id, expected_sequence: the run's last sequence you saw). resume_graph (execution_id, activation_id, resolution) answers a worker's pending input (a human decision). Starting, pausing and cancelling need the local operator (not an agent session). Plan targets are unavailable in this build.",
+    actions: RUN_ACTIONS,
+    schema: || {
+        schema(
+            RUN_ACTIONS,
+            json!({
+                "target": {"type": "object", "properties": {"type": {"type": "string", "enum": ["story", "plan"]}, "id": {"type": "string"}}, "required": ["type", "id"]},
+                "expected_revision": {"type": "integer"}, "definition_id": {"type": "string"},
+                "definition_revision": {"type": "integer"}, "request_id": {"type": "string"},
+                "limits": {"type": "object", "properties": {"max_repairs": {"type": "integer"}}},
+                "run_id": {"type": "string"}, "cursor": {"type": ["integer", "string", "null"]}, "limit": {"type": "integer"},
+                "expected_sequence": {"type": "integer"}, "execution_id": {"type": "string"},
+                "activation_id": {"type": "string"}, "resolution": {"type": "string"},
+                "project_path": {"type": "string", "description": "unbound local callers only"}
+            }),
+        )
+    },
+    handler: run_handler,
+    blocking: &[
+        "start_graph",
+        "pause",
+        "resume",
+        "cancel",
+        "resume_graph",
+        "events",
+    ],
+    passthrough: false,
+};
+
+fn run_handler(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    action("workflow_run", RUN_ACTIONS, args)?;
+    let mut input = args.clone();
+    let project_path = input
+        .remove("project_path")
+        .and_then(|v| v.as_str().map(str::to_owned));
+    let (project, actor) = crate::stories::mcp_caller(node, ctx, project_path.as_deref(), None)
+        .map_err(|e| e.to_tool())?;
+    crate::stories::workflow::run_action(node, &project, &actor, &Value::Object(input))
+        .map_err(|e| e.to_tool())
+}
+
+pub(super) static REPORT_TOOL: ToolDef = ToolDef {
+    name: "workflow_report",
+    summary: "Report a workflow attempt's outcome (workers only)",
+    description: "A workflow worker's semantic report. Pass {input: AttemptReport} with contractVersion (1), runId, storyId, storyRevision, attemptId, generation (from your prompt or TUIC_RUN_ID / TUIC_ATTEMPT_ID / TUIC_ATTEMPT_GENERATION), outcome (completed | failed | needs_input), summary, criterionResults, evidence; needs_input requires inputRequest {question, options}; a reviewer adds review {decision, artifactDigest, findings}. Only the attempt's own worker session may report; the same report again returns the first result. Process exit is not a report.",
+    actions: &[],
+    schema: || {
+        json!({"type": "object", "properties": {"input": {"type": "object", "properties": {
+            "contractVersion": {"type": "integer"}, "runId": {"type": "string"}, "storyId": {"type": "string"},
+            "storyRevision": {"type": "integer"}, "attemptId": {"type": "string"}, "generation": {"type": "integer"},
+            "outcome": {"type": "string", "enum": ["completed", "failed", "needs_input"]}, "summary": {"type": "string"},
+            "criterionResults": {"type": "array"}, "evidence": {"type": "array"},
+            "inputRequest": {"type": "object"}, "review": {"type": "object"}
+        }, "required": ["contractVersion", "runId", "storyId", "storyRevision", "attemptId", "generation", "outcome", "summary"]}},
+        "required": ["input"], "additionalProperties": false})
+    },
+    handler: report_handler,
+    blocking: &[],
+    passthrough: false,
+};
+
+fn report_handler(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let input = args
+        .get("input")
+        .ok_or_else(|| ToolError::invalid("workflow_report: input is required"))?;
+    crate::stories::runner::report(node, ctx.tuic_session.as_deref(), input)
+        .map_err(|e| e.to_tool())
+}
+
+/// Runs `workflow_report` on the blocking pool (it commits).
+pub(super) fn report_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || report_handler(&node, &ctx, &args))
+            .await
+            .map_err(|_| ToolError::new("internal", "workflow_report failed unexpectedly"))?
+    })
+}

@@ -1,0 +1,542 @@
+//! The workflow executor: launches reserved attempts through the managed-agent spawn path,
+//! applies `workflow_report`s, turns a worker's exit without a report into a repair, and at
+//! start recovers live runs from their journal (a launched attempt whose worker is gone is
+//! recorded `attempt_lost` and relaunched with the next generation).
+//!
+//! The order is always reserve (durable) → spawn → bind (durable): a crash between spawn and
+//! bind leaves a reserved attempt, which recovery launches again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tuic_proto::events::Event;
+
+use super::workflow::{Attempt, CONTRACT_VERSION, PendingInput, Run, RunChange, RunStatus};
+use super::{StoryError, payload_hash};
+use crate::state::Node;
+
+/// The next attempt at the run's current step: generation + 1 when it retries the same step.
+pub fn next_attempt(run: &Run, feedback: Option<String>) -> Attempt {
+    let step_id = run
+        .step_ids
+        .get(run.step_index)
+        .cloned()
+        .unwrap_or_default();
+    let generation = match &run.attempt {
+        Some(a) if a.step_id == step_id => a.generation + 1,
+        _ => 1,
+    };
+    Attempt {
+        attempt_id: format!("{}-a{}", run.run_id, run.attempts_made + 1),
+        step_id,
+        generation,
+        session_id: None,
+        tuic_session: None,
+        task_id: None,
+        feedback,
+    }
+}
+
+/// The `attempt_reserved` event of a new attempt.
+pub fn reserved_event(a: &Attempt) -> (String, Value) {
+    (
+        "attempt_reserved".into(),
+        json!({"attempt_id": a.attempt_id, "step_id": a.step_id, "generation": a.generation}),
+    )
+}
+
+/// A repair: a new generation of the same step, or the run fails when repairs run out.
+fn repair(run: &Run, reason: &str, counts: bool) -> RunChange {
+    let mut n = run.clone();
+    let attempt = run.attempt.as_ref().map(|a| a.attempt_id.clone());
+    let mut events = Vec::new();
+    if counts {
+        n.repairs += 1;
+    } else {
+        n.recoveries += 1;
+    }
+    events.push((
+        if counts { "repair" } else { "attempt_lost" }.into(),
+        json!({"attempt_id": attempt, "reason": reason, "repairs": n.repairs, "recoveries": n.recoveries}),
+    ));
+    if counts && n.repairs > n.limits.max_repairs {
+        n.status = RunStatus::Failed;
+        n.attempt = None;
+        events.push((
+            "failed".into(),
+            json!({"reason": format!("repairs exhausted ({} of {})", n.repairs, n.limits.max_repairs)}),
+        ));
+    } else {
+        let a = next_attempt(&n, None);
+        n.attempts_made += 1;
+        events.push(reserved_event(&a));
+        n.attempt = Some(a);
+    }
+    RunChange { run: n, events }
+}
+
+fn render(template: &str, vars: &[(&str, String)]) -> String {
+    let mut out = template.to_owned();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{k}}}"), v);
+    }
+    out
+}
+
+/// Launches the run's reserved attempt, if it has one and is running. Returns at once; the
+/// spawn runs on the blocking pool.
+pub fn kick(node: &Arc<Node>, run_id: &str) {
+    let n = node.clone();
+    let run_id = run_id.to_owned();
+    node.tasks.spawn_blocking(move || launch(&n, &run_id));
+}
+
+fn launch(node: &Arc<Node>, run_id: &str) {
+    let w = &node.workflows;
+    let Some(run) = w.run(run_id) else { return };
+    if run.status != RunStatus::Running {
+        return;
+    }
+    let Some(att) = run.attempt.clone() else {
+        return;
+    };
+    if att.session_id.is_some() {
+        return;
+    }
+    if !w
+        .launching
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(att.attempt_id.clone())
+    {
+        return;
+    }
+    let r = spawn_worker(node, &run, &att);
+    let now = crate::logs::now_ms();
+    let res = match r {
+        Ok(v) => w.update(run_id, now, |cur| {
+            let same = cur.attempt.as_ref().map(|a| &a.attempt_id) == Some(&att.attempt_id);
+            if !same || cur.status.terminal() {
+                return Ok(None);
+            }
+            let mut n = cur.clone();
+            let a = n.attempt.as_mut().expect("checked");
+            a.session_id = v["session_id"].as_str().map(str::to_owned);
+            a.tuic_session = v["tuic_session"].as_str().map(str::to_owned);
+            a.task_id = v["task_id"].as_str().map(str::to_owned);
+            let ev = json!({"attempt_id": a.attempt_id, "step_id": a.step_id, "generation": a.generation,
+                            "session_id": a.session_id, "tuic_session": a.tuic_session, "task_id": a.task_id});
+            Ok(Some(RunChange {
+                run: n,
+                events: vec![("attempt_launched".into(), ev)],
+            }))
+        }),
+        Err(e) => {
+            tracing::warn!(run = %run_id, error = %e, "workflow worker spawn failed");
+            let r = w.update(run_id, now, |cur| {
+                if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att.attempt_id) {
+                    return Ok(None);
+                }
+                Ok(Some(repair(cur, &format!("spawn failed: {e}"), true)))
+            });
+            w.launching
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&att.attempt_id);
+            if r.is_ok() {
+                kick(node, run_id);
+            }
+            return;
+        }
+    };
+    w.launching
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&att.attempt_id);
+    if let Err(e) = res {
+        tracing::warn!(run = %run_id, error = %e, "binding a launched worker failed");
+    }
+}
+
+fn spawn_worker(node: &Arc<Node>, run: &Run, att: &Attempt) -> Result<Value, String> {
+    let def = node
+        .workflows
+        .definition(&run.project, &run.definition_id, run.definition_revision)
+        .ok_or("the pinned definition revision is gone")?;
+    let step = def
+        .steps
+        .iter()
+        .find(|s| s.id == att.step_id)
+        .ok_or("the step is not in the pinned definition")?;
+    let story_id = run.target["id"].as_str().unwrap_or_default().to_owned();
+    let title = node
+        .stories
+        .get(&run.project, &story_id)
+        .map(|s| s.title)
+        .unwrap_or_default();
+    let prompt = render(
+        &step.prompt,
+        &[
+            ("runId", run.run_id.clone()),
+            ("attemptId", att.attempt_id.clone()),
+            ("generation", att.generation.to_string()),
+            ("stepId", att.step_id.clone()),
+            ("storyId", story_id.clone()),
+            ("storyRevision", run.story_revision.to_string()),
+            ("storyTitle", title),
+            ("feedback", att.feedback.clone().unwrap_or_default()),
+        ],
+    );
+    let env: HashMap<String, String> = [
+        ("TUIC_RUN_ID", run.run_id.clone()),
+        ("TUIC_ATTEMPT_ID", att.attempt_id.clone()),
+        ("TUIC_ATTEMPT_GENERATION", att.generation.to_string()),
+        ("TUIC_STORY_ID", story_id),
+        ("TUIC_STORY_REVISION", run.story_revision.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    crate::mail::spawn::spawn(
+        node,
+        crate::mail::spawn::SpawnRequest {
+            command: step.agent.command.clone(),
+            args: step.agent.args.clone(),
+            cwd: Some(run.project.clone()),
+            prompt: Some(prompt),
+            env,
+            name: Some(format!("{}-{}", run.run_id, att.step_id)),
+            ..Default::default()
+        },
+    )
+}
+
+/// Closes the worker of a cancelled run.
+pub fn stop_worker(node: &Node, run: &Run) {
+    if let Some(s) = run
+        .attempt
+        .as_ref()
+        .and_then(|a| a.session_id.as_deref())
+        .and_then(|id| node.sessions.live(id))
+    {
+        s.kill();
+    }
+}
+
+/// `workflow_report`'s input (`{input: AttemptReport}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttemptReport {
+    /// Must be [`CONTRACT_VERSION`].
+    pub contract_version: u64,
+    /// The run.
+    pub run_id: String,
+    /// The run's story.
+    pub story_id: String,
+    /// The pinned story revision.
+    pub story_revision: u64,
+    /// The reporting attempt.
+    pub attempt_id: String,
+    /// Its generation.
+    pub generation: u64,
+    /// `completed`, `failed` or `needs_input`.
+    pub outcome: Outcome,
+    /// One paragraph.
+    pub summary: String,
+    /// Per-criterion results.
+    #[serde(default)]
+    pub criterion_results: Vec<Value>,
+    /// Durable evidence (commands run, files, digests).
+    #[serde(default)]
+    pub evidence: Vec<Value>,
+    /// Required with `needs_input`.
+    #[serde(default)]
+    pub input_request: Option<InputRequest>,
+    /// A reviewer's decision (durable evidence; never promotes the story).
+    #[serde(default)]
+    pub review: Option<Value>,
+}
+
+/// A report's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The step is done.
+    Completed,
+    /// The step failed (costs a repair).
+    Failed,
+    /// The worker needs an answer (`resume_graph`).
+    NeedsInput,
+}
+
+/// What a `needs_input` report asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputRequest {
+    /// The question.
+    pub question: String,
+    /// The options.
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+/// Records a worker's report (idempotent per attempt and generation) and advances the graph.
+/// `caller` is the reporting identity from the MCP binding. Blocking.
+pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<Value, StoryError> {
+    let r: AttemptReport = serde_json::from_value(input.clone())
+        .map_err(|e| StoryError::Invalid(format!("input: {e}")))?;
+    let caller = caller.ok_or_else(|| StoryError::Forbidden {
+        action: "workflow_report".into(),
+        needs: "the attempt's bound worker session",
+        has: "an unbound caller",
+    })?;
+    if r.contract_version != CONTRACT_VERSION {
+        return Err(StoryError::Invalid(format!(
+            "contractVersion {} is not supported; this node speaks {CONTRACT_VERSION}",
+            r.contract_version
+        )));
+    }
+    if r.outcome == Outcome::NeedsInput && r.input_request.is_none() {
+        return Err(StoryError::Invalid(
+            "a needs_input report requires inputRequest {question, options}".into(),
+        ));
+    }
+    let key = format!("{}#{}", r.attempt_id, r.generation);
+    let hash = payload_hash(
+        &super::Actor::Agent {
+            session: caller.to_owned(),
+        },
+        &r,
+    );
+    let now = crate::logs::now_ms();
+    let mut replay = None;
+    let run = node.workflows.update(&r.run_id, now, |cur| {
+        if let Some((h, seq)) = cur.reports.get(&key) {
+            if *h == hash {
+                replay = Some(*seq);
+                return Ok(None);
+            }
+            return Err(StoryError::IdempotencyConflict { key: key.clone() });
+        }
+        if cur.target["id"].as_str() != Some(r.story_id.as_str())
+            || cur.story_revision != r.story_revision
+        {
+            return Err(StoryError::StaleRevision {
+                id: format!("{} (story {})", cur.run_id, r.story_id),
+                expected: r.story_revision,
+                current: cur.story_revision,
+            });
+        }
+        let Some(a) = cur.attempt.as_ref().filter(|a| a.attempt_id == r.attempt_id) else {
+            return Err(StoryError::Transition(format!(
+                "{} is not the active attempt of {}",
+                r.attempt_id, cur.run_id
+            )));
+        };
+        if a.generation != r.generation {
+            return Err(StoryError::StaleRevision {
+                id: r.attempt_id.clone(),
+                expected: r.generation,
+                current: a.generation,
+            });
+        }
+        if a.tuic_session.as_deref() != Some(caller) {
+            return Err(StoryError::Forbidden {
+                action: format!("reporting for {}", r.attempt_id),
+                needs: "the attempt's own worker session",
+                has: "another session",
+            });
+        }
+        if !matches!(cur.status, RunStatus::Running | RunStatus::Paused) {
+            return Err(StoryError::Transition(format!(
+                "{} is {:?}; it takes no reports",
+                cur.run_id, cur.status
+            )));
+        }
+        let mut ch = RunChange {
+            run: cur.clone(),
+            events: vec![(
+                "report".into(),
+                serde_json::to_value(&r).unwrap_or_default(),
+            )],
+        };
+        ch.run
+            .reports
+            .insert(key.clone(), (hash.clone(), cur.sequence + 1));
+        match r.outcome {
+            Outcome::Completed => {
+                let n = &mut ch.run;
+                ch.events.push((
+                    "step_completed".into(),
+                    json!({"step_id": a.step_id, "attempt_id": a.attempt_id}),
+                ));
+                n.step_index += 1;
+                if n.step_index >= n.step_ids.len() {
+                    n.status = RunStatus::Completed;
+                    n.attempt = None;
+                    ch.events.push(("completed".into(), json!({"steps": n.step_ids.len()})));
+                } else {
+                    let next = next_attempt(n, None);
+                    n.attempts_made += 1;
+                    ch.events.push(reserved_event(&next));
+                    n.attempt = Some(next);
+                }
+            }
+            Outcome::Failed => {
+                let rep = repair(&ch.run, &format!("attempt reported failed: {}", r.summary), true);
+                ch.run = rep.run;
+                ch.events.extend(rep.events);
+            }
+            Outcome::NeedsInput => {
+                let q = r.input_request.clone().expect("checked");
+                ch.run.status = RunStatus::AwaitingInput;
+                ch.run.pending_input = Some(PendingInput {
+                    activation_id: a.attempt_id.clone(),
+                    question: q.question.clone(),
+                    options: q.options.clone(),
+                });
+                ch.events.push((
+                    "awaiting_input".into(),
+                    json!({"activation_id": a.attempt_id, "question": q.question, "options": q.options}),
+                ));
+            }
+        }
+        Ok(Some(ch))
+    })?;
+    if let Some(seq) = replay {
+        return Ok(json!({"ok": true, "run_id": r.run_id, "sequence": seq, "replayed": true}));
+    }
+    journal(node, &run, &r);
+    kick(node, &run.run_id);
+    let seq = run.reports.get(&key).map(|x| x.1).unwrap_or(run.sequence);
+    Ok(json!({"ok": true, "run_id": r.run_id, "sequence": seq, "status": run.status}))
+}
+
+/// Reports go to the progress journal too (origin `workflow`), best effort.
+fn journal(node: &Node, run: &Run, r: &AttemptReport) {
+    let kind = match r.outcome {
+        Outcome::Completed => crate::progress::Kind::Done,
+        _ => crate::progress::Kind::Blocked,
+    };
+    let e = crate::progress::append(
+        node,
+        crate::progress::NewEntry {
+            project: run.project.clone(),
+            kind,
+            text: r.summary.clone(),
+            step: run
+                .step_ids
+                .get(
+                    run.step_index
+                        .saturating_sub(1)
+                        .min(run.step_ids.len().saturating_sub(1)),
+                )
+                .cloned(),
+            origin: crate::progress::Origin::Workflow,
+            pty_id: None,
+            tuic_session: None,
+            agent_name: None,
+            agent_type: None,
+            run_id: Some(run.run_id.clone()),
+        },
+    );
+    if let Err(e) = e {
+        tracing::debug!(run = %run.run_id, error = %e, "workflow report not journaled");
+    }
+}
+
+/// Starts the executor: recovers live runs, then watches worker exits.
+pub fn spawn(node: &Arc<Node>) {
+    let n = node.clone();
+    let mut rx = node.bus.subscribe();
+    node.tasks.spawn(async move {
+        let r = n.clone();
+        let _ = tokio::task::spawn_blocking(move || recover(&r)).await;
+        loop {
+            let env = tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                e = rx.recv() => e,
+            };
+            match env {
+                Ok(env) => {
+                    if let Event::PtyExit { session_id, .. } = &env.event {
+                        let (r, sid) = (n.clone(), session_id.clone());
+                        let _ = tokio::task::spawn_blocking(move || worker_exited(&r, &sid)).await;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    // Missed exits: re-check every live run against the live sessions.
+                    let r = n.clone();
+                    let _ = tokio::task::spawn_blocking(move || recover(&r)).await;
+                }
+                Err(_) => break,
+            }
+        }
+    });
+}
+
+/// A worker's PTY exited: if its attempt is still active (it never reported), that is an
+/// observation that costs a repair.
+fn worker_exited(node: &Arc<Node>, session_id: &str) {
+    for run in node.workflows.live_runs() {
+        let Some(a) = &run.attempt else { continue };
+        if a.session_id.as_deref() != Some(session_id) {
+            continue;
+        }
+        let key_prefix = format!("{}#{}", a.attempt_id, a.generation);
+        if run.reports.contains_key(&key_prefix) {
+            continue;
+        }
+        let att = a.attempt_id.clone();
+        let r = node
+            .workflows
+            .update(&run.run_id, crate::logs::now_ms(), |cur| {
+                if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att)
+                    || !matches!(cur.status, RunStatus::Running | RunStatus::Paused)
+                {
+                    return Ok(None);
+                }
+                Ok(Some(repair(
+                    cur,
+                    "the worker exited without a report",
+                    true,
+                )))
+            });
+        if r.is_ok() {
+            kick(node, &run.run_id);
+        }
+    }
+}
+
+/// Live runs after a start (or a lagged event stream): a launched attempt whose worker is
+/// not a live PTY is lost and relaunched; a reserved attempt is launched.
+fn recover(node: &Arc<Node>) {
+    for run in node.workflows.live_runs() {
+        if run.status != RunStatus::Running {
+            continue;
+        }
+        let Some(a) = &run.attempt else { continue };
+        let gone = a
+            .session_id
+            .as_deref()
+            .is_some_and(|s| node.sessions.live(s).is_none_or(|x| x.exit().is_some()));
+        if gone {
+            let att = a.attempt_id.clone();
+            let _ = node
+                .workflows
+                .update(&run.run_id, crate::logs::now_ms(), |cur| {
+                    if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att) {
+                        return Ok(None);
+                    }
+                    Ok(Some(repair(
+                        cur,
+                        "the worker is gone (node restart)",
+                        false,
+                    )))
+                });
+        }
+        kick(node, &run.run_id);
+    }
+}
