@@ -265,7 +265,7 @@ impl Federation {
 
     /// One connected period: subscribe, mirror, probe. Returns when the node is lost.
     async fn session_once(&self, conn: &Conn) -> Result<(), String> {
-        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed";
+        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed";
         let resp = self
             .node_get(conn, &format!("/events?types={types}"))
             .send()
@@ -319,8 +319,9 @@ impl Federation {
 
     /// Applies one decoded event to the mirror as a delta: `session-created` (and an exit or a
     /// parser state change, whose payloads lack the row's fields) re-reads just that row,
-    /// `session-closed` drops it, a rename or an alias edits it in place, `lagged` (events
-    /// were lost) re-reads the whole list. Other events leave the rows alone.
+    /// `session-closed` drops it, a rename or an alias edits it in place, a worktree
+    /// declaration re-reads that row, a worktree removal or `lagged` (events were lost)
+    /// re-reads the whole list. Other events leave the rows alone.
     async fn apply(&self, conn: &Conn, e: &SseEvent) -> Result<(), String> {
         let data: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
         let Ok(event) = serde_json::from_value::<Event>(json!({"type": e.event, "data": data}))
@@ -363,7 +364,13 @@ impl Federation {
                     self.refresh_row(conn, &session_id).await
                 }
             }
-            Event::Lagged { .. } => self.refresh(conn).await,
+            // A declaration moves one row's placement; a removal drops every placement naming
+            // that worktree (rare: the whole list is re-read).
+            Event::SessionWorktreeDeclared(v) => match v["session_id"].as_str() {
+                Some(id) => self.refresh_row(conn, id).await,
+                None => self.refresh(conn).await,
+            },
+            Event::WorktreeRemoved(_) | Event::Lagged { .. } => self.refresh(conn).await,
             _ => Ok(()),
         }
     }

@@ -1,55 +1,191 @@
 //! The browser and phone UI: static files from `web/`, embedded at build time.
 //!
-//! No bundler and no network at build time: plain HTML, CSS and ES modules.
+//! No bundler and no network at build time: plain HTML, CSS and ES modules. One table lists
+//! every embedded file; one handler serves them all with a content type, `Cache-Control:
+//! no-cache` and a strong `ETag` (a digest of the bytes), answering `304 Not Modified` to a
+//! matching `If-None-Match`, so a page revalidates cheaply and never runs a stale module.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::response::IntoResponse;
+use axum::extract::Path;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use sha2::{Digest, Sha256};
 
+use crate::error::ApiError;
 use crate::state::Node;
 
-const LOGIN_HTML: &str = include_str!("../../web/login.html");
-const APP_HTML: &str = include_str!("../../web/index.html");
-const APP_JS: &str = include_str!("../../web/assets/app.js");
-const ANSI_JS: &str = include_str!("../../web/assets/ansi.js");
-const SCREEN_JS: &str = include_str!("../../web/assets/screen.js");
-const APP_CSS: &str = include_str!("../../web/assets/app.css");
+const HTML: &str = "text/html; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
 
-fn html(body: &'static str) -> impl IntoResponse {
-    asset("text/html; charset=utf-8", body)
-}
-
-fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
+/// Every embedded file: name under `web/`, content type, bytes.
+const FILES: &[(&str, &str, &str)] = &[
+    ("login.html", HTML, include_str!("../../web/login.html")),
+    ("index.html", HTML, include_str!("../../web/index.html")),
+    ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
+    ("assets/dom.js", JS, include_str!("../../web/assets/dom.js")),
+    ("assets/api.js", JS, include_str!("../../web/assets/api.js")),
     (
-        [(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")],
-        body,
-    )
+        "assets/state.js",
+        JS,
+        include_str!("../../web/assets/state.js"),
+    ),
+    (
+        "assets/list.js",
+        JS,
+        include_str!("../../web/assets/list.js"),
+    ),
+    (
+        "assets/events.js",
+        JS,
+        include_str!("../../web/assets/events.js"),
+    ),
+    (
+        "assets/view.js",
+        JS,
+        include_str!("../../web/assets/view.js"),
+    ),
+    (
+        "assets/input.js",
+        JS,
+        include_str!("../../web/assets/input.js"),
+    ),
+    (
+        "assets/notices.js",
+        JS,
+        include_str!("../../web/assets/notices.js"),
+    ),
+    (
+        "assets/screen.js",
+        JS,
+        include_str!("../../web/assets/screen.js"),
+    ),
+    (
+        "assets/ansi.js",
+        JS,
+        include_str!("../../web/assets/ansi.js"),
+    ),
+    (
+        "assets/app.css",
+        CSS,
+        include_str!("../../web/assets/app.css"),
+    ),
+];
+
+struct File {
+    content_type: &'static str,
+    body: &'static str,
+    etag: HeaderValue,
 }
 
-/// Routes of the UI pages.
+fn files() -> &'static HashMap<&'static str, File> {
+    static FILES_BY_NAME: OnceLock<HashMap<&'static str, File>> = OnceLock::new();
+    FILES_BY_NAME.get_or_init(|| {
+        FILES
+            .iter()
+            .map(|&(name, content_type, body)| {
+                let digest = Sha256::digest(body.as_bytes());
+                let etag = format!("\"{}\"", hex::encode(&digest[..12]));
+                let etag = HeaderValue::from_str(&etag).expect("hex is a valid header");
+                (
+                    name,
+                    File {
+                        content_type,
+                        body,
+                        etag,
+                    },
+                )
+            })
+            .collect()
+    })
+}
+
+/// Whether `If-None-Match` names `etag` (or is `*`).
+fn matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+    headers
+        .get_all(IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == "*" || t.as_bytes() == etag.as_bytes())
+}
+
+/// Serves the embedded file `name`.
+fn serve(name: &str, headers: &HeaderMap) -> Response {
+    let Some(f) = files().get(name) else {
+        return ApiError::not_found(format!("no asset {name}")).into_response();
+    };
+    let common = [
+        (CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        (ETAG, f.etag.clone()),
+    ];
+    if matches(headers, &f.etag) {
+        return (StatusCode::NOT_MODIFIED, common).into_response();
+    }
+    (
+        common,
+        [(CONTENT_TYPE, HeaderValue::from_static(f.content_type))],
+        f.body,
+    )
+        .into_response()
+}
+
+/// Routes of the UI pages and assets.
 pub fn routes() -> Router<Arc<Node>> {
+    let page = |name: &'static str| move |h: HeaderMap| async move { serve(name, &h) };
     Router::new()
-        .route("/mobile/login", get(|| async { html(LOGIN_HTML) }))
-        .route("/", get(|| async { html(APP_HTML) }))
-        .route("/mobile", get(|| async { html(APP_HTML) }))
-        .route("/mobile/{*rest}", get(|| async { html(APP_HTML) }))
+        .route("/mobile/login", get(page("login.html")))
+        .route("/", get(page("index.html")))
+        .route("/mobile", get(page("index.html")))
+        .route("/mobile/{*rest}", get(page("index.html")))
         .route(
-            "/assets/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+            "/assets/{*file}",
+            get(|Path(file): Path<String>, h: HeaderMap| async move {
+                serve(&format!("assets/{file}"), &h)
+            }),
         )
-        .route(
-            "/assets/ansi.js",
-            get(|| async { asset("text/javascript; charset=utf-8", ANSI_JS) }),
-        )
-        .route(
-            "/assets/screen.js",
-            get(|| async { asset("text/javascript; charset=utf-8", SCREEN_JS) }),
-        )
-        .route(
-            "/assets/app.css",
-            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
-        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_module_and_asset_a_file_references_is_embedded() {
+        // A module missing from the table would stop the whole page from starting.
+        let f = files();
+        for &(name, _, body) in FILES {
+            for part in body.split("\"/assets/").skip(1) {
+                let Some(end) = part.find('"') else { continue };
+                let path = format!("assets/{}", &part[..end]);
+                assert!(f.contains_key(path.as_str()), "{name} references {path}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_has_a_distinct_strong_etag_and_if_none_match_is_parsed() {
+        let f = files();
+        assert_eq!(f.len(), FILES.len());
+        let mut tags: Vec<_> = f.values().map(|x| x.etag.clone()).collect();
+        tags.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        tags.dedup();
+        assert_eq!(tags.len(), FILES.len());
+        let tag = f["assets/screen.js"].etag.clone();
+        let mut h = HeaderMap::new();
+        assert!(!matches(&h, &tag));
+        h.insert(
+            IF_NONE_MATCH,
+            HeaderValue::from_str(&format!("\"x\", W/{}", tag.to_str().unwrap())).unwrap(),
+        );
+        assert!(matches(&h, &tag));
+        h.insert(IF_NONE_MATCH, HeaderValue::from_static("\"other\""));
+        assert!(!matches(&h, &tag));
+    }
 }

@@ -484,7 +484,22 @@ async fn phone_special_keys_bar_sends_the_right_bytes_to_the_pty() {
             .unwrap(),
         json!("")
     );
-    let want: &[u8] = b"\x1b\t\x03\x1bx\x1b[D\x1b[A\x1b[B\x1b[C\x1b[5~\x1b[6~|~//";
+    // Keys typed on the focused screen (a desktop keyboard) go to the PTY as a terminal sends
+    // them: text, Enter as CR, arrows as escape sequences.
+    let screen = b.find("#screen").await.unwrap();
+    b.click(&screen).await.unwrap();
+    // Keys of an IME composition are the IME's, never sent on their own.
+    b.eval(
+        "const s = document.getElementById('screen');
+         s.dispatchEvent(new KeyboardEvent('keydown', {key: 'k', isComposing: true, bubbles: true}));
+         s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', keyCode: 229, bubbles: true}));
+         return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    b.type_text(&screen, "ab\u{E007}\u{E013}").await.unwrap();
+    let want: &[u8] = b"\x1b\t\x03\x1bx\x1b[D\x1b[A\x1b[B\x1b[C\x1b[5~\x1b[6~|~//ab\r\x1b[A";
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let got = captured_input(&file);
@@ -588,4 +603,269 @@ async fn phone_view_reattaches_within_3_s_with_a_fresh_whole_screen() {
     .unwrap();
     println!("re-attached on `online` in {} ms", t1.elapsed().as_millis());
     rows_agree(&b, &node, &sid).await;
+}
+
+#[tokio::test]
+async fn phone_shows_agent_toasts_and_answers_confirm_dialogs() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.wait_for("document.getElementById('sessions')", 10_000)
+        .await
+        .unwrap();
+    // Wait until the page's /events stream is open, so it sees the events that follow.
+    b.wait_for("document.getElementById('conn').textContent === ''", 10_000)
+        .await
+        .unwrap();
+    let (mut agent, _) = tuic_tests::agent::Agent::new(&node.socket, "asker").await;
+    // A toast (markup stays text).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (err, v) = agent
+            .tool(
+                "ui",
+                json!({"action": "toast", "title": "Build", "message": "<b>done</b> in 3s"}),
+            )
+            .await;
+        assert!(!err, "{v}");
+        // The page may still be connecting its event stream: toast again until it shows.
+        if b
+            .eval(
+                "return !!document.querySelector('#notices .toast') && document.querySelector('#notices .toast').textContent.includes('<b>done</b> in 3s') && !document.querySelector('#notices b')",
+                json!([]),
+            )
+            .await
+            .unwrap()
+            == json!(true)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no toast on the page");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A confirm dialog: the question in full, Allow and Deny large and apart; Allow answers it.
+    let sock = node.socket.clone();
+    let asking = tokio::spawn(async move {
+        let (mut a, _) = tuic_tests::agent::Agent::new(&sock, "confirmer").await;
+        a.tool(
+            "ui",
+            json!({"action": "confirm", "title": "Permission", "message": "Run `rm -rf build/` in /repo?\nThis deletes 12 files."}),
+        )
+        .await
+    });
+    b.wait_for("!!document.querySelector('#notices .confirm')", 15_000)
+        .await
+        .unwrap();
+    let layout = b
+        .eval(
+            "const d = document.querySelector('#notices .confirm');
+             const [deny, allow] = [...d.querySelectorAll('button')].map(x => x.getBoundingClientRect());
+             return [d.textContent.includes('This deletes 12 files.'), allow.height >= 44 && deny.height >= 44, allow.left - deny.right >= 16]",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(layout, json!([true, true, true]));
+    b.screenshot(&artifacts_dir().join("confirm-phone.png"))
+        .await
+        .unwrap();
+    b.click(
+        &b.find("#notices .confirm button[data-answer='allow']")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let (err, v) = tokio::time::timeout(Duration::from_secs(15), asking)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!err, "{v}");
+    assert_eq!(v["confirmed"], true, "{v}");
+    b.wait_for("!document.querySelector('#notices .confirm')", 5_000)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn phone_finds_text_in_older_history_and_copies_the_screen() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    // The needle is printed first, then ~150 KB: it lies beyond the first history page.
+    let script = "stty -echo; echo NEEDLE-42 here; i=0; while [ $i -lt 4000 ]; do echo \"filler line $i ........\"; i=$((i+1)); done; echo END-OF-IT; read x";
+    let sid = create(
+        &node,
+        json!({"rows": 20, "cols": 50, "shell": "/bin/sh", "args": ["-c", script], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('END-OF-IT')",
+        20_000,
+    )
+    .await
+    .unwrap();
+    // Copy: the screen's rows as text.
+    b.eval(
+        "navigator.clipboard.writeText = async (t) => { window.__copied = t; }; return true",
+        json!([]),
+    )
+    .await
+    .unwrap();
+    let rows = rows_agree(&b, &node, &sid).await;
+    b.click(&b.find("#copy").await.unwrap()).await.unwrap();
+    b.wait_for("typeof window.__copied === 'string'", 5_000)
+        .await
+        .unwrap();
+    let copied = b.eval("return window.__copied", json!([])).await.unwrap();
+    let want = rows.join("\n");
+    assert_eq!(copied.as_str().unwrap().trim_end(), want.trim_end());
+    // Find: typed in the search box, Enter; the older page is loaded and the line shown.
+    let find = b.find("#find").await.unwrap();
+    b.type_text(&find, "needle-42\u{E007}").await.unwrap();
+    b.wait_for(
+        "(() => { const h = document.querySelector('#term .ln.hit'); if (!h) return false;
+                   const r = h.getBoundingClientRect(), t = document.getElementById('term').getBoundingClientRect();
+                   return h.textContent.includes('NEEDLE-42 here') && r.top >= t.top && r.bottom <= t.bottom; })()",
+        20_000,
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts_dir().join("find-phone.png"))
+        .await
+        .unwrap();
+    // A query with no match says so and leaves the view usable.
+    let find = b.find("#find").await.unwrap();
+    b.clear(&find).await.unwrap();
+    b.type_text(&find, "no-such-text-anywhere\u{E007}")
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('find').classList.contains('missing')",
+        20_000,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn hub_list_groups_sessions_by_host_and_shows_a_remote_screen() {
+    let (nd, node) = remote_node();
+    let (_, token, _) = run_with_stdin(
+        "tuic-node",
+        &["token", "--config-dir", nd.path().to_str().unwrap()],
+        "",
+    )
+    .unwrap();
+    let hd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        hd.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let hdir = hd.path().to_str().unwrap().to_owned();
+    run_with_stdin(
+        "tuic-hub",
+        &["set-password", "--config-dir", &hdir],
+        PASSWORD,
+    )
+    .unwrap();
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &[
+            "--config-dir",
+            &hdir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let url = format!("http://{}", node.tcp.unwrap());
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &hdir,
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        token.trim(),
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let draw = "stty -echo; printf '\\033[?1049h\\033[2J\\033[3;4Hremote-drawn'; read x";
+    let remote = create(
+        &node,
+        json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"}),
+    )
+    .await;
+    let local = create(
+        &hub,
+        json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", "read x"], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    let base = format!("http://{}", hub.tcp.unwrap());
+    login(&b, &base).await;
+    let address = format!("boxb/{remote}");
+    b.wait_for(
+        &format!("!!document.querySelector(\"#sessions a[data-session='{address}']\")"),
+        20_000,
+    )
+    .await
+    .unwrap();
+    // Headers per host, this machine first, each followed by its own sessions.
+    let groups = b
+        .eval(
+            "const out = []; let cur = null;
+             for (const li of document.querySelectorAll('#sessions li')) {
+               if (li.classList.contains('host')) { cur = {host: li.dataset.host, count: li.querySelector('.badge').textContent, rows: []}; out.push(cur); }
+               else cur.rows.push(li.querySelector('a').dataset.session);
+             }
+             return out",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let hub_local = groups[0]["rows"].as_array().unwrap();
+    assert_eq!(groups[0]["host"], "local", "{groups}");
+    assert!(
+        hub_local
+            .iter()
+            .any(|r| r.as_str().unwrap().ends_with(&local)),
+        "{groups}"
+    );
+    assert_eq!(groups[1]["host"], "boxb", "{groups}");
+    assert_eq!(groups[1]["rows"], json!([address]), "{groups}");
+    assert_eq!(groups[1]["count"], "1", "{groups}");
+    b.screenshot(&artifacts_dir().join("hub-groups-phone.png"))
+        .await
+        .unwrap();
+    // The remote session's screen, through the hub, equals the owner's.
+    b.click(
+        &b.find(&format!("#sessions a[data-session='{address}']"))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('remote-drawn')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = rows_agree(&b, &node, &remote).await;
+    assert_eq!(rows[2], "   remote-drawn");
 }

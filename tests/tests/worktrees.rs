@@ -48,6 +48,31 @@ fn start(cfg: &Path) -> NodeProc {
     NodeProc::start("tuic-node", &["--config-dir", &s(cfg)], &[]).unwrap()
 }
 
+/// Stops `node` and starts it again on the same config dir. The new process starts once the
+/// old one's locks on the config dir and the store are released — awaited with a blocking
+/// `flock` (bounded): the kernel can release an exited process's last file references a few
+/// milliseconds after its parent reaped it (seen as the old pid's `FLOCK` in `/proc/locks`
+/// with no process holding the file), and `claim_instance` does not wait for that.
+fn restart(mut node: NodeProc, cfg: &Path) -> NodeProc {
+    node.terminate().unwrap();
+    for f in ["node.lock", "state.redb"] {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(cfg.join(f))
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(file.lock().is_ok() && file.unlock().is_ok());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap_or(false),
+            "{f} stayed locked after the node exited"
+        );
+    }
+    start(cfg)
+}
+
 async fn post(node: &NodeProc, path: &str, body: Value) -> (u16, Value) {
     let r = ipc(&node.socket, "POST", path, Some(body)).await.unwrap();
     (r.status, r.json())
@@ -93,7 +118,7 @@ async fn row_of(node: &NodeProc, tuic: &str) -> Value {
 #[tokio::test]
 async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     let cfg = config_dir(json!({}));
-    let mut node = start(cfg.path());
+    let node = start(cfg.path());
     let (d, root) = repo();
     let (st, v) = post(&node, "/repos", json!({"path": s(&root)})).await;
     assert_eq!(st, 200, "{v}");
@@ -261,8 +286,7 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     assert_eq!(info["worktree_count"], 2);
 
     // Restart: the tab comes back with its identity and its placement.
-    node.terminate().unwrap();
-    let node = start(cfg.path());
+    let node = restart(node, cfg.path());
     assert!(row_of(&node, &tuic).await.is_null());
     let back = shell_in(&node, &root, Some(&tuic)).await;
     assert_eq!(back["tuic_session"], tuic.as_str());
@@ -296,8 +320,43 @@ async fn worktrees_over_http_and_mcp_and_placement_across_a_restart() {
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["ok"], true);
+    assert!(
+        v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("live session")),
+        "the tab placed there is named: {v}"
+    );
     assert!(!http_wt.exists());
     assert!(row_of(&node, &tuic).await.get("worktree_path").is_none());
+
+    // spawn_session starts a bare shell in the new worktree, placed there.
+    let (st, v) = post(
+        &node,
+        "/worktrees",
+        json!({"base_repo": s(&root), "branch": "spawned", "spawn_session": true}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let spawned_wt = wt_dir.join("spawned");
+    let row = row_of(&node, v["tuic_session"].as_str().unwrap()).await;
+    assert_eq!(row["session_id"], v["session_id"]);
+    assert_eq!(row["cwd"], s(&spawned_wt));
+    assert_eq!(row["worktree_path"], s(&spawned_wt));
+    assert_eq!(row["worktree_branch"], "spawned");
+    // That shell's repository is the parent one: its worktree belongs to it.
+    let inside = Mcp::start(&node.socket, v["tuic_session"].as_str()).await;
+    let (err, act) = inside.tool("repo", json!({"action": "active"})).await;
+    assert!(!err, "{act}");
+    assert_eq!(act["repo"]["path"], s(&root));
+    let listed = act["sessions"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|x| x["session_id"] == v["session_id"] && x["worktree_path"] == s(&spawned_wt)),
+        "{act}"
+    );
 }
 
 #[tokio::test]
@@ -307,7 +366,7 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
         Err(_) => tuic_tests::sdk_clients().python,
     };
     let cfg = config_dir(json!({}));
-    let mut node = start(cfg.path());
+    let node = start(cfg.path());
     let (_d, root) = repo();
     let (st, v) = post(&node, "/repos", json!({"path": s(&root)})).await;
     assert_eq!(st, 200, "{v}");
@@ -347,6 +406,10 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
     assert!(first["tools"].as_array().unwrap().contains(&json!("repo")));
     assert_eq!(first["create"]["is_error"], false, "{first}");
     assert_eq!(first["create"]["value"]["worktree_path"], s(&wt));
+    assert!(
+        first["create"]["value"].get("cc_agent_hint").is_none(),
+        "only Claude Code gets the hint"
+    );
     assert_eq!(
         first["list"]["value"]["sdk/feature"]["lifecycle_status"]["removal_safety"], "safe",
         "{first}"
@@ -355,8 +418,7 @@ async fn the_python_sdk_creates_lists_declares_and_removes_a_worktree() {
     assert_eq!(first["declare"]["value"]["branch"], "sdk/feature");
 
     // After a restart GET /sessions shows the placement of the restored tab.
-    node.terminate().unwrap();
-    let node = start(cfg.path());
+    let node = restart(node, cfg.path());
     shell_in(&node, &root, Some(&tuic)).await;
     let row = row_of(&node, &tuic).await;
     assert_eq!(row["worktree_path"], s(&wt), "{row}");
@@ -450,6 +512,34 @@ async fn a_hub_addresses_a_node_repository_as_connection_colon_path() {
         .await;
     assert!(err);
     assert_eq!(e["code"], "unknown_connection", "{e}");
+    // A declaration on the node reaches the hub's mirrored row.
+    let pty = shell_in(node.proc(), &root, None).await;
+    let tuic = pty["tuic_session"].as_str().unwrap();
+    let bound = Mcp::start(&node.proc().socket, Some(tuic)).await;
+    let (err, d) = bound
+        .tool(
+            "session",
+            json!({"action": "declare_worktree", "worktree_path": s(&wt)}),
+        )
+        .await;
+    assert!(!err, "{d}");
+    let address = format!("{}/{}", node.id, pty["session_id"].as_str().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = bed
+            .wait_listed(&address, Duration::from_secs(10))
+            .await
+            .unwrap();
+        if row["worktree_path"] == s(&wt) {
+            assert_eq!(row["worktree_branch"], "via-hub");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hub row never placed: {row}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     // Removal through the hub.
     let (err, v) = mcp
         .tool(

@@ -112,7 +112,8 @@ fn target_tool(params: &Value) -> (String, Value) {
 /// How long the bridge waits for the node's answer to `msg`.
 ///
 /// Ordinary calls 10 s; `wait` actions the clamped requested timeout plus 5 s; `ui confirm`
-/// and long workspace operations 305 s.
+/// and the git-backed `repo` actions (worktrees, branch proofs over a big repository, orphan
+/// cleanup) 305 s.
 pub fn deadline_for(msg: &Value) -> Duration {
     if msg.get("method").and_then(Value::as_str) != Some("tools/call") {
         return ORDINARY_DEADLINE;
@@ -121,7 +122,18 @@ pub fn deadline_for(msg: &Value) -> Duration {
     let (tool, args) = target_tool(&params);
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     match (tool.as_str(), action) {
-        ("ui", "confirm") | ("repo", "worktree_create" | "worktree_remove") => LONG_DEADLINE,
+        ("ui", "confirm")
+        | (
+            "repo",
+            "worktree_create"
+            | "worktree_remove"
+            | "worktree_list"
+            | "worktree_lifecycle"
+            | "branch_integrations"
+            | "branch_integration"
+            | "branch_delete"
+            | "orphan_cleanup_answer",
+        ) => LONG_DEADLINE,
         (_, "wait") => {
             // The node's own rule (`tuic_proto::mcp::wait_ms`) plus the transport margin, so the
             // bridge never gives up on a wait the node is still running.
@@ -268,9 +280,16 @@ mod tests {
             deadline_for(&call("ui", json!({"action":"confirm"}))),
             Duration::from_secs(305)
         );
+        for a in ["worktree_remove", "worktree_list", "branch_integrations"] {
+            assert_eq!(
+                deadline_for(&call("repo", json!({"action": a}))),
+                Duration::from_secs(305),
+                "{a}"
+            );
+        }
         assert_eq!(
-            deadline_for(&call("repo", json!({"action":"worktree_remove"}))),
-            Duration::from_secs(305)
+            deadline_for(&call("repo", json!({"action":"list"}))),
+            Duration::from_secs(10)
         );
     }
 

@@ -18,6 +18,9 @@ use crate::state::Node;
 
 /// Ignored directories copied into a new worktree at most.
 pub const MAX_WARM_DIRS: usize = 64;
+/// A Git-ignored directory is fully copied (where the filesystem cannot reflink) only up to
+/// this size; bigger ones are skipped and reported, so creation stays fast.
+pub const WARM_COPY_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// How long a worktree setup script may run.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Output kept from a setup script (its tail).
@@ -92,6 +95,8 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
         ));
     }
     let target = parent.join(dir_name(&branch));
+    let lock = git.repo_lock(&r.key);
+    let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
     let mut es = entries(git, &r.root)?;
     // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
     if es.iter().any(|e| e.prunable && e.locked.is_none()) {
@@ -104,6 +109,7 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
     {
         if e.path == target && target.is_dir() {
             // A retry of the same creation answers the existing worktree.
+            drop(guard);
             return finish(node, &r, &branch, &target, req, false, None, None);
         }
         return Err(GitError::refused(
@@ -166,9 +172,10 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
         }
         return Err(e);
     }
+    drop(guard);
     let warm = warm_artifacts(git, &r.root, &target);
     let setup = run_setup(&target, &r.root);
-    finish(
+    let mut v = finish(
         node,
         &r,
         &branch,
@@ -177,7 +184,13 @@ pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> 
         true,
         Some((warm, exists)),
         setup,
-    )
+    )?;
+    if exists && let Some(b) = &req.base {
+        v["warnings"] = json!([format!(
+            "branch {branch} already existed and was checked out as it is; base {b} was not used"
+        )]);
+    }
+    Ok(v)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -300,8 +313,19 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
             ],
         )
         .unwrap_or_default();
-    let mut warmed = 0u64;
+    let mut reflinked = 0u64;
+    let mut copied = 0u64;
     let mut skipped = Vec::new();
+    let cp = |mode: &str, src: &Path, dst: &Path| {
+        std::process::Command::new("cp")
+            .args(["-a", mode])
+            .arg(src)
+            .arg(dst)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
     for rel in listed
         .split('\0')
         .filter(|p| p.ends_with('/'))
@@ -318,20 +342,25 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
         if let Some(p) = dst.parent() {
             let _ = std::fs::create_dir_all(p);
         }
-        let ok = std::process::Command::new("cp")
-            .args(["-a", "--reflink=auto"])
-            .arg(&src)
-            .arg(&dst)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            warmed += 1;
+        // Copy-on-write first; a full copy only for directories small enough not to turn a
+        // worktree creation into a disk-filling minutes-long copy.
+        if cp("--reflink=always", &src, &dst) {
+            reflinked += 1;
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&dst);
+        if tree_size_within(&src, WARM_COPY_MAX_BYTES) && cp("--reflink=never", &src, &dst) {
+            copied += 1;
         } else {
+            let _ = std::fs::remove_dir_all(&dst);
             skipped.push(rel.to_owned());
         }
     }
-    let mut v = json!({"warmed_directories": warmed, "method": "reflink_or_copy"});
+    let mut v = json!({
+        "warmed_directories": reflinked + copied,
+        "reflinked": reflinked,
+        "copied": copied,
+    });
     if !skipped.is_empty() {
         v["skipped"] = json!(skipped);
     }
@@ -339,6 +368,30 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
         let _ = std::fs::write(dir.join(WARM_FILE), v.to_string());
     }
     v
+}
+
+/// Whether the regular files under `dir` (symlinks not followed) total at most `max` bytes;
+/// the walk stops as soon as the bound is passed.
+pub(super) fn tree_size_within(dir: &Path, max: u64) -> bool {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += m.len();
+                if total > max {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Runs the worktree's `.tuic/worktree-setup.sh`, if it has one, bounded in time; its result

@@ -135,6 +135,11 @@ pub struct Git {
     returned: Condvar,
     /// Open orphan cleanup dialogs.
     pub orphans: orphans::Orphans,
+    /// Per repository, serializes the check-then-act of worktree creation and removal (two
+    /// agents creating the same branch at once get one worktree and one clear refusal, not a
+    /// half-made pair). Held only around the Git mutation, never across warming or the setup
+    /// script; other repositories are never blocked by a long removal.
+    mutate: Mutex<std::collections::HashMap<String, std::sync::Arc<Mutex<()>>>>,
 }
 
 impl Default for Git {
@@ -160,6 +165,7 @@ impl Git {
             free: Mutex::new(max.max(1)),
             returned: Condvar::new(),
             orphans: orphans::Orphans::default(),
+            mutate: Mutex::default(),
         }
     }
 
@@ -170,6 +176,16 @@ impl Git {
         }
         *free -= 1;
         Slot(self)
+    }
+
+    /// The mutation lock of one repository (see the `mutate` field).
+    pub(crate) fn repo_lock(&self, key: &str) -> std::sync::Arc<Mutex<()>> {
+        self.mutate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Runs `git -C dir args...` to completion in one slot. Blocking.
@@ -313,6 +329,36 @@ pub fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
         )));
     }
     Ok(())
+}
+
+/// The main checkout owning the linked worktree that holds `dir`, read from the worktree's
+/// `.git` file (`gitdir: <main>/.git/worktrees/<name>`) without running Git, so hot paths
+/// (progress attribution, the session monitor) can use it. `None` when the nearest `.git` is
+/// a directory (a main checkout) or there is none.
+pub fn main_checkout_of_worktree(dir: &Path) -> Option<PathBuf> {
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        let dot = d.join(".git");
+        if let Ok(m) = std::fs::symlink_metadata(&dot) {
+            if !m.is_file() {
+                return None;
+            }
+            let text = std::fs::read_to_string(&dot).ok()?;
+            let gitdir = PathBuf::from(text.trim().strip_prefix("gitdir: ")?);
+            let gitdir = if gitdir.is_absolute() {
+                gitdir
+            } else {
+                d.join(gitdir)
+            };
+            let worktrees = gitdir.parent()?;
+            let common = worktrees.parent()?;
+            return (worktrees.file_name()? == "worktrees" && common.file_name()? == ".git")
+                .then(|| common.parent().map(Path::to_path_buf))
+                .flatten();
+        }
+        cur = d.parent();
+    }
+    None
 }
 
 /// The main checkout of the repository holding `dir` (through Git's common dir), if `dir` is

@@ -378,9 +378,15 @@ fn worktree_create_list_remove_with_safety_gates() {
     worktree::create(&n, &req(&root, "stale")).unwrap();
     let sw = root.with_file_name("repo__wt").join("stale");
     std::fs::remove_dir_all(&sw).unwrap();
-    let v = worktree::create(&n, &req(&root, "stale")).unwrap();
+    let mut again = req(&root, "stale");
+    again.base = Some("main".into());
+    let v = worktree::create(&n, &again).unwrap();
     assert_eq!(v["created"], true);
     assert_eq!(v["branch_existed"], true);
+    assert!(
+        v["warnings"][0].as_str().unwrap().contains("was not used"),
+        "{v}"
+    );
     assert!(sw.join("base.txt").is_file());
 }
 
@@ -692,5 +698,91 @@ fn removal_preserves_initialized_submodule_refs() {
         sh_git(&root, &["cat-file", "-t", &only_here]),
         "commit",
         "the object is kept in the parent"
+    );
+}
+
+#[test]
+fn warm_copy_size_bound_stops_early() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+    std::fs::write(d.path().join("a/b/f"), vec![0u8; 600]).unwrap();
+    std::fs::write(d.path().join("a/g"), vec![0u8; 600]).unwrap();
+    assert!(super::create::tree_size_within(d.path(), 1200));
+    assert!(!super::create::tree_size_within(d.path(), 1199));
+}
+
+#[test]
+fn a_linked_worktree_is_attributed_to_its_repository_without_git() {
+    let cfg = tempfile::tempdir().unwrap();
+    let n = node(cfg.path());
+    let (d, root) = repo();
+    n.repos.add(root.to_str().unwrap(), &n.bus, 1).unwrap();
+    worktree::create(&n, &req(&root, "attr")).unwrap();
+    let wt = root.with_file_name("repo__wt").join("attr");
+    std::fs::create_dir_all(wt.join("deep/er")).unwrap();
+    assert_eq!(
+        super::main_checkout_of_worktree(&wt.join("deep/er")).as_deref(),
+        Some(root.as_path())
+    );
+    assert_eq!(
+        super::main_checkout_of_worktree(&root),
+        None,
+        "a main checkout"
+    );
+    assert_eq!(
+        super::main_checkout_of_worktree(d.path()),
+        None,
+        "outside Git"
+    );
+    // Progress from a terminal in the worktree is the repository's.
+    assert_eq!(
+        crate::progress::project_of(&n, wt.join("deep").to_str().unwrap()).as_deref(),
+        root.to_str()
+    );
+}
+
+#[test]
+fn concurrent_creates_of_one_branch_make_one_worktree() {
+    let cfg = tempfile::tempdir().unwrap();
+    let n = node(cfg.path());
+    let (_d, root) = repo();
+    n.repos.add(root.to_str().unwrap(), &n.bus, 1).unwrap();
+    let results: Vec<serde_json::Value> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| worktree::create(&n, &req(&root, "race")).unwrap()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let created = results.iter().filter(|v| v["created"] == true).count();
+    assert_eq!(created, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|v| v["worktree_path"] == results[0]["worktree_path"])
+    );
+    assert_eq!(worktree::entries(&n.git, &root).unwrap().len(), 2);
+}
+
+#[test]
+fn an_unknown_verdict_never_authorizes_deletion() {
+    let git = Git::default();
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    sh_git(r, &["init", "-q", "-b", "weird"]);
+    commit(r, "a.txt", "a\n", "a");
+    sh_git(r, &["branch", "x"]);
+    // No origin/HEAD, no main/master/trunk, a detached main checkout: no default branch.
+    sh_git(r, &["checkout", "-q", "--detach"]);
+    let v = classify(&git, r, "x");
+    assert_eq!(v.commit_status, "unknown");
+    assert!(
+        v.error.as_deref().unwrap().contains("no default branch"),
+        "{v:?}"
+    );
+    let e = branch::delete(&git, r, "x", true, &[]).unwrap_err();
+    assert_eq!(e.code(), "unknown_verdict", "{e}");
+    assert!(
+        git.ok(r, &["rev-parse", "--verify", "--quiet", "refs/heads/x"])
+            .unwrap()
     );
 }

@@ -474,6 +474,8 @@ pub fn remove(node: &Node, req: &RemoveRequest) -> Result<Value, GitError> {
     if req.branch.is_empty() {
         return Err(GitError::InvalidBranch("branch is required".into()));
     }
+    let lock = git.repo_lock(&r.key);
+    let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
     let (e, es) = find_linked(git, &r, &req.branch)?;
     let targets = Targets::resolve(git, &r.root);
     let l = inspect(git, &r.root, &e, &targets);

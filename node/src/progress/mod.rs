@@ -252,14 +252,19 @@ fn tracking_gate(cfg: &crate::config::Config, agent_type: Option<&str>) -> Resul
     Ok(())
 }
 
-/// The registered project holding `dir`: the innermost registered repository root.
+/// The registered project holding `dir`: the innermost registered repository root, else —
+/// for a linked worktree (`<repo>__wt/<branch>`) — the registered repository owning it.
 pub fn project_of(node: &Node, dir: &str) -> Option<String> {
     let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| PathBuf::from(dir));
-    node.repos
-        .roots()
-        .into_iter()
+    let roots = node.repos.roots();
+    roots
+        .iter()
         .filter(|r| canon.starts_with(r))
         .max_by_key(|r| r.as_os_str().len())
+        .or_else(|| {
+            let main = crate::git::main_checkout_of_worktree(&canon)?;
+            roots.iter().find(|r| **r == main)
+        })
         .map(|r| r.to_string_lossy().into_owned())
 }
 

@@ -157,12 +157,28 @@ fn add(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> 
 /// The record plus the live sessions whose start directory lies inside it.
 fn status(node: &Node, repo: &Repo) -> Value {
     let root = Path::new(&repo.path);
+    // Its linked worktrees live beside it (`<repo>__wt/`); a session there, or placed there,
+    // works in this repository too.
+    let wt = crate::git::worktree::worktrees_dir(root);
     let sessions: Vec<Value> = node
         .sessions
         .rows()
         .into_iter()
-        .filter(|r| Path::new(&r.cwd).starts_with(root))
-        .map(|r| json!({"session_id": r.session_id, "alias": r.alias, "tuic_session": r.tuic_session}))
+        .filter(|r| {
+            let cwd = Path::new(&r.cwd);
+            cwd.starts_with(root)
+                || cwd.starts_with(&wt)
+                || r.worktree_path
+                    .as_deref()
+                    .is_some_and(|p| Path::new(p).starts_with(&wt))
+        })
+        .map(|r| {
+            let mut v = json!({"session_id": r.session_id, "alias": r.alias, "tuic_session": r.tuic_session});
+            if let Some(p) = &r.worktree_path {
+                v["worktree_path"] = json!(p);
+            }
+            v
+        })
         .collect();
     json!({"repo": repo, "sessions": sessions})
 }
@@ -181,10 +197,19 @@ fn active(node: &Node, ctx: &CallCtx) -> Result<Value, ToolError> {
         ));
     };
     let cwd = Path::new(&own.cwd);
-    let repo = repos(node)?
-        .into_iter()
+    let all = repos(node)?;
+    let mut repo = all
+        .iter()
         .filter(|r| cwd.starts_with(&r.path))
-        .max_by_key(|r| r.path.len());
+        .max_by_key(|r| r.path.len())
+        .cloned();
+    // A terminal started in a linked worktree (`<repo>__wt/<branch>`) belongs to the
+    // repository whose main checkout owns that worktree.
+    if repo.is_none()
+        && let Some(main) = crate::git::main_checkout_of_worktree(cwd)
+    {
+        repo = all.into_iter().find(|r| Path::new(&r.path) == main);
+    }
     match repo {
         Some(r) => Ok(status(node, &r)),
         None => Err(ToolError::new(

@@ -1,0 +1,74 @@
+// The session list: rows from GET /sessions (host, agent state, cwd, last activity), grouped by
+// host when a hub shows several.
+
+import { $, ago } from "/assets/dom.js";
+import { api } from "/assets/api.js";
+import { state } from "/assets/state.js";
+
+export function sessionKey(s) { return s.address ?? s.session_id; }
+
+function hostOf(s) { return s.connection_id ?? "local"; }
+
+function sessionRow(s) {
+  const li = document.createElement("li");
+  const a = document.createElement("a");
+  const key = sessionKey(s);
+  a.href = `#/s/${encodeURIComponent(key)}`;
+  a.dataset.session = key;
+  if (state.current === key) a.setAttribute("aria-current", "true");
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = `${s.alias ?? s.session_id}${s.display_name ? " — " + s.display_name : ""}`;
+  const badge = document.createElement("span");
+  badge.className = `badge ${s.agent_state ?? s.shell_state ?? ""}`;
+  badge.textContent = s.agent_state ?? s.shell_state ?? "";
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  const last = ago(state.lastActivity.get(s.session_id));
+  meta.textContent = [hostOf(s), s.agent_type, s.cwd, last].filter(Boolean).join(" · ");
+  a.append(name, badge, meta);
+  li.appendChild(a);
+  return li;
+}
+
+/** The list, grouped by host (this machine first) with a count badge when several hosts show. */
+export function renderList() {
+  const ul = $("sessions");
+  const groups = new Map();
+  for (const s of state.sessions) {
+    const h = hostOf(s);
+    if (!groups.has(h)) groups.set(h, []);
+    groups.get(h).push(s);
+  }
+  const hosts = [...groups.keys()].sort((a, b) => (a === "local" ? -1 : b === "local" ? 1 : a.localeCompare(b)));
+  const grouped = hosts.length > 1 || state.sessions.some((s) => s.connection_id);
+  const items = [];
+  for (const h of hosts) {
+    if (grouped) {
+      const li = document.createElement("li");
+      li.className = "host";
+      li.dataset.host = h;
+      const n = document.createElement("span");
+      n.textContent = h;
+      const c = document.createElement("span");
+      c.className = "badge";
+      c.textContent = String(groups.get(h).length);
+      li.append(n, c);
+      items.push(li);
+    }
+    for (const s of groups.get(h)) items.push(sessionRow(s));
+  }
+  ul.replaceChildren(...items);
+  $("empty").hidden = state.sessions.length > 0;
+}
+
+export async function refreshSessions() {
+  try {
+    const r = await api("/sessions");
+    state.sessions = await r.json();
+    renderList();
+    $("conn").textContent = "";
+  } catch (e) {
+    if (e.message !== "unauthorized") $("conn").textContent = "offline";
+  }
+}
