@@ -47,8 +47,20 @@ pub struct Store {
 impl Store {
     /// Opens (creating) the store file.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
-        let db = Database::create(path)
-            .with_context(|| format!("opening the store {}", path.display()))?;
+        // The previous holder of the file lock (a node that just exited) may release it a few
+        // milliseconds after its node lock (see `server::claim_instance`): retry briefly.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let db = loop {
+            match Database::create(path) {
+                Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r,
+            }
+        }
+        .with_context(|| format!("opening the store {}", path.display()))?;
         let tx = db.begin_write()?;
         tx.open_table(LOGIN_SESSIONS)?;
         tx.open_table(REPOS)?;

@@ -144,16 +144,31 @@ pub fn claim_instance(lock_path: &Path, socket: &Path) -> anyhow::Result<std::fs
         .write(true)
         .open(lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
-    match fs4::fs_std::FileExt::try_lock_exclusive(&f) {
-        Ok(true) => Ok(f),
-        Ok(false) => bail!(
-            "another tuic node is already running with config dir {} (socket {})",
-            lock_path.parent().unwrap_or(lock_path).display(),
-            socket.display()
-        ),
-        Err(e) => Err(e).context("locking the config dir"),
+    // A node that just exited may still hold its lock for a few milliseconds while the kernel
+    // drops its last file references (seen in /proc/locks after the process was reaped), so
+    // a held lock with nobody answering on the socket is retried briefly before refusing.
+    let deadline = std::time::Instant::now() + LOCK_RETRY;
+    loop {
+        match fs4::fs_std::FileExt::try_lock_exclusive(&f) {
+            Ok(true) => return Ok(f),
+            Ok(false)
+                if std::time::Instant::now() < deadline
+                    && std::os::unix::net::UnixStream::connect(socket).is_err() =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(false) => bail!(
+                "another tuic node is already running with config dir {} (socket {})",
+                lock_path.parent().unwrap_or(lock_path).display(),
+                socket.display()
+            ),
+            Err(e) => return Err(e).context("locking the config dir"),
+        }
     }
 }
+
+/// How long a held node lock is retried when no node answers on the socket.
+const LOCK_RETRY: Duration = Duration::from_secs(2);
 
 /// Binds the IPC socket (mode 0600), replacing a stale socket file and refusing a live one.
 pub async fn bind_ipc(path: &Path) -> anyhow::Result<UnixListener> {
