@@ -1,6 +1,6 @@
 //! `tuic-hub` command line: the node's commands plus `connect` and `disconnect`.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -136,13 +136,11 @@ fn disconnect(loc: &Location, id: &str) -> anyhow::Result<()> {
 
 /// Asks a running hub to apply the saved connections now (no hub running is fine).
 fn tell_running_hub(socket: &std::path::Path) {
-    let Ok(mut s) = std::os::unix::net::UnixStream::connect(socket) else {
-        return;
-    };
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    let req = "POST /hub/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-    if s.write_all(req.as_bytes()).is_ok() {
-        let mut status = [0u8; 12];
-        let _ = s.read_exact(&mut status);
-    }
+    let _ = tuic_node::cli::ask_running(
+        socket,
+        "POST",
+        "/hub/reload",
+        "",
+        std::time::Duration::from_secs(5),
+    );
 }

@@ -148,16 +148,18 @@ pub fn run_command(
     }
 }
 
-/// Asks a running node on `socket` (one HTTP/1.1 request); `None` when nothing listens.
-fn ask_running(
+/// Asks a running node on `socket` (one HTTP/1.1 request): its status and body; `None` when
+/// nothing listens or it does not answer.
+pub fn ask_running(
     socket: &std::path::Path,
     method: &str,
     path: &str,
     body: &str,
+    timeout: std::time::Duration,
 ) -> Option<(u16, String)> {
     use std::io::Write;
     let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(120)));
+    let _ = s.set_read_timeout(Some(timeout));
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -183,7 +185,13 @@ fn backup(loc: &Location, file: &std::path::Path) -> anyhow::Result<()> {
     let p = paths(loc)?;
     let dest = absolute(file)?;
     let body = serde_json::json!({"path": dest}).to_string();
-    let v = match ask_running(&p.socket, "POST", "/store/backup", &body) {
+    let v = match ask_running(
+        &p.socket,
+        "POST",
+        "/store/backup",
+        &body,
+        std::time::Duration::from_secs(120),
+    ) {
         Some((200, b)) => serde_json::from_str::<serde_json::Value>(&b)?,
         Some((status, b)) => anyhow::bail!("the running node refused the backup ({status}): {b}"),
         None => {
@@ -204,7 +212,15 @@ fn backup(loc: &Location, file: &std::path::Path) -> anyhow::Result<()> {
 /// `restore FILE`.
 fn restore(loc: &Location, file: &std::path::Path) -> anyhow::Result<()> {
     let p = paths(loc)?;
-    if ask_running(&p.socket, "GET", "/health", "").is_some() {
+    if ask_running(
+        &p.socket,
+        "GET",
+        "/health",
+        "",
+        std::time::Duration::from_secs(5),
+    )
+    .is_some()
+    {
         anyhow::bail!(
             "a node is running on {}: stop it first (the store is open there)",
             p.socket.display()

@@ -16,18 +16,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::fed::FedBed;
 use crate::percentile;
-use crate::term::{Ws, read_until};
+use crate::term::read_until;
 
 const T: Duration = Duration::from_secs(60);
-
-async fn ws_at(socket: &Path, address: &str) -> anyhow::Result<Ws> {
-    let stream = tokio::net::UnixStream::connect(socket).await?;
-    let url = format!(
-        "ws://localhost/sessions/{}/stream?binary=1&from_byte=0",
-        address.replace('/', "%2F")
-    );
-    Ok(tokio_tungstenite::client_async(url, stream).await?.0)
-}
 
 /// Reads until `marker`; bounded by the PTY's own EOF.
 fn read_marker(r: &mut dyn Read, marker: &[u8]) -> anyhow::Result<()> {
@@ -96,7 +87,7 @@ fn attach_round_trips(
 }
 
 async fn ws_round_trips(socket: &Path, address: &str, n: usize) -> anyhow::Result<Vec<f64>> {
-    let mut ws = ws_at(socket, address).await?;
+    let mut ws = crate::bench_fed::ws_at(socket, address, "?binary=1&from_byte=0").await?;
     read_until(&mut ws, b"READY", T).await?;
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
@@ -109,8 +100,9 @@ async fn ws_round_trips(socket: &Path, address: &str, n: usize) -> anyhow::Resul
     Ok(out)
 }
 
-/// A bare PTY running `cat`: the machine's floor for one key round trip.
-fn bare_round_trips(n: usize) -> anyhow::Result<Vec<f64>> {
+/// A bare PTY running `cat`: the machine's floor for one key round trip (also the floor of
+/// `bench keystroke-latency`).
+pub fn bare_round_trips(n: usize) -> anyhow::Result<Vec<f64>> {
     let pair = native_pty_system().openpty(PtySize::default())?;
     let mut cmd = CommandBuilder::new("/bin/sh");
     cmd.args(["-c", "stty raw -echo; printf READY; exec cat"]);

@@ -17,7 +17,8 @@ use crate::{percentile, records};
 
 const T: Duration = Duration::from_secs(300);
 
-async fn ws_at(socket: &Path, address: &str, query: &str) -> anyhow::Result<Ws> {
+/// Opens node `address`'s stream on `socket` (a hub address is percent-encoded).
+pub(crate) async fn ws_at(socket: &Path, address: &str, query: &str) -> anyhow::Result<Ws> {
     let stream = tokio::net::UnixStream::connect(socket).await?;
     let url = format!(
         "ws://localhost/sessions/{}/stream{query}",

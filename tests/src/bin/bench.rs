@@ -28,6 +28,7 @@ use futures::{SinkExt, StreamExt};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
+use tuic_tests::bench_attach::bare_round_trips;
 use tuic_tests::term::{Node, read_until};
 use tuic_tests::{percentile, records};
 
@@ -436,20 +437,6 @@ fn round_trips_apart(node: &Node, n: usize) -> anyhow::Result<Vec<f64>> {
         .join()
         .map_err(|_| anyhow::anyhow!("the keystroke client thread panicked"))?
     })
-}
-
-fn bare_round_trips(n: usize) -> anyhow::Result<Vec<f64>> {
-    let (mut r, mut w, _child) = bare_pty("stty raw -echo; printf READY; exec cat")?;
-    read_until_marker(&mut r, b"READY")?;
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let key = [b'a' + (i % 26) as u8];
-        let t0 = Instant::now();
-        w.write_all(&key)?;
-        read_until_marker(&mut r, &key)?;
-        out.push(t0.elapsed().as_secs_f64() * 1e3);
-    }
-    Ok(out)
 }
 
 async fn latency(n: usize) -> anyhow::Result<()> {
