@@ -202,6 +202,13 @@ pub struct Tuning {
     pub upstream_max_retries: u32,
     /// Budget of one upstream connect: spawn or first POST, initialize, tools/list (30 s).
     pub upstream_connect_timeout_ms: u64,
+    /// An OAuth access token is refreshed this long before its `expires_at` (60 s).
+    pub upstream_oauth_refresh_margin_ms: u64,
+    /// A pending OAuth authorization is dropped this long after it started (5 min).
+    pub upstream_oauth_flow_timeout_ms: u64,
+    /// The loopback callback server outlives its flow by this much (120 s), so a late
+    /// redirect gets a page naming the reason instead of a refused connection.
+    pub upstream_oauth_callback_grace_ms: u64,
 }
 
 impl Default for Tuning {
@@ -239,6 +246,9 @@ impl Default for Tuning {
             upstream_backoff_max_ms: 60_000,
             upstream_max_retries: 5,
             upstream_connect_timeout_ms: 30_000,
+            upstream_oauth_refresh_margin_ms: 60_000,
+            upstream_oauth_flow_timeout_ms: 300_000,
+            upstream_oauth_callback_grace_ms: 120_000,
         }
     }
 }

@@ -52,6 +52,10 @@ pub enum UpstreamError {
     /// The stored credential is bound to another origin: nothing was sent.
     #[error("{0}")]
     Origin(String),
+    /// The authorization server refused a refresh (or there is nothing to refresh with): a
+    /// new authorization is needed.
+    #[error("{0}")]
+    AuthFailed(String),
 }
 
 impl UpstreamError {
@@ -65,6 +69,7 @@ impl UpstreamError {
             Self::Transport(_) => "upstream_unreachable",
             Self::NeedsAuth { .. } => "upstream_needs_auth",
             Self::Origin(_) => "upstream_origin_mismatch",
+            Self::AuthFailed(_) => "upstream_auth_failed",
         }
     }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::client::{ClientEvent, ProgressSink, RpcCore, UpstreamError, initialize_params};
@@ -22,9 +23,37 @@ use crate::mcp::protocol as p;
 /// Longest SSE event accepted from an upstream.
 const MAX_EVENT: usize = 32 * 1024 * 1024;
 
-/// Resolves the bearer token for the next attempt: `Ok(None)` without auth, `Err` when the
-/// stored credential may not be sent to this URL (nothing is sent then).
-pub type BearerSource = Arc<dyn Fn() -> Result<Option<String>, UpstreamError> + Send + Sync>;
+/// The credential side of an HTTP upstream.
+pub trait Auth: Send + Sync {
+    /// The bearer for the next attempt, re-read from storage: `Ok(None)` without auth, `Err`
+    /// when the stored credential may not be sent to this URL (nothing is sent then). An
+    /// expired OAuth token is refreshed first.
+    fn bearer(&self) -> BoxFuture<'_, Result<Option<String>, UpstreamError>>;
+    /// After a 401 that rejected `rejected`: a different bearer to retry with once (a
+    /// generation written meanwhile, or a refreshed one), or `None` when there is none.
+    fn recover<'a>(
+        &'a self,
+        rejected: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<String>, UpstreamError>>;
+}
+
+/// Resolves credentials for one HTTP upstream.
+pub type BearerSource = Arc<dyn Auth>;
+
+/// No credential at all.
+pub struct NoAuth;
+
+impl Auth for NoAuth {
+    fn bearer(&self) -> BoxFuture<'_, Result<Option<String>, UpstreamError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn recover<'a>(
+        &'a self,
+        _rejected: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<String>, UpstreamError>> {
+        Box::pin(async { Ok(None) })
+    }
+}
 
 /// Which protocol era the connection speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +168,11 @@ impl HttpClient {
                         ));
                     }
                 }
-                Err(e @ (UpstreamError::NeedsAuth { .. } | UpstreamError::Origin(_))) => {
+                Err(
+                    e @ (UpstreamError::NeedsAuth { .. }
+                    | UpstreamError::Origin(_)
+                    | UpstreamError::AuthFailed(_)),
+                ) => {
                     return Err(e);
                 }
                 Err(e) if self.choice == EraChoice::Modern => return Err(e),
@@ -174,7 +207,7 @@ impl HttpClient {
 
     async fn notify(&self, method: &str) {
         let msg = json!({"jsonrpc": "2.0", "method": method});
-        let bearer = (self.bearer)().ok().flatten();
+        let bearer = self.bearer.bearer().await.ok().flatten();
         let _ = self
             .builder(method, None, bearer.as_deref())
             .body(msg.to_string())
@@ -254,17 +287,19 @@ impl HttpClient {
         let mut reinitialized = false;
         loop {
             // Re-read per attempt: a completed re-authorization counts at once.
-            let bearer = (self.bearer)()?;
+            let bearer = self.bearer.bearer().await?;
             match self.post(method, msg, bearer.as_deref(), &mut rx).await? {
                 Posted::Answer(a) => return a,
                 Posted::Accepted => return Ok(Value::Null),
                 Posted::Unauthorized(www) => {
-                    // Storage holds a different generation than the one just rejected: retry
-                    // it as it is, once; the same one means authorization is needed.
-                    let now = (self.bearer)()?;
-                    if !retried_auth && now.is_some() && now != bearer {
+                    // Once: storage holds a different generation than the one just rejected
+                    // (retried as it is), or the rejected OAuth token refreshes; otherwise
+                    // authorization is needed.
+                    if !retried_auth {
                         retried_auth = true;
-                        continue;
+                        if self.bearer.recover(bearer.as_deref()).await?.is_some() {
+                            continue;
+                        }
                     }
                     return Err(UpstreamError::NeedsAuth {
                         www_authenticate: www,
@@ -283,7 +318,7 @@ impl HttpClient {
     }
 
     async fn reinitialize(&self) -> Result<(), UpstreamError> {
-        let bearer = (self.bearer)()?;
+        let bearer = self.bearer.bearer().await?;
         let (id, mut rx, msg) =
             self.core
                 .start("initialize", initialize_params(p::LEGACY_DEFAULT), None);

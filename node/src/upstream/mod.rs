@@ -17,6 +17,7 @@ pub mod breaker;
 pub mod client;
 pub mod config;
 pub mod http;
+pub mod oauth;
 pub mod routes;
 pub mod search;
 pub mod stdio;
@@ -57,6 +58,8 @@ pub enum Status {
     Failed,
     /// HTTP 401 and no usable credential: waits for a new credential.
     NeedsAuth,
+    /// An OAuth authorization of a `needs_auth` upstream is pending.
+    Authorizing,
 }
 
 impl Status {
@@ -69,6 +72,7 @@ impl Status {
             Self::CircuitOpen => "circuit_open",
             Self::Failed => "failed",
             Self::NeedsAuth => "needs_auth",
+            Self::Authorizing => "authorizing",
         }
     }
 }
@@ -88,6 +92,8 @@ struct Live {
     protocol: String,
     next_retry_at_ms: Option<u64>,
     connected_at_ms: Option<u64>,
+    /// The last 401's `WWW-Authenticate` challenge (OAuth discovery starts from it).
+    challenge: Option<String>,
 }
 
 /// One configured upstream.
@@ -101,20 +107,7 @@ struct Entry {
     kick: Notify,
 }
 
-/// A bearer credential as kept in the vault: the secret and the origin it may be sent to.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Credential {
-    #[serde(rename = "type")]
-    kind: String,
-    /// The MCP origin this secret was saved for; absent on entries saved before binding.
-    #[serde(default)]
-    origin: Option<String>,
-    token: String,
-}
-
-fn vault_key(id: &str) -> String {
-    format!("mcp_upstream:{id}")
-}
+use oauth::{Credential, vault_key};
 
 /// The node's upstreams.
 #[derive(Debug)]
@@ -131,6 +124,8 @@ pub struct Upstreams {
     changed: tokio::sync::watch::Sender<u64>,
     /// Vault credentials by server id, re-read by every request attempt.
     creds: Arc<Mutex<HashMap<String, Credential>>>,
+    /// Pending OAuth flows, refresh semaphores, authorization errors.
+    oauth: Arc<oauth::OAuth>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -148,7 +143,13 @@ impl Upstreams {
             generation: AtomicU64::new(0),
             changed: tokio::sync::watch::channel(0).0,
             creds: Arc::new(Mutex::new(HashMap::new())),
+            oauth: Arc::new(oauth::OAuth::default()),
         }
+    }
+
+    /// The OAuth state.
+    pub fn oauth(&self) -> &Arc<oauth::OAuth> {
+        &self.oauth
     }
 
     /// The file.
@@ -206,11 +207,7 @@ impl Upstreams {
                 Transport::Http { url } => config::origin_of(url),
                 Transport::Stdio { .. } => None,
             });
-            let cred = Credential {
-                kind: "bearer".into(),
-                origin,
-                token: c.token.clone(),
-            };
+            let cred = Credential::bearer(origin, c.token.clone());
             node.vault
                 .set(&vault_key(&c.id), &serde_json::to_string(&cred)?)?;
             lock(&self.creds).insert(c.id.clone(), cred);
@@ -221,7 +218,11 @@ impl Upstreams {
     /// Loads the vault credentials of `file`'s servers. Blocking.
     fn load_credentials(&self, node: &Node, file: &UpstreamsFile) {
         for s in &file.servers {
-            if s.auth.is_none() || lock(&self.creds).contains_key(&s.id) {
+            // Every HTTP upstream: an OAuth token set may exist without auth metadata (an
+            // upstream authorized after a 401).
+            if !matches!(s.transport, Transport::Http { .. })
+                || lock(&self.creds).contains_key(&s.id)
+            {
                 continue;
             }
             match node.vault.get(&vault_key(&s.id)) {
@@ -241,39 +242,26 @@ impl Upstreams {
         }
     }
 
-    /// The bearer resolver of one HTTP upstream: checks the origin binding before every
-    /// request; a mismatch sends nothing.
-    fn bearer_source(&self, def: &ServerDef) -> http::BearerSource {
-        let uses_bearer = def
+    /// The credential resolver of one HTTP upstream: checks the origin binding before every
+    /// request and refresh; a mismatch sends nothing.
+    fn bearer_source(&self, node: std::sync::Weak<Node>, def: &ServerDef) -> http::BearerSource {
+        let declared = def
             .auth
             .as_ref()
             .and_then(|a| a.get("type"))
             .and_then(Value::as_str)
             .is_some_and(|t| t == "bearer" || t == "oauth2");
-        let creds = self.creds.clone();
-        let id = def.id.clone();
-        let name = def.name.clone();
-        let origin = match &def.transport {
-            Transport::Http { url } => config::origin_of(url),
-            Transport::Stdio { .. } => None,
-        };
-        Arc::new(move || {
-            if !uses_bearer {
-                return Ok(None);
-            }
-            let Some(c) = lock(&creds).get(&id).cloned() else {
-                return Ok(None);
-            };
-            match (&c.origin, &origin) {
-                (Some(bound), Some(now)) if bound == now => Ok(Some(c.token)),
-                (Some(bound), now) => Err(UpstreamError::Origin(format!(
-                    "the credential of upstream {name} is bound to {bound}, not {}; nothing was sent (save the token again for the new URL)",
-                    now.as_deref().unwrap_or("this URL")
-                ))),
-                (None, _) => Err(UpstreamError::Origin(format!(
-                    "the credential of upstream {name} was saved without an origin binding; save it again"
-                ))),
-            }
+        Arc::new(oauth::Resolver {
+            creds: self.creds.clone(),
+            oauth: self.oauth.clone(),
+            node,
+            id: def.id.clone(),
+            name: def.name.clone(),
+            origin: match &def.transport {
+                Transport::Http { url } => config::origin_of(url),
+                Transport::Stdio { .. } => None,
+            },
+            declared,
         })
     }
 
@@ -320,6 +308,7 @@ impl Upstreams {
                             protocol: String::new(),
                             next_retry_at_ms: None,
                             connected_at_ms: None,
+                            challenge: None,
                         }),
                         stop: node.shutdown.child_token(),
                         kick: Notify::new(),
@@ -431,9 +420,174 @@ impl Upstreams {
                 if let Some(pid) = l.client.as_ref().and_then(|c| c.pid()) {
                     put("pid", json!(pid));
                 }
+                if let Some(a) = self.auth_row(e, l.status) {
+                    put("auth", a);
+                }
                 row
             })
             .collect()
+    }
+
+    /// The `auth` object of a status row: `state` is `needs_auth`, `authorizing` or
+    /// `authorized`; never a token.
+    fn auth_row(&self, e: &Entry, status: Status) -> Option<Value> {
+        if !matches!(e.def.transport, Transport::Http { .. }) {
+            return None;
+        }
+        let cred = lock(&self.creds).get(&e.def.id).cloned();
+        let declared = e
+            .def
+            .auth
+            .as_ref()
+            .and_then(|a| a.get("type"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let pending = self.oauth.pending(&e.def.id);
+        let error = self.oauth.error(&e.def.id);
+        if cred.is_none() && declared.is_none() && pending.is_none() && status != Status::NeedsAuth
+        {
+            return None;
+        }
+        let kind = cred
+            .as_ref()
+            .map(|c| c.kind.clone())
+            .or(declared)
+            .unwrap_or_else(|| "oauth2".into());
+        let state = if pending.is_some() {
+            "authorizing"
+        } else if status == Status::NeedsAuth || cred.is_none() {
+            "needs_auth"
+        } else {
+            "authorized"
+        };
+        let mut a = json!({"type": kind, "state": state});
+        if let Some(c) = &cred {
+            if let Some(x) = c.expires_at_ms {
+                a["expires_at_ms"] = json!(x);
+            }
+            if let Some(x) = &c.issuer {
+                a["authorization_server"] = json!(x);
+            }
+            a["refresh_token_exists"] = json!(c.refresh_token.is_some());
+            if c.kind == "oauth2" {
+                a["refreshes"] = json!(self.oauth.refresh_count(&e.def.id));
+            }
+        }
+        if let Some(p) = pending {
+            a["flow"] = p;
+        }
+        if let Some(x) = error {
+            a["last_error"] = json!(x);
+        }
+        Some(a)
+    }
+
+    /// Starts an OAuth authorization of upstream `name` (an HTTP one): the consent step
+    /// opens the returned URL. Flows are never serialized with each other.
+    pub async fn start_oauth(
+        self: &Arc<Self>,
+        node: &Arc<Node>,
+        name: &str,
+    ) -> Result<oauth::Started, oauth::OAuthError> {
+        let e = self
+            .by_name(name)
+            .ok_or_else(|| oauth::OAuthError::NotFound(format!("no upstream named {name}")))?;
+        let Transport::Http { url } = &e.def.transport else {
+            return Err(oauth::OAuthError::Invalid(format!(
+                "upstream {name} is a stdio upstream; only http upstreams authorize"
+            )));
+        };
+        if !e.def.enabled {
+            return Err(oauth::OAuthError::Invalid(format!(
+                "upstream {name} is disabled"
+            )));
+        }
+        let challenge = lock(&e.live).challenge.clone();
+        let started = self
+            .oauth
+            .start(
+                node,
+                &e.def.id,
+                name,
+                url,
+                e.def.auth.as_ref(),
+                challenge.as_deref(),
+            )
+            .await?;
+        // Only now, with the flow recorded, may the status say so.
+        let mut l = lock(&e.live);
+        if l.status == Status::NeedsAuth {
+            l.status = Status::Authorizing;
+        }
+        Ok(started)
+    }
+
+    /// Cancels the pending authorizations of upstream `name`; the status goes back to what
+    /// it was before the attempt. Returns how many flows were dropped.
+    pub fn cancel_oauth(&self, node: &Node, name: &str) -> Result<usize, oauth::OAuthError> {
+        let e = self
+            .by_name(name)
+            .ok_or_else(|| oauth::OAuthError::NotFound(format!("no upstream named {name}")))?;
+        let n = self.oauth.cancel(
+            &e.def.id,
+            node.config().tuning.upstream_oauth_callback_grace_ms,
+        );
+        if n > 0 {
+            tracing::info!(source = "upstream", upstream = %name, "OAuth authorization cancelled");
+            self.oauth_ended(&e.def.id, false);
+        }
+        Ok(n)
+    }
+
+    /// The auth part of one upstream's status row (`GET /mcp/upstreams/{name}/oauth`).
+    pub fn oauth_status(&self, name: &str) -> Option<Value> {
+        let e = self.by_name(name)?;
+        let status = lock(&e.live).status;
+        Some(json!({
+            "upstream": name,
+            "status": status.as_str(),
+            "auth": self.auth_row(&e, status).unwrap_or(json!({"state": "none"})),
+        }))
+    }
+
+    /// Stores a token set from a completed authorization, bound to its origin, in one vault
+    /// write.
+    async fn store_oauth(
+        &self,
+        node: &Arc<Node>,
+        id: &str,
+        cred: Credential,
+    ) -> Result<(), String> {
+        let raw = serde_json::to_string(&cred).map_err(|e| e.to_string())?;
+        let (n, key) = (node.clone(), vault_key(id));
+        match tokio::task::spawn_blocking(move || n.vault.set(&key, &raw)).await {
+            Ok(Ok(())) => {
+                lock(&self.creds).insert(id.to_owned(), cred);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(format!("storing the tokens in the vault: {e:#}")),
+            Err(e) => Err(format!("storing the tokens in the vault: {e}")),
+        }
+    }
+
+    /// A flow of upstream `id` ended: `authorized` reconnects it with the new tokens;
+    /// otherwise an `authorizing` status goes back to `needs_auth` when no other flow of it
+    /// is pending.
+    fn oauth_ended(&self, id: &str, authorized: bool) {
+        let Some(e) = self.entries().into_iter().find(|e| e.def.id == id) else {
+            return;
+        };
+        if authorized {
+            lock(&e.live).status = Status::Connecting;
+            e.kick.notify_one();
+            return;
+        }
+        if self.oauth.pending(id).is_none() {
+            let mut l = lock(&e.live);
+            if l.status == Status::Authorizing {
+                l.status = Status::NeedsAuth;
+            }
+        }
     }
 
     fn set_error(&self, e: &Entry, err: &str) {
@@ -461,7 +615,7 @@ impl Upstreams {
             let connect_timeout = Duration::from_millis(tun.upstream_connect_timeout_ms.max(100));
             let attempt = tokio::select! {
                 _ = e.stop.cancelled() => break,
-                r = self.connect(&e, connect_timeout) => r,
+                r = self.connect(&node, &e, connect_timeout) => r,
             };
             let failure = match attempt {
                 Ok((client, tools, note, events)) => {
@@ -502,9 +656,22 @@ impl Upstreams {
             self.set_error(&e, &msg);
             if matches!(
                 err,
-                UpstreamError::NeedsAuth { .. } | UpstreamError::Origin(_)
+                UpstreamError::NeedsAuth { .. }
+                    | UpstreamError::Origin(_)
+                    | UpstreamError::AuthFailed(_)
             ) {
-                lock(&e.live).status = Status::NeedsAuth;
+                {
+                    let mut l = lock(&e.live);
+                    if let UpstreamError::NeedsAuth { www_authenticate } = &err {
+                        l.challenge = Some(www_authenticate.clone());
+                    }
+                    // A flow started meanwhile keeps saying so.
+                    if !self.oauth.pending(&e.def.id).is_some() {
+                        l.status = Status::NeedsAuth;
+                    } else {
+                        l.status = Status::Authorizing;
+                    }
+                }
                 tokio::select! {
                     _ = e.stop.cancelled() => break,
                     _ = e.kick.notified() => continue,
@@ -544,6 +711,7 @@ impl Upstreams {
     /// Connects and lists the tools.
     async fn connect(
         &self,
+        node: &Arc<Node>,
         e: &Entry,
         timeout: Duration,
     ) -> Result<
@@ -605,7 +773,7 @@ impl Upstreams {
                     &e.def.name,
                     url,
                     choice,
-                    self.bearer_source(&e.def),
+                    self.bearer_source(Arc::downgrade(node), &e.def),
                     tx,
                 )?;
                 c.connect(timeout).await?;
@@ -939,6 +1107,26 @@ pub fn spawn(node: &Arc<Node>) {
             }
         }
     });
+    // The expiry sweep of abandoned OAuth flows: each rolls its upstream back to needs_auth.
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        loop {
+            let tun = n.config().tuning.clone();
+            let every =
+                Duration::from_millis((tun.upstream_oauth_flow_timeout_ms / 4).clamp(50, 1_000));
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tokio::time::sleep(every) => {}
+            }
+            for id in n
+                .upstreams
+                .oauth
+                .sweep(tun.upstream_oauth_callback_grace_ms)
+            {
+                n.upstreams.oauth_ended(&id, false);
+            }
+        }
+    });
     // Every tool-set change reaches every GET /mcp stream.
     let n = node.clone();
     let mut rx = node.upstreams.changed.subscribe();
@@ -963,37 +1151,42 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn bearer_is_sent_only_to_the_origin_it_was_saved_for() {
+    #[tokio::test]
+    async fn bearer_is_sent_only_to_the_origin_it_was_saved_for() {
+        use http::Auth;
         let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
         lock(&up.creds).insert(
             "h".into(),
-            Credential {
-                kind: "bearer".into(),
-                origin: Some("http://127.0.0.1:8000".into()),
-                token: "t1".into(),
-            },
+            Credential::bearer(Some("http://127.0.0.1:8000".into()), "t1".into()),
         );
-        let same = up.bearer_source(&http_def("http://127.0.0.1:8000/other/path"));
+        let src = |def: &ServerDef| up.bearer_source(std::sync::Weak::new(), def);
+        let same = src(&http_def("http://127.0.0.1:8000/other/path"));
         assert_eq!(
-            same().unwrap().as_deref(),
+            same.bearer().await.unwrap().as_deref(),
             Some("t1"),
             "same-origin path edits keep auth"
         );
-        let moved = up.bearer_source(&http_def("http://evil.test:8000/mcp"));
+        let moved = src(&http_def("http://evil.test:8000/mcp"));
         assert!(
-            matches!(moved(), Err(UpstreamError::Origin(m)) if m.contains("bound to http://127.0.0.1:8000"))
+            matches!(moved.bearer().await, Err(UpstreamError::Origin(m)) if m.contains("bound to http://127.0.0.1:8000"))
         );
-        // A new generation is read on the next attempt, without a restart.
+        // A 401 on t1 with t1 still stored: no other generation, nothing to retry.
+        assert_eq!(same.recover(Some("t1")).await.unwrap(), None);
+        // A new generation is read on the next attempt, without a restart, and a 401 on
+        // the old one retries the new one as it is.
         lock(&up.creds).get_mut("h").unwrap().token = "t2".into();
-        assert_eq!(same().unwrap().as_deref(), Some("t2"));
+        assert_eq!(same.bearer().await.unwrap().as_deref(), Some("t2"));
+        assert_eq!(
+            same.recover(Some("t1")).await.unwrap().as_deref(),
+            Some("t2")
+        );
         // Unbound (saved before origin binding): refused, nothing sent.
         lock(&up.creds).get_mut("h").unwrap().origin = None;
-        assert!(matches!(same(), Err(UpstreamError::Origin(_))));
-        // No auth metadata: no bearer at all, whatever the vault holds.
+        assert!(matches!(same.bearer().await, Err(UpstreamError::Origin(_))));
+        // No auth metadata: no static bearer at all, whatever the vault holds.
         let mut plain = http_def("http://127.0.0.1:8000/mcp");
         plain.auth = None;
-        assert_eq!(up.bearer_source(&plain)().unwrap(), None);
+        assert_eq!(src(&plain).bearer().await.unwrap(), None);
     }
 
     #[test]
@@ -1001,11 +1194,7 @@ mod tests {
         let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
         lock(&up.creds).insert(
             "h".into(),
-            Credential {
-                kind: "bearer".into(),
-                origin: Some("http://127.0.0.1:8000".into()),
-                token: "s3cret".into(),
-            },
+            Credential::bearer(Some("http://127.0.0.1:8000".into()), "s3cret".into()),
         );
         let f = UpstreamsFile {
             servers: vec![http_def("http://127.0.0.1:8000/mcp")],

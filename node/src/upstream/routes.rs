@@ -1,24 +1,72 @@
 //! `GET /mcp/upstreams` (the file, redacted) and `PUT /mcp/upstreams {base, config}` (the
-//! delta save of spec "Upstream configuration save contract"). A thin adapter over
-//! [`super::Upstreams`].
+//! delta save of spec "Upstream configuration save contract"), and the OAuth consent routes
+//! `POST /mcp/upstreams/{name}/oauth/start`, `POST …/oauth/cancel`, `GET …/oauth`. A thin
+//! adapter over [`super::Upstreams`].
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::UpstreamSaveError;
+use super::oauth::OAuthError;
 use crate::error::{ApiError, JsonBody};
 use crate::state::Node;
 
 /// The routes, merged into the node router.
 pub fn routes() -> Router<Arc<Node>> {
-    Router::new().route("/mcp/upstreams", get(get_upstreams).put(put_upstreams))
+    Router::new()
+        .route("/mcp/upstreams", get(get_upstreams).put(put_upstreams))
+        .route("/mcp/upstreams/{name}/oauth", get(oauth_status))
+        .route("/mcp/upstreams/{name}/oauth/start", post(oauth_start))
+        .route("/mcp/upstreams/{name}/oauth/cancel", post(oauth_cancel))
+}
+
+fn oauth_error(e: OAuthError) -> ApiError {
+    match e {
+        OAuthError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
+        OAuthError::Invalid(m) => ApiError::bad_request(m),
+        OAuthError::Server(m) => ApiError::new(StatusCode::BAD_GATEWAY, "oauth_failed", m),
+    }
+}
+
+async fn oauth_start(
+    State(node): State<Arc<Node>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let up = node.upstreams.clone();
+    let started = up.start_oauth(&node, &name).await.map_err(oauth_error)?;
+    Ok(Json(serde_json::to_value(started).unwrap_or_default()))
+}
+
+async fn oauth_cancel(
+    State(node): State<Arc<Node>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let n = node
+        .upstreams
+        .cancel_oauth(&node, &name)
+        .map_err(oauth_error)?;
+    let status = node.upstreams.oauth_status(&name);
+    Ok(Json(serde_json::json!({"cancelled": n, "status": status})))
+}
+
+async fn oauth_status(
+    State(node): State<Arc<Node>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    node.upstreams.oauth_status(&name).map(Json).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no upstream named {name}"),
+        )
+    })
 }
 
 async fn get_upstreams(State(node): State<Arc<Node>>) -> Json<Value> {
