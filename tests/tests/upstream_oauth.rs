@@ -538,6 +538,7 @@ async fn a_down_authorization_server_an_expired_flow_and_bad_callbacks_are_refus
     // Without any auth config, the 401 alone makes it needs_auth (auth offered).
     let r = wait_row(&node, "prot", "needs auth", |r| r["status"] == "needs_auth").await;
     assert_eq!(r["auth"]["state"], "needs_auth", "{r}");
+    wait_row(&node, "py", "py ready", |r| r["status"] == "ready").await;
 
     // The authorization server is down: a clear error naming it; nothing else moves.
     let (code, e) = req(

@@ -105,6 +105,10 @@ struct Entry {
     stop: CancellationToken,
     /// Asks the supervisor to reconnect now (a new credential).
     kick: Notify,
+    /// A proxied call found the credential rejected for good (401 after recovery, refresh
+    /// refused): the supervisor leaves `ready` for `needs_auth`.
+    auth_lost: Mutex<Option<UpstreamError>>,
+    auth_lost_signal: Notify,
 }
 
 use oauth::{Credential, vault_key};
@@ -312,6 +316,8 @@ impl Upstreams {
                         }),
                         stop: node.shutdown.child_token(),
                         kick: Notify::new(),
+                        auth_lost: Mutex::new(None),
+                        auth_lost_signal: Notify::new(),
                     });
                     if def.enabled {
                         started.push(e.clone());
@@ -805,6 +811,12 @@ impl Upstreams {
             let refresh = tokio::select! {
                 _ = e.stop.cancelled() => return Ended::Stop,
                 _ = e.kick.notified() => return Ended::Kick,
+                _ = e.auth_lost_signal.notified() => {
+                    if let Some(err) = lock(&e.auth_lost).take() {
+                        return Ended::Failed(err, Verdict::Failed);
+                    }
+                    continue;
+                }
                 why = client.closed() => {
                     let verdict = lock(&e.live).breaker.failure(&breaker::Tuning::from_config(&tun));
                     return Ended::Failed(UpstreamError::Closed(why), verdict);
@@ -994,6 +1006,14 @@ impl ToolSource for Upstreams {
                 .request("tools/call", params, timeout, progress)
                 .await
                 .map_err(|err| {
+                    if matches!(
+                        err,
+                        UpstreamError::NeedsAuth { .. } | UpstreamError::AuthFailed(_)
+                    ) {
+                        // A NeedsAuth on any request moves the upstream to needs_auth.
+                        *lock(&e.auth_lost) = Some(err.clone());
+                        e.auth_lost_signal.notify_one();
+                    }
                     ToolError::new(err.code(), format!("upstream {}: {err}", e.def.name))
                         .with("upstream", json!(e.def.name))
                 })
