@@ -66,6 +66,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/screen.js"),
     ),
     (
+        "assets/upstreams.js",
+        JS,
+        include_str!("../../web/assets/upstreams.js"),
+    ),
+    (
         "assets/ansi.js",
         JS,
         include_str!("../../web/assets/ansi.js"),

@@ -1,7 +1,8 @@
 // The tuic web UI: one page for the phone (/mobile) and the desktop browser (/), as ES modules
 // by job (no bundler): `dom` (lookup, layout), `api` (REST), `state`, `list` (session list),
 // `events` (/events), `view` (the session view: screen sync from `screen.js`, History from
-// `ansi.js`), `input` (input line, special keys), and this router. The list is kept fresh by
+// `ansi.js`), `input` (input line, special keys), `upstreams` (OAuth consent for upstream MCP
+// servers), and this router. The list is kept fresh by
 // /events with a 3 s polling fallback.
 
 import { $, desktop } from "/assets/dom.js";
@@ -10,6 +11,7 @@ import { renderList, refreshSessions, sessionKey } from "/assets/list.js";
 import { startEvents } from "/assets/events.js";
 import { SessionView } from "/assets/view.js";
 import { keysBar, lineInput } from "/assets/input.js";
+import { refreshUpstreams } from "/assets/upstreams.js";
 
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -68,3 +70,5 @@ refreshSessions().then(route);
 startEvents();
 setInterval(refreshSessions, 3000);
 setInterval(renderList, 15000);
+refreshUpstreams();
+setInterval(refreshUpstreams, 5000);
