@@ -345,19 +345,48 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
     assert_eq!(code, 410, "{page}");
     assert_eq!(as_stats(as_port).await["code_exchanges"], 0);
 
-    // The real consent: authorize, follow the redirect to the loopback callback.
-    let (code, s) = req(
-        &node,
-        "POST",
-        "/mcp/upstreams/prot/oauth/start",
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(code, 200, "{s}");
-    let back = consent(s["authorize_url"].as_str().unwrap()).await;
+    // The real consent, from the CLI: `tuic mcp auth prot` prints the URL and waits; the
+    // user opens it and follows the redirect to the loopback callback; the CLI then exits 0.
+    let mut cli = tokio::process::Command::new(tuic_tests::bin("tuic"))
+        .args(["mcp", "auth", "prot", "--wait-secs", "60"])
+        .env("TUIC_SOCKET", &node.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(cli.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let l = out
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the CLI printed no URL");
+            printed.push(l.clone());
+            if l.starts_with("http://") {
+                return l;
+            }
+        }
+    })
+    .await
+    .expect("the CLI prints the URL");
+    assert!(
+        printed[0].contains(&format!("at http://127.0.0.1:{as_port}")),
+        "{printed:?}"
+    );
+    let back = consent(&url).await;
     let (code, page) = get_page(&back).await;
     assert_eq!(code, 200, "{page}");
     assert!(page.contains("authorized"), "{page}");
+    let status = tokio::time::timeout(Duration::from_secs(30), cli.wait())
+        .await
+        .expect("the CLI returns after the callback")
+        .unwrap();
+    let rest = out.next_line().await.unwrap().unwrap_or_default();
+    assert!(status.success(), "tuic mcp auth: {status} {rest}");
+    assert!(rest.contains("authorized"), "{rest}");
     let r = wait_row(&node, "prot", "prot ready", |r| r["status"] == "ready").await;
     assert_eq!(r["auth"]["state"], "authorized", "{r}");
     assert_eq!(r["auth"]["refresh_token_exists"], true, "{r}");
