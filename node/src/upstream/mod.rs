@@ -672,11 +672,11 @@ impl Upstreams {
                         l.challenge = Some(www_authenticate.clone());
                     }
                     // A flow started meanwhile keeps saying so.
-                    if !self.oauth.pending(&e.def.id).is_some() {
-                        l.status = Status::NeedsAuth;
+                    l.status = if self.oauth.pending(&e.def.id).is_none() {
+                        Status::NeedsAuth
                     } else {
-                        l.status = Status::Authorizing;
-                    }
+                        Status::Authorizing
+                    };
                 }
                 tokio::select! {
                     _ = e.stop.cancelled() => break,
@@ -1173,7 +1173,6 @@ mod tests {
 
     #[tokio::test]
     async fn bearer_is_sent_only_to_the_origin_it_was_saved_for() {
-        use http::Auth;
         let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
         lock(&up.creds).insert(
             "h".into(),
