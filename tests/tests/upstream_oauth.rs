@@ -83,13 +83,23 @@ async fn start_node(tuning: Value, upstreams: Value, log: &Path) -> NodeProc {
     .unwrap();
     let cfg = json!({"secret_store": "file", "tuning": tuning});
     std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+    spawn_node(dir, log).await
+}
+
+/// Starts a node on an existing config dir, appending its stderr to `log`.
+async fn spawn_node(dir: tempfile::TempDir, log: &Path) -> NodeProc {
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     let mut child = tokio::process::Command::new(mcp_support::node_bin())
         .arg("--config-dir")
         .arg(dir.path())
         .env("TUIC_LOG", "debug")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
+        .stderr(err)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -248,6 +258,7 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
     let _as = auth_server(&python, as_port, 6).await;
     let _rs = protected(&python, rs_port, as_port).await;
     let log = std::env::temp_dir().join(format!("tuic-oauth-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let upstreams = json!({"servers": [
         {"id": "prot-1", "name": "prot", "auth": {"type": "oauth2"},
          "transport": {"type": "http", "url": format!("http://127.0.0.1:{rs_port}/mcp")}},
@@ -454,6 +465,27 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
         "ready"
     );
 
+    // The token set is in the vault: after a kill -9 and a restart the upstream is authorized
+    // again without a new consent.
+    let NodeProc { mut child, dir, .. } = node;
+    child.kill().await.unwrap();
+    let node = spawn_node(dir, &log).await;
+    let r = wait_row(&node, "prot", "ready after a restart", |r| {
+        r["status"] == "ready"
+    })
+    .await;
+    assert_eq!(r["auth"]["state"], "authorized", "{r}");
+    assert_eq!(as_stats(as_port).await["code_exchanges"], 1);
+    assert_eq!(
+        text(&call(&node, "prot__add", json!({"a": 1, "b": 2})).await),
+        "3"
+    );
+
+    wait_row(&node, "py", "py ready after the restart", |r| {
+        r["status"] == "ready"
+    })
+    .await;
+
     // Concurrent calls after a revocation share one refresh (the semaphore).
     as_admin(as_port, "revoke_access").await;
     let before = as_stats(as_port).await;
@@ -555,6 +587,7 @@ async fn a_down_authorization_server_an_expired_flow_and_bad_callbacks_are_refus
     // The protected server trusts an authorization server that is not running.
     let _rs = protected(&python, rs_port, as_port).await;
     let log = std::env::temp_dir().join(format!("tuic-oauth-down-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let upstreams = json!({"servers": [
         {"id": "prot-1", "name": "prot",
          "transport": {"type": "http", "url": format!("http://127.0.0.1:{rs_port}/mcp")}},
