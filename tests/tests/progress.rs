@@ -684,6 +684,118 @@ async fn progress_flow_reads_claude_transcripts_with_byte_cursors_and_counts_bad
     assert_eq!(r.status, 400);
 }
 
+#[tokio::test]
+async fn progress_flow_reads_a_codex_rollout_for_its_session_cwd_and_skips_bad_lines() {
+    let dir = config_dir(json!({}));
+    let node = start(dir.path());
+    let repo = tempfile::tempdir().unwrap();
+    let cwd = arg(&std::fs::canonicalize(repo.path()).unwrap());
+    let other = tempfile::tempdir().unwrap();
+    let codex_home = tempfile::tempdir().unwrap();
+    // Codex writes sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl, first line session_meta.
+    let day = codex_home.path().join("sessions/2026/12/03");
+    std::fs::create_dir_all(&day).unwrap();
+    let uuid = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+    let mut text = jl(
+        json!({"timestamp": "2026-12-03T09:00:00.000Z", "type": "session_meta",
+        "payload": {"id": uuid, "timestamp": "2026-12-03T09:00:00.000Z", "cwd": cwd,
+        "originator": "codex_cli_rs", "cli_version": "0.63.0", "instructions": null}}),
+    );
+    text += &jl(
+        json!({"timestamp": "2026-12-03T09:00:01.000Z", "type": "response_item",
+        "payload": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Add a retry to the fetcher"}]}}),
+    );
+    text += &jl(
+        json!({"timestamp": "2026-12-03T09:00:02.000Z", "type": "event_msg",
+        "payload": {"type": "agent_reasoning", "text": "thinking"}}),
+    );
+    text += &jl(
+        json!({"timestamp": "2026-12-03T09:00:03.000Z", "type": "response_item",
+        "payload": {"type": "function_call", "name": "shell",
+        "arguments": "{\"command\":[\"rg\",\"fetch\"]}", "call_id": "call_1"}}),
+    );
+    text += &jl(
+        json!({"timestamp": "2026-12-03T09:00:04.000Z", "type": "response_item",
+        "payload": {"type": "function_call_output", "call_id": "call_1",
+        "output": "SECRET command output"}}),
+    );
+    text += "{not json at all\n";
+    text += &jl(
+        json!({"timestamp": "2026-12-03T09:00:05.000Z", "type": "response_item",
+        "payload": {"type": "custom_tool_call", "name": "apply_patch", "call_id": "call_2",
+        "input": "*** Begin Patch"}}),
+    );
+    text += &jl(
+        json!({"timestamp": "2026-12-03T09:00:09.000Z", "type": "response_item",
+        "payload": {"type": "message", "role": "assistant",
+        "content": [{"type": "output_text", "text": "Retry added with backoff."}]}}),
+    );
+    text += r#"{"timestamp": "2026-12-03T09:00:10.000Z", "type": "respo"#; // cut mid-line
+    std::fs::write(
+        day.join(format!("rollout-2026-12-03T09-00-00-{uuid}.jsonl")),
+        &text,
+    )
+    .unwrap();
+    // Another project's rollout, newer, in the same day folder: never this session's.
+    let foreign = jl(
+        json!({"timestamp": "2026-12-03T09:30:00.000Z", "type": "session_meta",
+        "payload": {"id": "0199ffff-0000-7000-8000-000000000000", "cwd": arg(other.path())}}),
+    ) + &jl(
+        json!({"timestamp": "2026-12-03T09:30:01.000Z", "type": "response_item",
+        "payload": {"type": "message", "role": "assistant",
+        "content": [{"type": "output_text", "text": "FOREIGN reply"}]}}),
+    );
+    std::fs::write(
+        day.join("rollout-2026-12-03T09-30-00-0199ffff.jsonl"),
+        foreign,
+    )
+    .unwrap();
+
+    let bin = tempfile::tempdir().unwrap();
+    let codex = fake_agent(bin.path(), "codex", &["ready"]);
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"shell": arg(&codex), "cwd": cwd,
+        "env": {"CODEX_HOME": arg(codex_home.path())}})),
+    )
+    .await
+    .unwrap();
+    let sid = r.json()["session_id"].as_str().unwrap().to_owned();
+    wait_agent(&node.socket, &sid, "codex", Duration::from_secs(20)).await;
+    let flow = ipc(
+        &node.socket,
+        "POST",
+        "/progress/flow",
+        Some(json!({"session_id": sid})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(flow.status, 200, "{}", String::from_utf8_lossy(&flow.body));
+    let f = flow.json();
+    assert_eq!(f["agent_type"], "codex");
+    let t = &f["transcript"];
+    assert_eq!(t["session_uuid"], uuid, "{f}");
+    assert_eq!(t["skipped_lines"], 1, "{f}");
+    assert!(
+        t["pending_bytes"].as_u64().unwrap() > 0,
+        "the cut line waits"
+    );
+    assert_eq!(t["messages"], 2);
+    assert_eq!(t["tools"], json!({"shell": 1, "apply_patch": 1}));
+    assert_eq!(t["last_reply"], "Retry added with backoff.");
+    assert_eq!(t["last_at"], "2026-12-03T09:00:09.000Z");
+    assert_eq!(f["agents"], json!([]), "codex has no subagents");
+    let all = f.to_string();
+    assert!(!all.contains("SECRET"), "tool output is never kept");
+    assert!(
+        !all.contains("FOREIGN"),
+        "another cwd's rollout is never read"
+    );
+}
+
 async fn scrape(node: &NodeProc, python: &str) -> Value {
     let r = ipc(&node.socket, "GET", "/metrics", None).await.unwrap();
     assert_eq!(r.status, 200);

@@ -463,6 +463,23 @@ async fn faulty_upstreams_are_isolated_and_the_breaker_opens_and_recovers() {
             .iter()
             .any(|n| n.starts_with("garbage__"))
     );
+    // Upstream health in `/metrics`: the garbage one down with its failures counted.
+    let m = tuic_tests::ipc(&node.socket, "GET", "/metrics", None)
+        .await
+        .unwrap();
+    assert_eq!(m.status, 200);
+    let m = String::from_utf8_lossy(&m.body).into_owned();
+    let sample = |name: &str| -> f64 {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{m}"))
+    };
+    assert_eq!(sample("tuic_upstream_up{upstream=\"good\"}"), 1.0);
+    assert_eq!(sample("tuic_upstream_up{upstream=\"garbage\"}"), 0.0);
+    assert!(sample("tuic_upstream_failures{upstream=\"garbage\"}") >= 1.0);
+    assert!(sample("tuic_upstream_tools{upstream=\"good\"}") >= 1.0);
 
     // The flood does not stop its own tools, nor anyone else's.
     assert_eq!(

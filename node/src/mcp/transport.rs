@@ -34,26 +34,30 @@ pub const METHOD_HEADER: &str = "mcp-method";
 /// SEP-2243 name header (modern `tools/call`).
 pub const NAME_HEADER: &str = "mcp-name";
 
-/// The answer to one message: an HTTP status and an optional JSON-RPC body.
+/// The answer to one message: an HTTP status and an optional JSON-RPC body, already rendered
+/// as JSON text (a tool's value is written into it once, see [`render_tool_text`]).
 #[derive(Debug)]
 struct Outcome {
     status: StatusCode,
-    body: Option<Value>,
+    body: Option<String>,
     /// A `subscriptions/listen` request: answered with an event stream, not JSON.
     listen: Option<Value>,
 }
 
 impl Outcome {
     fn ok(body: Value) -> Self {
-        Self {
-            status: StatusCode::OK,
-            body: Some(body),
-            listen: None,
-        }
+        Self::err(StatusCode::OK, body)
     }
     fn err(status: StatusCode, body: Value) -> Self {
         Self {
             status,
+            body: Some(body.to_string()),
+            listen: None,
+        }
+    }
+    fn rendered(body: String) -> Self {
+        Self {
+            status: StatusCode::OK,
             body: Some(body),
             listen: None,
         }
@@ -100,12 +104,11 @@ fn disabled() -> Response {
 }
 
 fn json_response(status: StatusCode, body: &Value, session: Option<&str>) -> Response {
-    let mut r = (
-        status,
-        [(CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(body).unwrap_or_default(),
-    )
-        .into_response();
+    text_response(status, body.to_string(), session)
+}
+
+fn text_response(status: StatusCode, body: String, session: Option<&str>) -> Response {
+    let mut r = (status, [(CONTENT_TYPE, "application/json")], body).into_response();
     if let Some(v) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
         r.headers_mut().insert(SESSION_HEADER, v);
     }
@@ -187,7 +190,7 @@ pub async fn post(
             }
             let session = minted.as_deref();
             match out.body {
-                Some(b) => json_response(out.status, &b, session),
+                Some(b) => text_response(out.status, b, session),
                 None => {
                     let mut r = out.status.into_response();
                     if let Some(v) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
@@ -215,18 +218,22 @@ async fn post_batch(
             None,
         );
     }
-    let mut answers = Vec::new();
+    let mut answers = String::from("[");
     let mut minted = None;
     for m in &batch {
         let out = handle(node, req, headers, m, &mut minted, true).await;
         if let Some(b) = out.body {
-            answers.push(b);
+            if answers.len() > 1 {
+                answers.push(',');
+            }
+            answers.push_str(&b);
         }
     }
-    if answers.is_empty() {
+    if answers.len() == 1 {
         return StatusCode::ACCEPTED.into_response();
     }
-    json_response(StatusCode::OK, &Value::Array(answers), None)
+    answers.push(']');
+    text_response(StatusCode::OK, answers, None)
 }
 
 /// Handles one message. `minted` receives a session id to answer in the header.
@@ -633,14 +640,58 @@ async fn tools_call(
         }
     };
     // Native values travel as compact JSON text in the content envelope.
-    let mut result = json!({
-        "content": [{"type": "text", "text": value.to_string()}],
-        "isError": is_error,
-    });
-    if modern {
-        result["resultType"] = json!("complete");
+    Outcome::rendered(render_tool_text(&id, &value, is_error, modern))
+}
+
+/// The JSON-RPC answer `{"jsonrpc","id","result":{"content":[{"type":"text","text":…}],
+/// "isError"[,"resultType"]}}` whose text is `value` as compact JSON, rendered in one pass:
+/// the value is serialized straight into the answer through a string-escaping writer, so no
+/// intermediate text, no second `Value` and no second serialization of a large result.
+fn render_tool_text(id: &Value, value: &Value, is_error: bool, modern: bool) -> String {
+    /// Writes JSON text as the contents of a JSON string. serde_json's compact output holds no
+    /// raw control characters (they are escaped inside its strings), so only `"` and `\` need
+    /// escaping; anything else below 0x20 is escaped anyway, to stay correct for any input.
+    struct Escaping<'a>(&'a mut Vec<u8>);
+    impl std::io::Write for Escaping<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut start = 0;
+            for (i, &b) in buf.iter().enumerate() {
+                let esc: &[u8] = match b {
+                    b'"' => b"\\\"",
+                    b'\\' => b"\\\\",
+                    0..=0x1f => {
+                        self.0.extend_from_slice(&buf[start..i]);
+                        let _ = write!(self.0, "\\u{b:04x}");
+                        start = i + 1;
+                        continue;
+                    }
+                    _ => continue,
+                };
+                self.0.extend_from_slice(&buf[start..i]);
+                self.0.extend_from_slice(esc);
+                start = i + 1;
+            }
+            self.0.extend_from_slice(&buf[start..]);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
-    Outcome::ok(p::result(id, result))
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    // Writing into a Vec cannot fail; a Value always serializes.
+    let _ = serde_json::to_writer(&mut out, id);
+    out.extend_from_slice(br#","result":{"content":[{"type":"text","text":""#);
+    let _ = serde_json::to_writer(Escaping(&mut out), value);
+    out.extend_from_slice(br#""}],"isError":"#);
+    out.extend_from_slice(if is_error { b"true" } else { b"false" });
+    if modern {
+        out.extend_from_slice(br#","resultType":"complete""#);
+    }
+    out.extend_from_slice(b"}}");
+    // Both parts are valid UTF-8 (serde_json output, ASCII framing).
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// `subscriptions/listen` (2026-07-28): an event stream whose first message acknowledges the
@@ -762,5 +813,42 @@ pub async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) -> Respon
         (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response()
     } else {
         ApiError::not_found("no such MCP session").into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass rendering equals building the envelope as a `Value` and serializing it.
+    #[test]
+    fn tool_text_renders_like_the_value_envelope() {
+        let tricky = json!({
+            "quote": "say \"hi\"", "back": "C:\\dir\\", "lines": "a\nb\r\tc\u{1}\u{1f}",
+            "unicode": "héllo ✓ 日本 \u{2028}", "nested": {"arr": [1, -2.5, null, true, "x"]},
+            "empty": "", "esc_seq": "\\n is not a newline"
+        });
+        for (id, value, is_error, modern) in [
+            (json!(1), tricky.clone(), false, false),
+            (json!("req-\"7\""), tricky.clone(), true, true),
+            (Value::Null, json!([]), false, true),
+            (json!(u64::MAX), json!("plain string"), false, false),
+        ] {
+            let text = render_tool_text(&id, &value, is_error, modern);
+            let got: Value = serde_json::from_str(&text).expect("valid JSON");
+            let mut result = json!({
+                "content": [{"type": "text", "text": value.to_string()}],
+                "isError": is_error,
+            });
+            if modern {
+                result["resultType"] = json!("complete");
+            }
+            assert_eq!(got, p::result(id, result), "{text}");
+            // The embedded text is exactly the value's compact JSON.
+            assert_eq!(
+                got["result"]["content"][0]["text"].as_str().unwrap(),
+                value.to_string()
+            );
+        }
     }
 }

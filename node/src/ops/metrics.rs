@@ -41,6 +41,9 @@ pub struct Metrics {
     mcp_sessions: IntGauge,
     progress_entries: IntGauge,
     progress_appended: IntCounterVec,
+    upstream_up: IntGaugeVec,
+    upstream_tools: IntGaugeVec,
+    upstream_failures: IntGaugeVec,
     http: HistogramVec,
     /// Held while counters catch up with the services' totals.
     scrape: Mutex<()>,
@@ -117,6 +120,23 @@ impl Default for Metrics {
             &["type"],
         ));
         reg(Box::new(progress_appended.clone()));
+        let per_upstream = |n: &str, h: &str| {
+            let g = must(IntGaugeVec::new(Opts::new(n, h), &["upstream"]));
+            reg(Box::new(g.clone()));
+            g
+        };
+        let upstream_up = per_upstream(
+            "tuic_upstream_up",
+            "1 while the upstream MCP server is ready, else 0 (its status is in GET /mcp/status).",
+        );
+        let upstream_tools = per_upstream(
+            "tuic_upstream_tools",
+            "Tools the upstream offers after its allow/deny filter.",
+        );
+        let upstream_failures = per_upstream(
+            "tuic_upstream_failures",
+            "Consecutive failures counted by the upstream's circuit breaker.",
+        );
         let http = must(HistogramVec::new(
             HistogramOpts::new(
                 "tuic_http_request_duration_seconds",
@@ -144,6 +164,9 @@ impl Default for Metrics {
             mcp_sessions,
             progress_entries,
             progress_appended,
+            upstream_up,
+            upstream_tools,
+            upstream_failures,
             http,
             scrape: Mutex::new(()),
         }
@@ -196,6 +219,24 @@ impl Metrics {
                 &self.progress_appended.with_label_values(&[k.as_str()]),
                 node.progress.appended(k),
             );
+        }
+        // Upstreams come and go with the config file: only the current ones are exposed.
+        self.upstream_up.reset();
+        self.upstream_tools.reset();
+        self.upstream_failures.reset();
+        for u in node.upstreams.status() {
+            let name = u["name"].as_str().unwrap_or_default();
+            let ready = u["status"] == "ready";
+            self.upstream_up
+                .with_label_values(&[name])
+                .set(i64::from(ready));
+            let n = |k: &str| u[k].as_i64().unwrap_or(0);
+            self.upstream_tools
+                .with_label_values(&[name])
+                .set(n("tools"));
+            self.upstream_failures
+                .with_label_values(&[name])
+                .set(n("failures"));
         }
         let mut buf = Vec::new();
         // Encoding gathered families into a Vec cannot fail.

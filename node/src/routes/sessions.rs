@@ -91,12 +91,20 @@ fn session_error(e: SessionError) -> ApiError {
     }
 }
 
-async fn list(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
+async fn list(
+    State(node): State<Arc<Node>>,
+) -> Result<Json<Vec<crate::session::SessionRow>>, ApiError> {
+    // Rows are ready state (the monitor probes `/proc` and the screen): a list is a read under
+    // the registry's locks, serialized once straight from the rows. Only a session the monitor
+    // has not probed yet sends the list to the blocking pool.
+    if let Some(rows) = node.sessions.ready_rows() {
+        return Ok(Json(rows));
+    }
     let n = node.clone();
     let rows = tokio::task::spawn_blocking(move || n.sessions.rows())
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(Json(json!(rows)))
+    Ok(Json(rows))
 }
 
 /// `GET /sessions/{id}`: one live session's row, as `GET /sessions` lists it (the hub's mirror

@@ -108,6 +108,12 @@ impl Session {
         self.build_row(&p)
     }
 
+    /// The list row if the monitor has probed this session already.
+    pub(super) fn ready_row(&self) -> Option<super::SessionRow> {
+        let p = lock(&self.probe).clone()?;
+        Some(self.build_row(&p))
+    }
+
     /// The `agent_state` of a detected agent from the probe and the current time.
     pub(super) fn agent_state_from(
         &self,
@@ -232,6 +238,15 @@ mod tests {
         probed.sort_by(|a, b| a["alias"].as_str().cmp(&b["alias"].as_str()));
         assert_eq!(listed, probed);
         assert_eq!(listed.len(), 3);
+        // Every session probed: the async list path reads the same rows.
+        let ready: Vec<serde_json::Value> = n
+            .sessions
+            .ready_rows()
+            .expect("every session probed")
+            .iter()
+            .map(|r| json!(r))
+            .collect();
+        assert_eq!(ready, listed);
 
         // A foreground change shows in the list within a tick of a fresh probe seeing it.
         shell

@@ -259,14 +259,39 @@ impl Registry {
     pub fn rows(&self) -> Vec<SessionRow> {
         // A session whose exit is recorded but whose waiter has not unregistered it yet has
         // already left the list.
-        let sessions: Vec<Arc<Session>> = self
-            .read()
+        let rows = self
+            .listed_sessions()
+            .iter()
+            .map(|s| s.listed_row())
+            .collect();
+        self.placed(rows)
+    }
+
+    /// [`Self::rows`] when every live session has been probed by the monitor already, so the
+    /// list reads only ready state and may run on an async worker; `None` when one still needs
+    /// its first probe (`/proc` reads: call [`Self::rows`] on the blocking pool).
+    pub fn ready_rows(&self) -> Option<Vec<SessionRow>> {
+        let rows = self
+            .listed_sessions()
+            .iter()
+            .map(|s| s.ready_row())
+            .collect::<Option<Vec<_>>>()?;
+        Some(self.placed(rows))
+    }
+
+    /// The live sessions whose exit is not recorded yet, taken under the table's lock (rows
+    /// are built after it is released).
+    fn listed_sessions(&self) -> Vec<Arc<Session>> {
+        self.read()
             .live
             .values()
             .filter(|s| s.exit().is_none())
             .cloned()
-            .collect();
-        let mut rows: Vec<SessionRow> = sessions.iter().map(|s| s.listed_row()).collect();
+            .collect()
+    }
+
+    /// Adds declared worktree placements and sorts by alias.
+    fn placed(&self, mut rows: Vec<SessionRow>) -> Vec<SessionRow> {
         for r in &mut rows {
             if let Some((path, branch)) = self.placement(&r.tuic_session) {
                 r.worktree_path = Some(path);

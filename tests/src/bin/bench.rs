@@ -538,6 +538,8 @@ async fn idle_rss(n: usize) -> anyhow::Result<()> {
 /// `tools/call session action=list` over IPC (one HTTP/1.1 connection per call, as the CLI
 /// and bridge make them) with `n` live sessions: p50/p99 of the whole request.
 async fn mcp_session_list(n: usize, calls: usize) -> anyhow::Result<()> {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
     let node = Node::start(None).await?;
     for _ in 0..n {
         node.create(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp"}))
@@ -554,19 +556,73 @@ async fn mcp_session_list(n: usize, calls: usize) -> anyhow::Result<()> {
     if listed["count"].as_u64() != Some(n as u64) {
         bail!("session list answered {listed}");
     }
-    let mut v = Vec::with_capacity(calls);
+    // A fresh connection per call, the answer parsed (what the figures before 2026-12-04 measured).
+    let mut fresh = Vec::with_capacity(calls);
+    let mut health = Vec::with_capacity(calls);
     for _ in 0..calls {
         let t0 = Instant::now();
+        node.ok("GET", "/health", None).await?;
+        health.push(t0.elapsed().as_secs_f64() * 1e3);
+        let t0 = Instant::now();
         node.ok("POST", "/mcp", Some(body.clone())).await?;
-        v.push(t0.elapsed().as_secs_f64() * 1e3);
+        fresh.push(t0.elapsed().as_secs_f64() * 1e3);
     }
-    let p50 = percentile(&mut v, 0.5);
-    let p99 = percentile(&mut v, 0.99);
+    // One kept-alive connection, as the bridge and the hub hold theirs; bytes only.
+    let s = tokio::net::UnixStream::connect(&node.socket).await?;
+    let (mut send, c) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s)).await?;
+    tokio::spawn(c);
+    let raw = Bytes::from(body.to_string());
+    let mut kept = Vec::with_capacity(calls);
+    let mut kept_rest = Vec::with_capacity(calls);
+    let mut kept_health = Vec::with_capacity(calls);
+    for i in 0..calls * 3 {
+        let (method, path, b) = match i % 3 {
+            0 => ("GET", "/health", Bytes::new()),
+            1 => ("POST", "/mcp", raw.clone()),
+            _ => ("GET", "/sessions", Bytes::new()),
+        };
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Full::new(b))?;
+        let t0 = Instant::now();
+        send.ready().await?;
+        let r = send.send_request(req).await?;
+        if r.status() != 200 {
+            bail!("{method} {path}: {}", r.status());
+        }
+        let got = r.into_body().collect().await?.to_bytes();
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        if got.is_empty() {
+            bail!("{method} {path}: empty answer");
+        }
+        [&mut kept_health, &mut kept, &mut kept_rest][i % 3].push(ms);
+    }
+    let q = |v: &mut Vec<f64>| (percentile(v, 0.5), percentile(v, 0.99));
     println!(
         "mcp-session-list sessions={n} calls={calls} response={} bytes",
         text.len()
     );
-    println!("  tools/call session action=list over IPC: p50 {p50:.3} ms  p99 {p99:.3} ms");
+    for (what, v) in [
+        ("GET /health, fresh connection (floor)", &mut health),
+        (
+            "tools/call session action=list, fresh connection + parse",
+            &mut fresh,
+        ),
+        (
+            "GET /health, kept-alive connection (floor)",
+            &mut kept_health,
+        ),
+        ("tools/call session action=list, kept-alive", &mut kept),
+        ("GET /sessions, kept-alive", &mut kept_rest),
+    ] {
+        let (p50, p99) = q(v);
+        println!("  {what}: p50 {p50:.3} ms  p99 {p99:.3} ms");
+    }
     Ok(())
 }
 
