@@ -852,7 +852,11 @@ impl Upstreams {
                         .failure(&breaker::Tuning::from_config(&tun));
                     self.set_error(e, &err.to_string());
                     tracing::warn!(source = "upstream", upstream = %e.def.name, error = %err, ?verdict, "upstream health check failed");
-                    if !matches!(verdict, Verdict::Degraded { .. }) {
+                    // A connection that is gone (a stdio child that exited) is not served on,
+                    // whatever the breaker says: it reconnects now.
+                    if !matches!(verdict, Verdict::Degraded { .. })
+                        || matches!(err, UpstreamError::Closed(_))
+                    {
                         return Ended::Failed(err, verdict);
                     }
                 }
