@@ -387,6 +387,7 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
         printed[0].contains(&format!("at http://127.0.0.1:{as_port}")),
         "{printed:?}"
     );
+    let consented = Instant::now();
     let back = consent(&url).await;
     let (code, page) = get_page(&back).await;
     assert_eq!(code, 200, "{page}");
@@ -399,6 +400,13 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
     assert!(status.success(), "tuic mcp auth: {status} {rest}");
     assert!(rest.contains("authorized"), "{rest}");
     let r = wait_row(&node, "prot", "prot ready", |r| r["status"] == "ready").await;
+    let to_ready = consented.elapsed();
+    let plain = Instant::now();
+    assert_eq!(
+        text(&call(&node, "prot__add", json!({"a": 0, "b": 0})).await),
+        "0"
+    );
+    let plain = plain.elapsed();
     assert_eq!(r["auth"]["state"], "authorized", "{r}");
     assert_eq!(r["auth"]["refresh_token_exists"], true, "{r}");
     let st = as_stats(as_port).await;
@@ -429,7 +437,9 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
         (expires - 1000).saturating_sub(now) + 50,
     ))
     .await;
+    let t = Instant::now();
     let r = call(&node, "prot__add", json!({"a": 2, "b": 3})).await;
+    let with_refresh = t.elapsed();
     assert_eq!(text(&r), "5", "{r}");
     let after = as_stats(as_port).await;
     assert!(
@@ -449,7 +459,14 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
     // Revoked at the server: the call gets a 401, tuic refreshes once and retries.
     as_admin(as_port, "revoke_access").await;
     let before = as_stats(as_port).await;
+    let t = Instant::now();
     let r = call(&node, "prot__add", json!({"a": 40, "b": 2})).await;
+    let with_recovery = t.elapsed();
+    println!(
+        "oauth figures: consent → upstream ready {to_ready:?}; proxied call {plain:?}; \
+         call that refreshes an expiring token first {with_refresh:?}; \
+         call that recovers from a 401 (refresh + retry) {with_recovery:?}"
+    );
     assert_eq!(text(&r), "42", "{r}");
     let after = as_stats(as_port).await;
     assert!(
