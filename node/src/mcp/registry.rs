@@ -154,8 +154,32 @@ pub struct ToolDef {
     pub passthrough: bool,
 }
 
-/// What a dispatch produced: the value (or tool error) and whether it passes through.
-pub type Dispatched = (Result<Value, ToolError>, bool);
+/// A tool's answer: a JSON value, or the same value already rendered as compact JSON text (a
+/// hot listing serializes its typed rows once, without building a `Value` per row).
+#[derive(Debug)]
+pub enum Answer {
+    /// A value, rendered by the transport.
+    Value(Value),
+    /// Compact JSON text as `serde_json::to_string` writes it (no raw control characters).
+    Json(String),
+}
+
+impl Answer {
+    /// The answer as a value (parses a rendered one; for callers off the hot path).
+    pub fn into_value(self) -> Value {
+        match self {
+            Answer::Value(v) => v,
+            Answer::Json(s) => serde_json::from_str(&s).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// A handler whose answer is rendered JSON text (see [`Answer::Json`]).
+pub type RenderedHandler =
+    fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<String, ToolError>;
+
+/// What a dispatch produced: the answer (or tool error) and whether it passes through.
+pub type Dispatched = (Result<Answer, ToolError>, bool);
 
 impl ToolDef {
     /// The MCP `Tool` object.
@@ -306,8 +330,17 @@ impl Registry {
         out
     }
 
+    /// The callable tool of that name: an enabled native one, else a run-time one.
     fn find(&self, cfg: &crate::config::Config, name: &str) -> Option<Arc<ToolDef>> {
-        self.visible(cfg).into_iter().find(|t| t.name == name)
+        if let Some(t) = self.native.iter().find(|t| t.name == name) {
+            return Self::enabled(cfg, name).then(|| Arc::new(clone_def(t)));
+        }
+        self.dynamic
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
     }
 
     /// The `tools/list` array: the full catalogue, or the collapsed surface.
@@ -403,7 +436,10 @@ impl Registry {
         if let Some(src) = self.source()
             && src.owns(name)
         {
-            return Ok((src.call(node, ctx, name, args).await, true));
+            return Ok((
+                src.call(node, ctx, name, args).await.map(Answer::Value),
+                true,
+            ));
         }
         // The filter applies at dispatch too: knowing a hidden name does not make it callable.
         let Some(def) = self.find(&cfg, name) else {
@@ -472,7 +508,7 @@ impl Registry {
                 } else {
                     self.search(&cfg, &q, limit)
                 };
-                Ok((Ok(json!({"tools": hits})), false))
+                Ok((Ok(Answer::Value(json!({"tools": hits}))), false))
             }
             "get_tool_schema" => {
                 let n = tool_arg("name")?;
@@ -482,10 +518,10 @@ impl Registry {
                 if let Some(src) = self.source()
                     && src.owns(&n)
                 {
-                    return src.schema(&n).map(|l| (Ok(l), false));
+                    return src.schema(&n).map(|l| (Ok(Answer::Value(l)), false));
                 }
                 self.find(&cfg, &n)
-                    .map(|t| (Ok(t.listing()), false))
+                    .map(|t| (Ok(Answer::Value(t.listing())), false))
                     .ok_or_else(|| ToolError::invalid(format!("no such tool: {n}")))
             }
             _ => {
@@ -502,7 +538,10 @@ impl Registry {
                 if let Some(src) = self.source()
                     && src.owns(&n)
                 {
-                    return Ok((src.call(node, ctx, &n, inner).await, true));
+                    return Ok((
+                        src.call(node, ctx, &n, inner).await.map(Answer::Value),
+                        true,
+                    ));
                 }
                 let Some(def) = self.find(&cfg, &n) else {
                     return Err(ToolError::invalid(format!(
@@ -605,13 +644,35 @@ async fn run(
     ctx: &CallCtx,
     def: Arc<ToolDef>,
     args: Map<String, Value>,
-) -> Result<Value, ToolError> {
+) -> Result<Answer, ToolError> {
     check_inputs(&def, &args)?;
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     let panicked = |name: &str| {
         tracing::warn!(source = "mcp", tool = name, "tool handler panicked");
         ToolError::new("internal", format!("tool {name} failed unexpectedly"))
     };
+    if let Some((_, _, h)) = crate::mcp::tools::RENDERED_ACTIONS
+        .iter()
+        .find(|(t, a, _)| *t == def.name && *a == action)
+    {
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(node, ctx, &args)))
+            .unwrap_or_else(|_| Err(panicked(def.name)))
+            .map(Answer::Json);
+    }
+    run_value(node, ctx, def, args, panicked)
+        .await
+        .map(Answer::Value)
+}
+
+/// [`run`] for the handlers that answer a value: async, blocking or inline.
+async fn run_value(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    def: Arc<ToolDef>,
+    args: Map<String, Value>,
+    panicked: impl Fn(&str) -> ToolError,
+) -> Result<Value, ToolError> {
+    let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     if let Some((_, _, h)) = crate::mcp::tools::ASYNC_ACTIONS
         .iter()
         .find(|(t, a, _)| *t == def.name && *a == action)

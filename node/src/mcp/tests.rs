@@ -524,7 +524,8 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
         .await
         .unwrap()
         .0
-        .unwrap();
+        .unwrap()
+        .into_value();
     assert_eq!(v["count"], 0);
     // Identity-scoped agent actions say the next step when there is no protocol session.
     let e = reg

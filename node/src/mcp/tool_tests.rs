@@ -61,6 +61,7 @@ async fn tool(f: &Fixture, ctx: &CallCtx, name: &str, args: Value) -> Result<Val
         .await
         .unwrap()
         .0
+        .map(crate::mcp::registry::Answer::into_value)
 }
 
 async fn ok(f: &Fixture, name: &str, args: Value) -> Value {

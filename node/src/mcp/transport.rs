@@ -22,7 +22,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use super::protocol::{self as p, Message};
-use super::registry::CallCtx;
+use super::registry::{Answer, CallCtx};
 use super::sessions::{Arrival, Binding, Lookup};
 use crate::error::ApiError;
 use crate::guard::{self, Transport};
@@ -623,7 +623,7 @@ async fn tools_call(
     // An upstream-style value that already is a CallToolResult becomes the result unchanged;
     // a malformed one falls back to the compact JSON text envelope below.
     if passthrough
-        && let Ok(v) = &r
+        && let Ok(Answer::Value(v)) = &r
         && v.get("content").is_some_and(Value::is_array)
     {
         let mut result = v.clone();
@@ -632,58 +632,42 @@ async fn tools_call(
         }
         return Outcome::ok(p::result(id, result));
     }
-    let (value, is_error) = match r {
-        Ok(v) => (v, false),
+    let (text, is_error) = match r {
+        Ok(Answer::Json(s)) => (s, false),
+        Ok(Answer::Value(v)) => (v.to_string(), false),
         Err(e) => {
             tracing::debug!(source = "mcp", tool = name, action = %action, code = e.code, "tool error");
-            (e.to_json(), true)
+            (e.to_json().to_string(), true)
         }
     };
     // Native values travel as compact JSON text in the content envelope.
-    Outcome::rendered(render_tool_text(&id, &value, is_error, modern))
+    Outcome::rendered(render_tool_text(&id, &text, is_error, modern))
 }
 
 /// The JSON-RPC answer `{"jsonrpc","id","result":{"content":[{"type":"text","text":…}],
-/// "isError"[,"resultType"]}}` whose text is `value` as compact JSON, rendered in one pass:
-/// the value is serialized straight into the answer through a string-escaping writer, so no
-/// intermediate text, no second `Value` and no second serialization of a large result.
-fn render_tool_text(id: &Value, value: &Value, is_error: bool, modern: bool) -> String {
-    /// Writes JSON text as the contents of a JSON string. serde_json's compact output holds no
-    /// raw control characters (they are escaped inside its strings), so only `"` and `\` need
-    /// escaping; anything else below 0x20 is escaped anyway, to stay correct for any input.
-    struct Escaping<'a>(&'a mut Vec<u8>);
-    impl std::io::Write for Escaping<'_> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            let mut start = 0;
-            for (i, &b) in buf.iter().enumerate() {
-                let esc: &[u8] = match b {
-                    b'"' => b"\\\"",
-                    b'\\' => b"\\\\",
-                    0..=0x1f => {
-                        self.0.extend_from_slice(&buf[start..i]);
-                        let _ = write!(self.0, "\\u{b:04x}");
-                        start = i + 1;
-                        continue;
-                    }
-                    _ => continue,
-                };
-                self.0.extend_from_slice(&buf[start..i]);
-                self.0.extend_from_slice(esc);
-                start = i + 1;
-            }
-            self.0.extend_from_slice(&buf[start..]);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut out = Vec::with_capacity(256);
+/// "isError"[,"resultType"]}}` around `json`, a value's compact JSON text as serde_json writes
+/// it. That text holds no raw control characters (serde_json escapes them inside its strings
+/// and writes no whitespace), so only `"` and `\` need escaping: a `memchr2` scan copies the
+/// runs between them.
+fn render_tool_text(id: &Value, json: &str, is_error: bool, modern: bool) -> String {
+    let mut out = Vec::with_capacity(json.len() + json.len() / 8 + 128);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     // Writing into a Vec cannot fail; a Value always serializes.
     let _ = serde_json::to_writer(&mut out, id);
     out.extend_from_slice(br#","result":{"content":[{"type":"text","text":""#);
-    let _ = serde_json::to_writer(Escaping(&mut out), value);
+    let bytes = json.as_bytes();
+    debug_assert!(
+        !bytes.iter().any(|b| *b < 0x20),
+        "compact JSON text expected"
+    );
+    let mut start = 0;
+    for i in memchr::memchr2_iter(b'"', b'\\', bytes) {
+        out.extend_from_slice(&bytes[start..i]);
+        out.push(b'\\');
+        out.push(bytes[i]);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
     out.extend_from_slice(br#""}],"isError":"#);
     out.extend_from_slice(if is_error { b"true" } else { b"false" });
     if modern {
@@ -834,7 +818,7 @@ mod tests {
             (Value::Null, json!([]), false, true),
             (json!(u64::MAX), json!("plain string"), false, false),
         ] {
-            let text = render_tool_text(&id, &value, is_error, modern);
+            let text = render_tool_text(&id, &value.to_string(), is_error, modern);
             let got: Value = serde_json::from_str(&text).expect("valid JSON");
             let mut result = json!({
                 "content": [{"type": "text", "text": value.to_string()}],

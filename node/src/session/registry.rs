@@ -282,23 +282,30 @@ impl Registry {
     /// The live sessions whose exit is not recorded yet, taken under the table's lock (rows
     /// are built after it is released).
     fn listed_sessions(&self) -> Vec<Arc<Session>> {
-        self.read()
+        let mut live: Vec<Arc<Session>> = self
+            .read()
             .live
             .values()
             .filter(|s| s.exit().is_none())
             .cloned()
-            .collect()
+            .collect();
+        // Sorted by alias here, as pointers, so the (large) rows are built in order.
+        live.sort_unstable_by(|a, b| a.alias.cmp(&b.alias));
+        live
     }
 
-    /// Adds declared worktree placements and sorts by alias.
+    /// Adds declared worktree placements (one read of the table for the whole list).
     fn placed(&self, mut rows: Vec<SessionRow>) -> Vec<SessionRow> {
+        let placements = self.placements.read().unwrap_or_else(|p| p.into_inner());
+        if placements.is_empty() {
+            return rows;
+        }
         for r in &mut rows {
-            if let Some((path, branch)) = self.placement(&r.tuic_session) {
-                r.worktree_path = Some(path);
-                r.worktree_branch = branch;
+            if let Some((path, branch)) = placements.get(&r.tuic_session) {
+                r.worktree_path = Some(path.clone());
+                r.worktree_branch = branch.clone();
             }
         }
-        rows.sort_by(|a, b| a.alias.cmp(&b.alias));
         rows
     }
 

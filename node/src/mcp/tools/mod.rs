@@ -17,7 +17,7 @@ mod ui;
 mod voice;
 mod workflow;
 
-use crate::mcp::registry::{AsyncHandler, ToolDef};
+use crate::mcp::registry::{AsyncHandler, RenderedHandler, ToolDef};
 
 /// Actions that run as futures on the async workers (they sleep on events, not on a thread):
 /// `(tool, action, handler)`. Checked by the registry before the blocking/inline split.
@@ -27,6 +27,11 @@ pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
     ("story", "", story::call_async),
     ("workflow_report", "", workflow::report_async),
 ];
+
+/// Actions whose answer is rendered JSON text (hot listings serialized from typed rows):
+/// `(tool, action, handler)`. Checked by the registry first.
+pub static RENDERED_ACTIONS: &[(&str, &str, RenderedHandler)] =
+    &[("session", "list", session::list_rendered)];
 
 /// Every native tool, in catalogue order.
 pub static NATIVE: &[&ToolDef] = &[

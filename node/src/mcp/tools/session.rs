@@ -225,19 +225,58 @@ fn row_json(node: &Node, s: &Session, ctx: &CallCtx) -> Value {
 }
 
 fn list(node: &Arc<Node>, ctx: &CallCtx) -> Value {
-    let rows: Vec<Value> = node
-        .sessions
-        .rows()
-        .into_iter()
-        .map(|r| {
-            let mut v = json!(r);
-            v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(r.tuic_session.as_str()));
-            v
-        })
-        // Federation hook (hub): the connected nodes' rows with their addresses.
-        .chain(crate::peer::remote::rows(node))
-        .collect();
-    json!({"count": rows.len(), "sessions": rows})
+    // The registry calls `list_rendered` instead; this arm serves direct handler calls.
+    crate::mcp::registry::Answer::Json(list_json(node, ctx)).into_value()
+}
+
+/// `session action=list` rendered straight from the ready rows: each row is serialized once
+/// from its struct (no `Value` per row), then the hub's remote rows, if any.
+pub(super) fn list_rendered(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<String, ToolError> {
+    // The same routing check as every action (an address in session_id is refused alike).
+    crate::peer::remote::session_action(node, "list", args)?;
+    Ok(list_json(node, ctx))
+}
+
+fn list_json(node: &Arc<Node>, ctx: &CallCtx) -> String {
+    #[derive(serde::Serialize)]
+    struct Row<'a> {
+        #[serde(flatten)]
+        row: &'a crate::session::SessionRow,
+        is_caller: bool,
+    }
+    let local = node.sessions.rows();
+    // Federation hook (hub): the connected nodes' rows with their addresses.
+    let remote = crate::peer::remote::rows(node);
+    let caller = ctx.tuic_session.as_deref();
+    let mut out = Vec::with_capacity(256 + local.len() * 320);
+    out.extend_from_slice(b"{\"count\":");
+    out.extend_from_slice((local.len() + remote.len()).to_string().as_bytes());
+    out.extend_from_slice(b",\"sessions\":[");
+    let mut first = true;
+    for r in &local {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        let row = Row {
+            row: r,
+            is_caller: caller == Some(r.tuic_session.as_str()),
+        };
+        // Writing into a Vec cannot fail; the rows always serialize.
+        let _ = serde_json::to_writer(&mut out, &row);
+    }
+    for v in &remote {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, v);
+    }
+    out.extend_from_slice(b"]}");
+    // serde_json output and ASCII framing are UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
@@ -530,4 +569,67 @@ fn declare_worktree(
     let path = str_arg(args, "worktree_path")?
         .ok_or_else(|| ToolError::invalid("worktree_path is required (an absolute path)"))?;
     super::repo_git::declare(node, t, &own.id, &own.cwd, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logs::LogRing;
+    use crate::paths::{LocationEnv, Paths};
+    use crate::state::RunOverrides;
+
+    /// The rendered list is the rows as values with `is_caller`, and counts them.
+    #[test]
+    fn rendered_list_equals_the_rows_as_values() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            json!({"secret_store": "file"}).to_string(),
+        )
+        .unwrap();
+        let paths = Paths::resolve(Some(dir.path()), None, &LocationEnv::default()).unwrap();
+        let n = Node::open(
+            "tuic-node",
+            paths,
+            RunOverrides::default(),
+            LogRing::default(),
+        )
+        .unwrap();
+        let made: Vec<_> = (0..3)
+            .map(|i| {
+                n.sessions
+                    .create(
+                        &n,
+                        CreateRequest {
+                            shell: Some("/bin/sh".into()),
+                            cwd: Some(dir.path().display().to_string()),
+                            name: Some(format!("row \"{i}\" \\ ✓")),
+                            ..CreateRequest::default()
+                        },
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let ctx = CallCtx {
+            tuic_session: Some(made[1].tuic_session.clone()),
+            ..CallCtx::default()
+        };
+        let got: Value =
+            serde_json::from_str(&list_rendered(&n, &ctx, &Map::new()).unwrap()).unwrap();
+        let want: Vec<Value> = n
+            .sessions
+            .rows()
+            .into_iter()
+            .map(|r| {
+                let mut v = json!(r);
+                v["is_caller"] = json!(r.tuic_session == made[1].tuic_session);
+                v
+            })
+            .collect();
+        assert_eq!(got, json!({"count": 3, "sessions": want}));
+        assert_eq!(list(&n, &ctx), got);
+        for s in made {
+            s.kill();
+        }
+    }
 }
