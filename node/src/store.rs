@@ -32,6 +32,10 @@ const PEER_OUTBOX_MESSAGES: TableDefinition<'_, (&str, u64), &[u8]> =
 /// (`DedupeRings::export_ring`), so a delivery rewrites one ring, not all of them.
 const PEER_DEDUPE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_dedupe");
 
+/// Sessions whose PTY a holder process keeps (`crate::session::held`): PTY id → JSON record,
+/// so a restarted node re-adopts them under the same names.
+const HELD_SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("held_sessions");
+
 /// One outbox's stored message records: `(seq, record)` in sequence order.
 pub type OutboxRecords = Vec<(u64, Vec<u8>)>;
 
@@ -67,6 +71,7 @@ impl Store {
         tx.open_table(PEER_OUTBOXES)?;
         tx.open_table(PEER_OUTBOX_MESSAGES)?;
         tx.open_table(PEER_DEDUPE)?;
+        tx.open_table(HELD_SESSIONS)?;
         tx.commit()?;
         Ok(Self { db })
     }
@@ -171,6 +176,34 @@ impl Store {
                 }
             }
         }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every held session record (PTY id → JSON), ordered by id.
+    pub fn held_sessions(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(HELD_SESSIONS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((k.value().to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Writes a held session's record; committed before it returns.
+    pub fn put_held_session(&self, id: &str, json: &[u8]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(HELD_SESSIONS)?.insert(id, json)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes a held session's record.
+    pub fn remove_held_session(&self, id: &str) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(HELD_SESSIONS)?.remove(id)?;
         tx.commit()?;
         Ok(())
     }

@@ -13,6 +13,8 @@ pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
 pub mod grid;
+pub mod held;
+pub mod holder;
 pub mod input;
 mod monitor;
 pub mod output;
@@ -30,7 +32,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use portable_pty::{ChildKiller, MasterPty, PtySize};
+use portable_pty::PtySize;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -98,9 +100,9 @@ pub struct Session {
     /// PTY input. A blocking write: callers run off the async workers.
     writer: Mutex<Box<dyn Write + Send>>,
     /// PTY master, for resize and the foreground process group.
-    master: Mutex<Box<dyn MasterPty + Send>>,
+    master: Mutex<pty::Master>,
     /// Ends the child on `DELETE`.
-    killer: Mutex<Box<dyn ChildKiller + Send + Sync>>,
+    killer: Mutex<pty::Killer>,
     /// Set once, after every byte the process wrote has been fed.
     exit: OnceLock<Exit>,
     /// Wall-clock ms of the last output (0: none yet), for `shell_state`.
@@ -121,6 +123,9 @@ pub struct Session {
     composer: Mutex<input::Composer>,
     /// The orchestrator's short description of the assigned work (`pty_description`).
     description: Mutex<Option<String>>,
+    /// The durable record of a held session (`held`), kept current on rename, resize and
+    /// parent changes; `None` for a PTY this process opened itself.
+    persist: Option<held::Persist>,
 }
 
 impl std::fmt::Debug for Session {
@@ -238,7 +243,14 @@ impl Session {
 
     /// Replaces the display name with a person's choice (a rename).
     pub fn set_display_name(&self, name: String) {
-        *lock(&self.display_name) = Name::custom(Some(name));
+        *lock(&self.display_name) = Name::custom(Some(name.clone()));
+        if let Some(p) = &self.persist {
+            p.update(|r| {
+                r.name = Some(name);
+                r.name_is_custom = true;
+                r.name_from_spawn = false;
+            });
+        }
     }
 
     /// The spawning agent's registered identity.
@@ -249,7 +261,10 @@ impl Session {
     /// Records the spawning agent's registered identity (a spawner that registered late, or
     /// moved to another identity).
     pub fn set_parent_session(&self, parent: Option<String>) {
-        *lock(&self.parent_session) = parent;
+        *lock(&self.parent_session) = parent.clone();
+        if let Some(p) = &self.persist {
+            p.update(|r| r.parent_session = parent);
+        }
     }
 
     /// A receiver woken when the observed lifecycle changes and at exit.
@@ -426,12 +441,33 @@ impl Session {
                 pixel_width: 0,
                 pixel_height: 0,
             })
-            .map_err(|e| SessionError::Io(e.to_string()))
+            .map_err(SessionError::Io)?;
+        if let Some(p) = &self.persist {
+            p.update(|r| {
+                r.rows = rows;
+                r.cols = cols;
+            });
+        }
+        Ok(())
     }
 
     /// Ends the process (SIGHUP, as a closing terminal does).
     pub fn kill(&self) {
-        let _ = lock(&self.killer).kill();
+        lock(&self.killer).kill();
+    }
+
+    /// Whether a holder process keeps this session's PTY (it survives a restart of the node).
+    pub fn is_held(&self) -> bool {
+        self.persist.is_some()
+    }
+
+    /// Graceful node shutdown: ends the process and lets its holder exit without waiting for
+    /// a node; forgets the record. A session this process opened itself just ends.
+    pub(crate) fn end_with_node(&self) {
+        if let Some(p) = &self.persist {
+            p.remove();
+        }
+        lock(&self.killer).quit();
     }
 
     /// The raw backlog, locked.
