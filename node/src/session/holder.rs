@@ -244,6 +244,12 @@ fn start(spec: HoldSpec, socket: &Path) -> anyhow::Result<Started> {
         killer: Mutex::new(child.clone_killer()),
         socket: socket.to_path_buf(),
     });
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(socket)?.ino()
+    };
+    let ss = shared.clone();
+    std::thread::spawn(move || watch_socket(&ss, ino));
     let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();
     let rs = shared.clone();
     std::thread::spawn(move || {
@@ -271,6 +277,49 @@ fn start(spec: HoldSpec, socket: &Path) -> anyhow::Result<Started> {
         }
     });
     Ok((pid, listener, shared, master_fd))
+}
+
+/// Ends the child (SIGHUP, then SIGKILL after [`QUIT_GRACE`]) and the holder with it, node
+/// or not.
+fn quit(s: &Shared) {
+    let mut st = lock(&s.state);
+    st.quit = true;
+    if st.exit.is_some() {
+        finish(s);
+    }
+    drop(st);
+    let _ = lock(&s.killer).kill();
+    let pid = s.pid;
+    std::thread::spawn(move || {
+        std::thread::sleep(QUIT_GRACE);
+        if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+    });
+}
+
+/// How long a child may take to end after SIGHUP when the holder quits.
+const QUIT_GRACE: Duration = Duration::from_secs(5);
+
+/// How often the holder checks that its socket is still in place.
+const SOCKET_CHECK: Duration = Duration::from_secs(1);
+
+/// A holder whose socket was removed or replaced (its config dir deleted) can never be
+/// re-adopted: it quits rather than keep an unreachable terminal running.
+fn watch_socket(s: &Shared, ino: u64) {
+    use std::os::unix::fs::MetadataExt;
+    loop {
+        std::thread::sleep(SOCKET_CHECK);
+        let here = std::fs::symlink_metadata(&s.socket).is_ok_and(|m| m.ino() == ino);
+        if !here {
+            eprintln!(
+                "holder: socket {} is gone; ending the session",
+                s.socket.display()
+            );
+            quit(s);
+            return;
+        }
+    }
 }
 
 /// Removes the socket and ends the process (the child ended and its exit was delivered, or
@@ -403,15 +452,7 @@ fn commands(s: &Shared, conn: UnixStream, generation: u64) {
             Ok(Some((b'k', _))) => {
                 let _ = lock(&s.killer).kill();
             }
-            Ok(Some((b'q', _))) => {
-                let mut st = lock(&s.state);
-                st.quit = true;
-                if st.exit.is_some() {
-                    finish(s);
-                }
-                drop(st);
-                let _ = lock(&s.killer).kill();
-            }
+            Ok(Some((b'q', _))) => quit(s),
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => break,
         }

@@ -319,8 +319,12 @@ pub(super) fn adopt(
             persist,
         },
     );
+    {
+        let mut scr = lock(&session.screen);
+        scr.start_at(a.header.total - a.ring.len() as u64);
+        let _replies = scr.feed(&a.ring);
+    }
     if !a.ring.is_empty() {
-        let _replies = lock(&session.screen).feed(&a.ring);
         session.last_output_ms.store(now_ms(), Ordering::Relaxed);
     }
     let rs = session.clone();
