@@ -303,9 +303,10 @@ pub fn serve(
     let _instance_lock = crate::server::claim_instance(&paths.node_lock_file(), &paths.socket)?;
     crate::ops::service::repair_bridge_at_start(&paths);
     let node = Node::open(name, paths, overrides, logs)?;
-    {
-        // Sessions run under holder processes, so they outlive this process; the ones a
-        // previous node left are re-adopted before the node serves.
+    // Sessions run under holder processes, so they outlive this process; the ones a previous
+    // node left are re-adopted before the node serves. `TUIC_NO_HOLDERS=1` opens PTYs in this
+    // process instead (they end with it), leaving earlier holders' records for a later run.
+    if std::env::var_os("TUIC_NO_HOLDERS").is_none_or(|v| v.is_empty() || v == "0") {
         let _rt = rt.enter();
         let exe = std::env::current_exe().context("finding this executable")?;
         node.sessions

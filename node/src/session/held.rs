@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -72,49 +72,111 @@ pub struct Record {
     pub socket: PathBuf,
 }
 
-/// Keeps a live session's record current (rename, resize, parent).
+/// Keeps a live session's record current (rename, resize, parent). Changes are written by a
+/// short-lived background thread, latest state first, so a resize on an async worker never
+/// waits for a store commit.
 #[derive(Debug)]
 pub struct Persist {
     store: Arc<Store>,
-    record: Mutex<Record>,
+    id: String,
+    state: Mutex<PersistState>,
+    /// Signalled when no writer thread runs.
+    idle: Condvar,
+}
+
+#[derive(Debug)]
+struct PersistState {
+    /// Bumped by every change.
+    version: u64,
+    /// `None` once the session ended (the record is removed).
+    record: Option<Record>,
+    /// A writer thread is running.
+    writing: bool,
 }
 
 impl Persist {
-    /// Writes the record now and keeps it for updates.
-    pub fn new(store: Arc<Store>, record: Record) -> anyhow::Result<Self> {
+    /// Writes the record now (blocking) and keeps it for updates.
+    pub fn new(store: Arc<Store>, record: Record) -> anyhow::Result<Arc<Self>> {
         store.put_held_session(&record.id, &serde_json::to_vec(&record)?)?;
-        Ok(Self {
+        Ok(Arc::new(Self {
             store,
-            record: Mutex::new(record),
-        })
+            id: record.id.clone(),
+            state: Mutex::new(PersistState {
+                version: 0,
+                record: Some(record),
+                writing: false,
+            }),
+            idle: Condvar::new(),
+        }))
     }
 
-    /// Applies a change and writes the record when it changed.
-    pub fn update(&self, f: impl FnOnce(&mut Record)) {
-        let mut g = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        let before = g.clone();
-        f(&mut g);
-        if *g == before {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PersistState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies a change; when it changed the record, a writer saves it soon.
+    pub fn update(self: &Arc<Self>, f: impl FnOnce(&mut Record)) {
+        let mut g = self.lock();
+        let Some(rec) = g.record.as_mut() else {
+            return;
+        };
+        let before = rec.clone();
+        f(rec);
+        if *rec == before {
             return;
         }
-        let r = serde_json::to_vec(&*g)
-            .map_err(anyhow::Error::from)
-            .and_then(|b| self.store.put_held_session(&g.id, &b));
-        if let Err(e) = r {
-            tracing::warn!(session = %g.id, error = %e, "saving the held session record");
+        g.version += 1;
+        if g.writing {
+            return;
+        }
+        g.writing = true;
+        drop(g);
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("held-save-{}", self.id))
+            .stack_size(128 * 1024)
+            .spawn(move || me.write_until_current());
+        if spawned.is_err() {
+            self.write_until_current();
         }
     }
 
-    /// Forgets the record (the session ended).
+    fn write_until_current(&self) {
+        loop {
+            let (version, rec) = {
+                let g = self.lock();
+                (g.version, g.record.clone())
+            };
+            let r = match rec {
+                Some(rec) => serde_json::to_vec(&rec)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|b| self.store.put_held_session(&self.id, &b)),
+                None => self.store.remove_held_session(&self.id),
+            };
+            if let Err(e) = r {
+                tracing::warn!(session = %self.id, error = %e, "saving the held session record");
+            }
+            let mut g = self.lock();
+            if g.version == version {
+                g.writing = false;
+                self.idle.notify_all();
+                return;
+            }
+        }
+    }
+
+    /// Forgets the record (the session ended, or ends with the node); blocking, and done when
+    /// it returns.
     pub fn remove(&self) {
-        let id = self
-            .record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .id
-            .clone();
-        if let Err(e) = self.store.remove_held_session(&id) {
-            tracing::warn!(session = %id, error = %e, "removing the held session record");
+        let mut g = self.lock();
+        g.record = None;
+        g.version += 1;
+        while g.writing {
+            g = self.idle.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(g);
+        if let Err(e) = self.store.remove_held_session(&self.id) {
+            tracing::warn!(session = %self.id, error = %e, "removing the held session record");
         }
     }
 }
@@ -175,6 +237,11 @@ pub fn start(cfg: &HolderConfig, spec: &HoldSpec) -> anyhow::Result<PathBuf> {
         let _ = tx.send(line);
     });
     let line = rx.recv_timeout(START_TIMEOUT).unwrap_or_default();
+    let line = line.trim();
+    if !line.starts_with("ready ") {
+        // A holder that did not come up must not linger.
+        let _ = child.kill();
+    }
     // The holder is this process's child until this node exits: reap it when it ends.
     std::thread::Builder::new()
         .name(format!("holder-reap-{}", spec.id))
@@ -182,7 +249,6 @@ pub fn start(cfg: &HolderConfig, spec: &HoldSpec) -> anyhow::Result<PathBuf> {
         .spawn(move || {
             let _ = child.wait();
         })?;
-    let line = line.trim();
     if line.starts_with("ready ") {
         return Ok(socket);
     }

@@ -97,11 +97,12 @@ pub struct ExitFrame {
 
 /// Writes one frame.
 pub fn write_frame(w: &mut impl Write, tag: u8, payload: &[u8]) -> std::io::Result<()> {
-    let mut head = [0u8; 5];
-    head[0] = tag;
-    head[1..].copy_from_slice(&(payload.len() as u32).to_be_bytes());
-    w.write_all(&head)?;
-    w.write_all(payload)
+    // One write per frame: a keystroke's echo costs the holder one syscall, not two.
+    let mut frame = Vec::with_capacity(5 + payload.len());
+    frame.push(tag);
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(payload);
+    w.write_all(&frame)
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts.
@@ -331,8 +332,12 @@ fn finish(s: &Shared) -> ! {
     std::process::exit(0)
 }
 
+/// Reads the PTY into the ring and to the connected node. Like the node's own reader
+/// (`pty::Yielding`), a reader streaming bulk output runs at a lower priority and lets short
+/// reads gather, so the holders of interactive sessions go first on a busy machine.
 fn read_loop(s: &Shared, mut reader: Box<dyn Read + Send>) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut yielding = super::pty::Yielding::new(std::time::Instant::now());
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -340,17 +345,23 @@ fn read_loop(s: &Shared, mut reader: Box<dyn Read + Send>) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        let bytes = &buf[..n];
-        let mut st = lock(&s.state);
-        st.total += n as u64;
-        st.ring.extend(bytes);
-        let over = st.ring.len().saturating_sub(RING_BYTES);
-        st.ring.drain(..over);
-        if let Some((_, c)) = &mut st.conn
-            && write_frame(c, b'O', bytes).is_err()
-        {
-            st.conn = None;
-        }
+        yielding.observe(n, std::time::Instant::now());
+        forward(s, &buf[..n]);
+        yielding.gather(n);
+    }
+}
+
+/// One read: into the ring, then to the connected node.
+fn forward(s: &Shared, bytes: &[u8]) {
+    let mut st = lock(&s.state);
+    st.total += bytes.len() as u64;
+    st.ring.extend(bytes);
+    let over = st.ring.len().saturating_sub(RING_BYTES);
+    st.ring.drain(..over);
+    if let Some((_, c)) = &mut st.conn
+        && write_frame(c, b'O', bytes).is_err()
+    {
+        st.conn = None;
     }
 }
 

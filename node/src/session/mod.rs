@@ -125,7 +125,7 @@ pub struct Session {
     description: Mutex<Option<String>>,
     /// The durable record of a held session (`held`), kept current on rename, resize and
     /// parent changes; `None` for a PTY this process opened itself.
-    persist: Option<held::Persist>,
+    persist: Option<std::sync::Arc<held::Persist>>,
 }
 
 impl std::fmt::Debug for Session {

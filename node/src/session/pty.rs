@@ -130,7 +130,7 @@ struct Parts {
     master: Master,
     killer: Killer,
     stream: Backlog,
-    persist: Option<super::held::Persist>,
+    persist: Option<Arc<super::held::Persist>>,
 }
 
 fn new_session(s: Spawn, p: Parts) -> Arc<Session> {
@@ -296,7 +296,7 @@ pub(super) fn spawn_held(
 pub(super) fn adopt(
     s: Spawn,
     a: super::held::Adopted,
-    persist: Option<super::held::Persist>,
+    persist: Option<Arc<super::held::Persist>>,
     capture: Arc<Capture>,
     on_exit: impl FnOnce(&Arc<Session>) + Send + 'static,
 ) -> anyhow::Result<Arc<Session>> {
@@ -393,12 +393,7 @@ fn ingest(s: &Session, bytes: &[u8], capture: &Capture, yielding: &mut Yielding)
     s.last_output_ms.store(now_ms(), Ordering::Relaxed);
     feed_screen(s, bytes);
     s.wake.send_modify(|v| *v += 1);
-    if yielding.niced && n < GATHER_BELOW {
-        // A bulk reader that keeps up would wake for every few hundred bytes the kernel
-        // hands over; letting them gather costs the stream nothing (the kernel buffers far
-        // more than arrives meanwhile) and frees the CPU for interactive sessions.
-        std::thread::sleep(GATHER);
-    }
+    yielding.gather(n);
 }
 
 /// Bytes held by an unterminated synchronized update are still output: apply them.
@@ -432,7 +427,7 @@ const BULK_NICE: i32 = 10;
 ///
 /// Bulk is judged by rate, not read size: a reader that keeps up with a fast producer reads
 /// a few hundred bytes at a time, as often as the kernel hands them over.
-struct Yielding {
+pub(super) struct Yielding {
     window_start: Instant,
     window_bytes: u64,
     bulk: u32,
@@ -441,7 +436,7 @@ struct Yielding {
 }
 
 impl Yielding {
-    fn new(now: Instant) -> Self {
+    pub(super) fn new(now: Instant) -> Self {
         Self {
             window_start: now,
             window_bytes: 0,
@@ -451,7 +446,17 @@ impl Yielding {
         }
     }
 
-    fn observe(&mut self, n: usize, now: Instant) {
+    /// After a read of `n` bytes: a bulk reader that keeps up would wake for every few
+    /// hundred bytes the kernel hands over; letting them gather costs the stream nothing (the
+    /// kernel buffers far more than arrives meanwhile) and frees the CPU for interactive
+    /// sessions.
+    pub(super) fn gather(&self, n: usize) {
+        if self.niced && n < GATHER_BELOW {
+            std::thread::sleep(GATHER);
+        }
+    }
+
+    pub(super) fn observe(&mut self, n: usize, now: Instant) {
         self.window_bytes += n as u64;
         let elapsed = now.saturating_duration_since(self.window_start);
         if elapsed < WINDOW {
