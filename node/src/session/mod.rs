@@ -1,7 +1,9 @@
 //! PTY sessions: one child process on a pseudo-terminal, its output feeds, and the registry
 //! that names sessions by their three addresses.
 //!
-//! A session owns its PTY, one reader thread (off the async workers) and one waiter thread.
+//! A session owns its PTY (or, run by the node binary, a connection to the holder process that
+//! owns it: `holder`, `held`), one reader thread (off the async workers) and one waiter
+//! thread (a held session's reader also receives the exit).
 //! Each read feeds, in order: the raw backlog (ring + live subscribers), the emulator grid and
 //! the clean log; then subscribers are woken. The PTY is never slowed by a reader of any feed.
 //! This module does not serve HTTP (see `routes::sessions`) and does not know other hosts.

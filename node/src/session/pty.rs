@@ -4,7 +4,8 @@
 //! worker. It appends each read to the raw ring, feeds the screen (bulk plain text is only
 //! queued there, see `screen`) and wakes subscribers once. The waiter reaps the child, then
 //! waits for the reader to drain the PTY so that the exit is published only after every byte
-//! the process wrote has been fed.
+//! the process wrote has been fed. A held session (`spawn_held`, `adopt`) has one thread that
+//! reads its holder's output frames the same way and receives the exit in-band after them.
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
