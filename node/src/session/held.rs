@@ -426,3 +426,82 @@ pub fn send_kill(stream: &mut UnixStream) -> std::io::Result<()> {
 pub fn send_quit(stream: &mut UnixStream) -> std::io::Result<()> {
     write_frame(stream, b'q', &[])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> Record {
+        Record {
+            id: id.into(),
+            tuic_session: "00000000-0000-4000-8000-000000000001".into(),
+            alias: "tmp-1".into(),
+            cwd: "/tmp".into(),
+            shell: "/bin/sh".into(),
+            args: Vec::new(),
+            rows: 24,
+            cols: 80,
+            name: None,
+            name_is_custom: false,
+            name_from_spawn: false,
+            parent_session: None,
+            created_ms: 1,
+            socket: "/tmp/x.sock".into(),
+        }
+    }
+
+    fn stored(store: &Store) -> Vec<Record> {
+        store
+            .held_sessions()
+            .unwrap()
+            .iter()
+            .map(|(_, j)| serde_json::from_slice(j).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn records_follow_changes_and_a_removal_is_final() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&d.path().join("state.redb")).unwrap());
+        let p = Persist::new(store.clone(), record("pty-a")).unwrap();
+        assert_eq!(stored(&store), vec![record("pty-a")]);
+        for cols in 81..=120 {
+            p.update(|r| r.cols = cols);
+        }
+        p.update(|r| r.name = Some("renamed".into()));
+        // Saved in the background: wait for the writer to go idle, then read.
+        {
+            let mut g = p.lock();
+            while g.writing {
+                g = p.idle.wait(g).unwrap();
+            }
+        }
+        let got = stored(&store);
+        assert_eq!(
+            (got[0].cols, got[0].name.as_deref()),
+            (120, Some("renamed"))
+        );
+        // A change racing the removal never brings the record back.
+        p.update(|r| r.rows = 50);
+        p.remove();
+        p.update(|r| r.rows = 60);
+        assert!(stored(&store).is_empty());
+    }
+
+    #[test]
+    fn a_socket_that_is_not_ours_or_not_there_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("gone.sock");
+        assert!(matches!(connect(&missing, "x"), Err(AdoptError::Stale(_))));
+        let plain = d.path().join("file.sock");
+        std::fs::write(&plain, b"").unwrap();
+        let e = connect(&plain, "x").unwrap_err();
+        assert!(e.to_string().contains("is not a socket"), "{e}");
+        let open = d.path().join("open.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = connect(&open, "x").unwrap_err();
+        assert!(matches!(e, AdoptError::Foreign(_)), "{e}");
+    }
+}

@@ -473,3 +473,32 @@ fn commands(s: &Shared, conn: UnixStream, generation: u64) {
         st.conn = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_frames_are_refused() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, b'O', b"hello").unwrap();
+        write_frame(&mut wire, b'k', &[]).unwrap();
+        let mut r = wire.as_slice();
+        assert_eq!(read_frame(&mut r).unwrap(), Some((b'O', b"hello".to_vec())));
+        assert_eq!(read_frame(&mut r).unwrap(), Some((b'k', Vec::new())));
+        // A clean end between frames.
+        assert_eq!(read_frame(&mut r).unwrap(), None);
+        // A frame cut short is an error, not a clean end.
+        let mut cut = &wire[..7];
+        assert_eq!(
+            read_frame(&mut cut).unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
+        // A length over the limit is refused before anything is allocated.
+        let mut huge = vec![b'O'];
+        huge.extend_from_slice(&(MAX_FRAME as u32 + 1).to_be_bytes());
+        let e = read_frame(&mut huge.as_slice()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("over the"), "{e}");
+    }
+}
