@@ -32,6 +32,34 @@ fn start(dir: &Path) -> NodeProc {
     NodeProc::start("tuic-node", &["--config-dir", &dir.to_string_lossy()], &[]).unwrap()
 }
 
+/// A node in its own process group (as a service manager or a shell job runs it), so the test
+/// can `kill -9` the whole group; returns the child and its IPC socket.
+fn start_group(dir: &Path) -> (std::process::Child, PathBuf) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(tuic_tests::bin("tuic-node"))
+        .arg("--config-dir")
+        .arg(dir)
+        .env_remove("TUIC_SOCKET")
+        .env_remove("TUIC_APP_INSTANCE")
+        .env_remove("TUIC_PORT")
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let socket = loop {
+        let line = lines.next().expect("node exited before ready").unwrap();
+        if let Some(s) = line.split_whitespace().find_map(|w| w.strip_prefix("ipc=")) {
+            break PathBuf::from(s);
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, socket)
+}
+
 /// `kill -9`, waited for.
 fn kill9(node: &mut NodeProc) {
     node.child.kill().unwrap();
@@ -108,14 +136,13 @@ fn sockets(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[tokio::test]
-async fn sessions_survive_a_kill_9_of_their_node_and_are_re_adopted() {
+async fn sessions_survive_a_kill_9_of_their_node_group_and_are_re_adopted() {
     let dir = tuic_tests::config_dir(json!({}));
     let work = tempfile::tempdir().unwrap();
     let flag = work.path().join("flag");
     let done = work.path().join("done");
     let pid_b = work.path().join("pid-b");
-    let mut node = start(dir.path());
-    let sock = node.socket.clone();
+    let (mut node, sock) = start_group(dir.path());
 
     // A: an interactive shell. B: a program that exits 7 once the flag appears.
     let a = create(
@@ -164,7 +191,10 @@ async fn sessions_survive_a_kill_9_of_their_node_and_are_re_adopted() {
     .await
     .unwrap();
 
-    kill9(&mut node);
+    // kill -9 of the node's whole process group: the holders are in their own sessions.
+    let pgid = rustix::process::Pid::from_raw(node.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL).unwrap();
+    node.wait().unwrap();
     assert!(alive(a_pid), "the shell died with its node");
     std::fs::write(&flag, "").unwrap();
     until(
