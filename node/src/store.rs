@@ -2,7 +2,8 @@
 //!
 //! Durable records live here: login sessions, repositories, and the cross-host outboxes and
 //! dedupe rings of federated mail (`crate::peer`); the progress journal
-//! (`crate::progress::journal`, which owns its tables); stories as that feature lands. What the
+//! (`crate::progress::journal`, which owns its tables); stories as that feature lands; the
+//! records of sessions kept by holder processes (`crate::session::held`). What the
 //! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
 //! Every call is blocking; async callers use `spawn_blocking`.
 
