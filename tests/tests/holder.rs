@@ -411,3 +411,38 @@ async fn stale_foreign_and_garbage_holder_sockets_are_skipped() {
         .json();
     assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows}");
 }
+
+#[tokio::test]
+async fn garbage_on_a_holder_socket_is_refused_and_the_session_carries_on() {
+    use std::io::{Read, Write};
+    let dir = tuic_tests::config_dir(json!({}));
+    let mut node = start(dir.path());
+    let sock = node.socket.clone();
+    let a = create(
+        &sock,
+        json!({"shell": "/bin/sh", "args": ["-i"], "cwd": "/tmp"}),
+    )
+    .await;
+    let id = a["session_id"].as_str().unwrap().to_owned();
+    let holder = sockets(dir.path()).pop().expect("a holder socket");
+    // Not a hello, then a frame claiming 4 GiB: each connection is dropped, nothing is sent.
+    for junk in [
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![b'h', 0xff, 0xff, 0xff, 0xff],
+    ] {
+        let mut c = std::os::unix::net::UnixStream::connect(&holder).unwrap();
+        c.write_all(&junk).unwrap();
+        let mut got = Vec::new();
+        // Closed (or reset, with the junk unread) by the holder.
+        let _ = c.read_to_end(&mut got);
+        assert!(got.is_empty(), "the holder answered junk: {got:?}");
+    }
+    // The node's own connection was not displaced: typing and output still work.
+    write(&sock, &id, "echo still-$((8+1))\r").await;
+    grid_line(&sock, &id, "still-9").await;
+    // And a later node still re-adopts it.
+    kill9(&mut node);
+    let node = start(dir.path());
+    write(&node.socket, &id, "echo again-$((8+2))\r").await;
+    grid_line(&node.socket, &id, "again-10").await;
+}

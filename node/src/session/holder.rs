@@ -403,6 +403,9 @@ fn adopt(
         hello.v
     );
     conn.set_read_timeout(None)?;
+    // A peer that says hello and then never reads must not hold the ring (and with it the
+    // reader and the child) for long.
+    conn.set_write_timeout(Some(HELLO_TIMEOUT))?;
     let mut st = lock(&s.state);
     let header = Header {
         v: VERSION,
@@ -425,6 +428,8 @@ fn adopt(
         finish(s);
     }
     send_fd(&conn, master)?;
+    // From here a slow node slows the child, as a slow reader of a PTY always did.
+    conn.set_write_timeout(None)?;
     st.conn = Some((generation, conn.try_clone()?));
     drop(st);
     let s = s.clone();
