@@ -157,6 +157,38 @@ async fn await_event(
     }
 }
 
+/// Ends every worker process of `run_id` (found by the `TUIC_RUN_ID` in its environment) and
+/// waits until they are gone. A worker's PTY outlives a killed node (its holder keeps it, and
+/// the restarted node re-adopts it), so a test of recovering a lost worker ends it while the
+/// node is down.
+async fn kill_workers(run_id: &str) {
+    let needle = format!("TUIC_RUN_ID={run_id}");
+    let pids: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &i32| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+        })
+        .collect();
+    assert!(!pids.is_empty(), "no worker of {run_id} runs");
+    for &pid in &pids {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // A reaped process has no /proc entry (its holder reaps it at once).
+    while pids
+        .iter()
+        .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+    {
+        assert!(Instant::now() < deadline, "workers {pids:?} did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn worker_script(dir: &Path) -> String {
     let p = dir.join("worker.sh");
     std::fs::write(
@@ -365,6 +397,8 @@ async fn a_reviewed_story_runs_a_two_step_graph_through_a_kill_9() {
     node.child.kill().unwrap();
     node.child.wait().unwrap();
     drop(events);
+    // The worker dies too while the node is away.
+    kill_workers(&run_id).await;
 
     // Restart: the run resumes from its journal — the lost worker is relaunched as generation 2.
     let node = start(dir.path());
@@ -779,12 +813,13 @@ async fn operator_commands_are_fenced_and_authority_is_enforced_per_rule() {
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["run"]["status"], "paused");
-    // Killed while paused: the worker dies with the node; resuming after the restart
-    // reconciles (attempt_lost) and launches the next generation.
+    // Killed while paused, and the worker dies while the node is away; resuming after the
+    // restart reconciles (attempt_lost) and launches the next generation.
     let mut node = node;
     node.child.kill().unwrap();
     node.child.wait().unwrap();
     drop(events);
+    kill_workers(&run_id).await;
     let node = start(dir.path());
     let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
     let (_, v) = local(
