@@ -318,6 +318,7 @@ fn record(store: &tuic_node::store::Store, id: &str, socket: &Path) {
         name_is_custom: false,
         name_from_spawn: false,
         parent_session: None,
+        description: None,
         created_ms: 0,
         socket: socket.to_path_buf(),
     };

@@ -66,6 +66,9 @@ pub struct Record {
     pub name_from_spawn: bool,
     /// The spawning agent's identity.
     pub parent_session: Option<String>,
+    /// The orchestrator's description of the assigned work (`pty_description`).
+    #[serde(default)]
+    pub description: Option<String>,
     /// Wall-clock ms of creation.
     pub created_ms: u64,
     /// The holder's socket.
@@ -445,6 +448,7 @@ mod tests {
             name_is_custom: false,
             name_from_spawn: false,
             parent_session: None,
+            description: None,
             created_ms: 1,
             socket: "/tmp/x.sock".into(),
         }
@@ -469,6 +473,7 @@ mod tests {
             p.update(|r| r.cols = cols);
         }
         p.update(|r| r.name = Some("renamed".into()));
+        p.update(|r| r.description = Some("builds the docs".into()));
         // Saved in the background: wait for the writer to go idle, then read.
         {
             let mut g = p.lock();

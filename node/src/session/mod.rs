@@ -344,7 +344,11 @@ impl Session {
 
     /// Replaces (`Some`) or clears (`None`) the orchestrator's description of the work.
     pub fn set_description(&self, d: Option<String>) {
-        *lock(&self.description) = d.filter(|d| !d.is_empty());
+        let d = d.filter(|d| !d.is_empty());
+        *lock(&self.description) = d.clone();
+        if let Some(p) = &self.persist {
+            p.update(|r| r.description = d);
+        }
     }
 
     /// The current turn epoch.

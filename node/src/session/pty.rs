@@ -277,6 +277,7 @@ pub(super) fn spawn_held(
         name_is_custom: s.name.is_custom,
         name_from_spawn: s.name.from_spawn,
         parent_session: s.parent_session.clone(),
+        description: None,
         created_ms: now_ms(),
         socket,
     };

@@ -584,6 +584,7 @@ impl Registry {
         };
         let mut rec = rec;
         rec.alias = alias.clone();
+        let description = rec.description.clone();
         let persist = held::Persist::new(cfg.store.clone(), rec.clone())?;
         let n2 = node.clone();
         let session = match pty::adopt(
@@ -601,6 +602,7 @@ impl Registry {
                 return Err(e);
             }
         };
+        *super::lock(&session.description) = description;
         let inserted = {
             let mut g = self.write();
             if session.exit().is_none() {
