@@ -106,6 +106,35 @@ async fn grid_line(sock: &Path, id: &str, needle: &str) -> String {
     .unwrap()
 }
 
+/// The shell pid an `echo TAG$$` printed on the grid of `id`: read once the next prompt shows,
+/// so the number is whole.
+async fn pid_after(sock: &Path, id: &str, tag: &str) -> u32 {
+    until(
+        &format!("{tag:?} and a prompt after it on {id}"),
+        || async {
+            let v = lines(sock, id).await;
+            let ls: Vec<&str> = v["lines"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let Some(i) = ls
+                .iter()
+                .position(|l| l.contains(tag) && !l.contains("echo"))
+            else {
+                return Ok(None);
+            };
+            if !ls[i + 1..].iter().any(|l| !l.trim().is_empty()) {
+                return Ok(None);
+            }
+            let rest = ls[i].split_once(tag).map_or("", |(_, r)| r);
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            Ok(digits.parse().ok())
+        },
+    )
+    .await
+    .unwrap()
+}
+
 fn alive(pid: u32) -> bool {
     // A reaped process has no /proc entry; a zombie still does but is not running.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -161,8 +190,7 @@ async fn sessions_survive_a_kill_9_of_their_node_group_and_are_re_adopted() {
     let a_id = a["session_id"].as_str().unwrap().to_owned();
     let b_id = b["session_id"].as_str().unwrap().to_owned();
     write(&sock, &a_id, "echo MARK-$((6*7)) pid=$$\r").await;
-    let line = grid_line(&sock, &a_id, "MARK-42").await;
-    let a_pid: u32 = line.rsplit("pid=").next().unwrap().trim().parse().unwrap();
+    let a_pid = pid_after(&sock, &a_id, "MARK-42 pid=").await;
     // Gated on the flag: about 100 KB of output written while no node is connected.
     write(
         &sock,
@@ -247,8 +275,7 @@ async fn sessions_survive_a_kill_9_of_their_node_group_and_are_re_adopted() {
     assert_eq!(bl["exit_code"], 7, "{bl}");
     // Typing reaches the same shell.
     write(&sock, &a_id, "echo AGAIN-$((2*3)) pid=$$\r").await;
-    let line = grid_line(&sock, &a_id, "AGAIN-6").await;
-    assert!(line.ends_with(&format!("pid={a_pid}")), "{line}");
+    assert_eq!(pid_after(&sock, &a_id, "AGAIN-6 pid=").await, a_pid);
     // Kill still works after the re-adoption: the shell and its holder end.
     let r = ipc(&sock, "DELETE", &format!("/sessions/{a_id}"), None)
         .await
@@ -280,8 +307,7 @@ async fn a_graceful_stop_ends_held_sessions() {
     .await;
     let id = a["session_id"].as_str().unwrap().to_owned();
     write(&sock, &id, "echo P$((1))ID=$$\r").await;
-    let line = grid_line(&sock, &id, "P1ID=").await;
-    let pid: u32 = line.trim_start_matches("P1ID=").trim().parse().unwrap();
+    let pid = pid_after(&sock, &id, "P1ID=").await;
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(node.child.id() as i32).unwrap(),
         rustix::process::Signal::TERM,

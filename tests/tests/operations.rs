@@ -453,12 +453,16 @@ async fn remote_update_is_cookie_only_checks_the_binary_and_restarts_on_it() {
                 .await
                 .map(|r| r.json())
                 .unwrap_or(Value::Null);
-                let hit = v["lines"].as_array().and_then(|ls| {
-                    ls.iter()
-                        .filter_map(Value::as_str)
-                        .find(|l| l.contains(needle) && !l.contains("echo"))
-                        .map(str::to_owned)
-                });
+                // The line once the next prompt shows after it (so it is whole).
+                let ls: Vec<&str> = v["lines"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let hit = ls
+                    .iter()
+                    .position(|l| l.contains(needle) && !l.contains("echo"))
+                    .filter(|&i| ls[i + 1..].iter().any(|l| !l.trim().is_empty()))
+                    .map(|i| ls[i].to_owned());
                 if let Some(l) = hit {
                     return l;
                 }

@@ -157,16 +157,23 @@ async fn await_event(
     }
 }
 
-/// Ends every worker process of `run_id` on the node at `socket` (found by `TUIC_RUN_ID` and
-/// `TUIC_SOCKET` in its environment) and
-/// waits until they are gone. A worker's PTY outlives a killed node (its holder keeps it, and
-/// the restarted node re-adopts it), so a test of recovering a lost worker ends it while the
-/// node is down.
+/// The state letter and parent pid of `pid` (`/proc/<pid>/stat`).
+fn proc_stat(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
+}
+
+/// Loses every worker of `run_id` on the node at `socket` (found by `TUIC_RUN_ID` and
+/// `TUIC_SOCKET` in its environment) while that node is down: a worker's PTY outlives a
+/// killed node (its holder keeps it for the restarted node to re-adopt), so the test kills the
+/// holder too (`kill -9`), and the terminal is gone for good (a stale holder socket).
 async fn kill_workers(socket: &Path, run_id: &str) {
     // Run ids repeat across nodes: the node's socket tells this test's workers apart.
     let run = format!("TUIC_RUN_ID={run_id}");
     let sock = format!("TUIC_SOCKET={}", socket.display());
-    let pids: Vec<i32> = std::fs::read_dir("/proc")
+    let workers: Vec<i32> = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .filter(|pid: &i32| {
@@ -176,20 +183,31 @@ async fn kill_workers(socket: &Path, run_id: &str) {
             })
         })
         .collect();
-    assert!(!pids.is_empty(), "no worker of {run_id} runs");
-    for &pid in &pids {
+    assert!(!workers.is_empty(), "no worker of {run_id} runs");
+    let holders: Vec<i32> = workers
+        .iter()
+        .filter_map(|&w| proc_stat(w).map(|(_, ppid)| ppid))
+        .filter(|&h| {
+            // Only a session holder (`tuic-node hold --socket …`), never an adoptive init.
+            h > 1
+                && std::fs::read(format!("/proc/{h}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"hold"))
+        })
+        .collect();
+    let all: Vec<i32> = holders.iter().chain(&workers).copied().collect();
+    for &pid in &all {
         let _ = rustix::process::kill_process(
             rustix::process::Pid::from_raw(pid).unwrap(),
             rustix::process::Signal::KILL,
         );
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    // A reaped process has no /proc entry (its holder reaps it at once).
-    while pids
+    // Gone, or a zombie nobody reaps yet (the killed node's orphans).
+    while all
         .iter()
-        .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        .any(|&p| proc_stat(p).is_some_and(|(state, _)| state != 'Z'))
     {
-        assert!(Instant::now() < deadline, "workers {pids:?} did not end");
+        assert!(Instant::now() < deadline, "workers {all:?} did not end");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
