@@ -495,15 +495,31 @@ async fn attach_through_a_hub_to_another_host_survives_a_hub_restart_and_a_kill_
     // what was printed before the kill, typing works, and it is the same shell process.
     write(&tsock, &o, "echo P$((2))ID=$$\r").await.unwrap();
     wait_text(&tsock, &o, "P2ID=").await.unwrap();
-    let shell_pid = |out: &str, tag: &str| {
-        out.lines()
-            .filter(|l| !l.contains("echo"))
-            .find_map(|l| l.split_once(tag).map(|(_, p)| p.trim().to_owned()))
-            .unwrap_or_else(|| panic!("no {tag} in {out}"))
+    // The pid after `tag` in a capture, once the prompt after it shows (so it is whole).
+    let shell_pid = |tag: &'static str| {
+        let (hub_sock, label) = (hub_sock.clone(), label.clone());
+        async move {
+            let what = format!("{tag} and a prompt after it");
+            until(&what, move || {
+                let (hub_sock, label) = (hub_sock.clone(), label.clone());
+                async move {
+                    let (_, out, _) = tuic(&hub_sock, &["capture", &label]);
+                    let ls: Vec<&str> = out.lines().collect();
+                    Ok(ls
+                        .iter()
+                        .position(|l| l.contains(tag) && !l.contains("echo"))
+                        .filter(|&i| ls[i + 1..].iter().any(|l| !l.trim().is_empty()))
+                        .and_then(|i| {
+                            let rest = ls[i].split_once(tag)?.1;
+                            let d: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                            (!d.is_empty()).then_some(d)
+                        }))
+                }
+            })
+            .await
+        }
     };
-    let (code, out, _) = tuic(&hub_sock, &["capture", &label]);
-    assert_eq!(code, 0);
-    let before = shell_pid(&out, "P2ID=");
+    let before = shell_pid("P2ID=").await.unwrap();
     bed.nodes[0].kill9();
     wait_text(&tsock, &o, "[tuic: lost").await.unwrap();
     bed.nodes[0].restart().unwrap();
@@ -515,7 +531,7 @@ async fn attach_through_a_hub_to_another_host_survives_a_hub_restart_and_a_kill_
     let (code, out, _) = tuic(&hub_sock, &["capture", &label]);
     assert_eq!(code, 0);
     assert!(out.contains("back-10"), "{out}");
-    assert_eq!(shell_pid(&out, "P3ID="), before, "{out}");
+    assert_eq!(shell_pid("P3ID=").await.unwrap(), before, "{out}");
     let (_, out, _) = tuic(&hub_sock, &["ls"]);
     assert!(out.contains(label.split('/').nth(1).unwrap()), "{out}");
     // Killing it still works after the re-adoption; tuic attach then ends with it.
