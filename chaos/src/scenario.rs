@@ -592,7 +592,7 @@ async fn run_on(
             tokio::time::sleep(plan.fault.saturating_sub(t.elapsed())).await;
             bed.restart_node(v)?;
             let back = Instant::now();
-            // The old sessions died with the process; a new one must show up by itself.
+            // The old sessions are re-adopted from their holders; a new one must show up too.
             let sid = bed.spawn_on(v, MARKER).await?;
             markers[v] = format!("{}/{sid}", CONN_IDS[v]);
             wait_row(bed, &markers[v], RECOVERY_BOUND).await?;

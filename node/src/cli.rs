@@ -74,6 +74,14 @@ pub enum NodeCommand {
         /// The backup file.
         file: PathBuf,
     },
+    /// Internal: hold one session's PTY for the node (started by the node itself; see
+    /// `session::holder`).
+    #[command(hide = true)]
+    Hold {
+        /// The socket to serve.
+        #[arg(long)]
+        socket: PathBuf,
+    },
 }
 
 /// Where a node's files are: `--config-dir`, `--instance`.
@@ -145,6 +153,7 @@ pub fn run_command(
         }
         NodeCommand::Backup { loc, file } => backup(&loc, &file),
         NodeCommand::Restore { loc, file } => restore(&loc, &file),
+        NodeCommand::Hold { socket } => crate::session::holder::main(&socket),
     }
 }
 
@@ -294,6 +303,20 @@ pub fn serve(
     let _instance_lock = crate::server::claim_instance(&paths.node_lock_file(), &paths.socket)?;
     crate::ops::service::repair_bridge_at_start(&paths);
     let node = Node::open(name, paths, overrides, logs)?;
+    // Sessions run under holder processes, so they outlive this process; the ones a previous
+    // node left are re-adopted before the node serves. `TUIC_NO_HOLDERS=1` opens PTYs in this
+    // process instead (they end with it), leaving earlier holders' records for a later run.
+    if std::env::var_os("TUIC_NO_HOLDERS").is_none_or(|v| v.is_empty() || v == "0") {
+        let _rt = rt.enter();
+        let exe = std::env::current_exe().context("finding this executable")?;
+        node.sessions
+            .use_holders(crate::session::held::HolderConfig {
+                exe,
+                dir: holder_dir(&node.paths),
+                store: node.store.clone(),
+            });
+        node.sessions.readopt(&node);
+    }
     rt.block_on(async move {
         let hook = hook(&node)?;
         crate::server::run(node, hook).await
@@ -307,6 +330,27 @@ pub fn serve(
             .context("re-executing the updated binary"));
     }
     Ok(())
+}
+
+/// The directory of holder sockets: `<config dir>/holders`, unless that makes a socket path
+/// longer than a Unix socket address allows; then a per-user directory under the temp dir,
+/// named by a hash of the config dir.
+fn holder_dir(paths: &Paths) -> PathBuf {
+    use sha2::Digest;
+    let dir = paths.config_dir.join("holders");
+    // "/pty-" + 12 hex + ".sock", within the 108-byte sun_path with its NUL.
+    if dir.as_os_str().len() + 23 < 107 {
+        return dir;
+    }
+    let h = hex::encode(sha2::Sha256::digest(
+        paths.config_dir.as_os_str().as_encoded_bytes(),
+    ));
+    let tmp = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    tmp.join(format!(
+        "tuic-holders-{}-{}",
+        rustix::process::getuid().as_raw(),
+        &h[..16]
+    ))
 }
 
 /// `set-password`: reads the password from stdin and stores its bcrypt hash.

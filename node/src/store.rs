@@ -2,7 +2,8 @@
 //!
 //! Durable records live here: login sessions, repositories, and the cross-host outboxes and
 //! dedupe rings of federated mail (`crate::peer`); the progress journal
-//! (`crate::progress::journal`, which owns its tables); stories as that feature lands. What the
+//! (`crate::progress::journal`, which owns its tables); stories as that feature lands; the
+//! records of sessions kept by holder processes (`crate::session::held`). What the
 //! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
 //! Every call is blocking; async callers use `spawn_blocking`.
 
@@ -31,6 +32,10 @@ const PEER_OUTBOX_MESSAGES: TableDefinition<'_, (&str, u64), &[u8]> =
 /// Dedupe rings of forwarded mail: recipient → JSON of that recipient's ring
 /// (`DedupeRings::export_ring`), so a delivery rewrites one ring, not all of them.
 const PEER_DEDUPE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("peer_dedupe");
+
+/// Sessions whose PTY a holder process keeps (`crate::session::held`): PTY id → JSON record,
+/// so a restarted node re-adopts them under the same names.
+const HELD_SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("held_sessions");
 
 /// One outbox's stored message records: `(seq, record)` in sequence order.
 pub type OutboxRecords = Vec<(u64, Vec<u8>)>;
@@ -67,6 +72,7 @@ impl Store {
         tx.open_table(PEER_OUTBOXES)?;
         tx.open_table(PEER_OUTBOX_MESSAGES)?;
         tx.open_table(PEER_DEDUPE)?;
+        tx.open_table(HELD_SESSIONS)?;
         tx.commit()?;
         Ok(Self { db })
     }
@@ -171,6 +177,34 @@ impl Store {
                 }
             }
         }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every held session record (PTY id → JSON), ordered by id.
+    pub fn held_sessions(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(HELD_SESSIONS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((k.value().to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Writes a held session's record; committed before it returns.
+    pub fn put_held_session(&self, id: &str, json: &[u8]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(HELD_SESSIONS)?.insert(id, json)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes a held session's record.
+    pub fn remove_held_session(&self, id: &str) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(HELD_SESSIONS)?.remove(id)?;
         tx.commit()?;
         Ok(())
     }

@@ -307,11 +307,26 @@ async fn view_reconnects_after_the_node_restarts() {
     b.screenshot(&artifacts_dir().join("reconnecting-phone.png"))
         .await
         .unwrap();
+    // Output written while the node is down is kept by the session's holder.
+    let late = "echo late-$((20+1))\n";
     let node = start(&port);
-    // The old session died with the node: the view says so instead of retrying forever.
+    // The session outlived the node: the view reconnects to it (the banner goes) and streams
+    // on from its offset, the output written meanwhile included.
+    b.wait_for("document.getElementById('banner').hidden", 30_000)
+        .await
+        .unwrap();
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({ "data": late })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
     b.wait_for(
-        "document.getElementById('banner').textContent.includes('ended')",
-        30_000,
+        "document.getElementById('screen').textContent.includes('late-21')",
+        15_000,
     )
     .await
     .unwrap();

@@ -434,7 +434,7 @@ fn second_id(rows: &Value, alias: &str) -> String {
 }
 
 #[tokio::test]
-async fn attach_through_a_hub_to_another_host_survives_a_hub_restart() {
+async fn attach_through_a_hub_to_another_host_survives_a_hub_restart_and_a_kill_9_of_the_host() {
     let mut bed = FedBed::start(1).await.unwrap();
     let hub_sock = bed.hub.socket.clone();
     // A session on node B, created through the hub (POST /sessions?host=).
@@ -490,15 +490,55 @@ async fn attach_through_a_hub_to_another_host_survives_a_hub_restart() {
     write(&tsock, &o, "echo back-$((5+5))\r").await.unwrap();
     wait_text(&tsock, &o, "back-10").await.unwrap();
 
-    // kill -9 of the host that owns the PTY: the line says so; after its restart the
-    // session is gone with it (PTYs do not outlive their node) and tuic says that and exits.
+    // kill -9 of the host that owns the PTY: the line says so; the shell lives on in its
+    // holder, and after the host's restart tuic re-attaches to the same PTY: the screen shows
+    // what was printed before the kill, typing works, and it is the same shell process.
+    write(&tsock, &o, "echo P$((2))ID=$$\r").await.unwrap();
+    wait_text(&tsock, &o, "P2ID=").await.unwrap();
+    // The pid after `tag` in a capture, once the prompt after it shows (so it is whole).
+    let shell_pid = |tag: &'static str| {
+        let (hub_sock, label) = (hub_sock.clone(), label.clone());
+        async move {
+            let what = format!("{tag} and a prompt after it");
+            until(&what, move || {
+                let (hub_sock, label) = (hub_sock.clone(), label.clone());
+                async move {
+                    let (_, out, _) = tuic(&hub_sock, &["capture", &label]);
+                    let ls: Vec<&str> = out.lines().collect();
+                    Ok(ls
+                        .iter()
+                        .position(|l| l.contains(tag) && !l.contains("echo"))
+                        .filter(|&i| ls[i + 1..].iter().any(|l| !l.trim().is_empty()))
+                        .and_then(|i| {
+                            let rest = ls[i].split_once(tag)?.1;
+                            let d: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                            (!d.is_empty()).then_some(d)
+                        }))
+                }
+            })
+            .await
+        }
+    };
+    let before = shell_pid("P2ID=").await.unwrap();
     bed.nodes[0].kill9();
     wait_text(&tsock, &o, "[tuic: lost").await.unwrap();
     bed.nodes[0].restart().unwrap();
-    let (code, last) = exited(&tsock, &o).await.unwrap();
-    assert_eq!(code, Some(1), "{last:?}");
+    write(&tsock, &o, "echo AFTER-$((7*7)) P$((3))ID=$$\r")
+        .await
+        .unwrap();
+    wait_text(&tsock, &o, "AFTER-49").await.unwrap();
+    wait_text(&tsock, &o, "back-10").await.unwrap();
+    let (code, out, _) = tuic(&hub_sock, &["capture", &label]);
+    assert_eq!(code, 0);
+    assert!(out.contains("back-10"), "{out}");
+    assert_eq!(shell_pid("P3ID=").await.unwrap(), before, "{out}");
     let (_, out, _) = tuic(&hub_sock, &["ls"]);
-    assert!(!out.contains(&label), "{out}");
+    assert!(out.contains(label.split('/').nth(1).unwrap()), "{out}");
+    // Killing it still works after the re-adoption; tuic attach then ends with it.
+    let (code, _, err) = tuic(&hub_sock, &["kill", &label]);
+    assert_eq!(code, 0, "{err}");
+    let (code, last) = exited(&tsock, &o).await.unwrap();
+    assert!(code.is_some(), "{last:?}");
 }
 
 #[tokio::test]

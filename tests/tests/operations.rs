@@ -437,6 +437,66 @@ async fn remote_update_is_cookie_only_checks_the_binary_and_restarts_on_it() {
         );
         assert_eq!(sha(&exe), original);
     }
+    // A terminal open across the update: its holder keeps it and the new executable
+    // re-adopts it (same session, same shell).
+    let ipc_sock = cfg.path().join("mcp.sock");
+    let grid_line = |id: String, needle: &'static str| {
+        let ipc_sock = ipc_sock.clone();
+        async move {
+            for _ in 0..3000 {
+                let v = tuic_tests::ipc(
+                    &ipc_sock,
+                    "GET",
+                    &format!("/sessions/{id}/terminal/lines"),
+                    None,
+                )
+                .await
+                .map(|r| r.json())
+                .unwrap_or(Value::Null);
+                // The line once the next prompt shows after it (so it is whole).
+                let ls: Vec<&str> = v["lines"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let hit = ls
+                    .iter()
+                    .position(|l| l.contains(needle) && !l.contains("echo"))
+                    .filter(|&i| ls[i + 1..].iter().any(|l| !l.trim().is_empty()))
+                    .map(|i| ls[i].to_owned());
+                if let Some(l) = hit {
+                    return l;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            panic!("{needle} never showed on {id}");
+        }
+    };
+    let created = tuic_tests::ipc(
+        &ipc_sock,
+        "POST",
+        "/sessions",
+        Some(json!({"shell": "/bin/sh", "args": ["-i"], "cwd": "/tmp"})),
+    )
+    .await
+    .unwrap()
+    .json();
+    let sid = created["session_id"].as_str().unwrap().to_owned();
+    let type_line = |text: &'static str| {
+        let (ipc_sock, sid) = (ipc_sock.clone(), sid.clone());
+        async move {
+            let r = tuic_tests::ipc(
+                &ipc_sock,
+                "POST",
+                &format!("/sessions/{sid}/write"),
+                Some(json!({ "data": text })),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.status, 200);
+        }
+    };
+    type_line("echo UP-$((1+1)) pid=$$\r").await;
+    let before = grid_line(sid.clone(), "UP-2").await;
     // The real update: answered, then the node drains and re-executes the new file.
     let r = post(new_bytes.clone(), &new_sha)
         .header("cookie", &cookie)
@@ -458,4 +518,13 @@ async fn remote_update_is_cookie_only_checks_the_binary_and_restarts_on_it() {
     assert_eq!(sha(&bin_dir.path().join("tuic-node.previous")), original);
     // Same process (re-exec keeps the pid).
     assert!(child.0.try_wait().unwrap().is_none());
+    // The terminal came through: its screen, and the same shell answering.
+    assert_eq!(grid_line(sid.clone(), "UP-2").await, before);
+    type_line("echo UP-$((2+2)) pid=$$\r").await;
+    let after = grid_line(sid.clone(), "UP-4").await;
+    assert_eq!(
+        after.rsplit("pid=").next(),
+        before.rsplit("pid=").next(),
+        "{before} / {after}"
+    );
 }

@@ -157,6 +157,61 @@ async fn await_event(
     }
 }
 
+/// The state letter and parent pid of `pid` (`/proc/<pid>/stat`).
+fn proc_stat(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
+}
+
+/// Loses every worker of `run_id` on the node at `socket` (found by `TUIC_RUN_ID` and
+/// `TUIC_SOCKET` in its environment) while that node is down: a worker's PTY outlives a
+/// killed node (its holder keeps it for the restarted node to re-adopt), so the test kills the
+/// holder too (`kill -9`), and the terminal is gone for good (a stale holder socket).
+async fn kill_workers(socket: &Path, run_id: &str) {
+    // Run ids repeat across nodes: the node's socket tells this test's workers apart.
+    let run = format!("TUIC_RUN_ID={run_id}");
+    let sock = format!("TUIC_SOCKET={}", socket.display());
+    let workers: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &i32| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let has = |want: &str| env.split(|b| *b == 0).any(|v| v == want.as_bytes());
+                has(&run) && has(&sock)
+            })
+        })
+        .collect();
+    assert!(!workers.is_empty(), "no worker of {run_id} runs");
+    let holders: Vec<i32> = workers
+        .iter()
+        .filter_map(|&w| proc_stat(w).map(|(_, ppid)| ppid))
+        .filter(|&h| {
+            // Only a session holder (`tuic-node hold --socket …`), never an adoptive init.
+            h > 1
+                && std::fs::read(format!("/proc/{h}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"hold"))
+        })
+        .collect();
+    let all: Vec<i32> = holders.iter().chain(&workers).copied().collect();
+    for &pid in &all {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Gone, or a zombie nobody reaps yet (the killed node's orphans).
+    while all
+        .iter()
+        .any(|&p| proc_stat(p).is_some_and(|(state, _)| state != 'Z'))
+    {
+        assert!(Instant::now() < deadline, "workers {all:?} did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn worker_script(dir: &Path) -> String {
     let p = dir.join("worker.sh");
     std::fs::write(
@@ -181,6 +236,19 @@ fn report(run: &str, story: &str, rev: u64, launched: &Value, summary: &str) -> 
 
 #[tokio::test]
 async fn a_reviewed_story_runs_a_two_step_graph_through_a_kill_9() {
+    two_step_graph_through_a_kill_9(true).await;
+}
+
+#[tokio::test]
+async fn a_worker_that_outlives_its_nodes_kill_9_finishes_its_attempt() {
+    two_step_graph_through_a_kill_9(false).await;
+}
+
+/// A reviewed story's two-step graph with the node killed (-9) during step 2. When
+/// `worker_dies`, the worker ends too while the node is away and recovery relaunches the step;
+/// otherwise the worker's PTY outlives the node (its holder keeps it), the restarted node
+/// re-adopts it, and the same worker's report completes the run with no recovery.
+async fn two_step_graph_through_a_kill_9(worker_dies: bool) {
     let dir = config_dir(json!({}));
     let (code, _, err) = run_with_stdin(
         "tuic-node",
@@ -362,9 +430,48 @@ async fn a_reviewed_story_runs_a_two_step_graph_through_a_kill_9() {
     .await;
     assert_eq!(launched2["detail"]["generation"], 1);
     let before_kill = run_events(&node, &project, &run_id).await.len();
+    let sock = node.socket.clone();
     node.child.kill().unwrap();
     node.child.wait().unwrap();
     drop(events);
+    if !worker_dies {
+        // Restart: the worker was re-adopted with its PTY; its report completes the run.
+        let node = start(dir.path());
+        let worker = launched2["detail"]["tuic_session"].as_str().unwrap();
+        let rows = ipc(&node.socket, "GET", "/sessions", None)
+            .await
+            .unwrap()
+            .json();
+        assert!(
+            rows.as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["tuic_session"] == worker),
+            "{rows}"
+        );
+        let (err, v) = call_as(
+            &node.socket,
+            worker,
+            "workflow_report",
+            report(&run_id, &id, rev, &launched2, "verified"),
+        )
+        .await;
+        assert!(!err, "{v}");
+        assert_eq!(v["status"], "completed");
+        let all = run_events(&node, &project, &run_id).await;
+        assert!(!all.iter().any(|e| e["kind"] == "attempt_lost"), "{all:?}");
+        let (_, v) = local(
+            &node,
+            "/workflows/run/action",
+            json!({"input": {"action": "get", "run_id": run_id}, "project_path": project}),
+        )
+        .await;
+        assert_eq!(v["run"]["status"], "completed");
+        assert_eq!(v["run"]["recoveries"], 0);
+        return;
+    }
+    // The worker dies too while the node is away.
+    kill_workers(&sock, &run_id).await;
 
     // Restart: the run resumes from its journal — the lost worker is relaunched as generation 2.
     let node = start(dir.path());
@@ -779,12 +886,14 @@ async fn operator_commands_are_fenced_and_authority_is_enforced_per_rule() {
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["run"]["status"], "paused");
-    // Killed while paused: the worker dies with the node; resuming after the restart
-    // reconciles (attempt_lost) and launches the next generation.
+    // Killed while paused, and the worker dies while the node is away; resuming after the
+    // restart reconciles (attempt_lost) and launches the next generation.
     let mut node = node;
+    let sock = node.socket.clone();
     node.child.kill().unwrap();
     node.child.wait().unwrap();
     drop(events);
+    kill_workers(&sock, &run_id).await;
     let node = start(dir.path());
     let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
     let (_, v) = local(

@@ -127,7 +127,8 @@ export class SessionView {
     };
   }
 
-  /** Reconnects if the session still exists; a node restart ends its sessions. */
+  /** Reconnects if the session still exists: a node that crashed or was restarted keeps its
+   *  sessions (their holders do), one that was stopped ends them. */
   async reconnect() {
     if (this.closed) return;
     try {

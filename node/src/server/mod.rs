@@ -90,6 +90,11 @@ pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> an
     if let Err(e) = std::fs::remove_file(&node.paths.socket) {
         warn!(error = %e, "removing the IPC socket");
     }
+    // Sessions end with a node that stops (held ones: their holders end them); a restart
+    // onto an updated executable keeps them for the new process to re-adopt.
+    let keep = crate::ops::update::restart_requested();
+    let n = node.clone();
+    let _ = tokio::task::spawn_blocking(move || n.sessions.end_with_node(keep)).await;
     node.tasks.close();
     let _ = tokio::time::timeout(drain, node.tasks.wait()).await;
     info!("stopped");

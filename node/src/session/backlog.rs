@@ -41,6 +41,16 @@ pub enum Read {
 }
 
 impl Backlog {
+    /// An empty backlog whose next byte is at `offset` (a re-adopted session continues the
+    /// offsets its holder counted).
+    pub fn starting_at(offset: u64) -> Self {
+        Self {
+            base: offset,
+            total: offset,
+            ..Self::default()
+        }
+    }
+
     /// Appends output and trims what nobody needs any more.
     pub fn push(&mut self, mut bytes: &[u8]) {
         self.total += bytes.len() as u64;

@@ -1,7 +1,9 @@
 //! PTY sessions: one child process on a pseudo-terminal, its output feeds, and the registry
 //! that names sessions by their three addresses.
 //!
-//! A session owns its PTY, one reader thread (off the async workers) and one waiter thread.
+//! A session owns its PTY (or, run by the node binary, a connection to the holder process that
+//! owns it: `holder`, `held`), one reader thread (off the async workers) and one waiter
+//! thread (a held session's reader also receives the exit).
 //! Each read feeds, in order: the raw backlog (ring + live subscribers), the emulator grid and
 //! the clean log; then subscribers are woken. The PTY is never slowed by a reader of any feed.
 //! This module does not serve HTTP (see `routes::sessions`) and does not know other hosts.
@@ -13,6 +15,8 @@ pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
 pub mod grid;
+pub mod held;
+pub mod holder;
 pub mod input;
 mod monitor;
 pub mod output;
@@ -30,7 +34,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use portable_pty::{ChildKiller, MasterPty, PtySize};
+use portable_pty::PtySize;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -98,9 +102,9 @@ pub struct Session {
     /// PTY input. A blocking write: callers run off the async workers.
     writer: Mutex<Box<dyn Write + Send>>,
     /// PTY master, for resize and the foreground process group.
-    master: Mutex<Box<dyn MasterPty + Send>>,
+    master: Mutex<pty::Master>,
     /// Ends the child on `DELETE`.
-    killer: Mutex<Box<dyn ChildKiller + Send + Sync>>,
+    killer: Mutex<pty::Killer>,
     /// Set once, after every byte the process wrote has been fed.
     exit: OnceLock<Exit>,
     /// Wall-clock ms of the last output (0: none yet), for `shell_state`.
@@ -121,6 +125,9 @@ pub struct Session {
     composer: Mutex<input::Composer>,
     /// The orchestrator's short description of the assigned work (`pty_description`).
     description: Mutex<Option<String>>,
+    /// The durable record of a held session (`held`), kept current on rename, resize and
+    /// parent changes; `None` for a PTY this process opened itself.
+    persist: Option<std::sync::Arc<held::Persist>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -238,7 +245,14 @@ impl Session {
 
     /// Replaces the display name with a person's choice (a rename).
     pub fn set_display_name(&self, name: String) {
-        *lock(&self.display_name) = Name::custom(Some(name));
+        *lock(&self.display_name) = Name::custom(Some(name.clone()));
+        if let Some(p) = &self.persist {
+            p.update(|r| {
+                r.name = Some(name);
+                r.name_is_custom = true;
+                r.name_from_spawn = false;
+            });
+        }
     }
 
     /// The spawning agent's registered identity.
@@ -249,7 +263,10 @@ impl Session {
     /// Records the spawning agent's registered identity (a spawner that registered late, or
     /// moved to another identity).
     pub fn set_parent_session(&self, parent: Option<String>) {
-        *lock(&self.parent_session) = parent;
+        *lock(&self.parent_session) = parent.clone();
+        if let Some(p) = &self.persist {
+            p.update(|r| r.parent_session = parent);
+        }
     }
 
     /// A receiver woken when the observed lifecycle changes and at exit.
@@ -327,7 +344,11 @@ impl Session {
 
     /// Replaces (`Some`) or clears (`None`) the orchestrator's description of the work.
     pub fn set_description(&self, d: Option<String>) {
-        *lock(&self.description) = d.filter(|d| !d.is_empty());
+        let d = d.filter(|d| !d.is_empty());
+        *lock(&self.description) = d.clone();
+        if let Some(p) = &self.persist {
+            p.update(|r| r.description = d);
+        }
     }
 
     /// The current turn epoch.
@@ -426,12 +447,33 @@ impl Session {
                 pixel_width: 0,
                 pixel_height: 0,
             })
-            .map_err(|e| SessionError::Io(e.to_string()))
+            .map_err(SessionError::Io)?;
+        if let Some(p) = &self.persist {
+            p.update(|r| {
+                r.rows = rows;
+                r.cols = cols;
+            });
+        }
+        Ok(())
     }
 
     /// Ends the process (SIGHUP, as a closing terminal does).
     pub fn kill(&self) {
-        let _ = lock(&self.killer).kill();
+        lock(&self.killer).kill();
+    }
+
+    /// Whether a holder process keeps this session's PTY (it survives a restart of the node).
+    pub fn is_held(&self) -> bool {
+        self.persist.is_some()
+    }
+
+    /// Graceful node shutdown: ends the process and lets its holder exit without waiting for
+    /// a node; forgets the record. A session this process opened itself just ends.
+    pub(crate) fn end_with_node(&self) {
+        if let Some(p) = &self.persist {
+            p.remove();
+        }
+        lock(&self.killer).quit();
     }
 
     /// The raw backlog, locked.

@@ -4,15 +4,18 @@
 //! worker. It appends each read to the raw ring, feeds the screen (bulk plain text is only
 //! queued there, see `screen`) and wakes subscribers once. The waiter reaps the child, then
 //! waits for the reader to drain the PTY so that the exit is published only after every byte
-//! the process wrote has been fed.
+//! the process wrote has been fed. A held session (`spawn_held`, `adopt`) has one thread that
+//! reads its holder's output frames the same way and receives the exit in-band after them.
 
-use std::io::Read;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use portable_pty::{ChildKiller, CommandBuilder, MasterPty, PtySize, native_pty_system};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
@@ -30,7 +33,7 @@ const DEFER_MAX: usize = 4 * 1024 * 1024;
 /// the terminal open would otherwise hold the exit back forever.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-/// Everything needed to start one process.
+/// Everything needed to start one process (or to name a re-adopted one).
 pub(super) struct Spawn {
     pub(super) id: String,
     pub(super) tuic_session: String,
@@ -46,7 +49,135 @@ pub(super) struct Spawn {
     pub(super) parent_session: Option<String>,
 }
 
-/// Starts the process; `on_exit` runs on the waiter thread once the exit is recorded.
+/// The PTY master as the node holds it.
+pub(super) enum Master {
+    /// Opened by this process (no holder).
+    Direct(Box<dyn MasterPty + Send>),
+    /// Passed by the session's holder (`session::holder`).
+    Held(OwnedFd),
+    /// The child ended before a holder was re-adopted: no terminal left.
+    Gone,
+}
+
+impl Master {
+    /// The pid leading the terminal's foreground process group.
+    pub(super) fn process_group_leader(&self) -> Option<i32> {
+        match self {
+            Self::Direct(m) => m.process_group_leader(),
+            Self::Held(fd) => rustix::termios::tcgetpgrp(fd)
+                .ok()
+                .map(|p| p.as_raw_nonzero().get()),
+            Self::Gone => None,
+        }
+    }
+
+    /// Sets the terminal size (the kernel tells the foreground group with SIGWINCH).
+    pub(super) fn resize(&self, size: PtySize) -> Result<(), String> {
+        match self {
+            Self::Direct(m) => m.resize(size).map_err(|e| e.to_string()),
+            Self::Held(fd) => rustix::termios::tcsetwinsize(
+                fd,
+                rustix::termios::Winsize {
+                    ws_row: size.rows,
+                    ws_col: size.cols,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                },
+            )
+            .map_err(|e| e.to_string()),
+            Self::Gone => Err("the terminal is gone".into()),
+        }
+    }
+}
+
+/// Ends the child.
+pub(super) enum Killer {
+    /// This process's child.
+    Direct(Box<dyn ChildKiller + Send + Sync>),
+    /// The holder's child: the holder is asked over its socket.
+    Held(UnixStream),
+}
+
+impl Killer {
+    /// SIGHUP, as a closing terminal sends.
+    pub(super) fn kill(&mut self) {
+        match self {
+            Self::Direct(k) => {
+                let _ = k.kill();
+            }
+            Self::Held(s) => {
+                let _ = super::held::send_kill(s);
+            }
+        }
+    }
+
+    /// Ends the child and lets its holder exit without a node (graceful node shutdown).
+    pub(super) fn quit(&mut self) {
+        match self {
+            Self::Direct(k) => {
+                let _ = k.kill();
+            }
+            Self::Held(s) => {
+                let _ = super::held::send_quit(s);
+            }
+        }
+    }
+}
+
+/// The parts of a session that differ between a direct and a held PTY.
+struct Parts {
+    pid: Option<u32>,
+    writer: Box<dyn Write + Send>,
+    master: Master,
+    killer: Killer,
+    stream: Backlog,
+    persist: Option<Arc<super::held::Persist>>,
+}
+
+fn new_session(s: Spawn, p: Parts) -> Arc<Session> {
+    let (wake, _) = watch::channel(0u64);
+    let (lifecycle, _) = watch::channel(0u64);
+    Arc::new(Session {
+        id: s.id,
+        tuic_session: s.tuic_session,
+        alias: s.alias,
+        cwd: s.cwd,
+        shell: s.shell,
+        pid: p.pid,
+        display_name: Mutex::new(s.name),
+        parent_session: Mutex::new(s.parent_session),
+        stream: Mutex::new(p.stream),
+        deferred: Mutex::new(Vec::new()),
+        screen: Mutex::new(Screen::new(s.rows, s.cols, LOG_LINES)),
+        wake,
+        lifecycle,
+        writer: Mutex::new(p.writer),
+        master: Mutex::new(p.master),
+        killer: Mutex::new(p.killer),
+        exit: OnceLock::new(),
+        last_output_ms: AtomicU64::new(0),
+        last_input_ms: AtomicU64::new(0),
+        agent: Mutex::new(None),
+        seen: Mutex::default(),
+        probe: Mutex::new(None),
+        turn_epoch: AtomicU64::new(0),
+        submit_claim: Mutex::new(()),
+        composer: Mutex::new(super::input::Composer::default()),
+        description: Mutex::new(None),
+        persist: p.persist,
+    })
+}
+
+/// Records the exit once every byte was fed, wakes everyone, then runs `on_exit`.
+fn publish_exit(s: &Arc<Session>, code: Option<i32>, on_exit: impl FnOnce(&Arc<Session>)) {
+    let _ = s.exit.set(Exit { code });
+    s.wake.send_modify(|v| *v += 1);
+    s.lifecycle.send_modify(|v| *v += 1);
+    on_exit(s);
+}
+
+/// Starts the process in this node; `on_exit` runs on the waiter thread once the exit is
+/// recorded.
 pub(super) fn spawn(
     s: Spawn,
     capture: Arc<Capture>,
@@ -71,36 +202,17 @@ pub(super) fn spawn(
     let reader = pair.master.try_clone_reader()?;
     let writer = pair.master.take_writer()?;
     let killer = child.clone_killer();
-    let (wake, _) = watch::channel(0u64);
-    let (lifecycle, _) = watch::channel(0u64);
-    let session = Arc::new(Session {
-        id: s.id,
-        tuic_session: s.tuic_session,
-        alias: s.alias,
-        cwd: s.cwd,
-        shell: s.shell,
-        pid: child.process_id(),
-        display_name: Mutex::new(s.name),
-        parent_session: Mutex::new(s.parent_session),
-        stream: Mutex::new(Backlog::default()),
-        deferred: Mutex::new(Vec::new()),
-        screen: Mutex::new(Screen::new(s.rows, s.cols, LOG_LINES)),
-        wake,
-        lifecycle,
-        writer: Mutex::new(writer),
-        master: Mutex::new(pair.master),
-        killer: Mutex::new(killer),
-        exit: OnceLock::new(),
-        last_output_ms: AtomicU64::new(0),
-        last_input_ms: AtomicU64::new(0),
-        agent: Mutex::new(None),
-        seen: Mutex::default(),
-        probe: Mutex::new(None),
-        turn_epoch: AtomicU64::new(0),
-        submit_claim: Mutex::new(()),
-        composer: Mutex::new(super::input::Composer::default()),
-        description: Mutex::new(None),
-    });
+    let session = new_session(
+        s,
+        Parts {
+            pid: child.process_id(),
+            writer,
+            master: Master::Direct(pair.master),
+            killer: Killer::Direct(killer),
+            stream: Backlog::default(),
+            persist: None,
+        },
+    );
 
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
     let rs = session.clone();
@@ -127,12 +239,132 @@ pub(super) fn spawn(
             if drained_rx.recv_timeout(DRAIN_GRACE).is_err() {
                 debug!(session = %ws.id, "pty still open after exit; publishing exit anyway");
             }
-            let _ = ws.exit.set(Exit { code });
-            ws.wake.send_modify(|v| *v += 1);
-            ws.lifecycle.send_modify(|v| *v += 1);
-            on_exit(&ws);
+            publish_exit(&ws, code, on_exit);
         })?;
     Ok(session)
+}
+
+/// Starts the process under a holder (`session::holder`), records it in the store and
+/// connects to it; `on_exit` runs on the reader thread once the holder reports the exit.
+pub(super) fn spawn_held(
+    s: Spawn,
+    cfg: &super::held::HolderConfig,
+    capture: Arc<Capture>,
+    on_exit: impl FnOnce(&Arc<Session>) + Send + 'static,
+) -> anyhow::Result<Arc<Session>> {
+    use super::held;
+    let spec = super::holder::HoldSpec {
+        id: s.id.clone(),
+        shell: s.shell.clone(),
+        args: s.args.clone(),
+        cwd: s.cwd.clone(),
+        env: s.env.clone(),
+        rows: s.rows,
+        cols: s.cols,
+    };
+    let socket = held::start(cfg, &spec)?;
+    let mut adopted = held::connect(&socket, &s.id)?;
+    let record = held::Record {
+        id: s.id.clone(),
+        tuic_session: s.tuic_session.clone(),
+        alias: s.alias.clone(),
+        cwd: s.cwd.clone(),
+        shell: s.shell.clone(),
+        args: s.args.clone(),
+        rows: s.rows,
+        cols: s.cols,
+        name: s.name.text.clone(),
+        name_is_custom: s.name.is_custom,
+        name_from_spawn: s.name.from_spawn,
+        parent_session: s.parent_session.clone(),
+        description: None,
+        created_ms: now_ms(),
+        socket,
+    };
+    let persist = match held::Persist::new(cfg.store.clone(), record) {
+        Ok(p) => p,
+        Err(e) => {
+            // Not recorded: it could never be re-adopted, so it must not outlive this node.
+            let _ = held::send_quit(&mut adopted.stream);
+            return Err(e.context("recording the held session"));
+        }
+    };
+    adopt(s, adopted, Some(persist), capture, on_exit)
+}
+
+/// Builds the session of a connected holder: the raw ring continues at the holder's offsets
+/// and the screen is rebuilt from its ring (the emulator's answers to old queries are
+/// dropped, not typed into the terminal again).
+pub(super) fn adopt(
+    s: Spawn,
+    a: super::held::Adopted,
+    persist: Option<Arc<super::held::Persist>>,
+    capture: Arc<Capture>,
+    on_exit: impl FnOnce(&Arc<Session>) + Send + 'static,
+) -> anyhow::Result<Arc<Session>> {
+    let mut stream = Backlog::starting_at(a.header.total - a.ring.len() as u64);
+    stream.push(&a.ring);
+    let writer: Box<dyn Write + Send> = match &a.master {
+        Some(fd) => Box::new(std::fs::File::from(fd.try_clone()?)),
+        None => Box::new(std::io::sink()),
+    };
+    let master = a.master.map_or(Master::Gone, Master::Held);
+    let killer = Killer::Held(a.stream.try_clone()?);
+    let session = new_session(
+        s,
+        Parts {
+            pid: Some(a.header.pid),
+            writer,
+            master,
+            killer,
+            stream,
+            persist,
+        },
+    );
+    {
+        let mut scr = lock(&session.screen);
+        scr.start_at(a.header.total - a.ring.len() as u64);
+        let _replies = scr.feed(&a.ring);
+    }
+    if !a.ring.is_empty() {
+        session.last_output_ms.store(now_ms(), Ordering::Relaxed);
+    }
+    let rs = session.clone();
+    let early = a.exit;
+    let conn = a.stream;
+    std::thread::Builder::new()
+        .name(format!("pty-held-{}", rs.id))
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let code = match early {
+                Some(x) => x.code,
+                None => held_loop(&rs, conn, &capture),
+            };
+            finish_screen(&rs);
+            publish_exit(&rs, code, on_exit);
+        })?;
+    Ok(session)
+}
+
+/// Reads a holder's output frames until its exit frame (or until it vanishes: no code).
+fn held_loop(s: &Session, conn: UnixStream, capture: &Capture) -> Option<i32> {
+    let mut r = std::io::BufReader::with_capacity(READ_BUF + 8, conn);
+    let mut yielding = Yielding::new(Instant::now());
+    loop {
+        match super::holder::read_frame(&mut r) {
+            Ok(Some((b'O', bytes))) => ingest(s, &bytes, capture, &mut yielding),
+            Ok(Some((b'X', p))) => {
+                return serde_json::from_slice::<super::holder::ExitFrame>(&p)
+                    .ok()
+                    .and_then(|x| x.code);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                warn!(session = %s.id, "the session holder went away without an exit");
+                return None;
+            }
+        }
+    }
 }
 
 /// Reads the PTY: each read goes to the raw ring, then the screen (which holds bulk plain text
@@ -149,21 +381,25 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
             // EIO: every holder of the slave side closed it.
             Err(_) => break,
         };
-        yielding.observe(n, Instant::now());
-        let bytes = &buf[..n];
-        capture.record(&s.id, Direction::Output, bytes);
-        lock(&s.stream).push(bytes);
-        s.last_output_ms.store(now_ms(), Ordering::Relaxed);
-        feed_screen(s, bytes);
-        s.wake.send_modify(|v| *v += 1);
-        if yielding.niced && n < GATHER_BELOW {
-            // A bulk reader that keeps up would wake for every few hundred bytes the kernel
-            // hands over; letting them gather costs the stream nothing (the kernel buffers far
-            // more than arrives meanwhile) and frees the CPU for interactive sessions.
-            std::thread::sleep(GATHER);
-        }
+        ingest(s, &buf[..n], capture, &mut yielding);
     }
-    // Bytes held by an unterminated synchronized update are still output: apply them.
+    finish_screen(s);
+}
+
+/// One read of output: raw ring, screen, then subscribers are woken.
+fn ingest(s: &Session, bytes: &[u8], capture: &Capture, yielding: &mut Yielding) {
+    let n = bytes.len();
+    yielding.observe(n, Instant::now());
+    capture.record(&s.id, Direction::Output, bytes);
+    lock(&s.stream).push(bytes);
+    s.last_output_ms.store(now_ms(), Ordering::Relaxed);
+    feed_screen(s, bytes);
+    s.wake.send_modify(|v| *v += 1);
+    yielding.gather(n);
+}
+
+/// Bytes held by an unterminated synchronized update are still output: apply them.
+fn finish_screen(s: &Session) {
     let mut scr = lock(&s.screen);
     s.feed_deferred(&mut scr);
     scr.expire_sync(std::time::Instant::now() + Duration::from_secs(3600));
@@ -193,7 +429,7 @@ const BULK_NICE: i32 = 10;
 ///
 /// Bulk is judged by rate, not read size: a reader that keeps up with a fast producer reads
 /// a few hundred bytes at a time, as often as the kernel hands them over.
-struct Yielding {
+pub(super) struct Yielding {
     window_start: Instant,
     window_bytes: u64,
     bulk: u32,
@@ -202,7 +438,7 @@ struct Yielding {
 }
 
 impl Yielding {
-    fn new(now: Instant) -> Self {
+    pub(super) fn new(now: Instant) -> Self {
         Self {
             window_start: now,
             window_bytes: 0,
@@ -212,7 +448,17 @@ impl Yielding {
         }
     }
 
-    fn observe(&mut self, n: usize, now: Instant) {
+    /// After a read of `n` bytes: a bulk reader that keeps up would wake for every few
+    /// hundred bytes the kernel hands over; letting them gather costs the stream nothing (the
+    /// kernel buffers far more than arrives meanwhile) and frees the CPU for interactive
+    /// sessions.
+    pub(super) fn gather(&self, n: usize) {
+        if self.niced && n < GATHER_BELOW {
+            std::thread::sleep(GATHER);
+        }
+    }
+
+    pub(super) fn observe(&mut self, n: usize, now: Instant) {
         self.window_bytes += n as u64;
         let elapsed = now.saturating_duration_since(self.window_start);
         if elapsed < WINDOW {
@@ -267,8 +513,6 @@ fn feed_screen(s: &Session, bytes: &[u8]) {
         let _ = lock(&s.writer).write_all(&replies);
     }
 }
-
-use std::io::Write as _;
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,7 @@ use tuic_proto::events::Event;
 
 use super::alias::{self, Aliases};
 use super::capture::{Capture, CaptureDir};
+use super::held::{self, AdoptError, HolderConfig};
 use super::pty::{self, Spawn};
 use super::{Session, SessionRow};
 use crate::state::Node;
@@ -99,6 +100,9 @@ pub struct Registry {
     /// the repository records and mirrors it here): `tuic_session` → (path, branch). Keyed by
     /// identity, not PTY, so a session restored with its `tuic_session` shows it again.
     placements: RwLock<HashMap<String, (String, Option<String>)>>,
+    /// Set by the node binary: sessions are started under holder processes (`held`), so they
+    /// survive a restart of the node. Unset (tests in this crate), this process opens PTYs.
+    holders: std::sync::OnceLock<HolderConfig>,
 }
 
 /// Counts of the registry for `/stats` and `/metrics`.
@@ -133,7 +137,13 @@ impl Registry {
             wait_checks: AtomicU64::new(0),
             ended_output: AtomicU64::new(0),
             placements: RwLock::default(),
+            holders: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Starts every later session under a holder process (the node binary calls this once).
+    pub fn use_holders(&self, cfg: HolderConfig) {
+        let _ = self.holders.set(cfg);
     }
 
     /// Sets (or with `None` clears) the declared worktree placement of an identity.
@@ -375,27 +385,28 @@ impl Registry {
             env.push(("TUIC_APP_INSTANCE".into(), inst.to_owned()));
         }
         let n2 = node.clone();
-        let spawned = pty::spawn(
-            Spawn {
-                id: id.clone(),
-                tuic_session: tuic_session.clone(),
-                alias: alias.clone(),
-                cwd: cwd.display().to_string(),
-                shell,
-                args: req.args,
-                env,
-                rows,
-                cols,
-                name: if req.name_from_spawn {
-                    super::Name::spawned(req.name.clone())
-                } else {
-                    super::Name::custom(req.name.clone())
-                },
-                parent_session: req.parent_session.clone(),
+        let on_exit = move |s: &Arc<Session>| n2.sessions.on_exit(&n2, s);
+        let spec = Spawn {
+            id: id.clone(),
+            tuic_session: tuic_session.clone(),
+            alias: alias.clone(),
+            cwd: cwd.display().to_string(),
+            shell,
+            args: req.args,
+            env,
+            rows,
+            cols,
+            name: if req.name_from_spawn {
+                super::Name::spawned(req.name.clone())
+            } else {
+                super::Name::custom(req.name.clone())
             },
-            self.capture.clone(),
-            move |s| n2.sessions.on_exit(&n2, s),
-        );
+            parent_session: req.parent_session.clone(),
+        };
+        let spawned = match self.holders.get() {
+            Some(cfg) => pty::spawn_held(spec, cfg, self.capture.clone(), on_exit),
+            None => pty::spawn(spec, self.capture.clone(), on_exit),
+        };
         let session = match spawned {
             Ok(s) => s,
             Err(e) => {
@@ -455,6 +466,9 @@ impl Registry {
     /// Called by the waiter once the exit is recorded and all output fed. The move from the
     /// live table to the tombstones is one step: no reader finds the session in neither.
     fn on_exit(&self, node: &Arc<Node>, s: &Arc<Session>) {
+        if let Some(p) = &s.persist {
+            p.remove();
+        }
         let was_live = {
             let mut g = self.write();
             let was = g.live.remove(&s.id).is_some();
@@ -472,6 +486,173 @@ impl Registry {
         // A session that exited before registration is tombstoned by `create`.
         if was_live {
             self.tombstone(node, s);
+        }
+    }
+
+    /// Re-adopts the held sessions a previous node left running (read from the store): each
+    /// comes back under its PTY id, alias and `tuic_session`, its screen rebuilt from the
+    /// holder's ring. A record whose holder is gone, not ours or not a holder is logged,
+    /// forgotten and skipped. Blocking (socket handshakes): call before serving. Returns how
+    /// many were re-adopted.
+    pub fn readopt(&self, node: &Arc<Node>) -> usize {
+        let Some(cfg) = self.holders.get() else {
+            return 0;
+        };
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            let _ = self.rt.get_or_init(|| h);
+        }
+        let records = match cfg.store.held_sessions() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading held session records");
+                return 0;
+            }
+        };
+        let mut adopted = 0;
+        for (id, json) in records {
+            let forget = || {
+                if let Err(e) = cfg.store.remove_held_session(&id) {
+                    tracing::warn!(session = %id, error = %e, "removing a held session record");
+                }
+            };
+            let rec: held::Record = match serde_json::from_slice(&json) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "skipping a held session: unreadable record");
+                    forget();
+                    continue;
+                }
+            };
+            let a = match held::connect(&rec.socket, &rec.id) {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(session = %id, socket = %rec.socket.display(), error = %e, "skipping a held session");
+                    if matches!(e, AdoptError::Stale(_)) {
+                        let _ = std::fs::remove_file(&rec.socket);
+                    }
+                    forget();
+                    continue;
+                }
+            };
+            match self.adopt_one(node, cfg, rec, a) {
+                Ok(()) => adopted += 1,
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "skipping a held session");
+                    forget();
+                }
+            }
+        }
+        if adopted > 0 {
+            tracing::info!(sessions = adopted, "re-adopted held sessions");
+            self.monitor.call_once(|| super::monitor::start(node));
+        }
+        adopted
+    }
+
+    fn adopt_one(
+        &self,
+        node: &Arc<Node>,
+        cfg: &HolderConfig,
+        rec: held::Record,
+        a: held::Adopted,
+    ) -> anyhow::Result<()> {
+        let prefix = alias::prefix_for(&repo_name(Path::new(&rec.cwd)));
+        let alias = {
+            let mut g = self.write();
+            anyhow::ensure!(
+                !g.live.contains_key(&rec.id) && !g.by_tuic.contains_key(&rec.tuic_session),
+                "another live session already has its id or tuic_session"
+            );
+            g.by_tuic.insert(rec.tuic_session.clone(), rec.id.clone());
+            let Inner {
+                aliases, by_alias, ..
+            } = &mut *g;
+            let a = aliases.assign(&prefix, Some(&rec.alias), |x| by_alias.contains_key(x));
+            by_alias.insert(a.clone(), rec.id.clone());
+            a
+        };
+        let name = super::Name {
+            text: rec.name.clone(),
+            is_custom: rec.name_is_custom,
+            from_spawn: rec.name_from_spawn,
+        };
+        let spec = Spawn {
+            id: rec.id.clone(),
+            tuic_session: rec.tuic_session.clone(),
+            alias: alias.clone(),
+            cwd: rec.cwd.clone(),
+            shell: rec.shell.clone(),
+            args: rec.args.clone(),
+            env: Vec::new(),
+            rows: rec.rows,
+            cols: rec.cols,
+            name,
+            parent_session: rec.parent_session.clone(),
+        };
+        let mut rec = rec;
+        rec.alias = alias.clone();
+        let description = rec.description.clone();
+        let persist = held::Persist::new(cfg.store.clone(), rec.clone())?;
+        let n2 = node.clone();
+        let session = match pty::adopt(
+            spec,
+            a,
+            Some(persist),
+            self.capture.clone(),
+            move |s: &Arc<Session>| n2.sessions.on_exit(&n2, s),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                let mut g = self.write();
+                g.by_alias.remove(&alias);
+                g.by_tuic.remove(&rec.tuic_session);
+                return Err(e);
+            }
+        };
+        *super::lock(&session.description) = description;
+        let inserted = {
+            let mut g = self.write();
+            if session.exit().is_none() {
+                g.live.insert(rec.id.clone(), session.clone());
+                true
+            } else {
+                g.by_alias.remove(&alias);
+                g.by_tuic.remove(&rec.tuic_session);
+                g.tombstones.insert(rec.id.clone(), session.clone());
+                self.ended_output
+                    .fetch_add(session.stream().total(), Ordering::Relaxed);
+                false
+            }
+        };
+        tracing::info!(session = %rec.id, alias = %alias, "re-adopted a held session");
+        node.bus.publish(Event::SessionCreated {
+            session_id: rec.id.clone(),
+            cwd: rec.cwd.clone(),
+            agent_type: super::activity::detect_agent(&rec.shell, &rec.args).map(str::to_owned),
+            display_name: rec.name.clone(),
+            parent_session: rec.parent_session.clone(),
+            tuic_session: rec.tuic_session.clone(),
+        });
+        node.bus.publish(Event::TermAliasAssigned {
+            session_id: rec.id,
+            alias,
+        });
+        if !inserted {
+            self.tombstone(node, &session);
+        }
+        Ok(())
+    }
+
+    /// Graceful shutdown: ends every live session with the node, as a node without holders
+    /// always did (its PTYs closed with it). Held sessions' holders end their child and exit;
+    /// their records are forgotten. A restart for an update keeps them instead (`keep`), to be
+    /// re-adopted by the new executable.
+    pub fn end_with_node(&self, keep: bool) {
+        if keep {
+            return;
+        }
+        for s in self.live_sessions() {
+            s.end_with_node();
         }
     }
 

@@ -158,6 +158,12 @@ impl Screen {
         }
     }
 
+    /// Starts counting fed bytes at `offset`: a re-adopted session's screen is rebuilt from
+    /// its holder's ring, whose first byte is at that stream offset.
+    pub fn start_at(&mut self, offset: u64) {
+        self.fed = offset;
+    }
+
     /// Output bytes fed so far. Every byte reaches the raw stream before the screen, so a
     /// stream subscribed at this offset continues exactly where this screen stands.
     pub fn fed(&self) -> u64 {
