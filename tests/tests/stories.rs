@@ -1369,7 +1369,7 @@ async fn a_silent_attempt_times_out_as_a_repair_and_a_second_node_cannot_open_th
     let timed = &all[t1];
     let late = timed["at_ms"].as_u64().unwrap() - launched["at_ms"].as_u64().unwrap();
     assert!(
-        (1_000..5_000).contains(&late),
+        (1_000..10_000).contains(&late),
         "timed out {late} ms after launch"
     );
     assert!(
