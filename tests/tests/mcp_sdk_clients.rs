@@ -22,6 +22,8 @@ const FAMILY: &[&str] = &[
     "automations",
     "workflow_run",
     "workflow_report",
+    "workflow_launch",
+    "workflow_story_create",
     "progress",
     "ui",
     "plugin_dev_guide",

@@ -974,3 +974,540 @@ async fn operator_commands_are_fenced_and_authority_is_enforced_per_rule() {
             .contains("unavailable in this build")
     );
 }
+
+fn git(dir: &Path, args: &[&str]) {
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A password-protected node and a Git repository with a plan document and two linked
+/// worktrees: (config dir, node, repo temp dir, project, [worktree impl, worktree review]).
+async fn coordinated_setup() -> (
+    tempfile::TempDir,
+    NodeProc,
+    tempfile::TempDir,
+    String,
+    [String; 2],
+) {
+    let dir = config_dir(json!({}));
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &s(dir.path())],
+        "pw",
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let node = start(dir.path());
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("repo");
+    std::fs::create_dir_all(root.join("plans")).unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    std::fs::write(root.join("plans/feature.md"), "# Feature plan\n").unwrap();
+    git(&root, &["add", "."]);
+    git(&root, &["commit", "-q", "-m", "base"]);
+    let wts = ["impl", "review"].map(|b| {
+        let p = t.path().join(format!("repo__wt/{b}"));
+        git(&root, &["worktree", "add", "-q", "-b", b, &s(&p)]);
+        s(&p.canonicalize().unwrap())
+    });
+    let project = add_repo(&node, &root).await;
+    (dir, node, t, project, wts)
+}
+
+/// An approved story in the plan `plans/feature.md`: (author, reviewer, story id, revision).
+async fn approved_plan_story(node: &NodeProc, project: &str) -> (Agent, Agent, String, u64) {
+    let (mut a, _) = Agent::register(
+        &node.socket,
+        json!({"action": "register", "name": "author", "path": project}),
+    )
+    .await;
+    let (mut b, _) = Agent::register(
+        &node.socket,
+        json!({"action": "register", "name": "reviewer", "path": project}),
+    )
+    .await;
+    let (err, v) = story(
+        &mut a,
+        json!({"action": "add_plan_source", "path": "plans/feature.md"}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let plan = v["source"]["id"].as_str().unwrap().to_owned();
+    let (err, v) = story(
+        &mut a,
+        json!({"action": "create", "title": "Coordinated", "plan_source": plan,
+               "acceptance_criteria": ["it builds", "it is reviewed"]}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let id = v["story"]["id"].as_str().unwrap().to_owned();
+    let (err, v) = story(
+        &mut b,
+        json!({"action": "approve", "id": id, "expected_revision": 1}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    let rev = v["story"]["revision"].as_u64().unwrap();
+    (a, b, id, rev)
+}
+
+fn launch_input(run: &str, attempt: &str, worktree: &str, agent_type: &str) -> Value {
+    json!({"input": {"runId": run, "attemptId": attempt, "worktreePath": worktree,
+                     "agentType": agent_type, "skills": ["rust"]}})
+}
+
+#[tokio::test]
+async fn a_coordinator_launches_workers_proposes_stories_and_reads_workflow_events() {
+    let (_dir, node, t, project, [wt_impl, wt_review]) = coordinated_setup().await;
+    let worker = worker_script(t.path());
+    let (_a, mut b, id, rev) = approved_plan_story(&node, &project).await;
+    let def = json!({"action": "publish", "definition_id": "coordinated", "name": "Coordinated",
+    "steps": [{"id": "coordinate", "role": "coordinator", "agent": {"command": worker},
+        "prompt": "coordinate {storyId} in {runId}",
+        "launches": {
+            "impl": {"agent": {"command": worker}, "prompt": "implement {storyId} in {worktreePath} with {skills}"},
+            "review": {"agent": {"command": worker}, "prompt": "review {storyId}", "role": "reviewer"}
+        }}]});
+    let (st, v) = human(
+        &node,
+        "/workflows/definition/action",
+        json!({"input": def, "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    // Launch declarations belong to coordinator steps only.
+    let mut bad = def.clone();
+    bad["steps"][0]["role"] = json!("worker");
+    let (st, v) = human(
+        &node,
+        "/workflows/definition/action",
+        json!({"input": bad, "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 400, "{v}");
+
+    let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        json!({"input": {"action": "start_graph", "target": {"type": "story", "id": id},
+            "expected_revision": rev, "definition_id": "coordinated", "definition_revision": 1,
+            "request_id": "go"}, "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let run = v["run"]["run_id"].as_str().unwrap().to_owned();
+    let launched = await_event(&node, &mut events, &project, &run, |e| {
+        e["kind"] == "attempt_launched" && e["detail"]["step_id"] == "coordinate"
+    })
+    .await;
+    assert_eq!(launched["detail"]["role"], "coordinator");
+    let coord = launched["detail"]["tuic_session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // workflow_launch refusals; none of them records anything.
+    let before = run_events(&node, &project, &run).await.len();
+    let (err, v) = b
+        .tool(
+            "workflow_launch",
+            launch_input(&run, "w1", &wt_impl, "impl"),
+        )
+        .await;
+    assert!(err);
+    assert_eq!(
+        v["code"], "forbidden",
+        "a registered agent without a managed PTY: {v}"
+    );
+    let (err, v) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w1", &project, "impl"),
+    )
+    .await;
+    assert!(err);
+    assert!(
+        v["error"].as_str().unwrap().contains("main checkout"),
+        "{v}"
+    );
+    let stray = t.path().join("stray");
+    std::fs::create_dir(&stray).unwrap();
+    let (err, v) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w1", &s(&stray), "impl"),
+    )
+    .await;
+    assert!(err);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a linked worktree"),
+        "{v}"
+    );
+    let (err, v) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w1", &wt_impl, "shell"),
+    )
+    .await;
+    assert!(err);
+    assert!(v["error"].as_str().unwrap().contains("not pinned"), "{v}");
+    assert_eq!(run_events(&node, &project, &run).await.len(), before);
+
+    // One launch: reserved, spawned in the worktree, bound; the same input replays it and a
+    // changed input under the same attemptId is refused.
+    let (err, l) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w1", &wt_impl, "impl"),
+    )
+    .await;
+    assert!(!err, "{l}");
+    let w1 = l["launch"]["tuic_session"].as_str().unwrap().to_owned();
+    assert_eq!(l["launch"]["worktree"], wt_impl);
+    let (err, again) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w1", &wt_impl, "impl"),
+    )
+    .await;
+    assert!(!err, "{again}");
+    assert_eq!(
+        (
+            again["replayed"].clone(),
+            again["launch"]["tuic_session"].as_str()
+        ),
+        (json!(true), Some(w1.as_str()))
+    );
+    let mut changed = launch_input(&run, "w1", &wt_impl, "impl");
+    changed["input"]["skills"] = json!(["go"]);
+    let (err, v) = call_as(&node.socket, &coord, "workflow_launch", changed).await;
+    assert!(err);
+    assert_eq!(v["code"], "idempotency_conflict", "{v}");
+    let all = run_events(&node, &project, &run).await;
+    let kinds: Vec<&str> = all.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let reserved = kinds.iter().position(|k| *k == "launch_reserved").unwrap();
+    assert_eq!(kinds[reserved + 1], "attempt_launched", "{kinds:?}");
+    let pty = ipc(&node.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    let row = pty
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tuic_session"] == w1)
+        .expect("the worker's PTY is listed");
+    assert_eq!(row["cwd"], wt_impl, "{row}");
+
+    // The worker reports; the coordinator's inbox gets a workflow_event cursor and it
+    // replays the run log from it.
+    let base = json!({"contractVersion": 1, "runId": run, "storyId": id, "storyRevision": rev,
+        "generation": 1, "summary": "implemented", "criterionResults": [{"criterion": 0, "ok": true}],
+        "evidence": [{"command": "cargo build", "exit": 0}]});
+    let mut rep = base.clone();
+    rep["attemptId"] = json!("w1");
+    rep["outcome"] = json!("completed");
+    let (err, r) = call_as(&node.socket, &w1, "workflow_report", json!({"input": rep})).await;
+    assert!(!err, "{r}");
+    let seq = r["sequence"].as_u64().unwrap();
+    let (err, inbox) = call_as(&node.socket, &coord, "agent", json!({"action": "inbox"})).await;
+    assert!(!err, "{inbox}");
+    let m = inbox["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "workflow_event")
+        .unwrap_or_else(|| panic!("no workflow_event: {inbox}"))
+        .clone();
+    let body: Value = serde_json::from_str(m["message"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"type": "workflow_event", "runId": run, "storyId": id, "sequence": seq})
+    );
+    let (err, page) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_run",
+        json!({"action": "events", "run_id": run, "cursor": seq - 1, "limit": 1}),
+    )
+    .await;
+    assert!(!err, "{page}");
+    assert_eq!(page["events"][0]["seq"], seq);
+    assert_eq!(page["events"][0]["kind"], "report");
+    assert_eq!(page["events"][0]["detail"]["attemptId"], "w1");
+
+    // Evidence rules: a reviewer's completed report needs review with criterion-indexed
+    // findings; needs_input needs inputRequest. Each refusal records nothing.
+    let (err, l) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "r1", &wt_review, "review"),
+    )
+    .await;
+    assert!(!err, "{l}");
+    let r1 = l["launch"]["tuic_session"].as_str().unwrap().to_owned();
+    let before = run_events(&node, &project, &run).await.len();
+    let mut rr = base.clone();
+    rr["attemptId"] = json!("r1");
+    rr["outcome"] = json!("completed");
+    for (review, needle) in [
+        (None, "requires review"),
+        (
+            Some(
+                json!({"decision": "approve", "artifactDigest": "abc", "findings": [{"criterion": 5, "ok": true}]}),
+            ),
+            "criterion 5",
+        ),
+        (
+            Some(
+                json!({"decision": "approve", "artifactDigest": "", "findings": [{"criterion": 0, "ok": true}]}),
+            ),
+            "artifactDigest",
+        ),
+        (
+            Some(json!({"decision": "approve", "artifactDigest": "abc", "findings": []})),
+            "at least one",
+        ),
+    ] {
+        let mut x = rr.clone();
+        if let Some(r) = review {
+            x["review"] = r;
+        }
+        let (err, v) = call_as(&node.socket, &r1, "workflow_report", json!({"input": x})).await;
+        assert!(err, "{v}");
+        assert_eq!(v["code"], "invalid_arguments", "{v}");
+        assert!(
+            v["error"].as_str().unwrap().contains(needle),
+            "{needle}: {v}"
+        );
+    }
+    let mut ni = rr.clone();
+    ni["outcome"] = json!("needs_input");
+    let (err, v) = call_as(&node.socket, &r1, "workflow_report", json!({"input": ni})).await;
+    assert!(err);
+    assert!(v["error"].as_str().unwrap().contains("inputRequest"), "{v}");
+    assert_eq!(
+        run_events(&node, &project, &run).await.len(),
+        before,
+        "nothing recorded"
+    );
+    rr["review"] = json!({"decision": "approve", "artifactDigest": "sha256:1f2e",
+        "findings": [{"criterion": 0, "ok": true}, {"criterion": 1, "ok": true, "note": "read"}]});
+    let (err, v) = call_as(&node.socket, &r1, "workflow_report", json!({"input": rr})).await;
+    assert!(!err, "{v}");
+
+    // workflow_story_create: only the coordinator; the proposal key is durable.
+    let proposal = |title: &str| {
+        json!({"input": {"runId": run, "proposalKey": "split-1",
+            "story": {"title": title, "acceptance_criteria": ["tests pass"]}}})
+    };
+    let (err, v) = b.tool("workflow_story_create", proposal("Follow-up")).await;
+    assert!(err);
+    assert_eq!(v["code"], "forbidden", "{v}");
+    let (err, v) = call_as(
+        &node.socket,
+        &w1,
+        "workflow_story_create",
+        proposal("Follow-up"),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(
+        v["code"], "forbidden",
+        "a worker is not the coordinator: {v}"
+    );
+    let (err, first) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_story_create",
+        proposal("Follow-up"),
+    )
+    .await;
+    assert!(!err, "{first}");
+    let sid = first["story"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(first["story"]["origin"]["kind"], "plan_step");
+    assert_eq!(first["story"]["origin"]["run_id"], run);
+    assert_eq!(
+        first["story"]["plan_source"],
+        v_plan(&node, &project, &id).await
+    );
+    let (err, again) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_story_create",
+        proposal("Follow-up"),
+    )
+    .await;
+    assert!(!err, "{again}");
+    assert_eq!(again["story"]["id"], sid);
+    let (err, v) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_story_create",
+        proposal("Something else"),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(v["code"], "idempotency_conflict", "{v}");
+    let all = run_events(&node, &project, &run).await;
+    let effect: Vec<&str> = all
+        .iter()
+        .filter(|e| e["detail"]["effect"] == "create_story")
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(effect, ["effect_reserved", "effect_completed"]);
+    let (_, v) = local(
+        &node,
+        "/stories/action",
+        json!({"input": {"action": "list"}, "project_path": project}),
+    )
+    .await;
+    assert_eq!(
+        v["stories"].as_array().unwrap().len(),
+        2,
+        "one proposal, one story: {v}"
+    );
+
+    // The coordinator's own report advances (and here ends) the graph.
+    let mut done = base.clone();
+    done["attemptId"] = launched["detail"]["attempt_id"].clone();
+    done["outcome"] = json!("completed");
+    let (err, v) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_report",
+        json!({"input": done}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "completed");
+}
+
+async fn v_plan(node: &NodeProc, project: &str, id: &str) -> Value {
+    let (_, v) = local(
+        node,
+        "/stories/action",
+        json!({"input": {"action": "get", "id": id}, "project_path": project}),
+    )
+    .await;
+    v["story"]["plan_source"].clone()
+}
+
+#[tokio::test]
+async fn a_silent_attempt_times_out_as_a_repair_and_a_second_node_cannot_open_the_runs() {
+    let (dir, node, t, project, _) = coordinated_setup().await;
+    let worker = worker_script(t.path());
+    let (_a, _b, id, rev) = approved_plan_story(&node, &project).await;
+    let def = json!({"action": "publish", "definition_id": "silent", "name": "Silent",
+        "steps": [{"id": "work", "agent": {"command": worker}, "prompt": "work {attemptId}"}]});
+    let (st, v) = human(
+        &node,
+        "/workflows/definition/action",
+        json!({"input": def, "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        json!({"input": {"action": "start_graph", "target": {"type": "story", "id": id},
+            "expected_revision": rev, "definition_id": "silent", "definition_revision": 1,
+            "request_id": "go", "limits": {"max_repairs": 1, "attempt_timeout_secs": 1}},
+            "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let run = v["run"]["run_id"].as_str().unwrap().to_owned();
+
+    // A second node process on the same config dir (its own socket) is refused by the
+    // instance lock while the first drives the run database.
+    let other = t.path().join("other.sock");
+    let out = std::process::Command::new(tuic_tests::bin("tuic-node"))
+        .args(["--config-dir", &s(dir.path())])
+        .env("TUIC_SOCKET", &other)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already running with config dir"), "{err}");
+    assert!(!other.exists(), "the refused node never listened");
+
+    // Nobody reports: each launched attempt times out after 1 s, counts as a repair, and
+    // the second timeout exhausts max_repairs = 1.
+    let failed = await_event(&node, &mut events, &project, &run, |e| {
+        e["kind"] == "failed"
+    })
+    .await;
+    let all = run_events(&node, &project, &run).await;
+    let kinds: Vec<&str> = all.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "attempt_timed_out").count(),
+        2,
+        "{kinds:?}"
+    );
+    let t1 = kinds
+        .iter()
+        .position(|k| *k == "attempt_timed_out")
+        .unwrap();
+    assert_eq!(kinds[t1 + 1], "repair", "{kinds:?}");
+    let launched = all
+        .iter()
+        .find(|e| e["kind"] == "attempt_launched")
+        .unwrap();
+    let timed = &all[t1];
+    let late = timed["at_ms"].as_u64().unwrap() - launched["at_ms"].as_u64().unwrap();
+    assert!(
+        (1_000..10_000).contains(&late),
+        "timed out {late} ms after launch"
+    );
+    assert!(
+        failed["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("repairs exhausted")
+    );
+    let (_, v) = local(
+        &node,
+        "/workflows/run/action",
+        json!({"input": {"action": "get", "run_id": run}, "project_path": project}),
+    )
+    .await;
+    assert_eq!(
+        (v["run"]["status"].as_str(), v["run"]["repairs"].as_u64()),
+        (Some("failed"), Some(2))
+    );
+    // The timed-out worker's PTY was closed.
+    let w = launched["detail"]["session_id"].as_str().unwrap();
+    let rows = ipc(&node.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["session_id"] != w),
+        "{rows}"
+    );
+}

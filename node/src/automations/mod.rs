@@ -14,7 +14,12 @@
 //! follows its schedule; a backlog is never replayed. A scheduler that falls behind likewise
 //! skips to the next occurrence after now rather than bursting.
 //!
-//! Schedules are cron expressions parsed by `croner` (5 fields, or 6 with leading seconds).
+//! Schedules are cron expressions parsed by `croner` (5 fields, or 6 with leading seconds),
+//! evaluated in the definition's `tz`: a fixed UTC offset (`UTC`, `+02:00`, `-05:30`; UTC
+//! when omitted). IANA zone names (and so daylight-saving shifts) are not supported: they
+//! would need `chrono-tz`'s compiled zone tables, and a fixed offset says exactly when a
+//! firing happens. The spec names no automation action other than the firing itself, so a
+//! firing spawns an agent or is only recorded.
 
 pub mod routes;
 pub mod scheduler;
@@ -22,7 +27,7 @@ pub mod scheduler;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use chrono::{TimeZone, Utc};
+use chrono::{FixedOffset, TimeZone};
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -64,6 +69,9 @@ pub struct Definition {
     pub name: String,
     /// Cron expression.
     pub schedule: String,
+    /// The fixed UTC offset the schedule is read in (`+02:00`); UTC when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
     /// Paused when false.
     pub enabled: bool,
     /// The task prompt of a spawned agent.
@@ -91,6 +99,9 @@ pub struct DefinitionInput {
     pub name: String,
     /// Cron expression.
     pub schedule: String,
+    /// A fixed UTC offset (`UTC`, `+02:00`, `-0530`); UTC when omitted.
+    #[serde(default)]
+    pub tz: Option<String>,
     /// Defaults to true.
     #[serde(default)]
     pub enabled: Option<bool>,
@@ -204,10 +215,63 @@ pub fn parse_schedule(s: &str) -> Result<croner::Cron, AutomationError> {
     })
 }
 
-/// The first occurrence of `cron` strictly after `after_ms`.
-pub fn next_after(cron: &croner::Cron, after_ms: u64) -> Option<u64> {
-    let t = Utc.timestamp_millis_opt(after_ms as i64).single()?;
-    cron.find_next_occurrence(&t, false)
+/// Parses a `tz`: `UTC`/`Z`, or `+HH:MM`, `-HH:MM`, `+HHMM`, `+HH` (at most 14 hours).
+pub fn parse_tz(tz: Option<&str>) -> Result<FixedOffset, AutomationError> {
+    let bad = |s: &str| {
+        AutomationError::Invalid(format!(
+            "tz {s:?} is not a fixed UTC offset (UTC, +02:00, -05:30); zone names are not supported"
+        ))
+    };
+    let Some(s) = tz.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(FixedOffset::east_opt(0).expect("zero offset"));
+    };
+    if s.eq_ignore_ascii_case("utc") || s == "Z" {
+        return Ok(FixedOffset::east_opt(0).expect("zero offset"));
+    }
+    let (sign, rest) = match s.as_bytes().first() {
+        Some(b'+') => (1, &s[1..]),
+        Some(b'-') => (-1, &s[1..]),
+        _ => return Err(bad(s)),
+    };
+    let digits: String = rest.chars().filter(|c| *c != ':').collect();
+    let colon_ok = !rest.contains(':') || (rest.len() == 5 && rest.as_bytes()[2] == b':');
+    if !colon_ok || !matches!(digits.len(), 2 | 4) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(s));
+    }
+    let h: i32 = digits[..2].parse().map_err(|_| bad(s))?;
+    let m: i32 = if digits.len() == 4 {
+        digits[2..].parse().map_err(|_| bad(s))?
+    } else {
+        0
+    };
+    if h > 14 || m > 59 || (h == 14 && m > 0) {
+        return Err(bad(s));
+    }
+    FixedOffset::east_opt(sign * (h * 3600 + m * 60)).ok_or_else(|| bad(s))
+}
+
+/// A parsed schedule: the cron expression and the offset it is read in.
+#[derive(Debug)]
+pub struct Schedule {
+    cron: croner::Cron,
+    tz: FixedOffset,
+}
+
+impl Schedule {
+    /// Parses a definition's `schedule` and `tz`.
+    pub fn parse(schedule: &str, tz: Option<&str>) -> Result<Self, AutomationError> {
+        Ok(Self {
+            cron: parse_schedule(schedule)?,
+            tz: parse_tz(tz)?,
+        })
+    }
+}
+
+/// The first occurrence of `s` strictly after `after_ms`.
+pub fn next_after(s: &Schedule, after_ms: u64) -> Option<u64> {
+    let t = s.tz.timestamp_millis_opt(after_ms as i64).single()?;
+    s.cron
+        .find_next_occurrence(&t, false)
         .ok()
         .map(|d| d.timestamp_millis().max(0) as u64)
 }
@@ -215,7 +279,7 @@ pub fn next_after(cron: &croner::Cron, after_ms: u64) -> Option<u64> {
 #[derive(Debug)]
 struct Slot {
     def: Definition,
-    cron: croner::Cron,
+    cron: Schedule,
     /// The occurrence the scheduler waits for; `None` while paused.
     next_due: Option<u64>,
     /// A one-off catch-up firing owed since start.
@@ -275,7 +339,7 @@ impl Automations {
             let Ok(def) = serde_json::from_slice::<Definition>(v.value()) else {
                 continue;
             };
-            let Ok(cron) = parse_schedule(&def.schedule) else {
+            let Ok(cron) = Schedule::parse(&def.schedule, def.tz.as_deref()) else {
                 tracing::warn!(id = %def.id, "automation with an unparsable schedule skipped");
                 continue;
             };
@@ -381,6 +445,7 @@ impl Automations {
                     id: format!("au-{n}"),
                     name: definition.name.trim().to_owned(),
                     schedule: definition.schedule.trim().to_owned(),
+                    tz: definition.tz.as_deref().map(str::trim).map(str::to_owned),
                     enabled: definition.enabled.unwrap_or(true),
                     prompt: definition.prompt,
                     agent: definition.agent,
@@ -413,6 +478,7 @@ impl Automations {
                 let mut def = slot.def.clone();
                 def.name = definition.name.trim().to_owned();
                 def.schedule = definition.schedule.trim().to_owned();
+                def.tz = definition.tz.as_deref().map(str::trim).map(str::to_owned);
                 def.enabled = definition.enabled.unwrap_or(def.enabled);
                 def.prompt = definition.prompt;
                 def.agent = definition.agent;
@@ -549,7 +615,7 @@ impl Automations {
     }
 }
 
-fn validate(d: &DefinitionInput) -> Result<croner::Cron, AutomationError> {
+fn validate(d: &DefinitionInput) -> Result<Schedule, AutomationError> {
     if d.name.trim().is_empty() {
         return Err(AutomationError::Invalid(
             "definition.name must not be empty".into(),
@@ -567,7 +633,7 @@ fn validate(d: &DefinitionInput) -> Result<croner::Cron, AutomationError> {
             "definition.agent.command must not be empty".into(),
         ));
     }
-    parse_schedule(d.schedule.trim())
+    Schedule::parse(d.schedule.trim(), d.tz.as_deref())
 }
 
 /// Parses the shared input `{action, ...}`.
@@ -650,6 +716,55 @@ mod tests {
         assert!(due[0].0.catch_up);
         assert_eq!(due[0].0.seq, 3);
         assert_eq!(next, Some(81_000));
+    }
+
+    #[test]
+    fn schedules_are_read_in_their_fixed_offset_and_bad_offsets_are_refused() {
+        // 2025-12-05T00:00:00Z.
+        let midnight = 1_764_892_800_000;
+        let hour = 3_600_000;
+        let at = |tz: Option<&str>| {
+            next_after(&Schedule::parse("0 9 * * *", tz).unwrap(), midnight).unwrap()
+        };
+        assert_eq!(at(None), midnight + 9 * hour);
+        assert_eq!(at(Some("UTC")), midnight + 9 * hour);
+        assert_eq!(at(Some("+02:00")), midnight + 7 * hour);
+        assert_eq!(at(Some("-0530")), midnight + 14 * hour + hour / 2);
+        for bad in ["Europe/Paris", "+2", "+15:00", "02:00", "+02:60", "+0:200"] {
+            let e = parse_tz(Some(bad)).unwrap_err();
+            assert_eq!(e.code(), "invalid_arguments", "{bad}");
+            assert!(e.to_string().contains("fixed UTC offset"), "{e}");
+        }
+        // Through the service: stored with the definition, refused without a change.
+        let (_d, a) = open();
+        let act = |v| parse_action(&v).unwrap();
+        let id = a
+            .execute(act(json!({"action": "create", "definition": {"name": "n", "schedule": "0 9 * * *", "tz": "+02:00"}})), Some("S"), true, midnight)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(a.take_due(midnight + 7 * hour - 1).0.len(), 0);
+        assert_eq!(a.take_due(midnight + 7 * hour).0.len(), 1);
+        let e = a
+            .execute(act(json!({"action": "update", "id": id, "definition": {"name": "n", "schedule": "0 9 * * *", "tz": "Mars/Olympus"}})), None, false, midnight + 8 * hour)
+            .unwrap_err();
+        assert_eq!(e.code(), "invalid_arguments");
+        let d = a
+            .execute(
+                DefinitionAction::Get { id },
+                None,
+                false,
+                midnight + 8 * hour,
+            )
+            .unwrap();
+        assert_eq!(d["tz"], "+02:00");
+        assert_eq!(
+            a.execute(act(json!({"action": "create", "definition": {"name": "n", "schedule": "0 9 * * *", "tz": "CET"}})), Some("S"), true, 0)
+                .unwrap_err()
+                .code(),
+            "invalid_arguments"
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! pin them. Every record lives in its own `redb` tables ([`db`]); an in-memory mirror is
 //! rebuilt from them at open and only ever updated after a commit.
 //!
-//! The MCP tools (`story`, `workflow_run`, `workflow_report`), the HTTP routes
+//! The MCP tools (`story`, `workflow_run`, `workflow_report`, and the coordinator's
+//! `workflow_launch` and `workflow_story_create`), the HTTP routes
 //! (`/stories/action`, `/workflows/...`) and `tuic story` are thin adapters: they resolve the
 //! caller into an [`Actor`] (never from request JSON) and call [`Stories::execute`] or the
 //! workflow entry points. Operator authority is enforced here, not in the adapters.
@@ -14,6 +15,7 @@
 //! Deliberately absent: story import/export (not in the first native slice), plan dispatch
 //! (`start_graph` with a plan target answers "unavailable in this build").
 
+pub mod coordinator;
 pub mod db;
 pub mod plan;
 pub mod routes;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tuic_proto::events::Event;
 
-use super::workflow::{Attempt, CONTRACT_VERSION, PendingInput, Run, RunChange, RunStatus};
+use super::workflow::{Attempt, CONTRACT_VERSION, PendingInput, Role, Run, RunChange, RunStatus};
 use super::{StoryError, payload_hash};
 use crate::state::Node;
 
@@ -36,6 +36,12 @@ pub fn next_attempt(run: &Run, feedback: Option<String>) -> Attempt {
         tuic_session: None,
         task_id: None,
         feedback,
+        role: run
+            .step_roles
+            .get(run.step_index)
+            .copied()
+            .unwrap_or_default(),
+        deadline_ms: None,
     }
 }
 
@@ -77,7 +83,8 @@ fn repair(run: &Run, reason: &str, counts: bool) -> RunChange {
     RunChange { run: n, events }
 }
 
-fn render(template: &str, vars: &[(&str, String)]) -> String {
+/// Renders a pinned prompt template: each `{name}` of `vars` is replaced.
+pub(super) fn render(template: &str, vars: &[(&str, String)]) -> String {
     let mut out = template.to_owned();
     for (k, v) in vars {
         out = out.replace(&format!("{{{k}}}"), v);
@@ -127,8 +134,13 @@ fn launch(node: &Arc<Node>, run_id: &str) {
             a.session_id = v["session_id"].as_str().map(str::to_owned);
             a.tuic_session = v["tuic_session"].as_str().map(str::to_owned);
             a.task_id = v["task_id"].as_str().map(str::to_owned);
+            a.deadline_ms = cur
+                .limits
+                .attempt_timeout_secs
+                .map(|s| now.saturating_add(s.saturating_mul(1000)));
             let ev = json!({"attempt_id": a.attempt_id, "step_id": a.step_id, "generation": a.generation,
-                            "session_id": a.session_id, "tuic_session": a.tuic_session, "task_id": a.task_id});
+                            "role": a.role, "session_id": a.session_id, "tuic_session": a.tuic_session,
+                            "task_id": a.task_id, "deadline_ms": a.deadline_ms});
             Ok(Some(RunChange {
                 run: n,
                 events: vec![("attempt_launched".into(), ev)],
@@ -156,8 +168,9 @@ fn launch(node: &Arc<Node>, run_id: &str) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&att.attempt_id);
-    if let Err(e) = res {
-        tracing::warn!(run = %run_id, error = %e, "binding a launched worker failed");
+    match res {
+        Ok(_) => w.timer.notify_one(),
+        Err(e) => tracing::warn!(run = %run_id, error = %e, "binding a launched worker failed"),
     }
 }
 
@@ -257,7 +270,19 @@ pub struct AttemptReport {
     pub input_request: Option<InputRequest>,
     /// A reviewer's decision (durable evidence; never promotes the story).
     #[serde(default)]
-    pub review: Option<Value>,
+    pub review: Option<ReviewEvidence>,
+}
+
+/// A reviewer's evidence: required on a completed report of a reviewer attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReviewEvidence {
+    /// `approve` or `changes_requested`.
+    pub decision: super::service::Decision,
+    /// The digest of the artifact reviewed (a commit, a tree hash, a file's sha256).
+    pub artifact_digest: String,
+    /// One finding per criterion checked, indexed into the story's acceptance criteria.
+    pub findings: Vec<super::service::Finding>,
 }
 
 /// A report's outcome.
@@ -278,9 +303,59 @@ pub enum Outcome {
 pub struct InputRequest {
     /// The question.
     pub question: String,
-    /// The options.
-    #[serde(default)]
+    /// The options (required; may be empty for a free-text answer).
     pub options: Vec<String>,
+}
+
+/// The evidence rules of the spec, checked before anything is recorded: a completed report
+/// of a reviewer attempt carries `review` whose findings index the story's `criteria`
+/// acceptance criteria (each at most once); a `review` on any report is held to the same
+/// shape.
+fn check_evidence(r: &AttemptReport, role: Role, criteria: usize) -> Result<(), StoryError> {
+    if r.outcome == Outcome::NeedsInput
+        && r.input_request
+            .as_ref()
+            .is_none_or(|q| q.question.trim().is_empty())
+    {
+        return Err(StoryError::Invalid(
+            "a needs_input report requires inputRequest {question, options} with a question".into(),
+        ));
+    }
+    let Some(rv) = &r.review else {
+        if role == Role::Reviewer && r.outcome == Outcome::Completed {
+            return Err(StoryError::Invalid(format!(
+                "{} is a reviewer attempt: a completed report requires review {{decision, artifactDigest, findings}}",
+                r.attempt_id
+            )));
+        }
+        return Ok(());
+    };
+    if rv.artifact_digest.trim().is_empty() {
+        return Err(StoryError::Invalid(
+            "review.artifactDigest must name the artifact reviewed".into(),
+        ));
+    }
+    if rv.findings.is_empty() {
+        return Err(StoryError::Invalid(
+            "review.findings must hold at least one criterion-indexed finding".into(),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for f in &rv.findings {
+        if f.criterion >= criteria {
+            return Err(StoryError::Invalid(format!(
+                "review finding for criterion {}: the story has {criteria} acceptance criteria (indexed from 0)",
+                f.criterion
+            )));
+        }
+        if !seen.insert(f.criterion) {
+            return Err(StoryError::Invalid(format!(
+                "review has two findings for criterion {}",
+                f.criterion
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Records a worker's report (idempotent per attempt and generation) and advances the graph.
@@ -299,11 +374,12 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
             r.contract_version
         )));
     }
-    if r.outcome == Outcome::NeedsInput && r.input_request.is_none() {
-        return Err(StoryError::Invalid(
-            "a needs_input report requires inputRequest {question, options}".into(),
-        ));
-    }
+    // The story's criteria index review findings.
+    let criteria = node
+        .workflows
+        .run(&r.run_id)
+        .and_then(|run| node.stories.get(&run.project, &r.story_id))
+        .map_or(0, |s| s.acceptance_criteria.len());
     let key = format!("{}#{}", r.attempt_id, r.generation);
     let hash = payload_hash(
         &super::Actor::Agent {
@@ -313,6 +389,7 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
     );
     let now = crate::logs::now_ms();
     let mut replay = None;
+    let mut launched = false;
     let run = node.workflows.update(&r.run_id, now, |cur| {
         if let Some((h, seq)) = cur.reports.get(&key) {
             if *h == hash {
@@ -329,6 +406,46 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
                 expected: r.story_revision,
                 current: cur.story_revision,
             });
+        }
+        if let Some(l) = cur.launches.get(&r.attempt_id) {
+            // A worker the coordinator launched: its report is durable evidence for the
+            // coordinator (mailed as a `workflow_event`); the coordinator's own report is
+            // what advances the graph.
+            if l.generation != r.generation {
+                return Err(StoryError::StaleRevision {
+                    id: r.attempt_id.clone(),
+                    expected: r.generation,
+                    current: l.generation,
+                });
+            }
+            if l.tuic_session.as_deref() != Some(caller) {
+                return Err(StoryError::Forbidden {
+                    action: format!("reporting for {}", r.attempt_id),
+                    needs: "the attempt's own worker session",
+                    has: "another session",
+                });
+            }
+            if cur.status.terminal() || l.reported {
+                return Err(StoryError::Transition(format!(
+                    "{} takes no more reports ({:?})",
+                    r.attempt_id, cur.status
+                )));
+            }
+            check_evidence(&r, l.role, criteria)?;
+            let mut n = cur.clone();
+            if let Some(l) = n.launches.get_mut(&r.attempt_id) {
+                l.reported = true;
+            }
+            n.reports
+                .insert(key.clone(), (hash.clone(), cur.sequence + 1));
+            launched = true;
+            return Ok(Some(RunChange {
+                run: n,
+                events: vec![(
+                    "report".into(),
+                    serde_json::to_value(&r).unwrap_or_default(),
+                )],
+            }));
         }
         let Some(a) = cur.attempt.as_ref().filter(|a| a.attempt_id == r.attempt_id) else {
             return Err(StoryError::Transition(format!(
@@ -350,6 +467,7 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
                 has: "another session",
             });
         }
+        check_evidence(&r, a.role, criteria)?;
         if !matches!(cur.status, RunStatus::Running | RunStatus::Paused) {
             return Err(StoryError::Transition(format!(
                 "{} is {:?}; it takes no reports",
@@ -410,8 +528,11 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
         return Ok(json!({"ok": true, "run_id": r.run_id, "sequence": seq, "replayed": true}));
     }
     journal(node, &run, &r);
-    kick(node, &run.run_id);
     let seq = run.reports.get(&key).map(|x| x.1).unwrap_or(run.sequence);
+    if launched {
+        super::coordinator::notify(node, &run, &r.story_id, seq);
+    }
+    kick(node, &run.run_id);
     Ok(json!({"ok": true, "run_id": r.run_id, "sequence": seq, "status": run.status}))
 }
 
@@ -448,8 +569,100 @@ fn journal(node: &Node, run: &Run, r: &AttemptReport) {
     }
 }
 
-/// Starts the executor: recovers live runs, then watches worker exits.
+/// Longest sleep of the attempt timer without a deadline: a bound, so a clock step is seen.
+const MAX_TIMER_SLEEP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The attempt timer: sleeps until the earliest deadline of a running run's launched,
+/// unreported attempt (or until a launch sets a new one), then times the overdue out.
+fn spawn_timer(node: &Arc<Node>) {
+    let n = node.clone();
+    node.tasks.spawn(async move {
+        loop {
+            let now = crate::logs::now_ms();
+            let next = n
+                .workflows
+                .live_runs()
+                .iter()
+                .filter(|r| r.status == RunStatus::Running)
+                .filter_map(|r| r.attempt.as_ref()?.deadline_ms)
+                .min();
+            if next.is_some_and(|d| d <= now) {
+                let r = n.clone();
+                let _ = tokio::task::spawn_blocking(move || time_out_due(&r, now)).await;
+                continue;
+            }
+            let sleep = next
+                .map(|d| std::time::Duration::from_millis(d - now))
+                .unwrap_or(MAX_TIMER_SLEEP)
+                .min(MAX_TIMER_SLEEP);
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = n.workflows.timer.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    });
+}
+
+/// Every running run whose launched attempt passed its deadline without a report records
+/// `attempt_timed_out` and a repair (the next generation, or the run fails when repairs run
+/// out); the overdue worker is closed.
+fn time_out_due(node: &Arc<Node>, now: u64) {
+    for run in node.workflows.live_runs() {
+        let Some(a) = run.attempt.clone() else {
+            continue;
+        };
+        if run.status != RunStatus::Running || a.deadline_ms.is_none_or(|d| d > now) {
+            continue;
+        }
+        let r = node.workflows.update(&run.run_id, now, |cur| {
+            let Some(c) = cur
+                .attempt
+                .as_ref()
+                .filter(|c| c.attempt_id == a.attempt_id)
+            else {
+                return Ok(None);
+            };
+            if cur.status != RunStatus::Running
+                || c.deadline_ms.is_none_or(|d| d > now)
+                || cur
+                    .reports
+                    .contains_key(&format!("{}#{}", c.attempt_id, c.generation))
+            {
+                return Ok(None);
+            }
+            let secs = cur.limits.attempt_timeout_secs.unwrap_or(0);
+            let mut ch = repair(cur, &format!("timed out: no report within {secs} s"), true);
+            ch.events.insert(
+                0,
+                (
+                    "attempt_timed_out".into(),
+                    json!({"attempt_id": c.attempt_id, "generation": c.generation,
+                           "deadline_ms": c.deadline_ms, "attempt_timeout_secs": secs}),
+                ),
+            );
+            Ok(Some(ch))
+        });
+        match r {
+            Ok(after) if after.attempt.as_ref().map(|x| &x.attempt_id) != Some(&a.attempt_id) => {
+                if let Some(s) = a
+                    .session_id
+                    .as_deref()
+                    .and_then(|id| node.sessions.live(id))
+                {
+                    s.kill();
+                }
+                kick(node, &run.run_id);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(run = %run.run_id, error = %e, "timing out an attempt failed"),
+        }
+    }
+}
+
+/// Starts the executor: recovers live runs, then watches worker exits; and the attempt timer.
 pub fn spawn(node: &Arc<Node>) {
+    spawn_timer(node);
     let n = node.clone();
     let mut rx = node.bus.subscribe();
     node.tasks.spawn(async move {

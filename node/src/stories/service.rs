@@ -74,6 +74,9 @@ pub struct StoryOrigin {
     /// The run that proposed it (`plan_step`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The coordinator's proposal key (`plan_step`, from `workflow_story_create`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal_key: Option<String>,
 }
 
 /// One criterion-indexed finding of a review.
@@ -545,8 +548,23 @@ impl Stories {
                     self.events(&ctx.project, parse_cursor(cursor.as_ref())?, page(*limit))?;
                 Ok(json!({"events": events, "next_cursor": next}))
             }
-            _ => self.mutate(ctx, &action),
+            _ => self.mutate(ctx, &action, None),
         }
+    }
+
+    /// Creates a story proposed by a run's coordinator (`workflow_story_create`): a `create`
+    /// whose origin is `plan_step` with the run and proposal key. Only the workflow service
+    /// calls this; request JSON can never select an origin.
+    pub fn create_proposed(
+        &self,
+        ctx: &Ctx,
+        action: StoryAction,
+        origin: StoryOrigin,
+    ) -> Result<Value, StoryError> {
+        if !matches!(action, StoryAction::Create { .. }) {
+            return Err(StoryError::Invalid("a proposal creates a story".into()));
+        }
+        self.mutate(ctx, &action, Some(origin))
     }
 
     fn list(
@@ -673,7 +691,12 @@ impl Stories {
     }
 
     /// Commits one mutation (with its idempotency entry) and installs it.
-    fn mutate(&self, ctx: &Ctx, action: &StoryAction) -> Result<Value, StoryError> {
+    fn mutate(
+        &self,
+        ctx: &Ctx,
+        action: &StoryAction,
+        origin: Option<StoryOrigin>,
+    ) -> Result<Value, StoryError> {
         let mut g = self.lock();
         let key = action.request_id().map(str::to_owned);
         let hash = payload_hash(&ctx.actor, action);
@@ -689,7 +712,7 @@ impl Stories {
         }
         let empty = ProjectState::default();
         let p = g.projects.get(&ctx.project).unwrap_or(&empty);
-        let change = compute(ctx, &g, p, action)?;
+        let change = compute(ctx, &g, p, action, origin)?;
         let mut next_event = p.next_event;
         {
             let mut st = tx.open_table(db::STORIES).map_err(store_err)?;
@@ -904,6 +927,7 @@ fn compute(
     g: &Inner,
     p: &ProjectState,
     action: &StoryAction,
+    origin: Option<StoryOrigin>,
 ) -> Result<Change, StoryError> {
     let mut ch = Change::default();
     let bump = |s: &Story| {
@@ -955,10 +979,11 @@ fn compute(
                 status: Status::Backlog,
                 dependencies: dedup(deps),
                 plan_source: plan_source.clone(),
-                origin: StoryOrigin {
+                origin: origin.unwrap_or(StoryOrigin {
                     kind: "manual".into(),
                     run_id: None,
-                },
+                    proposal_key: None,
+                }),
                 created_by: ctx.actor.clone(),
                 claimed_by: None,
                 reviews: Vec::new(),

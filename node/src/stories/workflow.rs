@@ -11,9 +11,12 @@
 //! Commands that change a running run (`pause`, `resume`, `cancel`) are fenced by
 //! `expected_sequence`: the run's last event seq the caller saw.
 //!
+//! A step with `role: coordinator` makes its attempt the run's active coordinator: an agent
+//! that launches workers (`workflow_launch`) and proposes stories (`workflow_story_create`)
+//! through [`super::coordinator`]. Steps without it are carried out by the daemon executor.
+//!
 //! Not in this build: plan targets (`start_graph` with `target.type = plan` says so),
-//! coordinator-driven `workflow_launch` and `workflow_story_create` (the daemon executor is
-//! the coordinator here), delivery policies.
+//! delivery policies.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,6 +37,10 @@ pub const CONTRACT_VERSION: u64 = 1;
 pub const MAX_STEPS: usize = 100;
 /// Default repairs (failed or lost attempts) a run tolerates.
 pub const DEFAULT_MAX_REPAIRS: u32 = 2;
+/// Most workers a run's coordinators launch (each is a durable record in the run).
+pub const MAX_LAUNCHES: usize = 100;
+/// Most stories a run's coordinators propose.
+pub const MAX_PROPOSALS: usize = 200;
 
 /// The agent a step's worker runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +51,40 @@ pub struct WorkerSpec {
     /// Its arguments (`{prompt}` substituted where it appears).
     #[serde(default)]
     pub args: Vec<String>,
+}
+
+/// What an attempt is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Does the step's work and reports it.
+    #[default]
+    Worker,
+    /// Reviews an artifact: a completed report must carry `review` evidence.
+    Reviewer,
+    /// While its attempt is active it is the run's coordinator: it launches workers
+    /// (`workflow_launch`), proposes stories (`workflow_story_create`) and receives a
+    /// `workflow_event` mail after each committed worker report.
+    Coordinator,
+}
+
+impl Role {
+    fn is_default(&self) -> bool {
+        *self == Self::Worker
+    }
+}
+
+/// An agent type a coordinator step may launch, with its pinned prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchDef {
+    /// The agent CLI.
+    pub agent: WorkerSpec,
+    /// Prompt template: the step variables plus `{worktreePath}`, `{agentType}`, `{skills}`.
+    pub prompt: String,
+    /// `worker` or `reviewer`.
+    #[serde(default, skip_serializing_if = "Role::is_default")]
+    pub role: Role,
 }
 
 /// One step of a definition.
@@ -57,6 +98,13 @@ pub struct StepDef {
     /// Prompt template: `{runId}`, `{attemptId}`, `{generation}`, `{stepId}`, `{storyId}`,
     /// `{storyRevision}`, `{storyTitle}`, `{feedback}` are replaced in Rust.
     pub prompt: String,
+    /// The step attempt's role (`worker` when omitted).
+    #[serde(default, skip_serializing_if = "Role::is_default")]
+    pub role: Role,
+    /// Coordinator steps only: the agent types `workflow_launch` may start, by `agentType`.
+    /// Pinned with the revision, so a coordinator can never launch an unpublished command.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launches: BTreeMap<String, LaunchDef>,
 }
 
 /// A published definition revision (immutable).
@@ -85,6 +133,10 @@ pub struct Limits {
     /// Failed or lost attempts tolerated before the run fails.
     #[serde(default = "default_repairs")]
     pub max_repairs: u32,
+    /// Seconds a launched attempt has to report; past it the attempt is timed out (its worker
+    /// closed) and counted as a repair. No deadline when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_timeout_secs: Option<u64>,
 }
 
 fn default_repairs() -> u32 {
@@ -95,6 +147,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_repairs: DEFAULT_MAX_REPAIRS,
+            attempt_timeout_secs: None,
         }
     }
 }
@@ -145,6 +198,54 @@ pub struct Attempt {
     /// Operator feedback carried into the prompt (after `resume_graph`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
+    /// The step's role, pinned at reservation.
+    #[serde(default, skip_serializing_if = "Role::is_default")]
+    pub role: Role,
+    /// When a launched attempt without a report is timed out (wall clock, ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+/// A worker attempt a coordinator launched with `workflow_launch`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The coordinator-chosen attempt id (unique in the run).
+    pub attempt_id: String,
+    /// Always 1: a relaunch is a new attempt id.
+    pub generation: u64,
+    /// The pinned launch definition used.
+    pub agent_type: String,
+    /// `worker` or `reviewer`.
+    #[serde(default, skip_serializing_if = "Role::is_default")]
+    pub role: Role,
+    /// The registered linked worktree the worker runs in.
+    pub worktree: String,
+    /// The coordinator attempt that launched it.
+    pub coordinator_attempt: String,
+    /// The launch payload's hash (a retry with another payload is refused).
+    pub hash: String,
+    /// The worker's PTY, once launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The worker's TUIC identity, once launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuic_session: Option<String>,
+    /// The spawn's task handle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Its report was committed.
+    #[serde(default)]
+    pub reported: bool,
+}
+
+/// A story proposal of a coordinator (`workflow_story_create`), by proposal key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The proposed story's hash: the same key with another payload is refused.
+    pub hash: String,
+    /// The created story, once the story transaction committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub story_id: Option<String>,
 }
 
 /// Pending input of an activation.
@@ -180,6 +281,9 @@ pub struct Run {
     pub status: RunStatus,
     /// The pinned definition's step ids, in order.
     pub step_ids: Vec<String>,
+    /// The pinned steps' roles, in order (absent in runs started before roles: all workers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_roles: Vec<Role>,
     /// Index of the current step.
     pub step_index: usize,
     /// The active attempt.
@@ -205,6 +309,22 @@ pub struct Run {
     /// Report payload hash and event seq by `attempt_id#generation` (idempotent reports).
     #[serde(default)]
     pub reports: BTreeMap<String, (String, u64)>,
+    /// Workers launched by the coordinator, by attempt id (at most [`MAX_LAUNCHES`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launches: BTreeMap<String, Launch>,
+    /// Story proposals by proposal key (at most [`MAX_PROPOSALS`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub proposals: BTreeMap<String, Proposal>,
+}
+
+impl Run {
+    /// The active coordinator attempt: the current attempt of a coordinator step, launched
+    /// and the run not ended.
+    pub fn active_coordinator(&self) -> Option<&Attempt> {
+        self.attempt.as_ref().filter(|a| {
+            a.role == Role::Coordinator && a.tuic_session.is_some() && !self.status.terminal()
+        })
+    }
 }
 
 /// One run event.
@@ -239,6 +359,8 @@ pub struct Workflows {
     notify: Mutex<Option<RunNotify>>,
     /// Attempts whose worker is being spawned right now (a second kick must not spawn twice).
     pub(crate) launching: Mutex<std::collections::HashSet<String>>,
+    /// Wakes the attempt timer when a launch sets a deadline.
+    pub(crate) timer: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Workflows {
@@ -289,6 +411,7 @@ impl Workflows {
             inner: Mutex::new(inner),
             notify: Mutex::new(None),
             launching: Mutex::new(Default::default()),
+            timer: tokio::sync::Notify::new(),
         })
     }
 
@@ -545,6 +668,26 @@ pub fn definition_action(
                         "step {}: agent.command must not be empty",
                         s.id
                     )));
+                }
+                if !s.launches.is_empty() && s.role != Role::Coordinator {
+                    return Err(StoryError::Invalid(format!(
+                        "step {}: only a coordinator step declares launches",
+                        s.id
+                    )));
+                }
+                for (t, l) in &s.launches {
+                    if t.is_empty() || t.len() > 64 || l.agent.command.trim().is_empty() {
+                        return Err(StoryError::Invalid(format!(
+                            "step {}: launch {t:?} needs a name of 1-64 characters and an agent.command",
+                            s.id
+                        )));
+                    }
+                    if l.role == Role::Coordinator {
+                        return Err(StoryError::Invalid(format!(
+                            "step {}: launch {t:?} is a worker or a reviewer, not a coordinator",
+                            s.id
+                        )));
+                    }
                 }
             }
             let mut g = w.lock();
@@ -913,6 +1056,7 @@ fn start_graph(
         });
     };
     let step_ids: Vec<String> = def.steps.iter().map(|s| s.id.clone()).collect();
+    let step_roles: Vec<Role> = def.steps.iter().map(|s| s.role).collect();
     let n = g.next_run + 1;
     let mut run = Run {
         run_id: format!("run-{n}"),
@@ -924,6 +1068,7 @@ fn start_graph(
         limits: limits.unwrap_or_default(),
         status: RunStatus::Running,
         step_ids,
+        step_roles,
         step_index: 0,
         attempt: None,
         attempts_made: 0,
@@ -935,6 +1080,8 @@ fn start_graph(
         created_at_ms: now,
         updated_at_ms: now,
         reports: BTreeMap::new(),
+        launches: BTreeMap::new(),
+        proposals: BTreeMap::new(),
     };
     let first = super::runner::next_attempt(&run, None);
     run.attempts_made = 1;

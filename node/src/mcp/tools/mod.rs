@@ -26,6 +26,8 @@ pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
     ("progress", "", progress::record_async),
     ("story", "", story::call_async),
     ("workflow_report", "", workflow::report_async),
+    ("workflow_launch", "", workflow::launch_async),
+    ("workflow_story_create", "", workflow::story_create_async),
 ];
 
 /// Actions whose answer is rendered JSON text (hot listings serialized from typed rows):
@@ -44,6 +46,8 @@ pub static NATIVE: &[&ToolDef] = &[
     &automations::TOOL,
     &workflow::RUN_TOOL,
     &workflow::REPORT_TOOL,
+    &workflow::LAUNCH_TOOL,
+    &workflow::STORY_CREATE_TOOL,
     &progress::TOOL,
     &ui::TOOL,
     &plugin_dev_guide::TOOL,
@@ -71,6 +75,8 @@ mod tests {
                 "automations",
                 "workflow_run",
                 "workflow_report",
+                "workflow_launch",
+                "workflow_story_create",
                 "progress",
                 "ui",
                 "plugin_dev_guide",

@@ -12,7 +12,7 @@ use crate::stories::workflow::RUN_ACTIONS;
 pub(super) static RUN_TOOL: ToolDef = ToolDef {
     name: "workflow_run",
     summary: "Start story workflow graphs and read their execution history",
-    description: "Workflow runs of your project. start_graph (target: {type: story, id}, expected_revision?, definition_id, definition_revision, request_id, limits?: {max_repairs}) pins the published definition revision and the story's current revision; the story must be ready (approved). get (run_id), list (limit?), events (run_id, cursor?, limit?: a gapless page of the run's events by sequence). pause / resume / cancel (run_id, expected_sequence: the run's last sequence you saw). resume_graph (execution_id, activation_id, resolution) answers a worker's pending input (a human decision). Starting, pausing and cancelling need the local operator (not an agent session). Plan targets are unavailable in this build.",
+    description: "Workflow runs of your project. start_graph (target: {type: story, id}, expected_revision?, definition_id, definition_revision, request_id, limits?: {max_repairs, attempt_timeout_secs}) pins the published definition revision and the story's current revision; the story must be ready (approved). get (run_id), list (limit?), events (run_id, cursor?, limit?: a gapless page of the run's events by sequence). pause / resume / cancel (run_id, expected_sequence: the run's last sequence you saw). resume_graph (execution_id, activation_id, resolution) answers a worker's pending input (a human decision). Starting, pausing and cancelling need the local operator (not an agent session). Plan targets are unavailable in this build.",
     actions: RUN_ACTIONS,
     schema: || {
         schema(
@@ -21,7 +21,7 @@ pub(super) static RUN_TOOL: ToolDef = ToolDef {
                 "target": {"type": "object", "properties": {"type": {"type": "string", "enum": ["story", "plan"]}, "id": {"type": "string"}}, "required": ["type", "id"]},
                 "expected_revision": {"type": "integer"}, "definition_id": {"type": "string"},
                 "definition_revision": {"type": "integer"}, "request_id": {"type": "string"},
-                "limits": {"type": "object", "properties": {"max_repairs": {"type": "integer"}}},
+                "limits": {"type": "object", "properties": {"max_repairs": {"type": "integer"}, "attempt_timeout_secs": {"type": "integer"}}},
                 "run_id": {"type": "string"}, "cursor": {"type": ["integer", "string", "null"]}, "limit": {"type": "integer"},
                 "expected_sequence": {"type": "integer"}, "execution_id": {"type": "string"},
                 "activation_id": {"type": "string"}, "resolution": {"type": "string"},
@@ -99,5 +99,94 @@ pub(super) fn report_async(
         tokio::task::spawn_blocking(move || report_handler(&node, &ctx, &args))
             .await
             .map_err(|_| ToolError::new("internal", "workflow_report failed unexpectedly"))?
+    })
+}
+
+pub(super) static LAUNCH_TOOL: ToolDef = ToolDef {
+    name: "workflow_launch",
+    summary: "Launch a workflow worker (the run's active coordinator only)",
+    description: "The run's active coordinator launches a worker: {input: {runId, attemptId (your unique id), worktreePath (a linked worktree, not the main checkout), agentType (a launch your step pins), skills?, feedback?}}. Same input replays; a changed input under a used attemptId is refused. After its workflow_report you get a workflow_event mail; replay workflow_run events.",
+    actions: &[],
+    schema: || {
+        json!({"type": "object", "properties": {"input": {"type": "object", "properties": {
+            "runId": {"type": "string"}, "attemptId": {"type": "string"}, "worktreePath": {"type": "string"},
+            "agentType": {"type": "string"}, "skills": {"type": "array", "items": {"type": "string"}},
+            "feedback": {"type": "string"}
+        }, "required": ["runId", "attemptId", "worktreePath", "agentType"]}},
+        "required": ["input"], "additionalProperties": false})
+    },
+    handler: launch_handler,
+    blocking: &[],
+    passthrough: false,
+};
+
+fn launch_handler(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let input = args
+        .get("input")
+        .ok_or_else(|| ToolError::invalid("workflow_launch: input is required"))?;
+    crate::stories::coordinator::launch(node, ctx.tuic_session.as_deref(), ctx.loopback, input)
+        .map_err(|e| e.to_tool())
+}
+
+pub(super) static STORY_CREATE_TOOL: ToolDef = ToolDef {
+    name: "workflow_story_create",
+    summary: "Propose a story into the run's plan (the active coordinator only)",
+    description: "The run's active coordinator proposes a story into the run's plan (origin plan_step): {input: {runId, proposalKey, story: {title, description?, acceptance_criteria?, dependencies?}}}. The same key and story replays; a changed story is refused.",
+    actions: &[],
+    schema: || {
+        json!({"type": "object", "properties": {"input": {"type": "object", "properties": {
+            "runId": {"type": "string"}, "proposalKey": {"type": "string"},
+            "story": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+        }, "required": ["runId", "proposalKey", "story"]}},
+        "required": ["input"], "additionalProperties": false})
+    },
+    handler: story_create_handler,
+    blocking: &[],
+    passthrough: false,
+};
+
+fn story_create_handler(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let input = args
+        .get("input")
+        .ok_or_else(|| ToolError::invalid("workflow_story_create: input is required"))?;
+    crate::stories::coordinator::story_create(
+        node,
+        ctx.tuic_session.as_deref(),
+        ctx.loopback,
+        input,
+    )
+    .map_err(|e| e.to_tool())
+}
+
+type ToolFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>>;
+
+/// Runs `workflow_launch` on the blocking pool (it spawns and commits).
+pub(super) fn launch_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || launch_handler(&node, &ctx, &args))
+            .await
+            .map_err(|_| ToolError::new("internal", "workflow_launch failed unexpectedly"))?
+    })
+}
+
+/// Runs `workflow_story_create` on the blocking pool (it commits).
+pub(super) fn story_create_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> ToolFuture {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || story_create_handler(&node, &ctx, &args))
+            .await
+            .map_err(|_| ToolError::new("internal", "workflow_story_create failed unexpectedly"))?
     })
 }
