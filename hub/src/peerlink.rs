@@ -324,6 +324,7 @@ impl PeerHub {
     /// Applies a change to `conn`'s outbox, journals it for the group committer, and routes
     /// the resulting outcomes: receipts to the origin node's link, or to the hub's own waiting
     /// sender — a refusal only once the removal it makes is committed, anything else at once.
+    /// Removals nobody waits for ride with the next group (custody commits, or the next tick).
     fn settle(&self, conn: &str, f: impl FnOnce(&mut Outbox)) {
         let mut late = Vec::new();
         {
@@ -341,7 +342,12 @@ impl PeerHub {
             for e in now {
                 g.route(conn, e, &mut late);
             }
-            if !refusals.is_empty() {
+            if refusals.is_empty() {
+                drop(g);
+                post_refusals_later(&self.node, late);
+                return;
+            }
+            {
                 let hub = self.me.clone();
                 let conn = conn.to_owned();
                 g.durable.0.push(Box::new(move |r: CommitResult| {
@@ -621,6 +627,7 @@ impl HubEnd {
             }
         }
         self.hub.settle(&id, Outbox::on_link_down);
+        self.hub.node.peer.committer().wake();
         self.conn.set(|s| s.peer_up = false);
     }
 }
@@ -747,6 +754,8 @@ impl End for HubEnd {
         if let Some(o) = self.hub.lock().outboxes.get_mut(&self.conn.id) {
             o.resume_held();
         }
+        // Removals nobody waited for are committed at the latest now.
+        self.hub.node.peer.committer().wake();
         self.push_directory(link);
     }
 }

@@ -968,6 +968,28 @@ fn a_gated_outbox_dispatches_only_mail_its_owner_committed() {
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
     assert_eq!(o.poll_dispatch(), None, "c is not committed yet");
+    let after_dispatch = o.take_changes();
+    assert_eq!(
+        after_dispatch.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        [2],
+        "only c's push: a gated dispatch writes nothing (the push recorded the attempt)"
+    );
+    // A crash before a's send: the record counts it attempted, so a refusal of the resend is
+    // reported uncertain (the safe side), never `refused`.
+    let mut store = std::collections::BTreeMap::new();
+    let mut fresh = Outbox::new("nodec");
+    fresh.set_durable(0);
+    fresh.push(wire("a", "x", "bob", "a")).expect("push");
+    apply(&mut store, fresh.take_changes());
+    let mut back =
+        Outbox::from_records("nodec", OutboxLimits::default(), &records(&store)).expect("load");
+    back.poll_dispatch();
+    assert!(back.take_changes().is_empty());
+    back.on_refused("a", ErrorCode::UnknownRecipient, "gone");
+    assert!(matches!(
+        back.poll_event().map(|e| e.outcome),
+        Some(SenderOutcome::RefusedOnRetry { .. })
+    ));
     // A watermark never moves back; a resend of dispatched mail is not gated.
     o.set_durable(0);
     o.on_link_down();

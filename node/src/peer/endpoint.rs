@@ -200,7 +200,9 @@ impl NodeEnd {
 
     /// Applies outbox changes: journal them for the group committer and report outcomes to
     /// waiting senders — a refusal only once the removal it makes is committed (a resend after
-    /// a crash must not follow a `refused`), anything else at once.
+    /// a crash must not follow a `refused`), anything else at once. Removals nobody waits for
+    /// ride with the next group (custody commits, or the next tick): a removal lost to a crash
+    /// only resends mail the destination's ring answers `duplicate`.
     /// `refused_by` names the connection a refusal came from when the hub said (its outbox for
     /// another node may be the full one), instead of this node's uplink.
     fn settle(&self, refused_by: Option<&str>, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
@@ -227,7 +229,12 @@ impl NodeEnd {
                     late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
                 }
             }
-            if !refusals.is_empty() {
+            if refusals.is_empty() {
+                drop(p);
+                post_refusals_later(&self.node, late);
+                return;
+            }
+            {
                 let node = self.node.clone();
                 p.durable.0.push(Box::new(move |r| {
                     if let Err(e) = r {
@@ -332,6 +339,7 @@ impl End for NodeEnd {
                 // The directory goes with the link slot (`detach`, by generation), so an older
                 // link ending never wipes a newer one's.
                 self.settle(None, |o| o.on_link_down());
+                self.node.peer.committer().wake();
             }
         }
     }
@@ -349,6 +357,8 @@ impl End for NodeEnd {
     fn on_tick(&mut self, _link: &mut PeerLink) {
         // Mail a reading recipient behind the hub had no room for goes out again.
         self.node.peer.lock().uplink.resume_held();
+        // Removals nobody waited for are committed at the latest now.
+        self.node.peer.committer().wake();
     }
 
     fn pump(&mut self, link: &mut PeerLink) {

@@ -325,7 +325,9 @@ impl Outbox {
     /// never leaves before the hop that took custody of it could survive a crash. An owner that
     /// commits in groups after the fact calls this after each successful commit with the
     /// [`Outbox::next_seq`] it read when it took the changes (and once at load with the
-    /// current one). Never moves back.
+    /// current one). Never moves back. A gated outbox records a message's first attempt in
+    /// the record its push writes (it cannot leave before that record is committed), so the
+    /// dispatch writes nothing and one commit per message is enough.
     pub fn set_durable(&mut self, upto: u64) {
         self.durable_upto = Some(self.durable_upto.map_or(upto, |d| d.max(upto)));
     }
@@ -381,7 +383,17 @@ impl Outbox {
             attempts: 0,
         };
         self.next_seq += 1;
-        self.journal.push(put(&h));
+        if self.durable_upto.is_some() {
+            // Gated: it leaves only after this record is committed, so the record says it was
+            // attempted (a crash before the send then makes a later refusal `RefusedOnRetry`,
+            // the safe side) and the first dispatch writes nothing more.
+            self.journal.push(put(&Held {
+                attempts: 1,
+                ..h.clone()
+            }));
+        } else {
+            self.journal.push(put(&h));
+        }
         self.held.push_back(h);
         Ok(Pushed::Accepted)
     }
@@ -439,7 +451,7 @@ impl Outbox {
         h.attempts = h.attempts.saturating_add(1);
         // Only the first attempt needs recording: after a restart, any later refusal is then
         // already known to follow an attempt that may have arrived.
-        if h.attempts == 1 {
+        if h.attempts == 1 && self.durable_upto.is_none() {
             let change = put(h);
             self.journal.push(change);
         }
