@@ -970,7 +970,10 @@ fn a_gated_outbox_dispatches_only_mail_its_owner_committed() {
     assert_eq!(o.poll_dispatch(), None, "c is not committed yet");
     let after_dispatch = o.take_changes();
     assert_eq!(
-        after_dispatch.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        after_dispatch
+            .iter()
+            .map(OutboxChange::seq)
+            .collect::<Vec<_>>(),
         [2],
         "only c's push: a gated dispatch writes nothing (the push recorded the attempt)"
     );
