@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, header};
@@ -30,18 +30,19 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tuic_node::peer::commit::{self, CommitResult, Source, Taken, Waiter, Waiters};
 use tuic_node::peer::driver::{self, End, FrameIo};
 use tuic_node::peer::{
     HubRoutes, LateRefusal, Queued, Refusal, deliver_local, local_entries, notify_waiter,
-    persist_outbox, post_refusals,
+    outbox_ops, post_refusals_later,
 };
 use tuic_node::session::now_ms;
 use tuic_node::state::Node;
-use tuic_node::store::UPLINK_KEY;
+use tuic_node::store::{PeerOp, UPLINK_KEY};
 use tuic_proto::peer::{
     AckOutcome, ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox,
-    OutboxEvent, PeerEntry, PeerLink, Receipt, Request, Response, Routed, SenderOutcome,
-    WireMessage, format_address, relay,
+    OutboxChange, OutboxEvent, PeerEntry, PeerLink, Receipt, Request, RequestId, Response, Routed,
+    SenderOutcome, WireMessage, format_address, relay,
 };
 
 use crate::federation::Conn;
@@ -58,6 +59,13 @@ pub enum HubCmd {
     Receipt(Receipt),
 }
 
+fn is_refusal(o: &SenderOutcome) -> bool {
+    matches!(
+        o,
+        SenderOutcome::Refused { .. } | SenderOutcome::RefusedOnRetry { .. }
+    )
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// One outbox per connection, towards that node.
@@ -70,6 +78,100 @@ struct Inner {
     next_generation: u64,
     /// The hub's own senders waiting for an outcome, by message id.
     waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    /// Run after the next group commit (which takes everything journaled before them).
+    durable: Waiters,
+}
+
+impl Inner {
+    /// Hands one outcome of `conn`'s outbox on: to the hub's own waiting sender, or as a
+    /// receipt to the origin node's link.
+    fn route(&mut self, conn: &str, e: OutboxEvent, late: &mut Vec<LateRefusal>) {
+        if let Some(sender) = e.from.strip_prefix("local/") {
+            if let Some(o) = notify_waiter(&mut self.waiters, &e.message_id, e.outcome.clone()) {
+                let to = format_address(conn, &e.to);
+                late.extend(LateRefusal::of(sender, &e.message_id, &to, o));
+            }
+            return;
+        }
+        if let Some((origin, receipt)) = e.receipt(conn) {
+            match self.links.get(&origin) {
+                Some((_, tx)) => {
+                    let _ = tx.send(HubCmd::Receipt(receipt));
+                }
+                None => {
+                    tracing::debug!(origin = %origin, message_id = %e.message_id, "receipt dropped: origin link down")
+                }
+            }
+        }
+    }
+}
+
+/// The hub's part of a group commit: every connection's outbox journal.
+struct HubSource(Weak<PeerHub>);
+
+struct HubTaken {
+    hub: Arc<PeerHub>,
+    /// Per connection: its changes and its outbox's next sequence number when taken.
+    outboxes: Vec<(String, Vec<OutboxChange>, u64)>,
+    waiters: Vec<Waiter>,
+}
+
+impl Source for HubSource {
+    fn take(&self) -> Option<Box<dyn Taken>> {
+        let hub = self.0.upgrade()?;
+        let mut g = hub.lock();
+        let outboxes: Vec<(String, Vec<OutboxChange>, u64)> = g
+            .outboxes
+            .iter_mut()
+            .filter_map(|(k, o)| {
+                let changes = o.take_changes();
+                (!changes.is_empty()).then(|| (k.clone(), changes, o.next_seq()))
+            })
+            .collect();
+        let waiters = std::mem::take(&mut g.durable).0;
+        drop(g);
+        if outboxes.is_empty() && waiters.is_empty() {
+            return None;
+        }
+        Some(Box::new(HubTaken {
+            hub,
+            outboxes,
+            waiters,
+        }))
+    }
+}
+
+impl Taken for HubTaken {
+    fn write(&self, ops: &mut Vec<PeerOp>) -> anyhow::Result<()> {
+        for (k, changes, _) in &self.outboxes {
+            outbox_ops(k, changes, ops);
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, result: CommitResult) {
+        let this = *self;
+        {
+            let mut g = this.hub.lock();
+            for (k, changes, upto) in this.outboxes {
+                let Some(o) = g.outboxes.get_mut(&k) else {
+                    continue;
+                };
+                if result.is_ok() {
+                    // Committed mail may now leave.
+                    o.set_durable(upto);
+                    if let Some((_, tx)) = g.links.get(&k) {
+                        let _ = tx.send(HubCmd::Kick);
+                    }
+                } else {
+                    o.restore_changes(changes);
+                }
+            }
+        }
+        for w in this.waiters {
+            w(result.clone());
+        }
+    }
 }
 
 /// The hub's relay: outboxes, shadows and link handles.
@@ -77,6 +179,7 @@ struct Inner {
 pub struct PeerHub {
     node: Arc<Node>,
     inner: Mutex<Inner>,
+    me: Weak<PeerHub>,
 }
 
 impl PeerHub {
@@ -86,13 +189,21 @@ impl PeerHub {
         let limits = tuic_node::peer::limits(&node.config().tuning);
         for (k, o) in tuic_node::peer::load_outboxes(&node.store, limits)? {
             if k != UPLINK_KEY {
+                let mut o = o;
+                // Commits happen in groups after the fact: only committed mail is dispatched.
+                o.set_durable(o.next_seq());
                 inner.outboxes.insert(k, o);
             }
         }
-        Ok(Arc::new(Self {
-            node,
+        let hub = Arc::new_cyclic(|me| Self {
+            node: node.clone(),
             inner: Mutex::new(inner),
-        }))
+            me: me.clone(),
+        });
+        node.peer
+            .committer()
+            .add(Arc::new(HubSource(Arc::downgrade(&hub))));
+        Ok(hub)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -105,7 +216,11 @@ impl PeerHub {
         self.lock()
             .outboxes
             .entry(conn.to_owned())
-            .or_insert_with(|| Outbox::with_limits(conn, limits));
+            .or_insert_with(|| {
+                let mut o = Outbox::with_limits(conn, limits);
+                o.set_durable(0);
+                o
+            });
     }
 
     /// Whether `conn`'s link is up (a task is attached).
@@ -129,88 +244,130 @@ impl PeerHub {
     /// Routes stamped mail: into the destination connection's outbox (committed before the
     /// answer), or into a hub-local inbox for `local/<peer>`.
     fn relay_in(&self, m: &WireMessage) -> Response {
-        let routed = {
+        self.relay_batch(vec![m.clone()])
+            .pop()
+            .expect("one answer per message")
+    }
+
+    /// Routes one link step's stamped mail, answers in order: custody in the destination
+    /// connections' outboxes is committed in one group before any `accepted` goes back (and
+    /// before the mail may leave); a failed commit gives custody back for the whole group
+    /// (on the committer thread, before a later group could commit it) and answers `internal`.
+    fn relay_batch(&self, msgs: Vec<WireMessage>) -> Vec<Response> {
+        let mut out: Vec<Option<Response>> = vec![None; msgs.len()];
+        let mut locals = Vec::new();
+        let mut accepted: Vec<(usize, String, String)> = Vec::new();
+        let mut committed = None;
+        {
             let mut g = self.lock();
-            let routed = relay(&mut g.outboxes, m);
-            if let Routed::Answered(Response::SendAck {
-                outcome: AckOutcome::Accepted,
-                ..
-            }) = &routed
-                && let Some((conn, _)) = m.to.split_once('/')
-            {
-                if let Err(e) = self.commit(&mut g, conn) {
-                    tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
-                    // Not durable: give custody back rather than promise what a crash loses.
-                    if let Some(o) = g.outboxes.get_mut(conn) {
-                        o.on_refused(&m.message_id, ErrorCode::Internal, "not persisted");
-                        while o.poll_event().is_some() {}
+            for (i, m) in msgs.iter().enumerate() {
+                match relay(&mut g.outboxes, m) {
+                    Routed::Answered(r) => {
+                        if let Response::SendAck {
+                            outcome: AckOutcome::Accepted,
+                            ..
+                        } = &r
+                            && let Some((conn, _)) = m.to.split_once('/')
+                        {
+                            accepted.push((i, conn.to_owned(), m.message_id.clone()));
+                        }
+                        out[i] = Some(r);
                     }
-                    return Response::Error {
+                    Routed::Local(m) => locals.push((i, m)),
+                }
+            }
+            if !accepted.is_empty() {
+                let (tx, rx) = std_mpsc::channel();
+                let hub = self.me.clone();
+                let taken: Vec<(String, String)> = accepted
+                    .iter()
+                    .map(|(_, c, id)| (c.clone(), id.clone()))
+                    .collect();
+                g.durable.0.push(Box::new(move |r: CommitResult| {
+                    if r.is_err()
+                        && let Some(hub) = hub.upgrade()
+                    {
+                        let mut g = hub.lock();
+                        for (conn, id) in &taken {
+                            if let Some(o) = g.outboxes.get_mut(conn) {
+                                o.on_refused(id, ErrorCode::Internal, "not persisted");
+                                while o.poll_event().is_some() {}
+                            }
+                        }
+                    }
+                    let _ = tx.send(r);
+                }));
+                committed = Some(rx);
+            }
+        }
+        if let Some(rx) = committed {
+            self.node.peer.committer().wake();
+            if let Err(e) = commit::wait(&rx) {
+                tracing::error!(error = %e, "persisting an outbox failed");
+                for (i, conn, _) in &accepted {
+                    out[*i] = Some(Response::Error {
                         code: ErrorCode::Internal,
-                        connection: conn.to_owned(),
+                        connection: conn.clone(),
                         message: "the hub could not save its outbox; nothing was relayed".into(),
-                    };
-                }
-                if let Some((_, tx)) = g.links.get(conn) {
-                    let _ = tx.send(HubCmd::Kick);
+                    });
                 }
             }
-            routed
-        };
-        match routed {
-            Routed::Answered(r) => r,
-            Routed::Local(m) => deliver_local(&self.node, LINK_LOCAL, &m),
         }
+        for (i, m) in locals {
+            out[i] = Some(deliver_local(&self.node, LINK_LOCAL, &m));
+        }
+        out.into_iter()
+            .map(|r| r.expect("every message answered"))
+            .collect()
     }
 
-    fn commit(&self, g: &mut Inner, conn: &str) -> anyhow::Result<()> {
-        match g.outboxes.get_mut(conn) {
-            Some(o) => persist_outbox(&self.node.store, conn, o),
-            None => Ok(()),
-        }
-    }
-
-    /// Applies a change to `conn`'s outbox, commits it, and routes the resulting outcomes:
-    /// receipts to the origin node's link, or to the hub's own waiting sender.
+    /// Applies a change to `conn`'s outbox, journals it for the group committer, and routes
+    /// the resulting outcomes: receipts to the origin node's link, or to the hub's own waiting
+    /// sender — a refusal only once the removal it makes is committed, anything else at once.
+    /// Removals nobody waits for ride with the next group (custody commits, or the next tick).
     fn settle(&self, conn: &str, f: impl FnOnce(&mut Outbox)) {
-        let late = self.settle_locked(conn, f);
-        post_refusals(&self.node, late);
-    }
-
-    fn settle_locked(&self, conn: &str, f: impl FnOnce(&mut Outbox)) -> Vec<LateRefusal> {
         let mut late = Vec::new();
-        let mut g = self.lock();
-        let Some(o) = g.outboxes.get_mut(conn) else {
-            return late;
-        };
-        f(o);
-        let mut events: Vec<OutboxEvent> = Vec::new();
-        while let Some(e) = o.poll_event() {
-            events.push(e);
-        }
-        if let Err(e) = self.commit(&mut g, conn) {
-            tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
-        }
-        for e in events {
-            if let Some(sender) = e.from.strip_prefix("local/") {
-                if let Some(o) = notify_waiter(&mut g.waiters, &e.message_id, e.outcome.clone()) {
-                    let to = format_address(conn, &e.to);
-                    late.extend(LateRefusal::of(sender, &e.message_id, &to, o));
-                }
-                continue;
+        {
+            let mut g = self.lock();
+            let Some(o) = g.outboxes.get_mut(conn) else {
+                return;
+            };
+            f(o);
+            let mut events: Vec<OutboxEvent> = Vec::new();
+            while let Some(e) = o.poll_event() {
+                events.push(e);
             }
-            if let Some((origin, receipt)) = e.receipt(conn) {
-                match g.links.get(&origin) {
-                    Some((_, tx)) => {
-                        let _ = tx.send(HubCmd::Receipt(receipt));
+            let (refusals, now): (Vec<_>, Vec<_>) =
+                events.into_iter().partition(|e| is_refusal(&e.outcome));
+            for e in now {
+                g.route(conn, e, &mut late);
+            }
+            if refusals.is_empty() {
+                drop(g);
+                post_refusals_later(&self.node, late);
+                return;
+            }
+            {
+                let hub = self.me.clone();
+                let conn = conn.to_owned();
+                g.durable.0.push(Box::new(move |r: CommitResult| {
+                    if let Err(e) = r {
+                        tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
                     }
-                    None => {
-                        tracing::debug!(origin = %origin, message_id = %e.message_id, "receipt dropped: origin link down")
+                    let Some(hub) = hub.upgrade() else { return };
+                    let mut late = Vec::new();
+                    {
+                        let mut g = hub.lock();
+                        for e in refusals {
+                            g.route(&conn, e, &mut late);
+                        }
                     }
-                }
+                    post_refusals_later(&hub.node, late);
+                }));
             }
         }
-        late
+        self.node.peer.committer().wake();
+        post_refusals_later(&self.node, late);
     }
 
     /// The directory a node is told about: the hub's own peers (`local/<id>`) and every other
@@ -409,6 +566,7 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                     generation,
                     pushed: None,
                     was_up: false,
+                    sends: Vec::new(),
                 };
                 let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
                 if end.was_up {
@@ -436,6 +594,8 @@ struct HubEnd {
     was_up: bool,
     /// This link's generation in the hub's tables.
     generation: u64,
+    /// The node's `send`s of this step, relayed together (one group commit) by `pump`.
+    sends: Vec<(RequestId, WireMessage)>,
 }
 
 impl HubEnd {
@@ -467,6 +627,7 @@ impl HubEnd {
             }
         }
         self.hub.settle(&id, Outbox::on_link_down);
+        self.hub.node.peer.committer().wake();
         self.conn.set(|s| s.peer_up = false);
     }
 }
@@ -504,7 +665,10 @@ impl End for HubEnd {
                             .insert(id.clone(), (self.generation, shadows));
                         Response::RegisterAck
                     }
-                    Request::Send(m) => self.hub.relay_in(&m),
+                    Request::Send(m) => {
+                        self.sends.push((rid, m));
+                        return;
+                    }
                     Request::ListPeers { path } => Response::Peers(
                         self.hub
                             .directory_for(&id)
@@ -546,6 +710,8 @@ impl End for HubEnd {
             },
             LinkEvent::Response { .. } | LinkEvent::Receipt(_) => {}
             LinkEvent::Down { reason, .. } => {
+                // Requests of a link that is gone get no answer (the node resends).
+                self.sends.clear();
                 self.retire();
                 if self.was_up {
                     tracing::warn!(conn = %id, ?reason, "peer link down");
@@ -566,6 +732,13 @@ impl End for HubEnd {
     }
 
     fn pump(&mut self, link: &mut PeerLink) {
+        if !self.sends.is_empty() {
+            let (ids, msgs): (Vec<RequestId>, Vec<WireMessage>) =
+                std::mem::take(&mut self.sends).into_iter().unzip();
+            for (id, r) in ids.into_iter().zip(self.hub.relay_batch(msgs)) {
+                let _ = link.respond(id, r);
+            }
+        }
         let mut g = self.hub.lock();
         if let Some(o) = g.outboxes.get_mut(&self.conn.id) {
             while let Some(m) = o.poll_dispatch() {
@@ -581,6 +754,8 @@ impl End for HubEnd {
         if let Some(o) = self.hub.lock().outboxes.get_mut(&self.conn.id) {
             o.resume_held();
         }
+        // Removals nobody waited for are committed at the latest now.
+        self.hub.node.peer.committer().wake();
         self.push_directory(link);
     }
 }

@@ -121,9 +121,9 @@ impl Node {
         store.prune_login_sessions(now)?;
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
+        let store = Arc::new(store);
         let peer = crate::peer::PeerState::load(&store, &config.tuning)
             .context("loading cross-host mail state")?;
-        let store = Arc::new(store);
         let progress = crate::progress::Progress::open(store.clone())
             .context("opening the progress journal")?;
         let stories = Arc::new(

@@ -43,6 +43,27 @@ pub type OutboxRecords = Vec<(u64, Vec<u8>)>;
 /// The key of a node's outbox towards its hub (never a valid connection id: it has `@`).
 pub const UPLINK_KEY: &str = "@uplink";
 
+/// One write of a group commit ([`Store::apply_peer_ops`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerOp {
+    /// Write (`Some`) or remove (`None`) one outbox message record.
+    Outbox {
+        /// Outbox key: a connection id or [`UPLINK_KEY`].
+        key: String,
+        /// The message's sequence number.
+        seq: u64,
+        /// The record.
+        record: Option<Vec<u8>>,
+    },
+    /// Replace (`Some`) or remove (`None`) one recipient's dedupe ring.
+    Ring {
+        /// The recipient.
+        recipient: String,
+        /// The ring's JSON.
+        json: Option<Vec<u8>>,
+    },
+}
+
 /// Handle to the store.
 #[derive(Debug)]
 pub struct Store {
@@ -135,6 +156,39 @@ impl Store {
             }
             if drop_legacy {
                 tx.open_table(PEER_OUTBOXES)?.remove(key)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Applies a group of outbox-record and dedupe-ring writes in one transaction, committed
+    /// (durable) before it returns: the group committer's one write (`crate::peer::commit`).
+    /// Nothing is written when any part fails.
+    pub fn apply_peer_ops(&self, ops: &[PeerOp]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut outboxes = tx.open_table(PEER_OUTBOX_MESSAGES)?;
+            let mut rings = tx.open_table(PEER_DEDUPE)?;
+            for op in ops {
+                match op {
+                    PeerOp::Outbox { key, seq, record } => match record {
+                        Some(r) => {
+                            outboxes.insert((key.as_str(), *seq), r.as_slice())?;
+                        }
+                        None => {
+                            outboxes.remove((key.as_str(), *seq))?;
+                        }
+                    },
+                    PeerOp::Ring { recipient, json } => match json {
+                        Some(j) => {
+                            rings.insert(recipient.as_str(), j.as_slice())?;
+                        }
+                        None => {
+                            rings.remove(recipient.as_str())?;
+                        }
+                    },
+                }
             }
         }
         tx.commit()?;

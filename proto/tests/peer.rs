@@ -952,3 +952,53 @@ fn an_outbox_stored_whole_moves_into_per_message_records() {
     let order: Vec<String> = back.messages().map(|m| m.message_id.clone()).collect();
     assert_eq!(order, ["a", "b"]);
 }
+
+#[test]
+fn a_gated_outbox_dispatches_only_mail_its_owner_committed() {
+    let mut o = Outbox::new("nodec");
+    o.set_durable(o.next_seq());
+    o.push(wire("a", "x", "bob", "a")).expect("push");
+    o.push(wire("b", "x", "bob", "b")).expect("push");
+    assert_eq!(o.poll_dispatch(), None, "nothing committed yet");
+    // The owner took the changes (reading next_seq then) and its commit succeeded.
+    let upto = o.next_seq();
+    assert_eq!(o.take_changes().len(), 2);
+    o.push(wire("c", "x", "bob", "c")).expect("push");
+    o.set_durable(upto);
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
+    assert_eq!(o.poll_dispatch(), None, "c is not committed yet");
+    let after_dispatch = o.take_changes();
+    assert_eq!(
+        after_dispatch
+            .iter()
+            .map(OutboxChange::seq)
+            .collect::<Vec<_>>(),
+        [2],
+        "only c's push: a gated dispatch writes nothing (the push recorded the attempt)"
+    );
+    // A crash before a's send: the record counts it attempted, so a refusal of the resend is
+    // reported uncertain (the safe side), never `refused`.
+    let mut store = std::collections::BTreeMap::new();
+    let mut fresh = Outbox::new("nodec");
+    fresh.set_durable(0);
+    fresh.push(wire("a", "x", "bob", "a")).expect("push");
+    apply(&mut store, fresh.take_changes());
+    let mut back =
+        Outbox::from_records("nodec", OutboxLimits::default(), &records(&store)).expect("load");
+    back.poll_dispatch();
+    assert!(back.take_changes().is_empty());
+    back.on_refused("a", ErrorCode::UnknownRecipient, "gone");
+    assert!(matches!(
+        back.poll_event().map(|e| e.outcome),
+        Some(SenderOutcome::RefusedOnRetry { .. })
+    ));
+    // A watermark never moves back; a resend of dispatched mail is not gated.
+    o.set_durable(0);
+    o.on_link_down();
+    while o.poll_event().is_some() {}
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
+    o.set_durable(o.next_seq());
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("c".into()));
+}

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tuic_proto::peer::{LinkEvent, LinkState, PeerLink};
@@ -17,6 +18,9 @@ use crate::session::now_ms;
 /// Longest a single frame write may take before the link counts as down (the liveness
 /// deadline: 3 missed pings of 5 s).
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Most frames read in one step (frames already received are taken without waiting).
+pub const MAX_FRAMES_PER_STEP: usize = 256;
 
 /// Housekeeping period of an [`End`] (re-registering a changed peer set, directory pushes).
 pub const TICK: Duration = Duration::from_millis(500);
@@ -105,7 +109,22 @@ pub async fn run<E: End, I: FrameIo>(
                 link.close();
             }
             text = io.recv() => match text {
-                Some(t) => link.handle_text(now_ms(), &t),
+                Some(t) => {
+                    let now = now_ms();
+                    link.handle_text(now, &t);
+                    // Frames that arrived while the last step ran (its commit) are taken in
+                    // this step too, so the end answers them with one group commit.
+                    for _ in 1..MAX_FRAMES_PER_STEP {
+                        match io.recv().now_or_never() {
+                            Some(Some(t)) => link.handle_text(now, &t),
+                            Some(None) => {
+                                link.reset();
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                }
                 None => link.reset(),
             },
             _ = tokio::time::sleep(wake) => link.handle_timeout(now_ms()),

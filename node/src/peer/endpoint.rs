@@ -26,13 +26,12 @@ use tuic_proto::peer::{
 };
 
 use super::driver::{self, End, FrameIo};
-use super::{LateRefusal, UPLINK, local_entries, persist_outbox, post_refusals};
+use super::{LateRefusal, UPLINK, local_entries, post_refusals, post_refusals_later};
 use crate::error::ApiError;
 use crate::guard::Transport;
 use crate::mail::Mail;
 use crate::session::now_ms;
 use crate::state::Node;
-use crate::store::UPLINK_KEY;
 
 /// Commands to a node link's task.
 #[derive(Debug)]
@@ -100,6 +99,7 @@ async fn serve(node: Arc<Node>, sock: WebSocket) {
         registered: None,
         register_pending: None,
         ready: false,
+        sends: Vec::new(),
     };
     let mut io = AxumIo(sock);
     let stop = node.shutdown.child_token();
@@ -120,13 +120,18 @@ struct NodeEnd {
     /// The hub acknowledged a `register`: mail may flow (a `send` never overtakes the
     /// registration that makes its sender valid).
     ready: bool,
+    /// The hub's `send`s of this step, delivered together (one ring commit) by `pump`.
+    sends: Vec<(RequestId, tuic_proto::peer::WireMessage)>,
 }
 
 impl NodeEnd {
     fn answer(&mut self, link: &mut PeerLink, id: RequestId, request: Request) {
         use tuic_proto::peer::Response as R;
         let resp = match request {
-            Request::Send(m) => super::deliver_local(&self.node, &self.me, &m),
+            Request::Send(m) => {
+                self.sends.push((id, m));
+                return;
+            }
             Request::ListPeers { path } => R::Peers(local_entries(&self.node, path.as_deref())),
             Request::Register { peers } => {
                 // The hub's directory: every peer it can route to, each with an address.
@@ -193,7 +198,11 @@ impl NodeEnd {
         }
     }
 
-    /// Applies outbox changes: commit the outbox, report outcomes to waiting senders.
+    /// Applies outbox changes: journal them for the group committer and report outcomes to
+    /// waiting senders — a refusal only once the removal it makes is committed (a resend after
+    /// a crash must not follow a `refused`), anything else at once. Removals nobody waits for
+    /// ride with the next group (custody commits, or the next tick): a removal lost to a crash
+    /// only resends mail the destination's ring answers `duplicate`.
     /// `refused_by` names the connection a refusal came from when the hub said (its outbox for
     /// another node may be the full one), instead of this node's uplink.
     fn settle(&self, refused_by: Option<&str>, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
@@ -201,9 +210,7 @@ impl NodeEnd {
         {
             let mut p = self.node.peer.lock();
             f(&mut p.uplink);
-            if let Err(e) = persist_outbox(&self.node.store, UPLINK_KEY, &mut p.uplink) {
-                tracing::error!(error = %e, "persisting the uplink outbox failed");
-            }
+            let mut refusals = Vec::new();
             while let Some(mut ev) = p.uplink.poll_event() {
                 if let (
                     Some(by),
@@ -213,12 +220,54 @@ impl NodeEnd {
                 {
                     *connection = by.to_owned();
                 }
-                if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
+                if matches!(
+                    ev.outcome,
+                    SenderOutcome::Refused { .. } | SenderOutcome::RefusedOnRetry { .. }
+                ) {
+                    refusals.push(ev);
+                } else if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
                     late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
                 }
             }
+            if refusals.is_empty() {
+                drop(p);
+                post_refusals_later(&self.node, late);
+                return;
+            }
+            {
+                let node = self.node.clone();
+                p.durable.0.push(Box::new(move |r| {
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "persisting the uplink outbox failed");
+                    }
+                    let mut late = Vec::new();
+                    {
+                        let mut p = node.peer.lock();
+                        for ev in refusals {
+                            if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
+                                late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
+                            }
+                        }
+                    }
+                    post_refusals_later(&node, late);
+                }));
+            }
         }
-        post_refusals(&self.node, late);
+        self.node.peer.committer().wake();
+        post_refusals_later(&self.node, late);
+    }
+
+    /// Delivers this step's `send`s together and answers each.
+    fn deliver_sends(&mut self, link: &mut PeerLink) {
+        if self.sends.is_empty() {
+            return;
+        }
+        let (ids, msgs): (Vec<RequestId>, Vec<_>) =
+            std::mem::take(&mut self.sends).into_iter().unzip();
+        let resps = super::deliver_batch(&self.node, &self.me, msgs);
+        for (id, r) in ids.into_iter().zip(resps) {
+            let _ = link.respond(id, r);
+        }
     }
 }
 
@@ -285,9 +334,12 @@ impl End for NodeEnd {
             }
             LinkEvent::Down { reason, .. } => {
                 tracing::info!(?reason, "peer link down");
+                // Requests of a link that is gone get no answer (the hub resends).
+                self.sends.clear();
                 // The directory goes with the link slot (`detach`, by generation), so an older
                 // link ending never wipes a newer one's.
                 self.settle(None, |o| o.on_link_down());
+                self.node.peer.committer().wake();
             }
         }
     }
@@ -305,9 +357,12 @@ impl End for NodeEnd {
     fn on_tick(&mut self, _link: &mut PeerLink) {
         // Mail a reading recipient behind the hub had no room for goes out again.
         self.node.peer.lock().uplink.resume_held();
+        // Removals nobody waited for are committed at the latest now.
+        self.node.peer.committer().wake();
     }
 
     fn pump(&mut self, link: &mut PeerLink) {
+        self.deliver_sends(link);
         // Re-register whenever the local peer set changed; hold mail until the hub has it.
         let mut peers = local_entries(&self.node, None);
         {

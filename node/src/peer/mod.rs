@@ -16,11 +16,12 @@
 //! traffic on the IPC socket. Lock order: `node.mail` before [`PeerState`]'s lock, never the
 //! other way round.
 
+pub mod commit;
 pub mod driver;
 pub mod endpoint;
 pub mod remote;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -38,7 +39,8 @@ use crate::mail::Mail;
 use crate::mcp::registry::ToolError;
 use crate::session::now_ms;
 use crate::state::Node;
-use crate::store::{Store, UPLINK_KEY};
+use crate::store::{PeerOp, Store, UPLINK_KEY};
+use commit::{CommitResult, Committer, Source, Taken, Waiter};
 
 /// The name a node gives its link to the hub in errors ("outbox for connection 'hub' is full").
 pub const UPLINK: &str = "hub";
@@ -95,12 +97,17 @@ pub struct Inner {
     next_link: u64,
     /// Senders waiting for the outcome of their mail, by message id.
     waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    /// Recipients whose ring changed since the committer last took them.
+    dirty_rings: BTreeSet<String>,
+    /// Run after the next group commit (which takes everything journaled before them).
+    durable: commit::Waiters,
 }
 
 /// Cross-host mail state of one node.
 #[derive(Debug)]
 pub struct PeerState {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
+    committer: Committer,
     hub: OnceLock<Arc<dyn HubRoutes>>,
     sessions: OnceLock<Arc<dyn remote::RemoteSessions>>,
 }
@@ -117,10 +124,12 @@ pub fn limits(t: &Tuning) -> OutboxLimits {
 impl PeerState {
     /// Loads the uplink outbox and the rings from the store (empty when absent). A stored
     /// record that does not decode is an error: starting empty would drop accepted mail.
-    pub fn load(store: &Store, tuning: &Tuning) -> anyhow::Result<Self> {
-        let uplink = load_outboxes(store, limits(tuning))?
+    pub fn load(store: &Arc<Store>, tuning: &Tuning) -> anyhow::Result<Self> {
+        let mut uplink = load_outboxes(store, limits(tuning))?
             .remove(UPLINK_KEY)
             .unwrap_or_else(|| Outbox::with_limits(UPLINK, limits(tuning)));
+        // Commits happen in groups after the fact: only committed mail is dispatched.
+        uplink.set_durable(uplink.next_seq());
         let mut rings = DedupeRings::new();
         for (recipient, v) in store.peer_rings()? {
             rings
@@ -129,23 +138,41 @@ impl PeerState {
                     anyhow::anyhow!("decoding the stored dedupe ring of {recipient}: {e}")
                 })?;
         }
+        let inner = Arc::new(Mutex::new(Inner {
+            uplink,
+            rings,
+            directory: Vec::new(),
+            link: None,
+            next_link: 0,
+            waiters: HashMap::new(),
+            dirty_rings: BTreeSet::new(),
+            durable: commit::Waiters::default(),
+        }));
+        let committer = Committer::start(store.clone());
+        committer.add(Arc::new(NodeSource(Arc::downgrade(&inner))));
         Ok(Self {
-            inner: Mutex::new(Inner {
-                uplink,
-                rings,
-                directory: Vec::new(),
-                link: None,
-                next_link: 0,
-                waiters: HashMap::new(),
-            }),
+            inner,
+            committer,
             hub: OnceLock::new(),
             sessions: OnceLock::new(),
         })
     }
 
+    /// The group committer of this process's peer state (a hub adds its outboxes to it).
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    /// Runs `w` after the next group commit, which takes everything journaled before this
+    /// call; wakes the committer.
+    pub fn after_commit(&self, w: Waiter) {
+        self.lock().durable.0.push(w);
+        self.committer.wake();
+    }
+
     /// The lock (poison-tolerant). Never take `node.mail`'s lock while holding it.
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock_inner(&self.inner)
     }
 
     /// The uplink outbox's fill against its bounds: mail held until the hub acknowledges it.
@@ -182,6 +209,101 @@ impl PeerState {
     }
 }
 
+fn lock_inner(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    inner.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The node's part of a group commit: its uplink outbox's journal and its changed rings.
+struct NodeSource(std::sync::Weak<Mutex<Inner>>);
+
+struct NodeTaken {
+    inner: Arc<Mutex<Inner>>,
+    changes: Vec<OutboxChange>,
+    /// The uplink's next sequence number when the changes were taken.
+    upto: u64,
+    rings: Vec<(String, Option<Vec<u8>>)>,
+    waiters: Vec<Waiter>,
+}
+
+impl Source for NodeSource {
+    fn take(&self) -> Option<Box<dyn Taken>> {
+        let inner = self.0.upgrade()?;
+        let mut g = lock_inner(&inner);
+        let changes = g.uplink.take_changes();
+        let upto = g.uplink.next_seq();
+        let dirty = std::mem::take(&mut g.dirty_rings);
+        let rings = dirty
+            .into_iter()
+            .map(|r| {
+                let json = g.rings.export_ring(&r).map(String::into_bytes);
+                (r, json)
+            })
+            .collect::<Vec<_>>();
+        let waiters = std::mem::take(&mut g.durable).0;
+        drop(g);
+        if changes.is_empty() && rings.is_empty() && waiters.is_empty() {
+            return None;
+        }
+        Some(Box::new(NodeTaken {
+            inner,
+            changes,
+            upto,
+            rings,
+            waiters,
+        }))
+    }
+}
+
+/// An outbox's changes as store writes.
+pub fn outbox_ops(key: &str, changes: &[OutboxChange], ops: &mut Vec<PeerOp>) {
+    ops.extend(changes.iter().map(|c| match c {
+        OutboxChange::Put { seq, record } => PeerOp::Outbox {
+            key: key.to_owned(),
+            seq: *seq,
+            record: Some(record.clone()),
+        },
+        OutboxChange::Remove { seq } => PeerOp::Outbox {
+            key: key.to_owned(),
+            seq: *seq,
+            record: None,
+        },
+    }));
+}
+
+impl Taken for NodeTaken {
+    fn write(&self, ops: &mut Vec<PeerOp>) -> anyhow::Result<()> {
+        outbox_ops(UPLINK_KEY, &self.changes, ops);
+        ops.extend(self.rings.iter().map(|(r, json)| PeerOp::Ring {
+            recipient: r.clone(),
+            json: json.clone(),
+        }));
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, result: CommitResult) {
+        let this = *self;
+        {
+            let mut g = lock_inner(&this.inner);
+            match &result {
+                Ok(()) => {
+                    // Committed mail may now leave.
+                    g.uplink.set_durable(this.upto);
+                    if !this.changes.is_empty() {
+                        g.kick();
+                    }
+                }
+                Err(_) => {
+                    g.uplink.restore_changes(this.changes);
+                    g.dirty_rings.extend(this.rings.into_iter().map(|(r, _)| r));
+                }
+            }
+        }
+        for w in this.waiters {
+            w(result.clone());
+        }
+    }
+}
+
 impl Inner {
     /// Registers a new link task; the previous one (if any) loses its slot and is told to close.
     fn attach(&mut self, tx: mpsc::UnboundedSender<endpoint::Cmd>) -> u64 {
@@ -207,7 +329,11 @@ impl Inner {
     }
 
     /// Reports an outcome to a waiting sender; hands it back when nobody waits any more.
-    fn notify(&mut self, message_id: &str, outcome: SenderOutcome) -> Option<SenderOutcome> {
+    pub(crate) fn notify(
+        &mut self,
+        message_id: &str,
+        outcome: SenderOutcome,
+    ) -> Option<SenderOutcome> {
         notify_waiter(&mut self.waiters, message_id, outcome)
     }
 }
@@ -302,6 +428,18 @@ pub fn post_refusals(node: &Arc<Node>, late: Vec<LateRefusal>) {
     }
 }
 
+/// [`post_refusals`] from a waiter on the committer thread, which must not take the mail
+/// lock: on a thread of its own (rare: refusals nobody waited for).
+pub fn post_refusals_later(node: &Arc<Node>, late: Vec<LateRefusal>) {
+    if late.is_empty() {
+        return;
+    }
+    let node = node.clone();
+    let _ = std::thread::Builder::new()
+        .name("late-refusals".into())
+        .spawn(move || post_refusals(&node, late));
+}
+
 /// Commits an outbox's pending changes (one message record each) in one transaction. On
 /// failure the changes go back into the outbox, so the next commit writes them again.
 pub fn persist_outbox(store: &Store, key: &str, outbox: &mut Outbox) -> anyhow::Result<()> {
@@ -356,14 +494,6 @@ pub fn load_outboxes(
     Ok(out)
 }
 
-/// Commits one recipient's ring (or its removal).
-fn persist_ring(store: &Store, rings: &DedupeRings, recipient: &str) {
-    let json = rings.export_ring(recipient);
-    if let Err(e) = store.put_peer_ring(recipient, json.as_deref().map(str::as_bytes)) {
-        tracing::error!(error = %e, %recipient, "persisting a dedupe ring failed");
-    }
-}
-
 /// A local identity for `hello` and errors: the machine's host name.
 pub fn local_id(node: &Node) -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -377,47 +507,88 @@ pub fn local_id(node: &Node) -> String {
 /// dedupe ring, enqueue and ring record under the mail lock, the ring committed to `redb`
 /// before the answer goes back. `connection` names this side in refusals.
 pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Response {
-    let mut m = m.clone();
-    // `to` may name a live terminal by PTY id or alias; mail goes to its identity.
-    if !node.mail.lock().inboxes.is_registered(&m.to)
-        && let Some(s) = node.sessions.live(&m.to)
-    {
+    deliver_batch(node, connection, vec![m.clone()])
+        .pop()
+        .expect("one answer per message")
+}
+
+/// Delivers a batch of forwarded mail (one link step's `send`s), answers in order: each goes
+/// through recipient check, dedupe ring, enqueue and ring record under the mail lock, then the
+/// changed rings are committed in one group (`commit`) while the mail lock is still held, so
+/// no reader, waiter or PTY wake sees the mail before its ring is durable, and no answer
+/// leaves before that.
+pub fn deliver_batch(node: &Arc<Node>, connection: &str, msgs: Vec<WireMessage>) -> Vec<Response> {
+    let msgs: Vec<WireMessage> = msgs
+        .into_iter()
+        .map(|mut m| {
+            // `to` may name a live terminal by PTY id or alias; mail goes to its identity.
+            if !node.mail.lock().inboxes.is_registered(&m.to)
+                && let Some(s) = node.sessions.live(&m.to)
+            {
+                let mut g = node.mail.lock();
+                Mail::ensure(node, &mut g, &s.tuic_session);
+                m.to = s.tuic_session.clone();
+            }
+            m
+        })
+        .collect();
+    let (resps, actions) = {
         let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, &s.tuic_session);
-        m.to = s.tuic_session.clone();
-    }
-    let (resp, actions) = {
-        let mut g = node.mail.lock();
-        let mut p = node.peer.lock();
-        let resp =
-            tuic_proto::peer::deliver(&mut g.inboxes, &mut p.rings, now_ms(), connection, &m);
-        if let Response::SendAck {
-            outcome: AckOutcome::Delivered,
-            ..
-        } = &resp
-        {
-            persist_ring(&node.store, &p.rings, &m.to);
+        let mut committed = None;
+        let resps: Vec<Response> = {
+            let mut p = node.peer.lock();
+            let now = now_ms();
+            let resps: Vec<Response> = msgs
+                .iter()
+                .map(|m| {
+                    let resp =
+                        tuic_proto::peer::deliver(&mut g.inboxes, &mut p.rings, now, connection, m);
+                    if let Response::SendAck {
+                        outcome: AckOutcome::Delivered,
+                        ..
+                    } = &resp
+                    {
+                        p.dirty_rings.insert(m.to.clone());
+                    }
+                    resp
+                })
+                .collect();
+            if !p.dirty_rings.is_empty() {
+                let (w, rx) = commit::channel_waiter();
+                p.durable.0.push(w);
+                committed = Some(rx);
+            }
+            resps
+        };
+        if let Some(rx) = committed {
+            node.peer.committer.wake();
+            if let Err(e) = commit::wait(&rx) {
+                // As before group commit: the mail is in the inbox; the ring is written again
+                // with the next group.
+                tracing::error!(error = %e, "persisting dedupe rings failed");
+            }
         }
-        drop(p);
-        (resp, Mail::drain(&mut g))
+        (resps, Mail::drain(&mut g))
     };
     Mail::act(node, actions);
-    match &resp {
-        Response::SendAck { outcome, .. } => {
-            tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, outcome = ?outcome, "forwarded message delivered")
+    for (m, resp) in msgs.iter().zip(&resps) {
+        match resp {
+            Response::SendAck { outcome, .. } => {
+                tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, outcome = ?outcome, "forwarded message delivered")
+            }
+            Response::Error {
+                code: ErrorCode::RecipientFull,
+                ..
+            } => {
+                tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, "forwarded message held at the previous hop: recipient full")
+            }
+            Response::Error { code, message, .. } => {
+                tracing::warn!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, code = ?code, %message, "forwarded message refused")
+            }
+            _ => {}
         }
-        Response::Error {
-            code: ErrorCode::RecipientFull,
-            ..
-        } => {
-            tracing::info!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, "forwarded message held at the previous hop: recipient full")
-        }
-        Response::Error { code, message, .. } => {
-            tracing::warn!(source = "agent_msg", from = %m.from, to = %m.to, message_id = %m.message_id, code = ?code, %message, "forwarded message refused")
-        }
-        _ => {}
     }
-    resp
+    resps
 }
 
 /// A recipient identity retired on this node: its ring goes with it (sender retirement does
@@ -426,7 +597,9 @@ pub fn recipient_retired(node: &Node, recipient: &str) {
     let mut p = node.peer.lock();
     if p.rings.len(recipient) > 0 {
         p.rings.remove(recipient);
-        persist_ring(&node.store, &p.rings, recipient);
+        p.dirty_rings.insert(recipient.to_owned());
+        drop(p);
+        node.peer.committer.wake();
     }
 }
 
@@ -622,11 +795,33 @@ fn queue_uplink(
             });
         }
     }
-    if let Err(e) = persist_outbox(&node.store, UPLINK_KEY, &mut p.uplink) {
-        // Not durable: take it back out rather than promise what a crash would lose.
-        p.uplink
-            .on_refused(&message_id, ErrorCode::Internal, "not persisted");
-        while p.uplink.poll_event().is_some() {}
+    // The outcome waiter is in place before the mail can leave (it leaves once committed).
+    let outcomes = if p.link.is_some() {
+        let (tx, rx) = std_mpsc::channel();
+        p.waiters.insert(message_id.clone(), tx);
+        Some(rx)
+    } else {
+        None
+    };
+    // Custody: answered only after the group commit that holds this message. A failed
+    // commit takes it back out on the committer thread, before the next group could commit
+    // it and let it leave: nothing is promised that a crash would lose.
+    let (tx, rx) = std_mpsc::channel();
+    let inner = node.peer.inner.clone();
+    let id = message_id.clone();
+    p.durable.0.push(Box::new(move |r: CommitResult| {
+        if r.is_err() {
+            let mut g = lock_inner(&inner);
+            g.uplink
+                .on_refused(&id, ErrorCode::Internal, "not persisted");
+            while g.uplink.poll_event().is_some() {}
+            g.waiters.remove(&id);
+        }
+        let _ = tx.send(r);
+    }));
+    drop(p);
+    node.peer.committer.wake();
+    if let Err(e) = commit::wait(&rx) {
         tracing::error!(error = %e, "persisting the uplink outbox failed");
         return Err(Refusal {
             code: ErrorCode::Internal,
@@ -634,14 +829,6 @@ fn queue_uplink(
             message: "the outbox could not be saved; nothing was sent".into(),
         });
     }
-    let outcomes = if p.link.is_some() {
-        let (tx, rx) = std_mpsc::channel();
-        p.waiters.insert(message_id.clone(), tx);
-        p.kick();
-        Some(rx)
-    } else {
-        None
-    };
     Ok(Queued {
         message_id,
         connection: UPLINK.to_owned(),

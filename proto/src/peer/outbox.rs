@@ -259,6 +259,11 @@ pub struct Outbox {
     full_answers: u64,
     #[serde(skip)]
     events: VecDeque<OutboxEvent>,
+    /// With an owner that commits after the fact ([`Outbox::set_durable`]): messages with a
+    /// sequence number from here on are not committed yet and are not dispatched. `None`: no
+    /// gate (an owner that commits every change before anything else happens).
+    #[serde(skip)]
+    durable_upto: Option<u64>,
 }
 
 impl Outbox {
@@ -281,6 +286,7 @@ impl Outbox {
             probing: BTreeSet::new(),
             full_answers: 0,
             events: VecDeque::new(),
+            durable_upto: None,
         }
     }
 
@@ -307,6 +313,23 @@ impl Outbox {
     /// The bounds.
     pub fn limits(&self) -> OutboxLimits {
         self.limits
+    }
+
+    /// The sequence number the next pushed message gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Declares every message with a sequence number below `upto` committed, and turns on the
+    /// commit gate: [`Outbox::poll_dispatch`] hands out no fresh message that is not, so mail
+    /// never leaves before the hop that took custody of it could survive a crash. An owner that
+    /// commits in groups after the fact calls this after each successful commit with the
+    /// [`Outbox::next_seq`] it read when it took the changes (and once at load with the
+    /// current one). Never moves back. A gated outbox records a message's first attempt in
+    /// the record its push writes (it cannot leave before that record is committed), so the
+    /// dispatch writes nothing and one commit per message is enough.
+    pub fn set_durable(&mut self, upto: u64) {
+        self.durable_upto = Some(self.durable_upto.map_or(upto, |d| d.max(upto)));
     }
 
     /// Whether a message with this id is held.
@@ -360,7 +383,17 @@ impl Outbox {
             attempts: 0,
         };
         self.next_seq += 1;
-        self.journal.push(put(&h));
+        if self.durable_upto.is_some() {
+            // Gated: it leaves only after this record is committed, so the record says it was
+            // attempted (a crash before the send then makes a later refusal `RefusedOnRetry`,
+            // the safe side) and the first dispatch writes nothing more.
+            self.journal.push(put(&Held {
+                attempts: 1,
+                ..h.clone()
+            }));
+        } else {
+            self.journal.push(put(&h));
+        }
         self.held.push_back(h);
         Ok(Pushed::Accepted)
     }
@@ -388,6 +421,10 @@ impl Outbox {
             if h.in_flight || self.held_for.contains(&h.message.to) {
                 continue;
             }
+            if h.dispatch_no.is_none() && self.durable_upto.is_some_and(|d| h.seq >= d) {
+                // Not committed yet: later messages are not either (sequence order).
+                break;
+            }
             if self.probing.contains(&h.message.to) && on_wire.contains(h.message.to.as_str()) {
                 continue;
             }
@@ -414,7 +451,7 @@ impl Outbox {
         h.attempts = h.attempts.saturating_add(1);
         // Only the first attempt needs recording: after a restart, any later refusal is then
         // already known to follow an attempt that may have arrived.
-        if h.attempts == 1 {
+        if h.attempts == 1 && self.durable_upto.is_none() {
             let change = put(h);
             self.journal.push(change);
         }
