@@ -12,9 +12,10 @@ use crate::mcp::registry::{CallCtx, ToolError};
 use crate::paths::{LocationEnv, Paths};
 use crate::state::{Node, RunOverrides};
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    node: Arc<Node>,
+/// A node on a temporary config dir; its sessions are closed on drop.
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) node: Arc<Node>,
 }
 
 impl Drop for Fixture {
@@ -27,7 +28,7 @@ impl Drop for Fixture {
     }
 }
 
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("config.json"),

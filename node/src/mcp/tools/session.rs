@@ -574,32 +574,17 @@ fn declare_worktree(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logs::LogRing;
-    use crate::paths::{LocationEnv, Paths};
-    use crate::state::RunOverrides;
 
     /// The rendered list is the rows as values with `is_caller`, and counts them.
     #[test]
     fn rendered_list_equals_the_rows_as_values() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("config.json"),
-            json!({"secret_store": "file"}).to_string(),
-        )
-        .unwrap();
-        let paths = Paths::resolve(Some(dir.path()), None, &LocationEnv::default()).unwrap();
-        let n = Node::open(
-            "tuic-node",
-            paths,
-            RunOverrides::default(),
-            LogRing::default(),
-        )
-        .unwrap();
+        let f = crate::mcp::tool_tests::fixture();
+        let (dir, n) = (&f.dir, &f.node);
         let made: Vec<_> = (0..3)
             .map(|i| {
                 n.sessions
                     .create(
-                        &n,
+                        n,
                         CreateRequest {
                             shell: Some("/bin/sh".into()),
                             cwd: Some(dir.path().display().to_string()),
@@ -615,7 +600,7 @@ mod tests {
             ..CallCtx::default()
         };
         let got: Value =
-            serde_json::from_str(&list_rendered(&n, &ctx, &Map::new()).unwrap()).unwrap();
+            serde_json::from_str(&list_rendered(n, &ctx, &Map::new()).unwrap()).unwrap();
         let want: Vec<Value> = n
             .sessions
             .rows()
@@ -627,7 +612,7 @@ mod tests {
             })
             .collect();
         assert_eq!(got, json!({"count": 3, "sessions": want}));
-        assert_eq!(list(&n, &ctx), got);
+        assert_eq!(list(n, &ctx), got);
         for s in made {
             s.kill();
         }
