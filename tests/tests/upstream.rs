@@ -588,7 +588,9 @@ async fn collapsed_surface_stays_flat_while_the_full_list_grows_with_upstream_to
     })
     .await;
     let (count, full) = list_bytes(&node).await;
-    assert_eq!(count, 193, "13 native + 180 upstream tools");
+    let bare = start(json!({}), json!({"servers": []})).await;
+    let (native, _) = list_bytes(&bare).await;
+    assert_eq!(count, native + 180, "{native} native + 180 upstream tools");
     // Collapse through the config save; the surface shrinks to the meta-tools and progress.
     let base = get(&node, "/config").await;
     let mut edited = base.clone();
