@@ -16,6 +16,12 @@
 //! does anything else). Every node gets the hub's directory (the hub's own peers and other
 //! nodes') pushed as a `register`, so its `list_peers` shows them with usable addresses.
 //!
+//! The hub's upstream MCP tools are offered to every node over the same link: a node's
+//! `list_upstream_tools` is answered with what the hub lists to its own agents (its allow/deny
+//! filters applied), a `call_upstream_tool` runs through the hub's upstream service (the
+//! filters apply again at dispatch) within the node caller's deadline, and every change of the
+//! hub's tool set is hinted to each node (`upstream_tools_changed`).
+//!
 //! Deliberately absent: any process control. Session input, output and submit go through
 //! the HTTP proxy (`proxy.rs`), never through this link.
 
@@ -57,6 +63,10 @@ pub enum HubCmd {
     Kick,
     /// Tell the node how relayed mail from one of its peers ended.
     Receipt(Receipt),
+    /// The hub's upstream tool set changed: hint the node.
+    UpstreamsChanged,
+    /// A node's call to an upstream tool has its answer.
+    Answer(tuic_proto::peer::RequestId, Response),
 }
 
 fn is_refusal(o: &SenderOutcome) -> bool {
@@ -549,9 +559,24 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                     let mut g = hub.lock();
                     g.next_generation += 1;
                     let generation = g.next_generation;
-                    g.links.insert(conn.id.clone(), (generation, tx));
+                    g.links.insert(conn.id.clone(), (generation, tx.clone()));
                     generation
                 };
+                // Every change of the hub's upstream tool set reaches this link at once (the
+                // tick compares generations too, as a backstop).
+                let mut changes = hub.node.upstreams.subscribe();
+                hub.node.tasks.spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = tx.closed() => break,
+                            r = changes.changed() => {
+                                if r.is_err() || tx.send(HubCmd::UpstreamsChanged).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
                 let link = PeerLink::new(
                     now_ms(),
                     LinkConfig::new(
@@ -567,6 +592,7 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                     pushed: None,
                     was_up: false,
                     sends: Vec::new(),
+                    hinted: None,
                 };
                 let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
                 if end.was_up {
@@ -596,9 +622,68 @@ struct HubEnd {
     generation: u64,
     /// The node's `send`s of this step, relayed together (one group commit) by `pump`.
     sends: Vec<(RequestId, WireMessage)>,
+    /// The upstream tool generation the node was last told about (or listed).
+    hinted: Option<u64>,
 }
 
 impl HubEnd {
+    /// Hints the node when the hub's upstream tool set moved since it last heard.
+    fn hint_upstreams(&mut self, link: &mut PeerLink) {
+        use tuic_node::mcp::registry::ToolSource;
+        let g = self.hub.node.upstreams.generation();
+        if self.hinted != Some(g) && link.upstream_tools_changed(g).is_ok() {
+            self.hinted = Some(g);
+        }
+    }
+
+    /// Runs a node's call to one of the hub's upstream tools in its own task, within the
+    /// caller's deadline; the answer comes back to this link as a command.
+    fn call_upstream(
+        &self,
+        rid: tuic_proto::peer::RequestId,
+        name: String,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        timeout_ms: u64,
+    ) {
+        let tx = {
+            let g = self.hub.lock();
+            match g.links.get(&self.conn.id) {
+                Some((n, tx)) if *n == self.generation => tx.clone(),
+                _ => return,
+            }
+        };
+        let node = self.hub.node.clone();
+        let conn = self.conn.id.clone();
+        self.hub.node.tasks.spawn(async move {
+            use tuic_node::mcp::registry::{CallCtx, ToolError, ToolSource};
+            let ctx = CallCtx::default();
+            let deadline = Duration::from_millis(timeout_ms.max(1));
+            let r = match tokio::time::timeout(
+                deadline,
+                node.upstreams.call(&node, &ctx, &name, arguments),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(ToolError::new(
+                    "timeout",
+                    format!("{name} did not answer on the hub within {timeout_ms} ms"),
+                )),
+            };
+            let result = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::debug!(conn = %conn, tool = %name, code = e.code, "node's upstream call refused");
+                    serde_json::json!({
+                        "content": [{"type": "text", "text": e.to_json().to_string()}],
+                        "isError": true,
+                    })
+                }
+            };
+            let _ = tx.send(HubCmd::Answer(rid, Response::UpstreamResult(result)));
+        });
+    }
+
     fn push_directory(&mut self, link: &mut PeerLink) {
         let dir = self.hub.directory_for(&self.conn.id);
         if self.pushed.as_ref() != Some(&dir)
@@ -646,6 +731,10 @@ impl End for HubEnd {
                 });
                 tracing::info!(conn = %id, node = %remote_id, "peer link up");
                 self.push_directory(link);
+                // The node lists the catalogue itself at link up.
+                self.hinted = Some(tuic_node::mcp::registry::ToolSource::generation(
+                    &*self.hub.node.upstreams,
+                ));
             }
             LinkEvent::Request { id: rid, request } => {
                 let resp = match request {
@@ -676,6 +765,25 @@ impl End for HubEnd {
                             .filter(|p| path.is_none() || p.path == path)
                             .collect(),
                     ),
+                    Request::ListUpstreamTools => {
+                        use tuic_node::mcp::registry::ToolSource;
+                        let up = &self.hub.node.upstreams;
+                        // Generation first: a change racing the listing re-hints, never hides.
+                        let generation = up.generation();
+                        self.hinted = Some(generation);
+                        Response::UpstreamTools {
+                            generation,
+                            tools: up.listings(),
+                        }
+                    }
+                    Request::CallUpstreamTool {
+                        name,
+                        arguments,
+                        timeout_ms,
+                    } => {
+                        self.call_upstream(rid, name, arguments, timeout_ms);
+                        return;
+                    }
                     Request::Inbox { recipient, .. } | Request::Wait { recipient, .. } => {
                         Response::Error {
                             code: ErrorCode::UnknownRecipient,
@@ -708,7 +816,9 @@ impl End for HubEnd {
                 }
                 other => tracing::debug!(conn = %id, ?other, "unexpected answer to send"),
             },
-            LinkEvent::Response { .. } | LinkEvent::Receipt(_) => {}
+            LinkEvent::Response { .. }
+            | LinkEvent::Receipt(_)
+            | LinkEvent::UpstreamToolsChanged { .. } => {}
             LinkEvent::Down { reason, .. } => {
                 // Requests of a link that is gone get no answer (the node resends).
                 self.sends.clear();
@@ -727,6 +837,10 @@ impl End for HubEnd {
             HubCmd::Kick => {}
             HubCmd::Receipt(r) => {
                 let _ = link.receipt(r);
+            }
+            HubCmd::UpstreamsChanged => self.hint_upstreams(link),
+            HubCmd::Answer(rid, r) => {
+                let _ = link.respond(rid, r);
             }
         }
     }
@@ -757,5 +871,6 @@ impl End for HubEnd {
         // Removals nobody waited for are committed at the latest now.
         self.hub.node.peer.committer().wake();
         self.push_directory(link);
+        self.hint_upstreams(link);
     }
 }

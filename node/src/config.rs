@@ -209,6 +209,13 @@ pub struct Tuning {
     /// The loopback callback server outlives its flow by this much (120 s), so a late
     /// redirect gets a page naming the reason instead of a refused connection.
     pub upstream_oauth_callback_grace_ms: u64,
+    /// How long a node keeps listing its hub's upstream tools (`hub.{name}__{tool}`) after the
+    /// peer link dropped (60 s): a hub restart does not churn agents' tool lists; a hub that
+    /// stays away (disconnected) loses its tools, with `notifications/tools/list_changed`.
+    pub hub_tools_grace_ms: u64,
+    /// The deadline of one call to a hub's upstream tool from a node (300 s, under the 301 s
+    /// request deadline); the hub gets it with the call and gives up at it too.
+    pub hub_tool_call_timeout_ms: u64,
 }
 
 impl Default for Tuning {
@@ -249,6 +256,8 @@ impl Default for Tuning {
             upstream_oauth_refresh_margin_ms: 60_000,
             upstream_oauth_flow_timeout_ms: 300_000,
             upstream_oauth_callback_grace_ms: 120_000,
+            hub_tools_grace_ms: 60_000,
+            hub_tool_call_timeout_ms: 300_000,
         }
     }
 }

@@ -143,7 +143,8 @@ impl Node {
         let sessions = crate::session::Registry::new(&paths.config_dir);
         let mcp = crate::mcp::McpState::new(&config);
         let upstreams = Arc::new(crate::upstream::Upstreams::new(paths.upstreams_file()));
-        mcp.registry.set_source(upstreams.clone());
+        mcp.registry.add_source(upstreams.clone());
+        mcp.registry.add_source(peer.hub_tools.clone());
         let node = Arc::new(Self {
             name,
             paths,

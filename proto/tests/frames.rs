@@ -199,6 +199,47 @@ fn expected() -> Vec<(&'static str, Frame)> {
             },
         ),
         (
+            "upstream_tools_changed",
+            Frame::UpstreamToolsChanged { generation: 7 },
+        ),
+        ("list_upstream_tools", Frame::ListUpstreamTools { id: 11 }),
+        (
+            "upstream_tools",
+            Frame::UpstreamTools {
+                id: 11,
+                generation: 7,
+                tools: vec![serde_json::json!({
+                    "name": "py__echo",
+                    "description": "Echo the given text back unchanged.",
+                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+                })],
+            },
+        ),
+        (
+            "call_upstream_tool",
+            Frame::CallUpstreamTool {
+                id: 12,
+                name: "py__add".into(),
+                arguments: serde_json::json!({"a": 2, "b": 40})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                timeout_ms: 300_000,
+            },
+        ),
+        (
+            "upstream_result",
+            Frame::UpstreamResult {
+                id: 12,
+                result: serde_json::json!({
+                    "content": [{"type": "text", "text": "{\"sum\": 42}"}],
+                    "structuredContent": {"sum": 42},
+                    "isError": false,
+                    "x-extension": {"kept": true}
+                }),
+            },
+        ),
+        (
             "error_link",
             Frame::Error {
                 id: None,

@@ -1002,3 +1002,118 @@ fn a_gated_outbox_dispatches_only_mail_its_owner_committed() {
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("c".into()));
 }
+
+#[test]
+fn upstream_tools_flow_from_hub_to_node_only() {
+    let (mut hub, mut node) = connected();
+    // Node → hub: list, then call; answers match by id and carry the result as it came.
+    let list = node.request(Request::ListUpstreamTools).expect("up");
+    shuttle(1, &mut node, &mut hub);
+    let rid = match &events(&mut hub)[..] {
+        [
+            LinkEvent::Request {
+                id,
+                request: Request::ListUpstreamTools,
+            },
+        ] => *id,
+        other => panic!("{other:?}"),
+    };
+    let tools = vec![serde_json::json!({"name": "py__echo", "inputSchema": {"type": "object"}})];
+    hub.respond(
+        rid,
+        Response::UpstreamTools {
+            generation: 3,
+            tools: tools.clone(),
+        },
+    )
+    .expect("respond");
+    shuttle(1, &mut hub, &mut node);
+    match &events(&mut node)[..] {
+        [
+            LinkEvent::Response {
+                id,
+                response:
+                    Response::UpstreamTools {
+                        generation: 3,
+                        tools: t,
+                    },
+                ..
+            },
+        ] => {
+            assert_eq!(*id, list);
+            assert_eq!(*t, tools);
+        }
+        other => panic!("{other:?}"),
+    }
+    let args = serde_json::json!({"text": "hi"})
+        .as_object()
+        .cloned()
+        .unwrap();
+    node.request(Request::CallUpstreamTool {
+        name: "py__echo".into(),
+        arguments: args.clone(),
+        timeout_ms: 5_000,
+    })
+    .expect("up");
+    shuttle(1, &mut node, &mut hub);
+    let rid = match &events(&mut hub)[..] {
+        [
+            LinkEvent::Request {
+                id,
+                request:
+                    Request::CallUpstreamTool {
+                        name,
+                        arguments,
+                        timeout_ms: 5_000,
+                    },
+            },
+        ] if name == "py__echo" && *arguments == args => *id,
+        other => panic!("{other:?}"),
+    };
+    let result = serde_json::json!({"content": [{"type": "text", "text": "echo: hi"}], "x": 1});
+    hub.respond(rid, Response::UpstreamResult(result.clone()))
+        .expect("respond");
+    shuttle(1, &mut hub, &mut node);
+    match &events(&mut node)[..] {
+        [
+            LinkEvent::Response {
+                response: Response::UpstreamResult(r),
+                ..
+            },
+        ] => assert_eq!(*r, result),
+        other => panic!("{other:?}"),
+    }
+    // The hub's hint reaches the node as an event.
+    hub.upstream_tools_changed(4).expect("up");
+    shuttle(1, &mut hub, &mut node);
+    assert_eq!(
+        events(&mut node),
+        vec![LinkEvent::UpstreamToolsChanged { generation: 4 }]
+    );
+
+    // Hub → node upstream requests are refused by the node's end, and never surface.
+    hub.request(Request::ListUpstreamTools).expect("up");
+    shuttle(1, &mut hub, &mut node);
+    assert!(events(&mut node).is_empty());
+    shuttle(1, &mut node, &mut hub);
+    match &events(&mut hub)[..] {
+        [
+            LinkEvent::Response {
+                response: Response::Error { code, .. },
+                ..
+            },
+        ] => assert_eq!(*code, ErrorCode::Malformed),
+        other => panic!("{other:?}"),
+    }
+    // A hint from a node is refused by the hub's end.
+    hub.handle_frame(1, Frame::UpstreamToolsChanged { generation: 9 });
+    assert!(events(&mut hub).is_empty());
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+    assert_eq!(hub.state(), LinkState::Up);
+}

@@ -878,6 +878,7 @@ impl Sim {
                         }
                     }
                 }
+                LinkEvent::UpstreamToolsChanged { .. } => {}
                 LinkEvent::Receipt(r) => {
                     // The hub says relayed mail reached its destination: it really did.
                     assert_eq!(r.outcome, ReceiptOutcome::Delivered, "seed {}", self.seed);
@@ -958,7 +959,7 @@ impl Sim {
                         }
                     }
                 }
-                LinkEvent::Receipt(_) => {}
+                LinkEvent::Receipt(_) | LinkEvent::UpstreamToolsChanged { .. } => {}
                 LinkEvent::Down { .. } => {
                     if let Some(o) = self.hub.outboxes.get_mut(x) {
                         o.on_link_down();

@@ -25,7 +25,11 @@ struct Conn(hyper::client::conn::http1::SendRequest<Full<Bytes>>);
 
 impl Conn {
     async fn open(node: &Node) -> anyhow::Result<Self> {
-        let s = tokio::net::UnixStream::connect(&node.socket).await?;
+        Self::open_path(&node.socket).await
+    }
+
+    async fn open_path(socket: &std::path::Path) -> anyhow::Result<Self> {
+        let s = tokio::net::UnixStream::connect(socket).await?;
         let (send, c) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s)).await?;
         tokio::spawn(c);
@@ -244,5 +248,65 @@ pub async fn surface(upstream_tools: usize) -> anyhow::Result<()> {
     println!("surface-bytes (tools/list result.tools, compact JSON)");
     println!("  full:      {} tools, {} bytes", sizes[0].0, sizes[0].1);
     println!("  collapsed: {} tools, {} bytes", sizes[1].0, sizes[1].1);
+    Ok(())
+}
+
+/// `hub-upstream-call [N]`: a hub proxying `upstream_raw.py ok` as upstream `raw`, and a node in
+/// its own network namespace connected to it. Interleaved: the hub's local proxied call
+/// (`raw__ping_me` over the hub's IPC) and the node's hub-routed call (`hub.raw__ping_me` over
+/// the node's IPC, then the peer link to the hub, then the same upstream); p50/p99 of each and
+/// the difference, in one run.
+pub async fn hub_call(n: usize) -> anyhow::Result<()> {
+    let bed = crate::fed::FedBed::start(1).await?;
+    let servers = json!({"servers": [{"id": "raw", "name": "raw",
+        "transport": {"type": "stdio", "command": "python3",
+            "args": [raw_script().display().to_string(), "ok"]}}]});
+    std::fs::write(
+        bed.hub_dir.path().join("mcp-upstreams.json"),
+        serde_json::to_vec_pretty(&servers)?,
+    )?;
+    let node_sock = bed.nodes[0].proc().socket.clone();
+    let mut local = Conn::open_path(&bed.hub.socket).await?;
+    let mut routed = Conn::open_path(&node_sock).await?;
+    let here = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"raw__ping_me","arguments":{}}});
+    let via = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hub.raw__ping_me","arguments":{}}});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = routed.rpc(&via).await?;
+        if r["result"]["content"][0]["text"] == "pong" {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("hub-routed call never answered: {r}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n + 50 {
+        let t0 = Instant::now();
+        let r1 = local.rpc(&here).await?;
+        let t1 = Instant::now();
+        let r2 = routed.rpc(&via).await?;
+        let t2 = Instant::now();
+        if r1 != r2 {
+            bail!("answers differ: local {r1} routed {r2}");
+        }
+        if i >= 50 {
+            a.push((t1 - t0).as_secs_f64() * 1e3);
+            b.push((t2 - t1).as_secs_f64() * 1e3);
+        }
+    }
+    let (l50, l99) = (percentile(&mut a, 0.5), percentile(&mut a, 0.99));
+    let (r50, r99) = (percentile(&mut b, 0.5), percentile(&mut b, 0.99));
+    println!(
+        "hub-upstream-call calls={n} (stdio upstream on the hub: tests/clients/upstream_raw.py ok; node in a network namespace)"
+    );
+    println!("  local proxied tools/call on the hub (IPC):  p50 {l50:.3} ms  p99 {l99:.3} ms");
+    println!("  hub-routed tools/call from the node (IPC):  p50 {r50:.3} ms  p99 {r99:.3} ms");
+    println!(
+        "  added by the node -> hub peer-link hop:     p50 {:.3} ms  p99 {:.3} ms",
+        r50 - l50,
+        r99 - l99
+    );
     Ok(())
 }

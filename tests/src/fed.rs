@@ -116,6 +116,11 @@ pub struct FedBed {
 impl FedBed {
     /// A hub and `n` nodes (ids `nodeb`, `nodec`, ...), every connection up.
     pub async fn start(n: usize) -> anyhow::Result<Self> {
+        Self::start_with(n, json!({})).await
+    }
+
+    /// [`FedBed::start`] with `node_config` merged into every node's `config.json`.
+    pub async fn start_with(n: usize, node_config: Value) -> anyhow::Result<Self> {
         let net = Net::star(n)?;
         let mut nodes = Vec::new();
         for i in 0..n {
@@ -124,7 +129,7 @@ impl FedBed {
                 &id,
                 net.node(i),
                 net.node_addr(i),
-                json!({}),
+                node_config.clone(),
             )?);
         }
         let hub_dir = config_dir(json!({}));

@@ -305,5 +305,6 @@ async fn status(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> 
         "peer_uplink": node.peer.uplink_status(),
         "native_tools": native,
         "upstreams": node.upstreams.status(),
+        "hub_upstream_tools": node.peer.hub_tools.status(),
     })))
 }

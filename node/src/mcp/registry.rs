@@ -6,7 +6,7 @@
 //! result value or a [`ToolError`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::{Map, Value, json};
 
@@ -212,7 +212,7 @@ pub trait ToolSource: Send + Sync + std::fmt::Debug {
 }
 
 /// What one BM25 index was built from; a different key means a rebuild.
-type IndexKey = ((Vec<String>, bool, bool), u64, u64);
+type IndexKey = ((Vec<String>, bool, bool), u64, Vec<u64>);
 
 /// A built search index and the result rows it ranks.
 #[derive(Debug)]
@@ -233,8 +233,9 @@ pub struct Registry {
     dynamic: RwLock<Vec<Arc<ToolDef>>>,
     /// Bumped by every add/remove of a run-time tool.
     dynamic_generation: AtomicU64,
-    /// Proxied tools (the upstream MCP servers), set once at start.
-    source: OnceLock<Arc<dyn ToolSource>>,
+    /// Proxied tools, installed at start: this node's upstream MCP servers, then the
+    /// upstream tools its hub offers (`hub.{name}__{tool}`). Namespaces never overlap.
+    sources: RwLock<Vec<Arc<dyn ToolSource>>>,
     /// The `search_tools` index, rebuilt when the tool set it was built from changes.
     index: Mutex<Option<(IndexKey, Arc<Corpus>)>>,
 }
@@ -245,7 +246,7 @@ impl Default for Registry {
             native: crate::mcp::tools::NATIVE.to_vec(),
             dynamic: RwLock::new(Vec::new()),
             dynamic_generation: AtomicU64::new(0),
-            source: OnceLock::new(),
+            sources: RwLock::new(Vec::new()),
             index: Mutex::new(None),
         }
     }
@@ -285,14 +286,25 @@ impl Registry {
         true
     }
 
-    /// Installs the proxied-tool source (once; later calls are ignored).
-    pub fn set_source(&self, source: Arc<dyn ToolSource>) {
-        let _ = self.source.set(source);
+    /// Installs a proxied-tool source; its tools are listed after those of earlier ones.
+    pub fn add_source(&self, source: Arc<dyn ToolSource>) {
+        self.sources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(source);
     }
 
-    /// The proxied-tool source, if one is installed.
-    pub fn source(&self) -> Option<&Arc<dyn ToolSource>> {
-        self.source.get()
+    /// The proxied-tool sources, in listing order.
+    pub fn sources(&self) -> Vec<Arc<dyn ToolSource>> {
+        self.sources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The source whose namespace holds `name`.
+    fn owner(&self, name: &str) -> Option<Arc<dyn ToolSource>> {
+        self.sources().into_iter().find(|s| s.owns(name))
     }
 
     /// Removes a run-time tool.
@@ -353,7 +365,7 @@ impl Registry {
             return v;
         }
         let mut v: Vec<Value> = self.visible(cfg).iter().map(|t| t.listing()).collect();
-        if let Some(src) = self.source() {
+        for src in self.sources() {
             v.extend(src.listings());
         }
         v
@@ -377,7 +389,7 @@ impl Registry {
         let key: IndexKey = (
             surface_fingerprint(cfg),
             self.dynamic_generation.load(Ordering::Relaxed),
-            self.source().map_or(0, |s| s.generation()),
+            self.sources().iter().map(|s| s.generation()).collect(),
         );
         let mut g = self.index.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((k, c)) = g.as_ref()
@@ -397,7 +409,7 @@ impl Registry {
                 docs.push(d);
             }
         }
-        if let Some(src) = self.source() {
+        for src in self.sources() {
             for l in src.listings() {
                 if let Some(d) = Doc::from_listing(&l) {
                     let summary: String = d
@@ -433,13 +445,8 @@ impl Registry {
         if META_TOOLS.contains(&name) {
             return Ok(self.call_meta(node, ctx, name, args).await);
         }
-        if let Some(src) = self.source()
-            && src.owns(name)
-        {
-            return Ok((
-                src.call(node, ctx, name, args).await.map(Answer::Value),
-                true,
-            ));
+        if let Some(src) = self.owner(name) {
+            return Ok((src.call(node, ctx, name, args).await.map(Answer::Value), true));
         }
         // The filter applies at dispatch too: knowing a hidden name does not make it callable.
         let Some(def) = self.find(&cfg, name) else {
@@ -515,9 +522,7 @@ impl Registry {
                 if META_TOOLS.contains(&n.as_str()) {
                     return Err(ToolError::invalid(format!("{n} is a meta-tool")));
                 }
-                if let Some(src) = self.source()
-                    && src.owns(&n)
-                {
+                if let Some(src) = self.owner(&n) {
                     return src.schema(&n).map(|l| (Ok(Answer::Value(l)), false));
                 }
                 self.find(&cfg, &n)
@@ -535,13 +540,8 @@ impl Registry {
                     Some(_) => return Err(ToolError::invalid("arguments must be an object")),
                 };
                 // The proxied tools' filters apply here too: discovery does not gate dispatch.
-                if let Some(src) = self.source()
-                    && src.owns(&n)
-                {
-                    return Ok((
-                        src.call(node, ctx, &n, inner).await.map(Answer::Value),
-                        true,
-                    ));
+                if let Some(src) = self.owner(&n) {
+                    return Ok((src.call(node, ctx, &n, inner).await.map(Answer::Value), true));
                 }
                 let Some(def) = self.find(&cfg, &n) else {
                     return Err(ToolError::invalid(format!(

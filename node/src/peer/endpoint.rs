@@ -8,8 +8,10 @@
 //! into a local inbox through the dedupe ring, `list_peers`, `inbox`, `wait`, `register` of the
 //! hub's directory (its own peers and other nodes', with addresses) — and carries the node's
 //! own requests: its `register` (re-sent whenever the local peer set changes, and before any
-//! mail) and its outbox towards the hub. Only mail actions; nothing here creates a process.
-//! A newer link replaces an older one; the older one is closed.
+//! mail) and its outbox towards the hub. Besides mail, it asks the hub for its upstream tools
+//! (`list_upstream_tools` at link up and on the hub's `upstream_tools_changed` hint) and
+//! carries agents' calls to them (`call_upstream_tool`, see [`super::hubtools`]); nothing here
+//! creates a process. A newer link replaces an older one; the older one is closed.
 
 use std::sync::Arc;
 
@@ -42,6 +44,17 @@ pub enum Cmd {
     Replaced,
     /// A `wait` the hub asked for has its answer.
     Answer(RequestId, tuic_proto::peer::Response),
+    /// An agent calls one of the hub's upstream tools.
+    CallUpstream {
+        /// `{upstream}__{tool}` as the hub names it.
+        name: String,
+        /// Its arguments.
+        arguments: serde_json::Map<String, serde_json::Value>,
+        /// The caller's deadline, passed to the hub.
+        timeout_ms: u64,
+        /// Where the answer goes.
+        reply: super::hubtools::CallReply,
+    },
 }
 
 /// `GET /mcp/peer` (WebSocket upgrade).
@@ -100,6 +113,11 @@ async fn serve(node: Arc<Node>, sock: WebSocket) {
         register_pending: None,
         ready: false,
         sends: Vec::new(),
+        generation,
+        hub_name: super::UPLINK.to_owned(),
+        calls: std::collections::HashMap::new(),
+        listing: None,
+        relist: false,
     };
     let mut io = AxumIo(sock);
     let stop = node.shutdown.child_token();
@@ -122,9 +140,30 @@ struct NodeEnd {
     ready: bool,
     /// The hub's `send`s of this step, delivered together (one ring commit) by `pump`.
     sends: Vec<(RequestId, tuic_proto::peer::WireMessage)>,
+    /// This link's slot generation (a newer link replaces it).
+    generation: u64,
+    /// The hub's `node_id`, for messages.
+    hub_name: String,
+    /// Agents' calls to the hub's upstream tools awaiting their answer, by request id.
+    calls: std::collections::HashMap<RequestId, super::hubtools::CallReply>,
+    /// The `list_upstream_tools` request in flight.
+    listing: Option<RequestId>,
+    /// A change hint arrived while a listing was in flight: list again after it.
+    relist: bool,
 }
 
 impl NodeEnd {
+    /// Asks the hub for its upstream tools (one request in flight at a time).
+    fn list_upstream(&mut self, link: &mut PeerLink) {
+        if self.listing.is_some() {
+            self.relist = true;
+            return;
+        }
+        if let Ok(id) = link.request(Request::ListUpstreamTools) {
+            self.listing = Some(id);
+        }
+    }
+
     fn answer(&mut self, link: &mut PeerLink, id: RequestId, request: Request) {
         use tuic_proto::peer::Response as R;
         let resp = match request {
@@ -179,6 +218,11 @@ impl NodeEnd {
                     return;
                 }
             }
+            // The link's own rules refuse these on a node's end; never reached.
+            Request::ListUpstreamTools | Request::CallUpstreamTool { .. } => self.refuse(
+                ErrorCode::Malformed,
+                "a node does not offer its upstream tools to the hub".into(),
+            ),
         };
         let _ = link.respond(id, resp);
     }
@@ -279,6 +323,17 @@ impl End for NodeEnd {
         match event {
             LinkEvent::Up { remote_id } => {
                 tracing::info!(hub = %remote_id, "peer link up");
+                self.node
+                    .peer
+                    .hub_tools
+                    .link_up(self.generation, &remote_id);
+                self.hub_name = remote_id;
+                self.list_upstream(link);
+            }
+            LinkEvent::UpstreamToolsChanged { generation } => {
+                if self.node.peer.hub_tools.hub_generation() != Some(generation) {
+                    self.list_upstream(link);
+                }
             }
             LinkEvent::Request { id, request } => self.answer(link, id, request),
             LinkEvent::Response {
@@ -316,6 +371,35 @@ impl End for NodeEnd {
                         o.on_refused(&m.message_id, code, &message)
                     });
                 }
+                (Request::ListUpstreamTools, resp) => {
+                    if self.listing == Some(id) {
+                        self.listing = None;
+                    }
+                    match resp {
+                        R::UpstreamTools { generation, tools } => {
+                            tracing::debug!(
+                                generation,
+                                tools = tools.len(),
+                                "hub upstream tools listed"
+                            );
+                            self.node
+                                .peer
+                                .hub_tools
+                                .install(&self.node, generation, tools);
+                        }
+                        other => {
+                            tracing::warn!(answer = ?other, "hub did not list its upstream tools")
+                        }
+                    }
+                    if std::mem::take(&mut self.relist) {
+                        self.list_upstream(link);
+                    }
+                }
+                (Request::CallUpstreamTool { .. }, resp) => {
+                    if let Some(reply) = self.calls.remove(&id) {
+                        super::hubtools::answer(reply, resp, &self.hub_name);
+                    }
+                }
                 (req, resp) => {
                     tracing::debug!(?req, ?resp, "unexpected answer on the peer link");
                 }
@@ -336,6 +420,13 @@ impl End for NodeEnd {
                 tracing::info!(?reason, "peer link down");
                 // Requests of a link that is gone get no answer (the hub resends).
                 self.sends.clear();
+                for (_, reply) in self.calls.drain() {
+                    super::hubtools::lost(reply, &self.hub_name);
+                }
+                self.node
+                    .peer
+                    .hub_tools
+                    .link_down(&self.node, self.generation);
                 // The directory goes with the link slot (`detach`, by generation), so an older
                 // link ending never wipes a newer one's.
                 self.settle(None, |o| o.on_link_down());
@@ -351,6 +442,26 @@ impl End for NodeEnd {
             Cmd::Answer(id, r) => {
                 let _ = link.respond(id, r);
             }
+            Cmd::CallUpstream {
+                name,
+                arguments,
+                timeout_ms,
+                reply,
+            } => match link.request(Request::CallUpstreamTool {
+                name,
+                arguments,
+                timeout_ms,
+            }) {
+                Ok(id) => {
+                    self.calls.insert(id, reply);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(crate::mcp::registry::ToolError::new(
+                        "hub_unavailable",
+                        format!("the hub's upstream tools are unreachable: {e}"),
+                    )));
+                }
+            },
         }
     }
 

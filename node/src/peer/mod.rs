@@ -2,6 +2,8 @@
 //!
 //! - [`driver`]: one task per link runs a `PeerLink` over a WebSocket (shared with the hub).
 //! - [`endpoint`]: `WS /mcp/peer`, the node's end of the link a hub dials (TCP only).
+//! - [`hubtools`]: the hub's upstream MCP tools offered here as `hub.{name}__{tool}`, listed
+//!   and called over the link (node → hub requests only).
 //! - [`remote`]: the MCP `session` tool's routing of `<connection>/<session>` on a hub (over
 //!   HTTP, never over the peer link).
 //! - this module: the node's durable state — its outbox towards the hub and the dedupe rings
@@ -19,6 +21,7 @@
 pub mod commit;
 pub mod driver;
 pub mod endpoint;
+pub mod hubtools;
 pub mod remote;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -110,6 +113,8 @@ pub struct PeerState {
     committer: Committer,
     hub: OnceLock<Arc<dyn HubRoutes>>,
     sessions: OnceLock<Arc<dyn remote::RemoteSessions>>,
+    /// The hub's upstream tools, as the link last listed them.
+    pub hub_tools: Arc<hubtools::HubTools>,
 }
 
 /// Outbox bounds from the tuning keys.
@@ -155,6 +160,7 @@ impl PeerState {
             committer,
             hub: OnceLock::new(),
             sessions: OnceLock::new(),
+            hub_tools: Arc::default(),
         })
     }
 
@@ -186,6 +192,11 @@ impl PeerState {
             "max_bytes": l.max_bytes,
             "recipient_full": g.uplink.recipient_full_answers(),
         })
+    }
+
+    /// The live link task's command channel, if a hub link is attached.
+    pub fn link_cmd(&self) -> Option<mpsc::UnboundedSender<endpoint::Cmd>> {
+        self.lock().link.as_ref().map(|(_, tx)| tx.clone())
     }
 
     /// Installs the hub's routes (once, at hub start).

@@ -156,6 +156,12 @@ impl Upstreams {
         &self.oauth
     }
 
+    /// Fires with the new generation whenever the listed tool set changes (a hub hints its
+    /// nodes from it).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
     /// The file.
     pub fn file(&self) -> &ConfigFile {
         &self.file

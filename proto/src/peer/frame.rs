@@ -3,10 +3,14 @@
 //!
 //! The set of frames is closed on purpose: `register`, `list_peers`, `send`, `inbox`, `wait`,
 //! their acknowledgements (including the delivery `receipt` a hub relays back to the sender's
-//! node) and errors, plus `hello` and `ping`/`pong`. There is no frame that
-//! creates a process; an unknown `type` fails to decode.
+//! node) and errors, plus `hello` and `ping`/`pong`; and the hub's upstream tools offered to
+//! its nodes (issue 17 item 7): `list_upstream_tools` / `upstream_tools`,
+//! `call_upstream_tool` / `upstream_result` (node → hub requests only) and the hub's
+//! `upstream_tools_changed` hint. There is no frame that creates a process; an unknown `type`
+//! fails to decode.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::mail::{InboxMessage, Lifecycle};
 
@@ -287,6 +291,48 @@ pub enum Frame {
     },
     /// How relayed mail ended, hub → the sender's node (no answer expected).
     Receipt(Receipt),
+    /// The hub's upstream tool catalogue changed, hub → node (no answer expected): the node
+    /// lists it again when `generation` differs from the one it holds.
+    UpstreamToolsChanged {
+        /// The hub's catalogue generation after the change.
+        generation: u64,
+    },
+    /// Asks the hub for its upstream tool catalogue (node → hub only).
+    ListUpstreamTools {
+        /// Request id.
+        id: RequestId,
+    },
+    /// Answer to `list_upstream_tools`: MCP `Tool` objects as the hub lists them to its own
+    /// agents (`{upstream}__{tool}`, the hub's allow/deny filters applied).
+    UpstreamTools {
+        /// The request's id.
+        id: RequestId,
+        /// The hub's catalogue generation these tools belong to.
+        generation: u64,
+        /// The tools, unchanged apart from the hub's `{upstream}__` prefix.
+        tools: Vec<Value>,
+    },
+    /// Calls one of the hub's upstream tools (node → hub only).
+    CallUpstreamTool {
+        /// Request id.
+        id: RequestId,
+        /// The tool as the hub names it (`{upstream}__{tool}`).
+        name: String,
+        /// The tool's arguments.
+        #[serde(default)]
+        arguments: Map<String, Value>,
+        /// The caller's deadline: the hub gives up (and answers a tool error) after this long.
+        timeout_ms: u64,
+    },
+    /// Answer to `call_upstream_tool`: the upstream's `CallToolResult` as it came (content,
+    /// structuredContent, isError and any extension field), or the hub's refusal as an
+    /// `isError` result.
+    UpstreamResult {
+        /// The request's id.
+        id: RequestId,
+        /// The result object.
+        result: Value,
+    },
     /// A request failed, or the link is being refused.
     Error {
         /// The failed request, absent for link-level errors.
@@ -330,15 +376,19 @@ impl Frame {
                 | Frame::Send { .. }
                 | Frame::Inbox { .. }
                 | Frame::Wait { .. }
+                | Frame::ListUpstreamTools { .. }
+                | Frame::CallUpstreamTool { .. }
         )
     }
 
     /// The request id of a request or response frame.
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
-            Frame::Hello { .. } | Frame::Ping { .. } | Frame::Pong { .. } | Frame::Receipt(_) => {
-                None
-            }
+            Frame::Hello { .. }
+            | Frame::Ping { .. }
+            | Frame::Pong { .. }
+            | Frame::Receipt(_)
+            | Frame::UpstreamToolsChanged { .. } => None,
             Frame::Register { id, .. }
             | Frame::RegisterAck { id }
             | Frame::ListPeers { id, .. }
@@ -348,7 +398,11 @@ impl Frame {
             | Frame::Inbox { id, .. }
             | Frame::InboxPage { id, .. }
             | Frame::Wait { id, .. }
-            | Frame::WaitResult { id, .. } => Some(*id),
+            | Frame::WaitResult { id, .. }
+            | Frame::ListUpstreamTools { id }
+            | Frame::UpstreamTools { id, .. }
+            | Frame::CallUpstreamTool { id, .. }
+            | Frame::UpstreamResult { id, .. } => Some(*id),
             Frame::Error { id, .. } => *id,
         }
     }

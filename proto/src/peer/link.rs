@@ -11,6 +11,10 @@
 //! authority for addresses: a sender must be a full address, and an inbox or wait names one of
 //! the node's own peers. A frame that claims anything else is answered with an `error` frame
 //! and never surfaces.
+//!
+//! Upstream tools flow one way: a node asks its hub (`list_upstream_tools`,
+//! `call_upstream_tool`) and the hub hints `upstream_tools_changed`. A hub never asks a node
+//! for its upstreams, so a node's end refuses those requests, and a hub's end refuses the hint.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -125,6 +129,17 @@ pub enum Request {
         /// Timeout.
         timeout_ms: Option<u64>,
     },
+    /// The hub's upstream tool catalogue (node → hub).
+    ListUpstreamTools,
+    /// Calls one of the hub's upstream tools (node → hub).
+    CallUpstreamTool {
+        /// `{upstream}__{tool}` as the hub names it.
+        name: String,
+        /// Arguments.
+        arguments: serde_json::Map<String, serde_json::Value>,
+        /// The caller's deadline.
+        timeout_ms: u64,
+    },
 }
 
 /// An answer to a [`Request`].
@@ -145,6 +160,15 @@ pub enum Response {
     InboxPage(InboxPage),
     /// A wait's result.
     WaitResult(WaitOutcome),
+    /// The hub's upstream tools.
+    UpstreamTools {
+        /// The hub's catalogue generation.
+        generation: u64,
+        /// MCP `Tool` objects named as the hub lists them.
+        tools: Vec<serde_json::Value>,
+    },
+    /// A `CallToolResult` as it came.
+    UpstreamResult(serde_json::Value),
     /// The request failed.
     Error {
         /// Stable code.
@@ -182,6 +206,11 @@ pub enum LinkEvent {
     },
     /// The hub reports how relayed mail ended (node end only).
     Receipt(Receipt),
+    /// The hub's upstream tool catalogue changed (node end only).
+    UpstreamToolsChanged {
+        /// The hub's generation after the change.
+        generation: u64,
+    },
     /// The link is over. Requests without an answer are handed back: their outcome is
     /// uncertain (the far side may or may not have acted on them).
     Down {
@@ -433,6 +462,47 @@ impl PeerLink {
                     self.send_error(None, ErrorCode::Malformed, "receipts flow from the hub");
                 }
             },
+            Frame::UpstreamToolsChanged { generation } => match self.config.role {
+                LinkRole::Node => self
+                    .events
+                    .push_back(LinkEvent::UpstreamToolsChanged { generation }),
+                LinkRole::Hub => self.send_error(
+                    None,
+                    ErrorCode::Malformed,
+                    "upstream tool hints flow from the hub",
+                ),
+            },
+            Frame::ListUpstreamTools { id } | Frame::CallUpstreamTool { id, .. }
+                if self.config.role == LinkRole::Node =>
+            {
+                self.send_error(
+                    Some(id),
+                    ErrorCode::Malformed,
+                    "a hub offers its upstream tools to its nodes, never the other way",
+                );
+            }
+            Frame::ListUpstreamTools { id } => self.inbound(id, Request::ListUpstreamTools),
+            Frame::CallUpstreamTool {
+                id,
+                name,
+                arguments,
+                timeout_ms,
+            } => self.inbound(
+                id,
+                Request::CallUpstreamTool {
+                    name,
+                    arguments,
+                    timeout_ms,
+                },
+            ),
+            Frame::UpstreamTools {
+                id,
+                generation,
+                tools,
+            } => self.answered(id, Response::UpstreamTools { generation, tools }),
+            Frame::UpstreamResult { id, result } => {
+                self.answered(id, Response::UpstreamResult(result))
+            }
             Frame::RegisterAck { id } => self.answered(id, Response::RegisterAck),
             Frame::Peers { id, peers } => self.answered(id, Response::Peers(peers)),
             Frame::SendAck {
@@ -589,6 +659,17 @@ impl PeerLink {
                 since: *since,
                 timeout_ms: *timeout_ms,
             },
+            Request::ListUpstreamTools => Frame::ListUpstreamTools { id },
+            Request::CallUpstreamTool {
+                name,
+                arguments,
+                timeout_ms,
+            } => Frame::CallUpstreamTool {
+                id,
+                name: name.clone(),
+                arguments: arguments.clone(),
+                timeout_ms: *timeout_ms,
+            },
         };
         self.transmit.push_back(frame);
         self.outgoing.insert(id, request);
@@ -634,6 +715,12 @@ impl PeerLink {
                 next_since: w.next_since,
                 missed_count: w.missed_count,
             },
+            Response::UpstreamTools { generation, tools } => Frame::UpstreamTools {
+                id,
+                generation,
+                tools,
+            },
+            Response::UpstreamResult(result) => Frame::UpstreamResult { id, result },
             Response::Error {
                 code,
                 connection,
@@ -657,6 +744,18 @@ impl PeerLink {
             });
         }
         self.transmit.push_back(Frame::Receipt(receipt));
+        Ok(())
+    }
+
+    /// Tells the node the hub's upstream tool catalogue changed (hub end).
+    pub fn upstream_tools_changed(&mut self, generation: u64) -> Result<(), LinkError> {
+        if self.state != LinkState::Up {
+            return Err(LinkError::NotUp {
+                connection: self.config.connection_id.clone(),
+            });
+        }
+        self.transmit
+            .push_back(Frame::UpstreamToolsChanged { generation });
         Ok(())
     }
 

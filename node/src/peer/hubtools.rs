@@ -1,0 +1,270 @@
+//! The hub's upstream MCP tools offered on this node (issue 17 item 7): a [`ToolSource`] whose
+//! tools are the ones the hub lists to its own agents (`{upstream}__{tool}`, the hub's
+//! allow/deny filters applied), named here `hub.{upstream}__{tool}` so the name says where the
+//! tool runs. The `.` cannot occur in an upstream name (`[a-z0-9_-]+`), so these names never
+//! collide with this node's own upstreams, and they keep the one `__` delimiter Grok accepts.
+//!
+//! The catalogue comes over the peer link (`list_upstream_tools`) when the link comes up and
+//! again when the hub hints `upstream_tools_changed`; a call goes over the link
+//! (`call_upstream_tool`) with the caller's deadline, and the hub's `CallToolResult` comes back
+//! unchanged. The hub applies its filters at dispatch too.
+//!
+//! Across a link drop the list stays as it was (an agent's tool cache is not churned by a hub
+//! restart), calls answer `hub_unavailable` at once, and the link's return re-reads the
+//! catalogue. A node cannot tell a hub's `disconnect` from a restart, so the tools go (with
+//! `notifications/tools/list_changed`) when the link has stayed down for
+//! `tuning.hub_tools_grace_ms`.
+//!
+//! It owns no connection: the link task (`endpoint.rs`) sends the requests and hands the
+//! answers back here.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
+use crate::state::Node;
+
+/// The prefix that says a tool runs on the hub.
+pub const PREFIX: &str = "hub.";
+
+/// What a call's waiter gets back from the link task.
+pub type CallReply = oneshot::Sender<Result<Value, ToolError>>;
+
+#[derive(Debug, Default)]
+struct State {
+    /// The hub's tools, named as the hub names them.
+    tools: Vec<Value>,
+    /// The hub's catalogue generation `tools` belongs to.
+    hub_generation: Option<u64>,
+    /// The link generation (endpoint slot) that is up, if any.
+    up: Option<u64>,
+    /// The hub's `node_id` as its `hello` gave it, for messages.
+    hub_name: Option<String>,
+    /// Bumped by every link drop: a grace timer only clears the drop it was started for.
+    down_epoch: u64,
+}
+
+/// The hub's upstream tools as this node knows them.
+#[derive(Debug, Default)]
+pub struct HubTools {
+    state: Mutex<State>,
+    /// Changes whenever the listed set changes (search index key, list_changed).
+    generation: AtomicU64,
+}
+
+fn qualified(t: &Value) -> Option<Value> {
+    let n = t.get("name")?.as_str()?;
+    let mut v = t.clone();
+    v["name"] = json!(format!("{PREFIX}{n}"));
+    Some(v)
+}
+
+impl HubTools {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hub(&self) -> String {
+        self.lock()
+            .hub_name
+            .clone()
+            .map_or_else(|| "the hub".to_owned(), |h| format!("hub '{h}'"))
+    }
+
+    /// The link `link` is up with the hub `hub_name`.
+    pub fn link_up(&self, link: u64, hub_name: &str) {
+        let mut g = self.lock();
+        g.up = Some(link);
+        g.hub_name = Some(hub_name.to_owned());
+    }
+
+    /// The hub's generation this node holds the catalogue of.
+    pub fn hub_generation(&self) -> Option<u64> {
+        self.lock().hub_generation
+    }
+
+    /// Installs the catalogue the hub answered; announces a change of the listed set.
+    pub fn install(&self, node: &Node, hub_generation: u64, tools: Vec<Value>) {
+        let changed = {
+            let mut g = self.lock();
+            g.hub_generation = Some(hub_generation);
+            let changed = g.tools != tools;
+            g.tools = tools;
+            changed
+        };
+        if changed {
+            self.generation.fetch_add(1, Ordering::Relaxed);
+            node.mcp.notify_list_changed();
+        }
+    }
+
+    /// The link `link` went down: the catalogue stays for the grace period, then goes unless
+    /// a link came back.
+    pub fn link_down(&self, node: &Arc<Node>, link: u64) {
+        let epoch = {
+            let mut g = self.lock();
+            if g.up != Some(link) {
+                return;
+            }
+            g.up = None;
+            g.down_epoch += 1;
+            g.down_epoch
+        };
+        let grace = Duration::from_millis(node.config().tuning.hub_tools_grace_ms);
+        let n = node.clone();
+        node.tasks.spawn(async move {
+            tokio::select! {
+                _ = n.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(grace) => {}
+            }
+            let cleared = {
+                let mut g = n.peer.hub_tools.lock();
+                let gone = g.up.is_none() && g.down_epoch == epoch && !g.tools.is_empty();
+                if gone {
+                    g.tools.clear();
+                    g.hub_generation = None;
+                }
+                gone
+            };
+            if cleared {
+                tracing::info!(
+                    grace_ms = grace.as_millis() as u64,
+                    "hub link stayed down; the hub's upstream tools are withdrawn"
+                );
+                n.peer.hub_tools.generation.fetch_add(1, Ordering::Relaxed);
+                n.mcp.notify_list_changed();
+            }
+        });
+    }
+
+    /// `GET /mcp/status` row: whether the link is up and how many hub tools are listed.
+    pub fn status(&self) -> Value {
+        let g = self.lock();
+        let mut v = json!({
+            "link_up": g.up.is_some(),
+            "tools": g.tools.len(),
+        });
+        if let Some(h) = &g.hub_name {
+            v["hub"] = json!(h);
+        }
+        if let Some(gen_) = g.hub_generation {
+            v["hub_generation"] = json!(gen_);
+        }
+        v
+    }
+
+    fn unavailable(&self, name: &str, why: &str) -> ToolError {
+        let hub = self.hub();
+        ToolError::new(
+            "hub_unavailable",
+            format!("{name} runs on {hub}, which is unreachable: {why}"),
+        )
+        .with("runs_on", json!("hub"))
+    }
+}
+
+impl ToolSource for HubTools {
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    fn listings(&self) -> Vec<Value> {
+        self.lock().tools.iter().filter_map(qualified).collect()
+    }
+
+    fn owns(&self, name: &str) -> bool {
+        name.starts_with(PREFIX)
+    }
+
+    fn schema(&self, name: &str) -> Result<Value, ToolError> {
+        let inner = &name[PREFIX.len()..];
+        self.lock()
+            .tools
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(inner))
+            .and_then(qualified)
+            .ok_or_else(|| {
+                ToolError::new(
+                    "unknown_tool",
+                    format!("the hub lists no tool {inner} (unknown, or hidden by its filters)"),
+                )
+            })
+    }
+
+    fn call<'a>(
+        &'a self,
+        node: &'a Arc<Node>,
+        _ctx: &'a CallCtx,
+        name: &'a str,
+        args: Map<String, Value>,
+    ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let inner = name[PREFIX.len()..].to_owned();
+            let timeout_ms = node.config().tuning.hub_tool_call_timeout_ms.max(1);
+            let Some(link) = node.peer.link_cmd() else {
+                return Err(self.unavailable(name, "no peer link to a hub is up"));
+            };
+            let (tx, rx) = oneshot::channel();
+            let cmd = super::endpoint::Cmd::CallUpstream {
+                name: inner,
+                arguments: args,
+                timeout_ms,
+                reply: tx,
+            };
+            if link.send(cmd).is_err() {
+                return Err(self.unavailable(name, "the peer link just ended"));
+            }
+            match tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(self.unavailable(name, "the peer link ended during the call")),
+                Err(_) => Err(ToolError::new(
+                    "timeout",
+                    format!(
+                        "{name}: {} did not answer within {timeout_ms} ms",
+                        self.hub()
+                    ),
+                )
+                .with("runs_on", json!("hub"))),
+            }
+        })
+    }
+}
+
+/// The link task's side of calls: turns link answers into the waiting caller's reply.
+pub fn answer(reply: CallReply, response: tuic_proto::peer::Response, hub: &str) {
+    use tuic_proto::peer::Response as R;
+    let r = match response {
+        R::UpstreamResult(v) => Ok(v),
+        R::Error {
+            code,
+            connection,
+            message,
+        } => Err(ToolError::new(
+            "hub_refused",
+            format!("the hub '{hub}' refused the call ({code:?}): {message}"),
+        )
+        .with("connection", json!(connection))),
+        other => Err(ToolError::new(
+            "internal",
+            format!("unexpected answer from the hub '{hub}': {other:?}"),
+        )),
+    };
+    let _ = reply.send(r);
+}
+
+/// A call whose request never got an answer because the link went down: uncertain whether the
+/// hub ran it.
+pub fn lost(reply: CallReply, hub: &str) {
+    let _ = reply.send(Err(ToolError::new(
+        "hub_unavailable",
+        format!(
+            "the link to hub '{hub}' went down during the call; the tool may or may not have run there"
+        ),
+    )
+    .with("runs_on", json!("hub"))
+    .with("uncertain", json!(true))));
+}
