@@ -6,6 +6,7 @@ import { $ } from "/assets/dom.js";
 import { api } from "/assets/api.js";
 import { AnsiRenderer } from "/assets/ansi.js";
 import { ScreenClient, keyBytes } from "/assets/screen.js";
+import { renderViewState } from "/assets/list.js";
 
 const PAGE = 64 * 1024;
 const CHIPS = [["1", "1\r"], ["2", "2\r"], ["y", "y\r"], ["n", "n\r"], ["Enter", "\r"], ["Ctrl-C", "\x03"]];
@@ -165,6 +166,7 @@ export class SessionView {
     if (this.historyStarted) this.renderer.write(`\r\n\x1b[2m${note}\x1b[0m\r\n`);
     this.hideChips();
     if (this.mode === "history") this.scrollToEnd();
+    renderViewState();
   }
 
   banner(text) {

@@ -1,0 +1,240 @@
+//! One state per session (working / needs input / done / exited), computed once on the node and
+//! shown the same in the web list, the session view (Debian's headless Chromium at phone size,
+//! 390×844) and `tuic ls`: a shell runs a command that asks a question, is answered, runs a
+//! silent command, and exits; each change reaches all three within 2 s.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tuic_tests::webdriver::{Browser, artifacts_dir};
+use tuic_tests::{NodeProc, bin, run_with_stdin};
+
+const PASSWORD: &str = "phone pass";
+
+/// Each change must be seen everywhere within this.
+const BOUND: Duration = Duration::from_secs(2);
+
+fn remote_node() -> (tempfile::TempDir, NodeProc) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let dir = d.path().to_str().unwrap().to_owned();
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &dir],
+        PASSWORD,
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let node = NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            &dir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    (d, node)
+}
+
+async fn login(b: &Browser, base: &str) {
+    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+}
+
+/// The `tuic ls` line of `alias`, if listed (stdin not a terminal).
+fn cli_line(socket: &Path, alias: &str) -> Option<String> {
+    let out = std::process::Command::new(bin("tuic"))
+        .arg("ls")
+        .env("TUIC_SOCKET", socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running tuic ls");
+    assert!(out.status.success(), "tuic ls failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(alias))
+        .map(str::to_owned)
+}
+
+/// What each of the four observers shows now: the node's row `state`, the web list's badge,
+/// the session view's badge, and the `tuic ls` line (`None`: the session is not listed).
+#[derive(Debug, PartialEq)]
+struct Seen {
+    node: Option<String>,
+    list: Option<String>,
+    view: Option<String>,
+    cli: Option<String>,
+}
+
+async fn seen(b: &Browser, node: &NodeProc, sid: &str, alias: &str) -> Seen {
+    let rows = tuic_tests::ipc(&node.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    let node_state = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["session_id"] == json!(sid))
+        .map(|r| r["state"].as_str().unwrap().replace('_', " "));
+    // The list stays rendered behind the open session view on a phone.
+    let page = b
+        .eval(
+            "const a = document.querySelector(`#sessions a[data-session='${arguments[0]}'] .badge`);
+             const v = document.getElementById('view-state');
+             return [a ? a.textContent : null, v.hidden ? null : v.textContent];",
+            json!([sid]),
+        )
+        .await
+        .unwrap();
+    let sock = node.socket.clone();
+    let a = alias.to_owned();
+    let cli = tokio::task::spawn_blocking(move || cli_line(&sock, &a))
+        .await
+        .unwrap();
+    Seen {
+        node: node_state,
+        list: page[0].as_str().map(str::to_owned),
+        view: page[1].as_str().map(str::to_owned),
+        cli,
+    }
+}
+
+/// Waits until every observer shows `want` (`exited`: the view says exited and the session
+/// left the list and `tuic ls`, as exited rows do); returns the time taken from `since`.
+async fn all_show(
+    b: &Browser,
+    node: &NodeProc,
+    sid: &str,
+    alias: &str,
+    want: &str,
+    since: Instant,
+) -> Duration {
+    let deadline = since + Duration::from_secs(20);
+    loop {
+        let s = seen(b, node, sid, alias).await;
+        let cli_ok = match (&s.cli, want) {
+            (None, "exited") => true,
+            (Some(l), w) if w != "exited" => l.contains(&format!("  {w}  ")),
+            _ => false,
+        };
+        let ok = if want == "exited" {
+            s.node.is_none() && s.list.is_none() && s.view.as_deref() == Some(want) && cli_ok
+        } else {
+            s.node.as_deref() == Some(want)
+                && s.list.as_deref() == Some(want)
+                && s.view.as_deref() == Some(want)
+                && cli_ok
+        };
+        if ok {
+            return since.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the observers never agreed on {want:?}: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn write(node: &NodeProc, sid: &str, data: &str) -> Instant {
+    let at = Instant::now();
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": data})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    at
+}
+
+#[tokio::test]
+async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_within_2_s() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let created: Value = r.json();
+    let sid = created["session_id"].as_str().unwrap().to_owned();
+    let alias = created["alias"].as_str().unwrap().to_owned();
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    // A quiet shell at its prompt is done.
+    all_show(&b, &node, &sid, &alias, "done", Instant::now()).await;
+
+    let mut figures = Vec::new();
+    // A command that asks and waits for an answer: needs input.
+    let t = write(
+        &node,
+        &sid,
+        "sh -c 'printf \"Proceed with the move? (y/n) \"; read a; echo got-$a'\n",
+    )
+    .await;
+    let d = all_show(&b, &node, &sid, &alias, "needs input", t).await;
+    figures.push(("needs input", d));
+    b.screenshot(&artifacts_dir().join("state-needs-input-phone.png"))
+        .await
+        .unwrap();
+    // Answered, the command ends and the shell is back at its prompt: done.
+    let t = write(&node, &sid, "y\n").await;
+    let d = all_show(&b, &node, &sid, &alias, "done", t).await;
+    figures.push(("done", d));
+    // A silent command runs: working, then done again when it ends.
+    let t = write(&node, &sid, "sleep 4\n").await;
+    let d = all_show(&b, &node, &sid, &alias, "working", t).await;
+    figures.push(("working", d));
+    b.screenshot(&artifacts_dir().join("state-working-phone.png"))
+        .await
+        .unwrap();
+    let d = all_show(&b, &node, &sid, &alias, "done", t).await;
+    assert!(d >= Duration::from_secs(4), "done before the sleep ended");
+    // The shell exits: the view says exited; the row leaves the list and `tuic ls`.
+    let t = write(&node, &sid, "exit\n").await;
+    let d = all_show(&b, &node, &sid, &alias, "exited", t).await;
+    figures.push(("exited", d));
+    b.screenshot(&artifacts_dir().join("state-exited-phone.png"))
+        .await
+        .unwrap();
+
+    for (what, d) in &figures {
+        println!("state {what}: list, view and tuic ls agreed {d:?} after the change");
+    }
+    for (what, d) in figures {
+        assert!(
+            d <= BOUND,
+            "{what} took {d:?} to reach every view (bound {BOUND:?})"
+        );
+    }
+}
