@@ -1,7 +1,10 @@
-//! One state per session (working / needs input / done / exited), computed once on the node and
-//! shown the same in the web list, the session view (Debian's headless Chromium at phone size,
-//! 390×844) and `tuic ls`: a shell runs a command that asks a question, is answered, runs a
-//! silent command, and exits; each change reaches all three within 2 s.
+//! Phone habits across clients, in Debian's headless Chromium at phone size (390×844):
+//! - one state per session (working / needs input / done / exited), computed once on the node and
+//!   shown the same in the web list, the session view and `tuic ls`: a shell runs a command that
+//!   asks a question, is answered, runs a silent command, and exits; each change reaches all
+//!   three within 2 s;
+//! - the size policy: a phone and a desktop-size browser attached at once do not resize each
+//!   other; the phone's Fit button takes the PTY's size on demand.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -237,4 +240,154 @@ async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_with
             "{what} took {d:?} to reach every view (bound {BOUND:?})"
         );
     }
+}
+
+/// The PTY's size as the node's snapshot reports it: (rows, cols).
+async fn pty_size(node: &NodeProc, sid: &str) -> (u64, u64) {
+    let v = tuic_tests::ipc(
+        &node.socket,
+        "GET",
+        &format!("/sessions/{sid}/terminal/snapshot"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    (v["rows"].as_u64().unwrap(), v["cols"].as_u64().unwrap())
+}
+
+/// The size a page's screen shows (from its last whole screen frame).
+async fn page_size(b: &Browser) -> Value {
+    b.eval(
+        "const s = document.getElementById('screen'); return [Number(s.dataset.rows), Number(s.dataset.cols)];",
+        json!([]),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_phone_and_a_desktop_attached_at_once_do_not_resize_each_other_and_fit_takes_the_size() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 40, "cols": 120, "shell": "/bin/sh", "cwd": "/tmp"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let sid = r.json()["session_id"].as_str().unwrap().to_owned();
+
+    let desk = Browser::launch(1280, 800).await.unwrap();
+    login(&desk, &base).await;
+    desk.goto(&format!("{base}/#/s/{sid}")).await.unwrap();
+    desk.wait_for(
+        "document.getElementById('screen').dataset.cols === '120'",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let phone = Browser::launch(390, 844).await.unwrap();
+    login(&phone, &base).await;
+    phone
+        .goto(&format!("{base}/mobile#/s/{sid}"))
+        .await
+        .unwrap();
+    phone
+        .wait_for(
+            "document.getElementById('screen').dataset.cols === '120'",
+            15_000,
+        )
+        .await
+        .unwrap();
+    // The phone's viewport changes (rotation, the keyboard): still no resize.
+    phone
+        .eval(
+            "window.dispatchEvent(new Event('resize')); return true;",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    // Both attached: the PTY keeps the owner's (creator's) size; the shell sees it too.
+    write(&node, &sid, "stty size; echo size-one\n").await;
+    desk.wait_for(
+        "document.getElementById('screen').textContent.includes('40 120')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    phone
+        .wait_for(
+            "document.getElementById('screen').textContent.includes('40 120')",
+            15_000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(pty_size(&node, &sid).await, (40, 120));
+    // The phone shows the 120 columns scaled to its width (down to the minimum font, then panned).
+    let scaled = phone
+        .eval(
+            "const s = document.getElementById('screen');
+             return [parseFloat(s.style.fontSize) < 13, parseFloat(s.style.fontSize) >= 6,
+                     document.documentElement.scrollWidth <= window.innerWidth];",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled, json!([true, true, true]));
+    phone
+        .screenshot(&artifacts_dir().join("size-phone-scaled.png"))
+        .await
+        .unwrap();
+
+    // Fit on the phone: the PTY takes the phone's size; the desktop follows to the new size.
+    phone
+        .click(&phone.find("#fit").await.unwrap())
+        .await
+        .unwrap();
+    let want = phone
+        .eval(
+            "const s = document.getElementById('screen');
+             return [Math.max(5, Math.floor((s.clientHeight - 8) / (13 * 1.25))),
+                     Math.max(20, Math.floor((s.clientWidth - 16) / (13 * 0.6)))];",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let (rows, cols) = (want[0].as_u64().unwrap(), want[1].as_u64().unwrap());
+    assert!(cols < 60 && rows > 10, "phone size {rows}x{cols}");
+    phone
+        .wait_for(
+            &format!("document.getElementById('screen').dataset.cols === '{cols}'"),
+            15_000,
+        )
+        .await
+        .unwrap();
+    desk.wait_for(
+        &format!("document.getElementById('screen').dataset.cols === '{cols}'"),
+        15_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(pty_size(&node, &sid).await, (rows, cols));
+    assert_eq!(page_size(&desk).await, json!([rows, cols]));
+    write(&node, &sid, "stty size; echo size-two\n").await;
+    let seen = format!("{rows} {cols}");
+    phone
+        .wait_for(
+            &format!("document.getElementById('screen').textContent.includes('{seen}')"),
+            15_000,
+        )
+        .await
+        .unwrap();
+    phone
+        .screenshot(&artifacts_dir().join("size-phone-fit.png"))
+        .await
+        .unwrap();
+    desk.screenshot(&artifacts_dir().join("size-desktop-after-phone-fit.png"))
+        .await
+        .unwrap();
 }

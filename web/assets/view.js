@@ -29,6 +29,8 @@ export class SessionView {
     $("jump").onclick = () => this.jump();
     $("tab-screen").onclick = () => this.showScreen();
     $("tab-history").onclick = () => this.showHistory();
+    // Size policy: viewing never resizes the PTY; Fit is the explicit claim (see screen.js).
+    $("fit").onclick = () => { this.screen.fitToView(); };
     this.hideChips();
     $("exit-note").hidden = true;
     this.screen = new ScreenClient($("screen"), this.path, {

@@ -422,14 +422,19 @@ impl Session {
         }
         self.screen().resize(rows, cols);
         self.screen_changed();
-        lock(&self.master)
+        let r = lock(&self.master)
             .resize(PtySize {
                 rows,
                 cols,
                 pixel_width: 0,
                 pixel_height: 0,
             })
-            .map_err(|e| SessionError::Io(e.to_string()))
+            .map_err(|e| SessionError::Io(e.to_string()));
+        // The screen changed without output (a quiet shell redraws nothing on SIGWINCH): wake
+        // every screen client, so each sends its whole screen at the new size, not only the
+        // client that asked.
+        self.wake.send_modify(|v| *v += 1);
+        r
     }
 
     /// Ends the process (SIGHUP, as a closing terminal does).
