@@ -183,6 +183,17 @@ impl Browser {
             .to_owned())
     }
 
+    /// Runs an asynchronous script (it calls `arguments[arguments.length - 1]` with its result;
+    /// the driver's script timeout, 30 s by default, bounds it) and returns that result.
+    pub async fn eval_async(&self, script: &str, args: Value) -> anyhow::Result<Value> {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/async",
+            Some(json!({"script": script, "args": args})),
+        )
+        .await
+    }
+
     /// Runs a script and returns its value.
     pub async fn eval(&self, script: &str, args: Value) -> anyhow::Result<Value> {
         self.cmd(

@@ -391,3 +391,126 @@ async fn a_phone_and_a_desktop_attached_at_once_do_not_resize_each_other_and_fit
         .await
         .unwrap();
 }
+
+/// The page's frame-cost harness: `n` diff frames that each redraw the whole screen (every row,
+/// eight coloured runs a row, bold on every other run, the cursor moving) applied by the page's
+/// own DOM renderer (`applyDiff` + `renderDiff`, layout forced after each frame), and the same
+/// frames drawn by a minimal canvas renderer (`fillRect` backgrounds, `fillText` runs, one
+/// pixel read back after each frame so the drawing is flushed). Returns `[dom_ms, canvas_ms]`
+/// per frame, medians of each frame's time.
+const FRAME_COST: &str = r#"
+const done = arguments[arguments.length - 1];
+const n = arguments[0];
+(async () => {
+  const mod = await import('/assets/screen.js');
+  const c = document.getElementById('screen').__client;
+  const rows = c.screen.rows, cols = c.screen.cols;
+  const frame = (i) => {
+    const out = [];
+    for (let y = 0; y < rows; y++) {
+      const runs = [];
+      const w = Math.floor(cols / 8);
+      for (let k = 0; k < 8; k++) {
+        runs.push({ text: String.fromCharCode(65 + ((i + y + k) % 26)).repeat(w), fg: (i + k) % 16, bg: (k % 3 === 0) ? (i + y) % 8 : undefined, attrs: k % 2 });
+      }
+      out.push({ y, runs });
+    }
+    return { type: 'diff', seq: i + 1, rows: out, cursor: { x: i % cols, y: i % rows, visible: true } };
+  };
+  const frames = Array.from({ length: n }, (_, i) => frame(i));
+  const median = (a) => { a.sort((x, y) => x - y); return a[Math.floor(a.length / 2)]; };
+  const dom = [];
+  for (const f of frames) {
+    const t = performance.now();
+    const old = { ...c.screen.cursor };
+    const k = mod.applyDiff(c.screen, f);
+    c.renderDiff(f, k, old);
+    void c.root.offsetHeight;
+    dom.push(performance.now() - t);
+  }
+  const px = parseFloat(c.root.style.fontSize) || 13;
+  const cw = px * 0.6, lh = Math.round(px * 1.25);
+  const canvas = document.createElement('canvas');
+  canvas.width = Math.ceil(cols * cw); canvas.height = rows * lh;
+  document.body.appendChild(canvas);
+  const ctx = canvas.getContext('2d', { alpha: false });
+  ctx.textBaseline = 'top';
+  const lines = c.screen.lines.map(() => []);
+  const can = [];
+  for (const f of frames) {
+    const t = performance.now();
+    const k = Math.min(f.scroll_up ?? 0, lines.length);
+    for (const r of f.rows) lines[r.y] = r.runs;
+    for (const r of f.rows) {
+      const y = r.y * lh;
+      ctx.fillStyle = '#000'; ctx.fillRect(0, y, canvas.width, lh);
+      let x = 0;
+      for (const run of r.runs) {
+        const chars = run.text.length, wpx = chars * cw;
+        const bg = mod.cssColor(run.bg);
+        if (bg) { ctx.fillStyle = bg; ctx.fillRect(x, y, wpx, lh); }
+        ctx.font = `${(run.attrs & 1) ? 'bold ' : ''}${px}px monospace`;
+        ctx.fillStyle = mod.cssColor(run.fg) ?? '#e5e5e5';
+        ctx.fillText(run.text, x, y);
+        x += wpx;
+      }
+    }
+    const cur = f.cursor;
+    ctx.fillStyle = 'rgba(255,255,255,.5)'; ctx.fillRect(cur.x * cw, cur.y * lh, cw, lh);
+    void k;
+    ctx.getImageData(0, 0, 1, 1);
+    can.push(performance.now() - t);
+  }
+  canvas.remove();
+  return [median(dom), median(can), rows, cols];
+})().then(done, (e) => done(String(e)));
+"#;
+
+#[tokio::test]
+async fn dom_and_canvas_frame_costs_of_a_full_screen_redraw_at_phone_size() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 40, "cols": 48, "shell": "/bin/sh", "cwd": "/tmp"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let sid = r.json()["session_id"].as_str().unwrap().to_owned();
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').dataset.cols === '48'",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let n = 300;
+    let v = b.eval_async(FRAME_COST, json!([n])).await.unwrap();
+    let (dom, canvas) = (v[0].as_f64(), v[1].as_f64());
+    let (Some(dom), Some(canvas)) = (dom, canvas) else {
+        panic!("the harness failed: {v}");
+    };
+    println!(
+        "frame cost, {n} full-screen diff frames at 390x844 ({}x{}): DOM p50 {dom:.3} ms, canvas p50 {canvas:.3} ms",
+        v[2], v[3]
+    );
+    assert!(dom > 0.0 && canvas > 0.0, "{v}");
+    // The page still shows the frames the DOM renderer applied: the last frame's first run.
+    let first = b
+        .eval(
+            "return document.querySelector('#screen .row').textContent.slice(0, 3)",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let last = (b'A' + ((n - 1) % 26) as u8) as char;
+    assert_eq!(first, json!(last.to_string().repeat(3)));
+    b.screenshot(&artifacts_dir().join("frame-cost-phone.png"))
+        .await
+        .unwrap();
+}
