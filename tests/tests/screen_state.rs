@@ -4,7 +4,9 @@
 //!   asks a question, is answered, runs a silent command, and exits; each change reaches all
 //!   three within 2 s;
 //! - the size policy: a phone and a desktop-size browser attached at once do not resize each
-//!   other; the phone's Fit button takes the PTY's size on demand.
+//!   other; the phone's Fit button takes the PTY's size on demand;
+//! - attaching a file from the phone into the session's directory (the upload path, bounded);
+//! - the DOM renderer's frame cost against a minimal canvas renderer (recorded figures).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,12 +21,12 @@ const PASSWORD: &str = "phone pass";
 const BOUND: Duration = Duration::from_secs(2);
 
 fn remote_node() -> (tempfile::TempDir, NodeProc) {
+    remote_node_with(json!({"secret_store": "file"}))
+}
+
+fn remote_node_with(config: Value) -> (tempfile::TempDir, NodeProc) {
     let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
+    std::fs::write(d.path().join("config.json"), config.to_string()).unwrap();
     let dir = d.path().to_str().unwrap().to_owned();
     let (code, _, err) = run_with_stdin(
         "tuic-node",
@@ -511,6 +513,130 @@ async fn dom_and_canvas_frame_costs_of_a_full_screen_redraw_at_phone_size() {
     let last = (b'A' + ((n - 1) % 26) as u8) as char;
     assert_eq!(first, json!(last.to_string().repeat(3)));
     b.screenshot(&artifacts_dir().join("frame-cost-phone.png"))
+        .await
+        .unwrap();
+}
+
+/// Every path under `dir` (staging included) with its bytes, for before/after comparisons.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap().flatten() {
+            let path = e.path();
+            let rel = path.strip_prefix(dir).unwrap().display().to_string();
+            if path.is_dir() {
+                out.push((rel + "/", Vec::new()));
+                stack.push(path);
+            } else {
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_file_attached_on_the_phone_lands_in_the_sessions_directory_and_an_oversized_one_leaves_nothing()
+ {
+    let (_d, node) =
+        remote_node_with(json!({"secret_store": "file", "tuning": {"upload_max_bytes": 65_536}}));
+    let base = format!("http://{}", node.tcp.unwrap());
+    let repo = tempfile::tempdir().unwrap();
+    let work = repo.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/repos",
+        Some(json!({"path": repo.path()})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 48, "shell": "/bin/sh", "cwd": work})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let sid = r.json()["session_id"].as_str().unwrap().to_owned();
+
+    let files = tempfile::tempdir().unwrap();
+    let photo: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let photo_path = files.path().join("photo 1.jpg");
+    std::fs::write(&photo_path, &photo).unwrap();
+    let big_path = files.path().join("big.bin");
+    std::fs::write(&big_path, vec![7u8; 200_000]).unwrap();
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').dataset.cols === '48'",
+        15_000,
+    )
+    .await
+    .unwrap();
+    // Choosing a file in the picker uploads it (the Attach button opens the same picker).
+    let pick = b.find("#attach-file").await.unwrap();
+    b.type_text(&pick, photo_path.to_str().unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('upload-note').textContent.startsWith('Uploaded')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let note = b
+        .text(&b.find("#upload-note").await.unwrap())
+        .await
+        .unwrap();
+    assert!(
+        note.contains("photo_1.jpg") && note.contains("20000 bytes"),
+        "{note}"
+    );
+    assert_eq!(std::fs::read(work.join("photo_1.jpg")).unwrap(), photo);
+    // The shell in the session sees it in its directory.
+    write(&node, &sid, "ls -l photo_1.jpg\n").await;
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('20000')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts_dir().join("upload-phone.png"))
+        .await
+        .unwrap();
+
+    // Over the bound: refused with the bound named, and the repository is exactly as before.
+    let before = tree(repo.path());
+    b.type_text(&pick, big_path.to_str().unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('upload-note').textContent.startsWith('Upload failed')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let note = b
+        .text(&b.find("#upload-note").await.unwrap())
+        .await
+        .unwrap();
+    assert!(note.contains("413") && note.contains("65536"), "{note}");
+    assert_eq!(
+        tree(repo.path()),
+        before,
+        "a refused upload left something behind"
+    );
+    assert!(!work.join("big.bin").exists());
+    b.screenshot(&artifacts_dir().join("upload-refused-phone.png"))
         .await
         .unwrap();
 }
