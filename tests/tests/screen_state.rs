@@ -640,3 +640,169 @@ async fn a_file_attached_on_the_phone_lands_in_the_sessions_directory_and_an_ove
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_last_screen() {
+    let (nd, mut node) = remote_node();
+    let (_, token, _) = run_with_stdin(
+        "tuic-node",
+        &["token", "--config-dir", nd.path().to_str().unwrap()],
+        "",
+    )
+    .unwrap();
+    let hd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        hd.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let hdir = hd.path().to_str().unwrap().to_owned();
+    run_with_stdin(
+        "tuic-hub",
+        &["set-password", "--config-dir", &hdir],
+        PASSWORD,
+    )
+    .unwrap();
+    let hub = NodeProc::start(
+        "tuic-hub",
+        &[
+            "--config-dir",
+            &hdir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let url = format!("http://{}", node.tcp.unwrap());
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &hdir,
+            "--id",
+            "boxb",
+            "--url",
+            &url,
+            "--token-stdin",
+        ],
+        token.trim(),
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let draw = "stty -echo; printf '\\033[2J\\033[2;3Hlast-words-before-the-fall'; read x";
+    let r = tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let remote = r.json()["session_id"].as_str().unwrap().to_owned();
+    let address = format!("boxb/{remote}");
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    let base = format!("http://{}", hub.tcp.unwrap());
+    login(&b, &base).await;
+    let link = format!("#sessions a[data-session='{address}']");
+    b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 20_000)
+        .await
+        .unwrap();
+    b.click(&b.find(&link).await.unwrap()).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
+        15_000,
+    )
+    .await
+    .unwrap();
+
+    // The node goes down.
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    let killed = Instant::now();
+    // The hub keeps the row as host offline (REST and the page's list, dimmed).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = tuic_tests::ipc(&hub.socket, "GET", "/sessions", None)
+            .await
+            .unwrap()
+            .json();
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["address"] == json!(address))
+            .cloned();
+        if row
+            .as_ref()
+            .is_some_and(|r| r["state"] == json!("host_offline"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no host_offline row: {rows}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.wait_for(
+        &format!(
+            "(() => {{ const a = document.querySelector(\"{link}\");
+               return a && a.closest('li').classList.contains('offline')
+                 && a.querySelector('.badge').textContent === 'host offline'
+                 && document.getElementById('view-state').textContent === 'host offline'; }})()"
+        ),
+        15_000,
+    )
+    .await
+    .unwrap();
+    println!("host offline shown {:?} after the kill", killed.elapsed());
+    // The open view still shows the last screen.
+    let shown = b
+        .eval(
+            "return document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(shown, json!(true));
+    // Opened afresh after the fall, the session shows the last screen the hub relayed.
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 15_000)
+        .await
+        .unwrap();
+    let dim = b
+        .eval(
+            &format!(
+                "const a = document.querySelector(\"{link}\"); return [a.closest('li').classList.contains('offline'), getComputedStyle(a).opacity];"
+            ),
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dim, json!([true, "0.55"]));
+    b.screenshot(&artifacts_dir().join("offline-list-phone.png"))
+        .await
+        .unwrap();
+    b.click(&b.find(&link).await.unwrap()).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let row2 = b
+        .eval(
+            "return document.querySelectorAll('#screen .row')[1].textContent.trimEnd()",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(row2, json!("  last-words-before-the-fall"));
+    b.screenshot(&artifacts_dir().join("offline-last-screen-phone.png"))
+        .await
+        .unwrap();
+}
