@@ -106,6 +106,15 @@ fn cell(row: &Value, keys: &[&str]) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The row's one `state` as the web page shows it (`needs_input` → `needs input`); rows from a
+/// node that predates `state` fall back to the agent or shell state.
+fn state_label(row: &Value) -> String {
+    match row.get("state").and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => s.replace('_', " "),
+        _ => cell(row, &["agent_state", "shell_state"]),
+    }
+}
+
 /// `GET /sessions` rows as the `tuic ls` table; hosts that are down follow as one line each.
 pub(crate) fn sessions_table(rows: &[Value], down: &[Value]) -> String {
     let body: Vec<Vec<String>> = rows
@@ -117,7 +126,7 @@ pub(crate) fn sessions_table(rows: &[Value], down: &[Value]) -> String {
                 cell(r, &["session_id"]),
                 cell(r, &["display_name"]),
                 cell(r, &["agent_type"]),
-                cell(r, &["agent_state", "shell_state"]),
+                state_label(r),
                 cell(r, &["cwd"]),
             ]
         })
@@ -480,13 +489,16 @@ mod tests {
                    "agent_state": "idle"}),
             json!({"session_id": "s22", "alias": "tu-2", "cwd": "/x y", "display_name": "build\nlog",
                    "connection_id": "boxb", "address": "boxb/s22"}),
+            json!({"session_id": "s3", "alias": "tu-3", "cwd": "/z", "agent_state": "idle",
+                   "state": "needs_input"}),
         ];
         let down = vec![json!({"id": "boxc", "up": false, "last_error": "connection refused"})];
         assert_eq!(
             sessions_table(&rows, &down),
-            "HOST   ALIAS  SESSION  NAME       AGENT   STATE  CWD\n\
-             local  tu-1   s1       -          claude  idle   /w\n\
-             boxb   tu-2   s22      build log  -       -      /x y\n\
+            "HOST   ALIAS  SESSION  NAME       AGENT   STATE        CWD\n\
+             local  tu-1   s1       -          claude  idle         /w\n\
+             boxb   tu-2   s22      build log  -       -            /x y\n\
+             local  tu-3   s3       -          -       needs input  /z\n\
              boxc: offline (connection refused)\n"
         );
     }

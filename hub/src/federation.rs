@@ -91,6 +91,8 @@ pub struct Federation {
     pub(crate) http: reqwest::Client,
     /// Cross-host mail: per-connection outboxes, shadows, peer-link tasks.
     pub mail: Arc<PeerHub>,
+    /// The last screen relayed per remote session, shown while its node is down.
+    pub screens: crate::lastscreen::LastScreens,
 }
 
 impl Federation {
@@ -109,6 +111,7 @@ impl Federation {
             conns: RwLock::new(HashMap::new()),
             http,
             mail,
+            screens: Default::default(),
         });
         node.peer.set_remote_sessions(fed.clone());
         Ok(fed)
@@ -208,15 +211,17 @@ impl Federation {
             .collect()
     }
 
-    /// Every remote session row, tagged with its connection and address.
+    /// Every remote session row, tagged with its connection and address. A node that is down
+    /// keeps its last known rows, with `state: "host_offline"` (until it comes back and its
+    /// list is read again, or its connection is removed).
     pub fn remote_rows(&self) -> Vec<Value> {
         let mut rows = Vec::new();
         for c in self.all() {
             let st = c.snapshot();
-            if !st.up {
-                continue;
-            }
             for mut r in st.sessions {
+                if !st.up {
+                    r["state"] = json!("host_offline");
+                }
                 let sid = r
                     .get("session_id")
                     .and_then(Value::as_str)
@@ -242,8 +247,8 @@ impl Federation {
             };
             let was_up = conn.snapshot().up;
             conn.set(|s| {
+                // The rows stay (shown as host offline); the next connect reads the whole list.
                 s.up = false;
-                s.sessions.clear();
                 if let Err(e) = &ran_ok {
                     s.last_error = Some(e.clone());
                 }

@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod connections;
 pub mod federation;
+pub mod lastscreen;
 pub mod ops;
 pub mod peerlink;
 pub mod proxy;

@@ -80,17 +80,23 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
         let Some(conn) = fed.get(conn_id) else {
             return ApiError::not_found(format!("unknown connection {conn_id}")).into_response();
         };
-        if !conn.snapshot().up {
-            return unavailable(&conn.id, "not connected");
-        }
-        let rest = rest.to_owned();
-        let sid = sid.to_owned();
         let is_ws = req
             .headers()
             .get(header::UPGRADE)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+        let screen_stream = is_ws && rest == "/stream" && is_screen_mode(req.uri().query());
+        if !conn.snapshot().up {
+            // A down node's session stays viewable: its last relayed screen, then close.
+            if screen_stream && let Some(last) = fed.screens.get(&id) {
+                return last_screen(req, last).await;
+            }
+            return unavailable(&conn.id, "not connected");
+        }
+        let rest = rest.to_owned();
+        let sid = sid.to_owned();
         return if is_ws {
-            proxy_ws(conn, req, &sid, &rest).await
+            let follow = screen_stream.then(|| (fed.clone(), id.clone()));
+            proxy_ws(conn, req, &sid, &rest, follow).await
         } else {
             let url = target_url(&conn, &sid, &rest, req.uri().query());
             proxy_http(&fed, conn, req, url).await
@@ -199,7 +205,37 @@ async fn proxy_http(fed: &Federation, conn: Arc<Conn>, req: Request, url: String
     }
 }
 
-async fn proxy_ws(conn: Arc<Conn>, req: Request, sid: &str, rest: &str) -> Response {
+/// Whether a stream query asks for screen sync (`mode=screen`).
+fn is_screen_mode(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|p| p == "mode=screen"))
+}
+
+/// Serves a stored last screen to a page: `hello`, the whole screen, then a normal close.
+async fn last_screen(req: Request, last: crate::lastscreen::LastScreen) -> Response {
+    let (mut parts, _body) = req.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(u) => u,
+        Err(e) => return e.into_response(),
+    };
+    upgrade.on_upgrade(move |mut client| async move {
+        for f in crate::lastscreen::LastScreens::frames(&last) {
+            if client.send(AxMsg::Text(f.into())).await.is_err() {
+                return;
+            }
+        }
+        let _ = client.close().await;
+    })
+}
+
+/// `follow`: for a screen stream, the store and the session's address, so the last screen
+/// relayed is kept when the relay ends.
+async fn proxy_ws(
+    conn: Arc<Conn>,
+    req: Request,
+    sid: &str,
+    rest: &str,
+    follow: Option<(Arc<Federation>, String)>,
+) -> Response {
     let url = target_url(&conn, sid, rest, req.uri().query()).replacen("http", "ws", 1);
     let (mut parts, _body) = req.into_parts();
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
@@ -245,9 +281,17 @@ async fn proxy_ws(conn: Arc<Conn>, req: Request, sid: &str, rest: &str) -> Respo
             let _ = up_tx.close().await;
         };
         let to_client = async {
+            let mut follower = follow
+                .as_ref()
+                .map(|_| crate::lastscreen::Follower::default());
             while let Some(Ok(m)) = up_rx.next().await {
                 let m = match m {
-                    TMsg::Text(t) => AxMsg::Text(t.as_str().into()),
+                    TMsg::Text(t) => {
+                        if let Some(f) = follower.as_mut() {
+                            f.on_text(t.as_str());
+                        }
+                        AxMsg::Text(t.as_str().into())
+                    }
                     TMsg::Binary(b) => AxMsg::Binary(b),
                     TMsg::Close(_) => break,
                     _ => continue,
@@ -255,6 +299,9 @@ async fn proxy_ws(conn: Arc<Conn>, req: Request, sid: &str, rest: &str) -> Respo
                 if cl_tx.send(m).await.is_err() {
                     break;
                 }
+            }
+            if let (Some((fed, address)), Some(f)) = (&follow, follower) {
+                fed.screens.store(address, f);
             }
             let _ = cl_tx.close().await;
         };

@@ -28,6 +28,11 @@ const FILES: &[(&str, &str, &str)] = &[
     ("login.html", HTML, include_str!("../../web/login.html")),
     ("index.html", HTML, include_str!("../../web/index.html")),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
+    (
+        "assets/upload.js",
+        JS,
+        include_str!("../../web/assets/upload.js"),
+    ),
     ("assets/dom.js", JS, include_str!("../../web/assets/dom.js")),
     ("assets/api.js", JS, include_str!("../../web/assets/api.js")),
     (

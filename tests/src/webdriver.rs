@@ -183,6 +183,50 @@ impl Browser {
             .to_owned())
     }
 
+    /// A one-finger touch drag on `e` from `(x, y0)` to `(x, y1)` (element-relative offsets
+    /// from its centre) in `steps` moves: W3C pointer actions with `pointerType: touch`, which
+    /// Chromium delivers as real `touchstart`/`touchmove`/`touchend` events.
+    pub async fn touch_drag(
+        &self,
+        e: &Element,
+        x: i64,
+        y0: i64,
+        y1: i64,
+        steps: i64,
+    ) -> anyhow::Result<()> {
+        let origin = json!({"element-6066-11e4-a52e-4f735466cecf": e.0});
+        let mut seq = vec![
+            json!({"type": "pointerMove", "duration": 0, "origin": origin, "x": x, "y": y0}),
+            json!({"type": "pointerDown", "button": 0}),
+        ];
+        for i in 1..=steps {
+            let y = y0 + (y1 - y0) * i / steps;
+            seq.push(
+                json!({"type": "pointerMove", "duration": 16, "origin": origin, "x": x, "y": y}),
+            );
+        }
+        seq.push(json!({"type": "pointerUp", "button": 0}));
+        self.cmd(
+            reqwest::Method::POST,
+            "/actions",
+            Some(json!({"actions": [{"type": "pointer", "id": "finger",
+                "parameters": {"pointerType": "touch"}, "actions": seq}]})),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Runs an asynchronous script (it calls `arguments[arguments.length - 1]` with its result;
+    /// the driver's script timeout, 30 s by default, bounds it) and returns that result.
+    pub async fn eval_async(&self, script: &str, args: Value) -> anyhow::Result<Value> {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/async",
+            Some(json!({"script": script, "args": args})),
+        )
+        .await
+    }
+
     /// Runs a script and returns its value.
     pub async fn eval(&self, script: &str, args: Value) -> anyhow::Result<Value> {
         self.cmd(

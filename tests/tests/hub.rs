@@ -200,11 +200,18 @@ async fn hub_lists_remote_sessions_and_routes_to_their_owner() {
         .await
         .unwrap()
         .json();
+    // The down node's sessions stay listed, each marked host offline (issue 20: an offline
+    // host's sessions stay in the list, dimmed; before, they left the list).
+    let nodeb: Vec<&serde_json::Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["connection_id"] == json!("nodeb"))
+        .collect();
+    assert!(!nodeb.is_empty(), "{rows}");
     assert!(
-        rows.as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r["connection_id"] != json!("nodeb"))
+        nodeb.iter().all(|r| r["state"] == json!("host_offline")),
+        "{rows}"
     );
 }
 

@@ -1,7 +1,7 @@
 // The tuic web UI: one page for the phone (/mobile) and the desktop browser (/), as ES modules
 // by job (no bundler): `dom` (lookup, layout), `api` (REST), `state`, `list` (session list),
 // `events` (/events), `view` (the session view: screen sync from `screen.js`, History from
-// `ansi.js`), `input` (input line, special keys), `upstreams` (OAuth consent for upstream MCP
+// `ansi.js`), `input` (input line, special keys), `upload` (attach a file into the session's directory), `upstreams` (OAuth consent for upstream MCP
 // servers), and this router. The list is kept fresh by
 // /events with a 3 s polling fallback.
 
@@ -12,6 +12,7 @@ import { startEvents } from "/assets/events.js";
 import { SessionView } from "/assets/view.js";
 import { keysBar, lineInput } from "/assets/input.js";
 import { refreshUpstreams } from "/assets/upstreams.js";
+import { bindUpload } from "/assets/upload.js";
 
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -66,6 +67,7 @@ $("back").onclick = () => { location.hash = ""; };
 window.addEventListener("hashchange", route);
 lineInput();
 keysBar();
+bindUpload();
 refreshSessions().then(route);
 startEvents();
 setInterval(refreshSessions, 3000);

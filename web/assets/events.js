@@ -16,7 +16,7 @@ export function startEvents() {
   es.addEventListener("pty-parsed", (ev) => {
     const d = JSON.parse(ev.data);
     state.lastActivity.set(d.session_id, Date.now());
-    if (d.parsed?.type === "agent_state") bump();
+    if (d.parsed?.type === "agent_state" || d.parsed?.type === "state") bump();
     if (state.view && state.view.key === d.session_id) state.view.onParsed(d.parsed);
   });
   es.addEventListener("lagged", bump);

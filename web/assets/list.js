@@ -9,6 +9,17 @@ export function sessionKey(s) { return s.address ?? s.session_id; }
 
 function hostOf(s) { return s.connection_id ?? "local"; }
 
+/** The one state of a session as every view shows it (`needs_input` → "needs input"); the node
+ *  computes it (`state` on the row), the page only words it. */
+export function stateLabel(st) { return (st ?? "").replaceAll("_", " "); }
+
+/** Puts `st` on a badge element: its text and its class (the colour). */
+export function setStateBadge(el, st) {
+  el.className = `badge state ${st ?? ""}`;
+  el.textContent = stateLabel(st);
+  el.dataset.state = st ?? "";
+}
+
 function sessionRow(s) {
   const li = document.createElement("li");
   const a = document.createElement("a");
@@ -16,12 +27,12 @@ function sessionRow(s) {
   a.href = `#/s/${encodeURIComponent(key)}`;
   a.dataset.session = key;
   if (state.current === key) a.setAttribute("aria-current", "true");
+  if (s.state === "host_offline") li.classList.add("offline");
   const name = document.createElement("span");
   name.className = "name";
   name.textContent = `${s.alias ?? s.session_id}${s.display_name ? " — " + s.display_name : ""}`;
   const badge = document.createElement("span");
-  badge.className = `badge ${s.agent_state ?? s.shell_state ?? ""}`;
-  badge.textContent = s.agent_state ?? s.shell_state ?? "";
+  setStateBadge(badge, s.state ?? s.agent_state ?? s.shell_state);
   const meta = document.createElement("span");
   meta.className = "meta";
   const last = ago(state.lastActivity.get(s.session_id));
@@ -60,6 +71,18 @@ export function renderList() {
   }
   ul.replaceChildren(...items);
   $("empty").hidden = state.sessions.length > 0;
+  renderViewState();
+}
+
+/** The open session's state badge in the view, from the same row the list shows; an exit seen
+ *  on the view's own stream wins (an exited session leaves the list). */
+export function renderViewState() {
+  const el = $("view-state");
+  if (!state.current) return;
+  const row = state.sessions.find((x) => sessionKey(x) === state.current);
+  const st = state.view?.exited ? "exited" : row?.state;
+  if (st) setStateBadge(el, st);
+  el.hidden = !st;
 }
 
 export async function refreshSessions() {

@@ -291,6 +291,19 @@ export class ScreenClient {
     this.keepCursorInView();
   }
 
+  /** "Fit": takes the PTY's size for this view (the size policy's explicit claim): as many
+   *  columns and rows as fit at the readable font size, sent with `apply: true`. The node
+   *  resizes the PTY and every client gets a whole screen of the new size. Returns the size
+   *  asked for, or null when the socket is not open. */
+  fitToView() {
+    if (this.ws?.readyState !== WebSocket.OPEN) return null;
+    const px = 13;
+    const cols = Math.max(20, Math.floor((this.root.clientWidth - 16) / (px * 0.6)));
+    const rows = Math.max(5, Math.floor((this.root.clientHeight - 8) / (px * 1.25)));
+    this.ws.send(JSON.stringify({ type: "resize", rows, cols, apply: true }));
+    return { rows, cols };
+  }
+
   /** Scales the font so the PTY's columns fit the view; past the minimum the view pans. */
   fit() {
     const cols = this.screen?.cols ?? 80;

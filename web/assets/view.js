@@ -6,6 +6,7 @@ import { $ } from "/assets/dom.js";
 import { api } from "/assets/api.js";
 import { AnsiRenderer } from "/assets/ansi.js";
 import { ScreenClient, keyBytes } from "/assets/screen.js";
+import { renderViewState } from "/assets/list.js";
 
 const PAGE = 64 * 1024;
 const CHIPS = [["1", "1\r"], ["2", "2\r"], ["y", "y\r"], ["n", "n\r"], ["Enter", "\r"], ["Ctrl-C", "\x03"]];
@@ -28,6 +29,8 @@ export class SessionView {
     $("jump").onclick = () => this.jump();
     $("tab-screen").onclick = () => this.showScreen();
     $("tab-history").onclick = () => this.showHistory();
+    // Size policy: viewing never resizes the PTY; Fit is the explicit claim (see screen.js).
+    $("fit").onclick = () => { this.screen.fitToView(); };
     this.hideChips();
     $("exit-note").hidden = true;
     this.screen = new ScreenClient($("screen"), this.path, {
@@ -166,6 +169,7 @@ export class SessionView {
     if (this.historyStarted) this.renderer.write(`\r\n\x1b[2m${note}\x1b[0m\r\n`);
     this.hideChips();
     if (this.mode === "history") this.scrollToEnd();
+    renderViewState();
   }
 
   banner(text) {

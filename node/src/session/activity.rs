@@ -49,6 +49,62 @@ pub enum AgentState {
     Completed,
 }
 
+/// The one state a person sees for a session, in the web list, the session view and `tuic ls`
+/// (`state` on every row). Derived from the finer observations ([`session_state`]); a hub sets
+/// `host_offline` on the rows it keeps for a node that is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Output is arriving, an agent is starting or working, or a command runs in the shell.
+    Working,
+    /// A question or confirmation waits on screen.
+    NeedsInput,
+    /// Quiet and waiting for the next thing to do: a shell at its prompt, an agent idle or
+    /// finished.
+    Done,
+    /// The session's process ended.
+    Exited,
+    /// The host running the session is unreachable (set by a hub, never by a node).
+    HostOffline,
+}
+
+/// The observations [`session_state`] decides from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StateInputs {
+    /// The process ended.
+    pub exited: bool,
+    /// Busy/idle from output.
+    pub shell: Option<ShellState>,
+    /// The detected agent's state, if an agent was detected.
+    pub agent: Option<AgentState>,
+    /// A question waits on screen ([`question_on_screen`]).
+    pub question: bool,
+    /// The terminal's foreground process group is not the session's own process (a command
+    /// started from the shell runs).
+    pub command_running: bool,
+}
+
+/// The session's one state, in this order: exited; output arriving is working; a question on
+/// screen needs input; a detected agent is working while starting or working and done when idle
+/// or completed; otherwise a command still running is working and a quiet shell is done.
+pub fn session_state(i: StateInputs) -> SessionState {
+    if i.exited {
+        return SessionState::Exited;
+    }
+    if i.shell == Some(ShellState::Busy) {
+        return SessionState::Working;
+    }
+    if i.question || i.agent == Some(AgentState::AwaitingInput) {
+        return SessionState::NeedsInput;
+    }
+    match i.agent {
+        Some(AgentState::Starting | AgentState::Working) => SessionState::Working,
+        Some(_) => SessionState::Done,
+        None if i.command_running => SessionState::Working,
+        None => SessionState::Done,
+    }
+}
+
 /// Busy/idle from the last output time; `None` before the first observation.
 pub fn shell_state(now_ms: u64, last_output_ms: Option<u64>) -> Option<ShellState> {
     let last = last_output_ms?;
@@ -313,6 +369,93 @@ mod tests {
         let _ = work.kill();
         let _ = work.wait();
         assert!(!background_work(std::process::id() as i32 + 0x3fff_0000));
+    }
+
+    #[test]
+    fn one_state_per_session() {
+        use SessionState as S;
+        let idle = Some(ShellState::Idle);
+        let base = StateInputs {
+            shell: idle,
+            ..StateInputs::default()
+        };
+        let cases = [
+            (
+                StateInputs {
+                    exited: true,
+                    question: true,
+                    ..base
+                },
+                S::Exited,
+            ),
+            (
+                StateInputs {
+                    shell: Some(ShellState::Busy),
+                    question: true,
+                    ..base
+                },
+                S::Working,
+            ),
+            (
+                StateInputs {
+                    question: true,
+                    command_running: true,
+                    ..base
+                },
+                S::NeedsInput,
+            ),
+            (
+                StateInputs {
+                    agent: Some(AgentState::AwaitingInput),
+                    ..base
+                },
+                S::NeedsInput,
+            ),
+            (
+                StateInputs {
+                    agent: Some(AgentState::Starting),
+                    ..base
+                },
+                S::Working,
+            ),
+            (
+                StateInputs {
+                    agent: Some(AgentState::Working),
+                    ..base
+                },
+                S::Working,
+            ),
+            (
+                StateInputs {
+                    agent: Some(AgentState::Idle),
+                    ..base
+                },
+                S::Done,
+            ),
+            (
+                StateInputs {
+                    agent: Some(AgentState::Completed),
+                    ..base
+                },
+                S::Done,
+            ),
+            (
+                StateInputs {
+                    command_running: true,
+                    ..base
+                },
+                S::Working,
+            ),
+            (base, S::Done),
+            (StateInputs::default(), S::Done),
+        ];
+        for (i, (inputs, want)) in cases.into_iter().enumerate() {
+            assert_eq!(session_state(inputs), want, "case {i}: {inputs:?}");
+        }
+        assert_eq!(
+            serde_json::to_value(S::NeedsInput).unwrap(),
+            serde_json::json!("needs_input")
+        );
     }
 
     #[test]

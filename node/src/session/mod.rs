@@ -199,6 +199,9 @@ pub struct SessionRow {
     /// Detected coding agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_type: Option<String>,
+    /// The one state shown to a person (working, needs input, done, exited; a hub adds host
+    /// offline), from the observations below (`activity::session_state`).
+    pub state: activity::SessionState,
     /// Busy/idle; absent before the first observation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell_state: Option<activity::ShellState>,
@@ -454,6 +457,10 @@ impl Session {
                 r.cols = cols;
             });
         }
+        // The screen changed without output (a quiet shell redraws nothing on SIGWINCH): wake
+        // every screen client, so each sends its whole screen at the new size, not only the
+        // client that asked.
+        self.wake.send_modify(|v| *v += 1);
         Ok(())
     }
 
@@ -534,6 +541,13 @@ impl Session {
         let agent = *lock(&self.agent);
         let agent_state = agent.map(|(_, since)| self.agent_state_from(p, shell_state, since));
         let background_work = p.background_work;
+        let state = activity::session_state(activity::StateInputs {
+            exited: self.exit().is_some(),
+            shell: shell_state,
+            agent: agent_state,
+            question: p.question,
+            command_running: p.command_running,
+        });
         let name = self.name();
         SessionRow {
             session_id: self.id.clone(),
@@ -546,6 +560,7 @@ impl Session {
             parent_session: self.parent_session(),
             agent_type: agent.map(|(n, _)| n.to_owned()),
             background_work,
+            state,
             shell_state,
             agent_state,
             foreground_process: p.foreground_process.clone(),

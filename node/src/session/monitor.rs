@@ -29,6 +29,8 @@ pub(super) struct Seen {
     /// Whether the last check found the shell settled (idle).
     settled: bool,
     agent_state: Option<activity::AgentState>,
+    /// The row's `state` last published (a `state` parsed event on each change).
+    state: Option<activity::SessionState>,
     question: Option<String>,
     rate_limit: Option<String>,
     error: Option<String>,
@@ -78,9 +80,11 @@ pub(super) fn start(node: &Arc<Node>) {
 /// `intent:` markers of an agent's new clean-log lines.
 fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) {
     let out_ms = s.last_output_ms.load(Ordering::Relaxed);
+    let row = s.build_row(probe);
     let log_seen = {
         let seen = lock(&s.seen);
-        if seen.output_ms == out_ms && seen.settled {
+        // The state also moves without output (a silent command starts or ends).
+        if seen.output_ms == out_ms && seen.settled && seen.state == Some(row.state) {
             return (Vec::new(), Vec::new());
         }
         seen.log_seen
@@ -90,7 +94,6 @@ fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) 
     if s.screen_pending() && super::now_ms().saturating_sub(out_ms) < TICK.as_millis() as u64 {
         return (Vec::new(), Vec::new());
     }
-    let row = s.build_row(probe);
     let (screen, new_lines, log_total) = {
         let scr = s.screen();
         let (_, lines) = if row.agent_type.is_some() {
@@ -105,6 +108,10 @@ fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) 
     let mut out = Vec::new();
     if row.agent_state.is_some() && row.agent_state != seen.agent_state {
         out.push(json!({"type": "agent_state", "state": row.agent_state}));
+    }
+    // The first observation is not a change: the row carries it.
+    if seen.state.is_some_and(|st| st != row.state) {
+        out.push(json!({"type": "state", "state": row.state}));
     }
     if question.is_some() && question != seen.question {
         out.push(json!({"type": "question", "text": question}));
@@ -129,13 +136,17 @@ fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) 
         out.push(json!({"type": "error", "text": error}));
     }
     let settled = row.shell_state == Some(activity::ShellState::Idle);
-    if settled != seen.settled || row.agent_state != seen.agent_state {
+    if settled != seen.settled
+        || row.agent_state != seen.agent_state
+        || Some(row.state) != seen.state
+    {
         // `session action=wait` sleeps on this instead of polling the state itself.
         s.lifecycle_changed();
     }
     seen.output_ms = out_ms;
     seen.settled = settled;
     seen.agent_state = row.agent_state;
+    seen.state = Some(row.state);
     seen.question = question;
     seen.rate_limit = rate.map(|(t, _)| t);
     seen.error = error;

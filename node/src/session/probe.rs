@@ -25,8 +25,11 @@ pub struct Probe {
     pub agent_in_foreground: bool,
     /// The foreground agent has a live descendant doing work (helpers excluded).
     pub background_work: bool,
-    /// For sessions with a detected agent: a question waits on screen.
+    /// A question waits on screen (read for every session, for the row's `state`).
     pub question: bool,
+    /// The foreground process group is not the session's own process: a command started from
+    /// the shell runs.
+    pub command_running: bool,
     /// For sessions with a detected agent: the completion marker is on screen.
     pub completed: bool,
     /// The feed generation the screen marks were read at (`None`: not read).
@@ -65,25 +68,31 @@ impl Session {
             foreground_process: fg.map(|(comm, _)| comm),
             agent_in_foreground: detected.is_some(),
             background_work,
+            command_running: pgid.is_some_and(|g| Some(g as u32) != self.pid),
             ..Probe::default()
         };
-        if agent.is_some() {
-            // The feed generation, bumped after each read is fed: the screen changes only with
-            // output (a resize clears the stamp). Read before the screen, so a feed racing the
-            // read makes the next probe read it again.
-            let fed = *self.wake.borrow();
-            match prev {
-                Some(q) if q.screen_at == Some(fed) => {
-                    p.question = q.question;
-                    p.completed = q.completed;
-                }
-                _ => {
-                    let tail = self.screen().grid.screen().join("\n");
-                    p.question = activity::question_on_screen(&tail).is_some();
-                    p.completed = tail.contains("suggest: [");
-                }
+        // The feed generation, bumped after each read is fed: the screen changes only with
+        // output (a resize clears the stamp). Read before the screen, so a feed racing the
+        // read makes the next probe read it again.
+        let fed = *self.wake.borrow();
+        match prev {
+            Some(q) if q.screen_at == Some(fed) => {
+                p.question = q.question;
+                p.completed = q.completed;
+                p.screen_at = Some(fed);
             }
-            p.screen_at = Some(fed);
+            // Bulk plain text is still arriving in a session without an agent: reading the
+            // screen would apply the held-back text on every tick. Keep the last marks and read
+            // again once the output settles (the state is `working` meanwhile anyway).
+            Some(q) if agent.is_none() && self.screen_pending() => {
+                p.question = q.question;
+            }
+            _ => {
+                let tail = self.screen().grid.screen().join("\n");
+                p.question = activity::question_on_screen(&tail).is_some();
+                p.completed = agent.is_some() && tail.contains("suggest: [");
+                p.screen_at = Some(fed);
+            }
         }
         *lock(&self.probe) = Some(p.clone());
         p
