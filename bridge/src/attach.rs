@@ -253,13 +253,6 @@ async fn wait_or_detach(
     }
 }
 
-fn jitter() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// Attaches the calling terminal (already in raw mode) to the session until it ends.
 pub async fn run(o: &Options) -> Outcome {
     let route = encode_id(&o.route_id);
@@ -317,7 +310,7 @@ pub async fn run(o: &Options) -> Outcome {
         if since.elapsed() >= o.reconnect_for {
             return Outcome::Unreachable(why);
         }
-        let delay = Duration::from_millis(backoff.next_delay(jitter()));
+        let delay = backoff.next(crate::jitter());
         tty::out(
             format!(
                 "\r\n\x1b[0m[tuic: lost {} ({why}); re-attaching in {:.0} s, detach key to give up]\r\n",

@@ -22,3 +22,13 @@ pub mod stdio;
 pub mod target;
 mod termcmd;
 pub mod tty;
+
+/// Jitter for the workspace's one backoff ([`tuic_proto::peer::Backoff`]), which takes its
+/// randomness from the caller: the sub-second nanoseconds of the wall clock are random enough to
+/// spread reconnecting clients apart.
+pub(crate) fn jitter() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or(0)
+}

@@ -31,7 +31,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, header};
-use backon::BackoffBuilder;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
@@ -520,18 +519,14 @@ async fn dial(conn: &Conn) -> Result<TungIo, String> {
     }
 }
 
-/// The pauses between reconnect attempts to a node: 1 s doubling up to
-/// `tuning.peer_reconnect_max_ms`, each with a random jitter of up to its own length, without
-/// end. Both of a connection's tasks (sessions and mail) start a fresh one after a link that
-/// was up ends.
+/// The pauses between reconnect attempts to a node: the workspace's one backoff
+/// ([`tuic_proto::peer::Backoff`]), 1 s doubling up to `tuning.peer_reconnect_max_ms`, each with
+/// a random jitter of up to a quarter of its length, without end. Both of a connection's tasks
+/// (sessions and mail) start a fresh one after a link that was up ends.
 pub(crate) fn reconnect_backoff(node: &Node) -> impl Iterator<Item = Duration> + use<> {
     let max = Duration::from_millis(node.config().tuning.peer_reconnect_max_ms.max(1_000));
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_secs(1))
-        .with_max_delay(max)
-        .with_jitter()
-        .without_max_times()
-        .build()
+    let mut delays = tuic_proto::peer::Backoff::with_limits(Duration::from_secs(1), max);
+    std::iter::from_fn(move || Some(delays.next(rand::random())))
 }
 
 /// One connection's link task: dial, run, retire, back off, again; until the connection is

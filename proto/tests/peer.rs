@@ -433,6 +433,24 @@ fn backoff_grows_from_one_to_thirty_seconds_with_jitter() {
 }
 
 #[test]
+fn backoff_limits_are_the_callers_and_zero_jitter_is_the_bare_base() {
+    use std::time::Duration;
+    let mut b = Backoff::with_limits(Duration::from_secs(1), Duration::from_secs(8));
+    let d: Vec<u64> = (0..6).map(|_| b.next_delay(0)).collect();
+    assert_eq!(d, [1_000, 2_000, 4_000, 8_000, 8_000, 8_000]);
+    let mut j = Backoff::with_limits(Duration::from_millis(400), Duration::from_secs(60));
+    let first = j.next(u64::MAX);
+    assert!((400..=500).contains(&first.as_millis()), "{first:?}");
+    // A maximum below the minimum is raised to it; a huge attempt count never overflows.
+    let mut odd = Backoff::with_limits(Duration::from_secs(5), Duration::from_secs(1));
+    assert_eq!(odd.next_delay(0), 5_000);
+    for _ in 0..100 {
+        odd.next_delay(u64::MAX);
+    }
+    assert_eq!(odd.next_delay(0), 5_000);
+}
+
+#[test]
 fn relayed_outcomes_become_receipts_for_the_origin_node() {
     let (mut hub, mut node) = connected();
     let mut o = Outbox::new("nodec");

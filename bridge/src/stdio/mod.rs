@@ -225,7 +225,7 @@ impl Bridge {
                 Ok(Some(answer))
             }
             Err(why) => {
-                up.backoff.failed(Instant::now());
+                up.backoff.failed(Instant::now(), crate::jitter());
                 if up.last_failure.as_ref() != Some(&why) {
                     eprintln!("tuic-bridge: {}", why.message());
                 }

@@ -19,17 +19,19 @@ pub const ORDINARY_DEADLINE: Duration = Duration::from_secs(10);
 pub const LONG_DEADLINE: Duration = Duration::from_secs(305);
 
 /// Backoff between upstream connection attempts, shared by every retry path of one bridge
-/// (request-triggered, the client's initialize, and the background loop).
+/// (request-triggered, the client's initialize, and the background loop): the workspace's one
+/// backoff ([`tuic_proto::peer::Backoff`]) with the bridge's limits, plus the instant before
+/// which no attempt is made.
 #[derive(Debug, Clone)]
 pub struct Backoff {
-    delay: Duration,
+    delays: tuic_proto::peer::Backoff,
     not_before: Option<Instant>,
 }
 
 impl Default for Backoff {
     fn default() -> Self {
         Self {
-            delay: BACKOFF_MIN,
+            delays: tuic_proto::peer::Backoff::with_limits(BACKOFF_MIN, BACKOFF_MAX),
             not_before: None,
         }
     }
@@ -42,10 +44,10 @@ impl Backoff {
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
     }
 
-    /// Records a failed attempt: the next waits the current pause, which then doubles.
-    pub fn failed(&mut self, now: Instant) {
-        self.not_before = Some(now + self.delay);
-        self.delay = (self.delay * 2).min(BACKOFF_MAX);
+    /// Records a failed attempt: the next waits the current pause (plus up to a quarter of it
+    /// from `random`), which then doubles.
+    pub fn failed(&mut self, now: Instant, random: u64) {
+        self.not_before = Some(now + self.delays.next(random));
     }
 
     /// Records a successful connection: the next failure starts from the minimum again.
@@ -226,13 +228,19 @@ mod tests {
         assert_eq!(b.wait(t0), Duration::ZERO);
         let mut waits = Vec::new();
         for _ in 0..6 {
-            b.failed(t0);
+            b.failed(t0, 0);
             waits.push(b.wait(t0).as_secs());
         }
         assert_eq!(waits, [1, 2, 4, 8, 8, 8]);
         assert_eq!(b.wait(t0 + Duration::from_secs(9)), Duration::ZERO);
         b.succeeded();
-        b.failed(t0);
+        b.failed(t0, 0);
+        assert_eq!(b.wait(t0), Duration::from_secs(1));
+        b.succeeded();
+        b.failed(t0, u64::MAX);
+        assert!(b.wait(t0) <= Duration::from_millis(1_250));
+        b.succeeded();
+        b.failed(t0, 0);
         assert_eq!(b.wait(t0), Duration::from_secs(1));
     }
 
