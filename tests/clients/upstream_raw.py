@@ -3,7 +3,10 @@ misbehave on purpose.
 
 usage: upstream_raw.py MODE
   ok       a correct server; tool `rich` returns a CallToolResult with structuredContent,
-           isError, _meta and an extension field, to check they pass through unchanged
+           isError, _meta and an extension field, to check they pass through unchanged; tool
+           `progress_burst {n, after?}` sends n notifications/progress (1..n, on the caller's
+           progressToken) as fast as it can, answers `burst n`, then sends `after` more (which
+           must never reach the caller); it runs on its own thread, so other calls go on
   garbage  answers every line with text that is not JSON-RPC
   flood    correct, but floods notifications (log messages and tools/list_changed) meanwhile
   many N   correct, listing N synthetic tools of realistic size (surface and search benchmarks)
@@ -55,6 +58,23 @@ def send(msg):
         sys.stdout.flush()
 
 
+def progress_burst(mid, params):
+    args = params.get("arguments") or {}
+    n, after = int(args.get("n", 1)), int(args.get("after", 0))
+    token = (params.get("_meta") or {}).get("progressToken")
+
+    def report(i):
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                "progressToken": token, "progress": i, "total": n, "message": f"step {i}"}})
+
+    for i in range(1, n + 1):
+        report(i)
+    send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": f"burst {n}"}]}})
+    for i in range(n + 1, n + after + 1):
+        report(i)
+
+
 def flood():
     for i in range(20000):
         send({"jsonrpc": "2.0", "method": "notifications/message",
@@ -88,11 +108,16 @@ for line in sys.stdin:
             {"name": "rich", "description": "Return a rich result.",
              "inputSchema": {"type": "object", "properties": {}}},
             {"name": "ping_me", "description": "Answer pong.",
-             "inputSchema": {"type": "object", "properties": {}}}]}})
+             "inputSchema": {"type": "object", "properties": {}}},
+            {"name": "progress_burst", "description": "Report progress n times, then answer.",
+             "inputSchema": {"type": "object", "properties": {
+                 "n": {"type": "integer"}, "after": {"type": "integer"}}}}]}})
     elif method == "tools/call":
         name = msg["params"]["name"]
         if name == "rich":
             send({"jsonrpc": "2.0", "id": mid, "result": RICH})
+        elif name == "progress_burst":
+            threading.Thread(target=progress_burst, args=(mid, msg["params"]), daemon=True).start()
         else:
             send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "pong"}]}})
     else:

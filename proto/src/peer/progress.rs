@@ -17,9 +17,9 @@ use std::collections::VecDeque;
 
 use serde_json::{Map, Value};
 
-/// Default capacity: enough for a normal call's progress between two link writes, small enough
-/// that a flood costs a few kilobytes per call.
-pub const PROGRESS_QUEUE_CAP: usize = 32;
+/// Default capacity: the size of an agent's `GET /mcp` stream buffer on a node, so a burst the
+/// agent's stream can take whole is never coalesced; a flood costs a few kilobytes per call.
+pub const PROGRESS_QUEUE_CAP: usize = 64;
 
 /// One queued notification and how many were coalesced into it.
 #[derive(Debug, Clone, PartialEq, Eq)]
