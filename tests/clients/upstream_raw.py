@@ -6,7 +6,9 @@ usage: upstream_raw.py MODE
            isError, _meta and an extension field, to check they pass through unchanged; tool
            `progress_burst {n, after?}` sends n notifications/progress (1..n, on the caller's
            progressToken) as fast as it can, answers `burst n`, then sends `after` more (which
-           must never reach the caller); it runs on its own thread, so other calls go on
+           must never reach the caller); with `hang: true` it never answers; it runs on its
+           own thread, so other calls go on; tool `cancelled` answers the request ids this
+           server was sent notifications/cancelled for (JSON text)
   garbage  answers every line with text that is not JSON-RPC
   flood    correct, but floods notifications (log messages and tools/list_changed) meanwhile
   many N   correct, listing N synthetic tools of realistic size (surface and search benchmarks)
@@ -25,6 +27,7 @@ RICH = {
     "x-extension": {"kept": True},
 }
 lock = threading.Lock()
+cancelled = []
 DOMAINS = ["github", "jira", "slack", "postgres", "files", "browser", "calendar", "mail",
            "docker", "kubernetes", "sentry", "figma", "notion", "linear", "stripe", "aws"]
 VERBS = ["list", "get", "create", "update", "delete", "search", "sync", "export", "import", "watch"]
@@ -70,6 +73,8 @@ def progress_burst(mid, params):
 
     for i in range(1, n + 1):
         report(i)
+    if args.get("hang"):
+        return
     send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": f"burst {n}"}]}})
     for i in range(n + 1, n + after + 1):
         report(i)
@@ -93,6 +98,8 @@ for line in sys.stdin:
     msg = json.loads(line)
     mid, method = msg.get("id"), msg.get("method")
     if mid is None:
+        if method == "notifications/cancelled":
+            cancelled.append((msg.get("params") or {}).get("requestId"))
         continue
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": mid, "result": {
@@ -111,11 +118,17 @@ for line in sys.stdin:
              "inputSchema": {"type": "object", "properties": {}}},
             {"name": "progress_burst", "description": "Report progress n times, then answer.",
              "inputSchema": {"type": "object", "properties": {
-                 "n": {"type": "integer"}, "after": {"type": "integer"}}}}]}})
+                 "n": {"type": "integer"}, "after": {"type": "integer"},
+                 "hang": {"type": "boolean"}}}},
+            {"name": "cancelled", "description": "The request ids cancelled so far.",
+             "inputSchema": {"type": "object", "properties": {}}}]}})
     elif method == "tools/call":
         name = msg["params"]["name"]
         if name == "rich":
             send({"jsonrpc": "2.0", "id": mid, "result": RICH})
+        elif name == "cancelled":
+            send({"jsonrpc": "2.0", "id": mid, "result": {
+                "content": [{"type": "text", "text": json.dumps(cancelled)}]}})
         elif name == "progress_burst":
             threading.Thread(target=progress_burst, args=(mid, msg["params"]), daemon=True).start()
         else:

@@ -10,7 +10,8 @@
 //! Progress: a call with a `progressToken` gets the hub's upstream's `notifications/progress`
 //! on the agent's `GET /mcp` stream on the node, under the agent's own token, in order, and
 //! none after the call answered; a progress flood is bounded (coalesced on the hub, counted)
-//! and other calls over the same link go on meanwhile.
+//! and other calls over the same link go on meanwhile; the deadline holds (progress does not
+//! extend it) and the hub cancels the call upstream at it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -595,4 +596,54 @@ async fn progress_of_hub_routed_calls_reaches_the_agent_in_order_and_stops_with_
         seen,
         vec![(json!("agent-tok-4"), 1), (json!("agent-tok-4"), 2)]
     );
+
+    // The deadline holds with progress flowing: a call that reports and never answers ends at
+    // the node's deadline (progress does not extend it), and the hub cancels it upstream at
+    // that deadline, as a local call is cancelled at its own.
+    let cfg = ipc(&node, "GET", "/config", None).await.unwrap().json();
+    let mut short = cfg.clone();
+    short["tuning"]["hub_tool_call_timeout_ms"] = json!(DEADLINE_MS);
+    let r = ipc(
+        &node,
+        "PUT",
+        "/config",
+        Some(json!({"base": cfg, "config": short})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    const DEADLINE_MS: u64 = 3_000;
+    let t0 = Instant::now();
+    let r = call_with_progress(
+        &node,
+        &sid,
+        "hub.raw__progress_burst",
+        json!({"n": 3, "hang": true}),
+        "agent-tok-5",
+    )
+    .await;
+    let took = t0.elapsed();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).contains("timeout"), "{r}");
+    assert!(
+        took >= Duration::from_millis(DEADLINE_MS - 100),
+        "not before the deadline: {took:?}"
+    );
+    let seen = agent
+        .progress_until(Duration::from_secs(20), |p| p.len() == 3)
+        .await;
+    assert!(seen.iter().all(|(t, _)| t == "agent-tok-5"), "{seen:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = call(&node, "hub.raw__cancelled", json!({})).await;
+        let ids: Vec<Value> = serde_json::from_str(&text(&r)).unwrap_or_default();
+        if !ids.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hub cancels the call upstream at the deadline: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
