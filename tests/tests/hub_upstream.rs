@@ -307,6 +307,7 @@ async fn upstreams_on_the_hub_are_offered_to_agents_on_a_node() {
                 ["hub.py__add", {"a": 20, "b": 22}],
                 ["call_tool", {"name": "hub.py__echo", "arguments": {"text": "collapsed"}}],
                 ["hub.py__get_secret", {}],
+                ["hub.py__progress_steps", {"steps": 3}],
             ])
             .to_string(),
         )
@@ -328,6 +329,20 @@ async fn upstreams_on_the_hub_are_offered_to_agents_on_a_node() {
     assert_eq!(c[1]["structured"], json!({"sum": 42}), "{report}");
     assert_eq!(c[2]["text"], "echo: collapsed", "{report}");
     assert_eq!(c[3]["is_error"], true, "{report}");
+    // The SDK client's progress callback saw the hub's upstream's progress (the same check as
+    // for a local upstream in `upstream.rs`).
+    assert_eq!(c[4]["text"], "done 3", "{report}");
+    let steps: Vec<f64> = c[4]["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        vec![1.0, 2.0, 3.0],
+        "progress relayed in order: {report}"
+    );
 
     // The hub's config change (PUT /mcp/upstreams on the hub) reaches the node's list.
     let cur = ipc(&bed.hub.socket, "GET", "/mcp/upstreams", None)
