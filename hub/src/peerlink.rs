@@ -20,7 +20,10 @@
 //! `list_upstream_tools` is answered with what the hub lists to its own agents (its allow/deny
 //! filters applied), a `call_upstream_tool` runs through the hub's upstream service (the
 //! filters apply again at dispatch) within the node caller's deadline, and every change of the
-//! hub's tool set is hinted to each node (`upstream_tools_changed`).
+//! hub's tool set is hinted to each node (`upstream_tools_changed`). A call that asked for
+//! progress gets the upstream's `notifications/progress` as `upstream_progress` frames, through
+//! a bounded per-call queue (`tuic_proto::peer::progress`: a flood coalesces, counted, into
+//! the latest) that closes when the call answers, so none follows the result.
 //!
 //! Deliberately absent: any process control. Session input, output and submit go through
 //! the HTTP proxy (`proxy.rs`), never through this link.
@@ -66,6 +69,12 @@ pub enum HubCmd {
     UpstreamsChanged,
     /// A node's call to an upstream tool has its answer.
     Answer(tuic_proto::peer::RequestId, Response),
+    /// A node's call has progress queued: send it on. At most one is pending per call (sent
+    /// when its queue goes from empty to not empty), so a flood never grows this channel.
+    Progress(
+        tuic_proto::peer::RequestId,
+        Arc<Mutex<tuic_proto::peer::ProgressQueue>>,
+    ),
 }
 
 fn is_refusal(o: &SenderOutcome) -> bool {
@@ -639,6 +648,7 @@ impl HubEnd {
         name: String,
         arguments: serde_json::Map<String, serde_json::Value>,
         timeout_ms: u64,
+        progress: bool,
     ) {
         let tx = {
             let g = self.hub.lock();
@@ -649,13 +659,36 @@ impl HubEnd {
         };
         let node = self.hub.node.clone();
         let conn = self.conn.id.clone();
+        let queue = progress.then(|| {
+            Arc::new(Mutex::new(tuic_proto::peer::ProgressQueue::new(
+                tuic_proto::peer::PROGRESS_QUEUE_CAP,
+            )))
+        });
+        let sink = queue.clone().map(|q| {
+            let tx = tx.clone();
+            let sink: tuic_node::upstream::client::ProgressSink =
+                Arc::new(move |params: serde_json::Value| {
+                    let mut params = match params {
+                        serde_json::Value::Object(m) => m,
+                        _ => serde_json::Map::new(),
+                    };
+                    // The hub's own token means nothing to the node; it puts its caller's back.
+                    params.remove("progressToken");
+                    let pushed = q.lock().unwrap_or_else(|p| p.into_inner()).push(params);
+                    if pushed == tuic_proto::peer::progress::Pushed::Wake {
+                        let _ = tx.send(HubCmd::Progress(rid, q.clone()));
+                    }
+                });
+            sink
+        });
         self.hub.node.tasks.spawn(async move {
-            use tuic_node::mcp::registry::{CallCtx, ToolError, ToolSource};
-            let ctx = CallCtx::default();
+            use tuic_node::mcp::registry::ToolError;
             let deadline = Duration::from_millis(timeout_ms.max(1));
+            // The deadline goes down to the upstream call (which cancels upstream at it, as a
+            // local call does); the outer bound is a backstop a little later.
             let r = match tokio::time::timeout(
-                deadline,
-                node.upstreams.call(&node, &ctx, &name, arguments),
+                deadline + Duration::from_secs(1),
+                node.upstreams.call_relayed(&name, arguments, sink, deadline),
             )
             .await
             {
@@ -665,6 +698,15 @@ impl HubEnd {
                     format!("{name} did not answer on the hub within {timeout_ms} ms"),
                 )),
             };
+            if let Some(q) = &queue {
+                // Progress sent before the answer is queued (and its wake is ahead of the
+                // answer in the link's channel); anything later is dropped.
+                let mut q = q.lock().unwrap_or_else(|p| p.into_inner());
+                q.close();
+                if q.coalesced() > 0 {
+                    tracing::debug!(conn = %conn, tool = %name, coalesced = q.coalesced(), "upstream progress coalesced");
+                }
+            }
             let result = match r {
                 Ok(v) => v,
                 Err(e) => {
@@ -775,8 +817,9 @@ impl End for HubEnd {
                         name,
                         arguments,
                         timeout_ms,
+                        progress,
                     } => {
-                        self.call_upstream(rid, name, arguments, timeout_ms);
+                        self.call_upstream(rid, name, arguments, timeout_ms, progress);
                         return;
                     }
                     Request::Inbox { recipient, .. } | Request::Wait { recipient, .. } => {
@@ -813,7 +856,8 @@ impl End for HubEnd {
             },
             LinkEvent::Response { .. }
             | LinkEvent::Receipt(_)
-            | LinkEvent::UpstreamToolsChanged { .. } => {}
+            | LinkEvent::UpstreamToolsChanged { .. }
+            | LinkEvent::UpstreamProgress { .. } => {}
             LinkEvent::Down { reason, .. } => {
                 // Requests of a link that is gone get no answer (the node resends).
                 self.sends.clear();
@@ -836,6 +880,15 @@ impl End for HubEnd {
             HubCmd::UpstreamsChanged => self.hint_upstreams(link),
             HubCmd::Answer(rid, r) => {
                 let _ = link.respond(rid, r);
+            }
+            HubCmd::Progress(rid, q) => {
+                let queued = q.lock().unwrap_or_else(|p| p.into_inner()).drain();
+                for p in queued {
+                    // Refused once the call answered or the link is down: the rest goes too.
+                    if link.upstream_progress(rid, p.params, p.coalesced).is_err() {
+                        break;
+                    }
+                }
             }
         }
     }

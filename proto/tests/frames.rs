@@ -225,6 +225,31 @@ fn expected() -> Vec<(&'static str, Frame)> {
                     .cloned()
                     .unwrap_or_default(),
                 timeout_ms: 300_000,
+                progress: false,
+            },
+        ),
+        (
+            "call_upstream_tool_progress",
+            Frame::CallUpstreamTool {
+                id: 13,
+                name: "py__progress_steps".into(),
+                arguments: serde_json::json!({"steps": 3})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                timeout_ms: 300_000,
+                progress: true,
+            },
+        ),
+        (
+            "upstream_progress",
+            Frame::UpstreamProgress {
+                call_id: 13,
+                params: serde_json::json!({"progress": 2, "total": 3, "message": "step 2"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                coalesced: 5,
             },
         ),
         (

@@ -1071,6 +1071,7 @@ fn upstream_tools_flow_from_hub_to_node_only() {
         name: "py__echo".into(),
         arguments: args.clone(),
         timeout_ms: 5_000,
+        progress: false,
     })
     .expect("up");
     shuttle(1, &mut node, &mut hub);
@@ -1083,6 +1084,7 @@ fn upstream_tools_flow_from_hub_to_node_only() {
                         name,
                         arguments,
                         timeout_ms: 5_000,
+                        progress: false,
                     },
             },
         ] if name == "py__echo" && *arguments == args => *id,
@@ -1134,4 +1136,135 @@ fn upstream_tools_flow_from_hub_to_node_only() {
         })
     ));
     assert_eq!(hub.state(), LinkState::Up);
+}
+
+fn params(n: u64) -> serde_json::Map<String, serde_json::Value> {
+    serde_json::json!({"progress": n, "total": 3})
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn upstream_progress_reaches_the_calling_node_in_order_and_never_after_the_result() {
+    let (mut hub, mut node) = connected();
+    let call = node
+        .request(Request::CallUpstreamTool {
+            name: "py__progress_steps".into(),
+            arguments: serde_json::Map::new(),
+            timeout_ms: 5_000,
+            progress: true,
+        })
+        .expect("up");
+    shuttle(1, &mut node, &mut hub);
+    let rid = match &events(&mut hub)[..] {
+        [
+            LinkEvent::Request {
+                id,
+                request: Request::CallUpstreamTool { progress: true, .. },
+            },
+        ] => *id,
+        other => panic!("{other:?}"),
+    };
+    for n in 1..=3 {
+        hub.upstream_progress(rid, params(n), if n == 3 { 4 } else { 0 })
+            .expect("pending call");
+    }
+    hub.respond(
+        rid,
+        Response::UpstreamResult(serde_json::json!({"content": []})),
+    )
+    .expect("respond");
+    // Answered: no more progress for it.
+    assert!(matches!(
+        hub.upstream_progress(rid, params(4), 0),
+        Err(tuic_proto::peer::LinkError::UnknownRequest { .. })
+    ));
+    shuttle(1, &mut hub, &mut node);
+    let evs = events(&mut node);
+    assert_eq!(evs.len(), 4, "{evs:?}");
+    for (i, ev) in evs[..3].iter().enumerate() {
+        match ev {
+            LinkEvent::UpstreamProgress {
+                id,
+                params: p,
+                coalesced,
+            } => {
+                assert_eq!(*id, call);
+                assert_eq!(p["progress"], (i + 1) as u64);
+                assert_eq!(*coalesced, if i == 2 { 4 } else { 0 });
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        evs[3],
+        LinkEvent::Response {
+            response: Response::UpstreamResult(_),
+            ..
+        }
+    ));
+    // A late or forged progress frame for an answered call never surfaces.
+    node.handle_frame(
+        2,
+        Frame::UpstreamProgress {
+            call_id: call,
+            params: params(9),
+            coalesced: 0,
+        },
+    );
+    assert!(events(&mut node).is_empty());
+    assert!(node.poll_transmit().is_none(), "dropped without an error");
+}
+
+#[test]
+fn upstream_progress_is_only_for_calls_that_asked_and_only_from_the_hub() {
+    let (mut hub, mut node) = connected();
+    let call = node
+        .request(Request::CallUpstreamTool {
+            name: "py__echo".into(),
+            arguments: serde_json::Map::new(),
+            timeout_ms: 5_000,
+            progress: false,
+        })
+        .expect("up");
+    shuttle(1, &mut node, &mut hub);
+    let _ = events(&mut hub);
+    // A call that did not ask gets none, even if a hub sent it.
+    node.handle_frame(
+        2,
+        Frame::UpstreamProgress {
+            call_id: call,
+            params: params(1),
+            coalesced: 0,
+        },
+    );
+    assert!(events(&mut node).is_empty());
+    // The hub's end refuses progress from a node.
+    hub.handle_frame(
+        2,
+        Frame::UpstreamProgress {
+            call_id: 1,
+            params: params(1),
+            coalesced: 0,
+        },
+    );
+    assert!(events(&mut hub).is_empty());
+    assert!(matches!(
+        hub.poll_transmit(),
+        Some(Frame::Error {
+            code: ErrorCode::Malformed,
+            ..
+        })
+    ));
+    assert_eq!(hub.state(), LinkState::Up);
+    // An older node's call (no `progress` field) decodes as not asking.
+    let old = r#"{"type":"call_upstream_tool","id":40,"name":"py__add","arguments":{},"timeout_ms":1000}"#;
+    assert!(matches!(
+        Frame::decode(old),
+        Ok(Frame::CallUpstreamTool {
+            progress: false,
+            ..
+        })
+    ));
 }

@@ -878,7 +878,7 @@ impl Sim {
                         }
                     }
                 }
-                LinkEvent::UpstreamToolsChanged { .. } => {}
+                LinkEvent::UpstreamToolsChanged { .. } | LinkEvent::UpstreamProgress { .. } => {}
                 LinkEvent::Receipt(r) => {
                     // The hub says relayed mail reached its destination: it really did.
                     assert_eq!(r.outcome, ReceiptOutcome::Delivered, "seed {}", self.seed);
@@ -959,7 +959,9 @@ impl Sim {
                         }
                     }
                 }
-                LinkEvent::Receipt(_) | LinkEvent::UpstreamToolsChanged { .. } => {}
+                LinkEvent::Receipt(_)
+                | LinkEvent::UpstreamToolsChanged { .. }
+                | LinkEvent::UpstreamProgress { .. } => {}
                 LinkEvent::Down { .. } => {
                     if let Some(o) = self.hub.outboxes.get_mut(x) {
                         o.on_link_down();

@@ -3,7 +3,12 @@ misbehave on purpose.
 
 usage: upstream_raw.py MODE
   ok       a correct server; tool `rich` returns a CallToolResult with structuredContent,
-           isError, _meta and an extension field, to check they pass through unchanged
+           isError, _meta and an extension field, to check they pass through unchanged; tool
+           `progress_burst {n, after?}` sends n notifications/progress (1..n, on the caller's
+           progressToken) as fast as it can, answers `burst n`, then sends `after` more (which
+           must never reach the caller); with `hang: true` it never answers; it runs on its
+           own thread, so other calls go on; tool `cancelled` answers the request ids this
+           server was sent notifications/cancelled for (JSON text)
   garbage  answers every line with text that is not JSON-RPC
   flood    correct, but floods notifications (log messages and tools/list_changed) meanwhile
   many N   correct, listing N synthetic tools of realistic size (surface and search benchmarks)
@@ -22,6 +27,7 @@ RICH = {
     "x-extension": {"kept": True},
 }
 lock = threading.Lock()
+cancelled = []
 DOMAINS = ["github", "jira", "slack", "postgres", "files", "browser", "calendar", "mail",
            "docker", "kubernetes", "sentry", "figma", "notion", "linear", "stripe", "aws"]
 VERBS = ["list", "get", "create", "update", "delete", "search", "sync", "export", "import", "watch"]
@@ -55,6 +61,25 @@ def send(msg):
         sys.stdout.flush()
 
 
+def progress_burst(mid, params):
+    args = params.get("arguments") or {}
+    n, after = int(args.get("n", 1)), int(args.get("after", 0))
+    token = (params.get("_meta") or {}).get("progressToken")
+
+    def report(i):
+        if token is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                "progressToken": token, "progress": i, "total": n, "message": f"step {i}"}})
+
+    for i in range(1, n + 1):
+        report(i)
+    if args.get("hang"):
+        return
+    send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": f"burst {n}"}]}})
+    for i in range(n + 1, n + after + 1):
+        report(i)
+
+
 def flood():
     for i in range(20000):
         send({"jsonrpc": "2.0", "method": "notifications/message",
@@ -73,6 +98,8 @@ for line in sys.stdin:
     msg = json.loads(line)
     mid, method = msg.get("id"), msg.get("method")
     if mid is None:
+        if method == "notifications/cancelled":
+            cancelled.append((msg.get("params") or {}).get("requestId"))
         continue
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": mid, "result": {
@@ -88,11 +115,22 @@ for line in sys.stdin:
             {"name": "rich", "description": "Return a rich result.",
              "inputSchema": {"type": "object", "properties": {}}},
             {"name": "ping_me", "description": "Answer pong.",
+             "inputSchema": {"type": "object", "properties": {}}},
+            {"name": "progress_burst", "description": "Report progress n times, then answer.",
+             "inputSchema": {"type": "object", "properties": {
+                 "n": {"type": "integer"}, "after": {"type": "integer"},
+                 "hang": {"type": "boolean"}}}},
+            {"name": "cancelled", "description": "The request ids cancelled so far.",
              "inputSchema": {"type": "object", "properties": {}}}]}})
     elif method == "tools/call":
         name = msg["params"]["name"]
         if name == "rich":
             send({"jsonrpc": "2.0", "id": mid, "result": RICH})
+        elif name == "cancelled":
+            send({"jsonrpc": "2.0", "id": mid, "result": {
+                "content": [{"type": "text", "text": json.dumps(cancelled)}]}})
+        elif name == "progress_burst":
+            threading.Thread(target=progress_burst, args=(mid, msg["params"]), daemon=True).start()
         else:
             send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "pong"}]}})
     else:

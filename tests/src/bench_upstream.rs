@@ -310,3 +310,164 @@ pub async fn hub_call(n: usize) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Resident set size of a process in KiB (`/proc/<pid>/status`), children excluded.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// `hub-upstream-progress [N] [ROUNDS]`: a hub proxying `upstream_raw.py ok` as upstream `raw`
+/// and a node in its own network namespace. An agent on the node (a protocol session reading
+/// its `GET /mcp` stream) calls `hub.raw__progress_burst {n: N}` with a progress token, ROUNDS
+/// times, while a second client calls `hub.raw__ping_me` over the same link without pause.
+/// Reports per round the flood's wall time, where its N notifications went (relayed to the
+/// agent / coalesced on the hub / dropped at the agent's full stream — from the node's
+/// counters), the hub's and the node's RSS, and p50/p99 of the concurrent ping calls.
+pub async fn hub_progress(n: u64, rounds: usize) -> anyhow::Result<()> {
+    let bed = crate::fed::FedBed::start(1).await?;
+    let servers = json!({"servers": [{"id": "raw", "name": "raw",
+        "transport": {"type": "stdio", "command": "python3",
+            "args": [raw_script().display().to_string(), "ok"]}}]});
+    std::fs::write(
+        bed.hub_dir.path().join("mcp-upstreams.json"),
+        serde_json::to_vec_pretty(&servers)?,
+    )?;
+    let node_sock = bed.nodes[0].proc().socket.clone();
+    let mut pinger = Conn::open_path(&node_sock).await?;
+    let ping = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hub.raw__ping_me","arguments":{}}});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = pinger.rpc(&ping).await?;
+        if r["result"]["content"][0]["text"] == "pong" {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("hub-routed call never answered: {r}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The agent: a protocol session whose GET stream is read (and its progress counted).
+    let init = crate::agent::rpc(
+        &node_sock,
+        None,
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":"bench-progress","version":"1"}}}),
+    )
+    .await;
+    let sid = init
+        .headers
+        .get("mcp-session-id")
+        .context("initialize gave no session")?
+        .to_str()?
+        .to_owned();
+    let stream = tokio::net::UnixStream::connect(&node_sock).await?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let resp = send
+        .send_request(
+            hyper::Request::get("/mcp")
+                .header("host", "localhost")
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", &sid)
+                .body(Full::new(Bytes::new()))?,
+        )
+        .await?;
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = received.clone();
+    let mut body = resp.into_body();
+    tokio::spawn(async move {
+        let mut buf = String::new();
+        while let Some(Ok(f)) = body.frame().await {
+            if let Ok(d) = f.into_data() {
+                buf.push_str(&String::from_utf8_lossy(&d));
+                while let Some(i) = buf.find('\n') {
+                    let line: String = buf.drain(..=i).collect();
+                    if line.starts_with("data:") && line.contains("notifications/progress") {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    });
+    let counters = || async {
+        let st = crate::ipc(&node_sock, "GET", "/mcp/status", None)
+            .await
+            .map(|r| r.json())
+            .unwrap_or_default();
+        let p = &st["hub_upstream_tools"]["progress"];
+        let n = |k: &str| p[k].as_u64().unwrap_or(0);
+        (n("relayed"), n("coalesced_by_hub"), n("dropped"))
+    };
+    let (hub_pid, node_pid) = (bed.hub.pid(), bed.nodes[0].proc().pid());
+    let kib = |p: u32| rss_kib(p).map_or("n/a".to_owned(), |k| format!("{k} KiB"));
+    println!(
+        "hub-upstream-progress n={n} rounds={rounds} (stdio upstream on the hub: tests/clients/upstream_raw.py ok progress_burst; node in a network namespace)"
+    );
+    println!(
+        "  before: hub RSS {}, node RSS {}",
+        kib(hub_pid),
+        kib(node_pid)
+    );
+    for round in 1..=rounds {
+        let before = counters().await;
+        let got0 = received.load(std::sync::atomic::Ordering::Relaxed);
+        let flood = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{
+            "name":"hub.raw__progress_burst","arguments":{"n": n},
+            "_meta":{"progressToken": format!("bench-{round}")}}});
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let t0 = Instant::now();
+        let call = async {
+            let r = crate::agent::rpc(&node_sock, Some(&sid), flood.clone()).await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            r
+        };
+        let pings = async {
+            let mut lat = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = pinger.rpc(&ping).await?;
+                if r["result"]["content"][0]["text"] != "pong" {
+                    bail!("ping during the flood: {r}");
+                }
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(lat)
+        };
+        let (r, lat) = tokio::join!(call, pings);
+        let wall = t0.elapsed();
+        let mut lat = lat?;
+        let r = r.json();
+        if r["result"]["content"][0]["text"] != format!("burst {n}") {
+            bail!("flood call answered {r}");
+        }
+        // Wait (bounded) until every notification is accounted for by the node's counters.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (rel, coal, drop) = loop {
+            let (a, b, c) = counters().await;
+            let d = (a - before.0, b - before.1, c - before.2);
+            if d.0 + d.1 + d.2 >= n || Instant::now() > deadline {
+                break d;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let got = received.load(std::sync::atomic::Ordering::Relaxed) - got0;
+        let (p50, p99) = if lat.is_empty() {
+            (0.0, 0.0)
+        } else {
+            (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99))
+        };
+        println!(
+            "  round {round}: {:.0} ms; relayed {rel} (agent read {got}), coalesced on hub {coal}, dropped on node {drop}; hub RSS {}, node RSS {}; {} pings meanwhile p50 {p50:.3} ms p99 {p99:.3} ms",
+            wall.as_secs_f64() * 1e3,
+            kib(hub_pid),
+            kib(node_pid),
+            lat.len(),
+        );
+    }
+    Ok(())
+}

@@ -6,6 +6,12 @@
 //! hub reaches the node's list with `notifications/tools/list_changed`; killing the hub makes a
 //! call answer a clear error at once, the hub's return makes calls work again, and a
 //! `disconnect` withdraws the tools after the grace period, again with `list_changed`.
+//!
+//! Progress: a call with a `progressToken` gets the hub's upstream's `notifications/progress`
+//! on the agent's `GET /mcp` stream on the node, under the agent's own token, in order, and
+//! none after the call answered; a progress flood is bounded (coalesced on the hub, counted)
+//! and other calls over the same link go on meanwhile; the deadline holds (progress does not
+//! extend it) and the hub cancels the call upstream at it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -77,10 +83,12 @@ async fn wait_tools(socket: &Path, what: &str, pred: impl Fn(&[String]) -> bool)
     }
 }
 
-/// A protocol session's `GET /mcp` stream on the node, read for `list_changed`.
+/// A protocol session's `GET /mcp` stream on the node, read for `list_changed` and progress.
 struct Listener {
     body: hyper::body::Incoming,
     seen: String,
+    /// The protocol session whose stream this is.
+    sid: String,
 }
 
 impl Listener {
@@ -111,7 +119,51 @@ impl Listener {
         Self {
             body: resp.into_body(),
             seen: String::new(),
+            sid,
         }
+    }
+
+    /// The next JSON-RPC message on the stream (bounded).
+    async fn next_message(&mut self, limit: Duration) -> Value {
+        tokio::time::timeout(limit, async {
+            loop {
+                while let Some(i) = self.seen.find('\n') {
+                    let line: String = self.seen.drain(..=i).collect();
+                    if let Some(data) = line.trim_end().strip_prefix("data:")
+                        && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                    {
+                        return v;
+                    }
+                }
+                let f = self.body.frame().await.expect("stream open").unwrap();
+                if let Ok(d) = f.into_data() {
+                    self.seen.push_str(&String::from_utf8_lossy(&d));
+                }
+            }
+        })
+        .await
+        .expect("a message on the stream in time")
+    }
+
+    /// Progress notifications read until `done` says the list is complete; every other message
+    /// is skipped. Returns `(token, progress)` pairs in stream order.
+    async fn progress_until(
+        &mut self,
+        limit: Duration,
+        done: impl Fn(&[(Value, u64)]) -> bool,
+    ) -> Vec<(Value, u64)> {
+        let deadline = Instant::now() + limit;
+        let mut out = Vec::new();
+        while !done(&out) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "progress in time; so far {out:?}");
+            let m = self.next_message(left).await;
+            if m["method"] == "notifications/progress" {
+                let p = &m["params"];
+                out.push((p["progressToken"].clone(), p["progress"].as_u64().unwrap()));
+            }
+        }
+        out
     }
 
     /// Waits for the next `notifications/tools/list_changed` (bounded).
@@ -132,6 +184,25 @@ impl Listener {
         .await
         .expect("list_changed in time");
     }
+}
+
+/// A `tools/call` in the listener's protocol session, with a progress token.
+async fn call_with_progress(
+    socket: &Path,
+    sid: &str,
+    name: &str,
+    args: Value,
+    token: &str,
+) -> Value {
+    let r = mcp(
+        socket,
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": name, "arguments": args, "_meta": {"progressToken": token}}}),
+        Some(sid),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["result"].clone()
 }
 
 fn upstreams(python: &str, deny: &[&str]) -> Value {
@@ -236,6 +307,7 @@ async fn upstreams_on_the_hub_are_offered_to_agents_on_a_node() {
                 ["hub.py__add", {"a": 20, "b": 22}],
                 ["call_tool", {"name": "hub.py__echo", "arguments": {"text": "collapsed"}}],
                 ["hub.py__get_secret", {}],
+                ["hub.py__progress_steps", {"steps": 3}],
             ])
             .to_string(),
         )
@@ -257,6 +329,20 @@ async fn upstreams_on_the_hub_are_offered_to_agents_on_a_node() {
     assert_eq!(c[1]["structured"], json!({"sum": 42}), "{report}");
     assert_eq!(c[2]["text"], "echo: collapsed", "{report}");
     assert_eq!(c[3]["is_error"], true, "{report}");
+    // The SDK client's progress callback saw the hub's upstream's progress (the same check as
+    // for a local upstream in `upstream.rs`).
+    assert_eq!(c[4]["text"], "done 3", "{report}");
+    let steps: Vec<f64> = c[4]["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        vec![1.0, 2.0, 3.0],
+        "progress relayed in order: {report}"
+    );
 
     // The hub's config change (PUT /mcp/upstreams on the hub) reaches the node's list.
     let cur = ipc(&bed.hub.socket, "GET", "/mcp/upstreams", None)
@@ -362,4 +448,217 @@ async fn upstreams_on_the_hub_are_offered_to_agents_on_a_node() {
     let st = ipc(&node, "GET", "/mcp/status", None).await.unwrap().json();
     assert_eq!(st["hub_upstream_tools"]["link_up"], false, "{st}");
     assert_eq!(st["hub_upstream_tools"]["tools"], 0, "{st}");
+}
+
+/// The node's progress relay counters (`GET /mcp/status` → `hub_upstream_tools.progress`).
+async fn progress_counters(socket: &Path) -> (u64, u64, u64) {
+    let st = ipc(socket, "GET", "/mcp/status", None)
+        .await
+        .unwrap()
+        .json();
+    let p = &st["hub_upstream_tools"]["progress"];
+    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {st}"));
+    (n("relayed"), n("coalesced_by_hub"), n("dropped"))
+}
+
+#[tokio::test]
+async fn progress_of_hub_routed_calls_reaches_the_agent_in_order_and_stops_with_the_answer() {
+    let python = tuic_tests::sdk_clients().python;
+    let bed = FedBed::start_with(1, json!({"tuning": {"hub_tool_call_timeout_ms": 60_000}}))
+        .await
+        .unwrap();
+    let node = bed.nodes[0].proc().socket.clone();
+    let raw = tuic_tests::clients_dir().join("upstream_raw.py");
+    let server = |name: &str| {
+        json!({"id": name, "name": name, "transport": {"type": "stdio", "command": python,
+            "args": [raw.display().to_string(), "ok"]}})
+    };
+    // Two real upstreams on the hub: `raw` for ordinary calls, `flood` for the flood.
+    std::fs::write(
+        bed.hub_dir.path().join("mcp-upstreams.json"),
+        serde_json::to_vec_pretty(&json!({"servers": [server("raw"), server("flood")]})).unwrap(),
+    )
+    .unwrap();
+    wait_tools(&node, "the hub's tools reach the node", |n| {
+        ["hub.raw__progress_burst", "hub.flood__progress_burst"]
+            .iter()
+            .all(|w| n.iter().any(|t| t == w))
+    })
+    .await;
+    let mut agent = Listener::open(&node).await;
+    let sid = agent.sid.clone();
+
+    // N notifications, then the answer, then 5 more that must never reach the agent. N is below
+    // the hub's per-call queue (64) and the agent's stream buffer (64), so none may be lost.
+    const N: u64 = 40;
+    let r = call_with_progress(
+        &node,
+        &sid,
+        "hub.raw__progress_burst",
+        json!({"n": N, "after": 5}),
+        "agent-tok-1",
+    )
+    .await;
+    assert_eq!(text(&r), format!("burst {N}"), "{r}");
+    let seen = agent
+        .progress_until(Duration::from_secs(20), |p| p.len() as u64 >= N)
+        .await;
+    let want: Vec<(Value, u64)> = (1..=N).map(|i| (json!("agent-tok-1"), i)).collect();
+    assert_eq!(seen, want, "all N, the agent's own token, in order");
+
+    // The upstream wrote its 5 late notifications before it could see this second call, so on
+    // the one ordered stream they would come before this call's progress: none does.
+    let r = call_with_progress(
+        &node,
+        &sid,
+        "hub.raw__progress_burst",
+        json!({"n": 1}),
+        "agent-tok-2",
+    )
+    .await;
+    assert_eq!(text(&r), "burst 1", "{r}");
+    let seen = agent
+        .progress_until(Duration::from_secs(20), |p| {
+            p.iter().any(|(t, _)| t == "agent-tok-2")
+        })
+        .await;
+    assert_eq!(
+        seen,
+        vec![(json!("agent-tok-2"), 1)],
+        "no progress after the answer"
+    );
+    // A call without a token gets no progress (and nothing is sent over the link for it).
+    let before = progress_counters(&node).await;
+    let r = call(&node, "hub.raw__progress_burst", json!({"n": 3})).await;
+    assert_eq!(text(&r), "burst 3", "{r}");
+    assert_eq!(progress_counters(&node).await, before);
+
+    // A flood: 20,000 notifications as fast as the upstream writes them. Calls to another
+    // upstream over the same link answer meanwhile.
+    const FLOOD: u64 = 20_000;
+    let (r0, c0, d0) = progress_counters(&node).await;
+    let flood = call_with_progress(
+        &node,
+        &sid,
+        "hub.flood__progress_burst",
+        json!({"n": FLOOD}),
+        "agent-tok-3",
+    );
+    let others = async {
+        let mut slowest = Duration::ZERO;
+        for i in 0..20 {
+            let t0 = Instant::now();
+            let r = call(&node, "hub.raw__ping_me", json!({})).await;
+            assert_eq!(text(&r), "pong", "call {i} during the flood: {r}");
+            slowest = slowest.max(t0.elapsed());
+        }
+        slowest
+    };
+    let (f, slowest) = tokio::join!(flood, others);
+    assert_eq!(text(&f), format!("burst {FLOOD}"), "{f}");
+    eprintln!("slowest other call during the progress flood: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(10),
+        "other calls are not held up by the flood: {slowest:?}"
+    );
+    // Every notification is accounted for: relayed to the agent, coalesced on the hub, or
+    // dropped at the agent's full stream — all counted.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (relayed, coalesced, dropped) = loop {
+        let (r, c, d) = progress_counters(&node).await;
+        let (r, c, d) = (r - r0, c - c0, d - d0);
+        if r + c + d >= FLOOD {
+            break (r, c, d);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flood accounted for: relayed {r}, coalesced {c}, dropped {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "progress flood of {FLOOD}: relayed {relayed}, coalesced on the hub {coalesced}, dropped on the node {dropped}"
+    );
+    assert_eq!(relayed + coalesced + dropped, FLOOD);
+    let seen = agent
+        .progress_until(Duration::from_secs(30), |p| p.len() as u64 >= relayed)
+        .await;
+    assert!(
+        seen.iter().all(|(t, _)| t == "agent-tok-3"),
+        "the agent's token"
+    );
+    assert!(
+        seen.windows(2).all(|w| w[0].1 < w[1].1),
+        "in order, never backwards"
+    );
+    assert!(seen.iter().all(|(_, p)| (1..=FLOOD).contains(p)));
+    // The relay still works after the flood.
+    let r = call_with_progress(
+        &node,
+        &sid,
+        "hub.raw__progress_burst",
+        json!({"n": 2}),
+        "agent-tok-4",
+    )
+    .await;
+    assert_eq!(text(&r), "burst 2", "{r}");
+    let seen = agent
+        .progress_until(Duration::from_secs(20), |p| {
+            p.iter().filter(|(t, _)| t == "agent-tok-4").count() == 2
+        })
+        .await;
+    assert_eq!(
+        seen,
+        vec![(json!("agent-tok-4"), 1), (json!("agent-tok-4"), 2)]
+    );
+
+    // The deadline holds with progress flowing: a call that reports and never answers ends at
+    // the node's deadline (progress does not extend it), and the hub cancels it upstream at
+    // that deadline, as a local call is cancelled at its own.
+    let cfg = ipc(&node, "GET", "/config", None).await.unwrap().json();
+    let mut short = cfg.clone();
+    short["tuning"]["hub_tool_call_timeout_ms"] = json!(DEADLINE_MS);
+    let r = ipc(
+        &node,
+        "PUT",
+        "/config",
+        Some(json!({"base": cfg, "config": short})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    const DEADLINE_MS: u64 = 3_000;
+    let t0 = Instant::now();
+    let r = call_with_progress(
+        &node,
+        &sid,
+        "hub.raw__progress_burst",
+        json!({"n": 3, "hang": true}),
+        "agent-tok-5",
+    )
+    .await;
+    let took = t0.elapsed();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).contains("timeout"), "{r}");
+    assert!(
+        took >= Duration::from_millis(DEADLINE_MS - 100),
+        "not before the deadline: {took:?}"
+    );
+    let seen = agent
+        .progress_until(Duration::from_secs(20), |p| p.len() == 3)
+        .await;
+    assert!(seen.iter().all(|(t, _)| t == "agent-tok-5"), "{seen:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = call(&node, "hub.raw__cancelled", json!({})).await;
+        let ids: Vec<Value> = serde_json::from_str(&text(&r)).unwrap_or_default();
+        if !ids.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hub cancels the call upstream at the deadline: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -427,23 +427,29 @@ async fn faulty_upstreams_are_isolated_and_the_breaker_opens_and_recovers() {
     let port = free_port();
     let http = http_upstream(&python, port).await;
     let upstreams = json!({"servers": [
-        {"id": "good", "name": "good", "transport": stdio(&python, "upstream_server.py", &["stdio"]), "timeout_secs": 3},
+        {"id": "good", "name": "good", "transport": stdio(&python, "upstream_server.py", &["stdio"]), "timeout_secs": 5},
         {"id": "garbage", "name": "garbage", "transport": stdio(&python, "upstream_raw.py", &["garbage"])},
         {"id": "flood", "name": "flood", "transport": stdio(&python, "upstream_raw.py", &["flood"])},
         {"id": "remote", "name": "remote",
          "transport": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")}},
     ]});
+    // The connect timeout bounds a Python SDK server's start (interpreter + SDK import +
+    // initialize) and every health check. 3 s was exceeded on a loaded 2-core machine: `good`
+    // then never became ready (each retry starts a fresh, equally slow interpreter) or a
+    // timed-out health check overwrote the "exited" error the crash step waits for. 10 s keeps
+    // the garbage upstream's breaker (3 timed-out connects) well inside the wait below.
+    // `timeout_secs: 5` leaves a loaded machine room for `echo` while `hang` runs out.
     let tuning = json!({"tuning": {
         "upstream_health_interval_ms": 300,
         "upstream_backoff_base_ms": 200,
         "upstream_backoff_max_ms": 800,
-        "upstream_connect_timeout_ms": 3000,
+        "upstream_connect_timeout_ms": 10_000,
     }});
     let node = start(tuning, upstreams).await;
     let st = wait_status(
         &node,
         "good, flood and remote ready; garbage's breaker open",
-        Duration::from_secs(90),
+        Duration::from_secs(150),
         |s| {
             ["good", "flood", "remote"]
                 .iter()

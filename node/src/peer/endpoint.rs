@@ -52,6 +52,8 @@ pub enum Cmd {
         arguments: serde_json::Map<String, serde_json::Value>,
         /// The caller's deadline, passed to the hub.
         timeout_ms: u64,
+        /// Where the upstream's progress goes, when the caller asked for it.
+        progress: Option<super::hubtools::ProgressRelay>,
         /// Where the answer goes.
         reply: super::hubtools::CallReply,
     },
@@ -144,8 +146,15 @@ struct NodeEnd {
     generation: u64,
     /// The hub's `node_id`, for messages.
     hub_name: String,
-    /// Agents' calls to the hub's upstream tools awaiting their answer, by request id.
-    calls: std::collections::HashMap<RequestId, super::hubtools::CallReply>,
+    /// Agents' calls to the hub's upstream tools awaiting their answer (and where their
+    /// progress goes), by request id.
+    calls: std::collections::HashMap<
+        RequestId,
+        (
+            super::hubtools::CallReply,
+            Option<super::hubtools::ProgressRelay>,
+        ),
+    >,
     /// The `list_upstream_tools` request in flight.
     listing: Option<RequestId>,
     /// A change hint arrived while a listing was in flight: list again after it.
@@ -335,6 +344,20 @@ impl End for NodeEnd {
                     self.list_upstream(link);
                 }
             }
+            LinkEvent::UpstreamProgress {
+                id,
+                params,
+                coalesced,
+            } => {
+                let tools = &self.node.peer.hub_tools;
+                match self.calls.get(&id) {
+                    // The caller still waits: its deadline has not passed.
+                    Some((reply, Some(relay))) if !reply.is_closed() => {
+                        tools.relay_progress(&self.node, relay, params, coalesced);
+                    }
+                    _ => tools.progress_after_caller_left(coalesced),
+                }
+            }
             LinkEvent::Request { id, request } => self.answer(link, id, request),
             LinkEvent::Response {
                 id,
@@ -396,7 +419,7 @@ impl End for NodeEnd {
                     }
                 }
                 (Request::CallUpstreamTool { .. }, resp) => {
-                    if let Some(reply) = self.calls.remove(&id) {
+                    if let Some((reply, _)) = self.calls.remove(&id) {
                         super::hubtools::answer(reply, resp, &self.hub_name);
                     }
                 }
@@ -420,7 +443,7 @@ impl End for NodeEnd {
                 tracing::info!(?reason, "peer link down");
                 // Requests of a link that is gone get no answer (the hub resends).
                 self.sends.clear();
-                for (_, reply) in self.calls.drain() {
+                for (_, (reply, _)) in self.calls.drain() {
                     super::hubtools::lost(reply, &self.hub_name);
                 }
                 self.node
@@ -446,14 +469,16 @@ impl End for NodeEnd {
                 name,
                 arguments,
                 timeout_ms,
+                progress,
                 reply,
             } => match link.request(Request::CallUpstreamTool {
                 name,
                 arguments,
                 timeout_ms,
+                progress: progress.is_some(),
             }) {
                 Ok(id) => {
-                    self.calls.insert(id, reply);
+                    self.calls.insert(id, (reply, progress));
                 }
                 Err(e) => {
                     let _ = reply.send(Err(crate::mcp::registry::ToolError::new(

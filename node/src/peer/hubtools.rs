@@ -9,6 +9,15 @@
 //! (`call_upstream_tool`) with the caller's deadline, and the hub's `CallToolResult` comes back
 //! unchanged. The hub applies its filters at dispatch too.
 //!
+//! A call that carries a `progressToken` (and a protocol session to stream to) asks the hub for
+//! the upstream's progress (`progress: true`); the link task hands each `upstream_progress`
+//! frame to [`HubTools::relay_progress`], which puts the caller's token back and pushes
+//! `notifications/progress` to the caller's `GET /mcp` stream, exactly as a local upstream
+//! call's progress goes. Progress stops with the call: a frame for a call whose caller stopped
+//! waiting (its deadline) is dropped. Counters in `GET /mcp/status`: relayed, coalesced by the
+//! hub (a flood outran the link), dropped here (the caller's stream was full or gone, or the
+//! call was over).
+//!
 //! Across a link drop the list stays as it was (an agent's tool cache is not churned by a hub
 //! restart), calls answer `hub_unavailable` at once, and the link's return re-reads the
 //! catalogue. A node cannot tell a hub's `disconnect` from a restart, so the tools go (with
@@ -54,6 +63,21 @@ pub struct HubTools {
     state: Mutex<State>,
     /// Changes whenever the listed set changes (search index key, list_changed).
     generation: AtomicU64,
+    /// Progress notifications pushed to a caller's stream.
+    progress_relayed: AtomicU64,
+    /// Progress notifications the hub coalesced away (as its frames reported).
+    progress_coalesced: AtomicU64,
+    /// Progress notifications that reached this node but not the caller.
+    progress_dropped: AtomicU64,
+}
+
+/// Where a hub-routed call's progress goes: the caller's token and protocol session.
+#[derive(Debug, Clone)]
+pub struct ProgressRelay {
+    /// The caller's own `progressToken`, put back on every notification.
+    pub token: Value,
+    /// The caller's protocol session, whose `GET /mcp` stream receives them.
+    pub mcp_session: String,
 }
 
 fn qualified(t: &Value) -> Option<Value> {
@@ -141,12 +165,45 @@ impl HubTools {
         });
     }
 
-    /// `GET /mcp/status` row: whether the link is up and how many hub tools are listed.
+    /// One `upstream_progress` frame of a call whose caller still waits: the caller's token
+    /// back on it, pushed to the caller's stream (bounded; a full stream drops and counts).
+    pub fn relay_progress(
+        &self,
+        node: &Node,
+        relay: &ProgressRelay,
+        mut params: Map<String, Value>,
+        coalesced: u64,
+    ) {
+        self.progress_coalesced
+            .fetch_add(coalesced, Ordering::Relaxed);
+        params.insert("progressToken".into(), relay.token.clone());
+        let msg = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
+        if node.mcp.sessions.push_to_session(&relay.mcp_session, &msg) {
+            self.progress_relayed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.progress_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A progress frame that arrived for a call nobody waits for any more.
+    pub fn progress_after_caller_left(&self, coalesced: u64) {
+        self.progress_coalesced
+            .fetch_add(coalesced, Ordering::Relaxed);
+        self.progress_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `GET /mcp/status` row: whether the link is up, how many hub tools are listed, and the
+    /// progress relay's counters.
     pub fn status(&self) -> Value {
         let g = self.lock();
         let mut v = json!({
             "link_up": g.up.is_some(),
             "tools": g.tools.len(),
+            "progress": {
+                "relayed": self.progress_relayed.load(Ordering::Relaxed),
+                "coalesced_by_hub": self.progress_coalesced.load(Ordering::Relaxed),
+                "dropped": self.progress_dropped.load(Ordering::Relaxed),
+            },
         });
         if let Some(h) = &g.hub_name {
             v["hub"] = json!(h);
@@ -198,7 +255,7 @@ impl ToolSource for HubTools {
     fn call<'a>(
         &'a self,
         node: &'a Arc<Node>,
-        _ctx: &'a CallCtx,
+        ctx: &'a CallCtx,
         name: &'a str,
         args: Map<String, Value>,
     ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
@@ -209,10 +266,19 @@ impl ToolSource for HubTools {
                 return Err(self.unavailable(name, "no peer link to a hub is up"));
             };
             let (tx, rx) = oneshot::channel();
+            // As for a local upstream: progress needs a token and a stream to carry it.
+            let progress = match (&ctx.progress_token, &ctx.mcp_session) {
+                (Some(token), Some(sid)) => Some(ProgressRelay {
+                    token: token.clone(),
+                    mcp_session: sid.clone(),
+                }),
+                _ => None,
+            };
             let cmd = super::endpoint::Cmd::CallUpstream {
                 name: inner,
                 arguments: args,
                 timeout_ms,
+                progress,
                 reply: tx,
             };
             if link.send(cmd).is_err() {

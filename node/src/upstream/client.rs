@@ -158,6 +158,12 @@ impl RpcCore {
         lock(&self.progress).remove(&format!("tuic-{id}"));
     }
 
+    /// Forgets request `id` when the returned guard drops: a request whose caller gave up
+    /// (its future dropped at an outer deadline) leaves no waiter and no progress route behind.
+    pub(crate) fn finish_on_drop(&self, id: u64) -> FinishGuard<'_> {
+        FinishGuard { core: self, id }
+    }
+
     /// Fails every waiting request (the connection ended).
     pub(crate) fn fail_all(&self, why: &str) {
         let waiters: Vec<Waiter> = lock(&self.pending).drain().map(|(_, w)| w).collect();
@@ -179,6 +185,9 @@ impl RpcCore {
         match (method, id) {
             (None, Some(id)) => {
                 let n = id.as_u64()?;
+                // The route goes with the answer, here in the reader's order: progress the
+                // upstream sends after its answer is never relayed.
+                lock(&self.progress).remove(&format!("tuic-{n}"));
                 let waiter = lock(&self.pending).remove(&n);
                 let Some(w) = waiter else {
                     tracing::debug!(source = "upstream", upstream = %self.upstream, id = n, "answer to no waiting request");
@@ -243,6 +252,18 @@ impl RpcCore {
                 None
             }
         }
+    }
+}
+
+/// Forgets one request on drop (see [`RpcCore::finish_on_drop`]).
+pub(crate) struct FinishGuard<'a> {
+    core: &'a RpcCore,
+    id: u64,
+}
+
+impl Drop for FinishGuard<'_> {
+    fn drop(&mut self) {
+        self.core.finish(self.id);
     }
 }
 

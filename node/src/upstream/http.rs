@@ -259,6 +259,7 @@ impl HttpClient {
         progress: Option<(Value, ProgressSink)>,
     ) -> Result<Value, UpstreamError> {
         let (id, rx, mut msg) = self.core.start(method, params, progress);
+        let _forget = self.core.finish_on_drop(id);
         if *lock(&self.era) == Era::Modern {
             let meta = &mut msg["params"]["_meta"];
             if !meta.is_object() {

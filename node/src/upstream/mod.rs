@@ -988,15 +988,6 @@ impl ToolSource for Upstreams {
         args: Map<String, Value>,
     ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            let (e, tool) = self.resolve(name)?;
-            let client = {
-                let l = lock(&e.live);
-                if !l.tools.iter().any(|t| tool_name(t) == Some(tool)) && l.client.is_some() {
-                    return Err(unknown_tool(&e.def.name, tool));
-                }
-                l.client.clone()
-            };
-            let client = client.ok_or_else(|| unavailable(&e))?;
             let progress = match (&ctx.progress_token, &ctx.mcp_session) {
                 (Some(token), Some(sid)) => {
                     let (node, sid) = (node.clone(), sid.clone());
@@ -1010,28 +1001,64 @@ impl ToolSource for Upstreams {
                 }
                 _ => None,
             };
-            let params = json!({"name": tool, "arguments": Value::Object(args)});
-            let timeout = Duration::from_secs(e.def.timeout_secs);
-            client
-                .request("tools/call", params, timeout, progress)
-                .await
-                .map_err(|err| {
-                    if matches!(
-                        err,
-                        UpstreamError::NeedsAuth { .. } | UpstreamError::AuthFailed(_)
-                    ) {
-                        // A NeedsAuth on any request moves the upstream to needs_auth.
-                        *lock(&e.auth_lost) = Some(err.clone());
-                        e.auth_lost_signal.notify_one();
-                    }
-                    ToolError::new(err.code(), format!("upstream {}: {err}", e.def.name))
-                        .with("upstream", json!(e.def.name))
-                })
+            self.call_with(name, args, progress, None).await
         })
     }
 }
 
 impl Upstreams {
+    /// A call relayed for a node over the peer link (the hub's end): `progress` receives the
+    /// upstream's progress params (with a `progressToken` of no meaning to the caller, which
+    /// replaces it), and `deadline` — the node caller's — caps the upstream's own
+    /// `timeout_secs`, so a call that runs out of time is cancelled upstream
+    /// (`notifications/cancelled` on stdio) exactly as a local one is.
+    pub async fn call_relayed(
+        &self,
+        name: &str,
+        args: Map<String, Value>,
+        progress: Option<client::ProgressSink>,
+        deadline: Duration,
+    ) -> Result<Value, ToolError> {
+        let progress = progress.map(|sink| (Value::Null, sink));
+        self.call_with(name, args, progress, Some(deadline)).await
+    }
+
+    async fn call_with(
+        &self,
+        name: &str,
+        args: Map<String, Value>,
+        progress: Option<(Value, client::ProgressSink)>,
+        deadline: Option<Duration>,
+    ) -> Result<Value, ToolError> {
+        let (e, tool) = self.resolve(name)?;
+        let client = {
+            let l = lock(&e.live);
+            if !l.tools.iter().any(|t| tool_name(t) == Some(tool)) && l.client.is_some() {
+                return Err(unknown_tool(&e.def.name, tool));
+            }
+            l.client.clone()
+        };
+        let client = client.ok_or_else(|| unavailable(&e))?;
+        let params = json!({"name": tool, "arguments": Value::Object(args)});
+        let own = Duration::from_secs(e.def.timeout_secs);
+        let timeout = deadline.map_or(own, |d| d.min(own));
+        client
+            .request("tools/call", params, timeout, progress)
+            .await
+            .map_err(|err| {
+                if matches!(
+                    err,
+                    UpstreamError::NeedsAuth { .. } | UpstreamError::AuthFailed(_)
+                ) {
+                    // A NeedsAuth on any request moves the upstream to needs_auth.
+                    *lock(&e.auth_lost) = Some(err.clone());
+                    e.auth_lost_signal.notify_one();
+                }
+                ToolError::new(err.code(), format!("upstream {}: {err}", e.def.name))
+                    .with("upstream", json!(e.def.name))
+            })
+    }
+
     /// The upstream and its own tool name for `{name}__{tool}`, with the filter applied:
     /// a hidden tool is refused here as it is hidden from the listing.
     fn resolve<'n>(&self, qualified: &'n str) -> Result<(Arc<Entry>, &'n str), ToolError> {

@@ -171,6 +171,7 @@ impl StdioClient {
             return Err(UpstreamError::Closed(self.exit_reason()));
         }
         let (id, rx, msg) = self.core.start(method, params, progress);
+        let _forget = self.core.finish_on_drop(id);
         if !write_line(&self.stdin, &msg).await {
             self.core.finish(id);
             return Err(UpstreamError::Closed(self.exit_reason()));

@@ -5,9 +5,15 @@
 //! their acknowledgements (including the delivery `receipt` a hub relays back to the sender's
 //! node) and errors, plus `hello` and `ping`/`pong`; and the hub's upstream tools offered to
 //! its nodes (issue 17 item 7): `list_upstream_tools` / `upstream_tools`,
-//! `call_upstream_tool` / `upstream_result` (node → hub requests only) and the hub's
-//! `upstream_tools_changed` hint. There is no frame that creates a process; an unknown `type`
+//! `call_upstream_tool` / `upstream_result` (node → hub requests only), the hub's
+//! `upstream_tools_changed` hint, and `upstream_progress` (hub → node, the upstream's progress
+//! for a call that asked for it). There is no frame that creates a process; an unknown `type`
 //! fails to decode.
+//!
+//! Compatibility: `call_upstream_tool`'s `progress` field is omitted when false, and a hub sends
+//! `upstream_progress` only for a call whose `progress` is true, so a node or hub built before
+//! progress relay (which ignores the field and never sets it) keeps working without a version
+//! bump: it simply gets no progress.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -323,6 +329,11 @@ pub enum Frame {
         arguments: Map<String, Value>,
         /// The caller's deadline: the hub gives up (and answers a tool error) after this long.
         timeout_ms: u64,
+        /// The caller asked for progress: the hub relays the upstream's
+        /// `notifications/progress` for this call as `upstream_progress` frames until it
+        /// answers. Absent (false) from a node that predates progress relay.
+        #[serde(default, skip_serializing_if = "is_false")]
+        progress: bool,
     },
     /// Answer to `call_upstream_tool`: the upstream's `CallToolResult` as it came (content,
     /// structuredContent, isError and any extension field), or the hub's refusal as an
@@ -332,6 +343,21 @@ pub enum Frame {
         id: RequestId,
         /// The result object.
         result: Value,
+    },
+    /// One `notifications/progress` of an upstream call in flight, hub → node (no answer
+    /// expected); sent only for a `call_upstream_tool` with `progress: true`, in the order the
+    /// upstream sent them, and never after that call's `upstream_result`.
+    UpstreamProgress {
+        /// The `call_upstream_tool` request this progress belongs to. Deliberately not named
+        /// `id`: this frame is neither a request nor a response.
+        call_id: RequestId,
+        /// The notification's params as the upstream sent them (`progress`, `total`,
+        /// `message`, ...), without `progressToken`: the node puts its caller's token back.
+        params: Map<String, Value>,
+        /// Notifications of this call the hub coalesced away just before this one (a flood
+        /// outran the link); omitted when none.
+        #[serde(default, skip_serializing_if = "is_zero_u64")]
+        coalesced: u64,
     },
     /// A request failed, or the link is being refused.
     Error {
@@ -345,6 +371,14 @@ pub enum Frame {
         /// Human-readable detail; never a token or URL.
         message: String,
     },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Decoding a frame failed.
@@ -388,7 +422,8 @@ impl Frame {
             | Frame::Ping { .. }
             | Frame::Pong { .. }
             | Frame::Receipt(_)
-            | Frame::UpstreamToolsChanged { .. } => None,
+            | Frame::UpstreamToolsChanged { .. }
+            | Frame::UpstreamProgress { .. } => None,
             Frame::Register { id, .. }
             | Frame::RegisterAck { id }
             | Frame::ListPeers { id, .. }

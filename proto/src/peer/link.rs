@@ -15,6 +15,9 @@
 //! Upstream tools flow one way: a node asks its hub (`list_upstream_tools`,
 //! `call_upstream_tool`) and the hub hints `upstream_tools_changed`. A hub never asks a node
 //! for its upstreams, so a node's end refuses those requests, and a hub's end refuses the hint.
+//! A call that asked for progress gets `upstream_progress` frames while it is pending on the
+//! hub's end ([`PeerLink::upstream_progress`] refuses once it was answered); the node's end
+//! surfaces them only for its own pending call that asked, so no progress follows a result.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -139,6 +142,8 @@ pub enum Request {
         arguments: serde_json::Map<String, serde_json::Value>,
         /// The caller's deadline.
         timeout_ms: u64,
+        /// Relay the upstream's progress for this call.
+        progress: bool,
     },
 }
 
@@ -210,6 +215,16 @@ pub enum LinkEvent {
     UpstreamToolsChanged {
         /// The hub's generation after the change.
         generation: u64,
+    },
+    /// Progress of one of our pending `call_upstream_tool` requests that asked for it (node
+    /// end only).
+    UpstreamProgress {
+        /// Our request's id.
+        id: RequestId,
+        /// The notification's params, without a token.
+        params: serde_json::Map<String, serde_json::Value>,
+        /// Notifications the hub coalesced away just before this one.
+        coalesced: u64,
     },
     /// The link is over. Requests without an answer are handed back: their outcome is
     /// uncertain (the far side may or may not have acted on them).
@@ -487,14 +502,42 @@ impl PeerLink {
                 name,
                 arguments,
                 timeout_ms,
+                progress,
             } => self.inbound(
                 id,
                 Request::CallUpstreamTool {
                     name,
                     arguments,
                     timeout_ms,
+                    progress,
                 },
             ),
+            Frame::UpstreamProgress {
+                call_id,
+                params,
+                coalesced,
+            } => match self.config.role {
+                LinkRole::Node => {
+                    // Only for a call of ours still pending that asked for progress; anything
+                    // else (a late or unsolicited frame) is dropped without a word.
+                    let asked = matches!(
+                        self.outgoing.get(&call_id),
+                        Some(Request::CallUpstreamTool { progress: true, .. })
+                    );
+                    if asked {
+                        self.events.push_back(LinkEvent::UpstreamProgress {
+                            id: call_id,
+                            params,
+                            coalesced,
+                        });
+                    }
+                }
+                LinkRole::Hub => self.send_error(
+                    None,
+                    ErrorCode::Malformed,
+                    "upstream progress flows from the hub",
+                ),
+            },
             Frame::UpstreamTools {
                 id,
                 generation,
@@ -664,11 +707,13 @@ impl PeerLink {
                 name,
                 arguments,
                 timeout_ms,
+                progress,
             } => Frame::CallUpstreamTool {
                 id,
                 name: name.clone(),
                 arguments: arguments.clone(),
                 timeout_ms: *timeout_ms,
+                progress: *progress,
             },
         };
         self.transmit.push_back(frame);
@@ -756,6 +801,33 @@ impl PeerLink {
         }
         self.transmit
             .push_back(Frame::UpstreamToolsChanged { generation });
+        Ok(())
+    }
+
+    /// Relays one progress notification of the node's call `call` (hub end). Refused once the
+    /// call was answered (or was never asked of us), so progress never follows a result.
+    pub fn upstream_progress(
+        &mut self,
+        call: RequestId,
+        params: serde_json::Map<String, serde_json::Value>,
+        coalesced: u64,
+    ) -> Result<(), LinkError> {
+        if self.state != LinkState::Up {
+            return Err(LinkError::NotUp {
+                connection: self.config.connection_id.clone(),
+            });
+        }
+        if !self.incoming.contains(&call) {
+            return Err(LinkError::UnknownRequest {
+                id: call,
+                connection: self.config.connection_id.clone(),
+            });
+        }
+        self.transmit.push_back(Frame::UpstreamProgress {
+            call_id: call,
+            params,
+            coalesced,
+        });
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //! - [`deliver`](mod@deliver): what a receiving side does with a `send` (deliver locally or relay).
 //! - [`address`]: `<connection_id>/<peer>` addresses.
 //! - [`backoff`]: reconnect delays.
+//! - [`progress`]: the bounded, coalescing queue of a relayed upstream call's progress.
 //!
 //! None of these touch a socket, a clock or a random source; a simulator in
 //! `proto/tests/sim.rs` drives them with virtual time.
@@ -20,6 +21,7 @@ pub mod deliver;
 pub mod frame;
 pub mod link;
 pub mod outbox;
+pub mod progress;
 
 pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
 pub use backoff::Backoff;
@@ -35,3 +37,4 @@ pub use link::{
 pub use outbox::{
     Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome,
 };
+pub use progress::{PROGRESS_QUEUE_CAP, ProgressQueue};

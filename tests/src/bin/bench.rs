@@ -12,7 +12,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- upload-copy | upload-copy-netns
 //! cargo run -p tuic-tests --release --bin bench -- progress-journal [N]
 //! cargo run -p tuic-tests --release --bin bench -- metrics-scrape [SESSIONS]
-//! cargo run -p tuic-tests --release --bin bench -- upstream-call [N] | hub-upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]
+//! cargo run -p tuic-tests --release --bin bench -- upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]
 //! cargo run -p tuic-tests --release --bin bench -- worktree-list [WORKTREES] [COMMITS] [CALLS]
 //! cargo run -p tuic-tests --release --bin bench -- branch-integrations [BRANCHES] [COMMITS] [CALLS]
 //! ```
@@ -96,6 +96,11 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2_000);
             rt.block_on(tuic_tests::bench_upstream::hub_call(n))
         }
+        Some("hub-upstream-progress") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+            let rounds = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5);
+            rt.block_on(tuic_tests::bench_upstream::hub_progress(n, rounds))
+        }
         Some("tool-search") => {
             let tools = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
             let q = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2_000);
@@ -144,7 +149,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
