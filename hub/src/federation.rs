@@ -63,6 +63,10 @@ pub struct Conn {
     pub state: RwLock<ConnState>,
     /// Stops the drivers (mirror and peer link).
     pub(crate) stop: CancellationToken,
+    /// Counts the times the node was found down: relayed streams end on a change, so a silent
+    /// partition (no reset reaches the hub) does not leave them hanging with the screen they
+    /// follow unstored.
+    pub(crate) downs: tokio::sync::watch::Sender<u64>,
 }
 
 impl Conn {
@@ -168,6 +172,7 @@ impl Federation {
                 token,
                 state: RwLock::new(ConnState::default()),
                 stop: self.node.shutdown.child_token(),
+                downs: tokio::sync::watch::Sender::new(0),
             });
             conns.insert(w.id.clone(), conn.clone());
             self.mail.ensure_outbox(&w.id);
@@ -273,6 +278,7 @@ impl Federation {
             });
             if was_up {
                 tracing::warn!(conn = %conn.id, error = ?ran_ok.as_ref().err(), "connection down");
+                conn.downs.send_modify(|n| *n += 1);
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use tuic_tests::fed::FedBed;
+use tuic_tests::netns::Door;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{NodeProc, bin, run_with_stdin};
 
@@ -749,76 +751,153 @@ async fn a_file_attached_on_the_phone_lands_in_the_sessions_directory_and_an_ove
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_last_screen() {
-    let (nd, mut node) = remote_node();
-    let (_, token, _) = run_with_stdin(
-        "tuic-node",
-        &["token", "--config-dir", nd.path().to_str().unwrap()],
-        "",
-    )
-    .unwrap();
-    let hd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        hd.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let hdir = hd.path().to_str().unwrap().to_owned();
-    run_with_stdin(
-        "tuic-hub",
-        &["set-password", "--config-dir", &hdir],
-        PASSWORD,
-    )
-    .unwrap();
-    let hub = NodeProc::start(
-        "tuic-hub",
-        &[
-            "--config-dir",
-            &hdir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    let url = format!("http://{}", node.tcp.unwrap());
-    let (code, _, err) = run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &hdir,
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        token.trim(),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let draw = "stty -echo; printf '\\033[2J\\033[2;3Hlast-words-before-the-fall'; read x";
-    let r = tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        "/sessions",
-        Some(json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"})),
+/// How soon a hub lists a down node's rows as `host_offline`, as documented (`docs/http-api.md`,
+/// "Federation" in the API clarifications): a reset connection (the node killed) is down at
+/// once and its routes answer 503 within 1 s; a silent one (the link cut) after 3 missed health
+/// probes, one every 5 s with a 2 s deadline each: at most 5 + 5 + 5 + 2 = 17 s.
+const DOWN_AFTER_RESET: Duration = Duration::from_secs(1);
+const DOWN_AFTER_SILENCE: Duration = Duration::from_secs(17);
+
+/// The hub's row of `address`, if listed.
+async fn hub_row(hub: &NodeProc, address: &str) -> Option<Value> {
+    let rows = tuic_tests::ipc(&hub.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["address"] == json!(address))
+        .cloned()
+}
+
+/// Times, from `since`, until the hub's list, `tuic ls` on the hub, and the page (the list's
+/// row and the open view's badge) all show `address` as host offline (`offline`) or as back
+/// (`!offline`: listed with the node's own state, not dimmed, the view badge following).
+async fn offline_shown(
+    b: &Browser,
+    hub: &NodeProc,
+    address: &str,
+    alias: &str,
+    offline: bool,
+    since: Instant,
+) -> [(&'static str, Duration); 3] {
+    let link = format!("#sessions a[data-session='{address}']");
+    let page_js = format!(
+        "(() => {{ const a = document.querySelector(\"{link}\");
+           if (!a) return false;
+           const dim = a.closest('li').classList.contains('offline');
+           const badge = a.querySelector('.badge').textContent;
+           const view = document.getElementById('view-state');
+           return {offline} ? dim && badge === 'host offline' && !view.hidden && view.textContent === 'host offline'
+                            : !dim && badge !== 'host offline' && !view.hidden && view.textContent === badge; }})()"
+    );
+    let (mut rest, mut cli, mut page) = (None, None, None);
+    let deadline = since + Duration::from_secs(40);
+    while rest.is_none() || cli.is_none() || page.is_none() {
+        if rest.is_none()
+            && hub_row(hub, address)
+                .await
+                .is_some_and(|r| (r["state"] == json!("host_offline")) == offline)
+        {
+            rest = Some(since.elapsed());
+        }
+        if cli.is_none() {
+            let (sock, a) = (hub.socket.clone(), alias.to_owned());
+            let line = tokio::task::spawn_blocking(move || cli_line(&sock, &a))
+                .await
+                .unwrap();
+            if line.is_some_and(|l| l.contains("  host offline  ") == offline) {
+                cli = Some(since.elapsed());
+            }
+        }
+        if page.is_none()
+            && b.eval(&format!("return {page_js};"), json!([]))
+                .await
+                .unwrap()
+                == json!(true)
+        {
+            page = Some(since.elapsed());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "offline={offline} never shown everywhere: hub {rest:?}, tuic ls {cli:?}, page {page:?}; row {:?}",
+            hub_row(hub, address).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    [
+        ("hub list", rest.unwrap()),
+        ("tuic ls", cli.unwrap()),
+        ("page", page.unwrap()),
+    ]
+}
+
+/// The text of the page's screen rows (trailing blanks trimmed).
+async fn page_rows(b: &Browser) -> Vec<String> {
+    let v = b
+        .eval(
+            "return [...document.querySelectorAll('#screen .row')].map(r => r.textContent.trimEnd())",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+/// Opens the phone page afresh on `address` and waits until its screen shows `text`.
+async fn open_fresh(b: &Browser, base: &str, address: &str, text: &str) {
+    let link = format!("#sessions a[data-session='{address}']");
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 15_000)
+        .await
+        .unwrap();
+    b.click(&b.find(&link).await.unwrap()).await.unwrap();
+    b.wait_for(
+        &format!("document.getElementById('screen').textContent.includes('{text}')"),
+        15_000,
     )
     .await
     .unwrap();
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    let remote = r.json()["session_id"].as_str().unwrap().to_owned();
-    let address = format!("boxb/{remote}");
+}
+
+#[tokio::test]
+async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_last_screen() {
+    // Hub and node in their own network namespaces; the hub retries a lost node after at most
+    // 2 s (jittered), so the node's return is seen promptly.
+    let mut bed = FedBed::start_with_hub(
+        1,
+        json!({}),
+        json!({"tuning": {"peer_reconnect_max_ms": 2_000}}),
+        Some(PASSWORD),
+    )
+    .await
+    .unwrap();
+    let hub_port = bed.hub.tcp.expect("hub TCP").port();
+    let door = Door::open(bed.net.hub(), ([127, 0, 0, 1], hub_port).into()).unwrap();
+    let base = format!("http://{}", door.addr);
+    // A program that draws, then writes each line it reads at row 4 (no echo).
+    let draw = "stty -echo; printf '\\033[2J\\033[2;3Hlast-words-before-the-fall'; \
+                while read x; do printf '\\033[4;3H\\033[Kgot-%s' \"$x\"; done";
+    let remote = bed
+        .create_on_node(
+            0,
+            json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"}),
+        )
+        .await
+        .unwrap();
+    let address = format!("nodeb/{remote}");
+    let alias = bed
+        .wait_listed(&address, Duration::from_secs(20))
+        .await
+        .unwrap()["alias"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let link = format!("#sessions a[data-session='{address}']");
 
     let b = Browser::launch(390, 844).await.unwrap();
-    let base = format!("http://{}", hub.tcp.unwrap());
     login(&b, &base).await;
-    let link = format!("#sessions a[data-session='{address}']");
     b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 20_000)
         .await
         .unwrap();
@@ -829,59 +908,20 @@ async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_las
     )
     .await
     .unwrap();
+    let live = page_rows(&b).await;
 
-    // The node goes down.
-    node.child.kill().unwrap();
-    node.child.wait().unwrap();
-    let killed = Instant::now();
-    // The hub keeps the row as host offline (REST and the page's list, dimmed).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let rows = tuic_tests::ipc(&hub.socket, "GET", "/sessions", None)
-            .await
-            .unwrap()
-            .json();
-        let row = rows
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["address"] == json!(address))
-            .cloned();
-        if row
-            .as_ref()
-            .is_some_and(|r| r["state"] == json!("host_offline"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no host_offline row: {rows}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    b.wait_for(
-        &format!(
-            "(() => {{ const a = document.querySelector(\"{link}\");
-               return a && a.closest('li').classList.contains('offline')
-                 && a.querySelector('.badge').textContent === 'host offline'
-                 && document.getElementById('view-state').textContent === 'host offline'; }})()"
-        ),
-        15_000,
-    )
-    .await
-    .unwrap();
-    println!("host offline shown {:?} after the kill", killed.elapsed());
-    // The open view still shows the last screen.
-    let shown = b
-        .eval(
-            "return document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
-            json!([]),
-        )
+    // 1. The node is killed (-9): the hub's connection resets.
+    bed.nodes[0].kill9();
+    let t = Instant::now();
+    let down = offline_shown(&b, &bed.hub, &address, &alias, true, t).await;
+    println!("kill -9: host offline shown after {down:?}");
+    b.screenshot(&artifacts_dir().join("offline-kill-phone.png"))
         .await
         .unwrap();
-    assert_eq!(shown, json!(true));
-    // Opened afresh after the fall, the session shows the last screen the hub relayed.
-    b.goto(&format!("{base}/mobile")).await.unwrap();
-    b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 15_000)
-        .await
-        .unwrap();
+    // The open view still shows the last screen, row for row.
+    assert_eq!(page_rows(&b).await, live);
+    // Opened afresh, the row is dimmed and the session shows the last screen the hub relayed.
+    open_fresh(&b, &base, &address, "last-words-before-the-fall").await;
     let dim = b
         .eval(
             &format!(
@@ -892,27 +932,84 @@ async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_las
         .await
         .unwrap();
     assert_eq!(dim, json!([true, "0.55"]));
-    b.screenshot(&artifacts_dir().join("offline-list-phone.png"))
+    assert_eq!(page_rows(&b).await, live);
+    b.screenshot(&artifacts_dir().join("offline-last-screen-phone.png"))
         .await
         .unwrap();
-    b.click(&b.find(&link).await.unwrap()).await.unwrap();
+    // The node comes back (its holder kept the PTY): the row is live again everywhere and the
+    // view follows the live screen.
+    bed.nodes[0].restart().unwrap();
+    let t = Instant::now();
+    let back = offline_shown(&b, &bed.hub, &address, &alias, false, t).await;
+    println!("node restarted: host offline cleared after {back:?}");
+    let r = tuic_tests::ipc(
+        &bed.hub.socket,
+        "POST",
+        &format!("/sessions/{}/write", address.replace('/', "%2F")),
+        Some(json!({"data": "after-restart\n"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
     b.wait_for(
-        "document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
+        "document.getElementById('screen').textContent.includes('got-after-restart')",
         15_000,
     )
     .await
     .unwrap();
-    let row2 = b
-        .eval(
-            "return document.querySelectorAll('#screen .row')[1].textContent.trimEnd()",
-            json!([]),
-        )
+    let live = page_rows(&b).await;
+
+    // 2. The link is cut: no reset reaches the hub; its health probes find the node gone.
+    bed.net.set_link(0, false).unwrap();
+    let t = Instant::now();
+    let cut = offline_shown(&b, &bed.hub, &address, &alias, true, t).await;
+    println!("link cut: host offline shown after {cut:?}");
+    b.screenshot(&artifacts_dir().join("offline-cut-phone.png"))
         .await
         .unwrap();
-    assert_eq!(row2, json!("  last-words-before-the-fall"));
-    b.screenshot(&artifacts_dir().join("offline-last-screen-phone.png"))
-        .await
-        .unwrap();
+    assert_eq!(page_rows(&b).await, live);
+    // Opened afresh: the last screen is the newest one relayed, not an older one.
+    open_fresh(&b, &base, &address, "got-after-restart").await;
+    assert_eq!(page_rows(&b).await, live);
+    // The link is back: cleared, and the view is live again.
+    bed.net.set_link(0, true).unwrap();
+    let t = Instant::now();
+    let relinked = offline_shown(&b, &bed.hub, &address, &alias, false, t).await;
+    println!("link restored: host offline cleared after {relinked:?}");
+    let r = tuic_tests::ipc(
+        &bed.hub.socket,
+        "POST",
+        &format!("/sessions/{}/write", address.replace('/', "%2F")),
+        Some(json!({"data": "after-relink\n"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('got-after-relink')",
+        15_000,
+    )
+    .await
+    .unwrap();
+
+    // The hub within its documented bound; the page and `tuic ls` within the state bound of it.
+    for (what, figures, hub_bound) in [
+        ("kill -9", down, DOWN_AFTER_RESET),
+        ("link cut", cut, DOWN_AFTER_SILENCE),
+    ] {
+        let hub = figures[0].1;
+        assert!(
+            hub <= hub_bound,
+            "{what}: the hub listed host offline after {hub:?} (bound {hub_bound:?})"
+        );
+        for (who, d) in &figures[1..] {
+            assert!(
+                *d <= hub + BOUND,
+                "{what}: the {who} showed host offline {d:?} after (the hub: {hub:?})"
+            );
+        }
+    }
+    drop(door);
 }
 
 #[tokio::test]
