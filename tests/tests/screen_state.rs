@@ -772,8 +772,9 @@ async fn hub_row(hub: &NodeProc, address: &str) -> Option<Value> {
 }
 
 /// Times, from `since`, until the hub's list, `tuic ls` on the hub, and the page (the list's
-/// row and the open view's badge) all show `address` as host offline (`offline`) or as back
-/// (`!offline`: listed with the node's own state, not dimmed, the view badge following).
+/// row and the open view's badge) each show `address` as host offline (`offline`) or as back
+/// (`!offline`: listed with the node's own state, not dimmed, the view badge following). Each
+/// observer is polled on its own, so a figure is that observer's delay, not a polling round.
 async fn offline_shown(
     b: &Browser,
     hub: &NodeProc,
@@ -784,53 +785,65 @@ async fn offline_shown(
 ) -> [(&'static str, Duration); 3] {
     let link = format!("#sessions a[data-session='{address}']");
     let page_js = format!(
-        "(() => {{ const a = document.querySelector(\"{link}\");
+        "return (() => {{ const a = document.querySelector(\"{link}\");
            if (!a) return false;
            const dim = a.closest('li').classList.contains('offline');
            const badge = a.querySelector('.badge').textContent;
            const view = document.getElementById('view-state');
            return {offline} ? dim && badge === 'host offline' && !view.hidden && view.textContent === 'host offline'
-                            : !dim && badge !== 'host offline' && !view.hidden && view.textContent === badge; }})()"
+                            : !dim && badge !== 'host offline' && !view.hidden && view.textContent === badge; }})();"
     );
-    let (mut rest, mut cli, mut page) = (None, None, None);
     let deadline = since + Duration::from_secs(40);
-    while rest.is_none() || cli.is_none() || page.is_none() {
-        if rest.is_none()
-            && hub_row(hub, address)
+    let what = if offline { "host offline" } else { "back" };
+    let rest = async {
+        loop {
+            if hub_row(hub, address)
                 .await
                 .is_some_and(|r| (r["state"] == json!("host_offline")) == offline)
-        {
-            rest = Some(since.elapsed());
+            {
+                return since.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the hub never listed {address} as {what}: {:?}",
+                hub_row(hub, address).await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if cli.is_none() {
+    };
+    let cli = async {
+        loop {
             let (sock, a) = (hub.socket.clone(), alias.to_owned());
             let line = tokio::task::spawn_blocking(move || cli_line(&sock, &a))
                 .await
                 .unwrap();
-            if line.is_some_and(|l| l.contains("  host offline  ") == offline) {
-                cli = Some(since.elapsed());
+            if line
+                .as_ref()
+                .is_some_and(|l| l.contains("  host offline  ") == offline)
+            {
+                return since.elapsed();
             }
+            assert!(
+                Instant::now() < deadline,
+                "tuic ls on the hub never showed {address} as {what}: {line:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if page.is_none()
-            && b.eval(&format!("return {page_js};"), json!([]))
-                .await
-                .unwrap()
-                == json!(true)
-        {
-            page = Some(since.elapsed());
+    };
+    let page = async {
+        loop {
+            if b.eval(&page_js, json!([])).await.unwrap() == json!(true) {
+                return since.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the page never showed {address} as {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "offline={offline} never shown everywhere: hub {rest:?}, tuic ls {cli:?}, page {page:?}; row {:?}",
-            hub_row(hub, address).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    [
-        ("hub list", rest.unwrap()),
-        ("tuic ls", cli.unwrap()),
-        ("page", page.unwrap()),
-    ]
+    };
+    let (rest, cli, page) = tokio::join!(rest, cli, page);
+    [("hub list", rest), ("tuic ls", cli), ("page", page)]
 }
 
 /// The text of the page's screen rows (trailing blanks trimmed).
