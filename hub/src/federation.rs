@@ -63,6 +63,10 @@ pub struct Conn {
     pub state: RwLock<ConnState>,
     /// Stops the drivers (mirror and peer link).
     pub(crate) stop: CancellationToken,
+    /// Counts the times the node was found down: relayed streams end on a change, so a silent
+    /// partition (no reset reaches the hub) does not leave them hanging with the screen they
+    /// follow unstored.
+    pub(crate) downs: tokio::sync::watch::Sender<u64>,
 }
 
 impl Conn {
@@ -168,6 +172,7 @@ impl Federation {
                 token,
                 state: RwLock::new(ConnState::default()),
                 stop: self.node.shutdown.child_token(),
+                downs: tokio::sync::watch::Sender::new(0),
             });
             conns.insert(w.id.clone(), conn.clone());
             self.mail.ensure_outbox(&w.id);
@@ -179,6 +184,24 @@ impl Federation {
                 .spawn(crate::ops::relay_progress(self.clone(), conn.clone()));
             let fed = self.clone();
             self.node.tasks.spawn(async move { fed.drive(conn).await });
+        }
+    }
+
+    /// Changes a connection's mirrored state and tells the hub's own pages what that changed
+    /// in the hub's list, under each row's hub address (`<conn>/<id>`): a row's listed `state`
+    /// (`host_offline` while the node is down) as `pty-parsed {type:"state"}`, a row that left
+    /// as `session-closed`, a new row as `session-created`. Without these a page on the hub
+    /// would see a remote session's state, or its host going offline, only at its next timed
+    /// list refresh.
+    pub(crate) fn update(&self, conn: &Conn, f: impl FnOnce(&mut ConnState)) {
+        let events = {
+            let mut st = conn.state.write().unwrap_or_else(|p| p.into_inner());
+            let before = listed_states(&st);
+            f(&mut st);
+            listing_changes(&conn.id, &before, &st)
+        };
+        for e in events {
+            self.node.bus.publish(e);
         }
     }
 
@@ -246,7 +269,7 @@ impl Federation {
                 r = self.session_once(&conn) => r,
             };
             let was_up = conn.snapshot().up;
-            conn.set(|s| {
+            self.update(&conn, |s| {
                 // The rows stay (shown as host offline); the next connect reads the whole list.
                 s.up = false;
                 if let Err(e) = &ran_ok {
@@ -255,6 +278,7 @@ impl Federation {
             });
             if was_up {
                 tracing::warn!(conn = %conn.id, error = ?ran_ok.as_ref().err(), "connection down");
+                conn.downs.send_modify(|n| *n += 1);
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
@@ -283,7 +307,7 @@ impl Federation {
             ));
         }
         self.refresh(conn).await?;
-        conn.set(|s| {
+        self.update(conn, |s| {
             s.up = true;
             s.last_error = None;
         });
@@ -339,7 +363,7 @@ impl Federation {
             | Event::PtyExit { session_id, .. }
             | Event::PtyParsed { session_id, .. } => self.refresh_row(conn, &session_id).await,
             Event::SessionClosed { session_id } => {
-                conn.set(|s| s.sessions.retain(|r| !row_is(r, &session_id)));
+                self.update(conn, |s| s.sessions.retain(|r| !row_is(r, &session_id)));
                 Ok(())
             }
             Event::SessionRenamed {
@@ -406,7 +430,7 @@ impl Federation {
         } else {
             return Err(format!("node answered {status} to a session row read"));
         };
-        conn.set(|s| {
+        self.update(conn, |s| {
             s.row_fetches += 1;
             match row {
                 Some(row) => match s.sessions.iter_mut().find(|r| row_is(r, session_id)) {
@@ -436,7 +460,7 @@ impl Federation {
             .json()
             .await
             .map_err(|e| describe(&e))?;
-        conn.set(|s| {
+        self.update(conn, |s| {
             s.sessions = rows;
             s.full_refreshes += 1;
         });
@@ -450,6 +474,67 @@ const MAX_EVENT_BYTES: usize = 1 << 20;
 
 fn row_is(row: &Value, session_id: &str) -> bool {
     row.get("session_id").and_then(Value::as_str) == Some(session_id)
+}
+
+/// Each listed row's session id and the `state` the hub lists it with.
+fn listed_states(st: &ConnState) -> HashMap<String, String> {
+    st.sessions
+        .iter()
+        .filter_map(|r| {
+            let id = r.get("session_id")?.as_str()?.to_owned();
+            Some((id, listed_state(st, r)))
+        })
+        .collect()
+}
+
+/// The `state` the hub lists a row with (see [`Federation::remote_rows`]).
+fn listed_state(st: &ConnState, row: &Value) -> String {
+    if st.up {
+        row.get("state")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        "host_offline".to_owned()
+    }
+}
+
+/// The events that describe how connection `conn`'s listed rows went from `before` to `st`.
+fn listing_changes(conn: &str, before: &HashMap<String, String>, st: &ConnState) -> Vec<Event> {
+    let mut out = Vec::new();
+    let mut now = std::collections::HashSet::new();
+    for r in &st.sessions {
+        let Some(id) = r.get("session_id").and_then(Value::as_str) else {
+            continue;
+        };
+        now.insert(id);
+        let address = format!("{conn}/{id}");
+        let state = listed_state(st, r);
+        match before.get(id) {
+            Some(old) if *old == state => {}
+            Some(_) => out.push(Event::PtyParsed {
+                session_id: address,
+                parsed: json!({"type": "state", "state": state}),
+            }),
+            None => {
+                let text = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_owned);
+                out.push(Event::SessionCreated {
+                    session_id: address,
+                    cwd: text("cwd").unwrap_or_default(),
+                    agent_type: text("agent_type"),
+                    display_name: text("display_name"),
+                    parent_session: text("parent_session"),
+                    tuic_session: text("tuic_session").unwrap_or_default(),
+                });
+            }
+        }
+    }
+    for id in before.keys().filter(|id| !now.contains(id.as_str())) {
+        out.push(Event::SessionClosed {
+            session_id: format!("{conn}/{id}"),
+        });
+    }
+    out
 }
 
 /// Edits one mirrored row in place; false when the mirror has no such row.
@@ -547,5 +632,57 @@ impl RemoteSessions for Federation {
         // thread, and waits for the owner either way.
         let handle = tokio::runtime::Handle::current();
         tokio::task::block_in_place(|| handle.block_on(fut)).map_err(|e| unavailable(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(up: bool, rows: &[(&str, &str)]) -> ConnState {
+        ConnState {
+            up,
+            sessions: rows
+                .iter()
+                .map(|(id, state)| json!({"session_id": id, "state": state, "cwd": "/w", "tuic_session": "t"}))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn names(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::PtyParsed { session_id, parsed } => {
+                    format!("state {session_id} {}", parsed["state"].as_str().unwrap())
+                }
+                Event::SessionCreated { session_id, .. } => format!("created {session_id}"),
+                Event::SessionClosed { session_id } => format!("closed {session_id}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn listing_changes_name_state_moves_new_rows_and_rows_that_left_under_hub_addresses() {
+        let up = st(true, &[("a", "working"), ("b", "done")]);
+        // The node goes down: every kept row is now listed host offline.
+        let before = listed_states(&up);
+        let down = ConnState {
+            up: false,
+            ..up.clone()
+        };
+        assert_eq!(
+            names(&listing_changes("nb", &before, &down)),
+            ["state nb/a host_offline", "state nb/b host_offline"]
+        );
+        // Back, with `b` gone, `c` new and `a` changed meanwhile.
+        let back = st(true, &[("a", "done"), ("c", "needs_input")]);
+        let mut got = names(&listing_changes("nb", &listed_states(&down), &back));
+        got.sort();
+        assert_eq!(got, ["closed nb/b", "created nb/c", "state nb/a done"]);
+        // Nothing listed changed: nothing is said.
+        assert!(listing_changes("nb", &listed_states(&back), &back).is_empty());
     }
 }

@@ -263,9 +263,14 @@ async fn proxy_ws(
     if let Some(s) = upstream.get_ref().get_ref_tcp() {
         let _ = s.set_nodelay(true);
     }
+    let mut down = conn.downs.subscribe();
+    down.borrow_and_update();
     upgrade.on_upgrade(move |client| async move {
         let (mut up_tx, mut up_rx) = upstream.split();
         let (mut cl_tx, mut cl_rx) = client.split();
+        let mut follower = follow
+            .as_ref()
+            .map(|_| crate::lastscreen::Follower::default());
         let to_node = async {
             while let Some(Ok(m)) = cl_rx.next().await {
                 let m = match m {
@@ -281,9 +286,6 @@ async fn proxy_ws(
             let _ = up_tx.close().await;
         };
         let to_client = async {
-            let mut follower = follow
-                .as_ref()
-                .map(|_| crate::lastscreen::Follower::default());
             while let Some(Ok(m)) = up_rx.next().await {
                 let m = match m {
                     TMsg::Text(t) => {
@@ -300,12 +302,21 @@ async fn proxy_ws(
                     break;
                 }
             }
-            if let (Some((fed, address)), Some(f)) = (&follow, follower) {
+            if let (Some((fed, address)), Some(f)) = (&follow, follower.take()) {
                 fed.screens.store(address, f);
             }
             let _ = cl_tx.close().await;
         };
-        tokio::join!(to_node, to_client);
+        // The node found down ends the relay even when no reset reached it (a cut link): the
+        // page gets a close, retries, and is served the stored last screen.
+        tokio::select! {
+            _ = async { tokio::join!(to_node, to_client) } => {}
+            _ = down.changed() => {}
+        }
+        if let (Some((fed, address)), Some(f)) = (&follow, follower.take()) {
+            fed.screens.store(address, f);
+        }
+        let _ = cl_tx.close().await;
     })
 }
 

@@ -121,6 +121,19 @@ impl FedBed {
 
     /// [`FedBed::start`] with `node_config` merged into every node's `config.json`.
     pub async fn start_with(n: usize, node_config: Value) -> anyhow::Result<Self> {
+        Self::start_with_hub(n, node_config, json!({}), None).await
+    }
+
+    /// [`FedBed::start_with`] whose hub also gets `hub_config` merged into its `config.json`
+    /// and, with `password`, that login password and remote access (TCP on an ephemeral port
+    /// inside its namespace; reach it from the test's side through a [`crate::netns::Door`]),
+    /// for tests that drive the hub from a browser.
+    pub async fn start_with_hub(
+        n: usize,
+        node_config: Value,
+        hub_config: Value,
+        password: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let net = Net::star(n)?;
         let mut nodes = Vec::new();
         for i in 0..n {
@@ -132,13 +145,21 @@ impl FedBed {
                 node_config.clone(),
             )?);
         }
-        let hub_dir = config_dir(json!({}));
-        let hub = NodeProc::start_in(
-            Some(net.hub()),
-            "tuic-hub",
-            &["--config-dir", &s(&hub_dir)],
-            &[],
-        )?;
+        let hub_dir = config_dir(hub_config);
+        let hub_dir_s = s(&hub_dir);
+        let mut hub_args = vec!["--config-dir", &hub_dir_s];
+        if let Some(pw) = password {
+            let (code, _, err) = run_with_stdin(
+                "tuic-hub",
+                &["set-password", "--config-dir", &hub_dir_s],
+                pw,
+            )?;
+            if code != 0 {
+                bail!("hub set-password: {err}");
+            }
+            hub_args.extend(["--remote-access", "--port", "0"]);
+        }
+        let hub = NodeProc::start_in(Some(net.hub()), "tuic-hub", &hub_args, &[])?;
         let bed = Self {
             nodes,
             hub_dir,

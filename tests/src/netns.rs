@@ -1,8 +1,12 @@
 //! Network namespaces for multi-host tests: a star of namespaces (the hub in the middle, each
-//! node on its own veth link) created with `ip netns`/`ip link` and deleted on drop. Traffic
-//! never leaves these namespaces and loopback.
+//! node on its own veth link) created with `ip netns`/`ip link` and deleted on drop, and a
+//! [`Door`] that lets a client on the test's side (a browser) reach a server inside one.
+//! Traffic never leaves these namespaces and loopback.
 
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -137,6 +141,102 @@ impl Drop for Net {
     fn drop(&mut self) {
         for n in self.names.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+/// A way into a namespace for a client on the test's side (a browser the test drives): a TCP
+/// listener on the test's loopback whose every connection is dialed, from inside the namespace,
+/// to a target there and relayed both ways. It runs on its own thread, moved into the namespace
+/// (`setns` affects only the calling thread), so the sockets it dials belong to the namespace
+/// while the listener, created before the move, stays on the test's side. Stops on drop,
+/// closing every relayed connection.
+#[derive(Debug)]
+pub struct Door {
+    /// Where the client connects (the test's loopback).
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Door {
+    /// Opens a door to `target` inside namespace `ns` (by name, `/run/netns/<ns>`).
+    pub fn open(ns: &str, target: SocketAddr) -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let nsf = std::fs::File::open(format!("/run/netns/{ns}"))
+            .with_context(|| format!("opening namespace {ns}"))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+        let thread = std::thread::Builder::new()
+            .name("netns-door".into())
+            .spawn(move || {
+                let setup = || -> anyhow::Result<tokio::runtime::Runtime> {
+                    rustix::thread::move_into_link_name_space(
+                        nsf.as_fd(),
+                        Some(rustix::thread::LinkNameSpaceType::Network),
+                    )
+                    .context("entering the namespace")?;
+                    Ok(tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?)
+                };
+                let rt = match setup() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.into()));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    let relay = async {
+                        while let Ok((mut down, _)) = listener.accept().await {
+                            tokio::spawn(async move {
+                                // Refused inside: the client's connection closes, as a direct
+                                // dial's would fail.
+                                let Ok(mut up) = tokio::net::TcpStream::connect(target).await
+                                else {
+                                    return;
+                                };
+                                let _ = (down.set_nodelay(true), up.set_nodelay(true));
+                                let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                            });
+                        }
+                    };
+                    tokio::select! {
+                        _ = stopped => {}
+                        _ = relay => {}
+                    }
+                });
+                // Dropping the runtime here cancels every relay task, closing its sockets.
+            })?;
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .context("the door's thread did not start")??;
+        Ok(Self {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Door {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

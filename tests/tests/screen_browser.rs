@@ -1,6 +1,6 @@
 //! The web UI's screen view (screen sync) in Debian's headless Chromium at phone size
 //! (390×844), against a real node over TCP: the rendered rows equal the node's
-//! `terminal/lines` screen for a cursor-drawing program and for `vim`.
+//! `terminal/lines` screen for a cursor-drawing program, for `vim` and for a curses program.
 
 use std::time::{Duration, Instant};
 
@@ -264,6 +264,214 @@ async fn phone_screen_view_matches_the_nodes_screen_for_a_drawing_program_and_vi
     .await
     .unwrap();
     b.wait_for("!document.getElementById('exit-note').hidden", 10_000)
+        .await
+        .unwrap();
+}
+
+/// A real curses program (Python's `curses`, on ncurses): a border, a boxed and coloured menu
+/// window, bold and reverse text, the cursor parked on purpose; a key moves the selection and
+/// prints the pick (ncurses sends only the cells that changed, with its own cursor motion);
+/// a second key ends it.
+const CURSES: &str = r#"
+import curses
+def main(s):
+    curses.start_color()
+    curses.init_pair(1, curses.COLOR_YELLOW, curses.COLOR_BLUE)
+    s.border()
+    s.addstr(1, 2, "curses-menu", curses.A_BOLD)
+    s.addstr(10, 2, "press a key")
+    s.refresh()
+    w = curses.newwin(5, 24, 3, 4)
+    w.bkgd(" ", curses.color_pair(1))
+    w.box()
+    w.addstr(1, 2, "1. open")
+    w.addstr(2, 2, "2. save", curses.A_REVERSE)
+    w.addstr(3, 2, "3. quit")
+    w.refresh()
+    s.move(12, 5)
+    s.refresh()
+    s.getch()
+    w.addstr(2, 2, "2. save")
+    w.addstr(3, 2, "3. quit", curses.A_REVERSE)
+    w.refresh()
+    s.addstr(10, 2, "picked: 3  ")
+    s.move(10, 11)
+    s.refresh()
+    s.getch()
+curses.wrapper(main)
+"#;
+
+/// The node's cursor: `[column, row]` from its terminal snapshot.
+async fn node_cursor(node: &NodeProc, id: &str) -> Value {
+    let v = tuic_tests::ipc(
+        &node.socket,
+        "GET",
+        &format!("/sessions/{id}/terminal/snapshot"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    json!([v["cursor"]["col"], v["cursor"]["row"]])
+}
+
+/// Waits (bounded) until the page's rows and cursor equal the node's; returns the rows.
+async fn screen_and_cursor_agree(b: &Browser, node: &NodeProc, id: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = rows_agree(b, node, id).await;
+        let (want, got) = (node_cursor(node, id).await, page_cursor(b).await);
+        if want == got && node_screen(node, id).await == rows {
+            return rows;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page's cursor {got} never matched the node's {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn phone_screen_view_matches_the_nodes_screen_for_a_curses_program() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 16, "cols": 40, "shell": "python3", "args": ["-c", CURSES], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('press a key')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = screen_and_cursor_agree(&b, &node, &sid).await;
+    assert_eq!(rows.len(), 16);
+    assert!(rows[1].contains("curses-menu"), "{rows:#?}");
+    assert!(rows[5].contains("2. save"), "{rows:#?}");
+    assert_eq!(page_cursor(&b).await, json!([5, 12]));
+    b.screenshot(&artifacts_dir().join("screen-curses-phone.png"))
+        .await
+        .unwrap();
+    // A key: ncurses redraws only what changed; the page follows, cursor included.
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": "j"})),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('picked: 3')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = screen_and_cursor_agree(&b, &node, &sid).await;
+    assert!(rows[10].contains("picked: 3"), "{rows:#?}");
+    assert_eq!(page_cursor(&b).await, json!([11, 10]));
+    b.screenshot(&artifacts_dir().join("screen-curses-after-key-phone.png"))
+        .await
+        .unwrap();
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": "q"})),
+    )
+    .await
+    .unwrap();
+    b.wait_for("!document.getElementById('exit-note').hidden", 10_000)
+        .await
+        .unwrap();
+}
+
+/// Hostile output, as `screen::screen_mode_stays_bounded_and_exact_under_hostile_output` sends
+/// it, here to the phone page: a 1 MB line, 10,000 colour changes in one cell, a row of 2,000
+/// true-colour cells, invalid UTF-8, an OSC 52 clipboard write and titles carrying markup and
+/// script.
+const HOSTILE: &str = r#"stty -echo; printf READY; read go
+head -c 1000000 /dev/zero | tr '\0' 'A'; printf '\n'
+i=0; while [ $i -lt 10000 ]; do printf '\033[3%dm\033[4%dmx\r' $((i%8)) $(((i+3)%8)); i=$((i+1)); done
+i=0; while [ $i -lt 2000 ]; do printf '\033[38;2;%d;%d;%dmc' $((i%256)) $((i*7%256)) $((i*13%256)); i=$((i+1)); done
+printf '\033[0m\n\377\376\300\200 bad bytes <img src=x onerror=window.pwned=1>\n'
+printf '\033]52;c;aGVsbG8=\007\033]0;<script>window.pwned=2</script>\007\033]2;tuic - Login\007'
+printf 'HOSTILE-END'; read done"#;
+
+#[tokio::test]
+async fn phone_page_survives_hostile_output_and_runs_nothing_from_it() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create(
+        &node,
+        json!({"rows": 24, "cols": 48, "shell": "/bin/sh", "args": ["-c", HOSTILE], "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('READY')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": "go\n"})),
+    )
+    .await
+    .unwrap();
+    // The page keeps answering while it arrives.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut worst: f64 = 0.0;
+    loop {
+        let v = b
+            .eval(
+                "return await new Promise(r => { const t = performance.now(); setTimeout(() => r([performance.now() - t, document.getElementById('screen').textContent.includes('HOSTILE-END')]), 0); })",
+                json!([]),
+            )
+            .await
+            .unwrap();
+        worst = worst.max(v[0].as_f64().unwrap());
+        if v[1] == json!(true) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hostile output never ended on the page"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rows = rows_agree(&b, &node, &sid).await;
+    assert!(
+        rows.iter().any(|r| r.contains('\u{FFFD}')
+            && r.contains("bad bytes <img src=x onerror=window.pwned=1>")),
+        "{rows:#?}"
+    );
+    // Nothing ran, nothing became markup, the page's title and the clipboard are untouched,
+    // and the screen is only rows of text runs.
+    let safe = b
+        .eval(
+            "const s = document.getElementById('screen');
+             const odd = [...s.querySelectorAll('*')].filter(e => !['DIV', 'SPAN'].includes(e.tagName));
+             return [window.pwned === undefined, document.title, odd.length, s.querySelectorAll('.row').length];",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(safe, json!([true, "tuic", 0, 24]));
+    println!("hostile output on the page: slowest page task {worst:.1} ms while it arrived");
+    assert!(worst < 500.0, "the page stalled {worst:.0} ms");
+    b.screenshot(&artifacts_dir().join("screen-hostile-phone.png"))
         .await
         .unwrap();
 }

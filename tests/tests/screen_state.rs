@@ -10,9 +10,13 @@
 //! - a touch drag on the screen (W3C touch pointer actions) scrolling the history.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use tuic_tests::fed::FedBed;
+use tuic_tests::netns::Door;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{NodeProc, bin, run_with_stdin};
 
@@ -82,89 +86,183 @@ fn cli_line(socket: &Path, alias: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// What each of the four observers shows now: the node's row `state`, the web list's badge,
-/// the session view's badge, and the `tuic ls` line (`None`: the session is not listed).
-#[derive(Debug, PartialEq)]
-struct Seen {
-    node: Option<String>,
-    list: Option<String>,
-    view: Option<String>,
-    cli: Option<String>,
+/// The state word of a `tuic ls` line (the line itself when it has none of them).
+fn cli_state(line: &str) -> String {
+    ["needs input", "working", "done", "host offline"]
+        .into_iter()
+        .find(|w| line.contains(&format!("  {w}  ")))
+        .map_or_else(|| line.to_owned(), str::to_owned)
 }
 
-async fn seen(b: &Browser, node: &NodeProc, sid: &str, alias: &str) -> Seen {
-    let rows = tuic_tests::ipc(&node.socket, "GET", "/sessions", None)
-        .await
+/// Wall-clock milliseconds: the page's `Date.now()` reads the same clock, so the page's own
+/// timestamps and the test's compare directly.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
         .unwrap()
-        .json();
-    let node_state = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["session_id"] == json!(sid))
-        .map(|r| r["state"].as_str().unwrap().replace('_', " "));
-    // The list stays rendered behind the open session view on a phone.
-    let page = b
-        .eval(
-            "const a = document.querySelector(`#sessions a[data-session='${arguments[0]}'] .badge`);
-             const v = document.getElementById('view-state');
-             return [a ? a.textContent : null, v.hidden ? null : v.textContent];",
-            json!([sid]),
-        )
-        .await
-        .unwrap();
-    let sock = node.socket.clone();
-    let a = alias.to_owned();
-    let cli = tokio::task::spawn_blocking(move || cli_line(&sock, &a))
-        .await
-        .unwrap();
-    Seen {
-        node: node_state,
-        list: page[0].as_str().map(str::to_owned),
-        view: page[1].as_str().map(str::to_owned),
-        cli,
-    }
+        .as_millis() as u64
 }
 
-/// Waits until every observer shows `want` (`exited`: the view says exited and the session
-/// left the list and `tuic ls`, as exited rows do); returns the time taken from `since`.
-async fn all_show(
-    b: &Browser,
-    node: &NodeProc,
-    sid: &str,
-    alias: &str,
-    want: &str,
-    since: Instant,
-) -> Duration {
-    let deadline = since + Duration::from_secs(20);
-    loop {
-        let s = seen(b, node, sid, alias).await;
-        let cli_ok = match (&s.cli, want) {
-            (None, "exited") => true,
-            (Some(l), w) if w != "exited" => l.contains(&format!("  {w}  ")),
-            _ => false,
-        };
-        let ok = if want == "exited" {
-            s.node.is_none() && s.list.is_none() && s.view.as_deref() == Some(want) && cli_ok
-        } else {
-            s.node.as_deref() == Some(want)
-                && s.list.as_deref() == Some(want)
-                && s.view.as_deref() == Some(want)
-                && cli_ok
-        };
-        if ok {
-            return since.elapsed();
+/// One observer's record: an entry (wall ms, what it showed) each time what it shows changes
+/// (`None`: the session is not shown). Each observer is recorded on its own, so a figure is that
+/// observer's delay, not the test's polling round.
+#[derive(Debug, Default, Clone)]
+struct Log(Arc<Mutex<Vec<Seen>>>);
+
+/// When (wall ms) an observer started showing what (`None`: not shown).
+type Seen = (u64, Option<String>);
+
+impl Log {
+    fn push(&self, t: u64, v: Option<String>) {
+        let mut g = self.0.lock().unwrap();
+        if g.last().map(|(_, last)| last) != Some(&v) {
+            g.push((t, v));
         }
-        assert!(
-            Instant::now() < deadline,
-            "the observers never agreed on {want:?}: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    fn last(&self) -> Option<Seen> {
+        self.0.lock().unwrap().last().cloned()
     }
 }
 
-async fn write(node: &NodeProc, sid: &str, data: &str) -> Instant {
-    let at = Instant::now();
+/// Records, in the page, every change of the session's badge in the list and in the view with
+/// the page's own clock (a `MutationObserver`, so the time is when the page showed it).
+const PAGE_RECORDER: &str = r#"
+const sid = arguments[0];
+const look = () => {
+  const a = document.querySelector(`#sessions a[data-session='${sid}'] .badge`);
+  const v = document.getElementById('view-state');
+  return [a ? a.textContent : null, v.hidden ? null : v.textContent];
+};
+window.__stateLog = [];
+let last = null;
+const note = () => {
+  const [list, view] = look();
+  if (last && last[0] === list && last[1] === view) return;
+  last = [list, view];
+  window.__stateLog.push({ t: Date.now(), list, view });
+};
+note();
+new MutationObserver(note).observe(document.body, {
+  subtree: true, childList: true, characterData: true, attributes: true,
+  attributeFilter: ['hidden', 'class'],
+});
+return true;
+"#;
+
+/// The four observers: the node's row `state` (`GET /sessions`, polled), the web list's badge
+/// and the session view's badge (recorded in the page), and `tuic ls` (run in a loop; an entry
+/// is timed when the command finished, so the command's own run time counts).
+#[derive(Debug, Default, Clone)]
+struct Observers {
+    node: Log,
+    list: Log,
+    view: Log,
+    cli: Log,
+    stop: Arc<AtomicBool>,
+}
+
+impl Observers {
+    /// Starts the node and CLI pollers and the page recorder.
+    async fn start(b: &Browser, node: &NodeProc, sid: &str, alias: &str) -> Self {
+        let o = Self::default();
+        b.eval(PAGE_RECORDER, json!([sid])).await.unwrap();
+        let (log, stop, socket, id) = (
+            o.node.clone(),
+            o.stop.clone(),
+            node.socket.clone(),
+            sid.to_owned(),
+        );
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let rows = tuic_tests::ipc(&socket, "GET", "/sessions", None)
+                    .await
+                    .unwrap()
+                    .json();
+                let st = rows
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["session_id"] == json!(id))
+                    .map(|r| r["state"].as_str().unwrap().replace('_', " "));
+                log.push(wall_ms(), st);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let (log, stop, socket, alias) = (
+            o.cli.clone(),
+            o.stop.clone(),
+            node.socket.clone(),
+            alias.to_owned(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let line = cli_line(&socket, &alias);
+                log.push(wall_ms(), line.as_deref().map(cli_state));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        o
+    }
+
+    /// Moves the page's recorded changes into the list and view logs.
+    async fn drain_page(&self, b: &Browser) {
+        let got = b
+            .eval("return (window.__stateLog || []).splice(0);", json!([]))
+            .await
+            .unwrap();
+        for e in got.as_array().unwrap() {
+            let t = e["t"].as_f64().unwrap() as u64;
+            self.list.push(t, e["list"].as_str().map(str::to_owned));
+            self.view.push(t, e["view"].as_str().map(str::to_owned));
+        }
+    }
+
+    /// Waits until every observer shows `want` (`exited`: the view says exited and the session
+    /// left the list, the node's list and `tuic ls`, as exited rows do); returns, per observer,
+    /// how long after `since` (wall ms) it started showing what it shows now.
+    async fn all_show(&self, b: &Browser, want: &str, since: u64) -> Vec<(&'static str, u64)> {
+        let expect = |who: &str| match (want, who) {
+            ("exited", "view") => Some("exited".to_owned()),
+            ("exited", _) => None,
+            (w, _) => Some(w.to_owned()),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            self.drain_page(b).await;
+            let now = [
+                ("node", self.node.last()),
+                ("list", self.list.last()),
+                ("view", self.view.last()),
+                ("cli", self.cli.last()),
+            ];
+            if now
+                .iter()
+                .all(|(who, l)| l.as_ref().is_some_and(|(_, v)| *v == expect(who)))
+            {
+                return now
+                    .into_iter()
+                    .map(|(who, l)| (who, l.unwrap().0.saturating_sub(since)))
+                    .collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the observers never agreed on {want:?}: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Observers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Writes `data` to the session; returns the wall-clock ms just before it was sent.
+async fn write(node: &NodeProc, sid: &str, data: &str) -> u64 {
+    let at = wall_ms();
     let r = tuic_tests::ipc(
         &node.socket,
         "POST",
@@ -197,8 +295,12 @@ async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_with
     let b = Browser::launch(390, 844).await.unwrap();
     login(&b, &base).await;
     b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for("!document.getElementById('view-state').hidden", 15_000)
+        .await
+        .unwrap();
+    let obs = Observers::start(&b, &node, &sid, &alias).await;
     // A quiet shell at its prompt is done.
-    all_show(&b, &node, &sid, &alias, "done", Instant::now()).await;
+    obs.all_show(&b, "done", wall_ms()).await;
 
     let mut figures = Vec::new();
     // A command that asks and waits for an answer: needs input.
@@ -208,40 +310,47 @@ async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_with
         "sh -c 'printf \"Proceed with the move? (y/n) \"; read a; echo got-$a'\n",
     )
     .await;
-    let d = all_show(&b, &node, &sid, &alias, "needs input", t).await;
-    figures.push(("needs input", d));
+    figures.push(("needs input", obs.all_show(&b, "needs input", t).await));
     b.screenshot(&artifacts_dir().join("state-needs-input-phone.png"))
         .await
         .unwrap();
     // Answered, the command ends and the shell is back at its prompt: done.
     let t = write(&node, &sid, "y\n").await;
-    let d = all_show(&b, &node, &sid, &alias, "done", t).await;
-    figures.push(("done", d));
-    // A silent command runs: working, then done again when it ends.
+    figures.push(("done", obs.all_show(&b, "done", t).await));
+    // A silent command runs: working, then done again when it ends (timed from its end).
     let t = write(&node, &sid, "sleep 4\n").await;
-    let d = all_show(&b, &node, &sid, &alias, "working", t).await;
-    figures.push(("working", d));
+    figures.push(("working", obs.all_show(&b, "working", t).await));
     b.screenshot(&artifacts_dir().join("state-working-phone.png"))
         .await
         .unwrap();
-    let d = all_show(&b, &node, &sid, &alias, "done", t).await;
-    assert!(d >= Duration::from_secs(4), "done before the sleep ended");
+    let after = obs.all_show(&b, "done", t).await;
+    for (who, ms) in &after {
+        assert!(
+            *ms >= 4_000,
+            "{who} showed done {ms} ms after `sleep 4` was sent"
+        );
+    }
+    figures.push((
+        "done after sleep 4",
+        after.into_iter().map(|(w, ms)| (w, ms - 4_000)).collect(),
+    ));
     // The shell exits: the view says exited; the row leaves the list and `tuic ls`.
     let t = write(&node, &sid, "exit\n").await;
-    let d = all_show(&b, &node, &sid, &alias, "exited", t).await;
-    figures.push(("exited", d));
+    figures.push(("exited", obs.all_show(&b, "exited", t).await));
     b.screenshot(&artifacts_dir().join("state-exited-phone.png"))
         .await
         .unwrap();
 
-    for (what, d) in &figures {
-        println!("state {what}: list, view and tuic ls agreed {d:?} after the change");
+    for (what, per) in &figures {
+        println!("state {what}: shown after (ms) {per:?}");
     }
-    for (what, d) in figures {
-        assert!(
-            d <= BOUND,
-            "{what} took {d:?} to reach every view (bound {BOUND:?})"
-        );
+    for (what, per) in figures {
+        for (who, ms) in per {
+            assert!(
+                ms <= BOUND.as_millis() as u64,
+                "{what} took {ms} ms to reach the {who} (bound {BOUND:?})"
+            );
+        }
     }
 }
 
@@ -642,76 +751,166 @@ async fn a_file_attached_on_the_phone_lands_in_the_sessions_directory_and_an_ove
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_last_screen() {
-    let (nd, mut node) = remote_node();
-    let (_, token, _) = run_with_stdin(
-        "tuic-node",
-        &["token", "--config-dir", nd.path().to_str().unwrap()],
-        "",
-    )
-    .unwrap();
-    let hd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        hd.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let hdir = hd.path().to_str().unwrap().to_owned();
-    run_with_stdin(
-        "tuic-hub",
-        &["set-password", "--config-dir", &hdir],
-        PASSWORD,
-    )
-    .unwrap();
-    let hub = NodeProc::start(
-        "tuic-hub",
-        &[
-            "--config-dir",
-            &hdir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    let url = format!("http://{}", node.tcp.unwrap());
-    let (code, _, err) = run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &hdir,
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        token.trim(),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let draw = "stty -echo; printf '\\033[2J\\033[2;3Hlast-words-before-the-fall'; read x";
-    let r = tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        "/sessions",
-        Some(json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"})),
+/// How soon a hub lists a down node's rows as `host_offline`, as documented (`docs/http-api.md`,
+/// "Federation" in the API clarifications): a reset connection (the node killed) is down at
+/// once and its routes answer 503 within 1 s; a silent one (the link cut) after 3 missed health
+/// probes, one every 5 s with a 2 s deadline each: at most 5 + 5 + 5 + 2 = 17 s.
+const DOWN_AFTER_RESET: Duration = Duration::from_secs(1);
+const DOWN_AFTER_SILENCE: Duration = Duration::from_secs(17);
+
+/// The hub's row of `address`, if listed.
+async fn hub_row(hub: &NodeProc, address: &str) -> Option<Value> {
+    let rows = tuic_tests::ipc(&hub.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["address"] == json!(address))
+        .cloned()
+}
+
+/// Times, from `since`, until the hub's list, `tuic ls` on the hub, and the page (the list's
+/// row and the open view's badge) each show `address` as host offline (`offline`) or as back
+/// (`!offline`: listed with the node's own state, not dimmed, the view badge following). Each
+/// observer is polled on its own, so a figure is that observer's delay, not a polling round.
+async fn offline_shown(
+    b: &Browser,
+    hub: &NodeProc,
+    address: &str,
+    alias: &str,
+    offline: bool,
+    since: Instant,
+) -> [(&'static str, Duration); 3] {
+    let link = format!("#sessions a[data-session='{address}']");
+    let page_js = format!(
+        "return (() => {{ const a = document.querySelector(\"{link}\");
+           if (!a) return false;
+           const dim = a.closest('li').classList.contains('offline');
+           const badge = a.querySelector('.badge').textContent;
+           const view = document.getElementById('view-state');
+           return {offline} ? dim && badge === 'host offline' && !view.hidden && view.textContent === 'host offline'
+                            : !dim && badge !== 'host offline' && !view.hidden && view.textContent === badge; }})();"
+    );
+    let deadline = since + Duration::from_secs(40);
+    let what = if offline { "host offline" } else { "back" };
+    let rest = async {
+        loop {
+            if hub_row(hub, address)
+                .await
+                .is_some_and(|r| (r["state"] == json!("host_offline")) == offline)
+            {
+                return since.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the hub never listed {address} as {what}: {:?}",
+                hub_row(hub, address).await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let cli = async {
+        loop {
+            let (sock, a) = (hub.socket.clone(), alias.to_owned());
+            let line = tokio::task::spawn_blocking(move || cli_line(&sock, &a))
+                .await
+                .unwrap();
+            if line
+                .as_ref()
+                .is_some_and(|l| l.contains("  host offline  ") == offline)
+            {
+                return since.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tuic ls on the hub never showed {address} as {what}: {line:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let page = async {
+        loop {
+            if b.eval(&page_js, json!([])).await.unwrap() == json!(true) {
+                return since.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the page never showed {address} as {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (rest, cli, page) = tokio::join!(rest, cli, page);
+    [("hub list", rest), ("tuic ls", cli), ("page", page)]
+}
+
+/// The text of the page's screen rows (trailing blanks trimmed).
+async fn page_rows(b: &Browser) -> Vec<String> {
+    let v = b
+        .eval(
+            "return [...document.querySelectorAll('#screen .row')].map(r => r.textContent.trimEnd())",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(v).unwrap()
+}
+
+/// Opens the phone page afresh on `address` and waits until its screen shows `text`.
+async fn open_fresh(b: &Browser, base: &str, address: &str, text: &str) {
+    let link = format!("#sessions a[data-session='{address}']");
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 15_000)
+        .await
+        .unwrap();
+    b.click(&b.find(&link).await.unwrap()).await.unwrap();
+    b.wait_for(
+        &format!("document.getElementById('screen').textContent.includes('{text}')"),
+        15_000,
     )
     .await
     .unwrap();
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    let remote = r.json()["session_id"].as_str().unwrap().to_owned();
-    let address = format!("boxb/{remote}");
+}
+
+#[tokio::test]
+async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_last_screen() {
+    // Hub and node in their own network namespaces; the hub retries a lost node after at most
+    // 2 s (jittered), so the node's return is seen promptly.
+    let mut bed = FedBed::start_with_hub(
+        1,
+        json!({}),
+        json!({"tuning": {"peer_reconnect_max_ms": 2_000}}),
+        Some(PASSWORD),
+    )
+    .await
+    .unwrap();
+    let hub_port = bed.hub.tcp.expect("hub TCP").port();
+    let door = Door::open(bed.net.hub(), ([127, 0, 0, 1], hub_port).into()).unwrap();
+    let base = format!("http://{}", door.addr);
+    // A program that draws, then writes each line it reads at row 4 (no echo).
+    let draw = "stty -echo; printf '\\033[2J\\033[2;3Hlast-words-before-the-fall'; \
+                while read x; do printf '\\033[4;3H\\033[Kgot-%s' \"$x\"; done";
+    let remote = bed
+        .create_on_node(
+            0,
+            json!({"rows": 12, "cols": 40, "shell": "/bin/sh", "args": ["-c", draw], "cwd": "/tmp"}),
+        )
+        .await
+        .unwrap();
+    let address = format!("nodeb/{remote}");
+    let alias = bed
+        .wait_listed(&address, Duration::from_secs(20))
+        .await
+        .unwrap()["alias"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let link = format!("#sessions a[data-session='{address}']");
 
     let b = Browser::launch(390, 844).await.unwrap();
-    let base = format!("http://{}", hub.tcp.unwrap());
     login(&b, &base).await;
-    let link = format!("#sessions a[data-session='{address}']");
     b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 20_000)
         .await
         .unwrap();
@@ -722,59 +921,20 @@ async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_las
     )
     .await
     .unwrap();
+    let live = page_rows(&b).await;
 
-    // The node goes down.
-    node.child.kill().unwrap();
-    node.child.wait().unwrap();
-    let killed = Instant::now();
-    // The hub keeps the row as host offline (REST and the page's list, dimmed).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let rows = tuic_tests::ipc(&hub.socket, "GET", "/sessions", None)
-            .await
-            .unwrap()
-            .json();
-        let row = rows
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["address"] == json!(address))
-            .cloned();
-        if row
-            .as_ref()
-            .is_some_and(|r| r["state"] == json!("host_offline"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no host_offline row: {rows}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    b.wait_for(
-        &format!(
-            "(() => {{ const a = document.querySelector(\"{link}\");
-               return a && a.closest('li').classList.contains('offline')
-                 && a.querySelector('.badge').textContent === 'host offline'
-                 && document.getElementById('view-state').textContent === 'host offline'; }})()"
-        ),
-        15_000,
-    )
-    .await
-    .unwrap();
-    println!("host offline shown {:?} after the kill", killed.elapsed());
-    // The open view still shows the last screen.
-    let shown = b
-        .eval(
-            "return document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
-            json!([]),
-        )
+    // 1. The node is killed (-9): the hub's connection resets.
+    bed.nodes[0].kill9();
+    let t = Instant::now();
+    let down = offline_shown(&b, &bed.hub, &address, &alias, true, t).await;
+    println!("kill -9: host offline shown after {down:?}");
+    b.screenshot(&artifacts_dir().join("offline-kill-phone.png"))
         .await
         .unwrap();
-    assert_eq!(shown, json!(true));
-    // Opened afresh after the fall, the session shows the last screen the hub relayed.
-    b.goto(&format!("{base}/mobile")).await.unwrap();
-    b.wait_for(&format!("!!document.querySelector(\"{link}\")"), 15_000)
-        .await
-        .unwrap();
+    // The open view still shows the last screen, row for row.
+    assert_eq!(page_rows(&b).await, live);
+    // Opened afresh, the row is dimmed and the session shows the last screen the hub relayed.
+    open_fresh(&b, &base, &address, "last-words-before-the-fall").await;
     let dim = b
         .eval(
             &format!(
@@ -785,27 +945,84 @@ async fn a_down_nodes_sessions_stay_listed_dimmed_as_host_offline_with_their_las
         .await
         .unwrap();
     assert_eq!(dim, json!([true, "0.55"]));
-    b.screenshot(&artifacts_dir().join("offline-list-phone.png"))
+    assert_eq!(page_rows(&b).await, live);
+    b.screenshot(&artifacts_dir().join("offline-last-screen-phone.png"))
         .await
         .unwrap();
-    b.click(&b.find(&link).await.unwrap()).await.unwrap();
+    // The node comes back (its holder kept the PTY): the row is live again everywhere and the
+    // view follows the live screen.
+    bed.nodes[0].restart().unwrap();
+    let t = Instant::now();
+    let back = offline_shown(&b, &bed.hub, &address, &alias, false, t).await;
+    println!("node restarted: host offline cleared after {back:?}");
+    let r = tuic_tests::ipc(
+        &bed.hub.socket,
+        "POST",
+        &format!("/sessions/{}/write", address.replace('/', "%2F")),
+        Some(json!({"data": "after-restart\n"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
     b.wait_for(
-        "document.getElementById('screen').textContent.includes('last-words-before-the-fall')",
+        "document.getElementById('screen').textContent.includes('got-after-restart')",
         15_000,
     )
     .await
     .unwrap();
-    let row2 = b
-        .eval(
-            "return document.querySelectorAll('#screen .row')[1].textContent.trimEnd()",
-            json!([]),
-        )
+    let live = page_rows(&b).await;
+
+    // 2. The link is cut: no reset reaches the hub; its health probes find the node gone.
+    bed.net.set_link(0, false).unwrap();
+    let t = Instant::now();
+    let cut = offline_shown(&b, &bed.hub, &address, &alias, true, t).await;
+    println!("link cut: host offline shown after {cut:?}");
+    b.screenshot(&artifacts_dir().join("offline-cut-phone.png"))
         .await
         .unwrap();
-    assert_eq!(row2, json!("  last-words-before-the-fall"));
-    b.screenshot(&artifacts_dir().join("offline-last-screen-phone.png"))
-        .await
-        .unwrap();
+    assert_eq!(page_rows(&b).await, live);
+    // Opened afresh: the last screen is the newest one relayed, not an older one.
+    open_fresh(&b, &base, &address, "got-after-restart").await;
+    assert_eq!(page_rows(&b).await, live);
+    // The link is back: cleared, and the view is live again.
+    bed.net.set_link(0, true).unwrap();
+    let t = Instant::now();
+    let relinked = offline_shown(&b, &bed.hub, &address, &alias, false, t).await;
+    println!("link restored: host offline cleared after {relinked:?}");
+    let r = tuic_tests::ipc(
+        &bed.hub.socket,
+        "POST",
+        &format!("/sessions/{}/write", address.replace('/', "%2F")),
+        Some(json!({"data": "after-relink\n"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('got-after-relink')",
+        15_000,
+    )
+    .await
+    .unwrap();
+
+    // The hub within its documented bound; the page and `tuic ls` within the state bound of it.
+    for (what, figures, hub_bound) in [
+        ("kill -9", down, DOWN_AFTER_RESET),
+        ("link cut", cut, DOWN_AFTER_SILENCE),
+    ] {
+        let hub = figures[0].1;
+        assert!(
+            hub <= hub_bound,
+            "{what}: the hub listed host offline after {hub:?} (bound {hub_bound:?})"
+        );
+        for (who, d) in &figures[1..] {
+            assert!(
+                *d <= hub + BOUND,
+                "{what}: the {who} showed host offline {d:?} after (the hub: {hub:?})"
+            );
+        }
+    }
+    drop(door);
 }
 
 #[tokio::test]

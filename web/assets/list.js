@@ -85,10 +85,20 @@ export function renderViewState() {
   el.hidden = !st;
 }
 
+// Refreshes overlap (an event's and the timer's, or two events'), and their answers can come
+// back out of order on a busy machine: an answer older than the one shown is dropped, so a
+// stale list never replaces a newer one until the next refresh.
+let asked = 0;
+let shown = 0;
+
 export async function refreshSessions() {
+  const n = ++asked;
   try {
     const r = await api("/sessions");
-    state.sessions = await r.json();
+    const rows = await r.json();
+    if (n < shown) return;
+    shown = n;
+    state.sessions = rows;
     renderList();
     $("conn").textContent = "";
   } catch (e) {
