@@ -1665,3 +1665,49 @@ async fn a_coordinator_launched_worker_that_never_reports_times_out_and_the_coor
     assert!(!err, "{v}");
     assert_eq!(v["status"], "completed");
 }
+
+/// `POST` over TCP with Basic credentials and the relaying hub's actor header.
+async fn human_relayed(node: &NodeProc, path: &str, actor: &str, body: Value) -> (u16, Value) {
+    let addr = node.tcp.expect("remote access is on");
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .basic_auth("admin", Some("pw"))
+        .header("x-tuic-actor", actor)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_relayed_actor_header_only_lowers_authority() {
+    let (_dir, node, _t, project, _) = coordinated_setup().await;
+    let def = json!({"action": "publish", "definition_id": "d", "name": "D",
+        "steps": [{"id": "s", "agent": {"command": "true"}, "prompt": "p"}]});
+    let body = json!({"input": def, "project_path": project});
+    // Verified credentials lowered to local_api: publishing (human only) is refused.
+    let (st, v) = human_relayed(
+        &node,
+        "/workflows/definition/action",
+        "local_api",
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("local_api"), "{v}");
+    // Any other value is refused outright; it can never raise anything.
+    let (st, v) = human_relayed(&node, "/workflows/definition/action", "human", body.clone()).await;
+    assert_eq!(st, 400, "{v}");
+    let (_, v) = local(
+        &node,
+        "/workflows/definition/action",
+        json!({"input": {"action": "list"}, "project_path": project}),
+    )
+    .await;
+    assert_eq!(v["definitions"].as_array().map(Vec::len), Some(0), "{v}");
+    // Without the header the same credentials are human.
+    let (st, v) = human(&node, "/workflows/definition/action", body).await;
+    assert_eq!(st, 200, "{v}");
+}
