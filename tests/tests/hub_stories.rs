@@ -129,6 +129,55 @@ async fn a_hub_routes_story_and_workflow_actions_to_the_owning_node_without_rais
     .await;
     assert_eq!(st, 400, "{v}");
 
+    // `tuic story --host` over the hub's socket takes the same route.
+    let tuic = |args: &[&str]| {
+        std::process::Command::new(tuic_tests::bin("tuic"))
+            .arg("story")
+            .args(args)
+            .env("TUIC_SOCKET", &bed.hub.socket)
+            .output()
+            .unwrap()
+    };
+    let out = tuic(&[
+        r#"{"action":"list"}"#,
+        "--host",
+        "nodeb",
+        "--project",
+        &project,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["host"].as_str(), v["stories"][0]["id"].as_str()),
+        (Some("nodeb"), Some(id.as_str()))
+    );
+    let out = tuic(&[
+        r#"{"action":"list"}"#,
+        "--host",
+        "nodeb",
+        "--project",
+        "relative/dir",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("absolute path"));
+    let out = tuic(&[
+        r#"{"action":"list"}"#,
+        "--host",
+        "nowhere",
+        "--project",
+        &project,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The owner down: 503 naming the connection.
     bed.nodes[0].kill9();
     bed.wait_up("nodeb", false, Duration::from_secs(20))
