@@ -186,6 +186,10 @@ enum Cmd {
         /// PTY session id to attribute the action to.
         #[arg(long)]
         session_id: Option<String>,
+        /// On a hub: the connection whose node owns the project (`--project` is then a path
+        /// on that node, taken as given).
+        #[arg(long)]
+        host: Option<String>,
     },
     /// Upstream MCP servers behind the node.
     Mcp {
@@ -704,6 +708,40 @@ fn story(
     Ok(())
 }
 
+/// `tuic story --host ID`: the hub's `POST /stories/action` routed to that connection's node
+/// (the MCP `story` tool acts only for the hub's own terminals).
+fn story_on(
+    ctx: &Ctx,
+    host: &str,
+    input: &str,
+    project: Option<&Path>,
+    session_id: Option<&str>,
+) -> Result<(), Failure> {
+    let input: Value = serde_json::from_str(input)
+        .map_err(|e| Failure::Usage(format!("the story action is not valid JSON: {e}")))?;
+    // The path is on the other host: never resolved here.
+    let project = project.filter(|p| p.is_absolute()).ok_or_else(|| {
+        Failure::Usage("--host needs --project with an absolute path on that host".into())
+    })?;
+    let mut body = json!({"host": host, "input": input, "project_path": project.to_string_lossy()});
+    if let Some(s) = session_id {
+        body["session_id"] = json!(s);
+    }
+    let resp = ctx.send(&Request::new("POST", "/stories/action").json(&body))?;
+    let v: Value = resp.json().unwrap_or(Value::Null);
+    if !(200..300).contains(&resp.status()) {
+        return Err(Failure::Failed(format!(
+            "POST /stories/action on {host}: {} {}",
+            resp.status(),
+            v.get("error")
+                .and_then(Value::as_str)
+                .map_or_else(|| mcp::error_text(&resp), str::to_owned)
+        )));
+    }
+    println!("{v}");
+    Ok(())
+}
+
 fn cp(ctx: &Ctx, args: &[String]) -> Result<(), Failure> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -907,6 +945,13 @@ pub fn main() -> ExitCode {
             json,
             project,
             session_id,
+            host: Some(host),
+        } => story_on(&ctx, host, json, project.as_deref(), session_id.as_deref()),
+        Cmd::Story {
+            json,
+            project,
+            session_id,
+            host: None,
         } => story(&ctx, json, project.as_deref(), session_id.as_deref()),
         Cmd::Cp { args } => cp(&ctx, args),
         Cmd::Mcp { cmd } => mcp_cmd(&ctx, cmd),

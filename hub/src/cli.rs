@@ -89,6 +89,10 @@ fn federate(
                 fed.clone(),
                 crate::ops::intercept,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                fed.clone(),
+                crate::stories::intercept,
+            ))
     });
     Ok(Some(hook))
 }

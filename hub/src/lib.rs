@@ -13,3 +13,4 @@ pub mod lastscreen;
 pub mod ops;
 pub mod peerlink;
 pub mod proxy;
+pub mod stories;

@@ -1511,3 +1511,203 @@ async fn a_silent_attempt_times_out_as_a_repair_and_a_second_node_cannot_open_th
         "{rows}"
     );
 }
+
+#[tokio::test]
+async fn a_coordinator_launched_worker_that_never_reports_times_out_and_the_coordinator_is_told() {
+    let (_dir, node, t, project, [wt_impl, _]) = coordinated_setup().await;
+    // The scripted worker prints its prompt and never reports.
+    let worker = worker_script(t.path());
+    let (_a, _b, id, rev) = approved_plan_story(&node, &project).await;
+    let def = json!({"action": "publish", "definition_id": "deadline", "name": "Deadline",
+        "steps": [{"id": "coordinate", "role": "coordinator", "agent": {"command": worker},
+            "prompt": "coordinate {storyId}",
+            "launches": {"impl": {"agent": {"command": worker}, "prompt": "implement {storyId}"}}}]});
+    let (st, v) = human(
+        &node,
+        "/workflows/definition/action",
+        json!({"input": def, "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let mut events = Events::subscribe(&node.socket, "workflow-run-changed").await;
+    let mut closed = Events::subscribe(&node.socket, "session-closed").await;
+    const TIMEOUT_SECS: u64 = 4;
+    let (st, v) = local(
+        &node,
+        "/workflows/run/action",
+        json!({"input": {"action": "start_graph", "target": {"type": "story", "id": id},
+            "expected_revision": rev, "definition_id": "deadline", "definition_revision": 1,
+            "request_id": "go", "limits": {"attempt_timeout_secs": TIMEOUT_SECS}},
+            "project_path": project}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let run = v["run"]["run_id"].as_str().unwrap().to_owned();
+    let coordinator = await_event(&node, &mut events, &project, &run, |e| {
+        e["kind"] == "attempt_launched" && e["detail"]["step_id"] == "coordinate"
+    })
+    .await;
+    let coord = coordinator["detail"]["tuic_session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let coord_attempt = coordinator["detail"]["attempt_id"].clone();
+
+    // The coordinator launches a worker: bound with the run's attempt deadline.
+    let (err, l) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w1", &wt_impl, "impl"),
+    )
+    .await;
+    assert!(!err, "{l}");
+    let w1 = l["launch"]["tuic_session"].as_str().unwrap().to_owned();
+    let w1_pty = l["launch"]["session_id"].as_str().unwrap().to_owned();
+    let launched = await_event(&node, &mut events, &project, &run, |e| {
+        e["kind"] == "attempt_launched" && e["detail"]["attempt_id"] == "w1"
+    })
+    .await;
+    let deadline = launched["detail"]["deadline_ms"].as_u64().unwrap();
+    assert_eq!(
+        deadline,
+        launched["at_ms"].as_u64().unwrap() + TIMEOUT_SECS * 1000,
+        "{launched}"
+    );
+    assert_eq!(l["launch"]["deadline_ms"], deadline);
+
+    // Nobody reports: the launch times out at its deadline, its worker is closed, and the
+    // coordinator's inbox gets a workflow_event cursor at the timeout event.
+    let timed = await_event(&node, &mut events, &project, &run, |e| {
+        e["kind"] == "attempt_timed_out" && e["detail"]["attempt_id"] == "w1"
+    })
+    .await;
+    assert_eq!(timed["detail"]["launched"], true, "{timed}");
+    assert_eq!(timed["detail"]["coordinator_attempt"], coord_attempt);
+    assert_eq!(timed["detail"]["attempt_timeout_secs"], TIMEOUT_SECS);
+    let late = timed["at_ms"].as_u64().unwrap() - launched["at_ms"].as_u64().unwrap();
+    assert!(
+        (TIMEOUT_SECS * 1000..TIMEOUT_SECS * 1000 + 10_000).contains(&late),
+        "timed out {late} ms after launch"
+    );
+    closed
+        .next_matching("session-closed", Duration::from_secs(30), |e| {
+            e["session_id"] == json!(w1_pty)
+        })
+        .await
+        .expect("the timed-out worker's PTY was closed");
+    let (err, w) = call_as(
+        &node.socket,
+        &coord,
+        "agent",
+        json!({"action": "wait", "timeout_ms": 30_000}),
+    )
+    .await;
+    assert!(!err, "{w}");
+    let m = w["new_messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "workflow_event")
+        .unwrap_or_else(|| panic!("no workflow_event: {w}"))
+        .clone();
+    let body: Value = serde_json::from_str(m["message"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"type": "workflow_event", "runId": run, "storyId": id, "sequence": timed["seq"]})
+    );
+
+    // The coordinator was not timed out meanwhile (it waits on its worker, then has a full
+    // window to act), and nothing counted a repair.
+    let all = run_events(&node, &project, &run).await;
+    let kinds: Vec<&str> = all.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "attempt_timed_out").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert!(!kinds.contains(&"repair"), "{kinds:?}");
+    let (_, v) = local(
+        &node,
+        "/workflows/run/action",
+        json!({"input": {"action": "get", "run_id": run}, "project_path": project}),
+    )
+    .await;
+    assert_eq!(v["run"]["status"], "running", "{v}");
+    assert_eq!(v["run"]["attempt"]["attempt_id"], coord_attempt);
+    assert_eq!(v["run"]["launches"]["w1"]["timed_out"], true, "{v}");
+
+    // A late report from the timed-out worker is refused and records nothing.
+    let rep = json!({"input": {"contractVersion": 1, "runId": run, "storyId": id,
+        "storyRevision": rev, "attemptId": "w1", "generation": 1, "outcome": "completed",
+        "summary": "too late", "criterionResults": [{"criterion": 0, "ok": true}],
+        "evidence": [{"command": "true", "exit": 0}]}});
+    let (err, v) = call_as(&node.socket, &w1, "workflow_report", rep).await;
+    assert!(err, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("timed out"), "{v}");
+    assert_eq!(run_events(&node, &project, &run).await.len(), all.len());
+
+    // The worktree is free again: the coordinator relaunches under a new attemptId, then
+    // ends its step.
+    let (err, l) = call_as(
+        &node.socket,
+        &coord,
+        "workflow_launch",
+        launch_input(&run, "w2", &wt_impl, "impl"),
+    )
+    .await;
+    assert!(!err, "{l}");
+    let done = json!({"input": {"contractVersion": 1, "runId": run, "storyId": id,
+        "storyRevision": rev, "attemptId": coord_attempt, "generation": 1, "outcome": "completed",
+        "summary": "coordinated", "criterionResults": [{"criterion": 0, "ok": true}],
+        "evidence": [{"command": "true", "exit": 0}]}});
+    let (err, v) = call_as(&node.socket, &coord, "workflow_report", done).await;
+    assert!(!err, "{v}");
+    assert_eq!(v["status"], "completed");
+}
+
+/// `POST` over TCP with Basic credentials and the relaying hub's actor header.
+async fn human_relayed(node: &NodeProc, path: &str, actor: &str, body: Value) -> (u16, Value) {
+    let addr = node.tcp.expect("remote access is on");
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .basic_auth("admin", Some("pw"))
+        .header("x-tuic-actor", actor)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_relayed_actor_header_only_lowers_authority() {
+    let (_dir, node, _t, project, _) = coordinated_setup().await;
+    let def = json!({"action": "publish", "definition_id": "d", "name": "D",
+        "steps": [{"id": "s", "agent": {"command": "true"}, "prompt": "p"}]});
+    let body = json!({"input": def, "project_path": project});
+    // Verified credentials lowered to local_api: publishing (human only) is refused.
+    let (st, v) = human_relayed(
+        &node,
+        "/workflows/definition/action",
+        "local_api",
+        body.clone(),
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("local_api"), "{v}");
+    // Any other value is refused outright; it can never raise anything.
+    let (st, v) = human_relayed(&node, "/workflows/definition/action", "human", body.clone()).await;
+    assert_eq!(st, 400, "{v}");
+    let (_, v) = local(
+        &node,
+        "/workflows/definition/action",
+        json!({"input": {"action": "list"}, "project_path": project}),
+    )
+    .await;
+    assert_eq!(v["definitions"].as_array().map(Vec::len), Some(0), "{v}");
+    // Without the header the same credentials are human.
+    let (st, v) = human(&node, "/workflows/definition/action", body).await;
+    assert_eq!(st, 200, "{v}");
+}

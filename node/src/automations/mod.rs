@@ -15,11 +15,15 @@
 //! skips to the next occurrence after now rather than bursting.
 //!
 //! Schedules are cron expressions parsed by `croner` (5 fields, or 6 with leading seconds),
-//! evaluated in the definition's `tz`: a fixed UTC offset (`UTC`, `+02:00`, `-05:30`; UTC
-//! when omitted). IANA zone names (and so daylight-saving shifts) are not supported: they
-//! would need `chrono-tz`'s compiled zone tables, and a fixed offset says exactly when a
-//! firing happens. The spec names no automation action other than the firing itself, so a
-//! firing spawns an agent or is only recorded.
+//! evaluated in the definition's `tz`: an IANA zone name (`Europe/Berlin`, from `chrono-tz`'s
+//! bundled database) or a fixed UTC offset (`UTC`, `+02:00`, `-05:30`); UTC when omitted.
+//! Daylight-saving edges in a named zone follow `croner` (the Open Cron Pattern Specification):
+//! a fixed-time occurrence in a skipped hour fires once, at the first valid instant after the
+//! gap (02:30 on a spring-forward night fires at 03:00); a fixed-time occurrence in a repeated
+//! hour fires once, on its first pass. Interval schedules (`*/15 * * * *`) keep their interval
+//! in real time: nothing fires for wall times that do not exist, and the repeated hour's
+//! occurrences fire on both passes. The spec names no automation action other than the firing
+//! itself, so a firing spawns an agent or is only recorded.
 
 pub mod routes;
 pub mod scheduler;
@@ -28,6 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{FixedOffset, TimeZone};
+use chrono_tz::Tz;
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -69,7 +74,8 @@ pub struct Definition {
     pub name: String,
     /// Cron expression.
     pub schedule: String,
-    /// The fixed UTC offset the schedule is read in (`+02:00`); UTC when absent.
+    /// The zone the schedule is read in: an IANA name (`Europe/Berlin`) or a fixed UTC
+    /// offset (`+02:00`); UTC when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tz: Option<String>,
     /// Paused when false.
@@ -99,7 +105,8 @@ pub struct DefinitionInput {
     pub name: String,
     /// Cron expression.
     pub schedule: String,
-    /// A fixed UTC offset (`UTC`, `+02:00`, `-0530`); UTC when omitted.
+    /// An IANA zone name (`Europe/Berlin`) or a fixed UTC offset (`UTC`, `+02:00`, `-0530`);
+    /// UTC when omitted.
     #[serde(default)]
     pub tz: Option<String>,
     /// Defaults to true.
@@ -215,19 +222,43 @@ pub fn parse_schedule(s: &str) -> Result<croner::Cron, AutomationError> {
     })
 }
 
-/// Parses a `tz`: `UTC`/`Z`, or `+HH:MM`, `-HH:MM`, `+HHMM`, `+HH` (at most 14 hours).
-pub fn parse_tz(tz: Option<&str>) -> Result<FixedOffset, AutomationError> {
-    let bad = |s: &str| {
-        AutomationError::Invalid(format!(
-            "tz {s:?} is not a fixed UTC offset (UTC, +02:00, -05:30); zone names are not supported"
-        ))
-    };
+/// The zone a schedule is read in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScheduleTz {
+    /// A fixed UTC offset: no daylight-saving shifts.
+    Fixed(FixedOffset),
+    /// An IANA zone from the bundled database, with its daylight-saving rules.
+    Zone(Tz),
+}
+
+/// Parses a `tz`: `UTC`/`Z`, an IANA zone name (`Europe/Berlin`, exact spelling), or a fixed
+/// offset `+HH:MM`, `-HH:MM`, `+HHMM`, `+HH` (at most 14 hours).
+pub fn parse_tz(tz: Option<&str>) -> Result<ScheduleTz, AutomationError> {
+    let utc = || ScheduleTz::Fixed(FixedOffset::east_opt(0).expect("zero offset"));
     let Some(s) = tz.map(str::trim).filter(|s| !s.is_empty()) else {
-        return Ok(FixedOffset::east_opt(0).expect("zero offset"));
+        return Ok(utc());
     };
     if s.eq_ignore_ascii_case("utc") || s == "Z" {
-        return Ok(FixedOffset::east_opt(0).expect("zero offset"));
+        return Ok(utc());
     }
+    if !s.starts_with(['+', '-']) {
+        return s.parse::<Tz>().map(ScheduleTz::Zone).map_err(|_| {
+            AutomationError::Invalid(format!(
+                "tz {s:?} is not a known time zone: use an IANA zone name (Europe/Berlin, \
+                 America/New_York) or a fixed UTC offset (UTC, +02:00, -05:30)"
+            ))
+        });
+    }
+    parse_offset(s).map(ScheduleTz::Fixed)
+}
+
+/// Parses a fixed offset `+HH:MM`, `-HH:MM`, `+HHMM`, `+HH` (at most 14 hours).
+fn parse_offset(s: &str) -> Result<FixedOffset, AutomationError> {
+    let bad = |s: &str| {
+        AutomationError::Invalid(format!(
+            "tz {s:?} is not a fixed UTC offset (UTC, +02:00, -05:30) nor a zone name"
+        ))
+    };
     let (sign, rest) = match s.as_bytes().first() {
         Some(b'+') => (1, &s[1..]),
         Some(b'-') => (-1, &s[1..]),
@@ -254,7 +285,7 @@ pub fn parse_tz(tz: Option<&str>) -> Result<FixedOffset, AutomationError> {
 #[derive(Debug)]
 pub struct Schedule {
     cron: croner::Cron,
-    tz: FixedOffset,
+    tz: ScheduleTz,
 }
 
 impl Schedule {
@@ -269,11 +300,17 @@ impl Schedule {
 
 /// The first occurrence of `s` strictly after `after_ms`.
 pub fn next_after(s: &Schedule, after_ms: u64) -> Option<u64> {
-    let t = s.tz.timestamp_millis_opt(after_ms as i64).single()?;
-    s.cron
-        .find_next_occurrence(&t, false)
-        .ok()
-        .map(|d| d.timestamp_millis().max(0) as u64)
+    fn next_in<Z: TimeZone>(cron: &croner::Cron, zone: Z, after_ms: u64) -> Option<u64> {
+        // An instant is never ambiguous; only wall times are, and croner resolves those.
+        let t = zone.timestamp_millis_opt(after_ms as i64).single()?;
+        cron.find_next_occurrence(&t, false)
+            .ok()
+            .map(|d| d.timestamp_millis().max(0) as u64)
+    }
+    match s.tz {
+        ScheduleTz::Fixed(o) => next_in(&s.cron, o, after_ms),
+        ScheduleTz::Zone(z) => next_in(&s.cron, z, after_ms),
+    }
 }
 
 #[derive(Debug)]
@@ -730,7 +767,7 @@ mod tests {
         assert_eq!(at(Some("UTC")), midnight + 9 * hour);
         assert_eq!(at(Some("+02:00")), midnight + 7 * hour);
         assert_eq!(at(Some("-0530")), midnight + 14 * hour + hour / 2);
-        for bad in ["Europe/Paris", "+2", "+15:00", "02:00", "+02:60", "+0:200"] {
+        for bad in ["+2", "+15:00", "02:00", "+02:60", "+0:200"] {
             let e = parse_tz(Some(bad)).unwrap_err();
             assert_eq!(e.code(), "invalid_arguments", "{bad}");
             assert!(e.to_string().contains("fixed UTC offset"), "{e}");
@@ -760,10 +797,137 @@ mod tests {
             .unwrap();
         assert_eq!(d["tz"], "+02:00");
         assert_eq!(
-            a.execute(act(json!({"action": "create", "definition": {"name": "n", "schedule": "0 9 * * *", "tz": "CET"}})), Some("S"), true, 0)
+            a.execute(act(json!({"action": "create", "definition": {"name": "n", "schedule": "0 9 * * *", "tz": "Europe/Atlantis"}})), Some("S"), true, 0)
                 .unwrap_err()
                 .code(),
             "invalid_arguments"
+        );
+    }
+
+    fn utc_ms(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> u64 {
+        chrono::Utc
+            .with_ymd_and_hms(y, mo, d, h, mi, 0)
+            .single()
+            .unwrap()
+            .timestamp_millis() as u64
+    }
+
+    /// Steps the service through `[from, to)` a minute at a time; the scheduled instants fired.
+    fn fire_between(a: &Automations, from: u64, to: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut now = from;
+        while now < to {
+            now += 60_000;
+            out.extend(
+                a.take_due(now)
+                    .0
+                    .into_iter()
+                    .map(|(f, _)| f.scheduled_at_ms),
+            );
+        }
+        out
+    }
+
+    fn create_in(a: &Automations, schedule: &str, tz: &str, now: u64) -> String {
+        let act = parse_action(&json!({"action": "create", "definition": {"name": "n", "schedule": schedule, "tz": tz}})).unwrap();
+        a.execute(act, Some("S"), true, now).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_named_zone_follows_its_offset_across_the_year() {
+        let s = Schedule::parse("0 9 * * *", Some("Europe/Berlin")).unwrap();
+        // Winter: CET (+01:00); summer: CEST (+02:00).
+        assert_eq!(
+            next_after(&s, utc_ms(2026, 1, 15, 0, 0)),
+            Some(utc_ms(2026, 1, 15, 8, 0))
+        );
+        assert_eq!(
+            next_after(&s, utc_ms(2026, 7, 15, 0, 0)),
+            Some(utc_ms(2026, 7, 15, 7, 0))
+        );
+        let ny = Schedule::parse("0 9 * * *", Some("America/New_York")).unwrap();
+        assert_eq!(
+            next_after(&ny, utc_ms(2026, 1, 15, 0, 0)),
+            Some(utc_ms(2026, 1, 15, 14, 0))
+        );
+    }
+
+    #[test]
+    fn a_firing_in_the_skipped_hour_fires_once_at_the_end_of_the_gap() {
+        // Europe/Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00Z); 02:30 never exists.
+        let (_d, a) = open();
+        let from = utc_ms(2026, 3, 28, 12, 0);
+        create_in(&a, "30 2 * * *", "Europe/Berlin", from);
+        let fired = fire_between(&a, from, utc_ms(2026, 3, 30, 12, 0));
+        assert_eq!(
+            fired,
+            vec![
+                // The first valid instant after the gap: 03:00 CEST.
+                utc_ms(2026, 3, 29, 1, 0),
+                // The next night in summer time: 02:30 CEST.
+                utc_ms(2026, 3, 30, 0, 30),
+            ]
+        );
+        // An hourly interval schedule simply has no 02:00 that night: 23 firings in the day.
+        let (_d, a) = open();
+        let from = utc_ms(2026, 3, 28, 23, 0); // 00:00 CET, 29 March.
+        create_in(&a, "0 * * * *", "Europe/Berlin", from - 1);
+        assert_eq!(
+            fire_between(&a, from - 60_000, utc_ms(2026, 3, 29, 22, 0) - 60_000).len(),
+            23
+        );
+    }
+
+    #[test]
+    fn a_firing_in_the_repeated_hour_fires_once() {
+        // Europe/Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET (01:00Z); 02:30 happens
+        // at 00:30Z and again at 01:30Z.
+        let (_d, a) = open();
+        let from = utc_ms(2026, 10, 24, 12, 0);
+        create_in(&a, "30 2 * * *", "Europe/Berlin", from);
+        let fired = fire_between(&a, from, utc_ms(2026, 10, 26, 12, 0));
+        assert_eq!(
+            fired,
+            vec![
+                // Its first pass only.
+                utc_ms(2026, 10, 25, 0, 30),
+                // The next night in winter time: 02:30 CET.
+                utc_ms(2026, 10, 26, 1, 30),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_zone_name_is_a_clear_error_and_changes_nothing() {
+        for bad in ["Europe/Atlantis", "europe/berlin", "Berlin", "UTC+2"] {
+            let e = parse_tz(Some(bad)).unwrap_err();
+            assert_eq!(e.code(), "invalid_arguments", "{bad}");
+            assert!(
+                e.to_string().contains("not a known time zone"),
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        let (_d, a) = open();
+        let id = create_in(&a, "0 9 * * *", "Europe/Berlin", 0);
+        let e = a
+            .execute(parse_action(&json!({"action": "update", "id": id, "definition": {"name": "n", "schedule": "0 9 * * *", "tz": "Mars/Olympus"}})).unwrap(), None, false, 1)
+            .unwrap_err();
+        assert_eq!(e.code(), "invalid_arguments");
+        let d = a
+            .execute(DefinitionAction::Get { id }, None, false, 2)
+            .unwrap();
+        assert_eq!(d["tz"], "Europe/Berlin");
+        assert_eq!(
+            a.execute(DefinitionAction::List {}, None, false, 2)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            1
         );
     }
 

@@ -2,7 +2,8 @@
 //! worktree, started through the managed-agent spawn path and bound to a durable attempt),
 //! `workflow_story_create` (a story proposal under a durable proposal key) and the
 //! `workflow_event` mail cursor the active coordinator receives after a committed worker
-//! report.
+//! report (or after a launched worker's deadline passed: the runner's attempt timer gives
+//! each launch the run's `attempt_timeout_secs`, like a step attempt's).
 //!
 //! Only the run's active coordinator may call the tools: the bound local managed PTY of the
 //! current attempt of a `role: coordinator` step ([`Run::active_coordinator`]). Every effect
@@ -265,7 +266,7 @@ pub fn launch(
         if let Some(other) = cur
             .launches
             .values()
-            .find(|l| !l.reported && l.worktree == worktree)
+            .find(|l| l.awaited() && l.worktree == worktree)
         {
             return Err(StoryError::Transition(format!(
                 "worktree {worktree} is bound to attempt {} until it reports; use a distinct worktree",
@@ -285,6 +286,8 @@ pub fn launch(
             tuic_session: None,
             task_id: None,
             reported: false,
+            deadline_ms: None,
+            timed_out: false,
         };
         let ev = json!({"effect": "spawn", "attempt_id": l.attempt_id, "agent_type": l.agent_type,
                         "role": l.role, "worktree": l.worktree, "coordinator_attempt": l.coordinator_attempt});
@@ -372,14 +375,22 @@ pub fn launch(
                 l.session_id = v["session_id"].as_str().map(str::to_owned);
                 l.tuic_session = v["tuic_session"].as_str().map(str::to_owned);
                 l.task_id = v["task_id"].as_str().map(str::to_owned);
+                // The same attempt timer as a step attempt's, from the bind.
+                l.deadline_ms = cur.timeout_from(now);
                 let ev = json!({"attempt_id": l.attempt_id, "generation": 1, "launched_by": me,
                     "agent_type": l.agent_type, "role": l.role, "worktree": l.worktree,
-                    "session_id": l.session_id, "tuic_session": l.tuic_session, "task_id": l.task_id});
+                    "session_id": l.session_id, "tuic_session": l.tuic_session, "task_id": l.task_id,
+                    "deadline_ms": l.deadline_ms});
+                if let Some(d) = l.deadline_ms {
+                    // The coordinator outlives the wait for its worker by one full window.
+                    n.hold_coordinator(cur.timeout_from(d).unwrap_or(d));
+                }
                 Ok(Some(RunChange {
                     run: n,
                     events: vec![("attempt_launched".into(), ev)],
                 }))
             })?;
+            node.workflows.timer.notify_one();
             Ok(json!({"ok": true, "launch": r.launches.get(&i.attempt_id)}))
         }
         Err(e) => {

@@ -1,13 +1,16 @@
 //! HTTP adapters of the story service: `POST /stories/action`, `GET /stories/capabilities`,
 //! `POST /workflows/definition/action`, `POST /workflows/run/action`. Each resolves the
 //! caller's authority from the transport (never from the body), runs the service on the
-//! blocking pool and maps its typed error to a status.
+//! blocking pool and maps its typed error to a status. A hub relaying an IPC caller's action
+//! sends [`FORWARDED_ACTOR_HEADER`]`: local_api`, which can only lower the authority its token
+//! carries (`human`), never raise it.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use serde_json::{Map, Value};
 
@@ -28,6 +31,20 @@ pub fn routes() -> axum::Router<Arc<Node>> {
 /// `GET /stories/capabilities`: `true`, without opening anything (a backend probe).
 async fn capabilities() -> Json<Value> {
     Json(Value::Bool(true))
+}
+
+/// A relaying hub's statement that its own caller was `local_api` (the only value).
+pub const FORWARDED_ACTOR_HEADER: &str = "x-tuic-actor";
+
+/// The authority a relaying hub asked for: `true` lowers a `human` caller to `local_api`.
+fn forwarded_local(headers: &HeaderMap) -> Result<bool, ApiError> {
+    match headers.get(FORWARDED_ACTOR_HEADER).map(|v| v.to_str()) {
+        None => Ok(false),
+        Some(Ok("local_api")) => Ok(true),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "{FORWARDED_ACTOR_HEADER} takes only local_api"
+        ))),
+    }
 }
 
 /// The common body: `{input, project_path? | repoPath?, sessionId? | session_id?}`.
@@ -72,13 +89,19 @@ fn caller(
     node: &Node,
     transport: Option<Transport>,
     env: &Envelope,
+    lowered: bool,
 ) -> Result<(String, Actor), StoryError> {
-    super::http_caller(
+    let (project, actor) = super::http_caller(
         node,
         transport,
         env.project.as_deref(),
         env.session.as_deref(),
-    )
+    )?;
+    let actor = match actor {
+        Actor::Human if lowered => Actor::LocalApi,
+        a => a,
+    };
+    Ok((project, actor))
 }
 
 async fn blocking(
@@ -94,13 +117,15 @@ async fn blocking(
 async fn story_action(
     State(node): State<Arc<Node>>,
     transport: Option<Extension<Transport>>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let lowered = forwarded_local(&headers)?;
     let env = envelope(&body)?;
     let transport = transport.map(|t| t.0);
     blocking(move || {
         let action = StoryAction::from_value(&env.input)?;
-        let (project, actor) = caller(&node, transport, &env)?;
+        let (project, actor) = caller(&node, transport, &env, lowered)?;
         node.stories.execute(
             &super::service::Ctx {
                 project,
@@ -116,12 +141,14 @@ async fn story_action(
 async fn definition_action(
     State(node): State<Arc<Node>>,
     transport: Option<Extension<Transport>>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let lowered = forwarded_local(&headers)?;
     let env = envelope(&body)?;
     let transport = transport.map(|t| t.0);
     blocking(move || {
-        let (project, actor) = caller(&node, transport, &env)?;
+        let (project, actor) = caller(&node, transport, &env, lowered)?;
         super::workflow::definition_action(&node, &project, &actor, &env.input)
     })
     .await
@@ -130,12 +157,14 @@ async fn definition_action(
 async fn run_action(
     State(node): State<Arc<Node>>,
     transport: Option<Extension<Transport>>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let lowered = forwarded_local(&headers)?;
     let env = envelope(&body)?;
     let transport = transport.map(|t| t.0);
     blocking(move || {
-        let (project, actor) = caller(&node, transport, &env)?;
+        let (project, actor) = caller(&node, transport, &env, lowered)?;
         super::workflow::run_action(&node, &project, &actor, &env.input)
     })
     .await

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tuic_proto::events::Event;
 
-use super::workflow::{Attempt, CONTRACT_VERSION, PendingInput, Role, Run, RunChange, RunStatus};
+use super::workflow::{
+    Attempt, CONTRACT_VERSION, Launch, PendingInput, Role, Run, RunChange, RunStatus,
+};
 use super::{StoryError, payload_hash};
 use crate::state::Node;
 
@@ -425,6 +427,12 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
                     has: "another session",
                 });
             }
+            if l.timed_out {
+                return Err(StoryError::Transition(format!(
+                    "{} timed out (no report by its deadline); it takes no more reports",
+                    r.attempt_id
+                )));
+            }
             if cur.status.terminal() || l.reported {
                 return Err(StoryError::Transition(format!(
                     "{} takes no more reports ({:?})",
@@ -435,6 +443,9 @@ pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<V
             let mut n = cur.clone();
             if let Some(l) = n.launches.get_mut(&r.attempt_id) {
                 l.reported = true;
+            }
+            if let Some(d) = cur.timeout_from(now) {
+                n.hold_coordinator(d);
             }
             n.reports
                 .insert(key.clone(), (hash.clone(), cur.sequence + 1));
@@ -584,7 +595,11 @@ fn spawn_timer(node: &Arc<Node>) {
                 .live_runs()
                 .iter()
                 .filter(|r| r.status == RunStatus::Running)
-                .filter_map(|r| r.attempt.as_ref()?.deadline_ms)
+                .flat_map(|r| {
+                    let step = r.attempt.as_ref().and_then(|a| a.deadline_ms);
+                    step.into_iter()
+                        .chain(r.launches.values().filter_map(Launch::pending_deadline))
+                })
                 .min();
             if next.is_some_and(|d| d <= now) {
                 let r = n.clone();
@@ -606,8 +621,10 @@ fn spawn_timer(node: &Arc<Node>) {
 
 /// Every running run whose launched attempt passed its deadline without a report records
 /// `attempt_timed_out` and a repair (the next generation, or the run fails when repairs run
-/// out); the overdue worker is closed.
+/// out); the overdue worker is closed. Coordinator-launched workers past their deadline are
+/// timed out too (see [`time_out_launches`]).
 fn time_out_due(node: &Arc<Node>, now: u64) {
+    time_out_launches(node, now);
     for run in node.workflows.live_runs() {
         let Some(a) = run.attempt.clone() else {
             continue;
@@ -656,6 +673,74 @@ fn time_out_due(node: &Arc<Node>, now: u64) {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(run = %run.run_id, error = %e, "timing out an attempt failed"),
+        }
+    }
+}
+
+/// A coordinator-launched worker past its deadline without a report records
+/// `attempt_timed_out` (with `launched: true`), is closed, and the active coordinator's inbox
+/// gets a `workflow_event` cursor at that event, as after a worker's report: the coordinator
+/// decides what follows (a relaunch is a new `attemptId`); no repair is counted for it.
+fn time_out_launches(node: &Arc<Node>, now: u64) {
+    for run in node.workflows.live_runs() {
+        if run.status != RunStatus::Running {
+            continue;
+        }
+        let due: Vec<Launch> = run
+            .launches
+            .values()
+            .filter(|l| l.pending_deadline().is_some_and(|d| d <= now))
+            .cloned()
+            .collect();
+        for l in due {
+            let mut timed_out = false;
+            let r = node.workflows.update(&run.run_id, now, |cur| {
+                let Some(c) = cur.launches.get(&l.attempt_id) else {
+                    return Ok(None);
+                };
+                if cur.status != RunStatus::Running || c.pending_deadline().is_none_or(|d| d > now)
+                {
+                    return Ok(None);
+                }
+                let secs = cur.limits.attempt_timeout_secs.unwrap_or(0);
+                let mut n = cur.clone();
+                if let Some(x) = n.launches.get_mut(&l.attempt_id) {
+                    x.timed_out = true;
+                }
+                if let Some(d) = cur.timeout_from(now) {
+                    n.hold_coordinator(d);
+                }
+                timed_out = true;
+                Ok(Some(RunChange {
+                    run: n,
+                    events: vec![(
+                        "attempt_timed_out".into(),
+                        json!({"attempt_id": c.attempt_id, "generation": c.generation,
+                               "launched": true, "agent_type": c.agent_type,
+                               "coordinator_attempt": c.coordinator_attempt,
+                               "session_id": c.session_id, "deadline_ms": c.deadline_ms,
+                               "attempt_timeout_secs": secs}),
+                    )],
+                }))
+            });
+            match r {
+                Ok(after) if timed_out => {
+                    if let Some(s) = l
+                        .session_id
+                        .as_deref()
+                        .and_then(|id| node.sessions.live(id))
+                    {
+                        s.kill();
+                    }
+                    tracing::info!(run = %after.run_id, attempt = %l.attempt_id, "launched worker timed out");
+                    let story = after.target["id"].as_str().unwrap_or_default().to_owned();
+                    super::coordinator::notify(node, &after, &story, after.sequence);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(run = %run.run_id, error = %e, "timing out a launched worker failed")
+                }
+            }
         }
     }
 }

@@ -236,6 +236,27 @@ pub struct Launch {
     /// Its report was committed.
     #[serde(default)]
     pub reported: bool,
+    /// When the bound worker, without a report, is timed out (wall clock, ms): the run's
+    /// `attempt_timeout_secs` from its launch, the same timer a step attempt has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// Its deadline passed without a report: the worker was closed, `attempt_timed_out`
+    /// recorded and the coordinator mailed a `workflow_event` cursor; later reports are refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+}
+
+impl Launch {
+    /// Still owed a report: neither reported nor timed out (it holds its worktree).
+    pub fn awaited(&self) -> bool {
+        !self.reported && !self.timed_out
+    }
+
+    /// The deadline the attempt timer waits for, while the launch is bound and awaited.
+    pub fn pending_deadline(&self) -> Option<u64> {
+        self.deadline_ms
+            .filter(|_| self.awaited() && self.session_id.is_some())
+    }
 }
 
 /// A story proposal of a coordinator (`workflow_story_create`), by proposal key.
@@ -320,6 +341,27 @@ pub struct Run {
 impl Run {
     /// The active coordinator attempt: the current attempt of a coordinator step, launched
     /// and the run not ended.
+    /// Holds the active coordinator attempt's deadline at `until` or later: a coordinator
+    /// waiting on its launched workers is not silent, and it gets a full timeout window after
+    /// each worker's report or expiry to act on it.
+    pub fn hold_coordinator(&mut self, until: u64) {
+        if let Some(a) = self
+            .attempt
+            .as_mut()
+            .filter(|a| a.role == Role::Coordinator && a.session_id.is_some())
+            && let Some(d) = a.deadline_ms.as_mut()
+        {
+            *d = (*d).max(until);
+        }
+    }
+
+    /// The attempt timeout in ms from `now`, when the run has one.
+    pub fn timeout_from(&self, now_ms: u64) -> Option<u64> {
+        self.limits
+            .attempt_timeout_secs
+            .map(|s| now_ms.saturating_add(s.saturating_mul(1000)))
+    }
+
     pub fn active_coordinator(&self) -> Option<&Attempt> {
         self.attempt.as_ref().filter(|a| {
             a.role == Role::Coordinator && a.tuic_session.is_some() && !self.status.terminal()

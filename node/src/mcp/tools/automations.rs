@@ -12,7 +12,7 @@ use crate::state::Node;
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "automations",
     summary: "Scheduled automations: cron definitions that spawn an agent",
-    description: "Automation definitions. Pass action at the top level. list returns an array; get (id) one definition; create (definition) and update (id, definition) take a complete definition with the stored snake_case fields {name, schedule (cron: 5 fields, or 6 with leading seconds), tz? (fixed UTC offset: +02:00; UTC when omitted), enabled?, prompt?, agent?: {command, args?, cwd?}}; pause / resume (id) edit only enabled; delete (id) removes the definition, not its run ledger. Mutations return {\"ok\": true}. Creation requires a bound agent session (it becomes created_by_session). A firing spawns agent with prompt as its task, or is only recorded when agent is absent. These actions manage definitions; they do not launch runs.",
+    description: "Automation definitions. Pass action at the top level. list returns an array; get (id) one definition; create (definition) and update (id, definition) take a complete definition with the stored snake_case fields {name, schedule (cron: 5 fields, or 6 with leading seconds), tz? (zone Europe/Berlin or offset +02:00; UTC when omitted), enabled?, prompt?, agent?: {command, args?, cwd?}}; pause / resume (id) edit only enabled; delete (id) removes the definition, not its run ledger. Mutations return {\"ok\": true}. Creation requires a bound agent session (it becomes created_by_session). A firing spawns agent with prompt as its task, or is only recorded when agent is absent. These actions manage definitions; they do not launch runs.",
     actions: TOOL_ACTIONS,
     schema: || {
         schema(
