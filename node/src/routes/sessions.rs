@@ -130,7 +130,7 @@ async fn create(
     JsonBody(req): JsonBody<CreateRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let n = node.clone();
-    let s = tokio::task::spawn_blocking(move || n.sessions.create(&n, req))
+    let s = tokio::task::spawn_blocking(move || n.sessions.create(req))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| match e {
@@ -239,7 +239,7 @@ async fn rename(
 ) -> Result<Json<Value>, ApiError> {
     let s = node.sessions.live(&id).ok_or_else(|| unknown(&id))?;
     node.sessions
-        .rename(&node, &s, b.name)
+        .rename(&s, b.name)
         .map_err(ApiError::bad_request)?;
     Ok(Json(json!({"ok": true})))
 }
@@ -530,7 +530,7 @@ async fn run_screen(node: Arc<Node>, s: Arc<Session>, sock: WebSocket, hello: He
     });
     let out =
         tx.with(|t: String| futures::future::ready(Ok::<_, axum::Error>(Message::Text(t.into()))));
-    screensync::run(node, s, Box::pin(out), ctl_rx).await;
+    screensync::run(node.sessions.env().clone(), s, Box::pin(out), ctl_rx).await;
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -14,6 +14,7 @@ pub mod ansi;
 pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
+pub mod env;
 pub mod grid;
 pub mod held;
 pub mod holder;
@@ -38,6 +39,7 @@ use portable_pty::PtySize;
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use env::SessionEnv;
 pub use registry::{CreateError, CreateRequest, Registry};
 pub use screen::Screen;
 
@@ -569,27 +571,6 @@ impl Session {
             worktree_path: None,
             worktree_branch: None,
         }
-    }
-}
-
-/// The MCP reaper's liveness answer: an identity is still addressable while it owns a live
-/// PTY (`TUIC_SESSION` of a running session). Holds the node weakly: the node owns the MCP
-/// state that owns this.
-#[derive(Debug)]
-pub struct PtyLiveness(std::sync::Weak<crate::state::Node>);
-
-impl PtyLiveness {
-    /// The answer for `node`'s registry.
-    pub fn new(node: &std::sync::Arc<crate::state::Node>) -> Self {
-        Self(std::sync::Arc::downgrade(node))
-    }
-}
-
-impl crate::mcp::sessions::IdentityLiveness for PtyLiveness {
-    fn is_addressable(&self, tuic_session: &str) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|n| n.sessions.owns_live_pty(tuic_session))
     }
 }
 
