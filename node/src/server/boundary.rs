@@ -125,7 +125,7 @@ fn with_cors(mut resp: Response, origin: Option<&str>) -> Response {
         );
         h.insert(
             ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("mcp-session-id"),
+            HeaderValue::from_static(tuic_proto::mcp::SESSION_HEADER),
         );
         h.append(VARY, HeaderValue::from_static("origin"));
     }
