@@ -188,7 +188,8 @@ async fn authenticate(
             node.auth.remember_basic(
                 &user,
                 &pass,
-                now + Duration::from_secs(cfg.tuning.basic_cache_secs),
+                now,
+                Duration::from_secs(cfg.tuning.basic_cache_secs),
             );
             return Ok(None);
         }

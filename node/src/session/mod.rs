@@ -39,6 +39,9 @@ use portable_pty::PtySize;
 use serde::Serialize;
 use tokio::sync::watch;
 
+/// Wall-clock milliseconds since the Unix epoch: the node's one wall clock, `logs::now_ms`
+/// (activity times, and the `now` that mail and the peer link hand to `proto`'s cores).
+pub use crate::logs::now_ms;
 pub use env::SessionEnv;
 pub use registry::{CreateError, CreateRequest, Registry};
 pub use screen::Screen;
@@ -572,12 +575,4 @@ impl Session {
             worktree_branch: None,
         }
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
