@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tuic_proto::ipc_http::Request;
 use tuic_proto::peer::Backoff;
+use tuic_proto::stream::StreamFrame;
 
 use crate::ipc::{self, IpcError};
 use crate::keys::{DetachKey, DetachWatch};
@@ -201,11 +202,10 @@ async fn pump(
             msg = rx.next() => match msg {
                 Some(Ok(Message::Binary(b))) => tty::out(&b),
                 Some(Ok(Message::Text(t))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
-                    match v["type"].as_str() {
-                        Some("exit") => return Pump::Exited(exit_code(&v)),
-                        Some("lagged") => return Pump::Repaint,
-                        Some("closed") => return Pump::Lost("the host is shutting down".into()),
+                    match serde_json::from_str::<StreamFrame>(t.as_str()) {
+                        Ok(StreamFrame::Exit { exit_code }) => return Pump::Exited(exit_code),
+                        Ok(StreamFrame::Lagged { .. }) => return Pump::Repaint,
+                        Ok(StreamFrame::Closed) => return Pump::Lost("the host is shutting down".into()),
                         // hello, parsed events: nothing to draw.
                         _ => {}
                     }
@@ -336,20 +336,14 @@ pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String
     while let Some(msg) = rx.next().await {
         match msg.map_err(|e| e.to_string())? {
             Message::Binary(b) => tty::out(&b),
-            Message::Text(t) => {
-                let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
-                match v["type"].as_str() {
-                    Some("exit") => return Ok(exit_code(&v)),
-                    Some("closed") => return Err("the host is shutting down".into()),
-                    Some("lagged") => {
-                        return Err(format!(
-                            "output outran this client ({} bytes missed)",
-                            v["missed"]
-                        ));
-                    }
-                    _ => {}
+            Message::Text(t) => match serde_json::from_str::<StreamFrame>(t.as_str()) {
+                Ok(StreamFrame::Exit { exit_code }) => return Ok(exit_code),
+                Ok(StreamFrame::Closed) => return Err("the host is shutting down".into()),
+                Ok(StreamFrame::Lagged { missed }) => {
+                    return Err(format!("output outran this client ({missed} bytes missed)"));
                 }
-            }
+                _ => {}
+            },
             Message::Close(_) => break,
             _ => {}
         }

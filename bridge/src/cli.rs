@@ -431,7 +431,10 @@ impl Ctx {
                 rpc_error_text(err)
             )));
         }
-        let sid = resp.head.header("mcp-session-id").map(str::to_owned);
+        let sid = resp
+            .head
+            .header(tuic_proto::mcp::SESSION_HEADER)
+            .map(str::to_owned);
         let sid = sid.as_deref();
         self.mcp_post(
             sid,
@@ -481,7 +484,9 @@ impl Ctx {
             let code = err.get("code").and_then(Value::as_i64);
             let text = rpc_error_text(err);
             // Unknown tool / method: the node lacks the feature rather than refusing input.
-            if code == Some(-32601) || (code == Some(-32602) && text.contains("nknown tool")) {
+            if code == Some(tuic_proto::mcp::METHOD_NOT_FOUND)
+                || (code == Some(tuic_proto::mcp::INVALID_PARAMS) && text.contains("nknown tool"))
+            {
                 return Err(Failure::Unavailable(format!(
                     "the node does not offer MCP tool {tool:?}: {text}"
                 )));

@@ -160,14 +160,14 @@ impl AuthState {
         }
     }
 
-    /// Remembers a verified Basic credential until `until`.
-    pub fn remember_basic(&self, user: &str, pass: &str, until: Instant) {
+    /// Remembers a verified Basic credential for `ttl` from `now` (the caller's clock, as for
+    /// [`Self::basic_cached`]).
+    pub fn remember_basic(&self, user: &str, pass: &str, now: Instant, ttl: Duration) {
         let mut c = self.basic_cache.lock().unwrap_or_else(|p| p.into_inner());
         if c.len() > 1024 {
-            let now = Instant::now();
             c.retain(|_, u| *u > now);
         }
-        c.insert(basic_key(user, pass), until);
+        c.insert(basic_key(user, pass), now + ttl);
     }
 
     /// Forgets every remembered Basic credential (after a password change).

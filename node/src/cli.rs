@@ -315,7 +315,7 @@ pub fn serve(
                 dir: holder_dir(&node.paths),
                 store: node.store.clone(),
             });
-        node.sessions.readopt(&node);
+        node.sessions.readopt();
     }
     rt.block_on(async move {
         let hook = hook(&node)?;

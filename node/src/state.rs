@@ -1,6 +1,6 @@
 //! The node's shared state, passed explicitly to every handler as `State<Arc<Node>>`.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -49,8 +49,8 @@ pub struct Node {
     pub vault: Vault,
     /// The embedded store.
     pub store: Arc<Store>,
-    /// Event bus behind `GET /events`.
-    pub bus: Bus,
+    /// Event bus behind `GET /events` (shared with the session layer's environment).
+    pub bus: Arc<Bus>,
     /// Recent log records behind `GET /logs`.
     pub logs: LogRing,
     /// Login sessions, Basic cache and login throttling.
@@ -76,7 +76,7 @@ pub struct Node {
     /// Concurrent uploads allowed; a permit is held through extraction.
     pub upload_permits: Arc<tokio::sync::Semaphore>,
     /// PTY sessions and their exit tombstones.
-    pub sessions: crate::session::Registry,
+    pub sessions: Arc<crate::session::Registry>,
     /// The MCP endpoint's protocol sessions, tool registry and task handles.
     pub mcp: crate::mcp::McpState,
     /// Agent mail: inboxes, peers, waits and PTY wake notices.
@@ -140,12 +140,20 @@ impl Node {
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
             config.tuning.upload_concurrency.max(1) as usize,
         ));
-        let sessions = crate::session::Registry::new(&paths.config_dir);
         let mcp = crate::mcp::McpState::new(&config);
         let upstreams = Arc::new(crate::upstream::Upstreams::new(paths.upstreams_file()));
         mcp.registry.add_source(upstreams.clone());
         mcp.registry.add_source(peer.hub_tools.clone());
-        let node = Arc::new(Self {
+        let bus = Arc::new(Bus::default());
+        let tasks = TaskTracker::new();
+        let shutdown = CancellationToken::new();
+        // The composition root: each layer gets what it uses of the node, and hooks into the
+        // layers above it go through a weak reference to the node being built.
+        let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
+            sessions: Arc::new(crate::session::Registry::new(
+                &paths.config_dir,
+                session_env(weak, &paths, &bus, &tasks, &shutdown),
+            )),
             name,
             paths,
             config_file,
@@ -153,12 +161,12 @@ impl Node {
             overrides: Mutex::new(overrides),
             vault,
             store,
-            bus: Bus::default(),
+            bus,
             logs,
             auth,
             node_token,
             started: Instant::now(),
-            shutdown: CancellationToken::new(),
+            shutdown,
             host_trust: RwLock::new(HostTrust {
                 interface_ips: crate::guard::interface_ips(),
                 tailscale_name,
@@ -166,11 +174,10 @@ impl Node {
             }),
             tailscale: RwLock::new(crate::tailscale::Detected::Absent),
             tcp: tokio::sync::Mutex::new(TcpControl::default()),
-            tasks: TaskTracker::new(),
+            tasks,
             repos,
             git: crate::git::Git::default(),
             upload_permits,
-            sessions,
             mcp,
             mail: crate::mail::Mail::default(),
             peer,
@@ -240,6 +247,39 @@ impl Node {
     /// The request deadline in force.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.config().tuning.request_timeout_ms)
+    }
+}
+
+/// The session layer's environment: the node's bus, tasks and shutdown, the child environment,
+/// the tuning read from the current config, and the progress journal's observed `intent:`.
+fn session_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::session::SessionEnv {
+    let tuning = node.clone();
+    let intents = node.clone();
+    crate::session::SessionEnv {
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        socket: paths.socket.clone(),
+        instance: paths.instance.id().map(str::to_owned),
+        tuning: Arc::new(move || {
+            tuning
+                .upgrade()
+                .map(|n| crate::session::env::Tuning {
+                    tombstone: Duration::from_secs(n.config().tuning.tombstone_secs),
+                })
+                .unwrap_or_default()
+        }),
+        on_intent: Some(Arc::new(move |s, text| {
+            if let Some(n) = intents.upgrade() {
+                crate::progress::observe_intent(&n, s, text);
+            }
+        })),
     }
 }
 

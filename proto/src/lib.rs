@@ -8,6 +8,7 @@
 //! - [`mcp`]: MCP revisions, header names, JSON-RPC codes and the wait timing rules.
 //! - [`screen`]: screen-sync frames of `WS /sessions/{id}/stream?mode=screen`, the row diff and
 //!   the client mirror.
+//! - [`stream`]: the byte-stream frames of `WS /sessions/{id}/stream` (every other mode).
 //! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
 //!   See `docs/mail-protocol.md`.
 
@@ -19,6 +20,7 @@ pub mod mcp;
 pub mod peer;
 pub mod screen;
 pub mod sse;
+pub mod stream;
 
 /// Version of the node's HTTP/peer protocol, reported by `GET /health`.
 pub const PROTOCOL_VERSION: u32 = 1;

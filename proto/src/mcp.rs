@@ -29,6 +29,10 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The per-request revision header.
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// SEP-2243 method header (modern requests).
+pub const METHOD_HEADER: &str = "mcp-method";
+/// SEP-2243 name header (modern `tools/call`).
+pub const NAME_HEADER: &str = "mcp-name";
 /// The TUIC identity header the bridge sends from `$TUIC_SESSION`.
 pub const TUIC_SESSION_HEADER: &str = "x-tuic-session";
 

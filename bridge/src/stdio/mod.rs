@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, Notify, mpsc};
 use tokio::task::JoinSet;
 use tuic_proto::ipc_http::Response;
+use tuic_proto::mcp as rpc;
 use tuic_proto::sse::SseDecoder;
 
 use crate::ipc::{self, AsyncResponse, IpcError};
@@ -293,7 +294,7 @@ impl Bridge {
             }
             let new_sid = resp
                 .head
-                .header("mcp-session-id")
+                .header(rpc::SESSION_HEADER)
                 .map(str::to_owned)
                 .or(sid);
             let note = mcp::rpc_notification("notifications/initialized", None);
@@ -488,7 +489,7 @@ impl Bridge {
             match self.post(sid.as_deref(), &version, &msg, deadline).await {
                 Ok(resp) if (200..300).contains(&resp.status()) => {
                     if msg.get("method").and_then(Value::as_str) == Some("initialize")
-                        && let Some(new_sid) = resp.head.header("mcp-session-id")
+                        && let Some(new_sid) = resp.head.header(rpc::SESSION_HEADER)
                     {
                         self.adopt_session(new_sid).await;
                     }
@@ -508,7 +509,7 @@ impl Bridge {
                     }
                     return policy::error_answer(
                         id,
-                        -32603,
+                        rpc::INTERNAL_ERROR,
                         &format!(
                             "the node answered {} for POST /mcp: {}",
                             resp.status(),
@@ -541,7 +542,13 @@ impl Bridge {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let msgs = match mcp::rpc_messages(resp) {
             Ok(m) => m,
-            Err(e) => return policy::error_answer(id, -32603, &format!("invalid answer: {e}")),
+            Err(e) => {
+                return policy::error_answer(
+                    id,
+                    rpc::INTERNAL_ERROR,
+                    &format!("invalid answer: {e}"),
+                );
+            }
         };
         let mut answer = None;
         for m in msgs {
@@ -552,7 +559,11 @@ impl Bridge {
             }
         }
         let Some(answer) = answer else {
-            return policy::error_answer(id, -32603, "the node sent no response to this request");
+            return policy::error_answer(
+                id,
+                rpc::INTERNAL_ERROR,
+                "the node sent no response to this request",
+            );
         };
         if msg.get("method").and_then(Value::as_str) == Some("tools/list")
             && let Some(tools) = answer.pointer("/result/tools")
@@ -618,7 +629,7 @@ pub async fn run(cfg: BridgeConfig) -> anyhow::Result<()> {
         if line.len() > MAX_LINE {
             bridge.send_client(policy::error_answer(
                 Value::Null,
-                -32600,
+                rpc::INVALID_REQUEST,
                 "message too large",
             ));
             // Skip the rest of the oversized line.
@@ -636,7 +647,7 @@ pub async fn run(cfg: BridgeConfig) -> anyhow::Result<()> {
             Err(e) => {
                 bridge.send_client(policy::error_answer(
                     Value::Null,
-                    -32700,
+                    rpc::PARSE_ERROR,
                     &format!("parse error: {e}"),
                 ));
                 continue;

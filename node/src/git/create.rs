@@ -214,13 +214,10 @@ fn finish(
     if created && req.spawn_session {
         let s = node
             .sessions
-            .create(
-                node,
-                crate::session::CreateRequest {
-                    cwd: Some(path.clone()),
-                    ..Default::default()
-                },
-            )
+            .create(crate::session::CreateRequest {
+                cwd: Some(path.clone()),
+                ..Default::default()
+            })
             .map_err(|e| {
                 GitError::Io(format!(
                     "the worktree was created but its shell did not start: {e}"

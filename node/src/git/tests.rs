@@ -489,14 +489,11 @@ async fn declared_placement_is_validated_stored_and_reloaded() {
         let foreign = other.with_file_name("repo__wt").join("foreign");
         let s = n
             .sessions
-            .create(
-                &n,
-                crate::session::CreateRequest {
-                    shell: Some("/bin/sh".into()),
-                    cwd: Some(root.to_string_lossy().into_owned()),
-                    ..Default::default()
-                },
-            )
+            .create(crate::session::CreateRequest {
+                shell: Some("/bin/sh".into()),
+                cwd: Some(root.to_string_lossy().into_owned()),
+                ..Default::default()
+            })
             .unwrap();
         let mut bus = n.bus.subscribe();
         let decl =
@@ -555,15 +552,12 @@ async fn declared_placement_is_validated_stored_and_reloaded() {
         // A session restored with its identity shows the placement.
         let restored = n
             .sessions
-            .create(
-                &n,
-                crate::session::CreateRequest {
-                    shell: Some("/bin/sh".into()),
-                    cwd: Some(root.to_string_lossy().into_owned()),
-                    tuic_session: Some(s.tuic_session.clone()),
-                    ..Default::default()
-                },
-            )
+            .create(crate::session::CreateRequest {
+                shell: Some("/bin/sh".into()),
+                cwd: Some(root.to_string_lossy().into_owned()),
+                tuic_session: Some(s.tuic_session.clone()),
+                ..Default::default()
+            })
             .unwrap();
         assert_eq!(restored.tuic_session, s.tuic_session);
         let row = n

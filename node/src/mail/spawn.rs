@@ -188,20 +188,17 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
     };
     let session = node
         .sessions
-        .create(
-            node,
-            CreateRequest {
-                shell: Some(req.command.clone()),
-                args: args.clone(),
-                cwd: req.cwd.clone(),
-                env,
-                name: req.name.clone(),
-                name_from_spawn: true,
-                // Only a registered identity is published; a pending placeholder never is.
-                parent_session: req.parent.clone(),
-                ..Default::default()
-            },
-        )
+        .create(CreateRequest {
+            shell: Some(req.command.clone()),
+            args: args.clone(),
+            cwd: req.cwd.clone(),
+            env,
+            name: req.name.clone(),
+            name_from_spawn: true,
+            // Only a registered identity is published; a pending placeholder never is.
+            parent_session: req.parent.clone(),
+            ..Default::default()
+        })
         .map_err(|e| e.to_string())?;
     let child = session.tuic_session.clone();
     {

@@ -28,11 +28,9 @@ use crate::error::ApiError;
 use crate::guard::{self, Transport};
 use crate::state::Node;
 
-pub use tuic_proto::mcp::{SESSION_HEADER, TUIC_SESSION_HEADER, VERSION_HEADER};
-/// SEP-2243 method header (modern requests).
-pub const METHOD_HEADER: &str = "mcp-method";
-/// SEP-2243 name header (modern `tools/call`).
-pub const NAME_HEADER: &str = "mcp-name";
+pub use tuic_proto::mcp::{
+    METHOD_HEADER, NAME_HEADER, SESSION_HEADER, TUIC_SESSION_HEADER, VERSION_HEADER,
+};
 
 /// The answer to one message: an HTTP status and an optional JSON-RPC body, already rendered
 /// as JSON text (a tool's value is written into it once, see [`render_tool_text`]).

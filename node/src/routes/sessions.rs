@@ -21,6 +21,7 @@ use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tuic_proto::events::Event;
+use tuic_proto::stream::StreamFrame;
 
 use crate::error::{ApiError, JsonBody};
 use crate::session::backlog::Read;
@@ -130,7 +131,7 @@ async fn create(
     JsonBody(req): JsonBody<CreateRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let n = node.clone();
-    let s = tokio::task::spawn_blocking(move || n.sessions.create(&n, req))
+    let s = tokio::task::spawn_blocking(move || n.sessions.create(req))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| match e {
@@ -239,7 +240,7 @@ async fn rename(
 ) -> Result<Json<Value>, ApiError> {
     let s = node.sessions.live(&id).ok_or_else(|| unknown(&id))?;
     node.sessions
-        .rename(&node, &s, b.name)
+        .rename(&s, b.name)
         .map_err(ApiError::bad_request)?;
     Ok(Json(json!({"ok": true})))
 }
@@ -469,15 +470,18 @@ struct Hello {
 
 impl Hello {
     fn frame(&self, mode: &str) -> Message {
-        let v = json!({
-            "type": "hello",
-            "mode": mode,
-            "offset": self.offset,
-            "total_written": self.total_written,
-            "oldest_offset": self.oldest_offset,
-        });
-        Message::Text(v.to_string().into())
+        text_frame(&StreamFrame::Hello(tuic_proto::stream::Hello {
+            mode: mode.to_owned(),
+            offset: self.offset,
+            total_written: self.total_written,
+            oldest_offset: self.oldest_offset,
+        }))
     }
+}
+
+/// A byte-stream frame as the socket's text message.
+fn text_frame(f: &StreamFrame) -> Message {
+    Message::Text(f.to_text().into())
 }
 
 /// A screen-sync client: JSON client frames are acks, resizes, scrolls or input; binary frames
@@ -530,7 +534,7 @@ async fn run_screen(node: Arc<Node>, s: Arc<Session>, sock: WebSocket, hello: He
     });
     let out =
         tx.with(|t: String| futures::future::ready(Ok::<_, axum::Error>(Message::Text(t.into()))));
-    screensync::run(node, s, Box::pin(out), ctl_rx).await;
+    screensync::run(node.sessions.env().clone(), s, Box::pin(out), ctl_rx).await;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -597,11 +601,7 @@ async fn run_stream(
             let msg = match r {
                 Read::Lagged { missed } => {
                     dec.reset();
-                    Some(Message::Text(
-                        json!({"type": "lagged", "missed": missed})
-                            .to_string()
-                            .into(),
-                    ))
+                    Some(text_frame(&StreamFrame::Lagged { missed }))
                 }
                 Read::Data(d) if d.is_empty() => break,
                 Read::Data(d) if binary => Some(Message::Binary(d.into())),
@@ -615,9 +615,7 @@ async fn run_stream(
                     } else {
                         dec.decode(&d)
                     };
-                    (!text.is_empty()).then(|| {
-                        Message::Text(json!({"type": "output", "data": text}).to_string().into())
-                    })
+                    (!text.is_empty()).then(|| text_frame(&StreamFrame::Output { data: text }))
                 }
             };
             if let Some(m) = msg
@@ -630,8 +628,8 @@ async fn run_stream(
             let (offset, lines) = s.screen().log.since(log_cursor);
             if !lines.is_empty() {
                 log_cursor = offset + lines.len() as u64;
-                let m = json!({"type": "log", "lines": lines, "offset": offset});
-                if tx.send(Message::Text(m.to_string().into())).await.is_err() {
+                let m = text_frame(&StreamFrame::Log { lines, offset });
+                if tx.send(m).await.is_err() {
                     break;
                 }
             }
@@ -645,16 +643,11 @@ async fn run_stream(
             let tail = dec.finish();
             if !tail.is_empty() && !binary && mode.is_empty() {
                 let _ = tx
-                    .send(Message::Text(
-                        json!({"type": "output", "data": tail}).to_string().into(),
-                    ))
+                    .send(text_frame(&StreamFrame::Output { data: tail }))
                     .await;
             }
-            let mut m = json!({"type": "exit"});
-            if let Some(c) = e.code {
-                m["exit_code"] = json!(c);
-            }
-            let _ = tx.send(Message::Text(m.to_string().into())).await;
+            let m = StreamFrame::Exit { exit_code: e.code };
+            let _ = tx.send(text_frame(&m)).await;
             let _ = tx.close().await;
             return;
         }
@@ -673,15 +666,15 @@ async fn run_stream(
                     && let Event::PtyParsed { session_id, parsed } = &env.event
                     && *session_id == s.id
                 {
-                    let m = json!({"type": "parsed", "event": parsed});
-                    if tx.send(Message::Text(m.to_string().into())).await.is_err() {
+                    let m = StreamFrame::Parsed { event: parsed.clone() };
+                    if tx.send(text_frame(&m)).await.is_err() {
                         break;
                     }
                 }
             }
             _ = &mut gone => break,
             _ = node.shutdown.cancelled() => {
-                let _ = tx.send(Message::Text(json!({"type": "closed"}).to_string().into())).await;
+                let _ = tx.send(text_frame(&StreamFrame::Closed)).await;
                 let _ = tx.close().await;
                 return;
             }

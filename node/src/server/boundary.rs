@@ -125,7 +125,7 @@ fn with_cors(mut resp: Response, origin: Option<&str>) -> Response {
         );
         h.insert(
             ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("mcp-session-id"),
+            HeaderValue::from_static(tuic_proto::mcp::SESSION_HEADER),
         );
         h.append(VARY, HeaderValue::from_static("origin"));
     }
@@ -188,7 +188,8 @@ async fn authenticate(
             node.auth.remember_basic(
                 &user,
                 &pass,
-                now + Duration::from_secs(cfg.tuning.basic_cache_secs),
+                now,
+                Duration::from_secs(cfg.tuning.basic_cache_secs),
             );
             return Ok(None);
         }

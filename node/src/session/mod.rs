@@ -14,6 +14,7 @@ pub mod ansi;
 pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
+pub mod env;
 pub mod grid;
 pub mod held;
 pub mod holder;
@@ -38,6 +39,10 @@ use portable_pty::PtySize;
 use serde::Serialize;
 use tokio::sync::watch;
 
+/// Wall-clock milliseconds since the Unix epoch: the node's one wall clock, `logs::now_ms`
+/// (activity times, and the `now` that mail and the peer link hand to `proto`'s cores).
+pub use crate::logs::now_ms;
+pub use env::SessionEnv;
 pub use registry::{CreateError, CreateRequest, Registry};
 pub use screen::Screen;
 
@@ -570,33 +575,4 @@ impl Session {
             worktree_branch: None,
         }
     }
-}
-
-/// The MCP reaper's liveness answer: an identity is still addressable while it owns a live
-/// PTY (`TUIC_SESSION` of a running session). Holds the node weakly: the node owns the MCP
-/// state that owns this.
-#[derive(Debug)]
-pub struct PtyLiveness(std::sync::Weak<crate::state::Node>);
-
-impl PtyLiveness {
-    /// The answer for `node`'s registry.
-    pub fn new(node: &std::sync::Arc<crate::state::Node>) -> Self {
-        Self(std::sync::Arc::downgrade(node))
-    }
-}
-
-impl crate::mcp::sessions::IdentityLiveness for PtyLiveness {
-    fn is_addressable(&self, tuic_session: &str) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|n| n.sessions.owns_live_pty(tuic_session))
-    }
-}
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

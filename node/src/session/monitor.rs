@@ -15,8 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tuic_proto::events::Event;
 
-use super::{Session, activity, lock};
-use crate::state::Node;
+use super::{Registry, Session, activity, lock};
 
 /// How often live sessions are looked at.
 const TICK: Duration = Duration::from_millis(250);
@@ -40,19 +39,20 @@ pub(super) struct Seen {
     last_intent: Option<String>,
 }
 
-/// Starts the monitor (once per node).
-pub(super) fn start(node: &Arc<Node>) {
-    let n = node.clone();
-    node.tasks.spawn(async move {
+/// Starts the monitor (once per registry).
+pub(super) fn start(registry: &Arc<Registry>) {
+    let r = registry.clone();
+    registry.env().tasks.spawn(async move {
+        let env = r.env().clone();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = n.shutdown.cancelled() => break,
+                _ = env.shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let sessions = n.sessions.live_sessions();
-            let node = n.clone();
+            let sessions = r.live_sessions();
+            let on_intent = env.on_intent.clone();
             let found = tokio::task::spawn_blocking(move || {
                 let mut found = Vec::new();
                 for s in &sessions {
@@ -60,17 +60,19 @@ pub(super) fn start(node: &Arc<Node>) {
                     let (parsed, intents) = check(s, &probe);
                     found.extend(parsed.into_iter().map(|p| (s.id.clone(), p)));
                     // The progress journal's observed kind (a narrow hook: one call per marker).
-                    for text in intents {
-                        crate::progress::observe_intent(&node, s, &text);
+                    if let Some(hook) = &on_intent {
+                        for text in intents {
+                            hook(s, &text);
+                        }
                     }
                 }
                 found
             })
             .await
             .unwrap_or_default();
-            n.sessions.monitor_ticked();
+            r.monitor_ticked();
             for (session_id, parsed) in found {
-                n.bus.publish(Event::PtyParsed { session_id, parsed });
+                env.bus.publish(Event::PtyParsed { session_id, parsed });
             }
         }
     });

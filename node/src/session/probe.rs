@@ -155,39 +155,24 @@ mod tests {
 
     use serde_json::json;
 
-    use crate::logs::LogRing;
-    use crate::paths::{LocationEnv, Paths};
-    use crate::session::{CreateRequest, Session};
-    use crate::state::{Node, RunOverrides};
+    use crate::session::{CreateRequest, Registry, Session, SessionEnv};
 
-    fn node(dir: &std::path::Path) -> Arc<Node> {
-        std::fs::write(
-            dir.join("config.json"),
-            json!({"secret_store": "file"}).to_string(),
-        )
-        .unwrap();
-        let paths = Paths::resolve(Some(dir), None, &LocationEnv::default()).unwrap();
-        Node::open(
-            "tuic-node",
-            paths,
-            RunOverrides::default(),
-            LogRing::default(),
-        )
-        .unwrap()
+    /// A registry of its own, outside any node: the session layer needs only its environment.
+    fn registry(dir: &std::path::Path) -> Arc<Registry> {
+        Arc::new(Registry::new(
+            dir,
+            SessionEnv::standalone(dir.join("mcp.sock")),
+        ))
     }
 
-    fn create(node: &Arc<Node>, cwd: &std::path::Path, args: &[&str]) -> Arc<Session> {
-        node.sessions
-            .create(
-                node,
-                CreateRequest {
-                    shell: Some("/bin/sh".into()),
-                    args: args.iter().map(|a| (*a).to_owned()).collect(),
-                    cwd: Some(cwd.display().to_string()),
-                    ..CreateRequest::default()
-                },
-            )
-            .unwrap()
+    fn create(reg: &Arc<Registry>, cwd: &std::path::Path, args: &[&str]) -> Arc<Session> {
+        reg.create(CreateRequest {
+            shell: Some("/bin/sh".into()),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            cwd: Some(cwd.display().to_string()),
+            ..CreateRequest::default()
+        })
+        .unwrap()
     }
 
     /// The row as a fresh probe sees it, as JSON (what the list serves).
@@ -196,8 +181,8 @@ mod tests {
     }
 
     /// Waits (generously) until `f` holds, re-checking after each monitor tick.
-    async fn until_tick(node: &Node, what: &str, mut f: impl FnMut() -> bool) {
-        let mut ticks = node.sessions.monitor_ticks();
+    async fn until_tick(reg: &Registry, what: &str, mut f: impl FnMut() -> bool) {
+        let mut ticks = reg.monitor_ticks();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !f() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -207,8 +192,8 @@ mod tests {
     }
 
     /// Waits until a whole monitor round started (and ended) after this call.
-    async fn two_ticks(node: &Node) {
-        let mut ticks = node.sessions.monitor_ticks();
+    async fn two_ticks(reg: &Registry) {
+        let mut ticks = reg.monitor_ticks();
         ticks.borrow_and_update();
         for _ in 0..2 {
             tokio::time::timeout(Duration::from_secs(30), ticks.changed())
@@ -221,7 +206,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn listed_rows_match_a_fresh_probe_and_follow_the_foreground() {
         let dir = tempfile::tempdir().unwrap();
-        let n = node(dir.path());
+        let n = registry(dir.path());
         let work = dir.path().join("w");
         std::fs::create_dir(&work).unwrap();
         let shell = create(&n, &work, &[]);
@@ -239,7 +224,7 @@ mod tests {
         // Once a whole monitor round ran after the state settled, the listed rows are exactly
         // what a fresh probe says.
         two_ticks(&n).await;
-        let listed: Vec<serde_json::Value> = n.sessions.rows().iter().map(|r| json!(r)).collect();
+        let listed: Vec<serde_json::Value> = n.rows().iter().map(|r| json!(r)).collect();
         let mut probed: Vec<serde_json::Value> = [&shell, &sleeper, &quiet]
             .iter()
             .map(|s| fresh(s))
@@ -249,7 +234,6 @@ mod tests {
         assert_eq!(listed.len(), 3);
         // Every session probed: the async list path reads the same rows.
         let ready: Vec<serde_json::Value> = n
-            .sessions
             .ready_rows()
             .expect("every session probed")
             .iter()
@@ -258,16 +242,13 @@ mod tests {
         assert_eq!(ready, listed);
 
         // A foreground change shows in the list within a tick of a fresh probe seeing it.
-        shell
-            .write(b"exec sleep 600\n", &n.sessions.capture)
-            .unwrap();
+        shell.write(b"exec sleep 600\n", &n.capture).unwrap();
         until_tick(&n, "the fresh probe to see sleep", || {
             fresh(&shell)["foreground_process"] == "sleep"
         })
         .await;
         two_ticks(&n).await;
         let row = n
-            .sessions
             .rows()
             .into_iter()
             .find(|r| r.session_id == shell.id)

@@ -1,23 +1,23 @@
 //! The session registry: creates sessions, names them by their three addresses (PTY id,
 //! `tuic_session`, alias), and keeps an exit tombstone that outlives the live entry.
 //!
-//! It publishes the lifecycle events on the node's bus. It does not serve HTTP.
+//! It publishes the lifecycle events on its environment's bus (`env::SessionEnv`, handed in
+//! by the composition root). It does not serve HTTP.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use serde::Deserialize;
 use tuic_proto::events::Event;
 
 use super::alias::{self, Aliases};
 use super::capture::{Capture, CaptureDir};
+use super::env::SessionEnv;
 use super::held::{self, AdoptError, HolderConfig};
 use super::pty::{self, Spawn};
 use super::{Session, SessionRow};
-use crate::state::Node;
 
 /// `POST /sessions` body.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -103,6 +103,8 @@ pub struct Registry {
     /// Set by the node binary: sessions are started under holder processes (`held`), so they
     /// survive a restart of the node. Unset (tests in this crate), this process opens PTYs.
     holders: std::sync::OnceLock<HolderConfig>,
+    /// What the registry uses of its node: bus, tasks, shutdown, child environment, tuning.
+    env: SessionEnv,
 }
 
 /// Counts of the registry for `/stats` and `/metrics`.
@@ -121,13 +123,13 @@ pub struct RegistryStats {
 }
 
 impl Registry {
-    /// An empty registry. Reads `TUIC_CAPTURE_DIR` once, here.
-    pub fn new(config_dir: &Path) -> Self {
-        let env = std::env::var("TUIC_CAPTURE_DIR").ok();
+    /// An empty registry in `env`. Reads `TUIC_CAPTURE_DIR` once, here.
+    pub fn new(config_dir: &Path, env: SessionEnv) -> Self {
+        let capture_dir = std::env::var("TUIC_CAPTURE_DIR").ok();
         Self {
             inner: RwLock::default(),
             capture: Arc::new(Capture::new(CaptureDir::resolve(
-                env.as_deref(),
+                capture_dir.as_deref(),
                 config_dir,
             ))),
             rt: std::sync::OnceLock::new(),
@@ -138,7 +140,13 @@ impl Registry {
             ended_output: AtomicU64::new(0),
             placements: RwLock::default(),
             holders: std::sync::OnceLock::new(),
+            env,
         }
+    }
+
+    /// The environment the registry runs in.
+    pub fn env(&self) -> &SessionEnv {
+        &self.env
     }
 
     /// Starts every later session under a holder process (the node binary calls this once).
@@ -321,14 +329,10 @@ impl Registry {
 
     /// Creates a session and publishes `session-created` then `term-alias-assigned`.
     /// Blocking (fork/exec, filesystem): call off the async workers.
-    pub fn create(
-        &self,
-        node: &Arc<Node>,
-        req: CreateRequest,
-    ) -> Result<Arc<Session>, CreateError> {
+    pub fn create(self: &Arc<Self>, req: CreateRequest) -> Result<Arc<Session>, CreateError> {
         if let Ok(h) = tokio::runtime::Handle::try_current() {
             let _ = self.rt.get_or_init(|| h);
-            self.monitor.call_once(|| super::monitor::start(node));
+            self.monitor.call_once(|| super::monitor::start(self));
         }
         let rows = req.rows.unwrap_or(24);
         let cols = req.cols.unwrap_or(80);
@@ -377,15 +381,12 @@ impl Registry {
         let mut env: Vec<(String, String)> = req.env.into_iter().collect();
         env.push(("TERM".into(), "xterm-256color".into()));
         env.push(("TUIC_SESSION".into(), tuic_session.clone()));
-        env.push((
-            "TUIC_SOCKET".into(),
-            node.paths.socket.display().to_string(),
-        ));
-        if let Some(inst) = node.paths.instance.id() {
-            env.push(("TUIC_APP_INSTANCE".into(), inst.to_owned()));
+        env.push(("TUIC_SOCKET".into(), self.env.socket.display().to_string()));
+        if let Some(inst) = &self.env.instance {
+            env.push(("TUIC_APP_INSTANCE".into(), inst.clone()));
         }
-        let n2 = node.clone();
-        let on_exit = move |s: &Arc<Session>| n2.sessions.on_exit(&n2, s);
+        let r2 = self.clone();
+        let on_exit = move |s: &Arc<Session>| r2.on_exit(s);
         let spec = Spawn {
             id: id.clone(),
             tuic_session: tuic_session.clone(),
@@ -433,7 +434,7 @@ impl Registry {
                 false
             }
         };
-        node.bus.publish(Event::SessionCreated {
+        self.env.bus.publish(Event::SessionCreated {
             session_id: id.clone(),
             cwd: session.cwd.clone(),
             agent_type: agent_type.map(str::to_owned),
@@ -441,21 +442,21 @@ impl Registry {
             parent_session: req.parent_session,
             tuic_session,
         });
-        node.bus.publish(Event::TermAliasAssigned {
+        self.env.bus.publish(Event::TermAliasAssigned {
             session_id: id,
             alias,
         });
         if !inserted {
-            self.tombstone(node, &session);
+            self.tombstone(&session);
         }
         Ok(session)
     }
 
     /// Renames a live session and publishes `session-renamed`.
-    pub fn rename(&self, node: &Node, s: &Session, name: String) -> Result<(), String> {
+    pub fn rename(&self, s: &Session, name: String) -> Result<(), String> {
         check_name(&name)?;
         s.set_display_name(name.clone());
-        node.bus.publish(Event::SessionRenamed {
+        self.env.bus.publish(Event::SessionRenamed {
             session_id: s.id.clone(),
             name,
             is_custom: true,
@@ -465,7 +466,7 @@ impl Registry {
 
     /// Called by the waiter once the exit is recorded and all output fed. The move from the
     /// live table to the tombstones is one step: no reader finds the session in neither.
-    fn on_exit(&self, node: &Arc<Node>, s: &Arc<Session>) {
+    fn on_exit(self: &Arc<Self>, s: &Arc<Session>) {
         if let Some(p) = &s.persist {
             p.remove();
         }
@@ -485,7 +486,7 @@ impl Registry {
         };
         // A session that exited before registration is tombstoned by `create`.
         if was_live {
-            self.tombstone(node, s);
+            self.tombstone(s);
         }
     }
 
@@ -494,7 +495,7 @@ impl Registry {
     /// holder's ring. A record whose holder is gone, not ours or not a holder is logged,
     /// forgotten and skipped. Blocking (socket handshakes): call before serving. Returns how
     /// many were re-adopted.
-    pub fn readopt(&self, node: &Arc<Node>) -> usize {
+    pub fn readopt(self: &Arc<Self>) -> usize {
         let Some(cfg) = self.holders.get() else {
             return 0;
         };
@@ -534,7 +535,7 @@ impl Registry {
                     continue;
                 }
             };
-            match self.adopt_one(node, cfg, rec, a) {
+            match self.adopt_one(cfg, rec, a) {
                 Ok(()) => adopted += 1,
                 Err(e) => {
                     tracing::warn!(session = %id, error = %e, "skipping a held session");
@@ -544,14 +545,13 @@ impl Registry {
         }
         if adopted > 0 {
             tracing::info!(sessions = adopted, "re-adopted held sessions");
-            self.monitor.call_once(|| super::monitor::start(node));
+            self.monitor.call_once(|| super::monitor::start(self));
         }
         adopted
     }
 
     fn adopt_one(
-        &self,
-        node: &Arc<Node>,
+        self: &Arc<Self>,
         cfg: &HolderConfig,
         rec: held::Record,
         a: held::Adopted,
@@ -593,13 +593,13 @@ impl Registry {
         rec.alias = alias.clone();
         let description = rec.description.clone();
         let persist = held::Persist::new(cfg.store.clone(), rec.clone())?;
-        let n2 = node.clone();
+        let r2 = self.clone();
         let session = match pty::adopt(
             spec,
             a,
             Some(persist),
             self.capture.clone(),
-            move |s: &Arc<Session>| n2.sessions.on_exit(&n2, s),
+            move |s: &Arc<Session>| r2.on_exit(s),
         ) {
             Ok(s) => s,
             Err(e) => {
@@ -625,7 +625,7 @@ impl Registry {
             }
         };
         tracing::info!(session = %rec.id, alias = %alias, "re-adopted a held session");
-        node.bus.publish(Event::SessionCreated {
+        self.env.bus.publish(Event::SessionCreated {
             session_id: rec.id.clone(),
             cwd: rec.cwd.clone(),
             agent_type: super::activity::detect_agent(&rec.shell, &rec.args).map(str::to_owned),
@@ -633,12 +633,12 @@ impl Registry {
             parent_session: rec.parent_session.clone(),
             tuic_session: rec.tuic_session.clone(),
         });
-        node.bus.publish(Event::TermAliasAssigned {
+        self.env.bus.publish(Event::TermAliasAssigned {
             session_id: rec.id,
             alias,
         });
         if !inserted {
-            self.tombstone(node, &session);
+            self.tombstone(&session);
         }
         Ok(())
     }
@@ -657,16 +657,16 @@ impl Registry {
     }
 
     /// Announces a session already moved to the tombstones and expires its tombstone.
-    fn tombstone(&self, node: &Arc<Node>, s: &Arc<Session>) {
-        node.bus.publish(Event::PtyExit {
+    fn tombstone(self: &Arc<Self>, s: &Arc<Session>) {
+        self.env.bus.publish(Event::PtyExit {
             session_id: s.id.clone(),
             exit_code: s.exit().and_then(|e| e.code),
         });
-        node.bus.publish(Event::SessionClosed {
+        self.env.bus.publish(Event::SessionClosed {
             session_id: s.id.clone(),
         });
-        let ttl = Duration::from_secs(node.config().tuning.tombstone_secs);
-        let n = node.clone();
+        let ttl = self.env.tuning().tombstone;
+        let r = self.clone();
         let id = s.id.clone();
         let Some(rt) = tokio::runtime::Handle::try_current()
             .ok()
@@ -675,12 +675,12 @@ impl Registry {
             return;
         };
         let _guard = rt.enter();
-        node.tasks.spawn(async move {
+        self.env.tasks.spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(ttl) => {}
-                _ = n.shutdown.cancelled() => {}
+                _ = r.env.shutdown.cancelled() => {}
             }
-            n.sessions.write().tombstones.remove(&id);
+            r.write().tombstones.remove(&id);
         });
     }
 }

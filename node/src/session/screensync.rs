@@ -23,7 +23,7 @@ use tuic_proto::events::Event;
 use tuic_proto::screen::{self as wire, ServerFrame, Snapshot};
 
 use super::Session;
-use crate::state::Node;
+use super::env::SessionEnv;
 
 /// Shortest interval between two frames.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(16);
@@ -189,7 +189,7 @@ fn text(f: &ServerFrame) -> String {
 /// the node shuts down (`closed`). `out` takes text frames; `control` carries the client's
 /// acks, resizes and scrolls (closing it ends the loop).
 pub async fn run<S>(
-    node: Arc<Node>,
+    env: SessionEnv,
     s: Arc<Session>,
     mut out: S,
     mut control: tokio::sync::mpsc::Receiver<Control>,
@@ -197,7 +197,7 @@ pub async fn run<S>(
     S: Sink<String> + Unpin,
 {
     let mut wake = s.wake();
-    let mut bus = node.bus.subscribe();
+    let mut bus = env.bus.subscribe();
     let mut framer = Framer::default();
     let mut pacer = Pacer::default();
     let mut view = View::default();
@@ -285,7 +285,7 @@ pub async fn run<S>(
                     }
                 }
             }
-            _ = node.shutdown.cancelled() => {
+            _ = env.shutdown.cancelled() => {
                 let _ = out.send(text(&ServerFrame::Closed)).await;
                 let _ = out.close().await;
                 return;

@@ -218,8 +218,10 @@ impl RpcCore {
                 let reply = match method {
                     "ping" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
                     "roots/list" => json!({"jsonrpc": "2.0", "id": id, "result": {"roots": []}}),
-                    _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
-                        "message": format!("{method} is not supported by the tuic proxy")}}),
+                    _ => {
+                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": tuic_proto::mcp::METHOD_NOT_FOUND,
+                        "message": format!("{method} is not supported by the tuic proxy")}})
+                    }
                 };
                 Some(reply)
             }

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::client::{ClientEvent, ProgressSink, RpcCore, UpstreamError, initialize_params};
 use crate::mcp::protocol as p;
+use tuic_proto::mcp as H;
 
 /// Longest SSE event accepted from an upstream.
 const MAX_EVENT: usize = 32 * 1024 * 1024;
@@ -229,20 +230,20 @@ impl HttpClient {
         match &*lock(&self.era) {
             Era::Modern => {
                 b = b
-                    .header("mcp-protocol-version", p::MODERN)
-                    .header("mcp-method", method);
+                    .header(H::VERSION_HEADER, p::MODERN)
+                    .header(H::METHOD_HEADER, method);
                 if let Some(n) = params
                     .and_then(Value::as_object)
                     .and_then(|m| p::call_name(method, m))
                 {
-                    b = b.header("mcp-name", n);
+                    b = b.header(H::NAME_HEADER, n);
                 }
             }
-            Era::Legacy(v) => b = b.header("mcp-protocol-version", v.as_str()),
+            Era::Legacy(v) => b = b.header(H::VERSION_HEADER, v.as_str()),
             Era::Unknown => {}
         }
         if let Some(s) = &*lock(&self.session) {
-            b = b.header("mcp-session-id", s.as_str());
+            b = b.header(H::SESSION_HEADER, s.as_str());
         }
         if let Some(t) = bearer {
             b = b.bearer_auth(t);
@@ -381,7 +382,7 @@ impl HttpClient {
         }
         if let Some(s) = resp
             .headers()
-            .get("mcp-session-id")
+            .get(H::SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
         {
             *lock(&self.session) = Some(s.to_owned());
@@ -483,7 +484,7 @@ impl HttpClient {
                 Duration::from_secs(2),
                 self.http
                     .delete(&self.url)
-                    .header("mcp-session-id", sid)
+                    .header(H::SESSION_HEADER, sid)
                     .send(),
             )
             .await;

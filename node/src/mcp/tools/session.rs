@@ -288,7 +288,7 @@ fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
         name: str_arg(args, "name")?.map(str::to_owned),
         ..CreateRequest::default()
     };
-    let s = node.sessions.create(node, req).map_err(|e| match e {
+    let s = node.sessions.create(req).map_err(|e| match e {
         CreateError::Invalid(m) => ToolError::invalid(m),
         CreateError::Spawn(_) => ToolError::new("spawn_failed", e.to_string()),
     })?;
@@ -455,7 +455,7 @@ fn rename(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     let s = live(node, args)?;
     let name = str_arg(args, "name")?.ok_or_else(|| ToolError::invalid("name is required"))?;
     node.sessions
-        .rename(node, &s, name.to_owned())
+        .rename(&s, name.to_owned())
         .map_err(ToolError::invalid)?;
     Ok(json!({"ok": true, "session_id": s.id, "name": name}))
 }
@@ -583,15 +583,12 @@ mod tests {
         let made: Vec<_> = (0..3)
             .map(|i| {
                 n.sessions
-                    .create(
-                        n,
-                        CreateRequest {
-                            shell: Some("/bin/sh".into()),
-                            cwd: Some(dir.path().display().to_string()),
-                            name: Some(format!("row \"{i}\" \\ ✓")),
-                            ..CreateRequest::default()
-                        },
-                    )
+                    .create(CreateRequest {
+                        shell: Some("/bin/sh".into()),
+                        cwd: Some(dir.path().display().to_string()),
+                        name: Some(format!("row \"{i}\" \\ ✓")),
+                        ..CreateRequest::default()
+                    })
                     .unwrap()
             })
             .collect();
