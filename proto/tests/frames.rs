@@ -1,7 +1,7 @@
 //! Golden peer-link frames: each sample in `tests/data/peer/` decodes to the expected value and
 //! the value encodes back to the same JSON, so a change that breaks an old peer fails here.
 
-use std::path::Path;
+mod common;
 
 use serde_json::Value;
 use tuic_proto::mail::{InboxMessage, Lifecycle};
@@ -277,10 +277,7 @@ fn expected() -> Vec<(&'static str, Frame)> {
 }
 
 fn sample(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/peer")
-        .join(format!("{name}.json"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    common::sample("peer", name)
 }
 
 #[test]
@@ -302,20 +299,7 @@ fn every_frame_encodes_to_its_golden_sample() {
 
 #[test]
 fn every_golden_file_is_covered() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/peer");
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .expect("data dir")
-        .map(|e| {
-            e.expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".json")
-                .to_owned()
-        })
-        .collect();
-    files.sort();
-    let mut names: Vec<String> = expected().iter().map(|(n, _)| (*n).to_owned()).collect();
-    names.sort();
+    let (files, names) = common::sample_names("peer", expected().iter().map(|(n, _)| *n));
     assert_eq!(files, names);
 }
 

@@ -2,7 +2,7 @@
 //! decodes to the expected value and the value encodes back to the same JSON, so a change that
 //! breaks an existing client (`tuic attach`, the web UI's history view, scripts) fails here.
 
-use std::path::Path;
+mod common;
 
 use serde_json::{Value, json};
 use tuic_proto::stream::{Hello, StreamFrame};
@@ -45,10 +45,7 @@ fn expected() -> Vec<(&'static str, StreamFrame)> {
 }
 
 fn sample(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/stream")
-        .join(format!("{name}.json"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    common::sample("stream", name)
 }
 
 #[test]
@@ -71,20 +68,7 @@ fn every_stream_frame_encodes_to_its_golden_sample() {
 
 #[test]
 fn every_golden_stream_file_is_covered() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/stream");
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .expect("data dir")
-        .map(|e| {
-            e.expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".json")
-                .to_owned()
-        })
-        .collect();
-    files.sort();
-    let mut names: Vec<String> = expected().iter().map(|(n, _)| (*n).to_owned()).collect();
-    names.sort();
+    let (files, names) = common::sample_names("stream", expected().iter().map(|(n, _)| *n));
     assert_eq!(files, names);
 }
 

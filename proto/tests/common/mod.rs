@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: a tiny seeded PRNG (SplitMix64), so every random
-//! interleaving is reproducible from its seed without a dependency.
+//! interleaving is reproducible from its seed without a dependency; and the golden-sample files
+//! under `tests/data/<dir>/`.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -29,4 +30,38 @@ impl Rng {
     pub fn chance(&mut self, p: u64) -> bool {
         self.below(100) < p
     }
+}
+
+/// The golden sample `tests/data/{dir}/{name}.json`.
+pub fn sample(dir: &str, name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(dir)
+        .join(format!("{name}.json"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The sample names (file stems) in `tests/data/{dir}/` and the names a test expects, each
+/// sorted, for an equality check that every file is covered and every name has a file.
+pub fn sample_names<'a>(
+    dir: &str,
+    expected: impl IntoIterator<Item = &'a str>,
+) -> (Vec<String>, Vec<String>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(dir);
+    let mut files: Vec<String> = std::fs::read_dir(path)
+        .expect("data dir")
+        .map(|e| {
+            e.expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".json")
+                .to_owned()
+        })
+        .collect();
+    files.sort();
+    let mut names: Vec<String> = expected.into_iter().map(str::to_owned).collect();
+    names.sort();
+    (files, names)
 }
