@@ -596,20 +596,34 @@ mod tests {
             tuic_session: Some(made[1].tuic_session.clone()),
             ..CallCtx::default()
         };
-        let got: Value =
-            serde_json::from_str(&list_rendered(n, &ctx, &Map::new()).unwrap()).unwrap();
-        let want: Vec<Value> = n
-            .sessions
-            .rows()
-            .into_iter()
-            .map(|r| {
-                let mut v = json!(r);
-                v["is_caller"] = json!(r.tuic_session == made[1].tuic_session);
-                v
-            })
-            .collect();
+        // Fresh shells change state while they start (prompt, foreground process): compare
+        // reads taken while the rows stood still (the same rows before and after), bounded.
+        let as_values = || -> Vec<Value> {
+            n.sessions
+                .rows()
+                .into_iter()
+                .map(|r| {
+                    let mut v = json!(r);
+                    v["is_caller"] = json!(r.tuic_session == made[1].tuic_session);
+                    v
+                })
+                .collect()
+        };
+        let mut tries = 0;
+        let (got, want, listed) = loop {
+            let before = as_values();
+            let got: Value =
+                serde_json::from_str(&list_rendered(n, &ctx, &Map::new()).unwrap()).unwrap();
+            let listed = list(n, &ctx);
+            let want = as_values();
+            tries += 1;
+            if before == want || tries == 1_000 {
+                break (got, want, listed);
+            }
+            std::thread::yield_now();
+        };
         assert_eq!(got, json!({"count": 3, "sessions": want}));
-        assert_eq!(list(n, &ctx), got);
+        assert_eq!(listed, got);
         for s in made {
             s.kill();
         }
