@@ -17,7 +17,33 @@ mod ui;
 mod voice;
 mod workflow;
 
-use crate::mcp::registry::{AsyncHandler, RenderedHandler, ToolDef};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::mcp::registry::{AsyncHandler, CallCtx, Handler, RenderedHandler, ToolDef, ToolError};
+use crate::state::Node;
+
+/// The future an [`AsyncHandler`] returns.
+pub(super) type ToolFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>>;
+
+/// Runs a synchronous handler that commits or spawns on the blocking pool, as an async action
+/// (the tools without an `action` field that `blocking` cannot name); a panic is a tool error
+/// naming the tool.
+fn on_blocking_pool(
+    tool: &'static str,
+    handler: Handler,
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> ToolFuture {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || handler(&node, &ctx, &args))
+            .await
+            .map_err(|_| ToolError::new("internal", format!("{tool} failed unexpectedly")))?
+    })
+}
 
 /// Actions that run as futures on the async workers (they sleep on events, not on a thread):
 /// `(tool, action, handler)`. Checked by the registry before the blocking/inline split.

@@ -57,10 +57,6 @@ pub(super) fn call_async(
     node: Arc<Node>,
     ctx: CallCtx,
     args: Map<String, Value>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
-    Box::pin(async move {
-        tokio::task::spawn_blocking(move || handler(&node, &ctx, &args))
-            .await
-            .map_err(|_| ToolError::new("internal", "story failed unexpectedly"))?
-    })
+) -> super::ToolFuture {
+    super::on_blocking_pool("story", handler, node, ctx, args)
 }

@@ -9,6 +9,8 @@ use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 use crate::stories::workflow::RUN_ACTIONS;
 
+use super::ToolFuture;
+
 pub(super) static RUN_TOOL: ToolDef = ToolDef {
     name: "workflow_run",
     summary: "Start story workflow graphs and read their execution history",
@@ -90,16 +92,8 @@ fn report_handler(
 }
 
 /// Runs `workflow_report` on the blocking pool (it commits).
-pub(super) fn report_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
-    Box::pin(async move {
-        tokio::task::spawn_blocking(move || report_handler(&node, &ctx, &args))
-            .await
-            .map_err(|_| ToolError::new("internal", "workflow_report failed unexpectedly"))?
-    })
+pub(super) fn report_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
+    super::on_blocking_pool("workflow_report", report_handler, node, ctx, args)
 }
 
 pub(super) static LAUNCH_TOOL: ToolDef = ToolDef {
@@ -166,16 +160,9 @@ fn story_create_handler(
     .map_err(|e| e.to_tool())
 }
 
-type ToolFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>>;
-
 /// Runs `workflow_launch` on the blocking pool (it spawns and commits).
 pub(super) fn launch_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
-    Box::pin(async move {
-        tokio::task::spawn_blocking(move || launch_handler(&node, &ctx, &args))
-            .await
-            .map_err(|_| ToolError::new("internal", "workflow_launch failed unexpectedly"))?
-    })
+    super::on_blocking_pool("workflow_launch", launch_handler, node, ctx, args)
 }
 
 /// Runs `workflow_story_create` on the blocking pool (it commits).
@@ -184,9 +171,11 @@ pub(super) fn story_create_async(
     ctx: CallCtx,
     args: Map<String, Value>,
 ) -> ToolFuture {
-    Box::pin(async move {
-        tokio::task::spawn_blocking(move || story_create_handler(&node, &ctx, &args))
-            .await
-            .map_err(|_| ToolError::new("internal", "workflow_story_create failed unexpectedly"))?
-    })
+    super::on_blocking_pool(
+        "workflow_story_create",
+        story_create_handler,
+        node,
+        ctx,
+        args,
+    )
 }
