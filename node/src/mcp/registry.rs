@@ -446,7 +446,10 @@ impl Registry {
             return Ok(self.call_meta(node, ctx, name, args).await);
         }
         if let Some(src) = self.owner(name) {
-            return Ok((src.call(node, ctx, name, args).await.map(Answer::Value), true));
+            return Ok((
+                src.call(node, ctx, name, args).await.map(Answer::Value),
+                true,
+            ));
         }
         // The filter applies at dispatch too: knowing a hidden name does not make it callable.
         let Some(def) = self.find(&cfg, name) else {
@@ -541,7 +544,10 @@ impl Registry {
                 };
                 // The proxied tools' filters apply here too: discovery does not gate dispatch.
                 if let Some(src) = self.owner(&n) {
-                    return Ok((src.call(node, ctx, &n, inner).await.map(Answer::Value), true));
+                    return Ok((
+                        src.call(node, ctx, &n, inner).await.map(Answer::Value),
+                        true,
+                    ));
                 }
                 let Some(def) = self.find(&cfg, &n) else {
                     return Err(ToolError::invalid(format!(

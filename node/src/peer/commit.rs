@@ -164,11 +164,18 @@ fn run(shared: &Shared) {
         let taken: Vec<Box<dyn Taken>> = sources.iter().filter_map(|s| s.take()).collect();
         if !taken.is_empty() {
             let mut ops = Vec::new();
-            let r = taken
-                .iter()
-                .try_for_each(|t| t.write(&mut ops))
-                .and_then(|()| shared.store.apply_peer_ops(&ops));
-            shared.transactions.fetch_add(1, Ordering::Relaxed);
+            let r = taken.iter().try_for_each(|t| t.write(&mut ops));
+            // A group with nothing to write (only waiters, or records that were removed before
+            // any commit took them) needs no transaction: every earlier group has finished, and
+            // a failed one's changes would be in `ops`, so everything journaled before these
+            // waiters is already committed.
+            let r = r.and_then(|()| {
+                if ops.is_empty() {
+                    return Ok(());
+                }
+                shared.transactions.fetch_add(1, Ordering::Relaxed);
+                shared.store.apply_peer_ops(&ops)
+            });
             let r: CommitResult = r.map_err(|e| {
                 shared.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %format!("{e:#}"), "committing cross-host mail state failed");

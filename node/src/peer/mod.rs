@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 use tuic_proto::mail::MAX_MESSAGE_BYTES;
 use tuic_proto::peer::{
     AckOutcome, Address, DedupeRings, ErrorCode, Outbox, OutboxChange, OutboxError, OutboxLimits,
-    PeerEntry, Response, SenderOutcome, WireMessage, parse_address,
+    PeerEntry, Response, SenderOutcome, WireMessage, Withdrawn, parse_address,
 };
 
 use crate::config::Tuning;
@@ -69,6 +69,10 @@ pub struct Queued {
     /// Later outcomes (ack, receipt, link drop), while the link is up; `None` when the link is
     /// down (the mail waits in the outbox).
     pub outcomes: Option<std_mpsc::Receiver<SenderOutcome>>,
+    /// Custody could not be committed, but the mail had already left (early dispatch): it is
+    /// held in memory and resent until a hop answers, and a crash of this process before then
+    /// would lose it. `None` when custody is durable.
+    pub unsaved: Option<String>,
 }
 
 /// What a hub adds to a node: routing of its own agents' mail through its connections, and
@@ -133,8 +137,11 @@ impl PeerState {
         let mut uplink = load_outboxes(store, limits(tuning))?
             .remove(UPLINK_KEY)
             .unwrap_or_else(|| Outbox::with_limits(UPLINK, limits(tuning)));
-        // Commits happen in groups after the fact: only committed mail is dispatched.
+        // Commits happen in groups after the fact; mail leaves while its custody commit runs
+        // (the caller hears only after that commit, and the hub keeps the mail only after its
+        // own).
         uplink.set_durable(uplink.next_seq());
+        uplink.set_early_dispatch();
         let mut rings = DedupeRings::new();
         for (recipient, v) in store.peer_rings()? {
             rings
@@ -297,11 +304,8 @@ impl Taken for NodeTaken {
             let mut g = lock_inner(&this.inner);
             match &result {
                 Ok(()) => {
-                    // Committed mail may now leave.
+                    // The watermark (mail already left: early dispatch).
                     g.uplink.set_durable(this.upto);
-                    if !this.changes.is_empty() {
-                        g.kick();
-                    }
                 }
                 Err(_) => {
                     g.uplink.restore_changes(this.changes);
@@ -695,6 +699,11 @@ pub fn send_remote(
     let wait = Duration::from_millis(node.config().tuning.peer_send_wait_ms);
     let mut status = "accepted";
     let mut uncertain = None;
+    if let Some(why) = &queued.unsaved {
+        // Not durable here: uncertain until the next hop says it holds the mail.
+        status = "uncertain";
+        uncertain = Some((queued.connection.clone(), true, why.clone()));
+    }
     if let Some(rx) = &queued.outcomes {
         let deadline = Instant::now() + wait;
         loop {
@@ -703,9 +712,14 @@ pub fn send_remote(
                 break;
             }
             match rx.recv_timeout(left) {
-                Ok(SenderOutcome::Accepted) => {}
+                Ok(SenderOutcome::Accepted) => {
+                    // The next hop holds it committed.
+                    status = "accepted";
+                    uncertain = None;
+                }
                 Ok(SenderOutcome::Delivered) => {
                     status = "delivered";
+                    uncertain = None;
                     break;
                 }
                 Ok(SenderOutcome::Refused {
@@ -751,7 +765,9 @@ pub fn send_remote(
     if let Some((connection, will_retry, detail)) = uncertain {
         v["connection"] = json!(connection);
         v["will_retry"] = json!(will_retry);
-        v["uncertain_reason"] = json!(if will_retry {
+        v["uncertain_reason"] = json!(if will_retry && !detail.is_empty() {
+            detail
+        } else if will_retry {
             "the link dropped while the message was on the wire; it stays queued and is resent with the same message_id, which the destination deduplicates".to_owned()
         } else {
             format!(
@@ -768,8 +784,18 @@ fn forget_waiter(node: &Node, message_id: &str) {
     node.peer.lock().waiters.remove(message_id);
 }
 
-/// A node's own send to an address: into the uplink outbox (committed), then the link task is
-/// told there is mail.
+/// What became of a sender's custody commit.
+enum Custody {
+    /// Committed (or the hub answered before the commit failed).
+    Durable,
+    /// The commit failed and the mail had not left: taken back out.
+    NotSent(Arc<str>),
+    /// The commit failed after the mail left: it stays held in memory.
+    OnItsWay(Arc<str>),
+}
+
+/// A node's own send to an address: into the uplink outbox, the link task told at once (the
+/// mail leaves while its custody commit runs), answered once that commit is done.
 fn queue_uplink(
     node: &Arc<Node>,
     from: &str,
@@ -806,7 +832,7 @@ fn queue_uplink(
             });
         }
     }
-    // The outcome waiter is in place before the mail can leave (it leaves once committed).
+    // The outcome waiter is in place before the mail can leave.
     let outcomes = if p.link.is_some() {
         let (tx, rx) = std_mpsc::channel();
         p.waiters.insert(message_id.clone(), tx);
@@ -814,36 +840,65 @@ fn queue_uplink(
     } else {
         None
     };
-    // Custody: answered only after the group commit that holds this message. A failed
-    // commit takes it back out on the committer thread, before the next group could commit
-    // it and let it leave: nothing is promised that a crash would lose.
+    // Custody: answered only after the group commit that holds this message; the mail leaves
+    // at once (early dispatch), so its trip overlaps that commit. A failed commit takes it back
+    // out on the committer thread when it has not left yet (nothing is promised that a crash
+    // would lose); mail already on its way stays held, and the caller hears it is unsaved.
     let (tx, rx) = std_mpsc::channel();
     let inner = node.peer.inner.clone();
     let id = message_id.clone();
     p.durable.0.push(Box::new(move |r: CommitResult| {
-        if r.is_err() {
-            let mut g = lock_inner(&inner);
-            g.uplink
-                .on_refused(&id, ErrorCode::Internal, "not persisted");
-            while g.uplink.poll_event().is_some() {}
-            g.waiters.remove(&id);
-        }
-        let _ = tx.send(r);
+        let custody = match r {
+            Ok(()) => Custody::Durable,
+            Err(e) => {
+                let mut g = lock_inner(&inner);
+                match g.uplink.withdraw(&id) {
+                    Withdrawn::Withdrawn => {
+                        g.waiters.remove(&id);
+                        Custody::NotSent(e)
+                    }
+                    Withdrawn::OnItsWay => Custody::OnItsWay(e),
+                    // The hub answered already (it holds the mail committed, or refused it:
+                    // the outcome is on its way to the sender).
+                    Withdrawn::NotHeld => Custody::Durable,
+                }
+            }
+        };
+        let _ = tx.send(custody);
     }));
+    p.kick();
     drop(p);
     node.peer.committer.wake();
-    if let Err(e) = commit::wait(&rx) {
-        tracing::error!(error = %e, "persisting the uplink outbox failed");
-        return Err(Refusal {
-            code: ErrorCode::Internal,
-            connection: UPLINK.to_owned(),
-            message: "the outbox could not be saved; nothing was sent".into(),
-        });
-    }
+    let unsaved = match rx.recv() {
+        Ok(Custody::Durable) => None,
+        Ok(Custody::OnItsWay(e)) => {
+            tracing::error!(error = %e, message_id = %message_id, "persisting the uplink outbox failed after the mail left");
+            Some(format!(
+                "this node could not save its outbox ({e}); the message was already on its way and is resent with the same message_id until the hub acknowledges it, but a restart of this node before then would lose it"
+            ))
+        }
+        Ok(Custody::NotSent(e)) => {
+            tracing::error!(error = %e, "persisting the uplink outbox failed");
+            return Err(Refusal {
+                code: ErrorCode::Internal,
+                connection: UPLINK.to_owned(),
+                message: "the outbox could not be saved; nothing was sent".into(),
+            });
+        }
+        Err(_) => {
+            // The committer is gone (shutdown): nothing says the mail is durable.
+            return Err(Refusal {
+                code: ErrorCode::Internal,
+                connection: UPLINK.to_owned(),
+                message: "the outbox could not be saved (the node is stopping)".into(),
+            });
+        }
+    };
     Ok(Queued {
         message_id,
         connection: UPLINK.to_owned(),
         outcomes,
+        unsaved,
     })
 }
 

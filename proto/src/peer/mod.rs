@@ -33,5 +33,5 @@ pub use link::{
     DownReason, LinkConfig, LinkError, LinkEvent, LinkState, PeerLink, Request, Response,
 };
 pub use outbox::{
-    Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome,
+    Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome, Withdrawn,
 };
