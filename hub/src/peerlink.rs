@@ -346,7 +346,8 @@ impl PeerHub {
         let mut out: Vec<Option<Relayed>> =
             out.into_iter().map(|r| r.map(Relayed::Answer)).collect();
         if let Some(rx) = committed {
-            self.node.peer.committer().wake();
+            // The answers wait for this commit: run the group on this thread.
+            self.node.peer.committer().commit_now();
             match rx.recv() {
                 Ok((Ok(()), _)) => {}
                 Ok((Err(e), left)) => {

@@ -576,7 +576,8 @@ pub fn deliver_batch(node: &Arc<Node>, connection: &str, msgs: Vec<WireMessage>)
             resps
         };
         if let Some(rx) = committed {
-            node.peer.committer.wake();
+            // Run the group here: the ring commit is on the mail's critical path.
+            node.peer.committer.commit_now();
             if let Err(e) = commit::wait(&rx) {
                 // As before group commit: the mail is in the inbox; the ring is written again
                 // with the next group.
@@ -868,7 +869,8 @@ fn queue_uplink(
     }));
     p.kick();
     drop(p);
-    node.peer.committer.wake();
+    // The caller waits for this commit anyway: run the group on this thread.
+    node.peer.committer.commit_now();
     let unsaved = match rx.recv() {
         Ok(Custody::Durable) => None,
         Ok(Custody::OnItsWay(e)) => {
