@@ -346,6 +346,70 @@ mod tests {
     }
 
     #[test]
+    fn commit_now_runs_the_group_on_the_callers_thread_one_group_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("s.redb")).unwrap());
+        let c = Arc::new(Committer::start(store.clone()));
+        let rings = Arc::new(Rings::default());
+        c.add(Arc::new(rings.clone()));
+        // Journaled without waking the thread: commit_now writes it and runs the waiter here.
+        let (w, rx) = channel_waiter();
+        let caller = std::thread::current().id();
+        let ran_on = Arc::new(Mutex::new(None));
+        let r2 = ran_on.clone();
+        {
+            let mut g = rings.pending.lock().unwrap();
+            g.0.insert("a".into(), b"a".to_vec());
+            g.1.push(Box::new(move |r| {
+                *r2.lock().unwrap() = Some(std::thread::current().id());
+                w(r);
+            }));
+        }
+        c.commit_now();
+        assert_eq!(
+            rx.try_recv().expect("answered when commit_now returns"),
+            Ok(())
+        );
+        assert_eq!(*ran_on.lock().unwrap(), Some(caller));
+        assert!(stored(&store).contains_key("a"));
+        // Many callers at once, mixed with the thread: every record committed, every waiter
+        // answered once, fewer transactions than callers.
+        const N: usize = 16;
+        let before = c.transactions();
+        let barrier = Arc::new(Barrier::new(N));
+        let handles: Vec<_> = (0..N)
+            .map(|i| {
+                let (c, rings, barrier) = (c.clone(), rings.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let (w, rx) = channel_waiter();
+                    {
+                        let mut g = rings.pending.lock().unwrap();
+                        g.0.insert(format!("n{i}"), vec![1]);
+                        g.1.push(w);
+                    }
+                    barrier.wait();
+                    if i % 2 == 0 {
+                        c.commit_now();
+                        assert_eq!(rx.try_recv().expect("answered"), Ok(()));
+                    } else {
+                        c.wake();
+                        wait(&rx).expect("committed");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(stored(&store).len(), N + 1);
+        assert!(c.transactions() - before <= N as u64);
+        // Nothing journaled: no transaction.
+        let before = c.transactions();
+        c.commit_now();
+        assert_eq!(c.transactions(), before);
+    }
+
+    #[test]
     fn a_failed_commit_fails_its_whole_group_and_keeps_what_was_acknowledged() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("s.redb")).unwrap());
