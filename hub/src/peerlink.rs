@@ -53,6 +53,12 @@ use tuic_proto::peer::{
 
 use crate::federation::Conn;
 
+/// Longest a relay step waits for the destination's answer before it commits custody and
+/// answers `accepted` (the previous hop's link task waits meanwhile, and its next frames
+/// gather into the next step). The usual answer (the destination's ring commit plus two hops)
+/// comes well within it; a slower one only costs this wait on top of the commit.
+const CUT_THROUGH: Duration = Duration::from_millis(20);
+
 /// Longest wait for a node to accept the WebSocket upgrade.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -90,6 +96,9 @@ struct Inner {
     waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
     /// Run after the next group commit (which takes everything journaled before them).
     durable: Waiters,
+    /// Relayed mail whose previous hop is not answered yet, by message id: the destination's
+    /// final answer goes to the relaying step instead of a receipt (see `relay_batch`).
+    relaying: HashMap<String, std_mpsc::Sender<(String, Response)>>,
 }
 
 impl Inner {
@@ -102,6 +111,30 @@ impl Inner {
                 late.extend(LateRefusal::of(sender, &e.message_id, &to, o));
             }
             return;
+        }
+        if let Some(tx) = self.relaying.get(&e.message_id) {
+            let direct = match &e.outcome {
+                SenderOutcome::Delivered => Some(Response::SendAck {
+                    message_id: e.message_id.clone(),
+                    outcome: AckOutcome::Delivered,
+                }),
+                SenderOutcome::Refused {
+                    code,
+                    connection,
+                    message,
+                } => Some(Response::Error {
+                    code: *code,
+                    connection: connection.clone(),
+                    message: message.clone(),
+                }),
+                _ => None,
+            };
+            if let Some(r) = direct
+                && tx.send((e.message_id.clone(), r)).is_ok()
+            {
+                self.relaying.remove(&e.message_id);
+                return;
+            }
         }
         if let Some((origin, receipt)) = e.receipt(conn) {
             match self.links.get(&origin) {
@@ -272,23 +305,28 @@ impl PeerHub {
     /// Routes stamped mail: into the destination connection's outbox (committed before the
     /// answer), or into a hub-local inbox for `local/<peer>`.
     fn relay_in(&self, m: &WireMessage) -> Relayed {
-        self.relay_batch(vec![m.clone()])
+        // The hub's own senders wait for the verdict through their waiters: no cut-through.
+        self.relay_batch(vec![m.clone()], false)
             .pop()
             .expect("one answer per message")
     }
 
-    /// Routes one link step's stamped mail, answers in order: custody in the destination
-    /// connections' outboxes is committed in one group before any `accepted` goes back. The
-    /// mail leaves at once (early dispatch: its next hop overlaps this commit; the previous hop
-    /// keeps it until `accepted`, so a crash before the commit only makes it resend). A failed
-    /// commit gives custody back (on the committer thread, before a later group could commit
-    /// it) and answers `internal` for mail that had not left; mail that had left stays held in
-    /// memory and is answered [`Relayed::Unsaved`].
-    fn relay_batch(&self, msgs: Vec<WireMessage>) -> Vec<Relayed> {
+    /// Routes one link step's stamped mail, answers in order. The mail leaves at once (early
+    /// dispatch: the previous hop keeps it until it hears an answer, so a crash here only makes
+    /// it resend). With `cut_through` (mail from a node's link), the answer first waits up to
+    /// [`CUT_THROUGH`] for the destination's: `delivered` (its ring committed there) or its
+    /// refusal goes back as the answer, with no custody commit here at all — the record an
+    /// answer removes before any commit took it is never written. Whatever is still unanswered
+    /// then is committed in one group before `accepted` goes back. A failed commit gives
+    /// custody back (on the committing thread, before a later group could commit it) and
+    /// answers `internal` for mail that had not left; mail that had left stays held in memory
+    /// and is answered [`Relayed::Unsaved`].
+    fn relay_batch(&self, msgs: Vec<WireMessage>, cut_through: bool) -> Vec<Relayed> {
         let mut out: Vec<Option<Response>> = vec![None; msgs.len()];
         let mut locals = Vec::new();
         let mut accepted: Vec<(usize, String, String)> = Vec::new();
         let mut committed = None;
+        let (answers_tx, answers) = std_mpsc::channel();
         {
             let mut g = self.lock();
             for (i, m) in msgs.iter().enumerate() {
@@ -307,41 +345,79 @@ impl PeerHub {
                     Routed::Local(m) => locals.push((i, m)),
                 }
             }
-            if !accepted.is_empty() {
-                let (tx, rx) = std_mpsc::channel();
-                let hub = self.me.clone();
-                let taken: Vec<(String, String)> = accepted
-                    .iter()
-                    .map(|(_, c, id)| (c.clone(), id.clone()))
-                    .collect();
-                g.durable.0.push(Box::new(move |r: CommitResult| {
-                    // Per accepted message: whether it left before the failed commit.
-                    let mut left = Vec::new();
-                    if r.is_err()
-                        && let Some(hub) = hub.upgrade()
-                    {
-                        let mut g = hub.lock();
-                        for (conn, id) in &taken {
-                            let w = g
-                                .outboxes
-                                .get_mut(conn)
-                                .map_or(Withdrawn::NotHeld, |o| o.withdraw(id));
-                            left.push(w == Withdrawn::OnItsWay);
-                        }
-                    }
-                    let _ = tx.send((r, left));
-                }));
-                committed = Some(rx);
-                // Wake the destinations' link tasks now: the mail travels on while the commit
-                // runs.
-                let mut conns: Vec<&str> = accepted.iter().map(|(_, c, _)| c.as_str()).collect();
-                conns.dedup();
-                for c in conns {
-                    if let Some((_, tx)) = g.links.get(c) {
-                        let _ = tx.send(HubCmd::Kick);
-                    }
+            if cut_through {
+                for (_, _, id) in &accepted {
+                    g.relaying.insert(id.clone(), answers_tx.clone());
                 }
             }
+            // Wake the destinations' link tasks now: the mail travels on while this step
+            // waits.
+            let mut conns: Vec<&str> = accepted.iter().map(|(_, c, _)| c.as_str()).collect();
+            conns.sort_unstable();
+            conns.dedup();
+            for c in conns {
+                if let Some((_, tx)) = g.links.get(c) {
+                    let _ = tx.send(HubCmd::Kick);
+                }
+            }
+        }
+        drop(answers_tx);
+        if cut_through && !accepted.is_empty() {
+            let mut direct: HashMap<String, Response> = HashMap::new();
+            let deadline = std::time::Instant::now() + CUT_THROUGH;
+            while direct.len() < accepted.len() {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match answers.recv_timeout(left) {
+                    Ok((id, r)) => {
+                        direct.insert(id, r);
+                    }
+                    Err(_) => break,
+                }
+            }
+            {
+                // Under the hub lock: after this nothing more is handed here (the receipt
+                // goes to the origin instead), and what was handed before is drained below.
+                let mut g = self.lock();
+                for (_, _, id) in &accepted {
+                    g.relaying.remove(id);
+                }
+            }
+            while let Ok((id, r)) = answers.try_recv() {
+                direct.insert(id, r);
+            }
+            accepted.retain(|(i, _, id)| match direct.remove(id) {
+                Some(r) => {
+                    out[*i] = Some(r);
+                    false
+                }
+                None => true,
+            });
+        }
+        if !accepted.is_empty() {
+            let (tx, rx) = std_mpsc::channel();
+            let hub = self.me.clone();
+            let taken: Vec<(String, String)> = accepted
+                .iter()
+                .map(|(_, c, id)| (c.clone(), id.clone()))
+                .collect();
+            self.lock().durable.0.push(Box::new(move |r: CommitResult| {
+                // Per accepted message: whether it left before the failed commit.
+                let mut left = Vec::new();
+                if r.is_err()
+                    && let Some(hub) = hub.upgrade()
+                {
+                    let mut g = hub.lock();
+                    for (conn, id) in &taken {
+                        let w = g
+                            .outboxes
+                            .get_mut(conn)
+                            .map_or(Withdrawn::NotHeld, |o| o.withdraw(id));
+                        left.push(w == Withdrawn::OnItsWay);
+                    }
+                }
+                let _ = tx.send((r, left));
+            }));
+            committed = Some(rx);
         }
         let mut out: Vec<Option<Relayed>> =
             out.into_iter().map(|r| r.map(Relayed::Answer)).collect();
@@ -498,6 +574,7 @@ impl HubRoutes for PeerHub {
                     unsaved: Some(format!(
                         "the hub could not save its outbox for '{connection}' ({error}); the message was already on its way and is resent with the same message_id until that node acknowledges it, but a restart of the hub before then would lose it"
                     )),
+                    custody: None,
                 });
             }
         };
@@ -512,6 +589,7 @@ impl HubRoutes for PeerHub {
                     connection: conn,
                     outcomes: up.then_some(rx),
                     unsaved: None,
+                    custody: None,
                 })
             }
             Response::Error {
@@ -924,7 +1002,9 @@ impl End for HubEnd {
             let (ids, msgs): (Vec<RequestId>, Vec<WireMessage>) =
                 std::mem::take(&mut self.sends).into_iter().unzip();
             let mut unsaved = false;
-            for (id, r) in ids.into_iter().zip(self.hub.relay_batch(msgs)) {
+            let hub = &self.hub;
+            let relayed = driver::blocking(|| hub.relay_batch(msgs, true));
+            for (id, r) in ids.into_iter().zip(relayed) {
                 match r {
                     Relayed::Answer(r) => {
                         let _ = link.respond(id, r);

@@ -73,7 +73,14 @@ pub struct Queued {
     /// held in memory and resent until a hop answers, and a crash of this process before then
     /// would lose it. `None` when custody is durable.
     pub unsaved: Option<String>,
+    /// The custody commit, when it has not been waited for yet: the sender's answer waits for
+    /// it unless the verdict (or the next hop's `accepted`) comes first.
+    pub custody: Option<PendingCustody>,
 }
+
+/// A custody commit a sender has not waited for yet (see [`send_remote`]).
+#[derive(Debug)]
+pub struct PendingCustody(std_mpsc::Receiver<Custody>);
 
 /// What a hub adds to a node: routing of its own agents' mail through its connections, and
 /// the peers those connections registered.
@@ -671,11 +678,12 @@ fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
     e
 }
 
-/// `agent action=send` to an address: custody in the next hop's outbox (durable before this
-/// answers), then up to `tuning.peer_send_wait_ms` for the verdict. Answers `delivered`,
-/// `accepted` (held, will be retried until acknowledged), `uncertain` (on the wire when the
-/// link dropped; resent with the same id, never as new mail), or a refusal naming the
-/// connection.
+/// `agent action=send` to an address: custody in the first hop's outbox, then up to
+/// `tuning.peer_send_wait_ms` for the verdict. Answers `delivered` (in the recipient's inbox,
+/// its ring committed there: this hop's custody commit is not waited for), `accepted` (held,
+/// will be retried until acknowledged: committed here first, unless the hub said it holds it
+/// committed), `uncertain` (on the wire when the link dropped; committed here, resent with the
+/// same id, never as new mail), or a refusal naming the connection.
 pub fn send_remote(
     node: &Arc<Node>,
     from: &str,
@@ -692,11 +700,14 @@ pub fn send_remote(
             ),
         ));
     }
-    let queued = match node.peer.hub() {
+    let mut queued = match node.peer.hub() {
         Some(h) => h.send(from, from_name, to, message),
         None => queue_uplink(node, from, from_name, to, message),
     }
     .map_err(|r| refusal_error(&r, None))?;
+    // Whether the next hop said it holds the mail (committed there), so this hop's custody
+    // commit is no longer what the answer rests on.
+    let mut held_beyond = false;
     let wait = Duration::from_millis(node.config().tuning.peer_send_wait_ms);
     let mut status = "accepted";
     let mut uncertain = None;
@@ -717,6 +728,7 @@ pub fn send_remote(
                     // The next hop holds it committed.
                     status = "accepted";
                     uncertain = None;
+                    held_beyond = true;
                 }
                 Ok(SenderOutcome::Delivered) => {
                     status = "delivered";
@@ -755,6 +767,47 @@ pub fn send_remote(
         }
     }
     forget_waiter(node, &queued.message_id);
+    if status != "delivered"
+        && !held_beyond
+        && let Some(PendingCustody(rx)) = queued.custody.take()
+    {
+        // The answer promises the mail survives a crash: its custody commit first (the group
+        // runs on this thread). A `delivered` verdict needs none: the mail is in the
+        // recipient's inbox, its ring committed there.
+        node.peer.committer.commit_now();
+        match rx.recv() {
+            Ok(Custody::Durable) => {}
+            Ok(Custody::OnItsWay(e)) => {
+                tracing::error!(error = %e, message_id = %queued.message_id, "persisting the uplink outbox failed after the mail left");
+                status = "uncertain";
+                uncertain = Some((
+                    queued.connection.clone(),
+                    true,
+                    format!(
+                        "this node could not save its outbox ({e}); the message was already on its way and is resent with the same message_id until the hub acknowledges it, but a restart of this node before then would lose it"
+                    ),
+                ));
+            }
+            Ok(Custody::NotSent(e)) => {
+                tracing::error!(error = %e, "persisting the uplink outbox failed");
+                let r = Refusal {
+                    code: ErrorCode::Internal,
+                    connection: UPLINK.to_owned(),
+                    message: "the outbox could not be saved; nothing was sent".into(),
+                };
+                return Err(refusal_error(&r, Some(&queued.message_id)));
+            }
+            Err(_) => {
+                // The committer is gone (shutdown): nothing says the mail is durable.
+                let r = Refusal {
+                    code: ErrorCode::Internal,
+                    connection: UPLINK.to_owned(),
+                    message: "the outbox could not be saved (the node is stopping)".into(),
+                };
+                return Err(refusal_error(&r, Some(&queued.message_id)));
+            }
+        }
+    }
     let mut v = json!({
         "delivered": status == "delivered",
         "status": status,
@@ -786,7 +839,8 @@ fn forget_waiter(node: &Node, message_id: &str) {
 }
 
 /// What became of a sender's custody commit.
-enum Custody {
+#[derive(Debug)]
+pub enum Custody {
     /// Committed (or the hub answered before the commit failed).
     Durable,
     /// The commit failed and the mail had not left: taken back out.
@@ -796,7 +850,7 @@ enum Custody {
 }
 
 /// A node's own send to an address: into the uplink outbox, the link task told at once (the
-/// mail leaves while its custody commit runs), answered once that commit is done.
+/// mail leaves before its custody commit); the commit is left pending for `send_remote`.
 fn queue_uplink(
     node: &Arc<Node>,
     from: &str,
@@ -869,38 +923,15 @@ fn queue_uplink(
     }));
     p.kick();
     drop(p);
-    // The caller waits for this commit anyway: run the group on this thread.
-    node.peer.committer.commit_now();
-    let unsaved = match rx.recv() {
-        Ok(Custody::Durable) => None,
-        Ok(Custody::OnItsWay(e)) => {
-            tracing::error!(error = %e, message_id = %message_id, "persisting the uplink outbox failed after the mail left");
-            Some(format!(
-                "this node could not save its outbox ({e}); the message was already on its way and is resent with the same message_id until the hub acknowledges it, but a restart of this node before then would lose it"
-            ))
-        }
-        Ok(Custody::NotSent(e)) => {
-            tracing::error!(error = %e, "persisting the uplink outbox failed");
-            return Err(Refusal {
-                code: ErrorCode::Internal,
-                connection: UPLINK.to_owned(),
-                message: "the outbox could not be saved; nothing was sent".into(),
-            });
-        }
-        Err(_) => {
-            // The committer is gone (shutdown): nothing says the mail is durable.
-            return Err(Refusal {
-                code: ErrorCode::Internal,
-                connection: UPLINK.to_owned(),
-                message: "the outbox could not be saved (the node is stopping)".into(),
-            });
-        }
-    };
+    // The commit is not waited for here: the verdict usually comes first, and whether the
+    // answer needs this commit is decided then (`send_remote`). Until a group takes the
+    // record, it stays in the journal, and an acknowledgement before that writes nothing.
     Ok(Queued {
         message_id,
         connection: UPLINK.to_owned(),
         outcomes,
-        unsaved,
+        unsaved: None,
+        custody: Some(PendingCustody(rx)),
     })
 }
 
