@@ -205,6 +205,8 @@ impl PeerState {
             "max_messages": l.max_messages,
             "max_bytes": l.max_bytes,
             "recipient_full": g.uplink.recipient_full_answers(),
+            // Transactions this process's group committer wrote (outboxes and rings).
+            "commits": self.committer.transactions(),
         })
     }
 
