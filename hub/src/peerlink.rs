@@ -38,7 +38,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tuic_node::peer::commit::{self, CommitResult, Source, Taken, Waiter, Waiters};
+use tuic_node::peer::commit::{CommitResult, Source, Taken, Waiter, Waiters};
 use tuic_node::peer::driver::{self, End, FrameIo};
 use tuic_node::peer::{
     HubRoutes, LateRefusal, Queued, Refusal, deliver_local, local_entries, notify_waiter,
@@ -50,10 +50,16 @@ use tuic_node::store::{PeerOp, UPLINK_KEY};
 use tuic_proto::peer::{
     AckOutcome, ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox,
     OutboxChange, OutboxEvent, PeerEntry, PeerLink, Receipt, Request, RequestId, Response, Routed,
-    SenderOutcome, WireMessage, format_address, relay,
+    SenderOutcome, WireMessage, Withdrawn, format_address, relay,
 };
 
 use crate::federation::Conn;
+
+/// Longest a relay step waits for the destination's answer before it commits custody and
+/// answers `accepted` (the previous hop's link task waits meanwhile, and its next frames
+/// gather into the next step). The usual answer (the destination's ring commit plus two hops)
+/// comes well within it; a slower one only costs this wait on top of the commit.
+const CUT_THROUGH: Duration = Duration::from_millis(20);
 
 /// Longest wait for a node to accept the WebSocket upgrade.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -98,6 +104,9 @@ struct Inner {
     waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
     /// Run after the next group commit (which takes everything journaled before them).
     durable: Waiters,
+    /// Relayed mail whose previous hop is not answered yet, by message id: the destination's
+    /// final answer goes to the relaying step instead of a receipt (see `relay_batch`).
+    relaying: HashMap<String, std_mpsc::Sender<(String, Response)>>,
 }
 
 impl Inner {
@@ -110,6 +119,30 @@ impl Inner {
                 late.extend(LateRefusal::of(sender, &e.message_id, &to, o));
             }
             return;
+        }
+        if let Some(tx) = self.relaying.get(&e.message_id) {
+            let direct = match &e.outcome {
+                SenderOutcome::Delivered => Some(Response::SendAck {
+                    message_id: e.message_id.clone(),
+                    outcome: AckOutcome::Delivered,
+                }),
+                SenderOutcome::Refused {
+                    code,
+                    connection,
+                    message,
+                } => Some(Response::Error {
+                    code: *code,
+                    connection: connection.clone(),
+                    message: message.clone(),
+                }),
+                _ => None,
+            };
+            if let Some(r) = direct
+                && tx.send((e.message_id.clone(), r)).is_ok()
+            {
+                self.relaying.remove(&e.message_id);
+                return;
+            }
         }
         if let Some((origin, receipt)) = e.receipt(conn) {
             match self.links.get(&origin) {
@@ -176,11 +209,8 @@ impl Taken for HubTaken {
                     continue;
                 };
                 if result.is_ok() {
-                    // Committed mail may now leave.
+                    // The watermark (mail already left: early dispatch).
                     o.set_durable(upto);
-                    if let Some((_, tx)) = g.links.get(&k) {
-                        let _ = tx.send(HubCmd::Kick);
-                    }
                 } else {
                     o.restore_changes(changes);
                 }
@@ -190,6 +220,24 @@ impl Taken for HubTaken {
             w(result.clone());
         }
     }
+}
+
+/// What the relay made of one message.
+#[derive(Debug)]
+enum Relayed {
+    /// The answer for the previous hop.
+    Answer(Response),
+    /// Custody could not be committed, but the mail had already left: it is held in memory and
+    /// resent until the destination answers, and no answer to the previous hop would be true
+    /// (`accepted` promises a commit, a refusal denies a delivery that may happen). A node's
+    /// link is reset instead, so the node keeps the mail (uncertain) and resends it; the
+    /// destination's ring absorbs the repeat.
+    Unsaved {
+        /// The destination connection.
+        connection: String,
+        /// Why the commit failed.
+        error: String,
+    },
 }
 
 /// The hub's relay: outboxes, shadows and link handles.
@@ -208,8 +256,10 @@ impl PeerHub {
         for (k, o) in tuic_node::peer::load_outboxes(&node.store, limits)? {
             if k != UPLINK_KEY {
                 let mut o = o;
-                // Commits happen in groups after the fact: only committed mail is dispatched.
+                // Commits happen in groups after the fact; relayed mail leaves while its
+                // custody commit runs (the previous hop hears `accepted` only after it).
                 o.set_durable(o.next_seq());
+                o.set_early_dispatch();
                 inner.outboxes.insert(k, o);
             }
         }
@@ -237,6 +287,7 @@ impl PeerHub {
             .or_insert_with(|| {
                 let mut o = Outbox::with_limits(conn, limits);
                 o.set_durable(0);
+                o.set_early_dispatch();
                 o
             });
     }
@@ -261,21 +312,29 @@ impl PeerHub {
 
     /// Routes stamped mail: into the destination connection's outbox (committed before the
     /// answer), or into a hub-local inbox for `local/<peer>`.
-    fn relay_in(&self, m: &WireMessage) -> Response {
-        self.relay_batch(vec![m.clone()])
+    fn relay_in(&self, m: &WireMessage) -> Relayed {
+        // The hub's own senders wait for the verdict through their waiters: no cut-through.
+        self.relay_batch(vec![m.clone()], false)
             .pop()
             .expect("one answer per message")
     }
 
-    /// Routes one link step's stamped mail, answers in order: custody in the destination
-    /// connections' outboxes is committed in one group before any `accepted` goes back (and
-    /// before the mail may leave); a failed commit gives custody back for the whole group
-    /// (on the committer thread, before a later group could commit it) and answers `internal`.
-    fn relay_batch(&self, msgs: Vec<WireMessage>) -> Vec<Response> {
+    /// Routes one link step's stamped mail, answers in order. The mail leaves at once (early
+    /// dispatch: the previous hop keeps it until it hears an answer, so a crash here only makes
+    /// it resend). With `cut_through` (mail from a node's link), the answer first waits up to
+    /// [`CUT_THROUGH`] for the destination's: `delivered` (its ring committed there) or its
+    /// refusal goes back as the answer, with no custody commit here at all — the record an
+    /// answer removes before any commit took it is never written. Whatever is still unanswered
+    /// then is committed in one group before `accepted` goes back. A failed commit gives
+    /// custody back (on the committing thread, before a later group could commit it) and
+    /// answers `internal` for mail that had not left; mail that had left stays held in memory
+    /// and is answered [`Relayed::Unsaved`].
+    fn relay_batch(&self, msgs: Vec<WireMessage>, cut_through: bool) -> Vec<Relayed> {
         let mut out: Vec<Option<Response>> = vec![None; msgs.len()];
         let mut locals = Vec::new();
         let mut accepted: Vec<(usize, String, String)> = Vec::new();
         let mut committed = None;
+        let (answers_tx, answers) = std_mpsc::channel();
         {
             let mut g = self.lock();
             for (i, m) in msgs.iter().enumerate() {
@@ -294,45 +353,118 @@ impl PeerHub {
                     Routed::Local(m) => locals.push((i, m)),
                 }
             }
-            if !accepted.is_empty() {
-                let (tx, rx) = std_mpsc::channel();
-                let hub = self.me.clone();
-                let taken: Vec<(String, String)> = accepted
-                    .iter()
-                    .map(|(_, c, id)| (c.clone(), id.clone()))
-                    .collect();
-                g.durable.0.push(Box::new(move |r: CommitResult| {
-                    if r.is_err()
-                        && let Some(hub) = hub.upgrade()
-                    {
-                        let mut g = hub.lock();
-                        for (conn, id) in &taken {
-                            if let Some(o) = g.outboxes.get_mut(conn) {
-                                o.on_refused(id, ErrorCode::Internal, "not persisted");
-                                while o.poll_event().is_some() {}
-                            }
-                        }
-                    }
-                    let _ = tx.send(r);
-                }));
-                committed = Some(rx);
+            if cut_through {
+                for (_, _, id) in &accepted {
+                    g.relaying.insert(id.clone(), answers_tx.clone());
+                }
+            }
+            // Wake the destinations' link tasks now: the mail travels on while this step
+            // waits.
+            let mut conns: Vec<&str> = accepted.iter().map(|(_, c, _)| c.as_str()).collect();
+            conns.sort_unstable();
+            conns.dedup();
+            for c in conns {
+                if let Some((_, tx)) = g.links.get(c) {
+                    let _ = tx.send(HubCmd::Kick);
+                }
             }
         }
+        drop(answers_tx);
+        if cut_through && !accepted.is_empty() {
+            let mut direct: HashMap<String, Response> = HashMap::new();
+            let deadline = std::time::Instant::now() + CUT_THROUGH;
+            while direct.len() < accepted.len() {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match answers.recv_timeout(left) {
+                    Ok((id, r)) => {
+                        direct.insert(id, r);
+                    }
+                    Err(_) => break,
+                }
+            }
+            {
+                // Under the hub lock: after this nothing more is handed here (the receipt
+                // goes to the origin instead), and what was handed before is drained below.
+                let mut g = self.lock();
+                for (_, _, id) in &accepted {
+                    g.relaying.remove(id);
+                }
+            }
+            while let Ok((id, r)) = answers.try_recv() {
+                direct.insert(id, r);
+            }
+            accepted.retain(|(i, _, id)| match direct.remove(id) {
+                Some(r) => {
+                    out[*i] = Some(r);
+                    false
+                }
+                None => true,
+            });
+        }
+        if !accepted.is_empty() {
+            let (tx, rx) = std_mpsc::channel();
+            let hub = self.me.clone();
+            let taken: Vec<(String, String)> = accepted
+                .iter()
+                .map(|(_, c, id)| (c.clone(), id.clone()))
+                .collect();
+            self.lock().durable.0.push(Box::new(move |r: CommitResult| {
+                // Per accepted message: whether it left before the failed commit.
+                let mut left = Vec::new();
+                if r.is_err()
+                    && let Some(hub) = hub.upgrade()
+                {
+                    let mut g = hub.lock();
+                    for (conn, id) in &taken {
+                        let w = g
+                            .outboxes
+                            .get_mut(conn)
+                            .map_or(Withdrawn::NotHeld, |o| o.withdraw(id));
+                        left.push(w == Withdrawn::OnItsWay);
+                    }
+                }
+                let _ = tx.send((r, left));
+            }));
+            committed = Some(rx);
+        }
+        let mut out: Vec<Option<Relayed>> =
+            out.into_iter().map(|r| r.map(Relayed::Answer)).collect();
         if let Some(rx) = committed {
-            self.node.peer.committer().wake();
-            if let Err(e) = commit::wait(&rx) {
-                tracing::error!(error = %e, "persisting an outbox failed");
-                for (i, conn, _) in &accepted {
-                    out[*i] = Some(Response::Error {
-                        code: ErrorCode::Internal,
-                        connection: conn.clone(),
-                        message: "the hub could not save its outbox; nothing was relayed".into(),
-                    });
+            // The answers wait for this commit: run the group on this thread.
+            self.node.peer.committer().commit_now();
+            match rx.recv() {
+                Ok((Ok(()), _)) => {}
+                Ok((Err(e), left)) => {
+                    tracing::error!(error = %e, "persisting an outbox failed");
+                    for ((i, conn, _), left) in accepted.iter().zip(left) {
+                        out[*i] = Some(if left {
+                            Relayed::Unsaved {
+                                connection: conn.clone(),
+                                error: e.to_string(),
+                            }
+                        } else {
+                            Relayed::Answer(Response::Error {
+                                code: ErrorCode::Internal,
+                                connection: conn.clone(),
+                                message: "the hub could not save its outbox; nothing was relayed"
+                                    .into(),
+                            })
+                        });
+                    }
+                }
+                Err(_) => {
+                    // The committer is gone (shutdown): nothing here is known durable.
+                    for (i, conn, _) in &accepted {
+                        out[*i] = Some(Relayed::Unsaved {
+                            connection: conn.clone(),
+                            error: "the hub is stopping".into(),
+                        });
+                    }
                 }
             }
         }
         for (i, m) in locals {
-            out[i] = Some(deliver_local(&self.node, LINK_LOCAL, &m));
+            out[i] = Some(Relayed::Answer(deliver_local(&self.node, LINK_LOCAL, &m)));
         }
         out.into_iter()
             .map(|r| r.expect("every message answered"))
@@ -436,7 +568,25 @@ impl HubRoutes for PeerHub {
         // Register the waiter first: the verdict may arrive before this function returns.
         let (tx, rx) = std_mpsc::channel();
         self.lock().waiters.insert(message_id.clone(), tx);
-        match self.relay_in(&m) {
+        let relayed = match self.relay_in(&m) {
+            Relayed::Answer(r) => r,
+            Relayed::Unsaved { connection, error } => {
+                let up = self.link_up(&conn);
+                if !up {
+                    self.lock().waiters.remove(&message_id);
+                }
+                return Ok(Queued {
+                    message_id,
+                    connection: connection.clone(),
+                    outcomes: up.then_some(rx),
+                    unsaved: Some(format!(
+                        "the hub could not save its outbox for '{connection}' ({error}); the message was already on its way and is resent with the same message_id until that node acknowledges it, but a restart of the hub before then would lose it"
+                    )),
+                    custody: None,
+                });
+            }
+        };
+        match relayed {
             Response::SendAck { .. } => {
                 let up = self.link_up(&conn);
                 if !up {
@@ -446,6 +596,8 @@ impl HubRoutes for PeerHub {
                     message_id,
                     connection: conn,
                     outcomes: up.then_some(rx),
+                    unsaved: None,
+                    custody: None,
                 })
             }
             Response::Error {
@@ -897,8 +1049,23 @@ impl End for HubEnd {
         if !self.sends.is_empty() {
             let (ids, msgs): (Vec<RequestId>, Vec<WireMessage>) =
                 std::mem::take(&mut self.sends).into_iter().unzip();
-            for (id, r) in ids.into_iter().zip(self.hub.relay_batch(msgs)) {
-                let _ = link.respond(id, r);
+            let mut unsaved = false;
+            let hub = &self.hub;
+            let relayed = driver::blocking(|| hub.relay_batch(msgs, true));
+            for (id, r) in ids.into_iter().zip(relayed) {
+                match r {
+                    Relayed::Answer(r) => {
+                        let _ = link.respond(id, r);
+                    }
+                    Relayed::Unsaved { .. } => unsaved = true,
+                }
+            }
+            if unsaved {
+                // See `Relayed::Unsaved`: the node's in-flight mail becomes uncertain and is
+                // resent on the next link.
+                tracing::warn!(conn = %self.conn.id, "custody of relayed mail not saved; resetting the link");
+                link.reset();
+                return;
             }
         }
         let mut g = self.hub.lock();

@@ -3,7 +3,7 @@
 use tuic_proto::peer::{
     AckOutcome, Backoff, DedupeError, DedupeRings, DownReason, ErrorCode, Frame, LinkConfig,
     LinkEvent, LinkRole, LinkState, Outbox, OutboxChange, OutboxError, OutboxLimits, PeerEntry,
-    PeerLink, Pushed, Request, Response, SenderOutcome, Verdict, WireMessage,
+    PeerLink, Pushed, Request, Response, SenderOutcome, Verdict, WireMessage, Withdrawn,
 };
 
 fn peer(id: &str) -> PeerEntry {
@@ -1019,6 +1019,108 @@ fn a_gated_outbox_dispatches_only_mail_its_owner_committed() {
     o.set_durable(o.next_seq());
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
     assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("c".into()));
+}
+
+#[test]
+fn an_early_outbox_dispatches_before_its_commit_and_records_the_attempt_with_the_push() {
+    let mut o = Outbox::new("hub");
+    o.set_durable(o.next_seq());
+    o.set_early_dispatch();
+    o.push(wire("a", "x", "bob", "a")).expect("push");
+    o.push(wire("b", "x", "bob", "b")).expect("push");
+    // Nothing committed yet, and the mail leaves anyway: whoever handed it over waits for
+    // the commit before hearing it is held.
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("b".into()));
+    let changes = o.take_changes();
+    assert_eq!(
+        changes.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        [0, 1],
+        "one write per message: the push's record, not the dispatch"
+    );
+    // A crash after that commit: the reloaded records count the attempt, so a refusal of the
+    // resend is uncertain, never `refused`.
+    let mut store = std::collections::BTreeMap::new();
+    apply(&mut store, changes);
+    let mut back =
+        Outbox::from_records("hub", OutboxLimits::default(), &records(&store)).expect("load");
+    back.poll_dispatch();
+    back.on_refused("a", ErrorCode::UnknownRecipient, "gone");
+    assert!(matches!(
+        back.poll_event().map(|e| e.outcome),
+        Some(SenderOutcome::RefusedOnRetry { .. })
+    ));
+}
+
+#[test]
+fn a_message_answered_before_any_commit_took_its_record_writes_nothing() {
+    let mut store = std::collections::BTreeMap::new();
+    let mut o = Outbox::new("hub");
+    o.set_early_dispatch();
+    o.push(wire("a", "x", "bob", "a")).expect("push");
+    o.push(wire("b", "x", "bob", "b")).expect("push");
+    o.poll_dispatch();
+    o.poll_dispatch();
+    // `a` is acknowledged while its record is still in the journal: the record is dropped and
+    // no removal is written.
+    o.on_ack("a", AckOutcome::Accepted);
+    let changes = o.take_changes();
+    assert_eq!(
+        changes.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        [1]
+    );
+    apply(&mut store, changes);
+    // `b`'s record was taken (committed): its removal must be written.
+    o.on_ack("b", AckOutcome::Delivered);
+    let changes = o.take_changes();
+    assert!(matches!(changes[..], [OutboxChange::Remove { seq: 1 }]));
+    apply(&mut store, changes);
+    assert!(store.is_empty());
+    // A record given back by a failed commit is untaken again: an answer drops it too.
+    o.push(wire("c", "x", "bob", "c")).expect("push");
+    let taken = o.take_changes();
+    o.restore_changes(taken);
+    o.poll_dispatch();
+    o.on_ack("c", AckOutcome::Accepted);
+    let left = o.take_changes();
+    // Conservative: once taken, the removal is written (put then remove: nothing stays).
+    apply(&mut store, left);
+    assert!(store.is_empty());
+    // A reloaded message is stored: its removal is written.
+    let mut fresh = Outbox::new("hub");
+    fresh.push(wire("d", "x", "bob", "d")).expect("push");
+    apply(&mut store, fresh.take_changes());
+    let mut back =
+        Outbox::from_records("hub", OutboxLimits::default(), &records(&store)).expect("load");
+    back.set_early_dispatch();
+    back.poll_dispatch();
+    back.on_ack("d", AckOutcome::Accepted);
+    apply(&mut store, back.take_changes());
+    assert!(store.is_empty());
+}
+
+#[test]
+fn withdraw_takes_back_only_mail_that_never_left() {
+    let mut o = Outbox::new("hub");
+    o.set_early_dispatch();
+    o.push(wire("a", "x", "bob", "a")).expect("push");
+    o.push(wire("b", "x", "bob", "b")).expect("push");
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
+    assert_eq!(o.withdraw("a"), Withdrawn::OnItsWay, "it may arrive: kept");
+    assert_eq!(o.withdraw("b"), Withdrawn::Withdrawn);
+    assert_eq!(o.withdraw("b"), Withdrawn::NotHeld);
+    assert_eq!(o.len(), 1);
+    assert_eq!(o.poll_event(), None, "a withdrawal tells nobody");
+    // `b` never reached the store: withdrawing it writes nothing; `a` still has its record.
+    let changes = o.take_changes();
+    assert_eq!(
+        changes.iter().map(OutboxChange::seq).collect::<Vec<_>>(),
+        [0]
+    );
+    // After a link drop `a` is resent, same id.
+    o.on_link_down();
+    while o.poll_event().is_some() {}
+    assert_eq!(o.poll_dispatch().map(|m| m.message_id), Some("a".into()));
 }
 
 #[test]

@@ -161,6 +161,64 @@ async fn star_configs(b_config: Value, hub_config: Value) -> Star {
     }
 }
 
+/// Commits the peer state of a process has written (`GET /mcp/status` `peer_uplink.commits`).
+async fn commits(socket: &std::path::Path) -> u64 {
+    let st = ipc(socket, "GET", "/mcp/status", None)
+        .await
+        .unwrap()
+        .json();
+    st["peer_uplink"]["commits"].as_u64().expect("commits")
+}
+
+/// A send the destination answers in time is answered `delivered` on C's ring commit alone:
+/// neither node B (the sender's custody) nor the hub (relay custody) writes a record for it.
+/// A send with no verdict in time is committed (by the hub, which answers `accepted` only
+/// after its custody commit) before it is answered `accepted`.
+#[tokio::test]
+async fn a_delivered_send_writes_no_custody_record_and_an_accepted_one_does() {
+    let st = star_with(json!({"tuning": {"peer_send_wait_ms": 5_000}})).await;
+    let (mut bob, _) = Agent::new(&st.b.socket, "bob").await;
+    let (mut carol, tcarol) = Agent::new(&st.c_socket, "carol").await;
+    let a_carol = format!("nodec/{tcarol}");
+    bob.sees(&a_carol, Duration::from_secs(10)).await;
+    let (b0, h0) = (commits(&st.b.socket).await, commits(&st.hub.socket).await);
+    const N: u64 = 20;
+    for i in 0..N {
+        let r = bob.send(&a_carol, &format!("fast-{i}")).await;
+        assert_eq!(r["status"], "delivered", "{r}");
+    }
+    assert_eq!(
+        carol
+            .collect(N as usize, Duration::from_secs(20))
+            .await
+            .len(),
+        N as usize
+    );
+    let (b1, h1) = (commits(&st.b.socket).await, commits(&st.hub.socket).await);
+    // A housekeeping tick (every 500 ms) may commit a record no answer had removed yet; a
+    // commit per send would be 20.
+    assert!(
+        b1 - b0 < N / 2,
+        "node B committed {} times for {N} delivered sends",
+        b1 - b0
+    );
+    assert!(
+        h1 - h0 < N / 2,
+        "the hub committed {} times for {N} delivered sends",
+        h1 - h0
+    );
+    // C unreachable: no verdict within the wait; custody is committed before `accepted`.
+    st.net.set_link(1, false).unwrap();
+    wait_link(&st.hub, "nodec", false, Duration::from_secs(30)).await;
+    let r = bob.send(&a_carol, "held").await;
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert!(commits(&st.b.socket).await > b1 || commits(&st.hub.socket).await > h1);
+    st.net.set_link(1, true).unwrap();
+    wait_link(&st.hub, "nodec", true, Duration::from_secs(45)).await;
+    let got = carol.collect(1, Duration::from_secs(20)).await;
+    assert_eq!(got[0]["message"], "held");
+}
+
 #[tokio::test]
 async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order() {
     let st = star().await;

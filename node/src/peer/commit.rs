@@ -12,8 +12,15 @@
 //! thread, before the next group is taken. A failed commit fails every waiter of its group and
 //! writes nothing; what earlier groups committed stays.
 //!
-//! Waiters run on the committer thread: they must not block on anything that waits for a
-//! commit, and must not take `node.mail`'s lock (a delivery holds it while it waits here).
+//! A caller that must wait for its commit anyway (a sender's custody, a delivery's ring) can
+//! run the group itself with [`Committer::commit_now`] instead of waking the thread and
+//! sleeping until it answers: one group runs at a time (whoever runs it is the only taker), so
+//! the rules above hold, and the commit costs no hand-off to another thread — under CPU
+//! contention each hand-off is a wait in the run queue, on the mail's critical path.
+//!
+//! Waiters run on whichever thread runs their group (the committer thread or a caller of
+//! `commit_now`): they must not block on anything that waits for a commit, and must not take
+//! `node.mail`'s lock (a delivery holds it while it commits).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -80,6 +87,8 @@ struct Shared {
     store: Arc<Store>,
     state: Mutex<State>,
     cv: Condvar,
+    /// Held while a group is taken, written and finished: one group at a time.
+    group: Mutex<()>,
     transactions: AtomicU64,
     failures: AtomicU64,
 }
@@ -110,6 +119,7 @@ impl Committer {
             store,
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
+            group: Mutex::new(()),
             transactions: AtomicU64::new(0),
             failures: AtomicU64::new(0),
         });
@@ -131,6 +141,15 @@ impl Committer {
     pub fn wake(&self) {
         self.shared.lock().wake = true;
         self.shared.cv.notify_one();
+    }
+
+    /// Takes, writes and finishes a group on the calling thread (after the group running now,
+    /// if any): everything journaled before this call is committed (or failed, and its waiters
+    /// told) when it returns. Blocking IO: call it where waiting for the commit is the point.
+    /// Never from a waiter (one group at a time: it would wait for itself).
+    pub fn commit_now(&self) {
+        let sources = self.shared.lock().sources.clone();
+        run_group(&self.shared, &sources);
     }
 
     /// Transactions committed or attempted so far (observability and tests).
@@ -161,26 +180,40 @@ fn run(shared: &Shared) {
             st.wake = false;
             (st.sources.clone(), st.stop)
         };
-        let taken: Vec<Box<dyn Taken>> = sources.iter().filter_map(|s| s.take()).collect();
-        if !taken.is_empty() {
-            let mut ops = Vec::new();
-            let r = taken
-                .iter()
-                .try_for_each(|t| t.write(&mut ops))
-                .and_then(|()| shared.store.apply_peer_ops(&ops));
-            shared.transactions.fetch_add(1, Ordering::Relaxed);
-            let r: CommitResult = r.map_err(|e| {
-                shared.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %format!("{e:#}"), "committing cross-host mail state failed");
-                Arc::from(format!("{e:#}"))
-            });
-            for t in taken {
-                t.finish(r.clone());
-            }
-        }
+        run_group(shared, &sources);
         if stop {
             return;
         }
+    }
+}
+
+/// One group: take what every source journaled, write it in one transaction, finish.
+fn run_group(shared: &Shared, sources: &[Arc<dyn Source>]) {
+    let _one_at_a_time = shared.group.lock().unwrap_or_else(|p| p.into_inner());
+    let taken: Vec<Box<dyn Taken>> = sources.iter().filter_map(|s| s.take()).collect();
+    if taken.is_empty() {
+        return;
+    }
+    let mut ops = Vec::new();
+    let r = taken.iter().try_for_each(|t| t.write(&mut ops));
+    // A group with nothing to write (only waiters, or records that were removed before any
+    // commit took them) needs no transaction: every earlier group has finished, and a failed
+    // one's changes would be in `ops`, so everything journaled before these waiters is
+    // already committed.
+    let r = r.and_then(|()| {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        shared.transactions.fetch_add(1, Ordering::Relaxed);
+        shared.store.apply_peer_ops(&ops)
+    });
+    let r: CommitResult = r.map_err(|e| {
+        shared.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(error = %format!("{e:#}"), "committing cross-host mail state failed");
+        Arc::from(format!("{e:#}"))
+    });
+    for t in taken {
+        t.finish(r.clone());
     }
 }
 
@@ -310,6 +343,70 @@ mod tests {
             Store::open(&dir.path().join("s.redb")).unwrap()
         };
         assert_eq!(stored(&reopened).len(), N);
+    }
+
+    #[test]
+    fn commit_now_runs_the_group_on_the_callers_thread_one_group_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("s.redb")).unwrap());
+        let c = Arc::new(Committer::start(store.clone()));
+        let rings = Arc::new(Rings::default());
+        c.add(Arc::new(rings.clone()));
+        // Journaled without waking the thread: commit_now writes it and runs the waiter here.
+        let (w, rx) = channel_waiter();
+        let caller = std::thread::current().id();
+        let ran_on = Arc::new(Mutex::new(None));
+        let r2 = ran_on.clone();
+        {
+            let mut g = rings.pending.lock().unwrap();
+            g.0.insert("a".into(), b"a".to_vec());
+            g.1.push(Box::new(move |r| {
+                *r2.lock().unwrap() = Some(std::thread::current().id());
+                w(r);
+            }));
+        }
+        c.commit_now();
+        assert_eq!(
+            rx.try_recv().expect("answered when commit_now returns"),
+            Ok(())
+        );
+        assert_eq!(*ran_on.lock().unwrap(), Some(caller));
+        assert!(stored(&store).contains_key("a"));
+        // Many callers at once, mixed with the thread: every record committed, every waiter
+        // answered once, fewer transactions than callers.
+        const N: usize = 16;
+        let before = c.transactions();
+        let barrier = Arc::new(Barrier::new(N));
+        let handles: Vec<_> = (0..N)
+            .map(|i| {
+                let (c, rings, barrier) = (c.clone(), rings.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let (w, rx) = channel_waiter();
+                    {
+                        let mut g = rings.pending.lock().unwrap();
+                        g.0.insert(format!("n{i}"), vec![1]);
+                        g.1.push(w);
+                    }
+                    barrier.wait();
+                    if i % 2 == 0 {
+                        c.commit_now();
+                        assert_eq!(rx.try_recv().expect("answered"), Ok(()));
+                    } else {
+                        c.wake();
+                        wait(&rx).expect("committed");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(stored(&store).len(), N + 1);
+        assert!(c.transactions() - before <= N as u64);
+        // Nothing journaled: no transaction.
+        let before = c.transactions();
+        c.commit_now();
+        assert_eq!(c.transactions(), before);
     }
 
     #[test]

@@ -51,6 +51,18 @@ pub trait End: Send {
     }
 }
 
+/// Runs an end's blocking step (a commit it must wait for, a bounded wait for the next hop's
+/// answer) off the async worker: on a multi-thread runtime the worker's other tasks move to
+/// another thread first. Without that, a task this step wakes (the next link's task, a reader's
+/// `wait`) sits in this worker's not-stealable next-task slot until the step returns, so the
+/// mail's next hop waits for the commit this step overlaps it with.
+pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Why [`run`] returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {

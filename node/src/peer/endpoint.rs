@@ -317,7 +317,8 @@ impl NodeEnd {
         }
         let (ids, msgs): (Vec<RequestId>, Vec<_>) =
             std::mem::take(&mut self.sends).into_iter().unzip();
-        let resps = super::deliver_batch(&self.node, &self.me, msgs);
+        let (node, me) = (&self.node, &self.me);
+        let resps = driver::blocking(|| super::deliver_batch(node, me, msgs));
         for (id, r) in ids.into_iter().zip(resps) {
             let _ = link.respond(id, r);
         }

@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 use tuic_proto::mail::MAX_MESSAGE_BYTES;
 use tuic_proto::peer::{
     AckOutcome, Address, DedupeRings, ErrorCode, Outbox, OutboxChange, OutboxError, OutboxLimits,
-    PeerEntry, Response, SenderOutcome, WireMessage, parse_address,
+    PeerEntry, Response, SenderOutcome, WireMessage, Withdrawn, parse_address,
 };
 
 use crate::config::Tuning;
@@ -69,7 +69,18 @@ pub struct Queued {
     /// Later outcomes (ack, receipt, link drop), while the link is up; `None` when the link is
     /// down (the mail waits in the outbox).
     pub outcomes: Option<std_mpsc::Receiver<SenderOutcome>>,
+    /// Custody could not be committed, but the mail had already left (early dispatch): it is
+    /// held in memory and resent until a hop answers, and a crash of this process before then
+    /// would lose it. `None` when custody is durable.
+    pub unsaved: Option<String>,
+    /// The custody commit, when it has not been waited for yet: the sender's answer waits for
+    /// it unless the verdict (or the next hop's `accepted`) comes first.
+    pub custody: Option<PendingCustody>,
 }
+
+/// A custody commit a sender has not waited for yet (see [`send_remote`]).
+#[derive(Debug)]
+pub struct PendingCustody(std_mpsc::Receiver<Custody>);
 
 /// What a hub adds to a node: routing of its own agents' mail through its connections, and
 /// the peers those connections registered.
@@ -133,8 +144,11 @@ impl PeerState {
         let mut uplink = load_outboxes(store, limits(tuning))?
             .remove(UPLINK_KEY)
             .unwrap_or_else(|| Outbox::with_limits(UPLINK, limits(tuning)));
-        // Commits happen in groups after the fact: only committed mail is dispatched.
+        // Commits happen in groups after the fact; mail leaves while its custody commit runs
+        // (the caller hears only after that commit, and the hub keeps the mail only after its
+        // own).
         uplink.set_durable(uplink.next_seq());
+        uplink.set_early_dispatch();
         let mut rings = DedupeRings::new();
         for (recipient, v) in store.peer_rings()? {
             rings
@@ -191,6 +205,8 @@ impl PeerState {
             "max_messages": l.max_messages,
             "max_bytes": l.max_bytes,
             "recipient_full": g.uplink.recipient_full_answers(),
+            // Transactions this process's group committer wrote (outboxes and rings).
+            "commits": self.committer.transactions(),
         })
     }
 
@@ -297,11 +313,8 @@ impl Taken for NodeTaken {
             let mut g = lock_inner(&this.inner);
             match &result {
                 Ok(()) => {
-                    // Committed mail may now leave.
+                    // The watermark (mail already left: early dispatch).
                     g.uplink.set_durable(this.upto);
-                    if !this.changes.is_empty() {
-                        g.kick();
-                    }
                 }
                 Err(_) => {
                     g.uplink.restore_changes(this.changes);
@@ -572,7 +585,8 @@ pub fn deliver_batch(node: &Arc<Node>, connection: &str, msgs: Vec<WireMessage>)
             resps
         };
         if let Some(rx) = committed {
-            node.peer.committer.wake();
+            // Run the group here: the ring commit is on the mail's critical path.
+            node.peer.committer.commit_now();
             if let Err(e) = commit::wait(&rx) {
                 // As before group commit: the mail is in the inbox; the ring is written again
                 // with the next group.
@@ -666,11 +680,12 @@ fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
     e
 }
 
-/// `agent action=send` to an address: custody in the next hop's outbox (durable before this
-/// answers), then up to `tuning.peer_send_wait_ms` for the verdict. Answers `delivered`,
-/// `accepted` (held, will be retried until acknowledged), `uncertain` (on the wire when the
-/// link dropped; resent with the same id, never as new mail), or a refusal naming the
-/// connection.
+/// `agent action=send` to an address: custody in the first hop's outbox, then up to
+/// `tuning.peer_send_wait_ms` for the verdict. Answers `delivered` (in the recipient's inbox,
+/// its ring committed there: this hop's custody commit is not waited for), `accepted` (held,
+/// will be retried until acknowledged: committed here first, unless the hub said it holds it
+/// committed), `uncertain` (on the wire when the link dropped; committed here, resent with the
+/// same id, never as new mail), or a refusal naming the connection.
 pub fn send_remote(
     node: &Arc<Node>,
     from: &str,
@@ -687,14 +702,22 @@ pub fn send_remote(
             ),
         ));
     }
-    let queued = match node.peer.hub() {
+    let mut queued = match node.peer.hub() {
         Some(h) => h.send(from, from_name, to, message),
         None => queue_uplink(node, from, from_name, to, message),
     }
     .map_err(|r| refusal_error(&r, None))?;
+    // Whether the next hop said it holds the mail (committed there), so this hop's custody
+    // commit is no longer what the answer rests on.
+    let mut held_beyond = false;
     let wait = Duration::from_millis(node.config().tuning.peer_send_wait_ms);
     let mut status = "accepted";
     let mut uncertain = None;
+    if let Some(why) = &queued.unsaved {
+        // Not durable here: uncertain until the next hop says it holds the mail.
+        status = "uncertain";
+        uncertain = Some((queued.connection.clone(), true, why.clone()));
+    }
     if let Some(rx) = &queued.outcomes {
         let deadline = Instant::now() + wait;
         loop {
@@ -703,9 +726,15 @@ pub fn send_remote(
                 break;
             }
             match rx.recv_timeout(left) {
-                Ok(SenderOutcome::Accepted) => {}
+                Ok(SenderOutcome::Accepted) => {
+                    // The next hop holds it committed.
+                    status = "accepted";
+                    uncertain = None;
+                    held_beyond = true;
+                }
                 Ok(SenderOutcome::Delivered) => {
                     status = "delivered";
+                    uncertain = None;
                     break;
                 }
                 Ok(SenderOutcome::Refused {
@@ -740,6 +769,47 @@ pub fn send_remote(
         }
     }
     forget_waiter(node, &queued.message_id);
+    if status != "delivered"
+        && !held_beyond
+        && let Some(PendingCustody(rx)) = queued.custody.take()
+    {
+        // The answer promises the mail survives a crash: its custody commit first (the group
+        // runs on this thread). A `delivered` verdict needs none: the mail is in the
+        // recipient's inbox, its ring committed there.
+        node.peer.committer.commit_now();
+        match rx.recv() {
+            Ok(Custody::Durable) => {}
+            Ok(Custody::OnItsWay(e)) => {
+                tracing::error!(error = %e, message_id = %queued.message_id, "persisting the uplink outbox failed after the mail left");
+                status = "uncertain";
+                uncertain = Some((
+                    queued.connection.clone(),
+                    true,
+                    format!(
+                        "this node could not save its outbox ({e}); the message was already on its way and is resent with the same message_id until the hub acknowledges it, but a restart of this node before then would lose it"
+                    ),
+                ));
+            }
+            Ok(Custody::NotSent(e)) => {
+                tracing::error!(error = %e, "persisting the uplink outbox failed");
+                let r = Refusal {
+                    code: ErrorCode::Internal,
+                    connection: UPLINK.to_owned(),
+                    message: "the outbox could not be saved; nothing was sent".into(),
+                };
+                return Err(refusal_error(&r, Some(&queued.message_id)));
+            }
+            Err(_) => {
+                // The committer is gone (shutdown): nothing says the mail is durable.
+                let r = Refusal {
+                    code: ErrorCode::Internal,
+                    connection: UPLINK.to_owned(),
+                    message: "the outbox could not be saved (the node is stopping)".into(),
+                };
+                return Err(refusal_error(&r, Some(&queued.message_id)));
+            }
+        }
+    }
     let mut v = json!({
         "delivered": status == "delivered",
         "status": status,
@@ -751,7 +821,9 @@ pub fn send_remote(
     if let Some((connection, will_retry, detail)) = uncertain {
         v["connection"] = json!(connection);
         v["will_retry"] = json!(will_retry);
-        v["uncertain_reason"] = json!(if will_retry {
+        v["uncertain_reason"] = json!(if will_retry && !detail.is_empty() {
+            detail
+        } else if will_retry {
             "the link dropped while the message was on the wire; it stays queued and is resent with the same message_id, which the destination deduplicates".to_owned()
         } else {
             format!(
@@ -768,8 +840,19 @@ fn forget_waiter(node: &Node, message_id: &str) {
     node.peer.lock().waiters.remove(message_id);
 }
 
-/// A node's own send to an address: into the uplink outbox (committed), then the link task is
-/// told there is mail.
+/// What became of a sender's custody commit.
+#[derive(Debug)]
+pub enum Custody {
+    /// Committed (or the hub answered before the commit failed).
+    Durable,
+    /// The commit failed and the mail had not left: taken back out.
+    NotSent(Arc<str>),
+    /// The commit failed after the mail left: it stays held in memory.
+    OnItsWay(Arc<str>),
+}
+
+/// A node's own send to an address: into the uplink outbox, the link task told at once (the
+/// mail leaves before its custody commit); the commit is left pending for `send_remote`.
 fn queue_uplink(
     node: &Arc<Node>,
     from: &str,
@@ -806,7 +889,7 @@ fn queue_uplink(
             });
         }
     }
-    // The outcome waiter is in place before the mail can leave (it leaves once committed).
+    // The outcome waiter is in place before the mail can leave.
     let outcomes = if p.link.is_some() {
         let (tx, rx) = std_mpsc::channel();
         p.waiters.insert(message_id.clone(), tx);
@@ -814,36 +897,43 @@ fn queue_uplink(
     } else {
         None
     };
-    // Custody: answered only after the group commit that holds this message. A failed
-    // commit takes it back out on the committer thread, before the next group could commit
-    // it and let it leave: nothing is promised that a crash would lose.
+    // Custody: answered only after the group commit that holds this message; the mail leaves
+    // at once (early dispatch), so its trip overlaps that commit. A failed commit takes it back
+    // out on the committer thread when it has not left yet (nothing is promised that a crash
+    // would lose); mail already on its way stays held, and the caller hears it is unsaved.
     let (tx, rx) = std_mpsc::channel();
     let inner = node.peer.inner.clone();
     let id = message_id.clone();
     p.durable.0.push(Box::new(move |r: CommitResult| {
-        if r.is_err() {
-            let mut g = lock_inner(&inner);
-            g.uplink
-                .on_refused(&id, ErrorCode::Internal, "not persisted");
-            while g.uplink.poll_event().is_some() {}
-            g.waiters.remove(&id);
-        }
-        let _ = tx.send(r);
+        let custody = match r {
+            Ok(()) => Custody::Durable,
+            Err(e) => {
+                let mut g = lock_inner(&inner);
+                match g.uplink.withdraw(&id) {
+                    Withdrawn::Withdrawn => {
+                        g.waiters.remove(&id);
+                        Custody::NotSent(e)
+                    }
+                    Withdrawn::OnItsWay => Custody::OnItsWay(e),
+                    // The hub answered already (it holds the mail committed, or refused it:
+                    // the outcome is on its way to the sender).
+                    Withdrawn::NotHeld => Custody::Durable,
+                }
+            }
+        };
+        let _ = tx.send(custody);
     }));
+    p.kick();
     drop(p);
-    node.peer.committer.wake();
-    if let Err(e) = commit::wait(&rx) {
-        tracing::error!(error = %e, "persisting the uplink outbox failed");
-        return Err(Refusal {
-            code: ErrorCode::Internal,
-            connection: UPLINK.to_owned(),
-            message: "the outbox could not be saved; nothing was sent".into(),
-        });
-    }
+    // The commit is not waited for here: the verdict usually comes first, and whether the
+    // answer needs this commit is decided then (`send_remote`). Until a group takes the
+    // record, it stays in the journal, and an acknowledgement before that writes nothing.
     Ok(Queued {
         message_id,
         connection: UPLINK.to_owned(),
         outcomes,
+        unsaved: None,
+        custody: Some(PendingCustody(rx)),
     })
 }
 

@@ -35,6 +35,6 @@ pub use link::{
     DownReason, LinkConfig, LinkError, LinkEvent, LinkState, PeerLink, Request, Response,
 };
 pub use outbox::{
-    Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome,
+    Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome, Withdrawn,
 };
 pub use progress::{PROGRESS_QUEUE_CAP, ProgressQueue};

@@ -229,6 +229,11 @@ struct Held {
     /// so a refusal of a later attempt is not authoritative.
     #[serde(default)]
     attempts: u32,
+    /// A change about it was taken by the owner, so its record may be stored (or being
+    /// stored): its removal must be written. While false, nothing of it left the journal and
+    /// a removal just drops its pending record.
+    #[serde(skip)]
+    recorded: bool,
 }
 
 /// One connection's outbox.
@@ -264,6 +269,23 @@ pub struct Outbox {
     /// gate (an owner that commits every change before anything else happens).
     #[serde(skip)]
     durable_upto: Option<u64>,
+    /// Early dispatch ([`Outbox::set_early_dispatch`]): mail may leave before its record is
+    /// committed, because whoever handed it over waits for this hop's commit before hearing
+    /// that it is held.
+    #[serde(skip)]
+    early: bool,
+}
+
+/// What [`Outbox::withdraw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawn {
+    /// It was held and never put on the wire: it is gone, nothing was sent.
+    Withdrawn,
+    /// It was put on the wire already (it may arrive): it stays held and is resent until a
+    /// hop answers.
+    OnItsWay,
+    /// It is not held (answered, or never pushed).
+    NotHeld,
 }
 
 impl Outbox {
@@ -287,6 +309,7 @@ impl Outbox {
             full_answers: 0,
             events: VecDeque::new(),
             durable_upto: None,
+            early: false,
         }
     }
 
@@ -330,6 +353,37 @@ impl Outbox {
     /// dispatch writes nothing and one commit per message is enough.
     pub fn set_durable(&mut self, upto: u64) {
         self.durable_upto = Some(self.durable_upto.map_or(upto, |d| d.max(upto)));
+    }
+
+    /// Turns on early dispatch, for an owner that commits in groups after the fact but only
+    /// tells the previous hop (or the caller) that a message is held once that message's
+    /// record is committed: [`Outbox::poll_dispatch`] then hands out fresh mail at once, so a
+    /// message travels on while its custody commit runs instead of after it. Safe because
+    /// nobody forgets the message before this hop's commit: a crash before it leaves the
+    /// previous hop holding the message (it resends, the destination's dedupe ring answers
+    /// `duplicate`), or the caller without an answer. As with the gate, the push's record
+    /// counts the first attempt, so a dispatch writes nothing. Overrides [`Outbox::set_durable`]'s
+    /// gate (the watermark is still kept).
+    pub fn set_early_dispatch(&mut self) {
+        self.early = true;
+    }
+
+    /// Takes back a message whose custody could not be committed: removed (no event, nothing
+    /// to write beyond its pending record) when it was never put on the wire; kept when it was
+    /// (it may arrive, so it is resent until a hop answers, like any uncertain mail).
+    pub fn withdraw(&mut self, message_id: &str) -> Withdrawn {
+        let Some(h) = self
+            .held
+            .iter()
+            .find(|h| h.message.message_id == message_id)
+        else {
+            return Withdrawn::NotHeld;
+        };
+        if h.dispatch_no.is_some() || h.in_flight {
+            return Withdrawn::OnItsWay;
+        }
+        self.remove(message_id);
+        Withdrawn::Withdrawn
     }
 
     /// Whether a message with this id is held.
@@ -381,12 +435,13 @@ impl Outbox {
             dispatch_no: None,
             in_flight: false,
             attempts: 0,
+            recorded: false,
         };
         self.next_seq += 1;
-        if self.durable_upto.is_some() {
-            // Gated: it leaves only after this record is committed, so the record says it was
-            // attempted (a crash before the send then makes a later refusal `RefusedOnRetry`,
-            // the safe side) and the first dispatch writes nothing more.
+        if self.durable_upto.is_some() || self.early {
+            // Gated or early: the record is committed after the fact, so it says the message
+            // was attempted (a crash before the send then makes a later refusal
+            // `RefusedOnRetry`, the safe side) and the first dispatch writes nothing more.
             self.journal.push(put(&Held {
                 attempts: 1,
                 ..h.clone()
@@ -421,7 +476,10 @@ impl Outbox {
             if h.in_flight || self.held_for.contains(&h.message.to) {
                 continue;
             }
-            if h.dispatch_no.is_none() && self.durable_upto.is_some_and(|d| h.seq >= d) {
+            if h.dispatch_no.is_none()
+                && !self.early
+                && self.durable_upto.is_some_and(|d| h.seq >= d)
+            {
                 // Not committed yet: later messages are not either (sequence order).
                 break;
             }
@@ -451,7 +509,7 @@ impl Outbox {
         h.attempts = h.attempts.saturating_add(1);
         // Only the first attempt needs recording: after a restart, any later refusal is then
         // already known to follow an attempt that may have arrived.
-        if h.attempts == 1 && self.durable_upto.is_none() {
+        if h.attempts == 1 && self.durable_upto.is_none() && !self.early {
             let change = put(h);
             self.journal.push(change);
         }
@@ -554,6 +612,13 @@ impl Outbox {
 
     /// The changes to commit since the last call, in order.
     pub fn take_changes(&mut self) -> Vec<OutboxChange> {
+        for c in &self.journal {
+            let seq = c.seq();
+            // Held messages are in sequence order.
+            if let Ok(i) = self.held.binary_search_by_key(&seq, |h| h.seq) {
+                self.held[i].recorded = true;
+            }
+        }
         std::mem::take(&mut self.journal)
     }
 
@@ -569,6 +634,7 @@ impl Outbox {
     pub fn rewrite_all(&mut self) {
         for (seq, h) in self.held.iter_mut().enumerate() {
             h.seq = seq as u64;
+            h.recorded = true;
         }
         self.next_seq = self.held.len() as u64;
         self.journal = self.held.iter().map(put).collect();
@@ -587,6 +653,7 @@ impl Outbox {
             .map(|(seq, r)| {
                 let mut h: Held = serde_json::from_slice(r)?;
                 h.seq = *seq;
+                h.recorded = true;
                 Ok(h)
             })
             .collect::<Result<Vec<Held>, serde_json::Error>>()?;
@@ -609,7 +676,14 @@ impl Outbox {
             .position(|h| h.message.message_id == message_id)?;
         let h = self.held.remove(i)?;
         self.bytes -= h.message.weight();
-        self.journal.push(OutboxChange::Remove { seq: h.seq });
+        // A record no commit has taken yet is simply not written: the journal holds only
+        // changes the owner has not taken, so nothing of this message is stored or being
+        // stored, and a removal would only cost a write.
+        if h.recorded {
+            self.journal.push(OutboxChange::Remove { seq: h.seq });
+        } else {
+            self.journal.retain(|c| c.seq() != h.seq);
+        }
         Some(h)
     }
 
