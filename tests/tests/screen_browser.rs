@@ -1166,6 +1166,28 @@ async fn phone_keeps_the_input_line_and_cursor_row_visible_with_the_keyboard_ope
         open_page["line"]["bottom"], open_page["vv_height"],
         "{open_page:#}"
     );
+    // The page is the phone's width — no control sticks out and widens it — and each control
+    // of the view can be brought on screen (the tab row scrolls sideways).
+    assert_eq!(open_page["inner_width"], 390, "{open_page:#}");
+    let unreachable = b
+        .eval(
+            "const vv = visualViewport;
+             const all = [...document.querySelectorAll('#session-view .tabs > *, #session-view .input > *, #keys button')]
+               .filter(e => e.getClientRects().length);
+             const out = all.filter(e => {
+               e.scrollIntoView({block: 'nearest', inline: 'nearest'});
+               const r = e.getBoundingClientRect();
+               return !(r.left >= vv.offsetLeft - 0.5 && r.right <= vv.offsetLeft + vv.width + 0.5);
+             }).map(e => e.id || e.textContent);
+             all[0].scrollIntoView({block: 'nearest', inline: 'nearest'});
+             document.getElementById('keys').firstChild.scrollIntoView({block: 'nearest', inline: 'nearest'});
+             return [all.length, out]",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(unreachable[1], json!([]), "{unreachable}");
+    assert!(unreachable[0].as_u64().unwrap() >= 15, "{unreachable}");
     println!("keyboard closed: {open_page}");
 
     // Tapping the input line opens the keyboard: the viewport loses its bottom 364 px.
@@ -1245,6 +1267,39 @@ async fn phone_keeps_the_input_line_and_cursor_row_visible_with_the_keyboard_ope
     )
     .await;
     println!("keyboard closed again: {closed}");
+    // Pinch zoom shrinks the visual viewport too, but it is not a keyboard: the page keeps its
+    // size. (Measured two frames after the zoom shows, when its `resize` has been handled.)
+    b.cdp(
+        "Emulation.setPageScaleFactor",
+        json!({"pageScaleFactor": 2.0}),
+    )
+    .await
+    .unwrap();
+    let zoomed = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             const measure = () => done({
+               scale: visualViewport.scale, vv_height: Math.round(visualViewport.height),
+               line_bottom: Math.round(document.querySelector('#session-view .input').getBoundingClientRect().bottom),
+               screen_height: document.getElementById('screen').clientHeight});
+             const wait = () => visualViewport.scale === 2
+               ? requestAnimationFrame(() => requestAnimationFrame(measure))
+               : requestAnimationFrame(wait);
+             wait();",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        zoomed,
+        json!({"scale": 2, "vv_height": 422, "line_bottom": 844, "screen_height": open_page["screen_height"]})
+    );
+    b.cdp(
+        "Emulation.setPageScaleFactor",
+        json!({"pageScaleFactor": 1.0}),
+    )
+    .await
+    .unwrap();
     b.screenshot(&artifacts_dir().join("keyboard-closed-phone.png"))
         .await
         .unwrap();
