@@ -1,6 +1,9 @@
 //! The web UI's screen view (screen sync) in Debian's headless Chromium at phone size
 //! (390×844), against a real node over TCP: the rendered rows equal the node's
-//! `terminal/lines` screen for a cursor-drawing program, for `vim` and for a curses program.
+//! `terminal/lines` screen for a cursor-drawing program, for `vim` and for a curses program;
+//! hostile output and a 64 MiB burst; the phone habits (special keys, re-attach, toasts, find
+//! and copy, the on-screen keyboard keeping the input line and cursor row visible); a hub's list
+//! grouped by host.
 
 use std::time::{Duration, Instant};
 
