@@ -34,9 +34,8 @@ function route() {
 // the page is sized and placed to the visual viewport (`--vvh`, `--vvtop`, app.css), so the
 // input line sits just above the keyboard; the screen keeps its cursor row in view on its own
 // (a ResizeObserver in screen.js). Every signal either browser gives recomputes it — window
-// `resize` and the visual viewport's `resize` and `scroll` — as not every one fires each time
-// (Chrome's own viewport resizes can skip the visual viewport's `resize` on the way back up, and
-// a stale height would keep the page short after the keyboard closed). Pinch zoom shrinks the
+// `resize` and the visual viewport's `resize` and `scroll` — since a missed one would leave a
+// stale height and keep the page short after the keyboard closed. Pinch zoom shrinks the
 // visual viewport too and must not shrink the page: the height is taken at scale 1, and a
 // zoomed page is not moved while the user pans.
 function fitViewport() {
