@@ -272,6 +272,38 @@ impl Browser {
         bail!("timed out waiting for: {predicate} (last error: {last_err:?})")
     }
 
+    /// Sends a Chrome DevTools Protocol command through chromedriver
+    /// (`POST /session/{id}/goog/cdp/execute`) and returns its result: for what WebDriver has
+    /// no verb for, such as `Emulation.setDeviceMetricsOverride` to change the viewport the
+    /// page sees (as an on-screen keyboard does) without a new window.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> anyhow::Result<Value> {
+        self.cmd(
+            reqwest::Method::POST,
+            "/goog/cdp/execute",
+            Some(json!({"cmd": cmd, "params": params})),
+        )
+        .await
+    }
+
+    /// Sets the viewport the page lays out in to `width`×`height` CSS pixels (a phone's, with
+    /// touch, when `mobile`), as the page sees it: `resize` events fire and the visual viewport
+    /// follows. A phone's keyboard opening is this with a smaller height (the layout Chrome
+    /// gives pages that ask for `interactive-widget=resizes-content`).
+    pub async fn set_viewport(&self, width: u32, height: u32, mobile: bool) -> anyhow::Result<()> {
+        self.cdp(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": if mobile { 2.0 } else { 1.0 },
+                   "mobile": mobile, "screenWidth": width, "screenHeight": height}),
+        )
+        .await?;
+        self.cdp(
+            "Emulation.setTouchEmulationEnabled",
+            json!({"enabled": mobile, "maxTouchPoints": if mobile { 5 } else { 1 }}),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Saves a PNG screenshot.
     pub async fn screenshot(&self, path: &std::path::Path) -> anyhow::Result<()> {
         use base64::Engine;

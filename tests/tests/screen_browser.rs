@@ -1,6 +1,9 @@
 //! The web UI's screen view (screen sync) in Debian's headless Chromium at phone size
 //! (390×844), against a real node over TCP: the rendered rows equal the node's
-//! `terminal/lines` screen for a cursor-drawing program, for `vim` and for a curses program.
+//! `terminal/lines` screen for a cursor-drawing program, for `vim` and for a curses program;
+//! hostile output and a 64 MiB burst; the phone habits (special keys, re-attach, toasts, find
+//! and copy, the on-screen keyboard keeping the input line and cursor row visible); a hub's list
+//! grouped by host.
 
 use std::time::{Duration, Instant};
 
@@ -1076,4 +1079,262 @@ async fn hub_list_groups_sessions_by_host_and_shows_a_remote_screen() {
     .unwrap();
     let rows = rows_agree(&b, &node, &remote).await;
     assert_eq!(rows[2], "   remote-drawn");
+}
+
+/// Where the input line and the screen's cursor row are, against the visual viewport (the part
+/// of the page on screen, above an on-screen keyboard). An element "is seen" when its box lies
+/// inside the visual viewport — and, for a screen row, inside the screen's scrolled box — and
+/// a hit test at its middle lands on it (nothing covers it).
+const LAYOUT: &str = "
+    const vv = window.visualViewport;
+    const top = vv.offsetTop, bottom = vv.offsetTop + vv.height;
+    const screen = document.getElementById('screen');
+    const sr = screen.getBoundingClientRect();
+    const clip = {top: sr.top + screen.clientTop, bottom: sr.top + screen.clientTop + screen.clientHeight};
+    const inside = (r, c) => r.top >= c.top - 0.5 && r.bottom <= c.bottom + 0.5;
+    const seen = (el, clipped) => {
+      if (!el) return null;
+      const r = el.getBoundingClientRect();
+      const hit = document.elementFromPoint(r.left + Math.min(4, r.width / 2), (r.top + r.bottom) / 2);
+      return {top: Math.round(r.top), bottom: Math.round(r.bottom),
+              seen: inside(r, {top, bottom}) && (!clipped || inside(r, clip)) && !!hit && el.contains(hit)};
+    };
+    const rows = [...screen.querySelectorAll('.row')];
+    const cursor = screen.querySelector('.cursor');
+    const out = rows.find(r => r.textContent.includes(arguments[0]));
+    return {
+      vv_top: Math.round(top), vv_height: Math.round(vv.height), inner_height: window.innerHeight, inner_width: window.innerWidth,
+      line: seen(document.querySelector('#session-view .input'), false),
+      cursor_row: seen(cursor && cursor.closest('.row'), true),
+      cursor_y: cursor ? rows.indexOf(cursor.closest('.row')) : null,
+      output_row: seen(out, true),
+      screen_height: screen.clientHeight,
+      screen_fits: screen.scrollHeight <= screen.clientHeight + 1,
+      line_focused: document.activeElement === document.getElementById('line'),
+    }";
+
+async fn layout(b: &Browser, output: &str) -> Value {
+    b.eval(LAYOUT, json!([output])).await.unwrap()
+}
+
+/// Polls the layout (bounded) until `ok` holds; returns it.
+async fn layout_until(b: &Browser, output: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let l = layout(b, output).await;
+        if ok(&l) {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "{what} never held: {l:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The on-screen keyboard, modelled as Chrome on Android lays a page out that asks for
+/// `interactive-widget=resizes-content`: the viewport shrinks from 844 to 480 px (the keyboard
+/// takes the bottom), then grows back when it closes.
+#[tokio::test]
+async fn phone_keeps_the_input_line_and_cursor_row_visible_with_the_keyboard_open() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    // 40 rows of 60 columns: they fit a phone's 844 px, not the 480 px left above a keyboard.
+    // Enough lines first that the prompt, and the cursor, are on the last row.
+    let sid = create(
+        &node,
+        json!({"rows": 40, "cols": 60, "shell": "/bin/sh",
+               "args": ["-c", "i=0; while [ $i -lt 80 ]; do i=$((i+1)); echo line-$i; done; PS1='kbd$ ' exec /bin/sh -i"],
+               "cwd": "/tmp"}),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.set_viewport(390, 844, true).await.unwrap();
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('kbd$')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = screen_and_cursor_agree(&b, &node, &sid).await;
+    assert_eq!(rows.len(), 40);
+    assert_eq!(rows[39], "kbd$");
+    // Keyboard closed: the whole screen fits, the input line is at the bottom.
+    let open_page = layout_until(&b, "line-80", "the phone layout", |l| {
+        l["screen_fits"] == true && l["cursor_row"]["seen"] == true && l["line"]["seen"] == true
+    })
+    .await;
+    assert_eq!(open_page["cursor_y"], 39, "{open_page:#}");
+    assert_eq!(
+        open_page["line"]["bottom"], open_page["vv_height"],
+        "{open_page:#}"
+    );
+    // The page is the phone's width — no control sticks out and widens it — and each control
+    // of the view can be brought on screen (the tab row scrolls sideways).
+    assert_eq!(open_page["inner_width"], 390, "{open_page:#}");
+    let unreachable = b
+        .eval(
+            "const vv = visualViewport;
+             const all = [...document.querySelectorAll('#session-view .tabs > *, #session-view .input > *, #keys button')]
+               .filter(e => e.getClientRects().length);
+             const out = all.filter(e => {
+               e.scrollIntoView({block: 'nearest', inline: 'nearest'});
+               const r = e.getBoundingClientRect();
+               return !(r.left >= vv.offsetLeft - 0.5 && r.right <= vv.offsetLeft + vv.width + 0.5);
+             }).map(e => e.id || e.textContent);
+             all[0].scrollIntoView({block: 'nearest', inline: 'nearest'});
+             document.getElementById('keys').firstChild.scrollIntoView({block: 'nearest', inline: 'nearest'});
+             return [all.length, out]",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(unreachable[1], json!([]), "{unreachable}");
+    assert!(unreachable[0].as_u64().unwrap() >= 15, "{unreachable}");
+    println!("keyboard closed: {open_page}");
+
+    // Tapping the input line opens the keyboard: the viewport loses its bottom 364 px.
+    let line = b.find("#line").await.unwrap();
+    b.click(&line).await.unwrap();
+    b.set_viewport(390, 480, true).await.unwrap();
+    let kbd = layout_until(
+        &b,
+        "line-80",
+        "input line and cursor row above the keyboard",
+        |l| {
+            l["vv_height"] == 480
+                && l["line"]["seen"] == true
+                && l["cursor_row"]["seen"] == true
+                && l["line"]["bottom"] == 480
+        },
+    )
+    .await;
+    // The screen no longer fits: it scrolled to keep the cursor's row, not the top, in view.
+    assert_eq!(kbd["screen_fits"], false, "{kbd:#}");
+    assert!(
+        kbd["screen_height"].as_i64().unwrap() < open_page["screen_height"].as_i64().unwrap(),
+        "{kbd:#}"
+    );
+    println!("keyboard open: {kbd}");
+    b.screenshot(&artifacts_dir().join("keyboard-open-phone.png"))
+        .await
+        .unwrap();
+
+    // A command typed through the input line runs, and its output lands in view.
+    b.type_text(&line, "echo typed-$((6*7))\u{E007}")
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('typed-42')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let rows = screen_and_cursor_agree(&b, &node, &sid).await;
+    assert_eq!(
+        &rows[37..],
+        ["kbd$ echo typed-$((6*7))", "typed-42", "kbd$"]
+    );
+    let typed = layout_until(
+        &b,
+        "typed-42",
+        "the command's output above the keyboard",
+        |l| {
+            l["line"]["seen"] == true
+                && l["cursor_row"]["seen"] == true
+                && l["output_row"]["seen"] == true
+        },
+    )
+    .await;
+    assert_eq!(typed["vv_height"], 480, "{typed:#}");
+    assert_eq!(typed["line_focused"], true, "{typed:#}");
+    println!("keyboard open, after a command: {typed}");
+    b.screenshot(&artifacts_dir().join("keyboard-typed-phone.png"))
+        .await
+        .unwrap();
+
+    // The keyboard closes: the screen gets its rows back, the input line returns to the bottom.
+    b.set_viewport(390, 844, true).await.unwrap();
+    let closed = layout_until(
+        &b,
+        "typed-42",
+        "the rows given back after the keyboard closed",
+        |l| {
+            l["vv_height"] == 844
+                && l["screen_fits"] == true
+                && l["screen_height"] == open_page["screen_height"]
+                && l["line"]["bottom"] == 844
+                && l["cursor_row"]["seen"] == true
+                && l["output_row"]["seen"] == true
+        },
+    )
+    .await;
+    println!("keyboard closed again: {closed}");
+    // Pinch zoom shrinks the visual viewport too, but it is not a keyboard: the page keeps its
+    // size. (Measured two frames after the zoom shows, when its `resize` has been handled.)
+    b.cdp(
+        "Emulation.setPageScaleFactor",
+        json!({"pageScaleFactor": 2.0}),
+    )
+    .await
+    .unwrap();
+    let zoomed = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             const measure = () => done({
+               scale: visualViewport.scale, vv_height: Math.round(visualViewport.height),
+               line_bottom: Math.round(document.querySelector('#session-view .input').getBoundingClientRect().bottom),
+               screen_height: document.getElementById('screen').clientHeight});
+             const wait = () => visualViewport.scale === 2
+               ? requestAnimationFrame(() => requestAnimationFrame(measure))
+               : requestAnimationFrame(wait);
+             wait();",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        zoomed,
+        json!({"scale": 2, "vv_height": 422, "line_bottom": 844, "screen_height": open_page["screen_height"]})
+    );
+    b.cdp(
+        "Emulation.setPageScaleFactor",
+        json!({"pageScaleFactor": 1.0}),
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts_dir().join("keyboard-closed-phone.png"))
+        .await
+        .unwrap();
+
+    // A desktop window: nothing of the above changes its layout — list and session side by
+    // side, the input line at the bottom of the window, the cursor row in view.
+    // (chromedriver applies its phone metrics again after a navigation, so the desktop size
+    // is set once the page has loaded.)
+    b.goto(&format!("{base}/#/s/{sid}")).await.unwrap();
+    b.wait_for(
+        "document.body.classList.contains('desktop') && document.getElementById('screen').textContent.includes('typed-42')",
+        15_000,
+    )
+    .await
+    .unwrap();
+    b.set_viewport(1280, 800, false).await.unwrap();
+    let desk = layout_until(&b, "typed-42", "the desktop layout", |l| {
+        l["vv_height"] == 800
+            && l["line"]["bottom"] == 800
+            && l["line"]["seen"] == true
+            && l["cursor_row"]["seen"] == true
+    })
+    .await;
+    let side_by_side = b
+        .eval(
+            "const l = document.getElementById('list-view').getBoundingClientRect();
+             const s = document.getElementById('session-view').getBoundingClientRect();
+             return l.right <= s.left && l.width > 0 && s.width > 0 && s.right <= window.innerWidth",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(side_by_side, json!(true));
+    println!("desktop: {desk}");
 }

@@ -28,17 +28,28 @@ function route() {
   renderList();
 }
 
-// With the on-screen keyboard open the visual viewport is shorter than the layout viewport:
-// size the page to it, so the input line and the screen's cursor row stay visible.
-if (window.visualViewport) {
+// The on-screen keyboard takes the bottom of the screen: Android Chrome (asked for
+// `interactive-widget=resizes-content` in index.html) shrinks the layout viewport and fires
+// `resize`; iOS Safari shrinks only the visual viewport and may pan it (`offsetTop`). Either way
+// the page is sized and placed to the visual viewport (`--vvh`, `--vvtop`, app.css), so the
+// input line sits just above the keyboard; the screen keeps its cursor row in view on its own
+// (a ResizeObserver in screen.js). Every signal either browser gives recomputes it — window
+// `resize` and the visual viewport's `resize` and `scroll` — since a missed one would leave a
+// stale height and keep the page short after the keyboard closed. Pinch zoom shrinks the
+// visual viewport too and must not shrink the page: the height is taken at scale 1, and a
+// zoomed page is not moved while the user pans.
+function fitViewport() {
   const vv = window.visualViewport;
-  const fitViewport = () => {
-    document.documentElement.style.setProperty("--vvh", `${Math.round(vv.height)}px`);
-    state.view?.screen?.keepCursorInView();
-  };
-  vv.addEventListener("resize", fitViewport);
-  fitViewport();
+  if (!vv) return;
+  const scale = vv.scale || 1;
+  const root = document.documentElement.style;
+  root.setProperty("--vvh", `${Math.round(vv.height * scale)}px`);
+  root.setProperty("--vvtop", `${scale > 1.01 ? 0 : Math.round(vv.offsetTop)}px`);
 }
+window.addEventListener("resize", fitViewport);
+window.visualViewport?.addEventListener("resize", fitViewport);
+window.visualViewport?.addEventListener("scroll", fitViewport);
+fitViewport();
 
 // Search in the history (Enter finds the next older match) and copy the screen's text.
 $("find-form").onsubmit = async (e) => {

@@ -128,6 +128,15 @@ export class ScreenClient {
     this.root.replaceChildren();
     this.root.__client = this; // diagnostics: tests reach the live client here
     this.bindScroll();
+    // The view changes size when the on-screen keyboard opens or closes (app.js sizes the page
+    // to the visual viewport), the phone turns, or a banner comes and goes: refit the columns
+    // and keep the cursor row on screen.
+    this.resized = new ResizeObserver(() => {
+      if (!this.screen) return;
+      this.fit();
+      this.keepCursorInView();
+    });
+    this.resized.observe(this.root);
     // Back from a lock screen or a network change: re-attach at once, not after the backoff.
     this.onWake = () => {
       if (document.visibilityState === "visible") this.reattach();
@@ -366,6 +375,7 @@ export class ScreenClient {
   close() {
     this.closed = true;
     clearTimeout(this.retry);
+    this.resized.disconnect();
     window.removeEventListener("online", this.onWake);
     document.removeEventListener("visibilitychange", this.onWake);
     this.ws?.close();
