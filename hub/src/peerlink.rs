@@ -34,7 +34,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, header};
-use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -576,29 +575,32 @@ impl HubRoutes for PeerHub {
     }
 }
 
-struct TungIo(
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-);
+/// tokio-tungstenite's WebSocket messages, for the peer driver's one adapter
+/// ([`driver::WsIo`]).
+struct Tung;
 
-impl FrameIo for TungIo {
-    async fn recv(&mut self) -> Option<String> {
-        loop {
-            match self.0.next().await? {
-                Ok(Message::Text(t)) => return Some(t.as_str().to_owned()),
-                Ok(Message::Close(_)) | Err(_) => return None,
-                Ok(_) => continue,
-            }
+impl driver::MessageKind<Message> for Tung {
+    fn text(text: String) -> Message {
+        Message::Text(text.into())
+    }
+
+    fn close() -> Message {
+        Message::Close(None)
+    }
+
+    fn read(message: Message) -> driver::Incoming {
+        match message {
+            Message::Text(t) => driver::Incoming::Text(t.as_str().to_owned()),
+            Message::Close(_) => driver::Incoming::Close,
+            _ => driver::Incoming::Other,
         }
     }
-
-    async fn send(&mut self, text: String) -> bool {
-        self.0.send(Message::Text(text.into())).await.is_ok()
-    }
-
-    async fn close(&mut self) {
-        let _ = self.0.close(None).await;
-    }
 }
+
+type TungIo = driver::WsIo<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    Tung,
+>;
 
 /// Opens the WebSocket. Errors name what failed, never the URL or the token.
 async fn dial(conn: &Conn) -> Result<TungIo, String> {
@@ -619,7 +621,7 @@ async fn dial(conn: &Conn) -> Result<TungIo, String> {
             if let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() {
                 let _ = s.set_nodelay(true);
             }
-            Ok(TungIo(ws))
+            Ok(TungIo::new(ws))
         }
     }
 }
@@ -634,16 +636,27 @@ pub(crate) fn reconnect_backoff(node: &Node) -> impl Iterator<Item = Duration> +
     std::iter::from_fn(move || Some(delays.next(rand::random())))
 }
 
-/// One connection's link task: dial, run, retire, back off, again; until the connection is
-/// removed or the hub shuts down.
+/// One connection's link task over WebSocket: dial, run, retire, back off, again; until the
+/// connection is removed or the hub shuts down.
 pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
+    drive_over(hub, conn, |c: Arc<Conn>| async move { dial(&c).await }).await;
+}
+
+/// [`drive`] over any frame transport: `dial` opens one connection to the node (its error
+/// names what failed, never a URL or a token). The ends do not know the transport.
+pub async fn drive_over<I, F, Fut>(hub: Arc<PeerHub>, conn: Arc<Conn>, dial: F)
+where
+    I: FrameIo,
+    F: Fn(Arc<Conn>) -> Fut,
+    Fut: std::future::Future<Output = Result<I, String>>,
+{
     hub.ensure_outbox(&conn.id);
     let mut delays = reconnect_backoff(&hub.node);
     let stop = conn.stop.clone();
     loop {
         let dialed = tokio::select! {
             _ = stop.cancelled() => return,
-            d = dial(&conn) => d,
+            d = dial(conn.clone()) => d,
         };
         match dialed {
             Err(e) => {

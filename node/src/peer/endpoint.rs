@@ -20,7 +20,6 @@ use axum::extract::ws::{
 };
 use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use tokio::sync::mpsc;
 use tuic_proto::peer::{
     ErrorCode, LinkConfig, LinkEvent, LinkRole, PeerLink, Request, RequestId, SenderOutcome,
@@ -78,29 +77,33 @@ pub async fn peer_ws(
     ws.on_upgrade(move |sock| serve(node, sock)).into_response()
 }
 
-struct AxumIo(WebSocket);
+/// axum's WebSocket messages, for the peer driver's one adapter ([`driver::WsIo`]).
+struct Axum;
 
-impl FrameIo for AxumIo {
-    async fn recv(&mut self) -> Option<String> {
-        loop {
-            match self.0.next().await? {
-                Ok(Message::Text(t)) => return Some(t.as_str().to_owned()),
-                Ok(Message::Close(_)) | Err(_) => return None,
-                Ok(_) => continue,
-            }
+impl driver::MessageKind<Message> for Axum {
+    fn text(text: String) -> Message {
+        Message::Text(text.into())
+    }
+
+    fn close() -> Message {
+        Message::Close(None)
+    }
+
+    fn read(message: Message) -> driver::Incoming {
+        match message {
+            Message::Text(t) => driver::Incoming::Text(t.as_str().to_owned()),
+            Message::Close(_) => driver::Incoming::Close,
+            _ => driver::Incoming::Other,
         }
-    }
-
-    async fn send(&mut self, text: String) -> bool {
-        self.0.send(Message::Text(text.into())).await.is_ok()
-    }
-
-    async fn close(&mut self) {
-        let _ = self.0.send(Message::Close(None)).await;
     }
 }
 
 async fn serve(node: Arc<Node>, sock: WebSocket) {
+    serve_on(node, driver::WsIo::<_, Axum>::new(sock)).await;
+}
+
+/// Runs the node's end of a link a hub opened, over any frame transport.
+pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let generation = node.peer.lock().attach(tx.clone());
     let link = PeerLink::new(
@@ -118,7 +121,6 @@ async fn serve(node: Arc<Node>, sock: WebSocket) {
         listing: None,
         relist: false,
     };
-    let mut io = AxumIo(sock);
     let stop = node.shutdown.child_token();
     tracing::info!(generation, "peer link accepted");
     let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
