@@ -37,6 +37,9 @@ const AGENTS: usize = 2;
 const TRAFFIC_MS: u64 = 60_000;
 /// After the traffic phase, every fault is healed; this much virtual time to become quiet.
 const SETTLE_MS: u64 = 30 * 60_000;
+/// How long the hub's relay step waits for the destination's answer before it answers
+/// `accepted` (the hub's `CUT_THROUGH`).
+const CUT_THROUGH_MS: u64 = 20;
 
 #[derive(Default)]
 struct Pipe {
@@ -166,6 +169,8 @@ struct Stats {
     forged_rejected: u64,
     reposts: u64,
     receipts_delivered: u64,
+    /// Destination answers a waiting relay step passed straight back (cut-through).
+    cut_through: u64,
     /// `recipient_full` answers: a destination held forwarded mail at the previous hop.
     held: u64,
     /// Unread mail evicted from a reading recipient's inbox (must stay 0).
@@ -200,6 +205,7 @@ impl Stats {
         self.forged_rejected += o.forged_rejected;
         self.reposts += o.reposts;
         self.receipts_delivered += o.receipts_delivered;
+        self.cut_through += o.cut_through;
         self.held += o.held;
         self.missed += o.missed;
         self.reads += o.reads;
@@ -241,6 +247,10 @@ struct Sim {
     stats: Stats,
     /// Receipts the relay routed this step, sent once the connections are all in place.
     receipts: Vec<(String, Receipt)>,
+    /// Relay steps waiting for the destination's answer (cut-through), by message id: the
+    /// previous hop's connection, link generation and request id, and when the step gives up
+    /// and answers `accepted`.
+    cut_through: BTreeMap<String, (String, u64, u64, u64)>,
 }
 
 impl Sim {
@@ -324,6 +334,7 @@ impl Sim {
                 ..Stats::default()
             },
             receipts: Vec::new(),
+            cut_through: BTreeMap::new(),
         }
     }
 
@@ -362,6 +373,9 @@ impl Sim {
             }
             // Agents keep reading, and held mail is retried, in both phases.
             t = t.min(next_read).min(next_resume);
+            for &(_, _, _, at) in self.cut_through.values() {
+                t = t.min(at);
+            }
             for (name, c) in &self.conns {
                 let held = self.partitioned_until.get(name).copied().unwrap_or(0);
                 for p in [&c.to_node, &c.to_hub] {
@@ -420,6 +434,7 @@ impl Sim {
                 next_resume = self.now + RESUME_MS;
             }
             self.restarts();
+            self.end_cut_through();
             self.dial();
             self.deliver();
             for c in self.conns.values_mut() {
@@ -701,6 +716,8 @@ impl Sim {
                 self.settle_conn(x, c);
             }
         }
+        // Relay steps waiting for an answer die with the process (their nodes resend).
+        self.cut_through.clear();
         let retained: usize = (0..AGENTS)
             .map(|a| self.hub.inboxes.peek(&format!("h{a}")).len())
             .sum();
@@ -957,7 +974,17 @@ impl Sim {
         if c.hub.state() == LinkState::Up {
             // The node's `send`s of this step, relayed together.
             for (id, m) in c.hub_end.take_sends() {
-                let resp = match self.hub.relay.relay(&m, false) {
+                let resp = match self.hub.relay.relay(&m, true) {
+                    Step::Answered {
+                        custody: Some(_), ..
+                    } => {
+                        // Held for the destination's answer, as the hub's relay step waits.
+                        let at = self.now + CUT_THROUGH_MS;
+                        let g = c.hub_end.generation();
+                        self.cut_through
+                            .insert(m.message_id.clone(), (x.to_owned(), g, id, at));
+                        continue;
+                    }
                     Step::Answered { response, .. } => response,
                     Step::Local(m) => {
                         let h = &mut self.hub;
@@ -1021,11 +1048,57 @@ impl Sim {
         } = s;
         for e in now.into_iter().chain(after_commit) {
             self.tally(origin, &e);
-            if !origin
-                && let Route::Receipt { origin, receipt } = self.hub.relay.route(&connection, e)
-            {
-                self.receipts.push((origin, receipt));
+            if origin {
+                continue;
             }
+            match self.hub.relay.route(&connection, e) {
+                Route::Receipt { origin, receipt } => self.receipts.push((origin, receipt)),
+                Route::CutThrough {
+                    message_id,
+                    response,
+                } => {
+                    let step = self
+                        .cut_through
+                        .remove(&message_id)
+                        .expect("a waiting step");
+                    self.stats.cut_through += 1;
+                    self.answer_step(step, response);
+                }
+                Route::Sender { .. } | Route::Dropped { .. } => {}
+            }
+        }
+    }
+
+    /// Relay steps whose wait ran out answer `accepted` (the hub holds the mail); their
+    /// destination's answer becomes a receipt again.
+    fn end_cut_through(&mut self) {
+        let due: Vec<String> = self
+            .cut_through
+            .iter()
+            .filter(|(_, s)| s.3 <= self.now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.hub
+            .relay
+            .end_cut_through(due.iter().map(String::as_str));
+        for id in due {
+            let step = self.cut_through.remove(&id).expect("due");
+            let accepted = Response::SendAck {
+                message_id: id,
+                outcome: AckOutcome::Accepted,
+            };
+            self.answer_step(step, accepted);
+        }
+    }
+
+    /// Answers a waiting relay step over the previous hop's link, when that link is still the
+    /// one that asked (a reset lost the request: the node resends).
+    fn answer_step(&mut self, (conn, generation, id, _): (String, u64, u64, u64), r: Response) {
+        if let Some(c) = self.conns.get_mut(&conn)
+            && c.hub_end.generation() == generation
+            && c.hub.state() == LinkState::Up
+        {
+            c.hub.respond(id, r).expect("respond");
         }
     }
 
@@ -1180,7 +1253,7 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} held={} missed={} reads={} frames={} reordered_seeds={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} cut_through={} held={} missed={} reads={} frames={} reordered_seeds={} \
          refused_on_retry_delivered={} refused_on_retry_undelivered={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
@@ -1197,6 +1270,7 @@ fn federated_mail_survives_faults_across_seeds() {
         total.forged_rejected,
         total.reposts,
         total.receipts_delivered,
+        total.cut_through,
         total.held,
         total.missed,
         total.reads,
@@ -1229,6 +1303,10 @@ fn federated_mail_survives_faults_across_seeds() {
     );
     assert!(
         total.receipts_delivered > 0 && total.receipts_delivered <= total.delivered + total.reposts
+    );
+    assert!(
+        total.cut_through > 0,
+        "destinations answered waiting relay steps directly"
     );
 }
 
