@@ -28,13 +28,12 @@
 //! Deliberately absent: any process control. Session input, output and submit go through
 //! the HTTP proxy (`proxy.rs`), never through this link.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, header};
-use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -48,9 +47,9 @@ use tuic_node::session::now_ms;
 use tuic_node::state::Node;
 use tuic_node::store::{PeerOp, UPLINK_KEY};
 use tuic_proto::peer::{
-    AckOutcome, ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox,
-    OutboxChange, OutboxEvent, PeerEntry, PeerLink, Receipt, Request, RequestId, Response, Routed,
-    SenderOutcome, WireMessage, Withdrawn, format_address, relay,
+    ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox, OutboxChange,
+    OutboxEvent, PeerEntry, PeerLink, Receipt, Relay, RelayEnd, RelayOutput, Request, RequestId,
+    Response, Route, SenderOutcome, Settled, Step, WireMessage, Withdrawn, format_address,
 };
 
 use crate::federation::Conn;
@@ -83,76 +82,65 @@ pub enum HubCmd {
     ),
 }
 
-fn is_refusal(o: &SenderOutcome) -> bool {
-    matches!(
-        o,
-        SenderOutcome::Refused { .. } | SenderOutcome::RefusedOnRetry { .. }
-    )
-}
-
+/// The hub's relay state (`tuic_proto::peer::Relay`: outboxes, shadows, live links, cut-through
+/// marks) and what only this process holds: the link tasks' channels, the hub's own waiting
+/// senders, the commit waiters and the cut-through answer channels.
 #[derive(Debug, Default)]
 struct Inner {
-    /// One outbox per connection, towards that node.
-    outboxes: BTreeMap<String, Outbox>,
-    /// Peers each connected node registered over its link (with addresses), by the link
-    /// generation that registered them.
-    shadows: BTreeMap<String, (u64, Vec<PeerEntry>)>,
-    /// The live link tasks, by generation: a link that ends never retires a newer one's state.
+    /// The sans-IO relay every link feeds.
+    relay: Relay,
+    /// The live link tasks, by generation (the relay's): a link that ends never retires a
+    /// newer one's state.
     links: HashMap<String, (u64, mpsc::UnboundedSender<HubCmd>)>,
-    next_generation: u64,
     /// The hub's own senders waiting for an outcome, by message id.
     waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
     /// Run after the next group commit (which takes everything journaled before them).
     durable: Waiters,
-    /// Relayed mail whose previous hop is not answered yet, by message id: the destination's
-    /// final answer goes to the relaying step instead of a receipt (see `relay_batch`).
+    /// Where a relay step waits for the destination's answer, by message id (the relay marks
+    /// the same ids; see `relay_batch`).
     relaying: HashMap<String, std_mpsc::Sender<(String, Response)>>,
 }
 
 impl Inner {
-    /// Hands one outcome of `conn`'s outbox on: to the hub's own waiting sender, or as a
-    /// receipt to the origin node's link.
+    /// Hands one outcome of `conn`'s outbox on where the relay routes it: to the hub's own
+    /// waiting sender, to the relay step waiting for it, or as a receipt to the origin
+    /// node's link.
     fn route(&mut self, conn: &str, e: OutboxEvent, late: &mut Vec<LateRefusal>) {
-        if let Some(sender) = e.from.strip_prefix("local/") {
-            if let Some(o) = notify_waiter(&mut self.waiters, &e.message_id, e.outcome.clone()) {
-                let to = format_address(conn, &e.to);
-                late.extend(LateRefusal::of(sender, &e.message_id, &to, o));
+        match self.relay.route(conn, e) {
+            Route::Sender {
+                sender,
+                message_id,
+                to,
+                outcome,
+            } => {
+                if let Some(o) = notify_waiter(&mut self.waiters, &message_id, outcome) {
+                    late.extend(LateRefusal::of(&sender, &message_id, &to, o));
+                }
             }
-            return;
-        }
-        if let Some(tx) = self.relaying.get(&e.message_id) {
-            let direct = match &e.outcome {
-                SenderOutcome::Delivered => Some(Response::SendAck {
-                    message_id: e.message_id.clone(),
-                    outcome: AckOutcome::Delivered,
-                }),
-                SenderOutcome::Refused {
-                    code,
-                    connection,
-                    message,
-                } => Some(Response::Error {
-                    code: *code,
-                    connection: connection.clone(),
-                    message: message.clone(),
-                }),
-                _ => None,
-            };
-            if let Some(r) = direct
-                && tx.send((e.message_id.clone(), r)).is_ok()
-            {
-                self.relaying.remove(&e.message_id);
-                return;
+            Route::CutThrough {
+                message_id,
+                response,
+            } => {
+                // The step's receiver lives until it ended the cut-through under this lock.
+                if let Some(tx) = self.relaying.remove(&message_id) {
+                    let _ = tx.send((message_id, response));
+                }
             }
-        }
-        if let Some((origin, receipt)) = e.receipt(conn) {
-            match self.links.get(&origin) {
+            Route::Receipt { origin, receipt } => match self.links.get(&origin) {
                 Some((_, tx)) => {
                     let _ = tx.send(HubCmd::Receipt(receipt));
                 }
                 None => {
-                    tracing::debug!(origin = %origin, message_id = %e.message_id, "receipt dropped: origin link down")
+                    tracing::debug!(origin = %origin, message_id = %receipt.message_id, "receipt dropped: origin link down")
                 }
+            },
+            Route::Dropped {
+                message_id,
+                origin: Some(origin),
+            } => {
+                tracing::debug!(origin = %origin, message_id = %message_id, "receipt dropped: origin link down")
             }
+            Route::Dropped { origin: None, .. } => {}
         }
     }
 }
@@ -172,8 +160,8 @@ impl Source for HubSource {
         let hub = self.0.upgrade()?;
         let mut g = hub.lock();
         let outboxes: Vec<(String, Vec<OutboxChange>, u64)> = g
-            .outboxes
-            .iter_mut()
+            .relay
+            .outboxes_mut()
             .filter_map(|(k, o)| {
                 let changes = o.take_changes();
                 (!changes.is_empty()).then(|| (k.clone(), changes, o.next_seq()))
@@ -205,7 +193,7 @@ impl Taken for HubTaken {
         {
             let mut g = this.hub.lock();
             for (k, changes, upto) in this.outboxes {
-                let Some(o) = g.outboxes.get_mut(&k) else {
+                let Some(o) = g.relay.outbox_mut(&k) else {
                     continue;
                 };
                 if result.is_ok() {
@@ -260,7 +248,7 @@ impl PeerHub {
                 // custody commit runs (the previous hop hears `accepted` only after it).
                 o.set_durable(o.next_seq());
                 o.set_early_dispatch();
-                inner.outboxes.insert(k, o);
+                inner.relay.insert_outbox(&k, o);
             }
         }
         let hub = Arc::new_cyclic(|me| Self {
@@ -281,15 +269,12 @@ impl PeerHub {
     /// Makes sure a configured connection has an outbox.
     pub fn ensure_outbox(&self, conn: &str) {
         let limits = tuic_node::peer::limits(&self.node.config().tuning);
-        self.lock()
-            .outboxes
-            .entry(conn.to_owned())
-            .or_insert_with(|| {
-                let mut o = Outbox::with_limits(conn, limits);
-                o.set_durable(0);
-                o.set_early_dispatch();
-                o
-            });
+        self.lock().relay.ensure_outbox(conn, || {
+            let mut o = Outbox::with_limits(conn, limits);
+            o.set_durable(0);
+            o.set_early_dispatch();
+            o
+        });
     }
 
     /// Whether `conn`'s link is up (a task is attached).
@@ -299,14 +284,14 @@ impl PeerHub {
 
     /// Messages held for `conn`.
     pub fn held(&self, conn: &str) -> usize {
-        self.lock().outboxes.get(conn).map_or(0, Outbox::len)
+        self.lock().relay.outbox(conn).map_or(0, Outbox::len)
     }
 
     /// `recipient_full` answers `conn`'s node gave since this hub started.
     pub fn recipient_full(&self, conn: &str) -> u64 {
         self.lock()
-            .outboxes
-            .get(conn)
+            .relay
+            .outbox(conn)
             .map_or(0, Outbox::recipient_full_answers)
     }
 
@@ -338,19 +323,14 @@ impl PeerHub {
         {
             let mut g = self.lock();
             for (i, m) in msgs.iter().enumerate() {
-                match relay(&mut g.outboxes, m) {
-                    Routed::Answered(r) => {
-                        if let Response::SendAck {
-                            outcome: AckOutcome::Accepted,
-                            ..
-                        } = &r
-                            && let Some((conn, _)) = m.to.split_once('/')
-                        {
-                            accepted.push((i, conn.to_owned(), m.message_id.clone()));
+                match g.relay.relay(m, cut_through) {
+                    Step::Answered { response, custody } => {
+                        if let Some(conn) = custody {
+                            accepted.push((i, conn, m.message_id.clone()));
                         }
-                        out[i] = Some(r);
+                        out[i] = Some(response);
                     }
-                    Routed::Local(m) => locals.push((i, m)),
+                    Step::Local(m) => locals.push((i, m)),
                 }
             }
             if cut_through {
@@ -386,6 +366,8 @@ impl PeerHub {
                 // Under the hub lock: after this nothing more is handed here (the receipt
                 // goes to the origin instead), and what was handed before is drained below.
                 let mut g = self.lock();
+                g.relay
+                    .end_cut_through(accepted.iter().map(|(_, _, id)| id.as_str()));
                 for (_, _, id) in &accepted {
                     g.relaying.remove(id);
                 }
@@ -416,11 +398,7 @@ impl PeerHub {
                 {
                     let mut g = hub.lock();
                     for (conn, id) in &taken {
-                        let w = g
-                            .outboxes
-                            .get_mut(conn)
-                            .map_or(Withdrawn::NotHeld, |o| o.withdraw(id));
-                        left.push(w == Withdrawn::OnItsWay);
+                        left.push(g.relay.withdraw(conn, id) == Withdrawn::OnItsWay);
                     }
                 }
                 let _ = tx.send((r, left));
@@ -471,74 +449,43 @@ impl PeerHub {
             .collect()
     }
 
-    /// Applies a change to `conn`'s outbox, journals it for the group committer, and routes
-    /// the resulting outcomes: receipts to the origin node's link, or to the hub's own waiting
-    /// sender — a refusal only once the removal it makes is committed, anything else at once.
-    /// Removals nobody waits for ride with the next group (custody commits, or the next tick).
-    fn settle(&self, conn: &str, f: impl FnOnce(&mut Outbox)) {
+    /// Routes what an outbox change produced: receipts to the origin node's link, or to the
+    /// hub's own waiting sender — a refusal only once the removal it makes is committed,
+    /// anything else at once. Removals nobody waits for ride with the next group (custody
+    /// commits, or the next tick).
+    fn hand_on(&self, mut g: MutexGuard<'_, Inner>, s: Settled) {
         let mut late = Vec::new();
-        {
-            let mut g = self.lock();
-            let Some(o) = g.outboxes.get_mut(conn) else {
-                return;
-            };
-            f(o);
-            let mut events: Vec<OutboxEvent> = Vec::new();
-            while let Some(e) = o.poll_event() {
-                events.push(e);
-            }
-            let (refusals, now): (Vec<_>, Vec<_>) =
-                events.into_iter().partition(|e| is_refusal(&e.outcome));
-            for e in now {
-                g.route(conn, e, &mut late);
-            }
-            if refusals.is_empty() {
-                drop(g);
-                post_refusals_later(&self.node, late);
-                return;
-            }
-            {
-                let hub = self.me.clone();
-                let conn = conn.to_owned();
-                g.durable.0.push(Box::new(move |r: CommitResult| {
-                    if let Err(e) = r {
-                        tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
-                    }
-                    let Some(hub) = hub.upgrade() else { return };
-                    let mut late = Vec::new();
-                    {
-                        let mut g = hub.lock();
-                        for e in refusals {
-                            g.route(&conn, e, &mut late);
-                        }
-                    }
-                    post_refusals_later(&hub.node, late);
-                }));
-            }
+        let Settled {
+            connection: conn,
+            now,
+            after_commit: refusals,
+        } = s;
+        for e in now {
+            g.route(&conn, e, &mut late);
         }
+        if refusals.is_empty() {
+            drop(g);
+            post_refusals_later(&self.node, late);
+            return;
+        }
+        let hub = self.me.clone();
+        g.durable.0.push(Box::new(move |r: CommitResult| {
+            if let Err(e) = r {
+                tracing::error!(conn = %conn, error = %e, "persisting an outbox failed");
+            }
+            let Some(hub) = hub.upgrade() else { return };
+            let mut late = Vec::new();
+            {
+                let mut g = hub.lock();
+                for e in refusals {
+                    g.route(&conn, e, &mut late);
+                }
+            }
+            post_refusals_later(&hub.node, late);
+        }));
+        drop(g);
         self.node.peer.committer().wake();
         post_refusals_later(&self.node, late);
-    }
-
-    /// The directory a node is told about: the hub's own peers (`local/<id>`) and every other
-    /// connected node's peers.
-    fn directory_for(&self, conn: &str) -> Vec<PeerEntry> {
-        let mut dir: Vec<PeerEntry> = local_entries(&self.node, None)
-            .into_iter()
-            .map(|mut p| {
-                p.address = Some(format_address(LINK_LOCAL, &p.tuic_session));
-                p.alias = None;
-                p.session_id = None;
-                p
-            })
-            .collect();
-        let g = self.lock();
-        for (c, (_, peers)) in &g.shadows {
-            if c != conn {
-                dir.extend(peers.iter().cloned());
-            }
-        }
-        dir
     }
 }
 
@@ -624,37 +571,36 @@ impl HubRoutes for PeerHub {
     }
 
     fn peers(&self) -> Vec<PeerEntry> {
-        self.lock()
-            .shadows
-            .values()
-            .flat_map(|(_, p)| p.iter().cloned())
-            .collect()
+        self.lock().relay.shadow_peers()
     }
 }
 
-struct TungIo(
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-);
+/// tokio-tungstenite's WebSocket messages, for the peer driver's one adapter
+/// ([`driver::WsIo`]).
+struct Tung;
 
-impl FrameIo for TungIo {
-    async fn recv(&mut self) -> Option<String> {
-        loop {
-            match self.0.next().await? {
-                Ok(Message::Text(t)) => return Some(t.as_str().to_owned()),
-                Ok(Message::Close(_)) | Err(_) => return None,
-                Ok(_) => continue,
-            }
+impl driver::MessageKind<Message> for Tung {
+    fn text(text: String) -> Message {
+        Message::Text(text.into())
+    }
+
+    fn close() -> Message {
+        Message::Close(None)
+    }
+
+    fn read(message: Message) -> driver::Incoming {
+        match message {
+            Message::Text(t) => driver::Incoming::Text(t.as_str().to_owned()),
+            Message::Close(_) => driver::Incoming::Close,
+            _ => driver::Incoming::Other,
         }
     }
-
-    async fn send(&mut self, text: String) -> bool {
-        self.0.send(Message::Text(text.into())).await.is_ok()
-    }
-
-    async fn close(&mut self) {
-        let _ = self.0.close(None).await;
-    }
 }
+
+type TungIo = driver::WsIo<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    Tung,
+>;
 
 /// Opens the WebSocket. Errors name what failed, never the URL or the token.
 async fn dial(conn: &Conn) -> Result<TungIo, String> {
@@ -675,7 +621,7 @@ async fn dial(conn: &Conn) -> Result<TungIo, String> {
             if let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() {
                 let _ = s.set_nodelay(true);
             }
-            Ok(TungIo(ws))
+            Ok(TungIo::new(ws))
         }
     }
 }
@@ -690,16 +636,27 @@ pub(crate) fn reconnect_backoff(node: &Node) -> impl Iterator<Item = Duration> +
     std::iter::from_fn(move || Some(delays.next(rand::random())))
 }
 
-/// One connection's link task: dial, run, retire, back off, again; until the connection is
-/// removed or the hub shuts down.
+/// One connection's link task over WebSocket: dial, run, retire, back off, again; until the
+/// connection is removed or the hub shuts down.
 pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
+    drive_over(hub, conn, |c: Arc<Conn>| async move { dial(&c).await }).await;
+}
+
+/// [`drive`] over any frame transport: `dial` opens one connection to the node (its error
+/// names what failed, never a URL or a token). The ends do not know the transport.
+pub async fn drive_over<I, F, Fut>(hub: Arc<PeerHub>, conn: Arc<Conn>, dial: F)
+where
+    I: FrameIo,
+    F: Fn(Arc<Conn>) -> Fut,
+    Fut: std::future::Future<Output = Result<I, String>>,
+{
     hub.ensure_outbox(&conn.id);
     let mut delays = reconnect_backoff(&hub.node);
     let stop = conn.stop.clone();
     loop {
         let dialed = tokio::select! {
             _ = stop.cancelled() => return,
-            d = dial(&conn) => d,
+            d = dial(conn.clone()) => d,
         };
         match dialed {
             Err(e) => {
@@ -713,8 +670,7 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                 let (tx, mut rx) = mpsc::unbounded_channel();
                 let generation = {
                     let mut g = hub.lock();
-                    g.next_generation += 1;
-                    let generation = g.next_generation;
+                    let generation = g.relay.attach(&conn.id);
                     g.links.insert(conn.id.clone(), (generation, tx.clone()));
                     generation
                 };
@@ -744,14 +700,11 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
                 let mut end = HubEnd {
                     hub: hub.clone(),
                     conn: conn.clone(),
-                    generation,
-                    pushed: None,
-                    was_up: false,
-                    sends: Vec::new(),
+                    end: RelayEnd::new(&conn.id, generation),
                     hinted: None,
                 };
                 let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
-                if end.was_up {
+                if end.end.was_up() {
                     delays = reconnect_backoff(&hub.node);
                 }
                 tracing::debug!(conn = %conn.id, ?ended, "peer link task ended");
@@ -768,16 +721,14 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
     }
 }
 
+/// The IO shell of the hub's end of one link: feeds its events into the sans-IO
+/// [`RelayEnd`] and carries out what comes back (commits, waiters, receipts, the hub's
+/// upstream tools).
 struct HubEnd {
     hub: Arc<PeerHub>,
     conn: Arc<Conn>,
-    /// The directory last pushed to this node.
-    pushed: Option<Vec<PeerEntry>>,
-    was_up: bool,
-    /// This link's generation in the hub's tables.
-    generation: u64,
-    /// The node's `send`s of this step, relayed together (one group commit) by `pump`.
-    sends: Vec<(RequestId, WireMessage)>,
+    /// The relay's end of this link (directory pushed, this step's sends, generation).
+    end: RelayEnd,
     /// The upstream tool generation the node was last told about (or listed).
     hinted: Option<u64>,
 }
@@ -805,7 +756,7 @@ impl HubEnd {
         let tx = {
             let g = self.hub.lock();
             match g.links.get(&self.conn.id) {
-                Some((n, tx)) if *n == self.generation => tx.clone(),
+                Some((n, tx)) if *n == self.end.generation() => tx.clone(),
                 _ => return,
             }
         };
@@ -874,35 +825,9 @@ impl HubEnd {
     }
 
     fn push_directory(&mut self, link: &mut PeerLink) {
-        let dir = self.hub.directory_for(&self.conn.id);
-        if self.pushed.as_ref() != Some(&dir)
-            && link
-                .request(Request::Register { peers: dir.clone() })
-                .is_ok()
-        {
-            self.pushed = Some(dir);
-        }
-    }
-
-    /// Retires this node's shadows, detaches the link and makes in-flight mail resendable;
-    /// synchronous, before the task does anything else.
-    fn retire(&mut self) {
-        let id = self.conn.id.clone();
-        {
-            let mut g = self.hub.lock();
-            if g.shadows
-                .get(&id)
-                .is_some_and(|(n, _)| *n == self.generation)
-            {
-                g.shadows.remove(&id);
-            }
-            if g.links.get(&id).is_some_and(|(n, _)| *n == self.generation) {
-                g.links.remove(&id);
-            }
-        }
-        self.hub.settle(&id, Outbox::on_link_down);
-        self.hub.node.peer.committer().wake();
-        self.conn.set(|s| s.peer_up = false);
+        let local = local_entries(&self.hub.node, None);
+        let g = self.hub.lock();
+        self.end.push_directory(&g.relay, link, local);
     }
 }
 
@@ -911,114 +836,112 @@ impl End for HubEnd {
 
     fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
         let id = self.conn.id.clone();
-        match event {
-            LinkEvent::Up { remote_id } => {
-                self.was_up = true;
+        // The hub's own peers, for the directory pushed at link up (read before the hub lock).
+        let local = matches!(event, LinkEvent::Up { .. })
+            .then(|| local_entries(&self.hub.node, None))
+            .unwrap_or_default();
+        // The outcomes an answer or the link's end produced are routed under the same lock
+        // that changed the outbox, as one step.
+        let mut g = self.hub.lock();
+        let out = self.end.on_event(&mut g.relay, link, event, || local);
+        let out = match out {
+            RelayOutput::Answered {
+                message_id,
+                to,
+                refused,
+                settled,
+            } => {
+                match refused {
+                    // Not a refusal: the outbox keeps it and retries on the next tick.
+                    Some((ErrorCode::RecipientFull, message)) => {
+                        tracing::info!(conn = %id, message_id = %message_id, to = %to, %message, "recipient full; mail held for retry")
+                    }
+                    Some((code, message)) => {
+                        tracing::warn!(conn = %id, message_id = %message_id, ?code, %message, "node refused relayed mail")
+                    }
+                    None => {}
+                }
+                self.hub.hand_on(g, settled);
+                return;
+            }
+            RelayOutput::Down {
+                reason,
+                was_up,
+                settled,
+            } => {
+                // The relay retired this link's shadows and made its in-flight mail
+                // resendable, synchronously, before the task does anything else.
+                {
+                    if g.links
+                        .get(&id)
+                        .is_some_and(|(n, _)| *n == self.end.generation())
+                    {
+                        g.links.remove(&id);
+                    }
+                    self.hub.hand_on(g, settled);
+                }
+                self.hub.node.peer.committer().wake();
+                self.conn.set(|s| s.peer_up = false);
+                if was_up {
+                    tracing::warn!(conn = %id, ?reason, "peer link down");
+                }
+                let why = format!("peer link down: {reason:?}");
+                self.conn.set(|s| s.peer_error = Some(why));
+                return;
+            }
+            other => {
+                drop(g);
+                other
+            }
+        };
+        match out {
+            RelayOutput::Nothing => {}
+            RelayOutput::Up { remote_id } => {
                 self.conn.set(|s| {
                     s.peer_up = true;
                     s.peer_error = None;
                 });
                 tracing::info!(conn = %id, node = %remote_id, "peer link up");
-                self.push_directory(link);
                 // The node lists the catalogue itself at link up.
                 self.hinted = Some(tuic_node::mcp::registry::ToolSource::generation(
                     &*self.hub.node.upstreams,
                 ));
             }
-            LinkEvent::Request { id: rid, request } => {
-                let resp = match request {
-                    Request::Register { peers } => {
-                        let shadows = peers
-                            .into_iter()
-                            .map(|mut p| {
-                                p.address = Some(format_address(&id, &p.tuic_session));
-                                p.alias = None;
-                                p.session_id = None;
-                                p
-                            })
-                            .collect();
-                        self.hub
-                            .lock()
-                            .shadows
-                            .insert(id.clone(), (self.generation, shadows));
-                        Response::RegisterAck
-                    }
-                    Request::Send(m) => {
-                        self.sends.push((rid, m));
-                        return;
-                    }
-                    Request::ListPeers { path } => Response::Peers(
-                        self.hub
-                            .directory_for(&id)
-                            .into_iter()
-                            .filter(|p| path.is_none() || p.path == path)
-                            .collect(),
-                    ),
-                    Request::ListUpstreamTools => {
-                        use tuic_node::mcp::registry::ToolSource;
-                        let up = &self.hub.node.upstreams;
-                        // Generation first: a change racing the listing re-hints, never hides.
-                        let generation = up.generation();
-                        self.hinted = Some(generation);
+            RelayOutput::Request { id: rid, request } => match request {
+                Request::ListPeers { path } => {
+                    let local = local_entries(&self.hub.node, None);
+                    let resp = {
+                        let g = self.hub.lock();
+                        self.end.list_peers(&g.relay, local, path.as_deref())
+                    };
+                    let _ = link.respond(rid, resp);
+                }
+                Request::ListUpstreamTools => {
+                    use tuic_node::mcp::registry::ToolSource;
+                    let up = &self.hub.node.upstreams;
+                    // Generation first: a change racing the listing re-hints, never hides.
+                    let generation = up.generation();
+                    self.hinted = Some(generation);
+                    let _ = link.respond(
+                        rid,
                         Response::UpstreamTools {
                             generation,
                             tools: up.listings(),
-                        }
-                    }
-                    Request::CallUpstreamTool {
-                        name,
-                        arguments,
-                        timeout_ms,
-                        progress,
-                    } => {
-                        self.call_upstream(rid, name, arguments, timeout_ms, progress);
-                        return;
-                    }
-                    Request::Inbox { recipient, .. } | Request::Wait { recipient, .. } => {
-                        Response::Error {
-                            code: ErrorCode::UnknownRecipient,
-                            connection: id.clone(),
-                            message: format!(
-                                "the hub keeps no inbox for '{recipient}': it is read on its own node"
-                            ),
-                        }
-                    }
-                };
-                let _ = link.respond(rid, resp);
-            }
-            LinkEvent::Response {
-                request: Request::Send(m),
-                response,
-                ..
-            } => match response {
-                Response::SendAck { outcome, .. } => {
-                    self.hub.settle(&id, |o| o.on_ack(&m.message_id, outcome));
+                        },
+                    );
                 }
-                Response::Error { code, message, .. } => {
-                    if code == ErrorCode::RecipientFull {
-                        // Not a refusal: the outbox keeps it and retries on the next tick.
-                        tracing::info!(conn = %id, message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry");
-                    } else {
-                        tracing::warn!(conn = %id, message_id = %m.message_id, ?code, %message, "node refused relayed mail");
-                    }
-                    self.hub
-                        .settle(&id, |o| o.on_refused(&m.message_id, code, &message));
-                }
-                other => tracing::debug!(conn = %id, ?other, "unexpected answer to send"),
+                Request::CallUpstreamTool {
+                    name,
+                    arguments,
+                    timeout_ms,
+                    progress,
+                } => self.call_upstream(rid, name, arguments, timeout_ms, progress),
+                other => tracing::debug!(conn = %id, ?other, "request the relay left unanswered"),
             },
-            LinkEvent::Response { .. }
-            | LinkEvent::Receipt(_)
-            | LinkEvent::UpstreamToolsChanged { .. }
-            | LinkEvent::UpstreamProgress { .. } => {}
-            LinkEvent::Down { reason, .. } => {
-                // Requests of a link that is gone get no answer (the node resends).
-                self.sends.clear();
-                self.retire();
-                if self.was_up {
-                    tracing::warn!(conn = %id, ?reason, "peer link down");
-                }
-                let why = format!("peer link down: {reason:?}");
-                self.conn.set(|s| s.peer_error = Some(why));
+            // Routed under the lock above.
+            RelayOutput::Answered { .. } | RelayOutput::Down { .. } => {}
+            RelayOutput::Unexpected(other) => {
+                tracing::debug!(conn = %id, ?other, "unexpected answer to send")
             }
         }
     }
@@ -1046,9 +969,9 @@ impl End for HubEnd {
     }
 
     fn pump(&mut self, link: &mut PeerLink) {
-        if !self.sends.is_empty() {
-            let (ids, msgs): (Vec<RequestId>, Vec<WireMessage>) =
-                std::mem::take(&mut self.sends).into_iter().unzip();
+        let sends = self.end.take_sends();
+        if !sends.is_empty() {
+            let (ids, msgs): (Vec<RequestId>, Vec<WireMessage>) = sends.into_iter().unzip();
             let mut unsaved = false;
             let hub = &self.hub;
             let relayed = driver::blocking(|| hub.relay_batch(msgs, true));
@@ -1069,20 +992,12 @@ impl End for HubEnd {
             }
         }
         let mut g = self.hub.lock();
-        if let Some(o) = g.outboxes.get_mut(&self.conn.id) {
-            while let Some(m) = o.poll_dispatch() {
-                if link.request(Request::Send(m)).is_err() {
-                    break;
-                }
-            }
-        }
+        self.end.dispatch(&mut g.relay, link);
     }
 
     fn on_tick(&mut self, link: &mut PeerLink) {
         // Mail a reading recipient had no room for goes out again (`recipient_full`).
-        if let Some(o) = self.hub.lock().outboxes.get_mut(&self.conn.id) {
-            o.resume_held();
-        }
+        self.hub.lock().relay.tick(&self.conn.id);
         // Removals nobody waited for are committed at the latest now.
         self.hub.node.peer.committer().wake();
         self.push_directory(link);

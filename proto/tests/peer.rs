@@ -1370,3 +1370,235 @@ fn upstream_progress_is_only_for_calls_that_asked_and_only_from_the_hub() {
         })
     ));
 }
+
+/// The node's end of the link, as the node process and the simulator run it.
+mod uplink {
+    use super::*;
+    use tuic_proto::peer::{Uplink, UplinkOutput};
+
+    fn frames(l: &mut PeerLink) -> Vec<Frame> {
+        std::iter::from_fn(|| l.poll_transmit()).collect()
+    }
+
+    #[test]
+    fn no_mail_leaves_before_the_hub_acknowledged_the_register_that_vouches_for_its_sender() {
+        let (mut hub, mut node) = connected();
+        let mut outbox = Outbox::new("uplink");
+        // Held from before a restart: "ghost" is no longer in the node's registry.
+        outbox
+            .push(wire("m1", "ghost", "nodec/carol", "hi"))
+            .expect("push");
+        let mut up = Uplink::new();
+        up.pump(&mut node, vec![peer("alice")], &mut outbox);
+        let sent = frames(&mut node);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        match &sent[0] {
+            Frame::Register { peers, .. } => {
+                let names: Vec<&str> = peers.iter().map(|p| p.tuic_session.as_str()).collect();
+                assert_eq!(names, ["alice", "ghost"]);
+            }
+            other => panic!("expected register, got {other:?}"),
+        }
+        // Pumping again while the register is unanswered sends nothing.
+        up.pump(&mut node, vec![peer("alice")], &mut outbox);
+        assert!(frames(&mut node).is_empty());
+        for f in sent {
+            hub.handle_text(0, &f.encode());
+        }
+        for e in events(&mut hub) {
+            if let LinkEvent::Request { id, .. } = e {
+                hub.respond(id, Response::RegisterAck).expect("respond");
+            }
+        }
+        shuttle(0, &mut hub, &mut node);
+        for e in events(&mut node) {
+            let out = up.on_event(&mut node, &mut outbox, e);
+            assert_eq!(out, UplinkOutput::Registered { refused: None });
+        }
+        assert!(up.ready());
+        up.pump(&mut node, vec![peer("alice")], &mut outbox);
+        let sent = frames(&mut node);
+        assert!(
+            matches!(&sent[..], [Frame::Send { message, .. }] if message.message_id == "m1"),
+            "{sent:?}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_the_connection_the_hub_said_and_waits_for_its_commit() {
+        let mut outbox = Outbox::new("uplink");
+        outbox
+            .push(wire("m1", "alice", "nodec/carol", "hi"))
+            .expect("push");
+        outbox.poll_dispatch().expect("dispatched");
+        let s = Uplink::settle(&mut outbox, Some("nodec"), |o| {
+            o.on_refused("m1", ErrorCode::OutboxFull, "full")
+        });
+        assert!(s.now.is_empty(), "{s:?}");
+        assert_eq!(s.after_commit.len(), 1);
+        assert_eq!(
+            s.after_commit[0].outcome,
+            SenderOutcome::Refused {
+                code: ErrorCode::OutboxFull,
+                connection: "nodec".into(),
+                message: "full".into(),
+            }
+        );
+        assert!(outbox.is_empty());
+    }
+
+    #[test]
+    fn a_link_down_makes_mail_on_the_wire_uncertain_now_and_resendable() {
+        let (_hub, mut node) = connected();
+        let mut outbox = Outbox::new("uplink");
+        outbox
+            .push(wire("m1", "alice", "nodec/carol", "hi"))
+            .expect("push");
+        outbox.poll_dispatch().expect("dispatched");
+        node.reset();
+        let down = events(&mut node)
+            .into_iter()
+            .find(|e| matches!(e, LinkEvent::Down { .. }))
+            .expect("down");
+        let mut up = Uplink::new();
+        match up.on_event(&mut node, &mut outbox, down) {
+            UplinkOutput::Down { settled, .. } => {
+                assert_eq!(settled.now.len(), 1);
+                assert!(matches!(
+                    settled.now[0].outcome,
+                    SenderOutcome::Uncertain { .. }
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            outbox.poll_dispatch().map(|m| m.message_id),
+            Some("m1".into())
+        );
+    }
+}
+
+/// The hub's end of the links, as the hub process and the simulator run it.
+mod relay {
+    use super::*;
+    use tuic_proto::peer::{Relay, Route, Step};
+
+    fn relay_bc() -> Relay {
+        let mut r = Relay::new();
+        r.insert_outbox("b", Outbox::new("b"));
+        r.insert_outbox("c", Outbox::new("c"));
+        r
+    }
+
+    #[test]
+    fn an_older_link_ending_never_retires_a_newer_links_shadows() {
+        let mut r = relay_bc();
+        let old = r.attach("b");
+        r.register("b", old, vec![peer("alice")]);
+        let new = r.attach("b");
+        r.register("b", new, vec![peer("bob")]);
+        r.detach("b", old);
+        assert!(r.is_up("b"));
+        let shadows = r.shadow_peers();
+        assert_eq!(shadows.len(), 1);
+        assert_eq!(shadows[0].address.as_deref(), Some("b/bob"));
+        r.detach("b", new);
+        assert!(!r.is_up("b"));
+        assert!(r.shadow_peers().is_empty());
+    }
+
+    #[test]
+    fn the_directory_lists_the_hubs_own_peers_and_other_nodes_never_the_asker() {
+        let mut r = relay_bc();
+        let gb = r.attach("b");
+        r.register("b", gb, vec![peer("alice")]);
+        let gc = r.attach("c");
+        r.register("c", gc, vec![peer("carol")]);
+        let dir = r.directory_for("b", vec![peer("h0")]);
+        let addrs: Vec<&str> = dir.iter().filter_map(|p| p.address.as_deref()).collect();
+        assert_eq!(addrs, ["local/h0", "c/carol"]);
+    }
+
+    fn accepted(r: &mut Relay, id: &str, from: &str, cut_through: bool) {
+        match r.relay(&wire(id, from, "c/carol", "hi"), cut_through) {
+            Step::Answered { response, custody } => {
+                assert!(matches!(
+                    response,
+                    Response::SendAck {
+                        outcome: AckOutcome::Accepted,
+                        ..
+                    }
+                ));
+                assert_eq!(custody.as_deref(), Some("c"));
+            }
+            other => panic!("{other:?}"),
+        }
+        r.outbox_mut("c")
+            .expect("c")
+            .poll_dispatch()
+            .expect("dispatched");
+    }
+
+    fn delivered(r: &mut Relay, id: &str) -> Route {
+        let mut s = r.settle("c", |o| o.on_ack(id, AckOutcome::Delivered));
+        assert_eq!(s.now.len(), 1, "{s:?}");
+        r.route("c", s.now.remove(0))
+    }
+
+    #[test]
+    fn outcomes_go_to_the_waiting_step_the_hubs_own_sender_or_the_origins_live_link() {
+        let mut r = relay_bc();
+        let gb = r.attach("b");
+        // A relay step still waiting (cut-through) gets the destination's answer itself.
+        accepted(&mut r, "m1", "b/alice", true);
+        assert_eq!(
+            delivered(&mut r, "m1"),
+            Route::CutThrough {
+                message_id: "m1".into(),
+                response: Response::SendAck {
+                    message_id: "m1".into(),
+                    outcome: AckOutcome::Delivered
+                },
+            }
+        );
+        // Once the step stopped waiting, the answer is a receipt for the origin.
+        accepted(&mut r, "m2", "b/alice", true);
+        r.end_cut_through(["m2"]);
+        assert!(matches!(
+            delivered(&mut r, "m2"),
+            Route::Receipt { origin, receipt } if origin == "b" && receipt.from == "alice" && receipt.to == "c/carol"
+        ));
+        // The hub's own agent hears it through its waiter.
+        accepted(&mut r, "m3", "local/h0", false);
+        assert!(matches!(
+            delivered(&mut r, "m3"),
+            Route::Sender { sender, to, outcome: SenderOutcome::Delivered, .. } if sender == "h0" && to == "c/carol"
+        ));
+        // With the origin's link gone, the receipt is dropped, never guessed.
+        accepted(&mut r, "m4", "b/alice", false);
+        r.detach("b", gb);
+        assert_eq!(
+            delivered(&mut r, "m4"),
+            Route::Dropped {
+                message_id: "m4".into(),
+                origin: Some("b".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_refusal_of_relayed_mail_waits_for_the_commit_of_its_removal() {
+        let mut r = relay_bc();
+        r.attach("b");
+        accepted(&mut r, "m1", "b/alice", false);
+        let s = r.settle("c", |o| {
+            o.on_refused("m1", ErrorCode::UnknownRecipient, "no")
+        });
+        assert!(s.now.is_empty());
+        assert_eq!(s.after_commit.len(), 1);
+        assert!(matches!(
+            r.route("c", s.after_commit[0].clone()),
+            Route::Receipt { origin, .. } if origin == "b"
+        ));
+    }
+}

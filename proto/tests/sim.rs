@@ -22,8 +22,9 @@ use common::Rng;
 use tuic_proto::mail::Inboxes;
 use tuic_proto::peer::{
     AckOutcome, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxLimits, PeerEntry, PeerLink, ReceiptOutcome, Request, Response,
-    Routed, SenderOutcome, WireMessage, deliver, relay,
+    Outbox, OutboxError, OutboxEvent, OutboxLimits, PeerEntry, PeerLink, Receipt, ReceiptOutcome,
+    Relay, RelayEnd, RelayOutput, Request, Response, Route, SenderOutcome, Settled, Step, Uplink,
+    UplinkOutput, WireMessage, deliver,
 };
 
 const NODES: [&str; 2] = ["b", "c"];
@@ -36,6 +37,9 @@ const AGENTS: usize = 2;
 const TRAFFIC_MS: u64 = 60_000;
 /// After the traffic phase, every fault is healed; this much virtual time to become quiet.
 const SETTLE_MS: u64 = 30 * 60_000;
+/// How long the hub's relay step waits for the destination's answer before it answers
+/// `accepted` (the hub's `CUT_THROUGH`).
+const CUT_THROUGH_MS: u64 = 20;
 
 #[derive(Default)]
 struct Pipe {
@@ -71,11 +75,13 @@ impl Pipe {
 struct Conn {
     hub: PeerLink,
     node: PeerLink,
+    /// The hub's end of this link: the real one the hub runs.
+    hub_end: RelayEnd,
+    /// The node's end of this link: the real one the node runs (its register-before-send
+    /// gate, vouching, settling).
+    uplink: Uplink,
     to_node: Pipe,
     to_hub: Pipe,
-    /// The hub acknowledged the node's `register`: only then does the node dispatch mail, so
-    /// a `send` can never overtake the registration that makes its sender valid.
-    registered: bool,
 }
 
 struct Node {
@@ -86,6 +92,8 @@ struct Node {
     dedupe: DedupeRings,
     outbox: Outbox,
     persisted: Option<(String, String)>,
+    /// The hub's directory as this node last heard it.
+    directory: Vec<PeerEntry>,
 }
 
 impl Node {
@@ -106,7 +114,8 @@ impl Node {
 struct Hub {
     up: bool,
     restart_at: u64,
-    outboxes: BTreeMap<String, Outbox>,
+    /// The hub's relay (its outboxes, shadows and live links): the real one the hub runs.
+    relay: Relay,
     backoff: BTreeMap<String, Backoff>,
     next_dial: BTreeMap<String, u64>,
     /// The hub's own peers (`local/h0`, `local/h1`).
@@ -123,6 +132,23 @@ impl Hub {
             self.inboxes.register(&a);
             self.inboxes.inbox(now, &a, None, None).expect("registered");
         }
+    }
+
+    /// The hub's own peers, as its directory lists them.
+    fn entries() -> Vec<PeerEntry> {
+        (0..AGENTS).map(|a| entry(format!("h{a}"))).collect()
+    }
+}
+
+fn entry(tuic_session: String) -> PeerEntry {
+    PeerEntry {
+        tuic_session,
+        name: None,
+        orchestrator: false,
+        address: None,
+        alias: None,
+        session_id: None,
+        path: None,
     }
 }
 
@@ -143,6 +169,8 @@ struct Stats {
     forged_rejected: u64,
     reposts: u64,
     receipts_delivered: u64,
+    /// Destination answers a waiting relay step passed straight back (cut-through).
+    cut_through: u64,
     /// `recipient_full` answers: a destination held forwarded mail at the previous hop.
     held: u64,
     /// Unread mail evicted from a reading recipient's inbox (must stay 0).
@@ -177,6 +205,7 @@ impl Stats {
         self.forged_rejected += o.forged_rejected;
         self.reposts += o.reposts;
         self.receipts_delivered += o.receipts_delivered;
+        self.cut_through += o.cut_through;
         self.held += o.held;
         self.missed += o.missed;
         self.reads += o.reads;
@@ -216,6 +245,12 @@ struct Sim {
     /// Every `to` an outbox can hold (node-side addresses and hub-side peer ids).
     recipients: Vec<String>,
     stats: Stats,
+    /// Receipts the relay routed this step, sent once the connections are all in place.
+    receipts: Vec<(String, Receipt)>,
+    /// Relay steps waiting for the destination's answer (cut-through), by message id: the
+    /// previous hop's connection, link generation and request id, and when the step gives up
+    /// and answers `accepted`.
+    cut_through: BTreeMap<String, (String, u64, u64, u64)>,
 }
 
 impl Sim {
@@ -243,6 +278,7 @@ impl Sim {
                     dedupe: DedupeRings::new(),
                     outbox: Outbox::with_limits(name, limits),
                     persisted: None,
+                    directory: Vec::new(),
                 };
                 n.fresh_inboxes(0);
                 n
@@ -251,10 +287,13 @@ impl Sim {
         let hub = Hub {
             up: true,
             restart_at: 0,
-            outboxes: NODES
-                .iter()
-                .map(|&n| (n.to_owned(), Outbox::with_limits(n, limits)))
-                .collect(),
+            relay: {
+                let mut r = Relay::new();
+                for n in NODES {
+                    r.insert_outbox(n, Outbox::with_limits(n, limits));
+                }
+                r
+            },
             backoff: NODES
                 .iter()
                 .map(|&n| (n.to_owned(), Backoff::new()))
@@ -294,6 +333,8 @@ impl Sim {
                 seeds: 1,
                 ..Stats::default()
             },
+            receipts: Vec::new(),
+            cut_through: BTreeMap::new(),
         }
     }
 
@@ -332,6 +373,9 @@ impl Sim {
             }
             // Agents keep reading, and held mail is retried, in both phases.
             t = t.min(next_read).min(next_resume);
+            for &(_, _, _, at) in self.cut_through.values() {
+                t = t.min(at);
+            }
             for (name, c) in &self.conns {
                 let held = self.partitioned_until.get(name).copied().unwrap_or(0);
                 for p in [&c.to_node, &c.to_hub] {
@@ -377,12 +421,20 @@ impl Sim {
                 self.nodes.iter_mut().for_each(|n| {
                     n.outbox.resume_held();
                 });
-                self.hub.outboxes.values_mut().for_each(|o| {
-                    o.resume_held();
-                });
+                for x in NODES {
+                    self.hub.relay.tick(x);
+                }
+                // The hub's housekeeping pushes a changed directory.
+                for c in self.conns.values_mut() {
+                    if self.hub.up && c.hub.state() == LinkState::Up {
+                        c.hub_end
+                            .push_directory(&self.hub.relay, &mut c.hub, Hub::entries());
+                    }
+                }
                 next_resume = self.now + RESUME_MS;
             }
             self.restarts();
+            self.end_cut_through();
             self.dial();
             self.deliver();
             for c in self.conns.values_mut() {
@@ -415,7 +467,7 @@ impl Sim {
     fn quiet(&self) -> bool {
         self.hub.up
             && self.nodes.iter().all(|n| n.up && n.outbox.is_empty())
-            && self.hub.outboxes.values().all(Outbox::is_empty)
+            && self.hub.relay.outboxes().values().all(Outbox::is_empty)
             && self
                 .conns
                 .values()
@@ -520,16 +572,24 @@ impl Sim {
             lifecycle: None,
         };
         self.stats.sent += 1;
-        match relay(&mut self.hub.outboxes, &m) {
-            Routed::Answered(Response::SendAck { .. }) => {
+        match self.hub.relay.relay(&m, false) {
+            Step::Answered {
+                response: Response::SendAck { .. },
+                custody,
+            } => {
+                assert_eq!(custody.as_deref(), Some(NODES[to_ix]), "seed {}", self.seed);
                 self.stats.accepted += 1;
                 self.accepted.insert(id);
             }
-            Routed::Answered(Response::Error {
-                code: ErrorCode::OutboxFull,
-                connection,
+            Step::Answered {
+                response:
+                    Response::Error {
+                        code: ErrorCode::OutboxFull,
+                        connection,
+                        ..
+                    },
                 ..
-            }) => {
+            } => {
                 assert_eq!(connection, NODES[to_ix], "seed {}", self.seed);
                 self.stats.refused_at_send += 1;
             }
@@ -611,33 +671,21 @@ impl Sim {
         }
     }
 
-    /// Runs both ends' events of a torn-down connection so outboxes learn it is down.
+    /// Runs both ends' `Down` events of a torn-down connection through the real ends, so
+    /// outboxes learn it is down and the hub retires its shadows.
     fn settle_conn(&mut self, x: &str, mut c: Conn) {
         let ix = Self::node_ix(x);
         while let Some(e) = c.hub.poll_event() {
             if let LinkEvent::Down { .. } = e {
-                self.hub_link_down(x);
+                self.hub_event(x, &mut c, e);
             }
         }
         while let Some(e) = c.node.poll_event() {
             if let LinkEvent::Down { .. } = e {
-                self.nodes[ix].outbox.on_link_down();
+                self.node_event(ix, &mut c, e);
             }
         }
-        self.drain_outbox_events();
-    }
-
-    fn hub_link_down(&mut self, x: &str) {
-        if let Some(o) = self.hub.outboxes.get_mut(x) {
-            o.on_link_down();
-        }
-        let delay = self
-            .hub
-            .backoff
-            .get_mut(x)
-            .expect("backoff")
-            .next_delay(self.rng.next_u64());
-        self.hub.next_dial.insert(x.to_owned(), self.now + delay);
+        self.send_receipts();
     }
 
     fn crash_node(&mut self, ix: usize) {
@@ -668,13 +716,16 @@ impl Sim {
                 self.settle_conn(x, c);
             }
         }
+        // Relay steps waiting for an answer die with the process (their nodes resend).
+        self.cut_through.clear();
         let retained: usize = (0..AGENTS)
             .map(|a| self.hub.inboxes.peek(&format!("h{a}")).len())
             .sum();
         self.stats.delivered_then_lost_with_memory += retained as u64;
         self.hub.persisted = Some((
             self.hub
-                .outboxes
+                .relay
+                .outboxes()
                 .iter()
                 .map(|(k, o)| (k.clone(), serde_json::to_string(o).expect("serializes")))
                 .collect(),
@@ -700,10 +751,12 @@ impl Sim {
             let (p, d) = self.hub.persisted.take().expect("persisted at crash");
             self.hub.dedupe = serde_json::from_str(&d).expect("dedupe reloads");
             self.hub.fresh_inboxes(self.now);
-            self.hub.outboxes = p
-                .into_iter()
-                .map(|(k, s)| (k, serde_json::from_str(&s).expect("outbox reloads")))
-                .collect();
+            // A restarted hub has its outboxes back, and no links or shadows.
+            self.hub.relay = Relay::new();
+            for (k, s) in p {
+                let o = serde_json::from_str(&s).expect("outbox reloads");
+                self.hub.relay.insert_outbox(&k, o);
+            }
             for b in self.hub.backoff.values_mut() {
                 b.reset();
             }
@@ -724,12 +777,14 @@ impl Sim {
             }
             let reachable = self.nodes[Self::node_ix(x)].up && !self.partitioned(x);
             if reachable {
+                let generation = self.hub.relay.attach(x);
                 let c = Conn {
                     hub: PeerLink::new(self.now, LinkConfig::new("hub", x, LinkRole::Hub)),
                     node: PeerLink::new(self.now, LinkConfig::new(x, x, LinkRole::Node)),
+                    hub_end: RelayEnd::new(x, generation),
+                    uplink: Uplink::new(),
                     to_node: Pipe::new(self.reorder),
                     to_hub: Pipe::new(self.reorder),
-                    registered: false,
                 };
                 self.conns.insert(x.to_owned(), c);
             } else {
@@ -773,7 +828,7 @@ impl Sim {
                 progress |= self.pump_node(x);
                 progress |= self.pump_hub(x);
             }
-            self.drain_outbox_events();
+            self.send_receipts();
             self.reap_down();
             if !progress {
                 break;
@@ -807,225 +862,286 @@ impl Sim {
         if !self.nodes[ix].up {
             return false;
         }
-        let Some(c) = self.conns.get_mut(x) else {
+        // Out of the map while its ends run, so they can reach the rest of the simulator.
+        let Some(mut c) = self.conns.remove(x) else {
             return false;
         };
         let mut progress = false;
         while let Some(e) = c.node.poll_event() {
             progress = true;
-            let n = &mut self.nodes[ix];
-            match e {
-                LinkEvent::Up { .. } => {
-                    let peers = n
-                        .agents()
-                        .into_iter()
-                        .map(|a| PeerEntry {
-                            tuic_session: a,
-                            name: None,
-                            orchestrator: false,
-                            address: None,
-                            alias: None,
-                            session_id: None,
-                            path: None,
-                        })
-                        .collect();
-                    c.node.request(Request::Register { peers }).expect("up");
-                }
-                LinkEvent::Request { id, request } => {
-                    let resp = match request {
-                        Request::Send(m) => {
-                            let resp = deliver(&mut n.inboxes, &mut n.dedupe, self.now, n.name, &m);
-                            count_delivery(&resp, &m, &mut self.delivered, &mut self.stats);
-                            resp
-                        }
-                        Request::Register { .. } => Response::RegisterAck,
-                        _ => Response::Peers(vec![]),
-                    };
-                    c.node.respond(id, resp).expect("respond");
-                }
-                LinkEvent::Response {
-                    request, response, ..
-                } => {
-                    if let (Request::Register { .. }, Response::RegisterAck) = (&request, &response)
-                    {
-                        c.registered = true;
-                    }
-                    if let Request::Send(m) = request {
-                        if m.message_id.starts_with("forged-") {
-                            assert!(
-                                matches!(
-                                    response,
-                                    Response::Error {
-                                        code: ErrorCode::SenderForged
-                                            | ErrorCode::SenderNotRegistered,
-                                        ..
-                                    }
-                                ),
-                                "seed {}: forged send answered {response:?}",
-                                self.seed
-                            );
-                            self.stats.forged_rejected += 1;
-                            continue;
-                        }
-                        match response {
-                            Response::SendAck { outcome, .. } => {
-                                n.outbox.on_ack(&m.message_id, outcome)
-                            }
-                            Response::Error { code, message, .. } => {
-                                n.outbox.on_refused(&m.message_id, code, &message)
-                            }
-                            other => panic!("seed {}: odd answer {other:?}", self.seed),
-                        }
-                    }
-                }
-                LinkEvent::UpstreamToolsChanged { .. } | LinkEvent::UpstreamProgress { .. } => {}
-                LinkEvent::Receipt(r) => {
-                    // The hub says relayed mail reached its destination: it really did.
-                    assert_eq!(r.outcome, ReceiptOutcome::Delivered, "seed {}", self.seed);
-                    assert!(
-                        self.delivered.contains_key(&r.message_id),
-                        "seed {}: receipt for undelivered {}",
-                        self.seed,
-                        r.message_id
-                    );
-                    assert_eq!(
-                        SenderOutcome::from_receipt(&r),
-                        SenderOutcome::Delivered,
-                        "seed {}",
-                        self.seed
-                    );
-                    self.stats.receipts_delivered += 1;
-                }
-                LinkEvent::Down { .. } => n.outbox.on_link_down(),
-            }
+            self.node_event(ix, &mut c, e);
         }
         let n = &mut self.nodes[ix];
-        while n.inboxes.poll_event().is_some() {}
-        if c.node.state() == LinkState::Up && c.registered {
-            while let Some(m) = n.outbox.poll_dispatch() {
-                c.node.request(Request::Send(m)).expect("up");
+        if c.node.state() == LinkState::Up {
+            // The hub's `send`s of this step, delivered together and answered in order.
+            for (id, m) in c.uplink.take_sends() {
+                let resp = deliver(&mut n.inboxes, &mut n.dedupe, self.now, n.name, &m);
+                count_delivery(&resp, &m, &mut self.delivered, &mut self.stats);
+                c.node.respond(id, resp).expect("respond");
             }
+            let peers = n.agents().into_iter().map(entry).collect();
+            c.uplink.pump(&mut c.node, peers, &mut n.outbox);
         }
+        while n.inboxes.poll_event().is_some() {}
         while let Some(f) = c.node.poll_transmit() {
             progress = true;
             let lat = 1 + self.rng.below(80);
             c.to_hub.push(self.now, lat, f.encode());
         }
+        self.conns.insert(x.to_owned(), c);
         progress
+    }
+
+    /// One event of a node's link, through the node's real end.
+    fn node_event(&mut self, ix: usize, c: &mut Conn, e: LinkEvent) {
+        let n = &mut self.nodes[ix];
+        match c.uplink.on_event(&mut c.node, &mut n.outbox, e) {
+            UplinkOutput::Nothing | UplinkOutput::Up { .. } | UplinkOutput::Registered { .. } => {}
+            UplinkOutput::Directory(d) => {
+                assert!(
+                    d.iter()
+                        .all(|p| p.address.as_deref().is_some_and(|a| a.contains('/'))),
+                    "seed {}: a directory entry without an address {d:?}",
+                    self.seed
+                );
+                n.directory = d;
+            }
+            UplinkOutput::Request { id, .. } => {
+                c.node
+                    .respond(id, Response::Peers(vec![]))
+                    .expect("respond");
+            }
+            UplinkOutput::Answered {
+                message,
+                response,
+                settled,
+            } => {
+                if message.message_id.starts_with("forged-") {
+                    assert!(
+                        matches!(
+                            response,
+                            Response::Error {
+                                code: ErrorCode::SenderForged | ErrorCode::SenderNotRegistered,
+                                ..
+                            }
+                        ),
+                        "seed {}: forged send answered {response:?}",
+                        self.seed
+                    );
+                    assert!(settled.is_empty(), "seed {}", self.seed);
+                    self.stats.forged_rejected += 1;
+                    return;
+                }
+                self.settled(true, settled);
+            }
+            UplinkOutput::Receipt(r) => {
+                // The hub says relayed mail reached its destination: it really did.
+                assert_eq!(r.outcome, ReceiptOutcome::Delivered, "seed {}", self.seed);
+                assert!(
+                    self.delivered.contains_key(&r.message_id),
+                    "seed {}: receipt for undelivered {}",
+                    self.seed,
+                    r.message_id
+                );
+                assert_eq!(
+                    SenderOutcome::from_receipt(&r),
+                    SenderOutcome::Delivered,
+                    "seed {}",
+                    self.seed
+                );
+                self.stats.receipts_delivered += 1;
+            }
+            UplinkOutput::Other(e) => match *e {
+                LinkEvent::UpstreamToolsChanged { .. } | LinkEvent::UpstreamProgress { .. } => {}
+                other => panic!("seed {}: odd event {other:?}", self.seed),
+            },
+            UplinkOutput::Down { settled, .. } => self.settled(true, settled),
+        }
     }
 
     fn pump_hub(&mut self, x: &str) -> bool {
         if !self.hub.up {
             return false;
         }
-        let Some(c) = self.conns.get_mut(x) else {
+        let Some(mut c) = self.conns.remove(x) else {
             return false;
         };
         let mut progress = false;
         while let Some(e) = c.hub.poll_event() {
             progress = true;
-            match e {
-                LinkEvent::Up { .. } => {
-                    self.hub.backoff.get_mut(x).expect("backoff").reset();
-                }
-                LinkEvent::Request { id, request } => {
-                    let resp = match request {
-                        Request::Send(m) => match relay(&mut self.hub.outboxes, &m) {
-                            Routed::Answered(r) => r,
-                            Routed::Local(m) => {
-                                let h = &mut self.hub;
-                                let r =
-                                    deliver(&mut h.inboxes, &mut h.dedupe, self.now, "local", &m);
-                                count_delivery(&r, &m, &mut self.delivered, &mut self.stats);
-                                r
-                            }
-                        },
-                        Request::Register { .. } => Response::RegisterAck,
-                        _ => Response::Peers(vec![]),
-                    };
-                    c.hub.respond(id, resp).expect("respond");
-                }
-                LinkEvent::Response {
-                    request, response, ..
-                } => {
-                    if let Request::Send(m) = request {
-                        let o = self.hub.outboxes.get_mut(x).expect("outbox");
-                        match response {
-                            Response::SendAck { outcome, .. } => o.on_ack(&m.message_id, outcome),
-                            Response::Error { code, message, .. } => {
-                                o.on_refused(&m.message_id, code, &message)
-                            }
-                            other => panic!("seed {}: odd answer {other:?}", self.seed),
-                        }
-                    }
-                }
-                LinkEvent::Receipt(_)
-                | LinkEvent::UpstreamToolsChanged { .. }
-                | LinkEvent::UpstreamProgress { .. } => {}
-                LinkEvent::Down { .. } => {
-                    if let Some(o) = self.hub.outboxes.get_mut(x) {
-                        o.on_link_down();
-                    }
-                    let b = self.hub.backoff.get_mut(x).expect("backoff");
-                    let delay = b.next_delay(self.rng.next_u64());
-                    self.hub.next_dial.insert(x.to_owned(), self.now + delay);
-                }
-            }
+            self.hub_event(x, &mut c, e);
         }
         if c.hub.state() == LinkState::Up {
-            let o = self.hub.outboxes.get_mut(x).expect("outbox");
-            while let Some(m) = o.poll_dispatch() {
-                c.hub.request(Request::Send(m)).expect("up");
+            // The node's `send`s of this step, relayed together.
+            for (id, m) in c.hub_end.take_sends() {
+                let resp = match self.hub.relay.relay(&m, true) {
+                    Step::Answered {
+                        custody: Some(_), ..
+                    } => {
+                        // Held for the destination's answer, as the hub's relay step waits.
+                        let at = self.now + CUT_THROUGH_MS;
+                        let g = c.hub_end.generation();
+                        self.cut_through
+                            .insert(m.message_id.clone(), (x.to_owned(), g, id, at));
+                        continue;
+                    }
+                    Step::Answered { response, .. } => response,
+                    Step::Local(m) => {
+                        let h = &mut self.hub;
+                        let r = deliver(&mut h.inboxes, &mut h.dedupe, self.now, "local", &m);
+                        count_delivery(&r, &m, &mut self.delivered, &mut self.stats);
+                        r
+                    }
+                };
+                c.hub.respond(id, resp).expect("respond");
             }
+            c.hub_end.dispatch(&mut self.hub.relay, &mut c.hub);
         }
         while let Some(f) = c.hub.poll_transmit() {
             progress = true;
             let lat = 1 + self.rng.below(80);
             c.to_node.push(self.now, lat, f.encode());
         }
+        self.conns.insert(x.to_owned(), c);
         progress
     }
 
-    fn drain_outbox_events(&mut self) {
-        let mut events = Vec::new();
+    /// One event of a hub's link, through the hub's real end.
+    fn hub_event(&mut self, x: &str, c: &mut Conn, e: LinkEvent) {
+        let out = c
+            .hub_end
+            .on_event(&mut self.hub.relay, &mut c.hub, e, Hub::entries);
+        match out {
+            RelayOutput::Nothing => {}
+            RelayOutput::Up { .. } => {
+                self.hub.backoff.get_mut(x).expect("backoff").reset();
+            }
+            RelayOutput::Request { id, request } => {
+                let resp = match request {
+                    Request::ListPeers { path } => {
+                        c.hub_end
+                            .list_peers(&self.hub.relay, Hub::entries(), path.as_deref())
+                    }
+                    _ => Response::Peers(vec![]),
+                };
+                c.hub.respond(id, resp).expect("respond");
+            }
+            RelayOutput::Answered { settled, .. } => self.settled(false, settled),
+            RelayOutput::Unexpected(e) => panic!("seed {}: odd answer {e:?}", self.seed),
+            RelayOutput::Down { settled, .. } => {
+                self.settled(false, settled);
+                let b = self.hub.backoff.get_mut(x).expect("backoff");
+                let delay = b.next_delay(self.rng.next_u64());
+                self.hub.next_dial.insert(x.to_owned(), self.now + delay);
+            }
+        }
+    }
+
+    /// Outcomes one end's outbox produced: tallied, and on the hub routed by the relay
+    /// (receipts to the origin's link). A commit here is instant (every outbox is
+    /// serialized at a crash), so refusals waiting for theirs go on at once.
+    fn settled(&mut self, origin: bool, s: Settled) {
+        let Settled {
+            connection,
+            now,
+            after_commit,
+        } = s;
+        for e in now.into_iter().chain(after_commit) {
+            self.tally(origin, &e);
+            if origin {
+                continue;
+            }
+            match self.hub.relay.route(&connection, e) {
+                Route::Receipt { origin, receipt } => self.receipts.push((origin, receipt)),
+                Route::CutThrough {
+                    message_id,
+                    response,
+                } => {
+                    let step = self
+                        .cut_through
+                        .remove(&message_id)
+                        .expect("a waiting step");
+                    self.stats.cut_through += 1;
+                    self.answer_step(step, response);
+                }
+                Route::Sender { .. } | Route::Dropped { .. } => {}
+            }
+        }
+    }
+
+    /// Relay steps whose wait ran out answer `accepted` (the hub holds the mail); their
+    /// destination's answer becomes a receipt again.
+    fn end_cut_through(&mut self) {
+        let due: Vec<String> = self
+            .cut_through
+            .iter()
+            .filter(|(_, s)| s.3 <= self.now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.hub
+            .relay
+            .end_cut_through(due.iter().map(String::as_str));
+        for id in due {
+            let step = self.cut_through.remove(&id).expect("due");
+            let accepted = Response::SendAck {
+                message_id: id,
+                outcome: AckOutcome::Accepted,
+            };
+            self.answer_step(step, accepted);
+        }
+    }
+
+    /// Answers a waiting relay step over the previous hop's link, when that link is still the
+    /// one that asked (a reset lost the request: the node resends).
+    fn answer_step(&mut self, (conn, generation, id, _): (String, u64, u64, u64), r: Response) {
+        if let Some(c) = self.conns.get_mut(&conn)
+            && c.hub_end.generation() == generation
+            && c.hub.state() == LinkState::Up
+        {
+            c.hub.respond(id, r).expect("respond");
+        }
+    }
+
+    /// Sends the receipts routed so far over their origins' links.
+    fn send_receipts(&mut self) {
+        for (origin, r) in std::mem::take(&mut self.receipts) {
+            if let Some(c) = self.conns.get_mut(&origin)
+                && c.hub.state() == LinkState::Up
+            {
+                c.hub.receipt(r).expect("up");
+            }
+        }
+        // Every outcome went through an end's settling: nothing is left behind.
         for n in &mut self.nodes {
-            while let Some(e) = n.outbox.poll_event() {
-                events.push((true, e));
+            assert!(n.outbox.poll_event().is_none(), "seed {}", self.seed);
+        }
+        for x in NODES {
+            if let Some(o) = self.hub.relay.outbox_mut(x) {
+                assert!(o.poll_event().is_none(), "seed {}", self.seed);
             }
         }
-        for (dest, o) in self.hub.outboxes.iter_mut() {
-            while let Some(e) = o.poll_event() {
-                // Final outcomes of relayed mail go back to the sender's node as receipts.
-                if let Some((origin, r)) = e.receipt(dest)
-                    && let Some(c) = self.conns.get_mut(&origin)
-                    && c.hub.state() == LinkState::Up
-                {
-                    c.hub.receipt(r).expect("up");
-                }
-                events.push((false, e));
+    }
+
+    fn tally(&mut self, origin: bool, e: &OutboxEvent) {
+        match &e.outcome {
+            SenderOutcome::Refused { .. } => {
+                assert!(
+                    origin,
+                    "seed {}: the hub refused {} after taking custody",
+                    self.seed, e.message_id
+                );
+                self.refused.insert(e.message_id.clone());
             }
-        }
-        for (origin, e) in events {
-            match e.outcome {
-                SenderOutcome::Refused { .. } => {
-                    assert!(
-                        origin,
-                        "seed {}: the hub refused {} after taking custody",
-                        self.seed, e.message_id
-                    );
-                    self.refused.insert(e.message_id);
-                }
-                SenderOutcome::Uncertain { .. } => self.stats.uncertain_reports += 1,
-                SenderOutcome::RefusedOnRetry { .. } => {
-                    assert!(
-                        origin,
-                        "seed {}: the hub refused {} after taking custody",
-                        self.seed, e.message_id
-                    );
-                    self.uncertain_final.insert(e.message_id);
-                }
-                SenderOutcome::Accepted | SenderOutcome::Delivered => {}
+            SenderOutcome::Uncertain { .. } => self.stats.uncertain_reports += 1,
+            SenderOutcome::RefusedOnRetry { .. } => {
+                assert!(
+                    origin,
+                    "seed {}: the hub refused {} after taking custody",
+                    self.seed, e.message_id
+                );
+                self.uncertain_final.insert(e.message_id.clone());
             }
+            SenderOutcome::Accepted | SenderOutcome::Delivered => {}
         }
     }
 
@@ -1035,7 +1151,7 @@ impl Sim {
             .nodes
             .iter()
             .map(|n| &n.outbox)
-            .chain(self.hub.outboxes.values());
+            .chain(self.hub.relay.outboxes().values());
         for o in all {
             assert!(o.len() <= l.max_messages, "seed {}: count bound", self.seed);
             assert!(o.bytes() <= l.max_bytes, "seed {}: byte bound", self.seed);
@@ -1137,7 +1253,7 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} held={} missed={} reads={} frames={} reordered_seeds={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} cut_through={} held={} missed={} reads={} frames={} reordered_seeds={} \
          refused_on_retry_delivered={} refused_on_retry_undelivered={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
@@ -1154,6 +1270,7 @@ fn federated_mail_survives_faults_across_seeds() {
         total.forged_rejected,
         total.reposts,
         total.receipts_delivered,
+        total.cut_through,
         total.held,
         total.missed,
         total.reads,
@@ -1186,6 +1303,10 @@ fn federated_mail_survives_faults_across_seeds() {
     );
     assert!(
         total.receipts_delivered > 0 && total.receipts_delivered <= total.delivered + total.reposts
+    );
+    assert!(
+        total.cut_through > 0,
+        "destinations answered waiting relay steps directly"
     );
 }
 

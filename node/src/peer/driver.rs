@@ -3,12 +3,15 @@
 //! events to an [`End`] (the node's answers, or the hub's relay).
 //!
 //! It does not decide anything about mail: that is the `End`'s job. It knows nothing about
-//! which WebSocket library carries the frames ([`FrameIo`] adapts axum's server socket and
-//! tokio-tungstenite's client socket).
+//! which transport carries the frames: [`run`] takes any [`FrameIo`], and [`WsIo`] is the one
+//! adapter for message streams (axum's server socket here, tokio-tungstenite's client socket
+//! in the hub), each library giving only a small [`MessageKind`] mapping.
 
 use std::time::Duration;
 
-use futures::FutureExt;
+use std::marker::PhantomData;
+
+use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tuic_proto::peer::{LinkEvent, LinkState, PeerLink};
@@ -33,6 +36,72 @@ pub trait FrameIo: Send {
     fn send(&mut self, text: String) -> impl std::future::Future<Output = bool> + Send;
     /// Closes the connection (best effort).
     fn close(&mut self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// What a transport's message is to the link.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A text frame: one JSON peer frame.
+    Text(String),
+    /// The far side closed the connection.
+    Close,
+    /// Anything else (ping, pong, binary): skipped.
+    Other,
+}
+
+/// How one message library spells text frames and close, for [`WsIo`].
+pub trait MessageKind<M> {
+    /// A text message carrying `text`.
+    fn text(text: String) -> M;
+    /// The closing message.
+    fn close() -> M;
+    /// What a received message is.
+    fn read(message: M) -> Incoming;
+}
+
+/// The [`FrameIo`] of any message stream and sink (a WebSocket from axum or tokio-tungstenite,
+/// or another transport with message framing), with `K` mapping its message type.
+pub struct WsIo<S, K> {
+    inner: S,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<S, K> WsIo<S, K> {
+    /// Wraps a connected transport.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<S, K, M, E> FrameIo for WsIo<S, K>
+where
+    S: Stream<Item = Result<M, E>> + Sink<M> + Unpin + Send,
+    K: MessageKind<M>,
+    M: Send,
+{
+    async fn recv(&mut self) -> Option<String> {
+        loop {
+            match self.inner.next().await? {
+                Ok(m) => match K::read(m) {
+                    Incoming::Text(t) => return Some(t),
+                    Incoming::Close => return None,
+                    Incoming::Other => continue,
+                },
+                Err(_) => return None,
+            }
+        }
+    }
+
+    async fn send(&mut self, text: String) -> bool {
+        self.inner.send(K::text(text)).await.is_ok()
+    }
+
+    async fn close(&mut self) {
+        let _ = self.inner.send(K::close()).await;
+    }
 }
 
 /// What one end does with its link's events.

@@ -20,11 +20,10 @@ use axum::extract::ws::{
 };
 use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use tokio::sync::mpsc;
 use tuic_proto::peer::{
-    ErrorCode, LinkConfig, LinkEvent, LinkRole, PeerEntry, PeerLink, Request, RequestId,
-    SenderOutcome,
+    ErrorCode, LinkConfig, LinkEvent, LinkRole, PeerLink, Request, RequestId, SenderOutcome,
+    Settled, Uplink, UplinkOutput,
 };
 
 use super::driver::{self, End, FrameIo};
@@ -78,29 +77,33 @@ pub async fn peer_ws(
     ws.on_upgrade(move |sock| serve(node, sock)).into_response()
 }
 
-struct AxumIo(WebSocket);
+/// axum's WebSocket messages, for the peer driver's one adapter ([`driver::WsIo`]).
+struct Axum;
 
-impl FrameIo for AxumIo {
-    async fn recv(&mut self) -> Option<String> {
-        loop {
-            match self.0.next().await? {
-                Ok(Message::Text(t)) => return Some(t.as_str().to_owned()),
-                Ok(Message::Close(_)) | Err(_) => return None,
-                Ok(_) => continue,
-            }
+impl driver::MessageKind<Message> for Axum {
+    fn text(text: String) -> Message {
+        Message::Text(text.into())
+    }
+
+    fn close() -> Message {
+        Message::Close(None)
+    }
+
+    fn read(message: Message) -> driver::Incoming {
+        match message {
+            Message::Text(t) => driver::Incoming::Text(t.as_str().to_owned()),
+            Message::Close(_) => driver::Incoming::Close,
+            _ => driver::Incoming::Other,
         }
-    }
-
-    async fn send(&mut self, text: String) -> bool {
-        self.0.send(Message::Text(text.into())).await.is_ok()
-    }
-
-    async fn close(&mut self) {
-        let _ = self.0.send(Message::Close(None)).await;
     }
 }
 
 async fn serve(node: Arc<Node>, sock: WebSocket) {
+    serve_on(node, driver::WsIo::<_, Axum>::new(sock)).await;
+}
+
+/// Runs the node's end of a link a hub opened, over any frame transport.
+pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let generation = node.peer.lock().attach(tx.clone());
     let link = PeerLink::new(
@@ -111,17 +114,13 @@ async fn serve(node: Arc<Node>, sock: WebSocket) {
         node: node.clone(),
         me: super::local_id(&node),
         tx,
-        registered: None,
-        register_pending: None,
-        ready: false,
-        sends: Vec::new(),
+        uplink: Uplink::new(),
         generation,
         hub_name: super::UPLINK.to_owned(),
         calls: std::collections::HashMap::new(),
         listing: None,
         relist: false,
     };
-    let mut io = AxumIo(sock);
     let stop = node.shutdown.child_token();
     tracing::info!(generation, "peer link accepted");
     let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
@@ -129,19 +128,16 @@ async fn serve(node: Arc<Node>, sock: WebSocket) {
     tracing::debug!(generation, ?ended, "peer link ended");
 }
 
+/// The IO shell of the node's end of the link: feeds its events into the sans-IO [`Uplink`]
+/// (register gate, vouching, settling, this step's `send`s) and carries out what comes back
+/// (inbox delivery, commits, waiting senders, the hub's upstream tools).
 struct NodeEnd {
     node: Arc<Node>,
     /// This node's name in refusals.
     me: String,
     tx: mpsc::UnboundedSender<Cmd>,
-    /// The peer set last sent in `register`.
-    registered: Option<Vec<PeerEntry>>,
-    register_pending: Option<RequestId>,
-    /// The hub acknowledged a `register`: mail may flow (a `send` never overtakes the
-    /// registration that makes its sender valid).
-    ready: bool,
-    /// The hub's `send`s of this step, delivered together (one ring commit) by `pump`.
-    sends: Vec<(RequestId, tuic_proto::peer::WireMessage)>,
+    /// The link's sans-IO end.
+    uplink: Uplink,
     /// This link's slot generation (a newer link replaces it).
     generation: u64,
     /// The hub's `node_id`, for messages.
@@ -176,17 +172,7 @@ impl NodeEnd {
     fn answer(&mut self, link: &mut PeerLink, id: RequestId, request: Request) {
         use tuic_proto::peer::Response as R;
         let resp = match request {
-            Request::Send(m) => {
-                self.sends.push((id, m));
-                return;
-            }
             Request::ListPeers { path } => R::Peers(local_entries(&self.node, path.as_deref())),
-            Request::Register { peers } => {
-                // The hub's directory: every peer it can route to, each with an address.
-                self.node.peer.lock().directory =
-                    peers.into_iter().filter(|p| p.address.is_some()).collect();
-                R::RegisterAck
-            }
             Request::Inbox {
                 recipient,
                 since,
@@ -227,8 +213,12 @@ impl NodeEnd {
                     return;
                 }
             }
-            // The link's own rules refuse these on a node's end; never reached.
-            Request::ListUpstreamTools | Request::CallUpstreamTool { .. } => self.refuse(
+            // The uplink takes these itself; the link's own rules refuse the upstream requests
+            // on a node's end. Never reached.
+            Request::Send(_)
+            | Request::Register { .. }
+            | Request::ListUpstreamTools
+            | Request::CallUpstreamTool { .. } => self.refuse(
                 ErrorCode::Malformed,
                 "a node does not offer its upstream tools to the hub".into(),
             ),
@@ -236,110 +226,10 @@ impl NodeEnd {
         let _ = link.respond(id, resp);
     }
 
-    fn unknown(&self, recipient: &str) -> tuic_proto::peer::Response {
-        self.refuse(
-            ErrorCode::UnknownRecipient,
-            format!("recipient '{recipient}' is not registered"),
-        )
-    }
-
-    fn refuse(&self, code: ErrorCode, message: String) -> tuic_proto::peer::Response {
-        tuic_proto::peer::Response::Error {
-            code,
-            connection: self.me.clone(),
-            message,
-        }
-    }
-
-    /// Applies outbox changes: journal them for the group committer and report outcomes to
-    /// waiting senders — a refusal only once the removal it makes is committed (a resend after
-    /// a crash must not follow a `refused`), anything else at once. Removals nobody waits for
-    /// ride with the next group (custody commits, or the next tick): a removal lost to a crash
-    /// only resends mail the destination's ring answers `duplicate`.
-    /// `refused_by` names the connection a refusal came from when the hub said (its outbox for
-    /// another node may be the full one), instead of this node's uplink.
-    fn settle(&self, refused_by: Option<&str>, f: impl FnOnce(&mut tuic_proto::peer::Outbox)) {
-        let mut late = Vec::new();
-        {
-            let mut p = self.node.peer.lock();
-            f(&mut p.uplink);
-            let mut refusals = Vec::new();
-            while let Some(mut ev) = p.uplink.poll_event() {
-                if let (
-                    Some(by),
-                    SenderOutcome::Refused { connection, .. }
-                    | SenderOutcome::RefusedOnRetry { connection, .. },
-                ) = (refused_by, &mut ev.outcome)
-                {
-                    *connection = by.to_owned();
-                }
-                if matches!(
-                    ev.outcome,
-                    SenderOutcome::Refused { .. } | SenderOutcome::RefusedOnRetry { .. }
-                ) {
-                    refusals.push(ev);
-                } else if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
-                    late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
-                }
-            }
-            if refusals.is_empty() {
-                drop(p);
-                post_refusals_later(&self.node, late);
-                return;
-            }
-            {
-                let node = self.node.clone();
-                p.durable.0.push(Box::new(move |r| {
-                    if let Err(e) = r {
-                        tracing::error!(error = %e, "persisting the uplink outbox failed");
-                    }
-                    let mut late = Vec::new();
-                    {
-                        let mut p = node.peer.lock();
-                        for ev in refusals {
-                            if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
-                                late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
-                            }
-                        }
-                    }
-                    post_refusals_later(&node, late);
-                }));
-            }
-        }
-        self.node.peer.committer().wake();
-        post_refusals_later(&self.node, late);
-    }
-
-    /// Delivers this step's `send`s together and answers each.
-    fn deliver_sends(&mut self, link: &mut PeerLink) {
-        if self.sends.is_empty() {
-            return;
-        }
-        let (ids, msgs): (Vec<RequestId>, Vec<_>) =
-            std::mem::take(&mut self.sends).into_iter().unzip();
-        let (node, me) = (&self.node, &self.me);
-        let resps = driver::blocking(|| super::deliver_batch(node, me, msgs));
-        for (id, r) in ids.into_iter().zip(resps) {
-            let _ = link.respond(id, r);
-        }
-    }
-}
-
-impl End for NodeEnd {
-    type Cmd = Cmd;
-
-    fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
+    /// Events that are not about mail: the hub's upstream tools.
+    fn on_other(&mut self, link: &mut PeerLink, event: LinkEvent) {
         use tuic_proto::peer::Response as R;
         match event {
-            LinkEvent::Up { remote_id } => {
-                tracing::info!(hub = %remote_id, "peer link up");
-                self.node
-                    .peer
-                    .hub_tools
-                    .link_up(self.generation, &remote_id);
-                self.hub_name = remote_id;
-                self.list_upstream(link);
-            }
             LinkEvent::UpstreamToolsChanged { generation } => {
                 if self.node.peer.hub_tools.hub_generation() != Some(generation) {
                     self.list_upstream(link);
@@ -359,76 +249,202 @@ impl End for NodeEnd {
                     _ => tools.progress_after_caller_left(coalesced),
                 }
             }
-            LinkEvent::Request { id, request } => self.answer(link, id, request),
             LinkEvent::Response {
                 id,
-                request,
+                request: Request::ListUpstreamTools,
                 response,
-            } => match (request, response) {
-                (Request::Register { .. }, resp) => {
-                    if self.register_pending == Some(id) {
-                        self.register_pending = None;
-                        self.ready = true;
+            } => {
+                if self.listing == Some(id) {
+                    self.listing = None;
+                }
+                match response {
+                    R::UpstreamTools { generation, tools } => {
+                        tracing::debug!(
+                            generation,
+                            tools = tools.len(),
+                            "hub upstream tools listed"
+                        );
+                        self.node
+                            .peer
+                            .hub_tools
+                            .install(&self.node, generation, tools);
                     }
-                    if let R::Error { code, message, .. } = resp {
-                        tracing::warn!(?code, %message, "hub refused this node's peer set");
+                    other => {
+                        tracing::warn!(answer = ?other, "hub did not list its upstream tools")
                     }
                 }
-                (Request::Send(m), R::SendAck { outcome, .. }) => {
-                    self.settle(None, |o| o.on_ack(&m.message_id, outcome));
+                if std::mem::take(&mut self.relist) {
+                    self.list_upstream(link);
                 }
-                (
-                    Request::Send(m),
+            }
+            LinkEvent::Response {
+                id,
+                request: Request::CallUpstreamTool { .. },
+                response,
+            } => {
+                if let Some((reply, _)) = self.calls.remove(&id) {
+                    super::hubtools::answer(reply, response, &self.hub_name);
+                }
+            }
+            other => tracing::debug!(?other, "unexpected event on the peer link"),
+        }
+    }
+
+    fn unknown(&self, recipient: &str) -> tuic_proto::peer::Response {
+        self.refuse(
+            ErrorCode::UnknownRecipient,
+            format!("recipient '{recipient}' is not registered"),
+        )
+    }
+
+    fn refuse(&self, code: ErrorCode, message: String) -> tuic_proto::peer::Response {
+        tuic_proto::peer::Response::Error {
+            code,
+            connection: self.me.clone(),
+            message,
+        }
+    }
+
+    /// Reports what a change of the uplink outbox produced to waiting senders — a refusal only
+    /// once the removal it makes is committed (a resend after a crash must not follow a
+    /// `refused`), anything else at once — under the lock that changed it. Removals nobody
+    /// waits for ride with the next group (custody commits, or the next tick): a removal lost
+    /// to a crash only resends mail the destination's ring answers `duplicate`.
+    fn hand_on(&self, mut p: std::sync::MutexGuard<'_, super::Inner>, s: Settled) {
+        let mut late = Vec::new();
+        let Settled {
+            now,
+            after_commit: refusals,
+            ..
+        } = s;
+        for ev in now {
+            if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
+                late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
+            }
+        }
+        if refusals.is_empty() {
+            drop(p);
+            post_refusals_later(&self.node, late);
+            return;
+        }
+        let node = self.node.clone();
+        p.durable.0.push(Box::new(move |r| {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "persisting the uplink outbox failed");
+            }
+            let mut late = Vec::new();
+            {
+                let mut p = node.peer.lock();
+                for ev in refusals {
+                    if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
+                        late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
+                    }
+                }
+            }
+            post_refusals_later(&node, late);
+        }));
+        drop(p);
+        self.node.peer.committer().wake();
+        post_refusals_later(&self.node, late);
+    }
+
+    /// Delivers this step's `send`s together and answers each.
+    fn deliver_sends(&mut self, link: &mut PeerLink) {
+        let sends = self.uplink.take_sends();
+        if sends.is_empty() {
+            return;
+        }
+        let (ids, msgs): (Vec<RequestId>, Vec<_>) = sends.into_iter().unzip();
+        let (node, me) = (&self.node, &self.me);
+        let resps = driver::blocking(|| super::deliver_batch(node, me, msgs));
+        for (id, r) in ids.into_iter().zip(resps) {
+            let _ = link.respond(id, r);
+        }
+    }
+}
+
+impl End for NodeEnd {
+    type Cmd = Cmd;
+
+    fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
+        use tuic_proto::peer::Response as R;
+        // Outcomes are reported under the same lock that changed the outbox, as one step.
+        let mut p = self.node.peer.lock();
+        let out = self.uplink.on_event(link, &mut p.uplink, event);
+        let out = match out {
+            UplinkOutput::Answered {
+                message: m,
+                response,
+                settled,
+            } => {
+                match &response {
+                    // Not a refusal: the uplink keeps it and retries on the next tick.
+                    R::Error {
+                        code: ErrorCode::RecipientFull,
+                        message,
+                        ..
+                    } => {
+                        tracing::info!(message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry")
+                    }
                     R::Error {
                         code,
                         message,
                         connection,
-                    },
-                ) => {
-                    if code == ErrorCode::RecipientFull {
-                        // Not a refusal: the uplink keeps it and retries on the next tick.
-                        tracing::info!(message_id = %m.message_id, to = %m.to, %message, "recipient full; mail held for retry");
-                    } else {
-                        tracing::warn!(message_id = %m.message_id, ?code, %connection, %message, "hub refused mail");
+                    } => {
+                        tracing::warn!(message_id = %m.message_id, ?code, %connection, %message, "hub refused mail")
                     }
-                    self.settle(Some(&connection), |o| {
-                        o.on_refused(&m.message_id, code, &message)
-                    });
+                    _ => {}
                 }
-                (Request::ListUpstreamTools, resp) => {
-                    if self.listing == Some(id) {
-                        self.listing = None;
-                    }
-                    match resp {
-                        R::UpstreamTools { generation, tools } => {
-                            tracing::debug!(
-                                generation,
-                                tools = tools.len(),
-                                "hub upstream tools listed"
-                            );
-                            self.node
-                                .peer
-                                .hub_tools
-                                .install(&self.node, generation, tools);
-                        }
-                        other => {
-                            tracing::warn!(answer = ?other, "hub did not list its upstream tools")
-                        }
-                    }
-                    if std::mem::take(&mut self.relist) {
-                        self.list_upstream(link);
-                    }
+                self.hand_on(p, settled);
+                return;
+            }
+            UplinkOutput::Down { reason, settled } => {
+                tracing::info!(?reason, "peer link down");
+                // The directory goes with the link slot (`detach`, by generation), so an older
+                // link ending never wipes a newer one's.
+                self.hand_on(p, settled);
+                for (_, (reply, _)) in self.calls.drain() {
+                    super::hubtools::lost(reply, &self.hub_name);
                 }
-                (Request::CallUpstreamTool { .. }, resp) => {
-                    if let Some((reply, _)) = self.calls.remove(&id) {
-                        super::hubtools::answer(reply, resp, &self.hub_name);
-                    }
+                self.node
+                    .peer
+                    .hub_tools
+                    .link_down(&self.node, self.generation);
+                self.node.peer.committer().wake();
+                return;
+            }
+            UplinkOutput::Directory(peers) => {
+                // The hub's directory: every peer it can route to, each with an address.
+                p.directory = peers;
+                return;
+            }
+            other => {
+                drop(p);
+                other
+            }
+        };
+        match out {
+            // Handled under the lock above.
+            UplinkOutput::Answered { .. }
+            | UplinkOutput::Down { .. }
+            | UplinkOutput::Directory(_)
+            | UplinkOutput::Nothing => {}
+            UplinkOutput::Up { remote_id } => {
+                tracing::info!(hub = %remote_id, "peer link up");
+                self.node
+                    .peer
+                    .hub_tools
+                    .link_up(self.generation, &remote_id);
+                self.hub_name = remote_id;
+                self.list_upstream(link);
+            }
+            UplinkOutput::Request { id, request } => self.answer(link, id, request),
+            UplinkOutput::Registered { refused } => {
+                if let Some((code, message)) = refused {
+                    tracing::warn!(?code, %message, "hub refused this node's peer set");
                 }
-                (req, resp) => {
-                    tracing::debug!(?req, ?resp, "unexpected answer on the peer link");
-                }
-            },
-            LinkEvent::Receipt(r) => {
+            }
+            UplinkOutput::Receipt(r) => {
                 tracing::info!(source = "agent_msg", message_id = %r.message_id, outcome = ?r.outcome, connection = %r.connection, "delivery receipt");
                 let unclaimed = self
                     .node
@@ -440,22 +456,7 @@ impl End for NodeEnd {
                     post_refusals(&self.node, late.into_iter().collect());
                 }
             }
-            LinkEvent::Down { reason, .. } => {
-                tracing::info!(?reason, "peer link down");
-                // Requests of a link that is gone get no answer (the hub resends).
-                self.sends.clear();
-                for (_, (reply, _)) in self.calls.drain() {
-                    super::hubtools::lost(reply, &self.hub_name);
-                }
-                self.node
-                    .peer
-                    .hub_tools
-                    .link_down(&self.node, self.generation);
-                // The directory goes with the link slot (`detach`, by generation), so an older
-                // link ending never wipes a newer one's.
-                self.settle(None, |o| o.on_link_down());
-                self.node.peer.committer().wake();
-            }
+            UplinkOutput::Other(event) => self.on_other(link, *event),
         }
     }
 
@@ -501,45 +502,8 @@ impl End for NodeEnd {
     fn pump(&mut self, link: &mut PeerLink) {
         self.deliver_sends(link);
         // Re-register whenever the local peer set changed; hold mail until the hub has it.
-        let mut peers = local_entries(&self.node, None);
-        {
-            // Senders of held mail stay vouched for after a restart emptied the (in-memory)
-            // registry: the node accepted their mail, so the hub must accept its resend.
-            let p = self.node.peer.lock();
-            for m in p.uplink.messages() {
-                if !peers.iter().any(|e| e.tuic_session == m.from) {
-                    peers.push(PeerEntry {
-                        tuic_session: m.from.clone(),
-                        name: m.from_name.clone(),
-                        orchestrator: false,
-                        address: None,
-                        alias: None,
-                        session_id: None,
-                        path: None,
-                    });
-                }
-            }
-        }
-        if self.register_pending.is_none() && self.registered.as_ref() != Some(&peers) {
-            match link.request(Request::Register {
-                peers: peers.clone(),
-            }) {
-                Ok(id) => {
-                    self.register_pending = Some(id);
-                    self.registered = Some(peers);
-                    self.ready = false;
-                }
-                Err(_) => return,
-            }
-        }
-        if !self.ready {
-            return;
-        }
+        let peers = local_entries(&self.node, None);
         let mut p = self.node.peer.lock();
-        while let Some(m) = p.uplink.poll_dispatch() {
-            if link.request(Request::Send(m)).is_err() {
-                break;
-            }
-        }
+        self.uplink.pump(link, peers, &mut p.uplink);
     }
 }

@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tuic_proto::mail::MAX_MESSAGE_BYTES;
 use tuic_proto::peer::{
-    AckOutcome, Address, DedupeRings, ErrorCode, Outbox, OutboxChange, OutboxError, OutboxLimits,
-    PeerEntry, Response, SenderOutcome, WireMessage, Withdrawn, parse_address,
+    AckOutcome, Address, AddressError, DedupeRings, ErrorCode, Outbox, OutboxChange, OutboxError,
+    OutboxLimits, PeerEntry, Response, SenderOutcome, WireMessage, Withdrawn, parse_address,
 };
 
 use crate::config::Tuning;
@@ -641,12 +641,12 @@ pub enum Route {
 
 /// Routes a `to` that is not a local recipient. Empty connection ids and peers are refused
 /// here, before any owner is selected.
-pub fn route(node: &Node, to: &str) -> Result<Route, ToolError> {
+pub fn route(node: &Node, to: &str) -> Result<Route, AddressError> {
     if !to.contains('/') {
         return Ok(Route::NotAnAddress);
     }
     match parse_address(to) {
-        Err(e) => Err(ToolError::new("invalid_address", e.to_string())),
+        Err(e) => Err(e),
         Ok(Address::Local(peer)) if node.peer.hub().is_some() => Ok(Route::Local(peer.to_owned())),
         Ok(_) => Ok(Route::Remote),
     }
@@ -666,6 +666,128 @@ pub fn error_code(code: ErrorCode) -> &'static str {
     }
 }
 
+/// How an `agent send` to an address ended: the peer layer's typed answer. The MCP tool's
+/// rendering is [`Sent::to_json`] (and `From<SendError> for ToolError` for the refusals).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// The mail's id (stable across hops and resends).
+    pub message_id: String,
+    /// The connection the answer is about (the first hop, or the one that dropped).
+    pub connection: String,
+    /// What the sender can rely on.
+    pub status: SentStatus,
+}
+
+/// The three answers of a cross-host send (`docs/mail-protocol.md`, "Guarantees, hop by hop").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SentStatus {
+    /// In the recipient's inbox, its ring committed there.
+    Delivered,
+    /// Held committed by a hop, retried until acknowledged.
+    Accepted,
+    /// Maybe delivered.
+    Uncertain(Uncertainty),
+}
+
+/// Why an answer is uncertain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Uncertainty {
+    /// The link dropped while the mail was on the wire; it is resent with the same id.
+    LinkDropped,
+    /// A hop could not save it after it had left (the text names the hop and the error); it is
+    /// resent until acknowledged, but a restart of that hop would lose it.
+    Unsaved(String),
+    /// A resend was refused (the detail) but an earlier attempt may have arrived; final.
+    RefusedOnRetry(String),
+}
+
+/// Why an `agent send` to an address was refused (nothing was sent, or it certainly did not
+/// arrive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// The body is over the mail limit.
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+    },
+    /// A hop refused it.
+    Refused {
+        /// Code and connection.
+        refusal: Refusal,
+        /// The mail's id, once one was given.
+        message_id: Option<String>,
+    },
+}
+
+impl SendError {
+    fn refused(refusal: Refusal, message_id: &str) -> Self {
+        SendError::Refused {
+            refusal,
+            message_id: Some(message_id.to_owned()),
+        }
+    }
+}
+
+impl Sent {
+    /// The MCP tool's answer for `agent action=send` to `to`.
+    pub fn to_json(&self, to: &str) -> Value {
+        let status = match self.status {
+            SentStatus::Delivered => "delivered",
+            SentStatus::Accepted => "accepted",
+            SentStatus::Uncertain(_) => "uncertain",
+        };
+        let mut v = json!({
+            "delivered": status == "delivered",
+            "status": status,
+            "message_id": self.message_id,
+            "to": to,
+            "connection": self.connection,
+            "delivery_path": "peer_link",
+        });
+        if let SentStatus::Uncertain(why) = &self.status {
+            let (will_retry, reason) = match why {
+                Uncertainty::LinkDropped => (
+                    true,
+                    "the link dropped while the message was on the wire; it stays queued and is resent with the same message_id, which the destination deduplicates".to_owned(),
+                ),
+                Uncertainty::Unsaved(detail) => (true, detail.clone()),
+                Uncertainty::RefusedOnRetry(detail) => (
+                    false,
+                    format!(
+                        "a resend was refused ({detail}) but an earlier attempt may have arrived; it is not retried"
+                    ),
+                ),
+            };
+            v["will_retry"] = json!(will_retry);
+            v["uncertain_reason"] = json!(reason);
+        }
+        v
+    }
+}
+
+/// The MCP rendering of an address that does not parse.
+impl From<AddressError> for ToolError {
+    fn from(e: AddressError) -> Self {
+        ToolError::new("invalid_address", e.to_string())
+    }
+}
+
+/// The MCP rendering of a refused cross-host send.
+impl From<SendError> for ToolError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::TooLarge { bytes } => ToolError::new(
+                "too_large",
+                format!("message is {bytes} bytes, the limit is {MAX_MESSAGE_BYTES}"),
+            ),
+            SendError::Refused {
+                refusal,
+                message_id,
+            } => refusal_error(&refusal, message_id.as_deref()),
+        }
+    }
+}
+
 fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
     let code = error_code(r.code);
     let mut e = ToolError::new(
@@ -680,12 +802,7 @@ fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
     e
 }
 
-/// `agent action=send` to an address: custody in the first hop's outbox, then up to
-/// `tuning.peer_send_wait_ms` for the verdict. Answers `delivered` (in the recipient's inbox,
-/// its ring committed there: this hop's custody commit is not waited for), `accepted` (held,
-/// will be retried until acknowledged: committed here first, unless the hub said it holds it
-/// committed), `uncertain` (on the wire when the link dropped; committed here, resent with the
-/// same id, never as new mail), or a refusal naming the connection.
+/// `agent action=send` to an address, as the MCP tool answers it (see [`send_to_address`]).
 pub fn send_remote(
     node: &Arc<Node>,
     from: &str,
@@ -693,30 +810,44 @@ pub fn send_remote(
     to: &str,
     message: String,
 ) -> Result<Value, ToolError> {
+    Ok(send_to_address(node, from, from_name, to, message)?.to_json(to))
+}
+
+/// `agent action=send` to an address: custody in the first hop's outbox, then up to
+/// `tuning.peer_send_wait_ms` for the verdict. Answers `delivered` (in the recipient's inbox,
+/// its ring committed there: this hop's custody commit is not waited for), `accepted` (held,
+/// will be retried until acknowledged: committed here first, unless the hub said it holds it
+/// committed), `uncertain` (on the wire when the link dropped; committed here, resent with the
+/// same id, never as new mail), or a refusal naming the connection.
+pub fn send_to_address(
+    node: &Arc<Node>,
+    from: &str,
+    from_name: Option<String>,
+    to: &str,
+    message: String,
+) -> Result<Sent, SendError> {
     if message.len() > MAX_MESSAGE_BYTES {
-        return Err(ToolError::new(
-            "too_large",
-            format!(
-                "message is {} bytes, the limit is {MAX_MESSAGE_BYTES}",
-                message.len()
-            ),
-        ));
+        return Err(SendError::TooLarge {
+            bytes: message.len(),
+        });
     }
     let mut queued = match node.peer.hub() {
         Some(h) => h.send(from, from_name, to, message),
         None => queue_uplink(node, from, from_name, to, message),
     }
-    .map_err(|r| refusal_error(&r, None))?;
+    .map_err(|refusal| SendError::Refused {
+        refusal,
+        message_id: None,
+    })?;
     // Whether the next hop said it holds the mail (committed there), so this hop's custody
     // commit is no longer what the answer rests on.
     let mut held_beyond = false;
     let wait = Duration::from_millis(node.config().tuning.peer_send_wait_ms);
-    let mut status = "accepted";
-    let mut uncertain = None;
+    let mut status = SentStatus::Accepted;
+    let mut connection = queued.connection.clone();
     if let Some(why) = &queued.unsaved {
         // Not durable here: uncertain until the next hop says it holds the mail.
-        status = "uncertain";
-        uncertain = Some((queued.connection.clone(), true, why.clone()));
+        status = SentStatus::Uncertain(Uncertainty::Unsaved(why.clone()));
     }
     if let Some(rx) = &queued.outcomes {
         let deadline = Instant::now() + wait;
@@ -728,13 +859,13 @@ pub fn send_remote(
             match rx.recv_timeout(left) {
                 Ok(SenderOutcome::Accepted) => {
                     // The next hop holds it committed.
-                    status = "accepted";
-                    uncertain = None;
+                    status = SentStatus::Accepted;
+                    connection = queued.connection.clone();
                     held_beyond = true;
                 }
                 Ok(SenderOutcome::Delivered) => {
-                    status = "delivered";
-                    uncertain = None;
+                    status = SentStatus::Delivered;
+                    connection = queued.connection.clone();
                     break;
                 }
                 Ok(SenderOutcome::Refused {
@@ -748,20 +879,20 @@ pub fn send_remote(
                         connection,
                         message,
                     };
-                    return Err(refusal_error(&r, Some(&queued.message_id)));
+                    return Err(SendError::refused(r, &queued.message_id));
                 }
-                Ok(SenderOutcome::Uncertain { connection }) => {
-                    status = "uncertain";
-                    uncertain = Some((connection, true, String::new()));
+                Ok(SenderOutcome::Uncertain { connection: c }) => {
+                    status = SentStatus::Uncertain(Uncertainty::LinkDropped);
+                    connection = c;
                     break;
                 }
                 Ok(SenderOutcome::RefusedOnRetry {
-                    connection,
+                    connection: c,
                     message,
                     ..
                 }) => {
-                    status = "uncertain";
-                    uncertain = Some((connection, false, message));
+                    status = SentStatus::Uncertain(Uncertainty::RefusedOnRetry(message));
+                    connection = c;
                     break;
                 }
                 Err(_) => break,
@@ -769,7 +900,7 @@ pub fn send_remote(
         }
     }
     forget_waiter(node, &queued.message_id);
-    if status != "delivered"
+    if status != SentStatus::Delivered
         && !held_beyond
         && let Some(PendingCustody(rx)) = queued.custody.take()
     {
@@ -781,14 +912,10 @@ pub fn send_remote(
             Ok(Custody::Durable) => {}
             Ok(Custody::OnItsWay(e)) => {
                 tracing::error!(error = %e, message_id = %queued.message_id, "persisting the uplink outbox failed after the mail left");
-                status = "uncertain";
-                uncertain = Some((
-                    queued.connection.clone(),
-                    true,
-                    format!(
-                        "this node could not save its outbox ({e}); the message was already on its way and is resent with the same message_id until the hub acknowledges it, but a restart of this node before then would lose it"
-                    ),
-                ));
+                connection = queued.connection.clone();
+                status = SentStatus::Uncertain(Uncertainty::Unsaved(format!(
+                    "this node could not save its outbox ({e}); the message was already on its way and is resent with the same message_id until the hub acknowledges it, but a restart of this node before then would lose it"
+                )));
             }
             Ok(Custody::NotSent(e)) => {
                 tracing::error!(error = %e, "persisting the uplink outbox failed");
@@ -797,7 +924,7 @@ pub fn send_remote(
                     connection: UPLINK.to_owned(),
                     message: "the outbox could not be saved; nothing was sent".into(),
                 };
-                return Err(refusal_error(&r, Some(&queued.message_id)));
+                return Err(SendError::refused(r, &queued.message_id));
             }
             Err(_) => {
                 // The committer is gone (shutdown): nothing says the mail is durable.
@@ -806,33 +933,21 @@ pub fn send_remote(
                     connection: UPLINK.to_owned(),
                     message: "the outbox could not be saved (the node is stopping)".into(),
                 };
-                return Err(refusal_error(&r, Some(&queued.message_id)));
+                return Err(SendError::refused(r, &queued.message_id));
             }
         }
     }
-    let mut v = json!({
-        "delivered": status == "delivered",
-        "status": status,
-        "message_id": queued.message_id,
-        "to": to,
-        "connection": queued.connection,
-        "delivery_path": "peer_link",
-    });
-    if let Some((connection, will_retry, detail)) = uncertain {
-        v["connection"] = json!(connection);
-        v["will_retry"] = json!(will_retry);
-        v["uncertain_reason"] = json!(if will_retry && !detail.is_empty() {
-            detail
-        } else if will_retry {
-            "the link dropped while the message was on the wire; it stays queued and is resent with the same message_id, which the destination deduplicates".to_owned()
-        } else {
-            format!(
-                "a resend was refused ({detail}) but an earlier attempt may have arrived; it is not retried"
-            )
-        });
-    }
-    tracing::info!(source = "agent_msg", %from, %to, message_id = %queued.message_id, status, "agent message sent across hosts");
-    Ok(v)
+    let label = match status {
+        SentStatus::Delivered => "delivered",
+        SentStatus::Accepted => "accepted",
+        SentStatus::Uncertain(_) => "uncertain",
+    };
+    tracing::info!(source = "agent_msg", %from, %to, message_id = %queued.message_id, status = label, "agent message sent across hosts");
+    Ok(Sent {
+        message_id: queued.message_id,
+        connection,
+        status,
+    })
 }
 
 fn forget_waiter(node: &Node, message_id: &str) {
@@ -992,4 +1107,78 @@ pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(status: SentStatus) -> Value {
+        Sent {
+            message_id: "m1".into(),
+            connection: "hub".into(),
+            status,
+        }
+        .to_json("nodec/carol")
+    }
+
+    #[test]
+    fn peer_send_outcomes_render_as_the_agent_tool_answers() {
+        let v = sent(SentStatus::Delivered);
+        assert_eq!(v["status"], "delivered");
+        assert_eq!(v["delivered"], true);
+        assert_eq!(v["to"], "nodec/carol");
+        assert_eq!(v["delivery_path"], "peer_link");
+        assert!(v.get("will_retry").is_none());
+        let v = sent(SentStatus::Accepted);
+        assert_eq!(
+            (v["status"].as_str(), v["delivered"].as_bool()),
+            (Some("accepted"), Some(false))
+        );
+        let v = sent(SentStatus::Uncertain(Uncertainty::LinkDropped));
+        assert_eq!(v["will_retry"], true);
+        assert!(
+            v["uncertain_reason"]
+                .as_str()
+                .unwrap()
+                .contains("link dropped")
+        );
+        let v = sent(SentStatus::Uncertain(Uncertainty::Unsaved(
+            "hub could not save".into(),
+        )));
+        assert_eq!(
+            (v["will_retry"].as_bool(), v["uncertain_reason"].as_str()),
+            (Some(true), Some("hub could not save"))
+        );
+        let v = sent(SentStatus::Uncertain(Uncertainty::RefusedOnRetry(
+            "full".into(),
+        )));
+        assert_eq!(v["will_retry"], false);
+        assert!(
+            v["uncertain_reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("a resend was refused (full)")
+        );
+    }
+
+    #[test]
+    fn peer_send_refusals_render_with_a_stable_code_and_the_connection() {
+        let e = ToolError::from(SendError::TooLarge { bytes: 70_000 });
+        assert_eq!(e.code, "too_large");
+        let e = ToolError::from(SendError::refused(
+            Refusal {
+                code: ErrorCode::OutboxFull,
+                connection: "nodec".into(),
+                message: "full".into(),
+            },
+            "m1",
+        ));
+        assert_eq!(e.code, "outbox_full");
+        assert_eq!(e.extra["connection"], "nodec");
+        assert_eq!(e.extra["status"], "refused");
+        assert_eq!(e.extra["message_id"], "m1");
+        let e = ToolError::from(parse_address("/x").expect_err("empty connection"));
+        assert_eq!(e.code, "invalid_address");
+    }
 }

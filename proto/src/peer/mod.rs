@@ -8,6 +8,9 @@
 //! - [`address`]: `<connection_id>/<peer>` addresses.
 //! - [`backoff`]: reconnect delays.
 //! - [`progress`]: the bounded, coalescing queue of a relayed upstream call's progress.
+//! - [`relay`](mod@relay): the hub's side of its links (outboxes, shadows, directory, routing
+//!   of outcomes) as link events in, frames and typed outputs out.
+//! - [`uplink`]: the node's side of its link to a hub (register gate, vouching, settling).
 //!
 //! None of these touch a socket, a clock or a random source; a simulator in
 //! `proto/tests/sim.rs` drives them with virtual time.
@@ -22,6 +25,8 @@ pub mod frame;
 pub mod link;
 pub mod outbox;
 pub mod progress;
+pub mod relay;
+pub mod uplink;
 
 pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
 pub use backoff::Backoff;
@@ -38,3 +43,5 @@ pub use outbox::{
     Outbox, OutboxChange, OutboxError, OutboxEvent, OutboxLimits, Pushed, SenderOutcome, Withdrawn,
 };
 pub use progress::{PROGRESS_QUEUE_CAP, ProgressQueue};
+pub use relay::{Relay, RelayEnd, RelayOutput, Route, Settled, Step};
+pub use uplink::{Uplink, UplinkOutput};
