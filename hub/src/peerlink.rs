@@ -41,8 +41,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tuic_node::peer::commit::{CommitResult, Source, Taken, Waiter, Waiters};
 use tuic_node::peer::driver::{self, End, FrameIo};
 use tuic_node::peer::{
-    HubRoutes, LateRefusal, Queued, Refusal, deliver_local, local_entries, notify_waiter,
-    outbox_ops, post_refusals_later,
+    LateRefusal, deliver_local, local_entries, notify_waiter, outbox_ops, post_refusals_later,
 };
 use tuic_node::session::now_ms;
 use tuic_node::state::Node;
@@ -91,17 +90,17 @@ fn is_refusal(o: &SenderOutcome) -> bool {
 }
 
 #[derive(Debug, Default)]
-struct Inner {
+pub(crate) struct Inner {
     /// One outbox per connection, towards that node.
     outboxes: BTreeMap<String, Outbox>,
     /// Peers each connected node registered over its link (with addresses), by the link
     /// generation that registered them.
-    shadows: BTreeMap<String, (u64, Vec<PeerEntry>)>,
+    pub(crate) shadows: BTreeMap<String, (u64, Vec<PeerEntry>)>,
     /// The live link tasks, by generation: a link that ends never retires a newer one's state.
     links: HashMap<String, (u64, mpsc::UnboundedSender<HubCmd>)>,
     next_generation: u64,
     /// The hub's own senders waiting for an outcome, by message id.
-    waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    pub(crate) waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
     /// Run after the next group commit (which takes everything journaled before them).
     durable: Waiters,
     /// Relayed mail whose previous hop is not answered yet, by message id: the destination's
@@ -224,7 +223,7 @@ impl Taken for HubTaken {
 
 /// What the relay made of one message.
 #[derive(Debug)]
-enum Relayed {
+pub(crate) enum Relayed {
     /// The answer for the previous hop.
     Answer(Response),
     /// Custody could not be committed, but the mail had already left: it is held in memory and
@@ -274,7 +273,7 @@ impl PeerHub {
         Ok(hub)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -312,7 +311,7 @@ impl PeerHub {
 
     /// Routes stamped mail: into the destination connection's outbox (committed before the
     /// answer), or into a hub-local inbox for `local/<peer>`.
-    fn relay_in(&self, m: &WireMessage) -> Relayed {
+    pub(crate) fn relay_in(&self, m: &WireMessage) -> Relayed {
         // The hub's own senders wait for the verdict through their waiters: no cut-through.
         self.relay_batch(vec![m.clone()], false)
             .pop()
@@ -539,96 +538,6 @@ impl PeerHub {
             }
         }
         dir
-    }
-}
-
-impl HubRoutes for PeerHub {
-    fn send(
-        &self,
-        from: &str,
-        from_name: Option<String>,
-        to: &str,
-        message: String,
-    ) -> Result<Queued, Refusal> {
-        let message_id = uuid::Uuid::new_v4().to_string();
-        let m = WireMessage {
-            message_id: message_id.clone(),
-            from: format_address(LINK_LOCAL, from),
-            to: to.to_owned(),
-            message,
-            timestamp_ms: now_ms(),
-            from_name,
-            kind: None,
-            lifecycle: None,
-        };
-        let conn = to
-            .split_once('/')
-            .map(|(c, _)| c.to_owned())
-            .unwrap_or_default();
-        // Register the waiter first: the verdict may arrive before this function returns.
-        let (tx, rx) = std_mpsc::channel();
-        self.lock().waiters.insert(message_id.clone(), tx);
-        let relayed = match self.relay_in(&m) {
-            Relayed::Answer(r) => r,
-            Relayed::Unsaved { connection, error } => {
-                let up = self.link_up(&conn);
-                if !up {
-                    self.lock().waiters.remove(&message_id);
-                }
-                return Ok(Queued {
-                    message_id,
-                    connection: connection.clone(),
-                    outcomes: up.then_some(rx),
-                    unsaved: Some(format!(
-                        "the hub could not save its outbox for '{connection}' ({error}); the message was already on its way and is resent with the same message_id until that node acknowledges it, but a restart of the hub before then would lose it"
-                    )),
-                    custody: None,
-                });
-            }
-        };
-        match relayed {
-            Response::SendAck { .. } => {
-                let up = self.link_up(&conn);
-                if !up {
-                    self.lock().waiters.remove(&message_id);
-                }
-                Ok(Queued {
-                    message_id,
-                    connection: conn,
-                    outcomes: up.then_some(rx),
-                    unsaved: None,
-                    custody: None,
-                })
-            }
-            Response::Error {
-                code,
-                connection,
-                message,
-            } => {
-                self.lock().waiters.remove(&message_id);
-                Err(Refusal {
-                    code,
-                    connection,
-                    message,
-                })
-            }
-            other => {
-                self.lock().waiters.remove(&message_id);
-                Err(Refusal {
-                    code: ErrorCode::Internal,
-                    connection: conn,
-                    message: format!("unexpected relay answer {other:?}"),
-                })
-            }
-        }
-    }
-
-    fn peers(&self) -> Vec<PeerEntry> {
-        self.lock()
-            .shadows
-            .values()
-            .flat_map(|(_, p)| p.iter().cloned())
-            .collect()
     }
 }
 

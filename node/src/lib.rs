@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod ext;
 pub mod fs;
 pub mod git;
 pub mod guard;

@@ -14,7 +14,6 @@ pub mod create;
 pub mod orphans;
 pub mod placement;
 pub mod query;
-pub mod remote;
 pub mod worktree;
 
 #[cfg(test)]
@@ -72,7 +71,8 @@ pub enum GitError {
     /// The filesystem or process spawn failed.
     #[error("{0}")]
     Io(String),
-    /// A hub's remote repository: the owner refused, or the connection is down or unknown.
+    /// A repository of another host (`ext::HostRouter::repo`): the owner refused, or the
+    /// connection to it is down or unknown.
     #[error("{message}")]
     Remote {
         /// The connection the repository lives on.
