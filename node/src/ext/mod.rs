@@ -240,27 +240,4 @@ pub fn route_repo(node: &Node, call: RepoCall<'_>) -> Result<Value, GitError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_remote_row_serializes_flat_with_its_address_and_overrides_the_owners_claims() {
-        let row = RemoteRow {
-            connection_id: "nb".into(),
-            row: json!({"session_id": "s1", "cwd": "/w", "is_remote": false, "address": "x"})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        };
-        assert_eq!(row.address(), "nb/s1");
-        assert_eq!(
-            row.to_value(),
-            json!({"session_id": "s1", "cwd": "/w", "is_remote": true,
-                   "connection_id": "nb", "address": "nb/s1"})
-        );
-        // One object, no repeated key, in the compact text too.
-        let text = serde_json::to_string(&row).unwrap();
-        assert_eq!(text.matches("\"address\"").count(), 1, "{text}");
-    }
-}
+mod tests;
