@@ -268,3 +268,60 @@ fn a_remote_row_serializes_flat_with_its_address_and_overrides_the_owners_claims
     let text = serde_json::to_string(&row).unwrap();
     assert_eq!(text.matches("\"address\"").count(), 1, "{text}");
 }
+
+/// A tool source with one tool, `ext.echo`, answering its arguments back.
+#[derive(Debug)]
+struct Echo;
+
+impl ToolSource for Echo {
+    fn generation(&self) -> u64 {
+        1
+    }
+    fn listings(&self) -> Vec<Value> {
+        vec![json!({"name": "ext.echo", "description": "echo", "inputSchema": {"type": "object"}})]
+    }
+    fn owns(&self, name: &str) -> bool {
+        name.starts_with("ext.")
+    }
+    fn schema(&self, name: &str) -> Result<Value, ToolError> {
+        match name {
+            "ext.echo" => Ok(self.listings().remove(0)),
+            _ => Err(ToolError::new("unknown_tool", format!("no tool {name}"))),
+        }
+    }
+    fn call<'a>(
+        &'a self,
+        _: &'a Arc<Node>,
+        _: &'a CallCtx,
+        _: &'a str,
+        args: Map<String, Value>,
+    ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            Ok(json!({"content": [{"type": "text", "text": Value::Object(args).to_string()}]}))
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_extensions_tools_are_listed_after_the_native_ones_and_called_through_the_registry() {
+    let (_dir, node) = open_node();
+    node.ext.add_tools(&node, Arc::new(Echo));
+    let msg = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
+    let req = Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Body::from(msg.to_string()))
+        .unwrap();
+    let (_, body) = ipc(&node, req).await;
+    let names: Vec<&str> = body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.last(), Some(&"ext.echo"), "{names:?}");
+    assert!(names.contains(&"session"), "{names:?}");
+    let (err, v) = tool(&node, "ext.echo", json!({"x": 1})).await;
+    assert!(!err, "{v}");
+    assert_eq!(v, json!({"x": 1}));
+}
