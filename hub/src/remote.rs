@@ -14,10 +14,10 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
+use tuic_node::ext::GitError;
 use tuic_node::ext::{
     HostRouter, RemoteRow, RepoCall, Routed, SessionCall, SessionSource, ToolError,
 };
-use tuic_node::git::GitError;
 use tuic_proto::peer::{Address, LOCAL, parse_address};
 
 use crate::federation::{Federation, describe};

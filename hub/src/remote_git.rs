@@ -5,8 +5,8 @@
 //! (`repo`); a plain node refuses it as not absolute.
 
 use serde_json::{Map, Value};
+use tuic_node::ext::GitError;
 use tuic_node::ext::RepoCall;
-use tuic_node::git::GitError;
 
 use crate::federation::Federation;
 

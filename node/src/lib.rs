@@ -7,7 +7,8 @@
 //! extension API (`tuic-hub` is such a process).
 //!
 //! Exported: [`ext`] and what the hub, the tests and the binaries use; modules nobody outside
-//! uses are private. Still public with no outside user: `mail` (its rewrite, issue 15 item 3,
+//! uses are private (the git service's one outside type, `GitError`, is re-exported by
+//! `ext`). Still public with no outside user: `mail` (its rewrite, issue 15 item 3,
 //! is under way elsewhere; narrowing it then avoids two edits of every signature).
 
 mod auth;
@@ -18,7 +19,7 @@ pub mod error;
 mod events;
 pub mod ext;
 mod fs;
-pub mod git;
+mod git;
 pub mod guard;
 pub mod logs;
 pub mod mail;

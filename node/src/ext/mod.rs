@@ -26,7 +26,7 @@ use serde::ser::SerializeMap;
 use serde_json::{Map, Value};
 use tuic_proto::peer::PeerEntry;
 
-use crate::git::GitError;
+pub use crate::git::GitError;
 pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
 pub use crate::peer::{PendingCustody, Queued, Refusal};
 use crate::state::Node;
