@@ -18,8 +18,7 @@ use tuic_node::state::Node;
 
 use crate::connections::{self, ConnectionConfig};
 use crate::peerlink::PeerHub;
-use tuic_node::mcp::registry::ToolError;
-use tuic_node::peer::remote::RemoteSessions;
+use tuic_node::ext::RemoteRow;
 use tuic_proto::events::Event;
 use tuic_proto::sse::{SseDecoder, SseEvent};
 
@@ -109,7 +108,7 @@ impl Federation {
             .build()
             .expect("HTTP client");
         let mail = PeerHub::load(node.clone())?;
-        node.peer.set_hub(mail.clone());
+        node.ext.set_mail_router(mail.clone());
         let fed = Arc::new(Self {
             node: node.clone(),
             conns: RwLock::new(HashMap::new()),
@@ -117,7 +116,8 @@ impl Federation {
             mail,
             screens: Default::default(),
         });
-        node.peer.set_remote_sessions(fed.clone());
+        node.ext.set_session_source(fed.clone());
+        node.ext.set_router(fed.clone());
         Ok(fed)
     }
 
@@ -237,25 +237,20 @@ impl Federation {
     /// Every remote session row, tagged with its connection and address. A node that is down
     /// keeps its last known rows, with `state: "host_offline"` (until it comes back and its
     /// list is read again, or its connection is removed).
-    pub fn remote_rows(&self) -> Vec<Value> {
+    pub fn remote_rows(&self) -> Vec<RemoteRow> {
         let mut rows = Vec::new();
         for c in self.all() {
             let st = c.snapshot();
-            for mut r in st.sessions {
+            for r in st.sessions {
+                // The mirror keeps objects only (a node's rows); anything else is skipped.
+                let Value::Object(mut row) = r else { continue };
                 if !st.up {
-                    r["state"] = json!("host_offline");
+                    row.insert("state".into(), json!("host_offline"));
                 }
-                let sid = r
-                    .get("session_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                if let Some(o) = r.as_object_mut() {
-                    o.insert("is_remote".into(), json!(true));
-                    o.insert("connection_id".into(), json!(c.id));
-                    o.insert("address".into(), json!(format!("{}/{sid}", c.id)));
-                }
-                rows.push(r);
+                rows.push(RemoteRow {
+                    connection_id: c.id.clone(),
+                    row,
+                });
             }
         }
         rows
@@ -572,66 +567,6 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
     match e.status() {
         Some(s) => format!("{kind} ({s})"),
         None => kind.to_owned(),
-    }
-}
-
-/// Longest remote session call (a submit waits up to 10 s for its acknowledgement).
-const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-impl RemoteSessions for Federation {
-    fn rows(&self) -> Vec<Value> {
-        self.remote_rows()
-    }
-
-    fn connections(&self) -> Vec<Value> {
-        self.connection_rows()
-    }
-
-    fn call(
-        &self,
-        connection: &str,
-        method: &str,
-        path_and_query: &str,
-        body: Option<Value>,
-    ) -> Result<(u16, Value), ToolError> {
-        let Some(conn) = self.get(connection) else {
-            return Err(ToolError::new(
-                "unknown_connection",
-                format!("unknown connection {connection}"),
-            )
-            .with("connection", json!(connection)));
-        };
-        let unavailable = |why: &str| {
-            ToolError::new(
-                "owner_unavailable",
-                format!("connection {connection} is unavailable: {why}"),
-            )
-            .with("connection", json!(connection))
-        };
-        if !conn.snapshot().up {
-            return Err(unavailable("not connected"));
-        }
-        let method = reqwest::Method::from_bytes(method.as_bytes())
-            .map_err(|_| ToolError::invalid("bad method"))?;
-        // The node's own token, never the caller's credential.
-        let mut req = self
-            .http
-            .request(method, format!("{}{path_and_query}", conn.url))
-            .header(reqwest::header::COOKIE, conn.cookie())
-            .timeout(REMOTE_CALL_TIMEOUT);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let fut = async move {
-            let r = req.send().await.map_err(|e| describe(&e))?;
-            let status = r.status().as_u16();
-            let v = r.json::<Value>().await.unwrap_or(Value::Null);
-            Ok::<_, String>((status, v))
-        };
-        // Tool handlers are synchronous; this one may run on a runtime worker or a blocking
-        // thread, and waits for the owner either way.
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(fut)).map_err(|e| unavailable(&e))
     }
 }
 

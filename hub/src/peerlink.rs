@@ -40,16 +40,15 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tuic_node::peer::commit::{CommitResult, Source, Taken, Waiter, Waiters};
 use tuic_node::peer::driver::{self, End, FrameIo};
 use tuic_node::peer::{
-    HubRoutes, LateRefusal, Queued, Refusal, deliver_local, local_entries, notify_waiter,
-    outbox_ops, post_refusals_later,
+    LateRefusal, deliver_local, local_entries, notify_waiter, outbox_ops, post_refusals_later,
 };
 use tuic_node::session::now_ms;
 use tuic_node::state::Node;
 use tuic_node::store::{PeerOp, UPLINK_KEY};
 use tuic_proto::peer::{
     ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox, OutboxChange,
-    OutboxEvent, PeerEntry, PeerLink, Receipt, Relay, RelayEnd, RelayOutput, Request, RequestId,
-    Response, Route, SenderOutcome, Settled, Step, WireMessage, Withdrawn, format_address,
+    OutboxEvent, PeerLink, Receipt, Relay, RelayEnd, RelayOutput, Request, RequestId, Response,
+    Route, SenderOutcome, Settled, Step, WireMessage, Withdrawn,
 };
 
 use crate::federation::Conn;
@@ -86,14 +85,14 @@ pub enum HubCmd {
 /// marks) and what only this process holds: the link tasks' channels, the hub's own waiting
 /// senders, the commit waiters and the cut-through answer channels.
 #[derive(Debug, Default)]
-struct Inner {
+pub(crate) struct Inner {
     /// The sans-IO relay every link feeds.
-    relay: Relay,
+    pub(crate) relay: Relay,
     /// The live link tasks, by generation (the relay's): a link that ends never retires a
     /// newer one's state.
     links: HashMap<String, (u64, mpsc::UnboundedSender<HubCmd>)>,
     /// The hub's own senders waiting for an outcome, by message id.
-    waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    pub(crate) waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
     /// Run after the next group commit (which takes everything journaled before them).
     durable: Waiters,
     /// Where a relay step waits for the destination's answer, by message id (the relay marks
@@ -212,7 +211,7 @@ impl Taken for HubTaken {
 
 /// What the relay made of one message.
 #[derive(Debug)]
-enum Relayed {
+pub(crate) enum Relayed {
     /// The answer for the previous hop.
     Answer(Response),
     /// Custody could not be committed, but the mail had already left: it is held in memory and
@@ -262,7 +261,7 @@ impl PeerHub {
         Ok(hub)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -297,7 +296,7 @@ impl PeerHub {
 
     /// Routes stamped mail: into the destination connection's outbox (committed before the
     /// answer), or into a hub-local inbox for `local/<peer>`.
-    fn relay_in(&self, m: &WireMessage) -> Relayed {
+    pub(crate) fn relay_in(&self, m: &WireMessage) -> Relayed {
         // The hub's own senders wait for the verdict through their waiters: no cut-through.
         self.relay_batch(vec![m.clone()], false)
             .pop()
@@ -486,92 +485,6 @@ impl PeerHub {
         drop(g);
         self.node.peer.committer().wake();
         post_refusals_later(&self.node, late);
-    }
-}
-
-impl HubRoutes for PeerHub {
-    fn send(
-        &self,
-        from: &str,
-        from_name: Option<String>,
-        to: &str,
-        message: String,
-    ) -> Result<Queued, Refusal> {
-        let message_id = uuid::Uuid::new_v4().to_string();
-        let m = WireMessage {
-            message_id: message_id.clone(),
-            from: format_address(LINK_LOCAL, from),
-            to: to.to_owned(),
-            message,
-            timestamp_ms: now_ms(),
-            from_name,
-            kind: None,
-            lifecycle: None,
-        };
-        let conn = to
-            .split_once('/')
-            .map(|(c, _)| c.to_owned())
-            .unwrap_or_default();
-        // Register the waiter first: the verdict may arrive before this function returns.
-        let (tx, rx) = std_mpsc::channel();
-        self.lock().waiters.insert(message_id.clone(), tx);
-        let relayed = match self.relay_in(&m) {
-            Relayed::Answer(r) => r,
-            Relayed::Unsaved { connection, error } => {
-                let up = self.link_up(&conn);
-                if !up {
-                    self.lock().waiters.remove(&message_id);
-                }
-                return Ok(Queued {
-                    message_id,
-                    connection: connection.clone(),
-                    outcomes: up.then_some(rx),
-                    unsaved: Some(format!(
-                        "the hub could not save its outbox for '{connection}' ({error}); the message was already on its way and is resent with the same message_id until that node acknowledges it, but a restart of the hub before then would lose it"
-                    )),
-                    custody: None,
-                });
-            }
-        };
-        match relayed {
-            Response::SendAck { .. } => {
-                let up = self.link_up(&conn);
-                if !up {
-                    self.lock().waiters.remove(&message_id);
-                }
-                Ok(Queued {
-                    message_id,
-                    connection: conn,
-                    outcomes: up.then_some(rx),
-                    unsaved: None,
-                    custody: None,
-                })
-            }
-            Response::Error {
-                code,
-                connection,
-                message,
-            } => {
-                self.lock().waiters.remove(&message_id);
-                Err(Refusal {
-                    code,
-                    connection,
-                    message,
-                })
-            }
-            other => {
-                self.lock().waiters.remove(&message_id);
-                Err(Refusal {
-                    code: ErrorCode::Internal,
-                    connection: conn,
-                    message: format!("unexpected relay answer {other:?}"),
-                })
-            }
-        }
-    }
-
-    fn peers(&self) -> Vec<PeerEntry> {
-        self.lock().relay.shadow_peers()
     }
 }
 

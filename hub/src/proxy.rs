@@ -1,7 +1,7 @@
-//! Routing on the hub: `GET /sessions` merges remote rows; a session route or stream whose id
-//! is an address `<connection_id>/<session_id>` (URL-encoded) goes to the owning node with
-//! that node's token in place of the caller's credential; 503 names the connection when it
-//! is down. Also `GET /hub/connections` and `POST /hub/reload`.
+//! Routing on the hub: a session route or stream whose id is an address
+//! `<connection_id>/<session_id>` (URL-encoded) goes to the owning node with that node's token
+//! in place of the caller's credential; 503 names the connection when it is down. Also `GET /hub/connections` and `POST /hub/reload`. (`GET /sessions` lists the
+//! remote rows through the node's own route: `remote.rs` is its `ext::SessionSource`.)
 
 use std::sync::Arc;
 
@@ -47,19 +47,6 @@ fn session_target(path: &str) -> Option<(String, &str)> {
 /// The middleware (installed inside the node's request boundary).
 pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
-    if path == "/sessions" && req.method() == axum::http::Method::GET {
-        let resp = next.run(req).await;
-        if !resp.status().is_success() {
-            return resp;
-        }
-        let body = match resp.into_body().collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => return ApiError::internal(e.to_string()).into_response(),
-        };
-        let mut rows: Vec<Value> = serde_json::from_slice(&body).unwrap_or_default();
-        rows.extend(fed.remote_rows());
-        return Json(rows).into_response();
-    }
     if path == "/sessions"
         && req.method() == axum::http::Method::POST
         && let Some(host) = create_host(req.uri().query())

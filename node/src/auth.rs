@@ -15,21 +15,10 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 /// Name of the login cookie.
-pub const COOKIE_NAME: &str = "tui-session";
+pub(crate) const COOKIE_NAME: &str = "tui-session";
 
 /// The window over which failed attempts are counted.
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
-
-/// Credentials a request presented.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Presented {
-    /// `Authorization: Basic`.
-    Basic { user: String, pass: String },
-    /// A `tui-session` cookie value.
-    Cookie(String),
-    /// A `?token=` query value (honoured only on stream routes).
-    Query(String),
-}
 
 /// In-memory authentication state of a node.
 #[derive(Debug, Default)]
@@ -52,12 +41,12 @@ pub enum Admission {
 }
 
 /// sha256 hex of a token, the form in which login sessions are stored.
-pub fn token_hash(token: &str) -> String {
+pub(crate) fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 /// Constant-time string comparison for secrets.
-pub fn secret_eq(a: &str, b: &str) -> bool {
+pub(crate) fn secret_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;
@@ -188,7 +177,7 @@ fn basic_key(user: &str, pass: &str) -> [u8; 32] {
 }
 
 /// Parses an `Authorization: Basic` header value.
-pub fn parse_basic(value: &str) -> Option<(String, String)> {
+pub(crate) fn parse_basic(value: &str) -> Option<(String, String)> {
     let (scheme, rest) = value.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
@@ -202,7 +191,10 @@ pub fn parse_basic(value: &str) -> Option<(String, String)> {
 }
 
 /// Finds a cookie's value in `Cookie` header values.
-pub fn find_cookie<'a>(headers: impl Iterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+pub(crate) fn find_cookie<'a>(
+    headers: impl Iterator<Item = &'a str>,
+    name: &str,
+) -> Option<&'a str> {
     headers
         .flat_map(|h| h.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
@@ -211,22 +203,22 @@ pub fn find_cookie<'a>(headers: impl Iterator<Item = &'a str>, name: &str) -> Op
 }
 
 /// The `Set-Cookie` value for a login session.
-pub fn session_cookie(token: &str, max_age_secs: u64) -> String {
+pub(crate) fn session_cookie(token: &str, max_age_secs: u64) -> String {
     format!("{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}")
 }
 
 /// Hashes a password with bcrypt (blocking, ~0.25 s at the default cost).
-pub fn hash_password(password: &str) -> anyhow::Result<String> {
+pub(crate) fn hash_password(password: &str) -> anyhow::Result<String> {
     Ok(bcrypt::hash(password, bcrypt::DEFAULT_COST)?)
 }
 
 /// Verifies a password against a bcrypt hash (blocking). A malformed hash never verifies.
-pub fn verify_password(password: &str, hash: &str) -> bool {
+pub(crate) fn verify_password(password: &str, hash: &str) -> bool {
     bcrypt::verify(password, hash).unwrap_or(false)
 }
 
 /// Where a login may send the browser afterwards: `/` or `/mobile…` only.
-pub fn safe_next(next: Option<&str>) -> &str {
+pub(crate) fn safe_next(next: Option<&str>) -> &str {
     match next {
         Some(n) if n == "/" => n,
         Some(n)

@@ -267,8 +267,9 @@ pub fn paths(loc: &Location) -> anyhow::Result<Paths> {
     )
 }
 
-/// Runs a node in the foreground. `hook` receives the opened node inside the runtime and may
-/// return a router hook (the hub's federation) and start its own tasks.
+/// Runs a node in the foreground. `hook` receives the opened node inside the runtime, before
+/// serving: an extension installs its `crate::ext` hooks there, starts its own tasks and may
+/// return a router hook (the hub does all three).
 pub fn serve(
     name: &'static str,
     args: ServeArgs,

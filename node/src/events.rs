@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 use tuic_proto::events::Event;
 
 /// Default per-subscriber buffer, in events.
-pub const DEFAULT_CAPACITY: usize = 1024;
+pub(crate) const DEFAULT_CAPACITY: usize = 1024;
 
 /// One published event with its bus id.
 #[derive(Debug, Clone, PartialEq)]

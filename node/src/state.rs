@@ -95,6 +95,8 @@ pub struct Node {
     pub ops: crate::ops::Ops,
     /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
     pub upstreams: Arc<crate::upstream::Upstreams>,
+    /// The hooks an extension installed before serving (`crate::ext`; none on a plain node).
+    pub ext: crate::ext::Extensions,
 }
 
 impl Node {
@@ -187,6 +189,7 @@ impl Node {
             automations,
             ops: crate::ops::Ops::default(),
             upstreams,
+            ext: crate::ext::Extensions::default(),
         });
         // Story and run commits publish their wake hints on the bus.
         let weak = Arc::downgrade(&node);

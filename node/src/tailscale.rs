@@ -18,7 +18,7 @@ use tuic_proto::events::Event;
 use crate::state::Node;
 
 /// Where tailscaled listens on Linux.
-pub const DEFAULT_SOCKET: &str = "/var/run/tailscale/tailscaled.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/var/run/tailscale/tailscaled.sock";
 
 /// What the last detection found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,7 +67,7 @@ impl Detected {
 }
 
 /// The socket detection asks.
-pub fn socket_path(node: &Node) -> PathBuf {
+pub(crate) fn socket_path(node: &Node) -> PathBuf {
     node.config()
         .tailscale
         .socket
@@ -76,7 +76,7 @@ pub fn socket_path(node: &Node) -> PathBuf {
 }
 
 /// One detection within `budget`.
-pub async fn probe(socket: PathBuf, budget: Duration) -> Detected {
+pub(crate) async fn probe(socket: PathBuf, budget: Duration) -> Detected {
     if !socket.exists() {
         return Detected::Absent;
     }
@@ -106,7 +106,7 @@ pub async fn probe(socket: PathBuf, budget: Duration) -> Detected {
 
 /// Runs one detection now and applies it: the Host guard's trust, `GET /tailscale`, and a
 /// `tailscale-status` event when the state changed.
-pub async fn refresh(node: &Arc<Node>) {
+pub(crate) async fn refresh(node: &Arc<Node>) {
     let config = node.config();
     let detected = if config.tailscale.enabled {
         let budget = Duration::from_millis(config.tuning.tailscale_probe_ms.max(1));
@@ -134,7 +134,7 @@ pub async fn refresh(node: &Arc<Node>) {
 }
 
 /// The detection loop, until shutdown.
-pub fn spawn(node: &Arc<Node>) {
+pub(crate) fn spawn(node: &Arc<Node>) {
     let n = node.clone();
     node.tasks.spawn(async move {
         loop {

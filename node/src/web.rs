@@ -147,7 +147,7 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
 }
 
 /// Routes of the UI pages and assets.
-pub fn routes() -> Router<Arc<Node>> {
+pub(crate) fn routes() -> Router<Arc<Node>> {
     let page = |name: &'static str| move |h: HeaderMap| async move { serve(name, &h) };
     Router::new()
         .route("/mobile/login", get(page("login.html")))

@@ -25,8 +25,8 @@
 //! occurrences fire on both passes. The spec names no automation action other than the firing
 //! itself, so a firing spawns an agent or is only recorded.
 
-pub mod routes;
-pub mod scheduler;
+pub(crate) mod routes;
+pub(crate) mod scheduler;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,7 +49,7 @@ const FIRINGS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("a
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("automation_meta");
 
 /// Most definitions a node keeps.
-pub const MAX_DEFINITIONS: usize = 1_000;
+pub(crate) const MAX_DEFINITIONS: usize = 1_000;
 
 /// The agent a firing spawns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,7 +176,7 @@ pub enum DefinitionAction {
 }
 
 /// The tool's actions.
-pub const TOOL_ACTIONS: &[&str] = &[
+pub(crate) const TOOL_ACTIONS: &[&str] = &[
     "list", "get", "create", "update", "pause", "resume", "delete",
 ];
 
@@ -216,7 +216,7 @@ fn store_err(e: impl std::fmt::Display) -> AutomationError {
 }
 
 /// Parses a cron expression.
-pub fn parse_schedule(s: &str) -> Result<croner::Cron, AutomationError> {
+pub(crate) fn parse_schedule(s: &str) -> Result<croner::Cron, AutomationError> {
     croner::parser::CronParser::new().parse(s).map_err(|e| {
         AutomationError::Invalid(format!("schedule {s:?} is not a cron expression: {e}"))
     })
@@ -224,7 +224,7 @@ pub fn parse_schedule(s: &str) -> Result<croner::Cron, AutomationError> {
 
 /// The zone a schedule is read in.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ScheduleTz {
+pub(crate) enum ScheduleTz {
     /// A fixed UTC offset: no daylight-saving shifts.
     Fixed(FixedOffset),
     /// An IANA zone from the bundled database, with its daylight-saving rules.
@@ -233,7 +233,7 @@ pub enum ScheduleTz {
 
 /// Parses a `tz`: `UTC`/`Z`, an IANA zone name (`Europe/Berlin`, exact spelling), or a fixed
 /// offset `+HH:MM`, `-HH:MM`, `+HHMM`, `+HH` (at most 14 hours).
-pub fn parse_tz(tz: Option<&str>) -> Result<ScheduleTz, AutomationError> {
+pub(crate) fn parse_tz(tz: Option<&str>) -> Result<ScheduleTz, AutomationError> {
     let utc = || ScheduleTz::Fixed(FixedOffset::east_opt(0).expect("zero offset"));
     let Some(s) = tz.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(utc());
@@ -283,14 +283,14 @@ fn parse_offset(s: &str) -> Result<FixedOffset, AutomationError> {
 
 /// A parsed schedule: the cron expression and the offset it is read in.
 #[derive(Debug)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     cron: croner::Cron,
     tz: ScheduleTz,
 }
 
 impl Schedule {
     /// Parses a definition's `schedule` and `tz`.
-    pub fn parse(schedule: &str, tz: Option<&str>) -> Result<Self, AutomationError> {
+    pub(crate) fn parse(schedule: &str, tz: Option<&str>) -> Result<Self, AutomationError> {
         Ok(Self {
             cron: parse_schedule(schedule)?,
             tz: parse_tz(tz)?,
@@ -299,7 +299,7 @@ impl Schedule {
 }
 
 /// The first occurrence of `s` strictly after `after_ms`.
-pub fn next_after(s: &Schedule, after_ms: u64) -> Option<u64> {
+pub(crate) fn next_after(s: &Schedule, after_ms: u64) -> Option<u64> {
     fn next_in<Z: TimeZone>(cron: &croner::Cron, zone: Z, after_ms: u64) -> Option<u64> {
         // An instant is never ambiguous; only wall times are, and croner resolves those.
         let t = zone.timestamp_millis_opt(after_ms as i64).single()?;
@@ -674,7 +674,7 @@ fn validate(d: &DefinitionInput) -> Result<Schedule, AutomationError> {
 }
 
 /// Parses the shared input `{action, ...}`.
-pub fn parse_action(v: &Value) -> Result<DefinitionAction, AutomationError> {
+pub(crate) fn parse_action(v: &Value) -> Result<DefinitionAction, AutomationError> {
     if v.get("action").and_then(Value::as_str).is_none() {
         return Err(AutomationError::Invalid(format!(
             "action is required: one of {}",

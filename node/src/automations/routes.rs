@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::state::Node;
 
 /// The automation routes.
-pub fn routes() -> axum::Router<Arc<Node>> {
+pub(crate) fn routes() -> axum::Router<Arc<Node>> {
     axum::Router::new().route("/automations/action", post(action))
 }
 

@@ -14,7 +14,7 @@ use crate::state::Node;
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 
 /// Starts the scheduler.
-pub fn spawn(node: &Arc<Node>) {
+pub(crate) fn spawn(node: &Arc<Node>) {
     let n = node.clone();
     node.tasks.spawn(async move {
         loop {

@@ -6,7 +6,7 @@
 //! not follow symlinks out (`markdown-image`) canonicalize and re-check. Only the node opens
 //! file roots; the hub never does.
 
-pub mod upload;
+pub(crate) mod upload;
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -24,14 +24,14 @@ use crate::guard::{self, Transport};
 use crate::state::Node;
 
 /// Read cap for remote callers and for `read-external` (10 MB).
-pub const STANDARD_READ_CAP: u64 = 10 * 1024 * 1024;
+pub(crate) const STANDARD_READ_CAP: u64 = 10 * 1024 * 1024;
 /// Read cap for loopback callers of the editor routes (250 MB).
-pub const LARGE_READ_CAP: u64 = 250 * 1024 * 1024;
+pub(crate) const LARGE_READ_CAP: u64 = 250 * 1024 * 1024;
 /// Largest image `markdown-image` serves (10 MiB).
-pub const IMAGE_CAP: u64 = 10 * 1024 * 1024;
+pub(crate) const IMAGE_CAP: u64 = 10 * 1024 * 1024;
 
 /// The traversal gate shared by the absolute-path routes.
-pub fn deny_unless_in_roots(path: &str, roots: &[PathBuf]) -> Result<PathBuf, ApiError> {
+pub(crate) fn deny_unless_in_roots(path: &str, roots: &[PathBuf]) -> Result<PathBuf, ApiError> {
     if path.contains('\0') {
         return Err(ApiError::forbidden("path contains a NUL byte"));
     }

@@ -29,11 +29,11 @@ use crate::error::ApiError;
 use crate::state::Node;
 
 /// Directory inside each root that holds uploads in progress.
-pub const STAGING_DIR: &str = ".tuic-staging";
+pub(crate) const STAGING_DIR: &str = ".tuic-staging";
 
 /// Bounds of one upload.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Total bytes of file content.
     pub max_bytes: u64,
     /// Number of entries.
@@ -77,7 +77,7 @@ impl From<UploadError> for ApiError {
 
 /// What a successful upload published.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
+pub(crate) struct Published {
     /// Top-level name.
     pub name: String,
     /// File content bytes.
@@ -292,7 +292,7 @@ fn entry_path(p: &Path) -> Result<PathBuf, UploadError> {
 }
 
 /// Receives an archive into `root/dest` (blocking). On any error the root is left as before.
-pub fn receive(
+pub(crate) fn receive(
     root: &Path,
     dest: &Path,
     reader: impl Read,
@@ -529,7 +529,7 @@ fn remove_staged(path: &Path) {
 
 /// Startup sweep: removes abandoned staging inside every root, never following a symlinked
 /// staging directory.
-pub fn sweep_staging(roots: &[PathBuf]) -> usize {
+pub(crate) fn sweep_staging(roots: &[PathBuf]) -> usize {
     let mut removed = 0;
     for root in roots {
         let staging = root.join(STAGING_DIR);

@@ -22,14 +22,14 @@ use serde::Serialize;
 use super::{Git, GitError};
 
 /// How `github_pr` evidence is answered: this node has no GitHub access.
-pub const GITHUB_PR_UNAVAILABLE: &str = "unavailable: no GitHub access";
+pub(crate) const GITHUB_PR_UNAVAILABLE: &str = "unavailable: no GitHub access";
 
 /// Target commits scanned for squash messages and twin patches, newest first.
 const TARGET_SCAN: usize = 500;
 
 /// The branches a branch is proved against, resolved once per query.
 #[derive(Debug, Clone, Default)]
-pub struct Targets {
+pub(crate) struct Targets {
     /// The default branch and its tip.
     pub default: Option<(String, String)>,
     /// The integration branch (the main checkout's branch, when it is not the default).
@@ -44,7 +44,7 @@ pub struct Targets {
 
 impl Targets {
     /// Resolves the targets of the repository at `root`.
-    pub fn resolve(git: &Git, root: &Path) -> Self {
+    pub(crate) fn resolve(git: &Git, root: &Path) -> Self {
         let tip = |r: &str| {
             git.out(
                 root,
@@ -116,14 +116,14 @@ impl Targets {
     }
 
     /// The default branch's name.
-    pub fn default_name(&self) -> Option<&str> {
+    pub(crate) fn default_name(&self) -> Option<&str> {
         self.default.as_ref().map(|d| d.0.as_str())
     }
 }
 
 /// One branch's integration verdict.
 #[derive(Debug, Clone, Serialize)]
-pub struct Integration {
+pub(crate) struct Integration {
     /// Local branch name.
     pub branch: String,
     /// Its tip.
@@ -158,7 +158,7 @@ pub struct Integration {
 
 /// The archive ref names for a branch: the primary, and the tip-suffixed variant used when the
 /// primary already holds another tip.
-pub fn archive_refs(branch: &str, tip: &str) -> (String, String) {
+pub(crate) fn archive_refs(branch: &str, tip: &str) -> (String, String) {
     let short = &tip[..tip.len().min(12)];
     (
         format!("refs/archive/{branch}"),
@@ -167,7 +167,7 @@ pub fn archive_refs(branch: &str, tip: &str) -> (String, String) {
 }
 
 /// The archive ref holding `tip` exactly, if any.
-pub fn archived_at(git: &Git, root: &Path, branch: &str, tip: &str) -> Option<String> {
+pub(crate) fn archived_at(git: &Git, root: &Path, branch: &str, tip: &str) -> Option<String> {
     let (primary, variant) = archive_refs(branch, tip);
     [primary, variant].into_iter().find(|r| {
         git.out(root, &["rev-parse", "--verify", "--quiet", r])
@@ -176,7 +176,7 @@ pub fn archived_at(git: &Git, root: &Path, branch: &str, tip: &str) -> Option<St
 }
 
 /// Local branches and their tips, by name.
-pub fn local_branches(git: &Git, root: &Path) -> Result<Vec<(String, String)>, GitError> {
+pub(crate) fn local_branches(git: &Git, root: &Path) -> Result<Vec<(String, String)>, GitError> {
     let out = git.out(
         root,
         &[
@@ -194,7 +194,7 @@ pub fn local_branches(git: &Git, root: &Path) -> Result<Vec<(String, String)>, G
 
 /// Classifies one branch against the targets; never fails (an error is a verdict of
 /// `unknown` with `error` set).
-pub fn classify(
+pub(crate) fn classify(
     git: &Git,
     root: &Path,
     branch: &str,
@@ -566,7 +566,7 @@ fn added_lines_present(
 
 /// What a successful `branch_delete` did.
 #[derive(Debug, Clone, Serialize)]
-pub struct Deleted {
+pub(crate) struct Deleted {
     /// Always true.
     pub ok: bool,
     /// The branch.
@@ -583,7 +583,7 @@ pub struct Deleted {
 /// default or integration branch, integrated (or archived under the recovery rule, which
 /// `archive` opts into), and unmoved since the proof. The tip is always captured under an
 /// archive ref first, so every deletion is restorable (`git branch <name> <archive_ref>`).
-pub fn delete(
+pub(crate) fn delete(
     git: &Git,
     root: &Path,
     branch: &str,
@@ -678,7 +678,12 @@ pub fn delete(
 
 /// An archive ref at exactly `tip`: an existing one, else the primary when free, else the
 /// tip-suffixed variant.
-pub fn ensure_archive(git: &Git, root: &Path, branch: &str, tip: &str) -> Result<String, GitError> {
+pub(crate) fn ensure_archive(
+    git: &Git,
+    root: &Path,
+    branch: &str,
+    tip: &str,
+) -> Result<String, GitError> {
     if let Some(r) = archived_at(git, root, branch, tip) {
         return Ok(r);
     }

@@ -17,19 +17,19 @@ use super::{Git, GitError, RepoRef, resolve_repo};
 use crate::state::Node;
 
 /// Ignored directories copied into a new worktree at most.
-pub const MAX_WARM_DIRS: usize = 64;
+pub(crate) const MAX_WARM_DIRS: usize = 64;
 /// A Git-ignored directory is fully copied (where the filesystem cannot reflink) only up to
 /// this size; bigger ones are skipped and reported, so creation stays fast.
-pub const WARM_COPY_MAX_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const WARM_COPY_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// How long a worktree setup script may run.
-pub const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Output kept from a setup script (its tail).
 const SETUP_OUTPUT_TAIL: usize = 4096;
 /// The setup script, relative to the new worktree.
-pub const SETUP_SCRIPT: &str = ".tuic/worktree-setup.sh";
+pub(crate) const SETUP_SCRIPT: &str = ".tuic/worktree-setup.sh";
 /// A `worktree_create` request (the same for MCP and `POST /worktrees`).
 #[derive(Debug, Clone, Default)]
-pub struct CreateRequest {
+pub(crate) struct CreateRequest {
     /// The registered repository (`path` over MCP, `base_repo` over HTTP).
     pub repo: String,
     /// The branch to create or check out; generated when absent.
@@ -43,7 +43,7 @@ pub struct CreateRequest {
 }
 
 /// Validates a branch name with Git's own rule.
-pub fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
+pub(crate) fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
     if b.is_empty() || b.starts_with('-') || !git.ok(root, &["check-ref-format", "--branch", b])? {
         return Err(GitError::InvalidBranch(format!(
             "{b:?} is not a valid branch name (git check-ref-format --branch)"
@@ -53,7 +53,7 @@ pub fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
 }
 
 /// `worktree_create` = `POST /worktrees`.
-pub fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> {
+pub(crate) fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> {
     let git = &node.git;
     let r = resolve_repo(node, &req.repo)?;
     let branch = match &req.branch {

@@ -9,13 +9,12 @@
 //! on an async worker: every function is blocking, and each `git` process takes one of a bounded
 //! number of slots ([`Git::run`]), so a burst of callers queues instead of forking without limit.
 
-pub mod branch;
-pub mod create;
-pub mod orphans;
-pub mod placement;
-pub mod query;
-pub mod remote;
-pub mod worktree;
+pub(crate) mod branch;
+pub(crate) mod create;
+pub(crate) mod orphans;
+pub(crate) mod placement;
+pub(crate) mod query;
+pub(crate) mod worktree;
 
 #[cfg(test)]
 mod tests;
@@ -28,7 +27,7 @@ use crate::state::Node;
 
 /// Concurrent `git` processes per node. Git work is IO- and fork-bound; on the 2-core machines
 /// the node targets, more than this only adds contention on the object store.
-pub const GIT_CONCURRENCY: usize = 8;
+pub(crate) const GIT_CONCURRENCY: usize = 8;
 
 /// Why a Git operation was refused or failed. Every variant names the problem in its message;
 /// `code` is the stable machine-readable name the adapters answer with.
@@ -72,7 +71,8 @@ pub enum GitError {
     /// The filesystem or process spawn failed.
     #[error("{0}")]
     Io(String),
-    /// A hub's remote repository: the owner refused, or the connection is down or unknown.
+    /// A repository of another host (`ext::HostRouter::repo`): the owner refused, or the
+    /// connection to it is down or unknown.
     #[error("{message}")]
     Remote {
         /// The connection the repository lives on.
@@ -238,7 +238,7 @@ pub(crate) fn failed(args: &[&str], o: &Output) -> GitError {
 }
 
 /// Checks a caller-supplied absolute path lexically: absolute, no NUL, no `..` component.
-pub fn check_path(raw: &str, what: &str) -> Result<PathBuf, GitError> {
+pub(crate) fn check_path(raw: &str, what: &str) -> Result<PathBuf, GitError> {
     if raw.is_empty() {
         return Err(GitError::InvalidPath(format!("{what} is required")));
     }
@@ -261,7 +261,7 @@ pub fn check_path(raw: &str, what: &str) -> Result<PathBuf, GitError> {
 
 /// A registered Git repository, resolved and validated for Git work.
 #[derive(Debug, Clone)]
-pub struct RepoRef {
+pub(crate) struct RepoRef {
     /// Canonical root (the main checkout).
     pub root: PathBuf,
     /// The registry key (`root` as a string).
@@ -271,7 +271,7 @@ pub struct RepoRef {
 /// Resolves `raw` to a registered Git repository root: the lexical checks of [`check_path`],
 /// canonicalisation (a symlink resolving outside every registered root is named as such),
 /// registration, and Git itself (the directory must be the main checkout of a repository).
-pub fn resolve_repo(node: &Node, raw: &str) -> Result<RepoRef, GitError> {
+pub(crate) fn resolve_repo(node: &Node, raw: &str) -> Result<RepoRef, GitError> {
     let p = check_path(raw, "path")?;
     let canon = p
         .canonicalize()
@@ -301,7 +301,7 @@ pub fn resolve_repo(node: &Node, raw: &str) -> Result<RepoRef, GitError> {
 
 /// The directory must be the main checkout of a Git repository (not a shell workspace, not a
 /// subdirectory, not a linked worktree).
-pub fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
+pub(crate) fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
     let not_git = || {
         GitError::NotGit(format!(
             "{} is not a Git repository (registered as a shell workspace); worktrees and branches need Git",
@@ -335,7 +335,7 @@ pub fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
 /// `.git` file (`gitdir: <main>/.git/worktrees/<name>`) without running Git, so hot paths
 /// (progress attribution, the session monitor) can use it. `None` when the nearest `.git` is
 /// a directory (a main checkout) or there is none.
-pub fn main_checkout_of_worktree(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn main_checkout_of_worktree(dir: &Path) -> Option<PathBuf> {
     let mut cur = Some(dir);
     while let Some(d) = cur {
         let dot = d.join(".git");
@@ -363,7 +363,7 @@ pub fn main_checkout_of_worktree(dir: &Path) -> Option<PathBuf> {
 
 /// The main checkout of the repository holding `dir` (through Git's common dir), if `dir` is
 /// inside a Git work tree.
-pub fn main_checkout_of(git: &Git, dir: &Path) -> Option<PathBuf> {
+pub(crate) fn main_checkout_of(git: &Git, dir: &Path) -> Option<PathBuf> {
     let common = git
         .out(
             dir,

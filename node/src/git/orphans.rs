@@ -30,7 +30,7 @@ fn orphans_of(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
 
 /// Looks for orphaned worktrees and opens (or refreshes) the cleanup dialog when there are
 /// some, publishing `orphan-cleanup-requested`. Returns the pending paths.
-pub fn scan(node: &Node, repo: &str) -> Result<Vec<String>, GitError> {
+pub(crate) fn scan(node: &Node, repo: &str) -> Result<Vec<String>, GitError> {
     let r = resolve_repo(node, repo)?;
     let found: Vec<String> = orphans_of(&node.git, &r.root)?
         .into_iter()
@@ -51,7 +51,7 @@ pub fn scan(node: &Node, repo: &str) -> Result<Vec<String>, GitError> {
 /// `orphan_cleanup_answer`: `keep` closes the dialog; `remove` rechecks every pending worktree
 /// (no tracked or untracked changes, a HEAD reachable from a branch, no live session inside,
 /// still an orphan) and removes them all, or refuses the whole answer.
-pub fn answer(node: &Node, repo: &str, decision: &str) -> Result<Value, GitError> {
+pub(crate) fn answer(node: &Node, repo: &str, decision: &str) -> Result<Value, GitError> {
     let git = &node.git;
     let r = resolve_repo(node, repo)?;
     let pending = {

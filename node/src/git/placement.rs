@@ -20,7 +20,7 @@ use crate::repos::DeclaredWorktree;
 use crate::state::Node;
 
 /// Loads every stored declaration into the session registry's mirror (at node start).
-pub fn load(node: &Node) {
+pub(crate) fn load(node: &Node) {
     for repo in node.repos.list().unwrap_or_default() {
         for (t, d) in repo.declared_worktrees {
             node.sessions
@@ -30,7 +30,7 @@ pub fn load(node: &Node) {
 }
 
 /// Records a placement durably and in the mirror.
-pub fn record(
+pub(crate) fn record(
     node: &Node,
     r: &RepoRef,
     tuic_session: &str,
@@ -60,7 +60,7 @@ pub fn record(
 }
 
 /// Drops every placement naming a removed worktree.
-pub fn forget_path(node: &Node, r: &RepoRef, path: &str) {
+pub(crate) fn forget_path(node: &Node, r: &RepoRef, path: &str) {
     let gone = node
         .repos
         .update(&r.key, |repo| {
@@ -87,7 +87,7 @@ pub fn forget_path(node: &Node, r: &RepoRef, path: &str) {
 /// launched in `launch_dir`) in an existing linked worktree of the repository that launch
 /// directory belongs to. The main checkout, unknown paths and other repositories' worktrees
 /// are refused before anything changes. Idempotent.
-pub fn declare(
+pub(crate) fn declare(
     node: &Node,
     tuic_session: &str,
     session_id: &str,

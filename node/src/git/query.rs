@@ -11,7 +11,7 @@ use super::{GitError, resolve_repo};
 use crate::state::Node;
 
 /// `branch_integrations` (all local branches) or `branch_integration` (one).
-pub fn integrations(node: &Node, repo: &str, only: Option<&str>) -> Result<Value, GitError> {
+pub(crate) fn integrations(node: &Node, repo: &str, only: Option<&str>) -> Result<Value, GitError> {
     let git = &node.git;
     let r = resolve_repo(node, repo)?;
     let es = entries(git, &r.root)?;
@@ -52,7 +52,12 @@ pub fn integrations(node: &Node, repo: &str, only: Option<&str>) -> Result<Value
 }
 
 /// `branch_delete`.
-pub fn delete_branch(node: &Node, repo: &str, b: &str, archive: bool) -> Result<Value, GitError> {
+pub(crate) fn delete_branch(
+    node: &Node,
+    repo: &str,
+    b: &str,
+    archive: bool,
+) -> Result<Value, GitError> {
     let git = &node.git;
     let r = resolve_repo(node, repo)?;
     let checkouts: Vec<(String, Option<String>)> = entries(git, &r.root)?
@@ -64,7 +69,7 @@ pub fn delete_branch(node: &Node, repo: &str, b: &str, archive: bool) -> Result<
 }
 
 /// `GET /repo/info`: the repository's Git facts in one call.
-pub fn info(node: &Node, repo: &str) -> Result<Value, GitError> {
+pub(crate) fn info(node: &Node, repo: &str) -> Result<Value, GitError> {
     let git = &node.git;
     let r = resolve_repo(node, repo)?;
     let targets = Targets::resolve(git, &r.root);

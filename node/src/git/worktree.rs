@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tuic_proto::events::Event;
 
-pub use super::create::{CreateRequest, create};
+pub(crate) use super::create::{CreateRequest, create};
 
 use super::branch::{self, Targets};
 use super::{Git, GitError, RepoRef, resolve_repo};
@@ -23,7 +23,7 @@ pub(super) const WARM_FILE: &str = "tuic-warm-artifacts.json";
 
 /// One entry of `git worktree list --porcelain`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Checkout path as Git records it.
     pub path: PathBuf,
     /// HEAD commit (absent for an unborn branch).
@@ -39,7 +39,7 @@ pub struct Entry {
 }
 
 /// The repository's worktrees, main checkout first.
-pub fn entries(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
+pub(crate) fn entries(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
     let out = git.out(root, &["worktree", "list", "--porcelain", "-z"])?;
     let mut v = Vec::new();
     let mut cur: Option<Entry> = None;
@@ -86,7 +86,7 @@ pub fn entries(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
 }
 
 /// The `<repo>__wt` directory beside a repository root.
-pub fn worktrees_dir(root: &Path) -> PathBuf {
+pub(crate) fn worktrees_dir(root: &Path) -> PathBuf {
     let name = root
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -95,13 +95,13 @@ pub fn worktrees_dir(root: &Path) -> PathBuf {
 }
 
 /// The directory name a branch gets (`/` flattened so every worktree is one level deep).
-pub fn dir_name(branch: &str) -> String {
+pub(crate) fn dir_name(branch: &str) -> String {
     branch.replace('/', "-")
 }
 
 /// A worktree's lifecycle status (spec "repo — Worktree List").
 #[derive(Debug, Clone, Serialize)]
-pub struct Lifecycle {
+pub(crate) struct Lifecycle {
     /// Staged, unstaged, untracked and conflicted paths together.
     pub dirty_files: u64,
     /// Staged paths.
@@ -213,7 +213,7 @@ fn submodules(git: &Git, wt: &Path) -> Vec<(String, String)> {
 
 /// Inspects one worktree (the function behind `lifecycle_status` and `worktree_lifecycle`).
 /// Never fails: an error leaves `unknown` verdicts and sets `error`.
-pub fn inspect(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Lifecycle {
+pub(crate) fn inspect(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Lifecycle {
     let mut l = Lifecycle {
         dirty_files: 0,
         staged: 0,
@@ -300,7 +300,11 @@ pub(super) fn count_paths(raw: &[u8]) -> u64 {
 /// Runs `f` over `items` on at most `bound` scoped threads, keeping the order. The threads are
 /// the caller's own (already off the async workers), so a saturated blocking pool cannot
 /// starve the fan-out that one of its threads waits for.
-pub fn fan_out<T: Sync, R: Send>(items: &[T], bound: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn fan_out<T: Sync, R: Send>(
+    items: &[T],
+    bound: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     if items.len() <= 1 || bound <= 1 {
         return items.iter().map(&f).collect();
     }
@@ -380,13 +384,13 @@ fn listed(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Value {
 
 /// `worktree_list`: every worktree of the repository keyed by branch (a detached one by its
 /// path), each with its lifecycle status, inspected concurrently within the git bound.
-pub fn list(node: &Node, repo: &str) -> Result<Value, GitError> {
+pub(crate) fn list(node: &Node, repo: &str) -> Result<Value, GitError> {
     let r = resolve_repo(node, repo)?;
     list_at(&node.git, &r.root)
 }
 
 /// [`list`] on a resolved root (the bench and tests call it directly).
-pub fn list_at(git: &Git, root: &Path) -> Result<Value, GitError> {
+pub(crate) fn list_at(git: &Git, root: &Path) -> Result<Value, GitError> {
     let es = entries(git, root)?;
     let targets = Targets::resolve(git, root);
     let rows = fan_out(&es, super::GIT_CONCURRENCY, |e| {
@@ -419,7 +423,7 @@ fn find_linked(git: &Git, r: &RepoRef, branch: &str) -> Result<(Entry, Vec<Entry
 }
 
 /// `worktree_lifecycle`: the fresh verdict of one branch's worktree, with its fingerprint.
-pub fn lifecycle(node: &Node, repo: &str, branch: &str) -> Result<Value, GitError> {
+pub(crate) fn lifecycle(node: &Node, repo: &str, branch: &str) -> Result<Value, GitError> {
     let r = resolve_repo(node, repo)?;
     let (e, _) = find_linked(&node.git, &r, branch)?;
     let targets = Targets::resolve(&node.git, &r.root);
@@ -427,7 +431,7 @@ pub fn lifecycle(node: &Node, repo: &str, branch: &str) -> Result<Value, GitErro
 }
 
 /// The worktree lifecycle payload shared by the events and `declare_worktree`.
-pub fn payload(node: &Node, r: &RepoRef, e: &Entry, targets: &Targets) -> Value {
+pub(crate) fn payload(node: &Node, r: &RepoRef, e: &Entry, targets: &Targets) -> Value {
     let mut v = listed(&node.git, &r.root, e, targets);
     v["repo_path"] = json!(r.key);
     v["worktree_path"] = json!(e.path.to_string_lossy());
@@ -436,7 +440,7 @@ pub fn payload(node: &Node, r: &RepoRef, e: &Entry, targets: &Targets) -> Value 
 }
 
 /// Live sessions whose start directory or declared placement lies inside `dir`.
-pub fn sessions_inside(node: &Node, dir: &Path) -> Vec<String> {
+pub(crate) fn sessions_inside(node: &Node, dir: &Path) -> Vec<String> {
     node.sessions
         .rows()
         .into_iter()
@@ -452,7 +456,7 @@ pub fn sessions_inside(node: &Node, dir: &Path) -> Vec<String> {
 
 /// A `worktree_remove` request.
 #[derive(Debug, Clone, Default)]
-pub struct RemoveRequest {
+pub(crate) struct RemoveRequest {
     /// The registered repository.
     pub repo: String,
     /// The branch whose linked worktree goes.
@@ -468,7 +472,7 @@ pub struct RemoveRequest {
 }
 
 /// `worktree_remove`.
-pub fn remove(node: &Node, req: &RemoveRequest) -> Result<Value, GitError> {
+pub(crate) fn remove(node: &Node, req: &RemoveRequest) -> Result<Value, GitError> {
     let git = &node.git;
     let r = resolve_repo(node, &req.repo)?;
     if req.branch.is_empty() {

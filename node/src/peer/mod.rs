@@ -4,15 +4,13 @@
 //! - [`endpoint`]: `WS /mcp/peer`, the node's end of the link a hub dials (TCP only).
 //! - [`hubtools`]: the hub's upstream MCP tools offered here as `hub.{name}__{tool}`, listed
 //!   and called over the link (node → hub requests only).
-//! - [`remote`]: the MCP `session` tool's routing of `<connection>/<session>` on a hub (over
-//!   HTTP, never over the peer link).
 //! - this module: the node's durable state — its outbox towards the hub and the dedupe rings
 //!   of every local recipient, both kept in `redb` after each change — the directory of
 //!   remote peers the hub pushed, the delivery of forwarded mail into local inboxes, and the
 //!   MCP-facing `send` to an address.
 //!
-//! A hub is a node too: it installs a [`HubRoutes`] so its own agents' sends to
-//! `<connection>/<peer>` go through its per-connection outboxes instead of an uplink.
+//! A process that holds connections itself installs a [`crate::ext::MailRouter`]: its own
+//! agents' sends to `<connection>/<peer>` then go through it instead of an uplink.
 //!
 //! Deliberately absent: process creation of any kind (no frame asks for it), and any link
 //! traffic on the IPC socket. Lock order: `node.mail` before [`PeerState`]'s lock, never the
@@ -22,11 +20,10 @@ pub mod commit;
 pub mod driver;
 pub mod endpoint;
 pub mod hubtools;
-pub mod remote;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -82,21 +79,6 @@ pub struct Queued {
 #[derive(Debug)]
 pub struct PendingCustody(std_mpsc::Receiver<Custody>);
 
-/// What a hub adds to a node: routing of its own agents' mail through its connections, and
-/// the peers those connections registered.
-pub trait HubRoutes: Send + Sync + std::fmt::Debug {
-    /// Takes custody of mail from the hub's own peer `from` to `to` (`<connection>/<peer>`).
-    fn send(
-        &self,
-        from: &str,
-        from_name: Option<String>,
-        to: &str,
-        message: String,
-    ) -> Result<Queued, Refusal>;
-    /// Peers of connected nodes, each with its address.
-    fn peers(&self) -> Vec<PeerEntry>;
-}
-
 /// The durable and link state under one lock.
 #[derive(Debug)]
 pub struct Inner {
@@ -122,8 +104,6 @@ pub struct Inner {
 pub struct PeerState {
     inner: Arc<Mutex<Inner>>,
     committer: Committer,
-    hub: OnceLock<Arc<dyn HubRoutes>>,
-    sessions: OnceLock<Arc<dyn remote::RemoteSessions>>,
     /// The hub's upstream tools, as the link last listed them.
     pub hub_tools: Arc<hubtools::HubTools>,
 }
@@ -172,8 +152,6 @@ impl PeerState {
         Ok(Self {
             inner,
             committer,
-            hub: OnceLock::new(),
-            sessions: OnceLock::new(),
             hub_tools: Arc::default(),
         })
     }
@@ -213,26 +191,6 @@ impl PeerState {
     /// The live link task's command channel, if a hub link is attached.
     pub fn link_cmd(&self) -> Option<mpsc::UnboundedSender<endpoint::Cmd>> {
         self.lock().link.as_ref().map(|(_, tx)| tx.clone())
-    }
-
-    /// Installs the hub's routes (once, at hub start).
-    pub fn set_hub(&self, routes: Arc<dyn HubRoutes>) {
-        let _ = self.hub.set(routes);
-    }
-
-    /// The hub's routes, when this process is a hub.
-    pub fn hub(&self) -> Option<&Arc<dyn HubRoutes>> {
-        self.hub.get()
-    }
-
-    /// Installs the hub's remote-session routing (once, at hub start).
-    pub fn set_remote_sessions(&self, r: Arc<dyn remote::RemoteSessions>) {
-        let _ = self.sessions.set(r);
-    }
-
-    /// The hub's remote-session routing, when this process is a hub.
-    pub fn remote_sessions(&self) -> Option<&Arc<dyn remote::RemoteSessions>> {
-        self.sessions.get()
     }
 }
 
@@ -647,7 +605,9 @@ pub fn route(node: &Node, to: &str) -> Result<Route, AddressError> {
     }
     match parse_address(to) {
         Err(e) => Err(e),
-        Ok(Address::Local(peer)) if node.peer.hub().is_some() => Ok(Route::Local(peer.to_owned())),
+        Ok(Address::Local(peer)) if node.ext.mail_router().is_some() => {
+            Ok(Route::Local(peer.to_owned()))
+        }
         Ok(_) => Ok(Route::Remote),
     }
 }
@@ -831,7 +791,7 @@ pub fn send_to_address(
             bytes: message.len(),
         });
     }
-    let mut queued = match node.peer.hub() {
+    let mut queued = match node.ext.mail_router() {
         Some(h) => h.send(from, from_name, to, message),
         None => queue_uplink(node, from, from_name, to, message),
     }
@@ -1055,7 +1015,7 @@ fn queue_uplink(
 /// Peers reachable through the peer link, as `list_peers` entries with their addresses: on a
 /// hub, every connected node's peers; on a node, what its hub last pushed.
 pub fn remote_peers(node: &Node, path: Option<&str>) -> Vec<Value> {
-    let entries = match node.peer.hub() {
+    let entries = match node.ext.mail_router() {
         Some(h) => h.peers(),
         None => node.peer.lock().directory.clone(),
     };

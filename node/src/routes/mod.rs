@@ -30,8 +30,10 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// Responses smaller than this are not compressed.
 pub const COMPRESS_ABOVE_BYTES: u16 = 860;
 
-/// Extra behaviour layered onto the node's routes inside the request boundary (the hub
-/// uses it to merge remote sessions and route addresses to their owners).
+/// Extra behaviour layered onto the node's routes inside the request boundary: an
+/// extension's own routes and middleware (the hub's `/hub/*` routes and its routing of
+/// addresses to their owners). Rows and calls the node's own routes serve go through
+/// `crate::ext` instead.
 pub type RouterHook = Arc<dyn Fn(Router<Arc<Node>>) -> Router<Arc<Node>> + Send + Sync>;
 
 /// Builds the full router with the server limits and the request boundary.

@@ -84,7 +84,7 @@ pub(super) async fn create_worktree(
     JsonBody(b): JsonBody<CreateBody>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        if let Some((conn, path)) = crate::git::remote::target(n, &b.base_repo) {
+        if let Some((host, path)) = crate::ext::repo_target(n, &b.base_repo) {
             let mut args = serde_json::Map::new();
             if let Some(br) = b.branch.filter(|s| !s.is_empty()) {
                 args.insert("branch".into(), json!(br));
@@ -93,7 +93,13 @@ pub(super) async fn create_worktree(
                 args.insert("base".into(), json!(base));
             }
             args.insert("spawn_session".into(), json!(b.spawn_session));
-            return crate::git::remote::action(n, conn, path, "worktree_create", &args);
+            let call = crate::ext::RepoCall {
+                host,
+                path,
+                action: "worktree_create",
+                args: &args,
+            };
+            return crate::ext::route_repo(n, call);
         }
         crate::git::worktree::create(
             n,
@@ -122,8 +128,14 @@ pub(super) async fn list_worktrees(
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        if let Some((conn, path)) = crate::git::remote::target(n, &q.path) {
-            return crate::git::remote::action(n, conn, path, "worktree_list", &Default::default());
+        if let Some((host, path)) = crate::ext::repo_target(n, &q.path) {
+            let call = crate::ext::RepoCall {
+                host,
+                path,
+                action: "worktree_list",
+                args: &Default::default(),
+            };
+            return crate::ext::route_repo(n, call);
         }
         let v = crate::git::worktree::list(n, &q.path)?;
         let _ = crate::git::orphans::scan(n, &q.path);
@@ -188,8 +200,14 @@ pub(super) async fn repo_info(
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        if let Some((conn, path)) = crate::git::remote::target(n, &q.path) {
-            return crate::git::remote::action(n, conn, path, "info", &Default::default());
+        if let Some((host, path)) = crate::ext::repo_target(n, &q.path) {
+            let call = crate::ext::RepoCall {
+                host,
+                path,
+                action: "info",
+                args: &Default::default(),
+            };
+            return crate::ext::route_repo(n, call);
         }
         crate::git::query::info(n, &q.path)
     })

@@ -92,20 +92,45 @@ fn session_error(e: SessionError) -> ApiError {
     }
 }
 
-async fn list(
-    State(node): State<Arc<Node>>,
-) -> Result<Json<Vec<crate::session::SessionRow>>, ApiError> {
+/// `GET /sessions`: this node's rows, then other hosts' rows from the extension's
+/// `ext::SessionSource` (the same two lists MCP `session action=list` gives), one JSON array.
+struct Listing {
+    local: Vec<crate::session::SessionRow>,
+    remote: Vec<crate::ext::RemoteRow>,
+}
+
+impl serde::Serialize for Listing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.local.len() + self.remote.len()))?;
+        for r in &self.local {
+            seq.serialize_element(r)?;
+        }
+        for r in &self.remote {
+            seq.serialize_element(r)?;
+        }
+        seq.end()
+    }
+}
+
+async fn list(State(node): State<Arc<Node>>) -> Result<Json<Listing>, ApiError> {
     // Rows are ready state (the monitor probes `/proc` and the screen): a list is a read under
     // the registry's locks, serialized once straight from the rows. Only a session the monitor
     // has not probed yet sends the list to the blocking pool.
-    if let Some(rows) = node.sessions.ready_rows() {
-        return Ok(Json(rows));
-    }
-    let n = node.clone();
-    let rows = tokio::task::spawn_blocking(move || n.sessions.rows())
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(Json(rows))
+    let local = match node.sessions.ready_rows() {
+        Some(rows) => rows,
+        None => {
+            let n = node.clone();
+            tokio::task::spawn_blocking(move || n.sessions.rows())
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))?
+        }
+    };
+    // Extension hook: other hosts' rows, typed, serialized with the local ones.
+    Ok(Json(Listing {
+        local,
+        remote: node.ext.remote_rows(),
+    }))
 }
 
 /// `GET /sessions/{id}`: one live session's row, as `GET /sessions` lists it (the hub's mirror

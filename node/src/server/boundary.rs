@@ -44,7 +44,7 @@ fn accepts_query_token(method: &Method, path: &str) -> bool {
 }
 
 /// The middleware. Apply with `middleware::from_fn_with_state(node, boundary)`.
-pub async fn boundary(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
     // A request without a transport did not come through a listener: treat it as remote.
     let transport = req
         .extensions()
@@ -201,7 +201,7 @@ async fn authenticate(
 }
 
 /// Verifies user and password against the configured bcrypt hash, off the async workers.
-pub async fn check_password(cfg: &crate::config::Config, user: &str, pass: &str) -> bool {
+pub(crate) async fn check_password(cfg: &crate::config::Config, user: &str, pass: &str) -> bool {
     let Some(hash) = cfg.services.auth.password_hash.clone() else {
         return false;
     };
@@ -230,7 +230,7 @@ fn check_login(node: &Arc<Node>, tok: &str, lifetime_ms: u64) -> Option<Option<u
 }
 
 /// 429 with `Retry-After`.
-pub fn throttled(retry_after_secs: u64) -> Response {
+pub(crate) fn throttled(retry_after_secs: u64) -> Response {
     let mut r = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "rate_limited",

@@ -5,7 +5,7 @@
 //! [`Transport`] extension, and the [`boundary`] middleware applies the guards that
 //! transport needs. Toggling remote access starts or stops only TCP.
 
-pub mod boundary;
+pub(crate) mod boundary;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -55,7 +55,10 @@ impl TcpControl {
 }
 
 /// Serves the node until SIGINT/SIGTERM or `node.shutdown` fires.
-pub async fn run(node: Arc<Node>, hook: Option<crate::routes::RouterHook>) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    node: Arc<Node>,
+    hook: Option<crate::routes::RouterHook>,
+) -> anyhow::Result<()> {
     let ipc = bind_ipc(&node.paths.socket).await?;
     let app = crate::routes::router_with(node.clone(), hook);
     node.tcp.lock().await.app = Some(app.clone());
@@ -136,7 +139,7 @@ impl Signals {
 /// Refuses to start when another node answers on `socket`, then takes the config dir's node
 /// lock, held for the process's life so two nodes never share a store. Call before opening
 /// the store, so the message names the socket rather than a database lock.
-pub fn claim_instance(lock_path: &Path, socket: &Path) -> anyhow::Result<std::fs::File> {
+pub(crate) fn claim_instance(lock_path: &Path, socket: &Path) -> anyhow::Result<std::fs::File> {
     if std::os::unix::net::UnixStream::connect(socket).is_ok() {
         bail!(
             "another tuic node is already listening on {}",
@@ -176,7 +179,7 @@ pub fn claim_instance(lock_path: &Path, socket: &Path) -> anyhow::Result<std::fs
 const LOCK_RETRY: Duration = Duration::from_secs(2);
 
 /// Binds the IPC socket (mode 0600), replacing a stale socket file and refusing a live one.
-pub async fn bind_ipc(path: &Path) -> anyhow::Result<UnixListener> {
+pub(crate) async fn bind_ipc(path: &Path) -> anyhow::Result<UnixListener> {
     if std::fs::symlink_metadata(path).is_ok() {
         match UnixStream::connect(path).await {
             Ok(_) => bail!(
@@ -201,7 +204,7 @@ pub async fn bind_ipc(path: &Path) -> anyhow::Result<UnixListener> {
 }
 
 /// Reconciles the TCP listener with config and overrides; returns the bound address.
-pub async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> {
+pub(crate) async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> {
     let cfg = node.config();
     let ov = node
         .overrides

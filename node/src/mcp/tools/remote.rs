@@ -1,5 +1,6 @@
-//! `remote`: the hub's connections to other nodes (`list`, `status`), from the same state as
-//! `GET /hub/connections`. A plain node answers `not_a_hub`.
+//! `remote`: this node's connections to other nodes (`list`, `status`), as the installed
+//! `ext::HostRouter` lists them (a hub: the same state as `GET /hub/connections`). With no
+//! router installed, a plain node, it answers `not_a_hub`.
 
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 
 fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let a = action("remote", ACTIONS, args)?;
-    let Some(remote) = node.peer.remote_sessions() else {
+    let Some(remote) = node.ext.router() else {
         return Err(ToolError::new(
             "not_a_hub",
             format!("remote action={a} needs a hub (tuic-hub): this node has no connections"),

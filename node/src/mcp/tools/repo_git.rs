@@ -63,9 +63,16 @@ pub(super) fn handle(
         }
     }
     let path = super::repo::path_arg(args)?;
-    // Hub: `<connection_id>:/path` is a repository of that node, served by its owner.
-    if let Some((conn, remote_path)) = crate::git::remote::target(node, path) {
-        return crate::git::remote::action(node, conn, remote_path, a, args).map_err(tool_error);
+    // Extension hook (`ext::HostRouter`): `<host>:/path` is a repository of another host,
+    // served by its owner.
+    if let Some((host, remote_path)) = crate::ext::repo_target(node, path) {
+        let call = crate::ext::RepoCall {
+            host,
+            path: remote_path,
+            action: a,
+            args,
+        };
+        return crate::ext::route_repo(node, call).map_err(tool_error);
     }
     match a {
         "worktree_create" => {

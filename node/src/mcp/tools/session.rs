@@ -109,16 +109,16 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     if LOOPBACK_ONLY.contains(&a) && !ctx.loopback {
         return Err(ToolError::loopback_only("session", a));
     }
-    // Federation hook (hub): `<connection_id>/<session>` goes to its owner over HTTP,
-    // `local/<session>` is this node's own.
+    // Extension hook (`ext::HostRouter`): an address of another host goes to its owner, and
+    // the router may name a session of this host under another name.
     let local_args;
-    let args = match crate::peer::remote::session_action(node, a, args)? {
-        crate::peer::remote::Routed::Answered(v) => return Ok(v),
-        crate::peer::remote::Routed::Local(rewritten) => {
+    let args = match crate::ext::route_session(node, a, args)? {
+        Some(crate::ext::Routed::Answered(v)) => return Ok(v),
+        Some(crate::ext::Routed::Local(rewritten)) => {
             local_args = rewritten;
             &local_args
         }
-        crate::peer::remote::Routed::Here => args,
+        None => args,
     };
     match a {
         "list" => Ok(list(node, ctx)),
@@ -230,14 +230,15 @@ fn list(node: &Arc<Node>, ctx: &CallCtx) -> Value {
 }
 
 /// `session action=list` rendered straight from the ready rows: each row is serialized once
-/// from its struct (no `Value` per row), then the hub's remote rows, if any.
+/// from its struct (no `Value` per row), then other hosts' rows from the extension's
+/// `ext::SessionSource`, if any.
 pub(super) fn list_rendered(
     node: &Arc<Node>,
     ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<String, ToolError> {
     // The same routing check as every action (an address in session_id is refused alike).
-    crate::peer::remote::session_action(node, "list", args)?;
+    crate::ext::route_session(node, "list", args)?;
     Ok(list_json(node, ctx))
 }
 
@@ -249,8 +250,8 @@ fn list_json(node: &Arc<Node>, ctx: &CallCtx) -> String {
         is_caller: bool,
     }
     let local = node.sessions.rows();
-    // Federation hook (hub): the connected nodes' rows with their addresses.
-    let remote = crate::peer::remote::rows(node);
+    // Extension hook (`ext::SessionSource`): other hosts' rows with their addresses.
+    let remote = node.ext.remote_rows();
     let caller = ctx.tuic_session.as_deref();
     let mut out = Vec::with_capacity(256 + local.len() * 320);
     out.extend_from_slice(b"{\"count\":");

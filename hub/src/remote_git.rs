@@ -1,20 +1,14 @@
-//! On a hub, the git service of another node: a repository addressed as
-//! `<connection_id>:/path` is served by its owner, over the owner's authenticated HTTP routes
-//! (`/worktrees`, `/repo/*`, the same adapters a local caller uses) through the hub's proxy
-//! path — like `tuic cp`, never over the peer link. On a plain node nothing here applies (such
-//! a path is refused as not absolute).
+//! The git service of another node: a repository addressed as `<connection_id>:/path` is
+//! served by its owner, over the owner's authenticated HTTP routes (`/worktrees`, `/repo/*`,
+//! the same adapters a local caller uses) through the hub's proxy path — like `tuic cp`, never
+//! over the peer link. The node hands such a path here through its `ext::HostRouter` hook
+//! (`repo`); a plain node refuses it as not absolute.
 
 use serde_json::{Map, Value};
+use tuic_node::ext::GitError;
+use tuic_node::ext::RepoCall;
 
-use super::GitError;
-use crate::state::Node;
-
-/// `<connection_id>:/path` on a hub: the connection and the owner's path.
-pub fn target<'a>(node: &Node, path: &'a str) -> Option<(&'a str, &'a str)> {
-    node.peer.remote_sessions()?;
-    let (conn, rest) = path.split_once(':')?;
-    (!conn.is_empty() && !conn.contains('/') && rest.starts_with('/')).then_some((conn, rest))
-}
+use crate::federation::Federation;
 
 /// Every code the git service answers with, so an owner's refusal keeps its code here.
 const CODES: &[&str] = &[
@@ -51,18 +45,14 @@ fn enc(s: &str) -> String {
 
 /// Calls the owner's route; a refusal keeps the owner's code and names the connection.
 fn call(
-    node: &Node,
+    fed: &Federation,
     conn: &str,
     method: &str,
     path_and_query: &str,
     body: Option<Value>,
 ) -> Result<Value, GitError> {
-    let remote = node
-        .peer
-        .remote_sessions()
-        .ok_or_else(|| GitError::InvalidPath("remote repositories need a hub".into()))?;
-    let (status, v) = remote
-        .call(conn, method, path_and_query, body)
+    let (status, v) = fed
+        .call_owner(conn, method, path_and_query, body)
         .map_err(|e| GitError::Remote {
             connection: conn.to_owned(),
             code: e.code,
@@ -100,15 +90,15 @@ fn pick(args: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
         .collect()
 }
 
-/// Serves one git action of the `repo` tool (or a route) on the owner of `conn`. `args` are
-/// the MCP arguments (`path` already split off as `path`).
-pub fn action(
-    node: &Node,
-    conn: &str,
-    path: &str,
-    a: &str,
-    args: &Map<String, Value>,
-) -> Result<Value, GitError> {
+/// Serves one git action of the `repo` tool (or a route) on the owner of `req.host`.
+/// `req.args` are the MCP arguments (`path` already split off as `req.path`).
+pub(crate) fn action(fed: &Federation, req: RepoCall<'_>) -> Result<Value, GitError> {
+    let RepoCall {
+        host: conn,
+        path,
+        action: a,
+        args,
+    } = req;
     let q = |extra: &str| format!("path={}{extra}", enc(path));
     let branch_q = || {
         args.get("branch")
@@ -120,11 +110,11 @@ pub fn action(
         "worktree_create" => {
             let mut b = pick(args, &["branch", "base", "spawn_session"]);
             b.insert("base_repo".into(), Value::from(path));
-            call(node, conn, "POST", "/worktrees", Some(Value::Object(b)))
+            call(fed, conn, "POST", "/worktrees", Some(Value::Object(b)))
         }
-        "worktree_list" => call(node, conn, "GET", &format!("/worktrees?{}", q("")), None),
+        "worktree_list" => call(fed, conn, "GET", &format!("/worktrees?{}", q("")), None),
         "worktree_lifecycle" => call(
-            node,
+            fed,
             conn,
             "GET",
             &format!("/worktrees/lifecycle?{}", q(&branch_q())),
@@ -143,7 +133,7 @@ pub fn action(
             );
             b.insert("path".into(), Value::from(path));
             call(
-                node,
+                fed,
                 conn,
                 "POST",
                 "/worktrees/remove",
@@ -151,14 +141,14 @@ pub fn action(
             )
         }
         "branch_integrations" => call(
-            node,
+            fed,
             conn,
             "GET",
             &format!("/repo/branch-integrations?{}", q("")),
             None,
         ),
         "branch_integration" => call(
-            node,
+            fed,
             conn,
             "GET",
             &format!("/repo/branch-integrations?{}", q(&branch_q())),
@@ -168,7 +158,7 @@ pub fn action(
             let mut b = pick(args, &["branch", "archive"]);
             b.insert("path".into(), Value::from(path));
             call(
-                node,
+                fed,
                 conn,
                 "POST",
                 "/repo/branch-delete",
@@ -179,14 +169,14 @@ pub fn action(
             let mut b = pick(args, &["decision"]);
             b.insert("path".into(), Value::from(path));
             call(
-                node,
+                fed,
                 conn,
                 "POST",
                 "/repo/orphan-cleanup",
                 Some(Value::Object(b)),
             )
         }
-        "info" => call(node, conn, "GET", &format!("/repo/info?{}", q("")), None),
+        "info" => call(fed, conn, "GET", &format!("/repo/info?{}", q("")), None),
         other => Err(GitError::InvalidPath(format!(
             "repo action={other} is not routed to remote repositories"
         ))),

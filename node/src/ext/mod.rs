@@ -1,0 +1,243 @@
+//! The node's extension API: the few hooks through which a process built on a node (the hub,
+//! `tuic-hub`) adds what the node does not have — other hosts.
+//!
+//! A node by itself knows one host, its own. Every hook here is optional and installed at most
+//! once, before serving ([`Extensions`], `Node::ext`); with none installed the node answers as
+//! it always does. The node consults them at fixed points and never learns what is behind them:
+//!
+//! - [`SessionSource`]: more session rows. `GET /sessions` and MCP `session action=list` both
+//!   list the node's own rows, then the source's [`RemoteRow`]s (one list, two serializers).
+//! - [`HostRouter`]: calls addressed to another host. A `session` tool call whose `session_id`
+//!   is an address (has a `/` and names no session here), a repository path of the form
+//!   `<host>:/path`, and the `remote` tool's connection rows.
+//! - [`MailRouter`]: agent mail from this process's own agents to `<connection>/<peer>`
+//!   addresses, and the peers behind those connections (instead of this node's uplink).
+//! - the tool registry: [`Extensions::add_tools`] installs a [`ToolSource`], listed after the
+//!   native tools and this node's upstreams, filtered at listing and dispatch like them.
+//!
+//! Deliberately absent: routes. An HTTP extension layers its own routes and middleware onto
+//! the node's router through `routes::RouterHook`, inside the request boundary, so guards and
+//! authentication apply to it unchanged.
+
+use std::sync::{Arc, OnceLock};
+
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde_json::{Map, Value};
+use tuic_proto::peer::PeerEntry;
+
+pub use crate::git::GitError;
+pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
+pub use crate::peer::{PendingCustody, Queued, Refusal};
+use crate::state::Node;
+
+/// A session row owned by another host, as its owner lists it, with where it lives.
+///
+/// Serialized flat: the owner's fields, then `is_remote: true`, `connection_id` and
+/// `address` (`<connection_id>/<session_id>`), which replace any the owner sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteRow {
+    /// The connection the owner is reached through (the first part of the address).
+    pub connection_id: String,
+    /// The owner's row (`GET /sessions` on the owner), kept whole: the owner may be a newer
+    /// or older node, and a field this node does not know still reaches the caller.
+    pub row: Map<String, Value>,
+}
+
+/// Fields a [`RemoteRow`] sets itself.
+const REMOTE_KEYS: [&str; 3] = ["is_remote", "connection_id", "address"];
+
+impl RemoteRow {
+    /// The owner's session id (empty when the owner sent none).
+    pub fn session_id(&self) -> &str {
+        self.row
+            .get("session_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// `<connection_id>/<session_id>`: the name every routed call takes.
+    pub fn address(&self) -> String {
+        format!("{}/{}", self.connection_id, self.session_id())
+    }
+
+    /// The row as one JSON object (the serialized form).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+impl Serialize for RemoteRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &self.row {
+            if !REMOTE_KEYS.contains(&k.as_str()) {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.serialize_entry("is_remote", &true)?;
+        m.serialize_entry("connection_id", &self.connection_id)?;
+        m.serialize_entry("address", &self.address())?;
+        m.end()
+    }
+}
+
+/// Session rows of other hosts, listed after the node's own.
+pub trait SessionSource: Send + Sync + std::fmt::Debug {
+    /// Every row to list now. Called on each list: keep it a read of ready state.
+    fn rows(&self) -> Vec<RemoteRow>;
+}
+
+/// A `session` tool call whose `session_id` is an address that names no session here.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionCall<'a> {
+    /// The action (`output`, `input`, ...), already checked against the tool's list.
+    pub action: &'a str,
+    /// The `session_id` argument as the caller gave it (contains a `/`).
+    pub address: &'a str,
+    /// Every argument of the call, `action` and `session_id` included.
+    pub args: &'a Map<String, Value>,
+}
+
+/// How a [`HostRouter`] served a [`SessionCall`].
+#[derive(Debug)]
+pub enum Routed {
+    /// The address names a session of this host: serve the call here with these arguments
+    /// (`session_id` rewritten to the local id).
+    Local(Map<String, Value>),
+    /// The owner answered; this is the tool's answer.
+    Answered(Value),
+}
+
+/// A repository action addressed to another host (`<host>:/path`).
+#[derive(Debug, Clone, Copy)]
+pub struct RepoCall<'a> {
+    /// The host part of the path (before the `:`).
+    pub host: &'a str,
+    /// The owner's absolute path (after the `:`).
+    pub path: &'a str,
+    /// The `repo` tool action (`worktree_create`, `info`, ...).
+    pub action: &'a str,
+    /// The action's arguments (as the MCP tool takes them; `path` already split off).
+    pub args: &'a Map<String, Value>,
+}
+
+/// Calls addressed to other hosts.
+pub trait HostRouter: Send + Sync + std::fmt::Debug {
+    /// Serves a `session` call addressed to another host (or `local/<id>`); blocking.
+    fn session(&self, call: SessionCall<'_>) -> Result<Routed, ToolError>;
+    /// Serves a repository action on the owner of `call.host`; blocking. A refusal keeps the
+    /// owner's code and names the connection.
+    fn repo(&self, call: RepoCall<'_>) -> Result<Value, GitError>;
+    /// The connections to other hosts, as the `remote` tool lists them (no token, no
+    /// credentials).
+    fn connections(&self) -> Vec<Value>;
+}
+
+/// Agent mail to other hosts, for a process that holds connections itself (instead of an
+/// uplink to a hub).
+pub trait MailRouter: Send + Sync + std::fmt::Debug {
+    /// Takes custody of mail from this process's own peer `from` to `to`
+    /// (`<connection>/<peer>`).
+    fn send(
+        &self,
+        from: &str,
+        from_name: Option<String>,
+        to: &str,
+        message: String,
+    ) -> Result<Queued, Refusal>;
+    /// Peers reachable through the connections, each with its address.
+    fn peers(&self) -> Vec<PeerEntry>;
+}
+
+/// The installed hooks of one node (none on a plain node).
+#[derive(Debug, Default)]
+pub struct Extensions {
+    sessions: OnceLock<Arc<dyn SessionSource>>,
+    router: OnceLock<Arc<dyn HostRouter>>,
+    mail: OnceLock<Arc<dyn MailRouter>>,
+}
+
+impl Extensions {
+    /// Installs the source of other hosts' session rows (once, before serving).
+    pub fn set_session_source(&self, s: Arc<dyn SessionSource>) {
+        let _ = self.sessions.set(s);
+    }
+
+    /// Installs the router of calls addressed to other hosts (once, before serving).
+    pub fn set_router(&self, r: Arc<dyn HostRouter>) {
+        let _ = self.router.set(r);
+    }
+
+    /// Installs the router of mail to other hosts (once, before serving).
+    pub fn set_mail_router(&self, m: Arc<dyn MailRouter>) {
+        let _ = self.mail.set(m);
+    }
+
+    /// Installs a tool source: its tools are listed after the native tools and the ones
+    /// installed before it, under the same filters at listing and dispatch.
+    pub fn add_tools(&self, node: &Node, source: Arc<dyn ToolSource>) {
+        node.mcp.registry.add_source(source);
+    }
+
+    /// Other hosts' session rows (empty without a source).
+    pub fn remote_rows(&self) -> Vec<RemoteRow> {
+        self.sessions.get().map(|s| s.rows()).unwrap_or_default()
+    }
+
+    /// The router of calls addressed to other hosts, when installed.
+    pub fn router(&self) -> Option<&Arc<dyn HostRouter>> {
+        self.router.get()
+    }
+
+    /// The router of mail to other hosts, when installed.
+    pub fn mail_router(&self) -> Option<&Arc<dyn MailRouter>> {
+        self.mail.get()
+    }
+}
+
+/// Routes a `session` tool call: `None` when it is served here as given (no router, no
+/// address, or a session of this node whose id contains a `/`).
+pub fn route_session(
+    node: &Node,
+    action: &str,
+    args: &Map<String, Value>,
+) -> Result<Option<Routed>, ToolError> {
+    let Some(router) = node.ext.router() else {
+        return Ok(None);
+    };
+    let Some(address) = args.get("session_id").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    if !address.contains('/') || node.sessions.resolve(address).is_some() {
+        return Ok(None);
+    }
+    router
+        .session(SessionCall {
+            action,
+            address,
+            args,
+        })
+        .map(Some)
+}
+
+/// A repository path addressed to another host: `(host, path)` when a router is installed
+/// and `path` is `<host>:/absolute` (a plain node refuses such a path as not absolute).
+pub fn repo_target<'a>(node: &Node, path: &'a str) -> Option<(&'a str, &'a str)> {
+    node.ext.router()?;
+    let (host, rest) = path.split_once(':')?;
+    (!host.is_empty() && !host.contains('/') && rest.starts_with('/')).then_some((host, rest))
+}
+
+/// Serves a repository action on another host through the installed router.
+pub fn route_repo(node: &Node, call: RepoCall<'_>) -> Result<Value, GitError> {
+    match node.ext.router() {
+        Some(r) => r.repo(call),
+        None => Err(GitError::InvalidPath(
+            "repositories of other hosts need a router extension".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;
