@@ -8,10 +8,13 @@
 //! actions and runs them after releasing it.
 //!
 //! Channel push (`channel`) and the launch receipt (`receipt`) hang off the same state; the
-//! reaper asks [`Addressable`] which identities must outlive their protocol sessions.
+//! reaper asks [`peer_identity_is_addressable`] which identities must outlive their protocol
+//! sessions. Mail never imports the MCP layer: it tells it things through [`Clients`], which
+//! the composition root implements.
 //!
 //! Lock order: the mail lock may be taken while the MCP session table is locked (the reaper
-//! asks [`Addressable`] under it), so the session table is never locked while mail is held.
+//! asks [`peer_identity_is_addressable`] under it), so the session table is never locked while
+//! mail is held: [`Clients::push`] is called with the mail lock released.
 //!
 //! Waits are event-driven: a pending `agent action=wait` holds the receiving end of a oneshot
 //! channel; the core resolves it in the same step that assigns it mail, or the timer task
@@ -88,12 +91,28 @@ pub enum Action {
     },
 }
 
+/// What mail tells the client layer above it (the MCP endpoint: its live streams and the task
+/// handles of spawned children). Mail defines this and never imports that layer; the
+/// composition root (`state.rs`) installs the implementation.
+pub trait Clients: Send + Sync + std::fmt::Debug {
+    /// Pushes `note` (a JSON-RPC notification) onto the live stream of a client bound to
+    /// `identity`; whether one took it.
+    fn push(&self, identity: &str, note: &serde_json::Value) -> bool;
+    /// Opens the task handle of a spawned child, owned by these protocol sessions; returns
+    /// its id and the poll interval (ms) a caller is told.
+    fn open_task(&self, owners: Vec<String>) -> (String, u64);
+    /// The child behind a task handle exited.
+    fn finish_task(&self, task_id: &str, session_id: &str, exit_code: Option<i32>);
+}
+
 /// Agent mail of one node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Mail {
     inner: Mutex<Inner>,
     /// Wakes the timer task when a wait with a possibly earlier deadline is registered.
     pub timer: Notify,
+    /// The client layer's streams and task handles ([`Clients`]).
+    clients: Arc<dyn Clients>,
 }
 
 /// The result of a `send`, with how the recipient was resolved.
@@ -110,6 +129,20 @@ pub struct Sent {
 }
 
 impl Mail {
+    /// Mail that tells `clients` about pushes and task handles.
+    pub fn new(clients: Arc<dyn Clients>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            timer: Notify::new(),
+            clients,
+        }
+    }
+
+    /// The client layer above mail.
+    pub fn clients(&self) -> &dyn Clients {
+        &*self.clients
+    }
+
     /// The lock (poison-tolerant).
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -245,7 +278,7 @@ impl Mail {
             && {
                 let inline = server_authored || !orchestrator;
                 let note = channel::notification(from, &message_id, &body, inline);
-                node.mcp.sessions.push_to_identity(recipient, &note)
+                node.mail.clients.push(recipient, &note)
             };
         Ok(Sent {
             message_id,
@@ -482,20 +515,10 @@ pub fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u
     Mail::act(node, actions);
 }
 
-/// The reaper's answer to "is this identity still addressable": it owns a live PTY, or a live
-/// managed child records it as its parent. Both are bounded by live sessions, so retention
-/// cannot grow without bound. Holds the node weakly: the node owns the MCP state that owns this.
-#[derive(Debug)]
-pub struct Addressable(std::sync::Weak<Node>);
-
-impl Addressable {
-    /// The answer for `node`.
-    pub fn new(node: &Arc<Node>) -> Self {
-        Self(Arc::downgrade(node))
-    }
-}
-
-/// Whether `tuic` owns a live PTY or is the parent of a live child.
+/// Whether `tuic` is still addressable although its protocol sessions are gone: it owns a
+/// live PTY, or a live managed child records it as its parent. Both are bounded by live
+/// sessions, so retention cannot grow without bound. The MCP reaper asks this through the
+/// liveness answer the composition root installs.
 pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
     if node.sessions.owns_live_pty(tuic) {
         return true;
@@ -509,14 +532,6 @@ pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
         .map(|(k, _)| k.clone())
         .collect();
     children.iter().any(|c| node.sessions.owns_live_pty(c))
-}
-
-impl crate::mcp::sessions::IdentityLiveness for Addressable {
-    fn is_addressable(&self, tuic_session: &str) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|n| peer_identity_is_addressable(&n, tuic_session))
-    }
 }
 
 /// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox
