@@ -16,6 +16,9 @@
 //! asks [`peer_identity_is_addressable`] under it), so the session table is never locked while
 //! mail is held: [`Clients::push`] is called with the mail lock released.
 //!
+//! Time: every `now` handed to the core is [`mono_ms`] (the node's deadline clock), so a wall
+//! clock step never moves a wait's deadline; message timestamps are [`now_ms`].
+//!
 //! Waits are event-driven: a pending `agent action=wait` holds the receiving end of a oneshot
 //! channel; the core resolves it in the same step that assigns it mail, or the timer task
 //! (woken by [`Mail::timer`]) resolves it at its deadline. Nothing polls.
@@ -38,7 +41,7 @@ use tuic_proto::mail::{
     SendReceipt, WaitId, WaitOutcome, WaitStart,
 };
 
-use crate::session::now_ms;
+use crate::logs::{mono_ms, now_ms};
 use crate::state::Node;
 
 /// One registered peer identity.
@@ -165,7 +168,7 @@ impl Mail {
                     if let Err(Some(lost)) = delivered {
                         // The caller went away: hand the mail back (same ids, fresh cursors)
                         // and owe its missed_count again.
-                        let _ = g.inboxes.wait_undelivered(now_ms(), &recipient, &lost);
+                        let _ = g.inboxes.wait_undelivered(mono_ms(), &recipient, &lost);
                     }
                 }
                 InboxEvent::WaitAbandoned { wait_id, .. } => {
@@ -253,7 +256,9 @@ impl Mail {
         let body = message.clone();
         let (receipt, orchestrator, actions) = {
             let mut g = node.mail.lock();
-            let r = g.inboxes.send(
+            // Deadlines and cursors on the deadline clock, the timestamp on the wall clock.
+            let r = g.inboxes.send_stamped(
+                mono_ms(),
                 now_ms(),
                 NewMessage {
                     recipient: recipient.to_owned(),
@@ -298,7 +303,7 @@ impl Mail {
         let (page, actions) = {
             let mut g = node.mail.lock();
             Self::ensure(node, &mut g, recipient);
-            let p = g.inboxes.inbox(now_ms(), recipient, since, limit)?;
+            let p = g.inboxes.inbox(mono_ms(), recipient, since, limit)?;
             g.urgent.retain(|(_, r)| r != recipient);
             (p, Self::drain(&mut g))
         };
@@ -320,7 +325,10 @@ impl Mail {
             Self::ensure(node, &mut g, recipient);
             g.next_wait += 1;
             let id = g.next_wait;
-            match g.inboxes.wait(now_ms(), recipient, id, since, timeout_ms)? {
+            match g
+                .inboxes
+                .wait(mono_ms(), recipient, id, since, timeout_ms)?
+            {
                 WaitStart::Resolved(o) => {
                     g.urgent.retain(|(_, r)| r != recipient);
                     let actions = Self::drain(&mut g);
@@ -365,7 +373,7 @@ impl Mail {
 
     /// `register replaces=` / identity repair: moves `old`'s mail to `new`, retires `old`.
     pub fn carry_over(node: &Arc<Node>, g: &mut Inner, old: &str, new: &str) -> usize {
-        let n = g.inboxes.carry_over(now_ms(), old, new).unwrap_or(0);
+        let n = g.inboxes.carry_over(mono_ms(), old, new).unwrap_or(0);
         // A retired recipient's dedupe ring goes with it (cross-host mail, `crate::peer`).
         crate::peer::recipient_retired(node, old);
         if let Some(p) = g.peers.remove(old) {
@@ -413,7 +421,9 @@ impl Drop for WaitGuard {
             g.waiters.remove(&self.id);
             g.inboxes.cancel_wait(&self.recipient, self.id);
             if let Ok(Some(lost)) = rx.try_recv() {
-                let _ = g.inboxes.wait_undelivered(now_ms(), &self.recipient, &lost);
+                let _ = g
+                    .inboxes
+                    .wait_undelivered(mono_ms(), &self.recipient, &lost);
             }
             Mail::drain(&mut g)
         };
@@ -428,7 +438,7 @@ pub fn spawn_background(node: &Arc<Node>) {
         loop {
             let next = n.mail.lock().inboxes.poll_timeout();
             let sleep = match next {
-                Some(d) => Duration::from_millis(d.saturating_sub(now_ms())),
+                Some(d) => Duration::from_millis(d.saturating_sub(mono_ms())),
                 None => Duration::from_secs(3600),
             };
             tokio::select! {
@@ -438,7 +448,7 @@ pub fn spawn_background(node: &Arc<Node>) {
             }
             let actions = {
                 let mut g = n.mail.lock();
-                g.inboxes.handle_timeout(now_ms());
+                g.inboxes.handle_timeout(mono_ms());
                 Mail::drain(&mut g)
             };
             Mail::act(&n, actions);
@@ -475,7 +485,7 @@ pub fn pty_gone(node: &Arc<Node>, tuic: &str) {
         if !g.inboxes.is_registered(tuic) {
             return;
         }
-        let _ = g.inboxes.detach_pty(now_ms(), tuic);
+        let _ = g.inboxes.detach_pty(mono_ms(), tuic);
         if let Some((_, c)) = g.wakes.remove(tuic) {
             c.cancel();
         }
