@@ -143,7 +143,8 @@ impl<S: Subscriber> Layer<S> for RingLayer {
     }
 }
 
-/// Wall-clock unix milliseconds.
+/// Wall-clock unix milliseconds: the node's one wall clock, for times people read and records
+/// that outlive the process.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -151,10 +152,38 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The node's one deadline clock, in unix milliseconds: the wall clock read once (at first
+/// use), advanced by monotonic time since. It never steps with the wall clock (NTP, a manual
+/// change), so a deadline computed from it is a true duration; it matches [`now_ms`] as long
+/// as the wall clock is not stepped, so it stays comparable with wall-clock readings of the
+/// same moment (`proto::mail` cursors, a peer link's `now`). Mail hands it to `proto::mail`
+/// as `now` (wait deadlines, the reading window, cursors); message timestamps stay on
+/// [`now_ms`].
+pub fn mono_ms() -> u64 {
+    static ORIGIN: std::sync::LazyLock<(std::time::Instant, u64)> =
+        std::sync::LazyLock::new(|| (std::time::Instant::now(), now_ms()));
+    let (at, wall) = *ORIGIN;
+    wall.saturating_add(at.elapsed().as_millis() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tracing_subscriber::layer::SubscriberExt;
+
+    /// The deadline clock never goes back and starts on the wall clock.
+    #[test]
+    fn the_deadline_clock_is_monotonic_and_starts_at_the_wall_clock() {
+        let wall = now_ms();
+        let first = mono_ms();
+        assert!(first.abs_diff(wall) < 60_000, "{first} vs {wall}");
+        let mut last = first;
+        for _ in 0..10_000 {
+            let t = mono_ms();
+            assert!(t >= last, "{t} < {last}");
+            last = t;
+        }
+    }
 
     #[test]
     fn ring_filters_by_source_and_level() {

@@ -181,7 +181,7 @@ impl Node {
             git: crate::git::Git::default(),
             upload_permits,
             mcp,
-            mail: crate::mail::Mail::default(),
+            mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
             peer,
             progress,
             stories,
@@ -215,7 +215,7 @@ impl Node {
         crate::git::placement::load(&node);
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
-            Arc::new(crate::mail::Addressable::new(&node));
+            Arc::new(Addressable(Arc::downgrade(&node)));
         Ok(node)
     }
 
@@ -283,6 +283,49 @@ fn session_env(
                 crate::progress::observe_intent(&n, s, text);
             }
         })),
+    }
+}
+
+/// Mail's [`crate::mail::Clients`], answered by the MCP endpoint: pushes go to the identity's
+/// `GET /mcp` streams, task handles to the `task` tool's table. Holds the node weakly: the
+/// node owns the mail that owns this.
+#[derive(Debug)]
+struct McpClients(Weak<Node>);
+
+impl crate::mail::Clients for McpClients {
+    fn push(&self, identity: &str, note: &serde_json::Value) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mcp.sessions.push_to_identity(identity, note))
+    }
+
+    fn open_task(&self, owners: Vec<String>) -> (String, u64) {
+        let poll = crate::mcp::tools::task::POLL_INTERVAL_MS;
+        match self.0.upgrade() {
+            Some(n) => (n.mcp.tasks.create(owners, Instant::now()), poll),
+            // Unreachable while a handler runs (it holds the node); an id nobody can poll.
+            None => (uuid::Uuid::new_v4().to_string(), poll),
+        }
+    }
+
+    fn finish_task(&self, task_id: &str, session_id: &str, exit_code: Option<i32>) {
+        if let Some(n) = self.0.upgrade() {
+            n.mcp.tasks.finish(task_id, session_id, exit_code);
+        }
+    }
+}
+
+/// The MCP reaper's liveness answer: mail's addressability rule
+/// ([`crate::mail::peer_identity_is_addressable`]). Holds the node weakly: the node owns the
+/// MCP state that owns this.
+#[derive(Debug)]
+struct Addressable(Weak<Node>);
+
+impl crate::mcp::sessions::IdentityLiveness for Addressable {
+    fn is_addressable(&self, tuic_session: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| crate::mail::peer_identity_is_addressable(&n, tuic_session))
     }
 }
 

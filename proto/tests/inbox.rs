@@ -265,6 +265,30 @@ fn lifecycle_notices_replace_except_awaiting_input() {
     assert_eq!(page.missed_count, 1);
 }
 
+/// A caller on a monotonic deadline clock stamps the wall time separately: the timestamp is
+/// the wall reading, the cursor and the wait deadline follow `now`.
+#[test]
+fn a_stamped_send_keeps_the_wall_time_apart_from_the_deadline_clock() {
+    let mut ib = Inboxes::new();
+    ib.register(BOB);
+    let WaitStart::Pending { deadline } = ib.wait(1_000, BOB, 1, None, Some(500)).expect("wait")
+    else {
+        panic!("nothing is retained yet");
+    };
+    assert_eq!(deadline, 1_500);
+    let r = ib
+        .send_stamped(1_200, 1_700_000_000_000, msg("m0", "x"))
+        .expect("send");
+    assert_eq!(r.cursor, 1_200);
+    assert_eq!(r.delivery, DeliveryPath::Waiter);
+    let answers = resolved(&mut ib);
+    let m = &answers[&1].new_messages[0];
+    assert_eq!(
+        (m.message_id.as_str(), m.timestamp_ms),
+        ("m0", 1_700_000_000_000)
+    );
+}
+
 #[test]
 fn unknown_recipients_and_oversized_bodies_are_refused() {
     let mut ib = Inboxes::new();

@@ -8,10 +8,16 @@
 //! actions and runs them after releasing it.
 //!
 //! Channel push (`channel`) and the launch receipt (`receipt`) hang off the same state; the
-//! reaper asks [`Addressable`] which identities must outlive their protocol sessions.
+//! reaper asks [`peer_identity_is_addressable`] which identities must outlive their protocol
+//! sessions. Mail never imports the MCP layer: it tells it things through [`Clients`], which
+//! the composition root implements.
 //!
 //! Lock order: the mail lock may be taken while the MCP session table is locked (the reaper
-//! asks [`Addressable`] under it), so the session table is never locked while mail is held.
+//! asks [`peer_identity_is_addressable`] under it), so the session table is never locked while
+//! mail is held: [`Clients::push`] is called with the mail lock released.
+//!
+//! Time: every `now` handed to the core is [`mono_ms`] (the node's deadline clock), so a wall
+//! clock step never moves a wait's deadline; message timestamps are [`now_ms`].
 //!
 //! Waits are event-driven: a pending `agent action=wait` holds the receiving end of a oneshot
 //! channel; the core resolves it in the same step that assigns it mail, or the timer task
@@ -35,7 +41,7 @@ use tuic_proto::mail::{
     SendReceipt, WaitId, WaitOutcome, WaitStart,
 };
 
-use crate::session::now_ms;
+use crate::logs::{mono_ms, now_ms};
 use crate::state::Node;
 
 /// One registered peer identity.
@@ -88,12 +94,28 @@ pub enum Action {
     },
 }
 
+/// What mail tells the client layer above it (the MCP endpoint: its live streams and the task
+/// handles of spawned children). Mail defines this and never imports that layer; the
+/// composition root (`state.rs`) installs the implementation.
+pub trait Clients: Send + Sync + std::fmt::Debug {
+    /// Pushes `note` (a JSON-RPC notification) onto the live stream of a client bound to
+    /// `identity`; whether one took it.
+    fn push(&self, identity: &str, note: &serde_json::Value) -> bool;
+    /// Opens the task handle of a spawned child, owned by these protocol sessions; returns
+    /// its id and the poll interval (ms) a caller is told.
+    fn open_task(&self, owners: Vec<String>) -> (String, u64);
+    /// The child behind a task handle exited.
+    fn finish_task(&self, task_id: &str, session_id: &str, exit_code: Option<i32>);
+}
+
 /// Agent mail of one node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Mail {
     inner: Mutex<Inner>,
     /// Wakes the timer task when a wait with a possibly earlier deadline is registered.
     pub timer: Notify,
+    /// The client layer's streams and task handles ([`Clients`]).
+    clients: Arc<dyn Clients>,
 }
 
 /// The result of a `send`, with how the recipient was resolved.
@@ -110,6 +132,20 @@ pub struct Sent {
 }
 
 impl Mail {
+    /// Mail that tells `clients` about pushes and task handles.
+    pub fn new(clients: Arc<dyn Clients>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            timer: Notify::new(),
+            clients,
+        }
+    }
+
+    /// The client layer above mail.
+    pub fn clients(&self) -> &dyn Clients {
+        &*self.clients
+    }
+
     /// The lock (poison-tolerant).
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -132,7 +168,7 @@ impl Mail {
                     if let Err(Some(lost)) = delivered {
                         // The caller went away: hand the mail back (same ids, fresh cursors)
                         // and owe its missed_count again.
-                        let _ = g.inboxes.wait_undelivered(now_ms(), &recipient, &lost);
+                        let _ = g.inboxes.wait_undelivered(mono_ms(), &recipient, &lost);
                     }
                 }
                 InboxEvent::WaitAbandoned { wait_id, .. } => {
@@ -220,7 +256,9 @@ impl Mail {
         let body = message.clone();
         let (receipt, orchestrator, actions) = {
             let mut g = node.mail.lock();
-            let r = g.inboxes.send(
+            // Deadlines and cursors on the deadline clock, the timestamp on the wall clock.
+            let r = g.inboxes.send_stamped(
+                mono_ms(),
                 now_ms(),
                 NewMessage {
                     recipient: recipient.to_owned(),
@@ -245,7 +283,7 @@ impl Mail {
             && {
                 let inline = server_authored || !orchestrator;
                 let note = channel::notification(from, &message_id, &body, inline);
-                node.mcp.sessions.push_to_identity(recipient, &note)
+                node.mail.clients.push(recipient, &note)
             };
         Ok(Sent {
             message_id,
@@ -265,7 +303,7 @@ impl Mail {
         let (page, actions) = {
             let mut g = node.mail.lock();
             Self::ensure(node, &mut g, recipient);
-            let p = g.inboxes.inbox(now_ms(), recipient, since, limit)?;
+            let p = g.inboxes.inbox(mono_ms(), recipient, since, limit)?;
             g.urgent.retain(|(_, r)| r != recipient);
             (p, Self::drain(&mut g))
         };
@@ -287,7 +325,10 @@ impl Mail {
             Self::ensure(node, &mut g, recipient);
             g.next_wait += 1;
             let id = g.next_wait;
-            match g.inboxes.wait(now_ms(), recipient, id, since, timeout_ms)? {
+            match g
+                .inboxes
+                .wait(mono_ms(), recipient, id, since, timeout_ms)?
+            {
                 WaitStart::Resolved(o) => {
                     g.urgent.retain(|(_, r)| r != recipient);
                     let actions = Self::drain(&mut g);
@@ -332,7 +373,7 @@ impl Mail {
 
     /// `register replaces=` / identity repair: moves `old`'s mail to `new`, retires `old`.
     pub fn carry_over(node: &Arc<Node>, g: &mut Inner, old: &str, new: &str) -> usize {
-        let n = g.inboxes.carry_over(now_ms(), old, new).unwrap_or(0);
+        let n = g.inboxes.carry_over(mono_ms(), old, new).unwrap_or(0);
         // A retired recipient's dedupe ring goes with it (cross-host mail, `crate::peer`).
         crate::peer::recipient_retired(node, old);
         if let Some(p) = g.peers.remove(old) {
@@ -380,7 +421,9 @@ impl Drop for WaitGuard {
             g.waiters.remove(&self.id);
             g.inboxes.cancel_wait(&self.recipient, self.id);
             if let Ok(Some(lost)) = rx.try_recv() {
-                let _ = g.inboxes.wait_undelivered(now_ms(), &self.recipient, &lost);
+                let _ = g
+                    .inboxes
+                    .wait_undelivered(mono_ms(), &self.recipient, &lost);
             }
             Mail::drain(&mut g)
         };
@@ -395,7 +438,7 @@ pub fn spawn_background(node: &Arc<Node>) {
         loop {
             let next = n.mail.lock().inboxes.poll_timeout();
             let sleep = match next {
-                Some(d) => Duration::from_millis(d.saturating_sub(now_ms())),
+                Some(d) => Duration::from_millis(d.saturating_sub(mono_ms())),
                 None => Duration::from_secs(3600),
             };
             tokio::select! {
@@ -405,7 +448,7 @@ pub fn spawn_background(node: &Arc<Node>) {
             }
             let actions = {
                 let mut g = n.mail.lock();
-                g.inboxes.handle_timeout(now_ms());
+                g.inboxes.handle_timeout(mono_ms());
                 Mail::drain(&mut g)
             };
             Mail::act(&n, actions);
@@ -442,7 +485,7 @@ pub fn pty_gone(node: &Arc<Node>, tuic: &str) {
         if !g.inboxes.is_registered(tuic) {
             return;
         }
-        let _ = g.inboxes.detach_pty(now_ms(), tuic);
+        let _ = g.inboxes.detach_pty(mono_ms(), tuic);
         if let Some((_, c)) = g.wakes.remove(tuic) {
             c.cancel();
         }
@@ -482,20 +525,10 @@ pub fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u
     Mail::act(node, actions);
 }
 
-/// The reaper's answer to "is this identity still addressable": it owns a live PTY, or a live
-/// managed child records it as its parent. Both are bounded by live sessions, so retention
-/// cannot grow without bound. Holds the node weakly: the node owns the MCP state that owns this.
-#[derive(Debug)]
-pub struct Addressable(std::sync::Weak<Node>);
-
-impl Addressable {
-    /// The answer for `node`.
-    pub fn new(node: &Arc<Node>) -> Self {
-        Self(Arc::downgrade(node))
-    }
-}
-
-/// Whether `tuic` owns a live PTY or is the parent of a live child.
+/// Whether `tuic` is still addressable although its protocol sessions are gone: it owns a
+/// live PTY, or a live managed child records it as its parent. Both are bounded by live
+/// sessions, so retention cannot grow without bound. The MCP reaper asks this through the
+/// liveness answer the composition root installs.
 pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
     if node.sessions.owns_live_pty(tuic) {
         return true;
@@ -509,14 +542,6 @@ pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
         .map(|(k, _)| k.clone())
         .collect();
     children.iter().any(|c| node.sessions.owns_live_pty(c))
-}
-
-impl crate::mcp::sessions::IdentityLiveness for Addressable {
-    fn is_addressable(&self, tuic_session: &str) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|n| peer_identity_is_addressable(&n, tuic_session))
-    }
 }
 
 /// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox

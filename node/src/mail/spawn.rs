@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tuic_proto::mail::Lifecycle;
@@ -248,7 +248,7 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
     if deferred && let Some(p) = &req.prompt {
         deliver_prompt(node, session.clone(), p.clone());
     }
-    let task_id = node.mcp.tasks.create(req.owners.clone(), Instant::now());
+    let (task_id, poll_interval_ms) = node.mail.clients().open_task(req.owners.clone());
     tracing::info!(
         source = "agent_spawn",
         session = %session.id,
@@ -263,7 +263,7 @@ pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
         "tuic_session": child,
         "alias": session.alias,
         "task_id": task_id,
-        "poll_interval_ms": crate::mcp::tools::task::POLL_INTERVAL_MS,
+        "poll_interval_ms": poll_interval_ms,
     });
     if let Some(n) = &req.name {
         v["name"] = json!(n);
@@ -420,7 +420,7 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, task_id: String) {
                 if let Some(p) = current_parent(&n, &s.tuic_session) {
                     notify_parent(&n, &p, &s, "exited", e.code);
                 }
-                n.mcp.tasks.finish(&task_id, &s.id, e.code);
+                n.mail.clients().finish_task(&task_id, &s.id, e.code);
                 return;
             }
             let s2 = s.clone();

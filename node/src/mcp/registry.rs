@@ -117,19 +117,40 @@ impl ToolError {
     }
 }
 
-/// A tool handler: synchronous; the registry decides whether it runs inline or on the blocking
-/// pool, and turns a panic into a tool error.
+/// A synchronous tool handler. The registry decides where it runs: actions named in
+/// [`ToolDef::blocking`] on the blocking pool, the rest inline (they only read memory); a
+/// panic becomes a tool error either way.
 pub type Handler = fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<Value, ToolError>;
 
-/// An asynchronous action handler, for actions that sleep on an event (`agent action=wait`)
-/// instead of holding a blocking thread. Dropping the future (the call went away) cancels it.
-pub type AsyncHandler = fn(
-    Arc<Node>,
-    CallCtx,
-    Map<String, Value>,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>,
->;
+/// The future an [`AsyncHandler`] returns.
+pub type ToolFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>>;
+
+/// An asynchronous action handler, for actions that sleep on an event (`agent action=wait`,
+/// `session action=wait|submit`) instead of holding a blocking thread; a blocking part of it
+/// goes through [`on_blocking_pool`]. Dropping the future (the call went away) cancels it.
+pub type AsyncHandler = fn(Arc<Node>, CallCtx, Map<String, Value>) -> ToolFuture;
+
+/// Runs blocking tool work (PTY writes, commits, spawns, git, a hub's routed call) on the
+/// blocking pool and awaits it; a panic there is the tool error `internal` naming the tool.
+/// The registry runs every [`ToolDef::blocking`] action through it, and async handlers use it
+/// for their blocking steps, so no tool code parks an async worker (`block_in_place`,
+/// `block_on`).
+pub async fn on_blocking_pool<T: Send + 'static>(
+    tool: &str,
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(r) => r,
+        Err(_) => Err(panicked(tool)),
+    }
+}
+
+/// The tool error of a handler that panicked (logged once here).
+fn panicked(tool: &str) -> ToolError {
+    tracing::warn!(source = "mcp", tool, "tool handler panicked");
+    ToolError::new("internal", format!("tool {tool} failed unexpectedly"))
+}
 
 /// One native tool.
 #[derive(Debug)]
@@ -146,7 +167,8 @@ pub struct ToolDef {
     pub schema: fn() -> Value,
     /// The handler.
     pub handler: Handler,
-    /// Actions that may sleep, spawn, write PTYs or touch disk: run on the blocking pool.
+    /// Actions that may sleep, spawn, write PTYs or touch disk: run on the blocking pool
+    /// ([`on_blocking_pool`]). `""` names a tool without an `action` field as a whole.
     pub blocking: &'static [&'static str],
     /// Upstream-style tool: a returned object with a `content` array *is* the MCP
     /// `CallToolResult` and becomes the JSON-RPC result unchanged (native tools: false, their
@@ -653,10 +675,6 @@ async fn run(
 ) -> Result<Answer, ToolError> {
     check_inputs(&def, &args)?;
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
-    let panicked = |name: &str| {
-        tracing::warn!(source = "mcp", tool = name, "tool handler panicked");
-        ToolError::new("internal", format!("tool {name} failed unexpectedly"))
-    };
     if let Some((_, _, h)) = crate::mcp::tools::RENDERED_ACTIONS
         .iter()
         .find(|(t, a, _)| *t == def.name && *a == action)
@@ -665,9 +683,7 @@ async fn run(
             .unwrap_or_else(|_| Err(panicked(def.name)))
             .map(Answer::Json);
     }
-    run_value(node, ctx, def, args, panicked)
-        .await
-        .map(Answer::Value)
+    run_value(node, ctx, def, args).await.map(Answer::Value)
 }
 
 /// [`run`] for the handlers that answer a value: async, blocking or inline.
@@ -676,7 +692,6 @@ async fn run_value(
     ctx: &CallCtx,
     def: Arc<ToolDef>,
     args: Map<String, Value>,
-    panicked: impl Fn(&str) -> ToolError,
 ) -> Result<Value, ToolError> {
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     if let Some((_, _, h)) = crate::mcp::tools::ASYNC_ACTIONS
@@ -691,12 +706,8 @@ async fn run_value(
             .unwrap_or_else(|_| Err(panicked(def.name)));
     }
     if def.blocking.contains(&action) {
-        let (n, c) = (node.clone(), ctx.clone());
-        let d = def.clone();
-        match tokio::task::spawn_blocking(move || (d.handler)(&n, &c, &args)).await {
-            Ok(r) => r,
-            Err(_) => Err(panicked(def.name)),
-        }
+        let (n, c, h) = (node.clone(), ctx.clone(), def.handler);
+        on_blocking_pool(def.name, move || h(&n, &c, &args)).await
     } else {
         let h = def.handler;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(node, ctx, &args)))

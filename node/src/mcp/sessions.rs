@@ -5,8 +5,8 @@
 //! and "subscribe a replacement stream" can never interleave: the spec's lock-order hazard
 //! (mcp_sessions → messaging_channels) cannot arise when both live in one critical section.
 //! It deliberately knows nothing about PTYs or mailboxes: whether an identity still owns a
-//! live terminal is asked through [`IdentityLiveness`], which mail answers (`mail::Addressable`,
-//! installed by the composition root).
+//! live terminal is asked through [`IdentityLiveness`], which mail's rule answers
+//! (`mail::peer_identity_is_addressable`, installed by the composition root).
 
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;

@@ -918,3 +918,107 @@ async fn subscriptions_listen_acknowledges_first_then_tags_list_changed() {
         "no tools notification on a prompts-only subscription"
     );
 }
+
+/// `POST /sessions/{id}/input|submit` and `session action=input|submit` adapt one drive
+/// service: each refusal has the same code and the same JSON object on both, REST adding
+/// its status.
+#[tokio::test]
+async fn rest_and_mcp_refuse_input_and_submit_with_the_same_error_objects() {
+    let f = fixture(json!({}));
+    let s = f
+        .node
+        .sessions
+        .create(crate::session::CreateRequest {
+            shell: Some("/bin/sh".into()),
+            cwd: Some(f._dir.path().display().to_string()),
+            ..Default::default()
+        })
+        .unwrap();
+    let rest = |action: &str, id: &str, body: Value| {
+        let mut r = Request::post(format!("/sessions/{id}/{action}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        r.extensions_mut().insert(Transport::Ipc);
+        r
+    };
+    // Half-typed: `input` without Enter leaves the composer dirty, so `submit` is busy.
+    let a = send(&f.node, rest("input", &s.id, json!({"input": "abc"}))).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body, json!({"ok": true, "session_id": s.id}));
+    let cases = [
+        (
+            "submit",
+            "nosuch",
+            json!({"input": "ls"}),
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+        ),
+        (
+            "input",
+            s.id.as_str(),
+            json!({}),
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+        ),
+        (
+            "input",
+            s.id.as_str(),
+            json!({"special_key": "f13"}),
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+        ),
+        (
+            "submit",
+            s.id.as_str(),
+            json!({"input": ""}),
+            StatusCode::BAD_REQUEST,
+            "invalid_arguments",
+        ),
+        (
+            "submit",
+            s.id.as_str(),
+            json!({"input": "ls"}),
+            StatusCode::CONFLICT,
+            "busy",
+        ),
+    ];
+    for (action, id, body, status, code) in cases {
+        let r = send(&f.node, rest(action, id, body.clone())).await;
+        assert_eq!(r.status, status, "{action} {body}: {}", r.body);
+        assert_eq!(r.body["code"], code, "{action} {body}: {}", r.body);
+        let mut args = body.as_object().unwrap().clone();
+        args.insert("action".into(), json!(action));
+        args.insert("session_id".into(), json!(id));
+        let m = rpc(&f.node, call("session", Value::Object(args)), &[]).await;
+        assert_eq!(m.body["result"]["isError"], true, "{}", m.body);
+        assert_eq!(tool_json(&m), r.body, "{action} {body}");
+    }
+    // An exited session: 409 `session_exited` with its id on both.
+    s.kill();
+    let mut life = s.lifecycle();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.exit().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the killed shell never exited"
+        );
+        let _ = tokio::time::timeout_at(deadline, life.changed()).await;
+    }
+    for action in ["input", "submit"] {
+        let r = send(&f.node, rest(action, &s.id, json!({"input": "ls"}))).await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+        assert_eq!(r.body["code"], "session_exited");
+        assert_eq!(r.body["session_id"], s.id.as_str());
+        let m = rpc(
+            &f.node,
+            call(
+                "session",
+                json!({"action": action, "session_id": s.id, "input": "ls"}),
+            ),
+            &[],
+        )
+        .await;
+        assert_eq!(tool_json(&m), r.body, "{action}");
+    }
+}

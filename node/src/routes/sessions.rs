@@ -26,6 +26,7 @@ use tuic_proto::stream::StreamFrame;
 use crate::error::{ApiError, JsonBody};
 use crate::session::backlog::Read;
 use crate::session::cleanlog::Stripper;
+use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self, OutputQuery};
 use crate::session::registry::check_size;
 use crate::session::utf8::StreamDecoder;
@@ -191,49 +192,79 @@ async fn write(
     Ok(Json(json!({"ok": true})))
 }
 
-type McpAction = fn(
-    &Arc<Node>,
-    &serde_json::Map<String, Value>,
-) -> Result<Value, crate::mcp::registry::ToolError>;
-
-/// `POST /sessions/{id}/input` and `/submit`: the MCP `session` actions of the same names
-/// (agent-aware framing, the semantic submit with its receipt), as REST so a hub can route
-/// them to the owner. The body takes the MCP arguments; errors are the MCP error objects.
-async fn mcp_action(node: Arc<Node>, id: String, body: Value, f: McpAction) -> Response {
-    let mut args = match body {
-        Value::Object(m) => m,
-        _ => return ApiError::bad_request("the body must be a JSON object").into_response(),
+/// The REST form of the drive service's error: a status, and the same JSON object an MCP
+/// caller gets (`{...fields, error, code}`).
+fn drive_error(e: DriveError) -> Response {
+    let status = match e {
+        DriveError::Unknown(_) => StatusCode::NOT_FOUND,
+        DriveError::Exited { .. } | DriveError::Busy { .. } => StatusCode::CONFLICT,
+        DriveError::Pty { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        DriveError::Invalid(_) => StatusCode::BAD_REQUEST,
     };
-    args.insert("session_id".into(), json!(id));
-    match tokio::task::spawn_blocking(move || f(&node, &args)).await {
-        Ok(Ok(v)) => Json(v).into_response(),
-        Ok(Err(e)) => {
-            let status = match e.code {
-                "unknown_session" => StatusCode::NOT_FOUND,
-                "session_exited" | "busy" => StatusCode::CONFLICT,
-                "pty_error" => StatusCode::INTERNAL_SERVER_ERROR,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            (status, Json(e.to_json())).into_response()
-        }
-        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    let mut body = e.fields();
+    body.insert("error".into(), json!(e.to_string()));
+    body.insert("code".into(), json!(e.code()));
+    (status, Json(Value::Object(body))).into_response()
+}
+
+/// The body of `POST /sessions/{id}/input|submit`: the MCP `session` arguments (the path
+/// names the session).
+fn drive_args(body: Value) -> Result<serde_json::Map<String, Value>, ApiError> {
+    match body {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::bad_request("the body must be a JSON object")),
     }
 }
 
+/// `POST /sessions/{id}/input`: the drive service's `Session::input` (agent-aware framing), as
+/// REST so a hub can route the `session` tool's `input` to the owner. Errors are the MCP
+/// error objects.
 async fn input(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Response {
-    mcp_action(node, id, body, crate::mcp::tools::session::input).await
+    let args = match drive_args(body) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    let served = tokio::task::spawn_blocking(move || {
+        let s = node.sessions.drivable(&id)?;
+        let req = InputRequest::from_args(&args)?;
+        s.input(&req, &node.sessions.capture)?;
+        Ok(json!({"ok": true, "session_id": s.id}))
+    })
+    .await;
+    match served {
+        Ok(Ok(v)) => Json(v).into_response(),
+        Ok(Err(e)) => drive_error(e),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
 }
 
+/// `POST /sessions/{id}/submit`: the drive service's `Session::submit` (the semantic submit
+/// with its receipt), as REST for the same reason as `input`.
 async fn submit(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Response {
-    mcp_action(node, id, body, crate::mcp::tools::session::submit).await
+    let args = match drive_args(body) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    // Its own task, so a panic answers 500 as every other route's does.
+    let served = tokio::spawn(async move {
+        let s = node.sessions.drivable(&id)?;
+        let req = SubmitRequest::from_args(&args)?;
+        s.submit(&req, &node.sessions.capture).await
+    })
+    .await;
+    match served {
+        Ok(Ok(receipt)) => Json(json!(receipt)).into_response(),
+        Ok(Err(e)) => drive_error(e),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize)]

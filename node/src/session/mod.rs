@@ -14,6 +14,7 @@ pub mod ansi;
 pub mod backlog;
 pub mod capture;
 pub mod cleanlog;
+pub mod drive;
 pub mod env;
 pub mod grid;
 pub mod held;
@@ -124,8 +125,10 @@ pub struct Session {
     probe: Mutex<Option<probe::Probe>>,
     /// Submitted turns: advanced exactly once after each complete `submit` write.
     turn_epoch: AtomicU64,
-    /// Held by the one `submit` in flight; a second submit finds it taken and is refused.
-    submit_claim: Mutex<()>,
+    /// Held by the one `submit` in flight; a second submit finds it taken and is refused. An
+    /// owned (tokio) guard, since a submission holds it from its write on the blocking pool
+    /// through its acknowledgement awaited on the async workers.
+    submit_claim: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// What was typed since the last Enter, so a half-typed composer refuses `submit`.
     composer: Mutex<input::Composer>,
     /// The orchestrator's short description of the assigned work (`pty_description`).
@@ -370,12 +373,8 @@ impl Session {
     }
 
     /// Claims the session for one submission; `None` while another submission holds it.
-    pub fn try_claim_submit(&self) -> Option<MutexGuard<'_, ()>> {
-        match self.submit_claim.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+    pub fn try_claim_submit(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.submit_claim.clone().try_lock_owned().ok()
     }
 
     /// Whether something was typed since the last Enter (a half-typed composer).

@@ -161,7 +161,7 @@ fn new_session(s: Spawn, p: Parts) -> Arc<Session> {
         seen: Mutex::default(),
         probe: Mutex::new(None),
         turn_epoch: AtomicU64::new(0),
-        submit_claim: Mutex::new(()),
+        submit_claim: Default::default(),
         composer: Mutex::new(super::input::Composer::default()),
         description: Mutex::new(None),
         persist: p.persist,

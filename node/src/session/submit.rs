@@ -7,8 +7,10 @@
 //! The receipt then says what followed: output past that offset, the timeout, the exit, a
 //! superseding epoch, or an uncertain (partial) write. It never claims semantic acceptance.
 //!
-//! Blocking: both entry points park the calling thread (they run on the blocking pool).
+//! Both entry points are async: they sleep on the session's watch channels, never on a thread;
+//! only the write itself (with its scheduling gaps) runs on the blocking pool.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -104,12 +106,15 @@ pub fn not_ready(s: &Session) -> Option<String> {
     }
 }
 
-/// Submits `text` atomically and waits for the acknowledgement.
-pub fn submit(
-    s: &Session,
+/// Submits `text` atomically and waits for the acknowledgement. The claim, the readiness
+/// check and the write run on the blocking pool (the write plan sleeps its scheduling gaps
+/// under the writer lock); the acknowledgement is awaited on the session's output events,
+/// with the claim still held, so a second submission is refused until this one is answered.
+pub async fn submit(
+    s: &Arc<Session>,
     text: &str,
     timeout: Duration,
-    capture: &Capture,
+    capture: &Arc<Capture>,
 ) -> Result<Receipt, Refusal> {
     if text.is_empty() {
         return Err(Refusal::EmptyInput);
@@ -117,38 +122,38 @@ pub fn submit(
     if s.exit().is_some() {
         return Err(Refusal::Exited(s.id.clone()));
     }
-    let busy = |reason: String| Refusal::Busy {
-        id: s.id.clone(),
-        reason,
+    let (sess, cap, plan) = (s.clone(), capture.clone(), input::submit_plan(text));
+    let written = match tokio::task::spawn_blocking(move || write_claimed(&sess, &plan, &cap)).await
+    {
+        Ok(w) => w?,
+        Err(e) => match e.try_into_panic() {
+            Ok(p) => std::panic::resume_unwind(p),
+            // Cancelled before it ran (the runtime is shutting down): nothing was written.
+            Err(_) => {
+                return Err(Refusal::Busy {
+                    id: s.id.clone(),
+                    reason: "the node is shutting down".into(),
+                });
+            }
+        },
     };
-    // A peer that wins the claim first makes this submit reject; one that arrives after it
-    // queues behind it on the writer lock.
-    let Some(_claim) = s.try_claim_submit() else {
-        return Err(busy("another submission is in flight".into()));
-    };
-    if let Some(reason) = not_ready(s) {
-        return Err(busy(reason));
-    }
-    let mut offset = 0;
-    let mut entered = Instant::now();
-    let plan = input::submit_plan(text);
-    let written = s.write_parts(&plan, capture, || {
-        offset = s.stream().total();
-        entered = Instant::now();
-    });
-    let epoch = s.advance_turn();
-    if let Err((i, e)) = written {
-        if i == 0 && matches!(e, SessionError::Exited { .. }) {
-            return Err(Refusal::Exited(s.id.clone()));
+    let (_claim, offset, entered, epoch) = match written {
+        Written::Complete {
+            claim,
+            offset,
+            entered,
+            epoch,
+        } => (claim, offset, entered, epoch),
+        Written::Partial { epoch } => {
+            return Ok(Receipt {
+                ok: false,
+                retry_safe: false,
+                ack: Ack::Uncertain,
+                ack_ms: None,
+                turn_epoch: epoch,
+            });
         }
-        return Ok(Receipt {
-            ok: false,
-            retry_safe: false,
-            ack: Ack::Uncertain,
-            ack_ms: None,
-            turn_epoch: epoch,
-        });
-    }
+    };
     let mut wake = s.wake();
     let deadline = entered + timeout;
     let ack = loop {
@@ -166,7 +171,7 @@ pub fn submit(
         if now >= deadline {
             break Ack::Timeout;
         }
-        wait_change(&mut wake, deadline - now);
+        wait_change(&mut wake, deadline - now).await;
     };
     Ok(Receipt {
         ok: ack == Ack::Output,
@@ -175,6 +180,53 @@ pub fn submit(
         ack_ms: (ack != Ack::Timeout).then(|| entered.elapsed().as_millis() as u64),
         turn_epoch: epoch,
     })
+}
+
+/// What the blocking half of [`submit`] wrote.
+enum Written {
+    /// The whole plan: the claim (held until the acknowledgement), the raw offset and the
+    /// time immediately before Enter, and the advanced epoch.
+    Complete {
+        claim: tokio::sync::OwnedMutexGuard<()>,
+        offset: u64,
+        entered: Instant,
+        epoch: u64,
+    },
+    /// The write failed part-way.
+    Partial { epoch: u64 },
+}
+
+/// Claims the session, checks readiness and writes the plan. Blocking.
+fn write_claimed(s: &Session, plan: &[input::Part], capture: &Capture) -> Result<Written, Refusal> {
+    let busy = |reason: String| Refusal::Busy {
+        id: s.id.clone(),
+        reason,
+    };
+    // A peer that wins the claim first makes this submit reject; one that arrives after it
+    // queues behind it on the writer lock.
+    let Some(claim) = s.try_claim_submit() else {
+        return Err(busy("another submission is in flight".into()));
+    };
+    if let Some(reason) = not_ready(s) {
+        return Err(busy(reason));
+    }
+    let mut offset = 0;
+    let mut entered = Instant::now();
+    let written = s.write_parts(plan, capture, || {
+        offset = s.stream().total();
+        entered = Instant::now();
+    });
+    let epoch = s.advance_turn();
+    match written {
+        Ok(()) => Ok(Written::Complete {
+            claim,
+            offset,
+            entered,
+            epoch,
+        }),
+        Err((0, SessionError::Exited { .. })) => Err(Refusal::Exited(s.id.clone())),
+        Err(_) => Ok(Written::Partial { epoch }),
+    }
 }
 
 /// Clamps a requested acknowledgement timeout to the spec's range.
@@ -217,7 +269,7 @@ fn reached(s: &Session, until: Until) -> bool {
 /// session's lifecycle events (the monitor publishes each observed change of shell or agent
 /// state, the waiter thread the exit), subscribing before the first check so a transition in
 /// between still wakes it; it runs no polling loop of its own.
-pub fn wait(s: &Session, until: Until, timeout: Duration) -> Waited {
+pub async fn wait(s: &Session, until: Until, timeout: Duration) -> Waited {
     let deadline = Instant::now() + timeout;
     let mut life = s.lifecycle();
     let mut checks = 0;
@@ -237,7 +289,7 @@ pub fn wait(s: &Session, until: Until, timeout: Duration) -> Waited {
                 checks,
             };
         }
-        wait_change(&mut life, deadline - now);
+        wait_change(&mut life, deadline - now).await;
     }
 }
 
@@ -251,15 +303,9 @@ pub struct Waited {
     pub checks: u64,
 }
 
-/// Parks until `watch` changes (output, lifecycle) or `d` passes.
-fn wait_change(watch: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) => {
-            let _ = h.block_on(tokio::time::timeout(d, watch.changed()));
-        }
-        // Outside a runtime (unit tests), a bounded poll of the same condition.
-        Err(_) => std::thread::sleep(d.min(Duration::from_millis(20))),
-    }
+/// Sleeps until `watch` changes (output, lifecycle) or `d` passes.
+async fn wait_change(watch: &mut tokio::sync::watch::Receiver<u64>, d: Duration) {
+    let _ = tokio::time::timeout(d, watch.changed()).await;
 }
 
 #[cfg(test)]

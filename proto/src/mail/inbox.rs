@@ -19,6 +19,11 @@
 //!   another host would evict unread mail of a recipient that is still reading; that mail
 //!   waits at the previous hop instead (local mail always follows the spec's FIFO eviction).
 //!
+//! Time: every `now` is the caller's deadline clock, in unix milliseconds (wait deadlines, the
+//! reading window of `should_hold`, cursors); only a message's `timestamp_ms` may come from a
+//! separate wall-clock reading ([`Inboxes::send_stamped`]), so a node can keep its deadlines
+//! on a monotonic clock while people still read wall-clock times.
+//!
 //! It deliberately does not write to terminals, apply the composer-safety gate, run the wake
 //! budget or log: it emits [`InboxEvent`]s and the node acts on them.
 
@@ -555,8 +560,21 @@ impl Inboxes {
         }
     }
 
-    /// Buffers a message for its recipient and assigns its wake owner.
+    /// Buffers a message for its recipient and assigns its wake owner, stamped with `now`
+    /// ([`Inboxes::send_stamped`] when the caller's `now` is not a wall clock).
     pub fn send(&mut self, now: u64, new: NewMessage) -> Result<SendReceipt, InboxError> {
+        self.send_stamped(now, now, new)
+    }
+
+    /// [`Inboxes::send`] for a caller whose `now` is its deadline clock (monotonic, unix-ms
+    /// based): the message's `timestamp_ms` is the separate wall-clock reading `wall_ms`, what
+    /// people read; the cursor still comes from `now`, so it stays strictly increasing.
+    pub fn send_stamped(
+        &mut self,
+        now: u64,
+        wall_ms: u64,
+        new: NewMessage,
+    ) -> Result<SendReceipt, InboxError> {
         if new.message_id.is_empty() {
             return Err(InboxError::EmptyMessageId);
         }
@@ -602,7 +620,7 @@ impl Inboxes {
                 from: new.from,
                 from_name: new.from_name,
                 message: new.message,
-                timestamp_ms: now,
+                timestamp_ms: wall_ms,
                 kind: new.kind,
             },
             cursor,

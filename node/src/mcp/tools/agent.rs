@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use tuic_proto::mail::{DeliveryPath, InboxError};
 
+use crate::logs::mono_ms;
 use crate::mail::{Mail, spawn, wake};
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
-use crate::session::now_ms;
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["register", "list_peers", "send", "inbox", "wait", "spawn"];
@@ -234,7 +234,7 @@ fn register(
     let actions = {
         let mut g = node.mail.lock();
         Mail::ensure(node, &mut g, &identity);
-        g.inboxes.mark_reading(now_ms(), &identity);
+        g.inboxes.mark_reading(mono_ms(), &identity);
         if let Some(old) = &repaired_from
             && g.inboxes.is_registered(old)
         {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError};
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, on_blocking_pool};
 use crate::progress::{MAX_STEP_CHARS, MAX_TEXT_CHARS, Report, ReportError, Reporter};
 use crate::state::Node;
 
@@ -40,23 +40,18 @@ pub(crate) fn tool_error(e: ReportError) -> ToolError {
     t
 }
 
-/// The registry runs this one as a future (`ASYNC_ACTIONS`): the journal commit goes to the
-/// blocking pool, never onto an async worker.
-pub(super) fn record_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+/// The registry runs this one as a future (`ASYNC_ACTIONS`): the arguments are checked
+/// inline, the journal commit goes to the blocking pool, never onto an async worker.
+pub(super) fn record_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
         let report = Report::parse(&args).map_err(tool_error)?;
         let who = Reporter {
             tuic_session: ctx.tuic_session.clone(),
         };
-        let entry =
-            tokio::task::spawn_blocking(move || crate::progress::report(&node, &who, report))
-                .await
-                .map_err(|_| ToolError::new("internal", "progress failed unexpectedly"))?
-                .map_err(tool_error)?;
+        let entry = on_blocking_pool("progress", move || {
+            crate::progress::report(&node, &who, report).map_err(tool_error)
+        })
+        .await?;
         Ok(json!({"ok": true, "entry": entry}))
     })
 }

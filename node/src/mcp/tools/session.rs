@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
-use crate::session::input as session_input;
+use crate::mcp::registry::{
+    CallCtx, ToolDef, ToolError, ToolFuture, action, on_blocking_pool, schema,
+};
+use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self as session_output, OutputQuery};
 use crate::session::registry::check_size;
-use crate::session::submit::{self, Refusal};
+use crate::session::submit;
 use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
 
@@ -85,8 +87,6 @@ pub(super) static TOOL: ToolDef = ToolDef {
     blocking: &[
         "create",
         "input",
-        "submit",
-        "wait",
         "close",
         "kill",
         "resize",
@@ -97,7 +97,22 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
-fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// Where a call is served, after the checks every action shares.
+enum Prelude {
+    /// The owner of a remote session answered (hub).
+    Answered(Value),
+    /// Serve it here, with these arguments (`local/<session>` rewritten).
+    Here(Map<String, Value>),
+}
+
+/// The checks every action shares: removed actions, the action list, the loopback-only rule,
+/// then the extension router for an address of another host (which may call the owner:
+/// blocking).
+fn prelude(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<(&'static str, Prelude), ToolError> {
     if args.get("action").and_then(Value::as_str) == Some("process_stats") {
         return Err(ToolError::removed(
             "session",
@@ -106,36 +121,76 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         ));
     }
     let a = action("session", ACTIONS, args)?;
+    let a = ACTIONS.iter().copied().find(|x| *x == a).unwrap_or("list");
     if LOOPBACK_ONLY.contains(&a) && !ctx.loopback {
         return Err(ToolError::loopback_only("session", a));
     }
     // Extension hook (`ext::HostRouter`): an address of another host goes to its owner, and
     // the router may name a session of this host under another name.
-    let local_args;
-    let args = match crate::ext::route_session(node, a, args)? {
-        Some(crate::ext::Routed::Answered(v)) => return Ok(v),
-        Some(crate::ext::Routed::Local(rewritten)) => {
-            local_args = rewritten;
-            &local_args
-        }
-        None => args,
+    Ok((
+        a,
+        match crate::ext::route_session(node, a, args)? {
+            Some(crate::ext::Routed::Answered(v)) => Prelude::Answered(v),
+            Some(crate::ext::Routed::Local(rewritten)) => Prelude::Here(rewritten),
+            None => Prelude::Here(args.clone()),
+        },
+    ))
+}
+
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let (a, args) = match prelude(node, ctx, args)? {
+        (_, Prelude::Answered(v)) => return Ok(v),
+        (a, Prelude::Here(args)) => (a, args),
     };
+    let args = &args;
     match a {
         "list" => Ok(list(node, ctx)),
         "create" => create(node, args),
         "input" => input(node, args),
-        "submit" => submit(node, args),
         "output" => output(node, args),
         "status" => status(node, ctx, args),
-        "wait" => wait(node, args),
         "resize" => resize(node, args),
         "rename" => rename(node, args),
         "close" | "kill" => close(node, ctx, args, a),
         "pause" | "resume" => pause(node, args, a == "pause"),
         "suspend" => suspend(node, ctx, args),
         "keep_open" => keep_open(node, args),
-        _ => declare_worktree(node, ctx, args),
+        "declare_worktree" => declare_worktree(node, ctx, args),
+        // `submit` and `wait` sleep on events: the registry runs them as futures
+        // (`submit_async`, `wait_async`), never through this synchronous handler.
+        _ => Err(ToolError::new(
+            "internal",
+            format!("session action={a} runs asynchronously"),
+        )),
     }
+}
+
+/// `submit` and `wait`: the shared checks (and a hub's routing, which may block on the
+/// owner) on the blocking pool, then the local action as a future.
+async fn serve_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let (n, c) = (node.clone(), ctx.clone());
+    let (a, args) = match on_blocking_pool("session", move || prelude(&n, &c, &args)).await? {
+        (_, Prelude::Answered(v)) => return Ok(v),
+        (a, Prelude::Here(args)) => (a, args),
+    };
+    match a {
+        "submit" => submit(&node, &args).await,
+        _ => wait(&node, &args).await,
+    }
+}
+
+/// `session action=submit` as a future.
+pub(super) fn submit_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
+    Box::pin(serve_async(node, ctx, args))
+}
+
+/// `session action=wait` as a future.
+pub(super) fn wait_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
+    Box::pin(serve_async(node, ctx, args))
 }
 
 fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
@@ -184,35 +239,23 @@ fn resolve(node: &Node, args: &Map<String, Value>) -> Result<Arc<Session>, ToolE
 
 /// A live session (writes, resize, rename need the process).
 fn live(node: &Node, args: &Map<String, Value>) -> Result<Arc<Session>, ToolError> {
-    let r = session_id(args)?;
-    match node.sessions.resolve(r) {
-        Some(s) if s.exit().is_none() => Ok(s),
-        Some(s) => Err(exited(&s)),
-        None => Err(unknown(r)),
-    }
+    node.sessions
+        .drivable(session_id(args)?)
+        .map_err(drive_error)
 }
 
-fn exited(s: &Session) -> ToolError {
-    let code = s.exit().and_then(|e| e.code);
-    let mut e = ToolError::new(
-        "session_exited",
-        format!(
-            "session {} has exited{}",
-            s.id,
-            code.map(|c| format!(" (exit code {c})"))
-                .unwrap_or_default()
-        ),
-    )
-    .with("session_id", json!(s.id));
-    if let Some(c) = code {
-        e = e.with("exit_code", json!(c));
+/// The MCP form of the drive service's error: the same code and fields, as a tool error.
+fn drive_error(e: DriveError) -> ToolError {
+    ToolError {
+        message: e.to_string(),
+        code: e.code(),
+        extra: e.fields(),
     }
-    e
 }
 
 fn session_error(s: &Session, e: SessionError) -> ToolError {
     match e {
-        SessionError::Exited { .. } => exited(s),
+        SessionError::Exited { .. } => drive_error(DriveError::exited(s)),
         SessionError::Io(m) => ToolError::new("pty_error", m).with("session_id", json!(s.id)),
     }
 }
@@ -296,75 +339,25 @@ fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     Ok(json!({"session_id": s.id, "alias": s.alias, "tuic_session": s.tuic_session}))
 }
 
-/// `pty_description`: absent (`None`) keeps the current one, a string replaces it, null or ""
-/// clears it (`Some(None)`).
-fn description_arg(args: &Map<String, Value>) -> Result<Option<Option<String>>, ToolError> {
-    match args.get("pty_description") {
-        None => Ok(None),
-        Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(d)) if d.chars().count() <= 256 && !d.chars().any(char::is_control) => {
-            Ok(Some(Some(d.clone())))
-        }
-        Some(_) => Err(ToolError::invalid(
-            "pty_description must be null or one line of at most 256 characters",
-        )),
-    }
-}
-
-/// `input`; also behind `POST /sessions/{id}/input`, which a hub's remote `input` uses.
-pub(crate) fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// `input`; the drive service's `Session::input`, which `POST /sessions/{id}/input` (a hub's
+/// remote `input`) adapts too.
+fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = live(node, args)?;
-    let description = description_arg(args)?;
-    let text = str_arg(args, "input")?.unwrap_or("");
-    let key = match str_arg(args, "special_key")? {
-        None => None,
-        Some(k) => Some(
-            session_input::special_key(k)
-                .ok_or_else(|| ToolError::invalid(format!("unknown special_key {k}")))?,
-        ),
-    };
-    if text.is_empty() && key.is_none() {
-        return Err(ToolError::invalid("input or special_key is required"));
-    }
-    // Refreshes the agent detection the framing depends on.
-    let _ = s.row();
-    let plan = session_input::input_plan(text, key, s.agent());
-    s.write_parts(&plan, &node.sessions.capture, || {})
-        .map_err(|(_, e)| session_error(&s, e))?;
-    if let Some(d) = description {
-        s.set_description(d);
-    }
+    let req = InputRequest::from_args(args).map_err(drive_error)?;
+    s.input(&req, &node.sessions.capture).map_err(drive_error)?;
     Ok(json!({"ok": true, "session_id": s.id}))
 }
 
-/// `submit`; also behind `POST /sessions/{id}/submit`, which a hub's remote `submit` uses.
-pub(crate) fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// `submit`; the drive service's `Session::submit`, which `POST /sessions/{id}/submit` (a
+/// hub's remote `submit`) adapts too.
+async fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = live(node, args)?;
-    let text = str_arg(args, "input")?
-        .ok_or_else(|| ToolError::invalid("input is required: the command to submit"))?;
-    let timeout = submit::ack_timeout(u64_arg(args, "timeout_ms")?);
-    let description = description_arg(args)?;
-    match submit::submit(&s, text, timeout, &node.sessions.capture) {
-        Ok(r) => {
-            if let Some(d) = description {
-                s.set_description(d);
-            }
-            Ok(json!(r))
-        }
-        Err(Refusal::EmptyInput) => Err(ToolError::invalid("input must not be empty")),
-        Err(Refusal::Exited(_)) => Err(exited(&s).with("retry_safe", json!(true))),
-        Err(Refusal::Busy { reason, .. }) => Err(ToolError::new(
-            "busy",
-            format!(
-                "session {} is not ready for a submission: {reason}; nothing was written",
-                s.id
-            ),
-        )
-        .with("session_id", json!(s.id))
-        .with("reason", json!(reason))
-        .with("retry_safe", json!(true))
-        .with("turn_epoch", json!(s.turn_epoch()))),
-    }
+    let req = SubmitRequest::from_args(args).map_err(drive_error)?;
+    let receipt = s
+        .submit(&req, &node.sessions.capture)
+        .await
+        .map_err(drive_error)?;
+    Ok(json!(receipt))
 }
 
 fn output(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
@@ -399,7 +392,7 @@ fn status(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<
     Ok(v)
 }
 
-fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+async fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let s = resolve(node, args)?;
     let until = match str_arg(args, "until")?.unwrap_or("idle") {
         "idle" => submit::Until::Idle,
@@ -414,7 +407,7 @@ fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError>
     // 295,000 ms (the bridge computes its deadline from the same function).
     let timeout_ms = tuic_proto::mcp::wait_ms(u64_arg(args, "timeout_ms")?);
     let started = std::time::Instant::now();
-    let waited = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms));
+    let waited = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms)).await;
     node.sessions.count_wait_checks(waited.checks);
     let reached = waited.reached;
     let row = s.row();

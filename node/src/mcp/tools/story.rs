@@ -26,7 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
         }, "required": ["input"], "additionalProperties": false})
     },
     handler,
-    blocking: &[],
+    blocking: &[""], // it commits: the whole tool on the blocking pool
     passthrough: false,
 };
 
@@ -49,14 +49,4 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             action,
         )
         .map_err(|e| e.to_tool())
-}
-
-/// The registry runs this tool as a future (`ASYNC_ACTIONS`): the commit goes to the blocking
-/// pool.
-pub(super) fn call_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> super::ToolFuture {
-    super::on_blocking_pool("story", handler, node, ctx, args)
 }

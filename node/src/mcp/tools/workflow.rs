@@ -9,8 +9,6 @@ use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 use crate::stories::workflow::RUN_ACTIONS;
 
-use super::ToolFuture;
-
 pub(super) static RUN_TOOL: ToolDef = ToolDef {
     name: "workflow_run",
     summary: "Start story workflow graphs and read their execution history",
@@ -75,7 +73,7 @@ pub(super) static REPORT_TOOL: ToolDef = ToolDef {
         "required": ["input"], "additionalProperties": false})
     },
     handler: report_handler,
-    blocking: &[],
+    blocking: &[""], // it commits: the whole tool on the blocking pool
     passthrough: false,
 };
 
@@ -89,11 +87,6 @@ fn report_handler(
         .ok_or_else(|| ToolError::invalid("workflow_report: input is required"))?;
     crate::stories::runner::report(node, ctx.tuic_session.as_deref(), input)
         .map_err(|e| e.to_tool())
-}
-
-/// Runs `workflow_report` on the blocking pool (it commits).
-pub(super) fn report_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
-    super::on_blocking_pool("workflow_report", report_handler, node, ctx, args)
 }
 
 pub(super) static LAUNCH_TOOL: ToolDef = ToolDef {
@@ -110,7 +103,7 @@ pub(super) static LAUNCH_TOOL: ToolDef = ToolDef {
         "required": ["input"], "additionalProperties": false})
     },
     handler: launch_handler,
-    blocking: &[],
+    blocking: &[""], // it spawns and commits
     passthrough: false,
 };
 
@@ -139,7 +132,7 @@ pub(super) static STORY_CREATE_TOOL: ToolDef = ToolDef {
         "required": ["input"], "additionalProperties": false})
     },
     handler: story_create_handler,
-    blocking: &[],
+    blocking: &[""], // it commits
     passthrough: false,
 };
 
@@ -158,24 +151,4 @@ fn story_create_handler(
         input,
     )
     .map_err(|e| e.to_tool())
-}
-
-/// Runs `workflow_launch` on the blocking pool (it spawns and commits).
-pub(super) fn launch_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
-    super::on_blocking_pool("workflow_launch", launch_handler, node, ctx, args)
-}
-
-/// Runs `workflow_story_create` on the blocking pool (it commits).
-pub(super) fn story_create_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> ToolFuture {
-    super::on_blocking_pool(
-        "workflow_story_create",
-        story_create_handler,
-        node,
-        ctx,
-        args,
-    )
 }
