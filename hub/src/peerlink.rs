@@ -42,7 +42,6 @@ use tuic_node::peer::driver::{self, End, FrameIo};
 use tuic_node::peer::{
     LateRefusal, deliver_local, local_entries, notify_waiter, outbox_ops, post_refusals_later,
 };
-use tuic_node::session::now_ms;
 use tuic_node::state::Node;
 use tuic_node::store::{PeerOp, UPLINK_KEY};
 use tuic_proto::peer::{
@@ -603,7 +602,7 @@ where
                     }
                 });
                 let link = PeerLink::new(
-                    now_ms(),
+                    tuic_node::logs::mono_ms(),
                     LinkConfig::new(
                         &tuic_node::peer::local_id(&hub.node),
                         &conn.id,

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tuic_proto::peer::{LinkEvent, LinkState, PeerLink};
 
-use crate::session::now_ms;
+use crate::logs::mono_ms;
 
 /// Longest a single frame write may take before the link counts as down (the liveness
 /// deadline: 3 missed pings of 5 s).
@@ -182,7 +182,7 @@ pub async fn run<E: End, I: FrameIo>(
         }
         let wake = link
             .poll_timeout()
-            .map(|t| Duration::from_millis(t.saturating_sub(now_ms())))
+            .map(|t| Duration::from_millis(t.saturating_sub(mono_ms())))
             .unwrap_or(Duration::from_secs(60));
         tokio::select! {
             _ = stop.cancelled() => {
@@ -191,7 +191,7 @@ pub async fn run<E: End, I: FrameIo>(
             }
             text = io.recv() => match text {
                 Some(t) => {
-                    let now = now_ms();
+                    let now = mono_ms();
                     link.handle_text(now, &t);
                     // Frames that arrived while the last step ran (its commit) are taken in
                     // this step too, so the end answers them with one group commit.
@@ -208,14 +208,14 @@ pub async fn run<E: End, I: FrameIo>(
                 }
                 None => link.reset(),
             },
-            _ = tokio::time::sleep(wake) => link.handle_timeout(now_ms()),
+            _ = tokio::time::sleep(wake) => link.handle_timeout(mono_ms()),
             cmd = cmds.recv() => match cmd {
                 Some(c) => end.on_cmd(&mut link, c),
                 // Every sender is gone: nobody can reach this link any more.
                 None => link.close(),
             },
             _ = tick.tick() => {
-                link.handle_timeout(now_ms());
+                link.handle_timeout(mono_ms());
                 end.on_tick(&mut link);
             }
         }

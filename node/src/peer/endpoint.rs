@@ -31,7 +31,6 @@ use super::{LateRefusal, UPLINK, local_entries, post_refusals, post_refusals_lat
 use crate::error::ApiError;
 use crate::guard::Transport;
 use crate::mail::Mail;
-use crate::session::now_ms;
 use crate::state::Node;
 
 /// Commands to a node link's task.
@@ -107,7 +106,7 @@ pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let generation = node.peer.lock().attach(tx.clone());
     let link = PeerLink::new(
-        now_ms(),
+        crate::logs::mono_ms(),
         LinkConfig::new(&super::local_id(&node), UPLINK, LinkRole::Node),
     );
     let mut end = NodeEnd {

@@ -519,12 +519,19 @@ pub fn deliver_batch(node: &Arc<Node>, connection: &str, msgs: Vec<WireMessage>)
         let mut committed = None;
         let resps: Vec<Response> = {
             let mut p = node.peer.lock();
-            let now = now_ms();
+            // Deadlines and cursors on the deadline clock, the stamp on the wall clock.
+            let (now, wall) = (crate::logs::mono_ms(), now_ms());
             let resps: Vec<Response> = msgs
                 .iter()
                 .map(|m| {
-                    let resp =
-                        tuic_proto::peer::deliver(&mut g.inboxes, &mut p.rings, now, connection, m);
+                    let resp = tuic_proto::peer::deliver_stamped(
+                        &mut g.inboxes,
+                        &mut p.rings,
+                        now,
+                        wall,
+                        connection,
+                        m,
+                    );
                     if let Response::SendAck {
                         outcome: AckOutcome::Delivered,
                         ..

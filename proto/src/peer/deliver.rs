@@ -29,6 +29,20 @@ pub fn deliver(
     connection: &str,
     m: &WireMessage,
 ) -> Response {
+    deliver_stamped(inboxes, rings, now, now, connection, m)
+}
+
+/// [`deliver`] for a caller whose `now` is its deadline clock (monotonic, unix-ms based): the
+/// enqueued message's `timestamp_ms` is the wall-clock reading `wall_ms`
+/// ([`Inboxes::send_stamped`]).
+pub fn deliver_stamped(
+    inboxes: &mut Inboxes,
+    rings: &mut DedupeRings,
+    now: u64,
+    wall_ms: u64,
+    connection: &str,
+    m: &WireMessage,
+) -> Response {
     let recipient = m.to.as_str();
     if !inboxes.is_registered(recipient) {
         return refuse(
@@ -63,7 +77,7 @@ pub fn deliver(
                 kind: m.kind.clone(),
                 lifecycle: m.lifecycle.clone(),
             };
-            match inboxes.send(now, new) {
+            match inboxes.send_stamped(now, wall_ms, new) {
                 Ok(_) => {
                     rings.record(recipient, &m.message_id, &m.from, &m.message);
                     Response::SendAck {

@@ -31,7 +31,7 @@ pub mod uplink;
 pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
 pub use backoff::Backoff;
 pub use dedupe::{DedupeError, DedupeRings, Verdict};
-pub use deliver::{Routed, deliver, relay};
+pub use deliver::{Routed, deliver, deliver_stamped, relay};
 pub use frame::{
     AckOutcome, ErrorCode, Frame, FrameError, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt,
     ReceiptOutcome, RequestId, WireMessage,
