@@ -13,6 +13,35 @@ pub struct ConnectionConfig {
     pub id: String,
     /// The node's base URL, `http://host:port`.
     pub url: String,
+    /// The peer link's carrier (`auto`, `quic`, `websocket`); unset: `hub.transport`, else auto.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<crate::quic::TransportPref>,
+    /// The pinned fingerprint of the node's QUIC certificate (`sha256:<hex>`); unset until the
+    /// node first shows one (trust on first use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_fingerprint: Option<String>,
+}
+
+/// The hub-wide transport default, `hub.transport` in `config.json` (auto when unset or
+/// unknown).
+pub fn default_transport(extra: &serde_json::Map<String, Value>) -> crate::quic::TransportPref {
+    extra
+        .get("hub")
+        .and_then(|h| h.get("transport"))
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_default()
+}
+
+/// Records `fingerprint` as connection `id`'s pin in a config document.
+pub fn set_fingerprint(doc: &mut Value, id: &str, fingerprint: &str) {
+    if let Ok(list) = connections_mut(doc) {
+        for c in list.iter_mut() {
+            if c.get("id").and_then(Value::as_str) == Some(id) {
+                c["quic_fingerprint"] = json!(fingerprint);
+            }
+        }
+    }
 }
 
 /// Vault entry holding a connection's token.
@@ -65,7 +94,14 @@ pub fn connect(
     file.update(|doc| {
         let list = connections_mut(doc)?;
         list.retain(|c| c.get("id").and_then(Value::as_str) != Some(conn.id.as_str()));
-        list.push(json!({"id": conn.id, "url": conn.url.trim_end_matches('/')}));
+        let mut row = json!({"id": conn.id, "url": conn.url.trim_end_matches('/')});
+        if let Some(t) = conn.transport {
+            row["transport"] = json!(t);
+        }
+        if let Some(f) = &conn.quic_fingerprint {
+            row["quic_fingerprint"] = json!(f);
+        }
+        list.push(row);
         Ok(())
     })
     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -117,6 +153,8 @@ mod tests {
         let c = ConnectionConfig {
             id: "boxb".into(),
             url: "http://10.0.0.2:9876/".into(),
+            transport: None,
+            quic_fingerprint: None,
         };
         connect(&file, &vault, c, "tok123").unwrap();
         let cfg = file.load().unwrap();
@@ -124,7 +162,9 @@ mod tests {
             from_config(&cfg.extra),
             vec![ConnectionConfig {
                 id: "boxb".into(),
-                url: "http://10.0.0.2:9876".into()
+                url: "http://10.0.0.2:9876".into(),
+                transport: None,
+                quic_fingerprint: None,
             }]
         );
         assert!(
@@ -155,6 +195,8 @@ mod tests {
             let c = ConnectionConfig {
                 id: id.into(),
                 url: url.into(),
+                transport: None,
+                quic_fingerprint: None,
             };
             assert!(connect(&file, &vault, c, "t").is_err(), "{id} {url}");
         }

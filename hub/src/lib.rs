@@ -13,4 +13,5 @@ pub mod lastscreen;
 pub mod ops;
 pub mod peerlink;
 pub mod proxy;
+pub mod quic;
 pub mod stories;

@@ -29,6 +29,7 @@ pub mod state;
 pub mod store;
 pub mod stories;
 pub mod tailscale;
+pub mod tls;
 pub mod upstream;
 pub mod vault;
 pub mod web;

@@ -22,6 +22,7 @@ pub mod commit;
 pub mod driver;
 pub mod endpoint;
 pub mod hubtools;
+pub mod quic;
 pub mod remote;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
