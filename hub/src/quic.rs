@@ -14,25 +14,19 @@
 //! [`QUIC_DIAL_TIMEOUT`]) the WebSocket is dialed instead, unless the transport is forced to
 //! `quic`. `GET /hub/connections` shows the link's `transport`.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use rustls::DigitallySignedStruct;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tuic_node::peer::driver::FrameIo;
-use tuic_node::peer::quic::{QuicIo, describe_close, transport_config};
+use tuic_node::peer::quic::{DialError as QuicFail, QuicIo, changed_error, connect as dial_quic};
 
 use crate::federation::Conn;
 use crate::peerlink::{PeerHub, TungIo};
 
 /// Longest a QUIC dial (handshake, token, answer) may take before the WebSocket is tried.
 pub const QUIC_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
-/// QUIC keep-alive from the hub's side (the node's idle timeout is 30 s).
-pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
 /// Which carrier a connection's link uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -153,169 +147,6 @@ pub async fn advertised(url: &str) -> Result<Option<Advertised>, String> {
     }
 }
 
-/// Why a QUIC dial did not give a link.
-#[derive(Debug)]
-enum QuicFail {
-    /// The node refused it, or its certificate is not the pinned one: no fallback.
-    Refused(String),
-    /// No QUIC path (UDP blocked, timeout): the WebSocket may be tried.
-    Unreachable(String),
-}
-
-/// The error of a changed certificate.
-pub fn changed_error(pinned: &str, presented: &str) -> String {
-    format!(
-        "the node's QUIC certificate changed: pinned {pinned}, presented {presented}; link refused (run `tuic-hub connect` again to trust the new certificate)"
-    )
-}
-
-/// Accepts exactly the certificate with the pinned fingerprint (no CA, no name check: the
-/// node's certificate is self-signed) and records what was presented.
-#[derive(Debug)]
-struct Pinned {
-    want: String,
-    seen: Mutex<Option<String>>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let fp = tuic_node::tls::fingerprint(end_entity);
-        let ok = fp == self.want;
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(fp);
-        if ok {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(
-                "certificate fingerprint mismatch".into(),
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// Dials the node's QUIC listener at `addr`, pinned to `pin`, and authenticates with `token`.
-async fn dial_quic(
-    addr: SocketAddr,
-    pin: &str,
-    token: &str,
-) -> Result<(QuicIo, quinn::Endpoint), QuicFail> {
-    let provider = tuic_node::tls::provider();
-    let verifier = Arc::new(Pinned {
-        want: pin.to_owned(),
-        seen: Mutex::new(None),
-        provider: provider.clone(),
-    });
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| QuicFail::Unreachable(format!("TLS config: {e}")))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier.clone())
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![tuic_node::tls::ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-        .map_err(|e| QuicFail::Unreachable(format!("QUIC TLS config: {e}")))?;
-    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config(Some(KEEP_ALIVE))));
-    let bind: SocketAddr = if addr.is_ipv6() {
-        "[::]:0".parse().expect("address")
-    } else {
-        "0.0.0.0:0".parse().expect("address")
-    };
-    let mut endpoint = quinn::Endpoint::client(bind)
-        .map_err(|e| QuicFail::Unreachable(format!("binding a UDP socket: {e}")))?;
-    endpoint.set_default_client_config(cfg);
-    let attempt = async {
-        let connecting = endpoint
-            .connect(addr, "tuic-node")
-            .map_err(|e| QuicFail::Unreachable(format!("QUIC connect: {e}")))?;
-        let conn = match connecting.await {
-            Ok(c) => c,
-            Err(e) => {
-                let seen = verifier
-                    .seen
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                return Err(match seen {
-                    Some(s) if s != pin => QuicFail::Refused(changed_error(pin, &s)),
-                    _ => QuicFail::Unreachable(format!("QUIC handshake: {e}")),
-                });
-            }
-        };
-        let (send, recv) = conn
-            .open_bi()
-            .await
-            .map_err(|e| QuicFail::Unreachable(describe_close(&e)))?;
-        let mut io = QuicIo::new(conn, send, recv);
-        let hello = serde_json::json!({ "token": token }).to_string();
-        if !io.write_frame(hello).await {
-            return Err(QuicFail::Unreachable(
-                "writing the token frame failed".into(),
-            ));
-        }
-        match io.read_frame().await {
-            Ok(f)
-                if serde_json::from_str::<Value>(&f)
-                    .ok()
-                    .and_then(|v| v.get("ok").cloned())
-                    == Some(Value::Bool(true)) =>
-            {
-                Ok(io)
-            }
-            Ok(_) => Err(QuicFail::Refused(
-                "the node answered the token frame with something else".into(),
-            )),
-            Err(e) => Err(QuicFail::Refused(e)),
-        }
-    };
-    match tokio::time::timeout(QUIC_DIAL_TIMEOUT, attempt).await {
-        Err(_) => Err(QuicFail::Unreachable("QUIC dial timed out".into())),
-        Ok(Err(e)) => Err(e),
-        Ok(Ok(io)) => Ok((io, endpoint)),
-    }
-}
-
 /// Records a fingerprint as this connection's pin (trust on first use) in memory and in
 /// `config.json`.
 fn pin_first(hub: &PeerHub, conn: &Conn, fingerprint: &str) {
@@ -342,7 +173,10 @@ pub async fn dial(hub: &PeerHub, conn: &Conn) -> Result<LinkIo, String> {
     } else {
         match try_quic(hub, conn).await {
             Ok(io) => io,
-            Err(QuicFail::Refused(e)) => return Err(e),
+            Err(QuicFail::Refused(e)) => {
+                tracing::warn!(conn = %conn.id, error = %e, "QUIC peer link refused");
+                return Err(e);
+            }
             Err(QuicFail::Unreachable(e)) if pref == TransportPref::Quic => return Err(e),
             Err(QuicFail::Unreachable(e)) => {
                 tracing::debug!(conn = %conn.id, error = %e, "QUIC unavailable; dialing the WebSocket");
@@ -381,7 +215,7 @@ async fn try_quic(hub: &PeerHub, conn: &Conn) -> Result<LinkIo, QuicFail> {
         .map_err(|e| QuicFail::Unreachable(format!("resolving the node: {e}")))?
         .next()
         .ok_or_else(|| QuicFail::Unreachable("the node's host has no address".into()))?;
-    let (io, endpoint) = dial_quic(addr, &pin, &conn.token).await?;
+    let (io, endpoint) = dial_quic(addr, &pin, &conn.token, QUIC_DIAL_TIMEOUT).await?;
     if pinned.is_none() {
         pin_first(hub, conn, &pin);
     }

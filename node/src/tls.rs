@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use rustls::DigitallySignedStruct;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use sha2::{Digest, Sha256};
 
 /// ALPN protocol of the peer link over QUIC.
@@ -116,7 +119,7 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// The rustls server config of the node's QUIC listener (ring provider, TLS 1.3, ALPN
 /// [`ALPN`]).
 pub fn server_config(cert: &NodeCert) -> anyhow::Result<rustls::ServerConfig> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .context("TLS 1.3 with the ring provider")?
@@ -128,6 +131,97 @@ pub fn server_config(cert: &NodeCert) -> anyhow::Result<rustls::ServerConfig> {
         .context("the node's QUIC certificate")?;
     cfg.alpn_protocols = vec![ALPN.to_vec()];
     Ok(cfg)
+}
+
+/// The client's check of a node's certificate: exactly the pinned fingerprint (no CA, no name
+/// check: the node's certificate is self-signed); records what was presented.
+#[derive(Debug)]
+pub struct PinnedVerifier {
+    want: String,
+    seen: std::sync::Mutex<Option<String>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl PinnedVerifier {
+    /// The fingerprint the server presented, once it did.
+    pub fn presented(&self) -> Option<String> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let fp = fingerprint(end_entity);
+        let ok = fp == self.want;
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(fp);
+        if ok {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "certificate fingerprint mismatch".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The rustls client config of a hub dialing a node pinned to `pin` (`sha256:<hex>`), with its
+/// verifier (to read what the node presented after a failed handshake).
+pub fn client_config(pin: &str) -> anyhow::Result<(rustls::ClientConfig, Arc<PinnedVerifier>)> {
+    let provider = provider();
+    let verifier = Arc::new(PinnedVerifier {
+        want: pin.to_owned(),
+        seen: std::sync::Mutex::new(None),
+        provider: provider.clone(),
+    });
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("TLS 1.3 with the ring provider")?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier.clone())
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![ALPN.to_vec()];
+    Ok((cfg, verifier))
 }
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ pub const MAX_BIDI_STREAMS: u32 = 4;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for the hub's first stream and its token frame.
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// QUIC keep-alive from the dialing side (well inside [`IDLE_TIMEOUT`]).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Largest frame (16 MiB; mail bodies are far smaller).
 pub const MAX_FRAME: usize = 16 * 1024 * 1024;
 
@@ -147,6 +149,88 @@ impl FrameIo for QuicIo {
         let _ = self.send.get_mut().finish();
         self.conn
             .close(quinn::VarInt::from_u32(CLOSE_DONE), b"link closed");
+    }
+}
+
+/// Why a dial did not give a link.
+#[derive(Debug)]
+pub enum DialError {
+    /// The node refused it (token), or its certificate is not the pinned one: a fallback to
+    /// another transport would bypass the check, so none is tried.
+    Refused(String),
+    /// No QUIC path (UDP blocked, no answer in time): another transport may be tried.
+    Unreachable(String),
+}
+
+/// The error of a changed certificate, naming both fingerprints.
+pub fn changed_error(pinned: &str, presented: &str) -> String {
+    format!(
+        "the node's QUIC certificate changed: pinned {pinned}, presented {presented}; link refused (run `tuic-hub connect` again to trust the new certificate)"
+    )
+}
+
+/// The hub's side: dials the node's QUIC listener at `addr`, accepts only the certificate with
+/// fingerprint `pin`, opens the link's stream and authenticates with `token` (first frame),
+/// all within `limit`. The endpoint must be kept as long as the link.
+pub async fn connect(
+    addr: SocketAddr,
+    pin: &str,
+    token: &str,
+    limit: Duration,
+) -> Result<(QuicIo, quinn::Endpoint), DialError> {
+    use DialError::{Refused, Unreachable};
+    let (tls, verifier) =
+        crate::tls::client_config(pin).map_err(|e| Unreachable(format!("TLS config: {e:#}")))?;
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| Unreachable(format!("QUIC TLS config: {e}")))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    cfg.transport_config(Arc::new(transport_config(Some(KEEP_ALIVE))));
+    let bind: SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let mut endpoint = quinn::Endpoint::client(bind)
+        .map_err(|e| Unreachable(format!("binding a UDP socket: {e}")))?;
+    endpoint.set_default_client_config(cfg);
+    let attempt = async {
+        let connecting = endpoint
+            .connect(addr, "tuic-node")
+            .map_err(|e| Unreachable(format!("QUIC connect: {e}")))?;
+        let conn = match connecting.await {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(match verifier.presented() {
+                    Some(s) if s != pin => Refused(changed_error(pin, &s)),
+                    _ => Unreachable(format!("QUIC handshake: {e}")),
+                });
+            }
+        };
+        let (send, recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| Unreachable(describe_close(&e)))?;
+        let mut io = QuicIo::new(conn, send, recv);
+        let hello = serde_json::json!({ "token": token }).to_string();
+        if !io.write_frame(hello).await {
+            return Err(Unreachable("writing the token frame failed".into()));
+        }
+        let answer = io.read_frame().await.map_err(Refused)?;
+        let ok = serde_json::from_str::<serde_json::Value>(&answer)
+            .ok()
+            .and_then(|v| v.get("ok").and_then(serde_json::Value::as_bool));
+        if ok == Some(true) {
+            Ok(io)
+        } else {
+            Err(Refused(
+                "the node answered the token frame with something else".into(),
+            ))
+        }
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Err(_) => Err(Unreachable("QUIC dial timed out".into())),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(io)) => Ok((io, endpoint)),
     }
 }
 
