@@ -15,7 +15,7 @@
 //! `quic`. `GET /hub/connections` shows the link's `transport`.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,6 +27,8 @@ use crate::peerlink::{PeerHub, TungIo};
 
 /// Longest a QUIC dial (handshake, token, answer) may take before the WebSocket is tried.
 pub const QUIC_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// After QUIC failed where the WebSocket worked, how long `auto` dials the WebSocket directly.
+pub const QUIC_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// Which carrier a connection's link uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -166,9 +168,23 @@ fn pin_first(hub: &PeerHub, conn: &Conn, fingerprint: &str) {
 
 /// Opens one link to `conn`'s node over the transport its preference and the node's offer
 /// allow. Errors name what failed, never the URL or the token.
-pub async fn dial(hub: &PeerHub, conn: &Conn) -> Result<LinkIo, String> {
+///
+/// `skip_quic_until` is the connection's memory of a path where QUIC failed and the WebSocket
+/// then worked (UDP blocked): in `auto`, QUIC is not tried again before that instant, so each
+/// redial does not pay [`QUIC_DIAL_TIMEOUT`] first. A dial where both fail (a partition) sets
+/// nothing.
+pub async fn dial(
+    hub: &PeerHub,
+    conn: &Conn,
+    skip_quic_until: &std::sync::Mutex<Option<Instant>>,
+) -> Result<LinkIo, String> {
     let pref = conn.transport;
-    let io = if pref == TransportPref::Websocket {
+    let skip = pref == TransportPref::Auto
+        && skip_quic_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| Instant::now() < t);
+    let io = if pref == TransportPref::Websocket || skip {
         LinkIo::Ws(crate::peerlink::dial(conn).await?)
     } else {
         match try_quic(hub, conn).await {
@@ -180,7 +196,11 @@ pub async fn dial(hub: &PeerHub, conn: &Conn) -> Result<LinkIo, String> {
             Err(QuicFail::Unreachable(e)) if pref == TransportPref::Quic => return Err(e),
             Err(QuicFail::Unreachable(e)) => {
                 tracing::debug!(conn = %conn.id, error = %e, "QUIC unavailable; dialing the WebSocket");
-                LinkIo::Ws(crate::peerlink::dial(conn).await?)
+                let ws = crate::peerlink::dial(conn).await?;
+                tracing::info!(conn = %conn.id, error = %e, "QUIC failed where the WebSocket works: using the WebSocket");
+                *skip_quic_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Instant::now() + QUIC_RETRY_AFTER);
+                LinkIo::Ws(ws)
             }
         }
     };
@@ -225,9 +245,10 @@ async fn try_quic(hub: &PeerHub, conn: &Conn) -> Result<LinkIo, QuicFail> {
 /// One connection's link task: [`crate::peerlink::drive_over`] with [`dial`].
 pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
     let h = hub.clone();
+    let skip = Arc::new(std::sync::Mutex::new(None));
     crate::peerlink::drive_over(hub, conn, move |c: Arc<Conn>| {
-        let h = h.clone();
-        async move { dial(&h, &c).await }
+        let (h, skip) = (h.clone(), skip.clone());
+        async move { dial(&h, &c, &skip).await }
     })
     .await;
 }
