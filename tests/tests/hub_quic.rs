@@ -348,6 +348,40 @@ async fn a_changed_certificate_refuses_the_link_naming_both_fingerprints() {
     assert_eq!(row["quic_fingerprint"], new.as_str());
 }
 
+/// `kill -9` sends nothing over UDP: the restarted node answers the hub's next packet on the old
+/// connection with a stateless reset (its reset key survives restarts), so the link comes back
+/// well inside the 15 s liveness deadline that would otherwise have to notice first.
+#[tokio::test]
+async fn a_killed_and_restarted_node_gets_its_quic_link_back_without_waiting_for_liveness() {
+    let mut bed = FedBed::start(1).await.unwrap();
+    wait_row(
+        &bed.hub,
+        "nodeb",
+        Duration::from_secs(20),
+        link_up_over("quic"),
+    )
+    .await;
+    bed.nodes[0].kill9();
+    bed.nodes[0].restart().unwrap();
+    let restarted = Instant::now();
+    wait_row(&bed.hub, "nodeb", Duration::from_secs(20), |r| {
+        r["peer_link_up"] == false
+    })
+    .await;
+    let down = restarted.elapsed();
+    wait_row(
+        &bed.hub,
+        "nodeb",
+        Duration::from_secs(20),
+        link_up_over("quic"),
+    )
+    .await;
+    let back = restarted.elapsed();
+    eprintln!("link down {down:?} and back over QUIC {back:?} after the restart");
+    assert!(down < Duration::from_secs(8), "down only after {down:?}");
+    assert!(back < Duration::from_secs(12), "back only after {back:?}");
+}
+
 #[tokio::test]
 async fn a_wrong_token_over_quic_is_refused_with_a_clear_reason_and_a_log_line() {
     let net = Net::star(1).unwrap();

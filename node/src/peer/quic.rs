@@ -18,7 +18,9 @@
 //! opens more waits for credit; every stream after the link's own is refused with
 //! [`STOP_EXTRA_STREAM`]), no unidirectional streams, an idle timeout of [`IDLE_TIMEOUT`], and a
 //! deadline of [`AUTH_TIMEOUT`] for the first frame. Packets that are not QUIC are dropped by
-//! quinn without disturbing anything else.
+//! quinn without disturbing anything else. Stateless-reset tokens come from a key derived from
+//! the node's private key, so after a restart (a `kill -9` sends nothing) the hub's next packet
+//! on the old connection is answered with a valid reset and its link ends at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -267,8 +269,21 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
         quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("the QUIC TLS config")?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     cfg.transport_config(Arc::new(transport_config(None)));
-    let endpoint = quinn::Endpoint::server(cfg, addr)
+    // Stateless-reset tokens from a key that survives restarts (see `NodeCert::reset_secret`).
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &cert.reset_secret());
+    let mut endpoint_cfg = quinn::EndpointConfig::new(Arc::new(reset_key));
+    // The connection ids are signed with a key that survives restarts too: a restarted node
+    // drops packets whose id it could not have issued, and answers the others with the reset.
+    let secret = cert.reset_secret();
+    let cid_key = u64::from_le_bytes(secret[24..32].try_into().expect("8 bytes"));
+    endpoint_cfg.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    let socket = std::net::UdpSocket::bind(addr)
         .with_context(|| format!("binding the QUIC listener on udp {addr}"))?;
+    let runtime = quinn::default_runtime().context("no async runtime for QUIC")?;
+    let endpoint = quinn::Endpoint::new(endpoint_cfg, Some(cfg), socket, runtime)
+        .with_context(|| format!("starting the QUIC listener on udp {addr}"))?;
     let bound = endpoint
         .local_addr()
         .context("the QUIC listener's address")?;
