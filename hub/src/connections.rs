@@ -29,7 +29,11 @@ pub fn default_transport(extra: &serde_json::Map<String, Value>) -> crate::quic:
         .get("hub")
         .and_then(|h| h.get("transport"))
         .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
+        .and_then(|s| {
+            s.parse()
+                .map_err(|e| tracing::warn!(error = %e, "hub.transport ignored"))
+                .ok()
+        })
         .unwrap_or_default()
 }
 
@@ -60,12 +64,25 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// Reads the configured connections from a config document.
+/// An entry that does not parse (a hand-edited `"transport": "udp"`) is skipped with a warning
+/// naming it and why; the others stay.
 pub fn from_config(extra: &serde_json::Map<String, Value>) -> Vec<ConnectionConfig> {
-    extra
+    let Some(list) = extra
         .get("hub")
         .and_then(|h| h.get("connections"))
-        .and_then(|c| serde_json::from_value(c.clone()).ok())
-        .unwrap_or_default()
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|c| match serde_json::from_value(c.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(entry = %c, error = %e, "hub.connections: invalid entry ignored");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Adds or replaces a connection in the config file and stores its token.
@@ -179,6 +196,30 @@ mod tests {
         assert!(disconnect(&file, "boxb").unwrap());
         assert!(!disconnect(&file, "boxb").unwrap());
         assert!(from_config(&file.load().unwrap().extra).is_empty());
+    }
+
+    #[test]
+    fn a_bad_entry_is_skipped_and_the_others_stay() {
+        let extra: serde_json::Map<String, Value> = serde_json::from_value(json!({"hub": {
+            "transport": "udp",
+            "connections": [
+                {"id": "a", "url": "http://a:1", "transport": "udp"},
+                {"id": "b", "url": "http://b:1", "transport": "quic", "quic_fingerprint": "sha256:ab"}
+            ]
+        }}))
+        .unwrap();
+        let got = from_config(&extra);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "b");
+        assert_eq!(got[0].transport, Some(crate::quic::TransportPref::Quic));
+        assert_eq!(got[0].quic_fingerprint.as_deref(), Some("sha256:ab"));
+        assert_eq!(default_transport(&extra), crate::quic::TransportPref::Auto);
+        let mut doc = json!({"hub": {"connections": [{"id": "b", "url": "http://b:1"}]}});
+        set_fingerprint(&mut doc, "b", "sha256:cd");
+        assert_eq!(
+            doc["hub"]["connections"][0]["quic_fingerprint"],
+            "sha256:cd"
+        );
     }
 
     #[test]

@@ -542,3 +542,59 @@ async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_servin
     assert!(log.contains("wrong token"), "{log}");
     assert_eq!(health(&node).await["ok"], true);
 }
+
+/// `tuic-hub connect` to a node that answers pins its certificate at once and says so; a bad
+/// `--transport` is refused with the accepted names and nothing is saved.
+#[tokio::test]
+async fn connect_pins_the_fingerprint_it_reads_and_refuses_a_bad_transport() {
+    let (_d, _node, addr, fp, token) = loopback_node();
+    let hd = config_dir(json!({}));
+    let url = format!("http://127.0.0.1:{}", addr.port());
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &s(&hd),
+            "--id",
+            "nodeb",
+            "--url",
+            &url,
+            "--token-stdin",
+            "--transport",
+            "udp",
+        ],
+        &token,
+    )
+    .unwrap();
+    assert_ne!(code, 0);
+    assert!(err.contains("auto, quic or websocket"), "{err}");
+    let before = std::fs::read_to_string(hd.path().join("config.json")).unwrap();
+    assert!(!before.contains("nodeb"), "{before}");
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &s(&hd),
+            "--id",
+            "nodeb",
+            "--url",
+            &url,
+            "--token-stdin",
+            "--transport",
+            "quic",
+        ],
+        &token,
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&fp) && err.contains("pinned"), "{err}");
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(hd.path().join("config.json")).unwrap())
+            .unwrap();
+    let c = &cfg["hub"]["connections"][0];
+    assert_eq!(c["quic_fingerprint"], fp.as_str(), "{cfg}");
+    assert_eq!(c["transport"], "quic", "{cfg}");
+    assert!(!cfg.to_string().contains(&token));
+}
