@@ -491,10 +491,11 @@ async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_servin
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 
-    // The right pin and token: a link. Its peer opens many more streams.
+    // The right pin and token: a link. Its peer opens 10,000 more streams, one after another
+    // (at most MAX_BIDI_STREAMS at once): each is refused, the link stays.
     let (mut io, _endpoint) = connect(addr, &fp, &token, limit).await.unwrap();
     let conn = io.connection().clone();
-    for i in 0..300 {
+    for i in 0..10_000 {
         let (mut send, mut recv) = tokio::time::timeout(limit, conn.open_bi())
             .await
             .expect("stream credit comes back as extra streams are refused")
