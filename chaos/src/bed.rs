@@ -129,7 +129,10 @@ fn ip_netns(ns: &str, args: &[&str]) -> anyhow::Result<String> {
 impl Bed {
     /// Creates the namespaces, starts both nodes and the hub, connects the hub to both and
     /// waits (bounded) until both connections are up.
-    pub async fn up() -> anyhow::Result<Self> {
+    ///
+    /// `transport` (`auto`, `quic`, `websocket`) is node C's link carrier; node B sits behind
+    /// the TCP delay proxy, so its link is always the WebSocket.
+    pub async fn up(transport: &str) -> anyhow::Result<Self> {
         let net = Net::star_prefixed(PREFIX, 2)?;
         let mut nodes = Vec::new();
         for i in 0..2 {
@@ -173,26 +176,44 @@ impl Bed {
                 &["token", "--config-dir", &bed.nodes[i].dir_str()],
                 "",
             )?;
-            let (code, _, err) = run_with_stdin(
-                "tuic-hub",
-                &[
-                    "connect",
-                    "--config-dir",
-                    &bed.hub.dir_str(),
-                    "--id",
-                    id,
-                    "--url",
-                    &url,
-                    "--token-stdin",
-                ],
-                token.trim(),
-            )?;
+            let hub_dir = bed.hub.dir_str();
+            let mut args = vec![
+                "connect",
+                "--config-dir",
+                &hub_dir,
+                "--id",
+                id,
+                "--url",
+                &url,
+                "--token-stdin",
+            ];
+            if i == 1 {
+                args.extend(["--transport", transport]);
+            } else {
+                args.extend(["--transport", "websocket"]);
+            }
+            let (code, _, err) = run_with_stdin("tuic-hub", &args, token.trim())?;
             anyhow::ensure!(code == 0, "tuic-hub connect {id}: {err}");
         }
         for id in CONN_IDS {
             bed.wait_conn(id, true, Duration::from_secs(20)).await?;
         }
         Ok(bed)
+    }
+
+    /// The carriers of the links, `nodeb=… nodec=…` as the hub reports them.
+    pub async fn transports(&self) -> String {
+        let rows = self.connections().await.unwrap_or_default();
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "{}={}",
+                    r["id"].as_str().unwrap_or("?"),
+                    r["transport"].as_str().unwrap_or("none")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The hub's connection list (`GET /hub/connections`).

@@ -96,6 +96,9 @@ pub struct Plan {
     /// After a node restart, its agent registers again and then waits this long before its
     /// first read (see `MailPlan::read_lag_after_restart`).
     pub read_lag_after_restart: Duration,
+    /// Node C's peer-link carrier: `auto`, `quic` or `websocket` (node B's link goes through
+    /// the TCP delay proxy, always the WebSocket). Default: `CHAOS_TRANSPORT`, else `auto`.
+    pub transport: String,
 }
 
 impl Plan {
@@ -110,6 +113,7 @@ impl Plan {
             stream_batch: 100,
             victim: 0,
             read_lag_after_restart: Duration::ZERO,
+            transport: std::env::var("CHAOS_TRANSPORT").unwrap_or_else(|_| "auto".into()),
         }
     }
 
@@ -125,6 +129,7 @@ impl Plan {
             stream_batch: 200,
             victim: 0,
             read_lag_after_restart: Duration::from_secs(3),
+            transport: std::env::var("CHAOS_TRANSPORT").unwrap_or_else(|_| "auto".into()),
         }
     }
 
@@ -248,11 +253,13 @@ pub async fn run(which: Scenario, plan: &Plan) -> anyhow::Result<Summary> {
         plan.victim
     );
     let t0 = Instant::now();
-    let mut bed = Bed::up().await.context("bringing the bed up")?;
+    let mut bed = Bed::up(&plan.transport)
+        .await
+        .context("bringing the bed up")?;
     let r = run_on(&mut bed, which, plan, t0).await;
     match r {
         Ok(s) => {
-            println!("{s}");
+            println!("{s} transports: {}", bed.transports().await);
             check(&s)
                 .map_err(|e| anyhow::anyhow!("{}: {e}\n{}", which.name(), bed.diagnostics()))?;
             Ok(s)

@@ -46,6 +46,10 @@ enum Cmd {
         /// Read the node's token (`tuic-node token` on that machine) from stdin.
         #[arg(long, required = true)]
         token_stdin: bool,
+        /// The peer link's carrier: auto (QUIC when the node offers it, else the WebSocket),
+        /// quic or websocket.
+        #[arg(long)]
+        transport: Option<crate::quic::TransportPref>,
     },
     /// Remove a node connection.
     Disconnect {
@@ -62,7 +66,13 @@ pub fn main() -> ExitCode {
     let name = "tuic-hub";
     let result = match cli.cmd.unwrap_or(Cmd::Node(NodeCommand::Serve(cli.serve))) {
         Cmd::Node(cmd) => tuic_node::cli::run_command(name, cmd, federate),
-        Cmd::Connect { loc, id, url, .. } => connect(&loc, id, url),
+        Cmd::Connect {
+            loc,
+            id,
+            url,
+            transport,
+            ..
+        } => connect(&loc, id, url, transport),
         Cmd::Disconnect { loc, id } => disconnect(&loc, &id),
     };
     tuic_node::cli::exit(name, result)
@@ -110,24 +120,58 @@ fn vault_for(loc: &Location) -> anyhow::Result<(ConfigFile, Vault, std::path::Pa
     Ok((file, vault, p.socket))
 }
 
-fn connect(loc: &Location, id: String, url: String) -> anyhow::Result<()> {
+fn connect(
+    loc: &Location,
+    id: String,
+    url: String,
+    transport: Option<crate::quic::TransportPref>,
+) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin()
         .read_to_string(&mut token)
         .context("reading the token from stdin")?;
     let (file, vault, socket) = vault_for(loc)?;
+    let offer = quic_offer(url.trim_end_matches('/'));
     connections::connect(
         &file,
         &vault,
         ConnectionConfig {
             id: id.clone(),
             url,
+            transport,
+            quic_fingerprint: offer.as_ref().map(|o| o.fingerprint.clone()),
         },
         token.trim(),
     )?;
     tell_running_hub(&socket);
     eprintln!("connection {id} saved");
+    match offer {
+        Some(o) => eprintln!(
+            "the node's QUIC certificate {} (udp port {}) is pinned (trust on first use); a changed certificate refuses the link until you connect again",
+            o.fingerprint, o.port
+        ),
+        None => eprintln!(
+            "the node offers no QUIC now (or did not answer): its certificate is pinned at the first QUIC link"
+        ),
+    }
     Ok(())
+}
+
+/// The node's QUIC offer from its `/health`, when it answers within a few seconds.
+fn quic_offer(url: &str) -> Option<crate::quic::Advertised> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    rt.block_on(async {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            crate::quic::advertised(url),
+        )
+        .await
+        .ok()?
+        .ok()?
+    })
 }
 
 fn disconnect(loc: &Location, id: &str) -> anyhow::Result<()> {

@@ -13,6 +13,39 @@ pub struct ConnectionConfig {
     pub id: String,
     /// The node's base URL, `http://host:port`.
     pub url: String,
+    /// The peer link's carrier (`auto`, `quic`, `websocket`); unset: `hub.transport`, else auto.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<crate::quic::TransportPref>,
+    /// The pinned fingerprint of the node's QUIC certificate (`sha256:<hex>`); unset until the
+    /// node first shows one (trust on first use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_fingerprint: Option<String>,
+}
+
+/// The hub-wide transport default, `hub.transport` in `config.json` (auto when unset or
+/// unknown).
+pub fn default_transport(extra: &serde_json::Map<String, Value>) -> crate::quic::TransportPref {
+    extra
+        .get("hub")
+        .and_then(|h| h.get("transport"))
+        .and_then(Value::as_str)
+        .and_then(|s| {
+            s.parse()
+                .map_err(|e| tracing::warn!(error = %e, "hub.transport ignored"))
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// Records `fingerprint` as connection `id`'s pin in a config document.
+pub fn set_fingerprint(doc: &mut Value, id: &str, fingerprint: &str) {
+    if let Ok(list) = connections_mut(doc) {
+        for c in list.iter_mut() {
+            if c.get("id").and_then(Value::as_str) == Some(id) {
+                c["quic_fingerprint"] = json!(fingerprint);
+            }
+        }
+    }
 }
 
 /// Vault entry holding a connection's token.
@@ -31,12 +64,25 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// Reads the configured connections from a config document.
+/// An entry that does not parse (a hand-edited `"transport": "udp"`) is skipped with a warning
+/// naming it and why; the others stay.
 pub fn from_config(extra: &serde_json::Map<String, Value>) -> Vec<ConnectionConfig> {
-    extra
+    let Some(list) = extra
         .get("hub")
         .and_then(|h| h.get("connections"))
-        .and_then(|c| serde_json::from_value(c.clone()).ok())
-        .unwrap_or_default()
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|c| match serde_json::from_value(c.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(entry = %c, error = %e, "hub.connections: invalid entry ignored");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Adds or replaces a connection in the config file and stores its token.
@@ -65,7 +111,14 @@ pub fn connect(
     file.update(|doc| {
         let list = connections_mut(doc)?;
         list.retain(|c| c.get("id").and_then(Value::as_str) != Some(conn.id.as_str()));
-        list.push(json!({"id": conn.id, "url": conn.url.trim_end_matches('/')}));
+        let mut row = json!({"id": conn.id, "url": conn.url.trim_end_matches('/')});
+        if let Some(t) = conn.transport {
+            row["transport"] = json!(t);
+        }
+        if let Some(f) = &conn.quic_fingerprint {
+            row["quic_fingerprint"] = json!(f);
+        }
+        list.push(row);
         Ok(())
     })
     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -117,6 +170,8 @@ mod tests {
         let c = ConnectionConfig {
             id: "boxb".into(),
             url: "http://10.0.0.2:9876/".into(),
+            transport: None,
+            quic_fingerprint: None,
         };
         connect(&file, &vault, c, "tok123").unwrap();
         let cfg = file.load().unwrap();
@@ -124,7 +179,9 @@ mod tests {
             from_config(&cfg.extra),
             vec![ConnectionConfig {
                 id: "boxb".into(),
-                url: "http://10.0.0.2:9876".into()
+                url: "http://10.0.0.2:9876".into(),
+                transport: None,
+                quic_fingerprint: None,
             }]
         );
         assert!(
@@ -142,6 +199,30 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_entry_is_skipped_and_the_others_stay() {
+        let extra: serde_json::Map<String, Value> = serde_json::from_value(json!({"hub": {
+            "transport": "udp",
+            "connections": [
+                {"id": "a", "url": "http://a:1", "transport": "udp"},
+                {"id": "b", "url": "http://b:1", "transport": "quic", "quic_fingerprint": "sha256:ab"}
+            ]
+        }}))
+        .unwrap();
+        let got = from_config(&extra);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "b");
+        assert_eq!(got[0].transport, Some(crate::quic::TransportPref::Quic));
+        assert_eq!(got[0].quic_fingerprint.as_deref(), Some("sha256:ab"));
+        assert_eq!(default_transport(&extra), crate::quic::TransportPref::Auto);
+        let mut doc = json!({"hub": {"connections": [{"id": "b", "url": "http://b:1"}]}});
+        set_fingerprint(&mut doc, "b", "sha256:cd");
+        assert_eq!(
+            doc["hub"]["connections"][0]["quic_fingerprint"],
+            "sha256:cd"
+        );
+    }
+
+    #[test]
     fn ids_and_urls_are_validated() {
         let d = tempfile::tempdir().unwrap();
         let file = ConfigFile::new(d.path().join("config.json"));
@@ -155,6 +236,8 @@ mod tests {
             let c = ConnectionConfig {
                 id: id.into(),
                 url: url.into(),
+                transport: None,
+                quic_fingerprint: None,
             };
             assert!(connect(&file, &vault, c, "t").is_err(), "{id} {url}");
         }

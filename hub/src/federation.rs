@@ -47,6 +47,8 @@ pub struct ConnState {
     pub full_refreshes: u64,
     /// Single-row reads (`GET /sessions/{id}`) for events that lack the row's fields.
     pub row_fetches: u64,
+    /// The carrier of the last peer link dialed: `"quic"` or `"websocket"`.
+    pub transport: Option<&'static str>,
 }
 
 /// One connection and its driver.
@@ -66,6 +68,10 @@ pub struct Conn {
     /// partition (no reset reaches the hub) does not leave them hanging with the screen they
     /// follow unstored.
     pub(crate) downs: tokio::sync::watch::Sender<u64>,
+    /// The pinned fingerprint of the node's QUIC certificate (trust on first use).
+    pub(crate) pin: std::sync::Mutex<Option<String>>,
+    /// Which carrier the peer link may use.
+    pub(crate) transport: crate::quic::TransportPref,
 }
 
 impl Conn {
@@ -146,9 +152,15 @@ impl Federation {
     /// Brings the running drivers in line with `config.json` and the secret store.
     pub fn reconcile(self: &Arc<Self>) {
         let wanted: Vec<ConnectionConfig> = connections::from_config(&self.node.config().extra);
+        let default_transport = connections::default_transport(&self.node.config().extra);
         let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
         conns.retain(|id, c| {
-            let keep = wanted.iter().any(|w| &w.id == id && w.url == c.url);
+            let keep = wanted.iter().any(|w| {
+                &w.id == id
+                    && w.url == c.url
+                    && w.transport.unwrap_or(default_transport) == c.transport
+                    && w.quic_fingerprint == *c.pin.lock().unwrap_or_else(|p| p.into_inner())
+            });
             if !keep {
                 c.stop.cancel();
                 tracing::info!(conn = %id, "connection removed");
@@ -173,12 +185,14 @@ impl Federation {
                 state: RwLock::new(ConnState::default()),
                 stop: self.node.shutdown.child_token(),
                 downs: tokio::sync::watch::Sender::new(0),
+                pin: std::sync::Mutex::new(w.quic_fingerprint.clone()),
+                transport: w.transport.unwrap_or(default_transport),
             });
             conns.insert(w.id.clone(), conn.clone());
             self.mail.ensure_outbox(&w.id);
             self.node
                 .tasks
-                .spawn(crate::peerlink::drive(self.mail.clone(), conn.clone()));
+                .spawn(crate::quic::drive(self.mail.clone(), conn.clone()));
             self.node
                 .tasks
                 .spawn(crate::ops::relay_progress(self.clone(), conn.clone()));
@@ -222,6 +236,9 @@ impl Federation {
                     "row_fetches": s.row_fetches,
                     "outbox_held": self.mail.held(&c.id),
                     "outbox_recipient_full": self.mail.recipient_full(&c.id),
+                    "transport": s.transport,
+                    "transport_preference": c.transport,
+                    "quic_fingerprint": *c.pin.lock().unwrap_or_else(|p| p.into_inner()),
                 });
                 if let Some(e) = s.last_error {
                     v["last_error"] = json!(e);

@@ -14,6 +14,7 @@ pub mod mailroute;
 pub mod ops;
 pub mod peerlink;
 pub mod proxy;
+pub mod quic;
 pub mod remote;
 pub mod remote_git;
 pub mod stories;

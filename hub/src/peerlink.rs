@@ -229,7 +229,7 @@ pub(crate) enum Relayed {
 /// The hub's relay: outboxes, shadows and link handles.
 #[derive(Debug)]
 pub struct PeerHub {
-    node: Arc<Node>,
+    pub(crate) node: Arc<Node>,
     inner: Mutex<Inner>,
     me: Weak<PeerHub>,
 }
@@ -489,7 +489,7 @@ impl PeerHub {
 
 /// tokio-tungstenite's WebSocket messages, for the peer driver's one adapter
 /// ([`driver::WsIo`]).
-struct Tung;
+pub struct Tung;
 
 impl driver::MessageKind<Message> for Tung {
     fn text(text: String) -> Message {
@@ -509,13 +509,14 @@ impl driver::MessageKind<Message> for Tung {
     }
 }
 
-type TungIo = driver::WsIo<
+/// The hub's WebSocket link transport.
+pub type TungIo = driver::WsIo<
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
     Tung,
 >;
 
 /// Opens the WebSocket. Errors name what failed, never the URL or the token.
-async fn dial(conn: &Conn) -> Result<TungIo, String> {
+pub(crate) async fn dial(conn: &Conn) -> Result<TungIo, String> {
     let url = format!("{}/mcp/peer", conn.url).replacen("http", "ws", 1);
     let mut req = url
         .into_client_request()

@@ -64,6 +64,11 @@ pub struct Server {
     pub port: u16,
     /// Bind address ("0.0.0.0").
     pub bind: String,
+    /// Whether the QUIC peer-link listener (UDP) runs beside the TCP one when remote access
+    /// is on (true).
+    pub quic_enabled: bool,
+    /// Its UDP port; unset: the TCP listener's bound port number.
+    pub quic_port: Option<u16>,
 }
 
 impl Default for Server {
@@ -71,6 +76,8 @@ impl Default for Server {
         Self {
             port: 9876,
             bind: "0.0.0.0".into(),
+            quic_enabled: true,
+            quic_port: None,
         }
     }
 }

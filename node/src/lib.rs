@@ -36,6 +36,7 @@ pub mod state;
 pub mod store;
 pub mod stories;
 mod tailscale;
+pub mod tls;
 pub mod upstream;
 pub mod vault;
 mod web;

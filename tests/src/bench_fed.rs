@@ -141,7 +141,7 @@ pub async fn keystroke(n: usize) -> anyhow::Result<()> {
 
 /// Receives on `agent` until `n` messages arrived (or `limit`); each message's body and the
 /// instant its `wait` returned, plus the inbox's `missed_count` (evictions) seen on the way.
-async fn receive(
+pub(crate) async fn receive(
     agent: &mut crate::agent::Agent,
     n: usize,
     limit: Duration,
@@ -170,7 +170,11 @@ async fn receive(
 }
 
 /// Sends `message` and fails on a refusal.
-async fn send_ok(agent: &mut crate::agent::Agent, to: &str, message: &str) -> anyhow::Result<()> {
+pub(crate) async fn send_ok(
+    agent: &mut crate::agent::Agent,
+    to: &str,
+    message: &str,
+) -> anyhow::Result<()> {
     let (err, v) = agent
         .call(json!({"action":"send","to":to,"message":message}))
         .await;

@@ -9,6 +9,7 @@ pub mod bench_attach;
 pub mod bench_fed;
 pub mod bench_outbox;
 pub mod bench_progress;
+pub mod bench_quic;
 pub mod bench_stories;
 pub mod bench_upload;
 pub mod bench_upstream;

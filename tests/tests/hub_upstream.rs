@@ -233,9 +233,14 @@ fn start_hub(bed: &FedBed) -> NodeProc {
 #[tokio::test]
 async fn upstreams_on_the_hub_are_offered_to_agents_on_a_node() {
     let python = tuic_tests::sdk_clients().python;
-    let mut bed = FedBed::start_with(
+    // The WebSocket link: the check below that the node hears a killed hub at once relies on
+    // TCP's reset. Over QUIC a killed hub sends nothing and the node notices at the liveness
+    // deadline (15 s); see docs/mail-protocol.md.
+    let mut bed = FedBed::start_with_hub(
         1,
         json!({"tuning": {"hub_tools_grace_ms": GRACE_MS, "hub_tool_call_timeout_ms": 20_000}}),
+        json!({"hub": {"transport": "websocket"}}),
+        None,
     )
     .await
     .unwrap();

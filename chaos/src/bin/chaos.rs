@@ -1,7 +1,8 @@
-//! `chaos [short|long|cleanup] [--fault-node b|c] [scenario…]`: runs the fault scenarios against
+//! `chaos [short|long|cleanup] [--fault-node b|c] [--transport auto|quic|websocket|both] [scenario…]`: runs the fault scenarios against
 //! the binaries built beside this one (`cargo build --workspace --bins`, or `--release`), one
 //! summary line per scenario; `--fault-node c` aims the node faults at node C instead of B
-//! (delay needs B's proxy and is skipped); `cleanup` removes leftover namespaces of an
+//! (delay needs B's proxy and is skipped); `--transport` picks node C's link carrier (`both`: the run over
+//! the WebSocket, then over QUIC); `cleanup` removes leftover namespaces of an
 //! interrupted run. Needs root.
 
 use std::process::ExitCode;
@@ -10,10 +11,35 @@ use tuic_chaos::{Plan, Scenario};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: chaos [short|long|cleanup] [--fault-node b|c] [scenario…]\nscenarios: {}",
+        "usage: chaos [short|long|cleanup] [--fault-node b|c] [--transport auto|quic|websocket|both] [scenario…]\nscenarios: {}",
         Scenario::ALL.map(Scenario::name).join(" ")
     );
     ExitCode::from(2)
+}
+
+/// Runs the scenarios once, or with `--transport both` once over the WebSocket and once over
+/// QUIC (node C's link), printing each run's lines under a heading.
+async fn run_transports(
+    plan: &Plan,
+    scenarios: &[Scenario],
+) -> (Vec<tuic_chaos::Summary>, Vec<anyhow::Error>) {
+    if plan.transport != "both" {
+        return tuic_chaos::run_all(plan, scenarios).await;
+    }
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for t in ["websocket", "quic"] {
+        println!(
+            "== transport {t} (node C's link; node B behind the TCP delay proxy: websocket) =="
+        );
+        let p = Plan {
+            transport: t.into(),
+            ..plan.clone()
+        };
+        let (o, f) = tuic_chaos::run_all(&p, scenarios).await;
+        ok.extend(o);
+        failed.extend(f);
+    }
+    (ok, failed)
 }
 
 fn main() -> ExitCode {
@@ -42,6 +68,13 @@ fn main() -> ExitCode {
     let mut scenarios = Vec::new();
     let mut rest = rest.iter();
     while let Some(name) = rest.next() {
+        if name == "--transport" {
+            match rest.next().map(String::as_str) {
+                Some(t @ ("auto" | "quic" | "websocket" | "both")) => plan.transport = t.into(),
+                _ => return usage(),
+            }
+            continue;
+        }
         if name == "--fault-node" {
             plan.victim = match rest.next().map(String::as_str) {
                 Some("b") => 0,
@@ -69,7 +102,7 @@ fn main() -> ExitCode {
     // namespaces.
     let Some((ok, failed)) = rt.block_on(async {
         tokio::select! {
-            r = tuic_chaos::run_all(&plan, &scenarios) => Some(r),
+            r = run_transports(&plan, &scenarios) => Some(r),
             _ = tokio::signal::ctrl_c() => None,
         }
     }) else {

@@ -20,6 +20,7 @@ pub mod commit;
 pub mod driver;
 pub mod endpoint;
 pub mod hubtools;
+pub mod quic;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc as std_mpsc;

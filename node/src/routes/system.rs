@@ -9,14 +9,20 @@ use serde_json::{Value, json};
 
 use crate::state::Node;
 
-/// `{ok, uptime_secs, session_count, protocol_version}`; public on every listener.
+/// `{ok, uptime_secs, session_count, protocol_version, quic?}`; public on every listener.
+/// `quic: {port, fingerprint}` is there while the QUIC peer-link listener runs (remote access
+/// on), for hubs to dial and pin.
 pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
-    Json(json!({
+    let mut v = json!({
         "ok": true,
         "uptime_secs": node.started.elapsed().as_secs(),
         "session_count": node.sessions.count(),
         "protocol_version": tuic_proto::PROTOCOL_VERSION,
-    }))
+    });
+    if let Some((port, fingerprint)) = node.tcp.lock().await.quic() {
+        v["quic"] = json!({"port": port, "fingerprint": fingerprint});
+    }
+    Json(v)
 }
 
 /// What Tailscale detection found last (`{state, dns_name?|backend_state?|reason?}`).

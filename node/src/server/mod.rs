@@ -45,12 +45,20 @@ struct RunningTcp {
     want: (String, u16),
     stop: CancellationToken,
     done: JoinHandle<()>,
+    /// The QUIC peer-link listener beside it (`crate::peer::quic`), when it runs.
+    quic: Option<crate::peer::quic::QuicListener>,
 }
 
 impl TcpControl {
     /// The bound TCP address, when remote access is serving.
     pub fn addr(&self) -> Option<SocketAddr> {
         self.running.as_ref().map(|r| r.addr)
+    }
+
+    /// The QUIC listener's UDP port and certificate fingerprint, when it runs.
+    pub fn quic(&self) -> Option<(u16, String)> {
+        let q = self.running.as_ref()?.quic.as_ref()?;
+        Some((q.addr.port(), q.fingerprint.clone()))
     }
 }
 
@@ -86,6 +94,9 @@ pub(crate) async fn run(
     info!("shutting down: draining connections");
     node.shutdown.cancel();
     if let Some(r) = node.tcp.lock().await.running.take() {
+        if let Some(q) = &r.quic {
+            q.stop();
+        }
         r.stop.cancel();
         let _ = r.done.await;
     }
@@ -235,6 +246,9 @@ pub(crate) async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> 
         return tcp.addr();
     }
     if let Some(r) = tcp.running.take() {
+        if let Some(q) = &r.quic {
+            q.stop();
+        }
         r.stop.cancel();
         let _ = r.done.await;
         info!(listener = "tcp", addr = %r.addr, "TCP listener stopped; the IPC listener is unaffected");
@@ -261,16 +275,45 @@ pub(crate) async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> 
                 stop.clone(),
                 drain,
             ));
+            let quic = start_quic(node, &cfg.services.server, addr);
             tcp.running = Some(RunningTcp {
                 addr,
                 want: (bind, port),
                 stop,
                 done,
+                quic,
             });
             Some(addr)
         }
         Err(e) => {
             error!(listener = "tcp", error = %format!("{e:#}"), "TCP listener not started");
+            None
+        }
+    }
+}
+
+/// Starts the QUIC peer-link listener beside the TCP one (same address and port number unless
+/// `services.server.quic_port` says otherwise). A failure is logged; the TCP listener and the
+/// WebSocket link are unaffected.
+fn start_quic(
+    node: &Arc<Node>,
+    server: &crate::config::Server,
+    tcp: SocketAddr,
+) -> Option<crate::peer::quic::QuicListener> {
+    if !server.quic_enabled {
+        info!(
+            listener = "quic",
+            "QUIC peer-link listener disabled by config"
+        );
+        return None;
+    }
+    let addr = SocketAddr::new(tcp.ip(), server.quic_port.unwrap_or(tcp.port()));
+    let started = crate::tls::load_or_create(&node.paths.config_dir)
+        .and_then(|cert| crate::peer::quic::listen(node, &cert, addr));
+    match started {
+        Ok(q) => Some(q),
+        Err(e) => {
+            error!(listener = "quic", error = %format!("{e:#}"), "QUIC listener not started; hubs use the WebSocket");
             None
         }
     }

@@ -1,0 +1,410 @@
+//! The peer link over QUIC: the node's UDP listener and the [`QuicIo`] frame transport both ends
+//! use.
+//!
+//! While remote access is on, the node listens for QUIC (quinn, rustls with the ring provider,
+//! ALPN [`crate::tls::ALPN`]) beside its TCP listener, on the same port number by default
+//! (`services.server.quic_port`, `services.server.quic_enabled`). It presents its self-signed
+//! certificate ([`crate::tls`]); the hub pins its fingerprint.
+//!
+//! A link is one bidirectional stream of length-delimited frames (a 4-byte big-endian length,
+//! then that many bytes of UTF-8: one JSON peer frame each, as WebSocket text frames carry them).
+//! The hub opens it; its first frame is `{"token": "<node token>"}` — the token never travels
+//! in a URL — and the node answers `{"ok": true}` before the link's own frames start. A wrong
+//! token closes the connection with [`CLOSE_WRONG_TOKEN`] and the reason `wrong token`, and is
+//! logged (and counted against the address like a failed login). The stream then is a
+//! [`QuicIo`] handed to [`super::endpoint::serve_on`], exactly as a WebSocket is.
+//!
+//! Limits: [`MAX_BIDI_STREAMS`] concurrent bidirectional streams per connection (a peer that
+//! opens more waits for credit; every stream after the link's own is refused with
+//! [`STOP_EXTRA_STREAM`]), no unidirectional streams, an idle timeout of [`IDLE_TIMEOUT`], and a
+//! deadline of [`AUTH_TIMEOUT`] for the first frame. Packets that are not QUIC are dropped by
+//! quinn without disturbing anything else. Stateless-reset tokens come from a key derived from
+//! the node's private key, so after a restart (a `kill -9` sends nothing) the hub's next packet
+//! on the old connection is answered with a valid reset and its link ends at once.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+
+use super::driver::FrameIo;
+use crate::state::Node;
+use crate::tls::NodeCert;
+
+/// Most concurrent bidirectional streams a peer may have open on one connection.
+pub const MAX_BIDI_STREAMS: u32 = 4;
+/// A connection with no packets for this long is closed (the link pings every 5 s).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for the hub's first stream and its token frame.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// QUIC keep-alive from the dialing side (well inside [`IDLE_TIMEOUT`]).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Largest frame (16 MiB; mail bodies are far smaller).
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Application close code: the token frame did not carry the node's token.
+pub const CLOSE_WRONG_TOKEN: u32 = 0x10;
+/// Application close code: the first frame was not a token frame, or did not come in time.
+pub const CLOSE_BAD_HELLO: u32 = 0x11;
+/// Application close code: the address failed too often; try later.
+pub const CLOSE_THROTTLED: u32 = 0x12;
+/// Application close code: the link ended normally.
+pub const CLOSE_DONE: u32 = 0;
+/// Stream stop code for every stream after the link's own.
+pub const STOP_EXTRA_STREAM: u32 = 0x20;
+
+/// A length-delimited codec with the link's frame limit.
+pub fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// The transport limits both ends use.
+pub fn transport_config(keep_alive: Option<Duration>) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(MAX_BIDI_STREAMS))
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(0))
+        .max_idle_timeout(Some(
+            quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("idle timeout in range"),
+        ))
+        .keep_alive_interval(keep_alive);
+    t
+}
+
+/// One peer link's stream as a [`FrameIo`].
+pub struct QuicIo {
+    conn: quinn::Connection,
+    recv: FramedRead<quinn::RecvStream, LengthDelimitedCodec>,
+    send: FramedWrite<quinn::SendStream, LengthDelimitedCodec>,
+}
+
+impl QuicIo {
+    /// Wraps a connection's link stream.
+    pub fn new(conn: quinn::Connection, send: quinn::SendStream, recv: quinn::RecvStream) -> Self {
+        Self {
+            conn,
+            recv: FramedRead::new(recv, codec()),
+            send: FramedWrite::new(send, codec()),
+        }
+    }
+
+    /// The connection under the stream.
+    pub fn connection(&self) -> &quinn::Connection {
+        &self.conn
+    }
+
+    /// Reads one frame as text; `Err` names what went wrong.
+    pub async fn read_frame(&mut self) -> Result<String, String> {
+        match self.recv.next().await {
+            None => Err(match self.conn.close_reason() {
+                Some(e) => describe_close(&e),
+                None => "the stream ended".into(),
+            }),
+            Some(Err(e)) => Err(match self.conn.close_reason() {
+                Some(e) => describe_close(&e),
+                None => format!("reading the link stream: {e}"),
+            }),
+            Some(Ok(b)) => {
+                String::from_utf8(b.to_vec()).map_err(|_| "a frame is not UTF-8".to_owned())
+            }
+        }
+    }
+
+    /// Writes one frame.
+    pub async fn write_frame(&mut self, text: String) -> bool {
+        self.send.send(Bytes::from(text)).await.is_ok()
+    }
+}
+
+/// Names why a connection closed, for logs and the hub's `peer_last_error`.
+pub fn describe_close(e: &quinn::ConnectionError) -> String {
+    match e {
+        quinn::ConnectionError::ApplicationClosed(c) => format!(
+            "the node closed the link: {} (code {})",
+            String::from_utf8_lossy(&c.reason),
+            c.error_code
+        ),
+        quinn::ConnectionError::TimedOut => "the QUIC connection timed out".into(),
+        other => format!("QUIC connection lost: {other}"),
+    }
+}
+
+impl FrameIo for QuicIo {
+    async fn recv(&mut self) -> Option<String> {
+        match self.recv.next().await? {
+            Ok(b) => String::from_utf8(b.to_vec()).ok(),
+            Err(_) => None,
+        }
+    }
+
+    async fn send(&mut self, text: String) -> bool {
+        self.write_frame(text).await
+    }
+
+    async fn close(&mut self) {
+        let _ = self.send.get_mut().finish();
+        self.conn
+            .close(quinn::VarInt::from_u32(CLOSE_DONE), b"link closed");
+    }
+}
+
+/// Why a dial did not give a link.
+#[derive(Debug)]
+pub enum DialError {
+    /// The node refused it (token), or its certificate is not the pinned one: a fallback to
+    /// another transport would bypass the check, so none is tried.
+    Refused(String),
+    /// No QUIC path (UDP blocked, no answer in time): another transport may be tried.
+    Unreachable(String),
+}
+
+/// The error of a changed certificate, naming both fingerprints.
+pub fn changed_error(pinned: &str, presented: &str) -> String {
+    format!(
+        "the node's QUIC certificate changed: pinned {pinned}, presented {presented}; link refused (run `tuic-hub connect` again to trust the new certificate)"
+    )
+}
+
+/// The hub's side: dials the node's QUIC listener at `addr`, accepts only the certificate with
+/// fingerprint `pin`, opens the link's stream and authenticates with `token` (first frame),
+/// all within `limit`. The endpoint must be kept as long as the link.
+pub async fn connect(
+    addr: SocketAddr,
+    pin: &str,
+    token: &str,
+    limit: Duration,
+) -> Result<(QuicIo, quinn::Endpoint), DialError> {
+    use DialError::{Refused, Unreachable};
+    let (tls, verifier) =
+        crate::tls::client_config(pin).map_err(|e| Unreachable(format!("TLS config: {e:#}")))?;
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| Unreachable(format!("QUIC TLS config: {e}")))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    cfg.transport_config(Arc::new(transport_config(Some(KEEP_ALIVE))));
+    let bind: SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let mut endpoint = quinn::Endpoint::client(bind)
+        .map_err(|e| Unreachable(format!("binding a UDP socket: {e}")))?;
+    endpoint.set_default_client_config(cfg);
+    let attempt = async {
+        let connecting = endpoint
+            .connect(addr, "tuic-node")
+            .map_err(|e| Unreachable(format!("QUIC connect: {e}")))?;
+        let conn = match connecting.await {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(match verifier.presented() {
+                    Some(s) if s != pin => Refused(changed_error(pin, &s)),
+                    _ => Unreachable(format!("QUIC handshake: {e}")),
+                });
+            }
+        };
+        let (send, recv) = conn
+            .open_bi()
+            .await
+            .map_err(|e| Unreachable(describe_close(&e)))?;
+        let mut io = QuicIo::new(conn, send, recv);
+        let hello = serde_json::json!({ "token": token }).to_string();
+        if !io.write_frame(hello).await {
+            return Err(Unreachable("writing the token frame failed".into()));
+        }
+        let answer = io.read_frame().await.map_err(Refused)?;
+        let ok = serde_json::from_str::<serde_json::Value>(&answer)
+            .ok()
+            .and_then(|v| v.get("ok").and_then(serde_json::Value::as_bool));
+        if ok == Some(true) {
+            Ok(io)
+        } else {
+            Err(Refused(
+                "the node answered the token frame with something else".into(),
+            ))
+        }
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Err(_) => Err(Unreachable("QUIC dial timed out".into())),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(io)) => Ok((io, endpoint)),
+    }
+}
+
+/// A running QUIC listener.
+#[derive(Debug)]
+pub struct QuicListener {
+    /// The bound UDP address.
+    pub addr: SocketAddr,
+    /// The certificate's fingerprint.
+    pub fingerprint: String,
+    endpoint: quinn::Endpoint,
+    stop: CancellationToken,
+}
+
+impl QuicListener {
+    /// Stops accepting and closes every connection.
+    pub fn stop(&self) {
+        self.stop.cancel();
+        self.endpoint
+            .close(quinn::VarInt::from_u32(CLOSE_DONE), b"listener stopped");
+    }
+}
+
+impl Drop for QuicListener {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Binds the QUIC listener on `addr` and serves peer links on it until stopped.
+pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Result<QuicListener> {
+    let tls = crate::tls::server_config(cert)?;
+    let crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("the QUIC TLS config")?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    cfg.transport_config(Arc::new(transport_config(None)));
+    // Stateless-reset tokens from a key that survives restarts (see `NodeCert::reset_secret`).
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &cert.reset_secret());
+    let mut endpoint_cfg = quinn::EndpointConfig::new(Arc::new(reset_key));
+    // The connection ids are signed with a key that survives restarts too: a restarted node
+    // drops packets whose id it could not have issued, and answers the others with the reset.
+    let secret = cert.reset_secret();
+    let cid_key = u64::from_le_bytes(secret[24..32].try_into().expect("8 bytes"));
+    endpoint_cfg.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    let socket = std::net::UdpSocket::bind(addr)
+        .with_context(|| format!("binding the QUIC listener on udp {addr}"))?;
+    let runtime = quinn::default_runtime().context("no async runtime for QUIC")?;
+    let endpoint = quinn::Endpoint::new(endpoint_cfg, Some(cfg), socket, runtime)
+        .with_context(|| format!("starting the QUIC listener on udp {addr}"))?;
+    let bound = endpoint
+        .local_addr()
+        .context("the QUIC listener's address")?;
+    let stop = node.shutdown.child_token();
+    let ep = endpoint.clone();
+    let n = node.clone();
+    let st = stop.clone();
+    node.tasks.spawn(async move {
+        loop {
+            let incoming = tokio::select! {
+                _ = st.cancelled() => break,
+                i = ep.accept() => match i {
+                    Some(i) => i,
+                    None => break,
+                },
+            };
+            let n = n.clone();
+            let st = st.clone();
+            n.clone().tasks.spawn(async move {
+                tokio::select! {
+                    _ = st.cancelled() => {}
+                    _ = serve_connection(n, incoming) => {}
+                }
+            });
+        }
+    });
+    tracing::info!(listener = "quic", addr = %bound, fingerprint = %cert.fingerprint, "QUIC peer-link listener started");
+    Ok(QuicListener {
+        addr: bound,
+        fingerprint: cert.fingerprint.clone(),
+        endpoint,
+        stop,
+    })
+}
+
+/// One incoming connection: handshake, token, then the link; extra streams are refused.
+async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let ip = remote.ip();
+    let conn = match incoming.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!(listener = "quic", %remote, error = %e, "QUIC handshake failed");
+            return;
+        }
+    };
+    let hello = tokio::time::timeout(AUTH_TIMEOUT, async {
+        let (send, recv) = conn.accept_bi().await.map_err(|e| describe_close(&e))?;
+        let mut io = QuicIo::new(conn.clone(), send, recv);
+        let first = io.read_frame().await?;
+        Ok::<_, String>((io, first))
+    })
+    .await;
+    let (mut io, first) = match hello {
+        Err(_) => {
+            tracing::warn!(listener = "quic", %remote, "peer link refused: no token frame in time");
+            conn.close(
+                quinn::VarInt::from_u32(CLOSE_BAD_HELLO),
+                b"no token frame in time",
+            );
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::info!(listener = "quic", %remote, error = %e, "QUIC connection ended before its token frame");
+            return;
+        }
+        Ok(Ok(x)) => x,
+    };
+    if let Err((code, reason)) = check_token(&node, ip, &first) {
+        tracing::warn!(listener = "quic", %remote, reason, "peer link refused");
+        conn.close(quinn::VarInt::from_u32(code), reason.as_bytes());
+        return;
+    }
+    if !io.write_frame(r#"{"ok":true}"#.to_owned()).await {
+        return;
+    }
+    tracing::info!(listener = "quic", %remote, "peer link over QUIC authenticated");
+    let refuse = refuse_extra_streams(conn.clone(), remote);
+    tokio::select! {
+        _ = super::endpoint::serve_on(node, io) => {}
+        _ = refuse => {}
+    }
+}
+
+/// Checks the token frame; `Err` is the close code and reason.
+fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'static str)> {
+    let now = Instant::now();
+    let per_minute = node.config().tuning.login_failures_per_minute;
+    if let crate::auth::Admission::Throttled { .. } = node.auth.admit(ip, now, per_minute) {
+        return Err((CLOSE_THROTTLED, "too many failed attempts; try later"));
+    }
+    let token = serde_json::from_str::<serde_json::Value>(first)
+        .ok()
+        .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned));
+    match token {
+        None => Err((
+            CLOSE_BAD_HELLO,
+            "the first frame must be {\"token\": \"<node token>\"}",
+        )),
+        Some(t) if crate::auth::secret_eq(&t, &node.node_token) => Ok(()),
+        Some(_) => {
+            node.auth.record_failure(ip, now);
+            Err((CLOSE_WRONG_TOKEN, "wrong token"))
+        }
+    }
+}
+
+/// Refuses every further stream the peer opens (the link has exactly one); logs the first and
+/// the count. Never returns while the connection lives.
+async fn refuse_extra_streams(conn: quinn::Connection, remote: SocketAddr) {
+    let mut refused: u64 = 0;
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        refused += 1;
+        if refused == 1 {
+            tracing::warn!(listener = "quic", %remote, "refused an extra stream on a peer link (one stream per link)");
+        }
+        let _ = recv.stop(quinn::VarInt::from_u32(STOP_EXTRA_STREAM));
+        let _ = send.reset(quinn::VarInt::from_u32(STOP_EXTRA_STREAM));
+    }
+    if refused > 1 {
+        tracing::warn!(listener = "quic", %remote, refused, "extra streams refused on a peer link");
+    }
+    std::future::pending::<()>().await;
+}
