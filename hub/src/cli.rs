@@ -81,10 +81,10 @@ pub fn main() -> ExitCode {
 /// Starts federation on the opened node and returns the router hook that serves it.
 fn federate(
     node: &Arc<tuic_node::state::Node>,
-) -> anyhow::Result<Option<tuic_node::routes::RouterHook>> {
+) -> anyhow::Result<Option<tuic_node::ext::RouterHook>> {
     let fed = Federation::new(node.clone())?;
     fed.reconcile();
-    let hook: tuic_node::routes::RouterHook = Arc::new(move |app| {
+    let hook: tuic_node::ext::RouterHook = Arc::new(move |app| {
         let hub_routes = axum::Router::new()
             .route("/hub/connections", get(crate::proxy::list_connections))
             .route("/hub/reload", post(crate::proxy::reload))

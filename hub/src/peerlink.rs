@@ -649,7 +649,7 @@ struct HubEnd {
 impl HubEnd {
     /// Hints the node when the hub's upstream tool set moved since it last heard.
     fn hint_upstreams(&mut self, link: &mut PeerLink) {
-        use tuic_node::mcp::registry::ToolSource;
+        use tuic_node::ext::ToolSource;
         let g = self.hub.node.upstreams.generation();
         if self.hinted != Some(g) && link.upstream_tools_changed(g).is_ok() {
             self.hinted = Some(g);
@@ -698,7 +698,7 @@ impl HubEnd {
             sink
         });
         self.hub.node.tasks.spawn(async move {
-            use tuic_node::mcp::registry::ToolError;
+            use tuic_node::ext::ToolError;
             let deadline = Duration::from_millis(timeout_ms.max(1));
             // The deadline goes down to the upstream call (which cancels upstream at it, as a
             // local call does); the outer bound is a backstop a little later.
@@ -816,7 +816,7 @@ impl End for HubEnd {
                 });
                 tracing::info!(conn = %id, node = %remote_id, "peer link up");
                 // The node lists the catalogue itself at link up.
-                self.hinted = Some(tuic_node::mcp::registry::ToolSource::generation(
+                self.hinted = Some(tuic_node::ext::ToolSource::generation(
                     &*self.hub.node.upstreams,
                 ));
             }
@@ -830,7 +830,7 @@ impl End for HubEnd {
                     let _ = link.respond(rid, resp);
                 }
                 Request::ListUpstreamTools => {
-                    use tuic_node::mcp::registry::ToolSource;
+                    use tuic_node::ext::ToolSource;
                     let up = &self.hub.node.upstreams;
                     // Generation first: a change racing the listing re-hints, never hides.
                     let generation = up.generation();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tuic_node::ext::GitError;
 use tuic_node::ext::{
-    HostRouter, RemoteRow, RepoCall, Routed, SessionCall, SessionSource, ToolError,
+    HostRouter, RemoteRow, RepoCall, RouteFuture, Routed, SessionCall, SessionSource, ToolError,
 };
 use tuic_proto::peer::{Address, LOCAL, parse_address};
 
@@ -33,9 +33,9 @@ fn enc(s: &str) -> String {
 }
 
 impl Federation {
-    /// Calls the owner's route `method path_and_query` with the connection's token; blocking.
+    /// Calls the owner's route `method path_and_query` with the connection's token.
     /// `Ok((status, body))`, or `Err` naming the connection when it is unknown or unreachable.
-    pub(crate) fn call_owner(
+    pub(crate) async fn call_owner(
         &self,
         connection: &str,
         method: &str,
@@ -70,16 +70,10 @@ impl Federation {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let fut = async move {
-            let r = req.send().await.map_err(|e| describe(&e))?;
-            let status = r.status().as_u16();
-            let v = r.json::<Value>().await.unwrap_or(Value::Null);
-            Ok::<_, String>((status, v))
-        };
-        // Tool handlers are synchronous; this one may run on a runtime worker or a blocking
-        // thread, and waits for the owner either way.
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(fut)).map_err(|e| unavailable(&e))
+        let r = req.send().await.map_err(|e| unavailable(&describe(&e)))?;
+        let status = r.status().as_u16();
+        let v = r.json::<Value>().await.unwrap_or(Value::Null);
+        Ok((status, v))
     }
 }
 
@@ -90,12 +84,12 @@ impl SessionSource for Federation {
 }
 
 impl HostRouter for Federation {
-    fn session(&self, call: SessionCall<'_>) -> Result<Routed, ToolError> {
-        session_action(self, call)
+    fn session<'a>(&'a self, call: SessionCall<'a>) -> RouteFuture<'a, Result<Routed, ToolError>> {
+        Box::pin(session_action(self, call))
     }
 
-    fn repo(&self, call: RepoCall<'_>) -> Result<Value, GitError> {
-        crate::remote_git::action(self, call)
+    fn repo<'a>(&'a self, call: RepoCall<'a>) -> RouteFuture<'a, Result<Value, GitError>> {
+        Box::pin(crate::remote_git::action(self, call))
     }
 
     fn connections(&self) -> Vec<Value> {
@@ -104,7 +98,7 @@ impl HostRouter for Federation {
 }
 
 /// Routes one `session` call whose `session_id` is an address naming no session here.
-fn session_action(fed: &Federation, call: SessionCall<'_>) -> Result<Routed, ToolError> {
+async fn session_action(fed: &Federation, call: SessionCall<'_>) -> Result<Routed, ToolError> {
     let SessionCall {
         action,
         address: id,
@@ -172,7 +166,8 @@ fn session_action(fed: &Federation, call: SessionCall<'_>) -> Result<Routed, Too
                 "GET",
                 &format!("/sessions/{}/output?{q}", enc(sid)),
                 None,
-            )?
+            )
+            .await?
         }
         _ => {
             let mut body: Map<String, Value> = args.clone();
@@ -183,7 +178,8 @@ fn session_action(fed: &Federation, call: SessionCall<'_>) -> Result<Routed, Too
                 "POST",
                 &format!("/sessions/{}/{action}", enc(sid)),
                 Some(Value::Object(body)),
-            )?
+            )
+            .await?
         }
     };
     if (200..300).contains(&status) {

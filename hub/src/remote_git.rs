@@ -44,7 +44,7 @@ fn enc(s: &str) -> String {
 }
 
 /// Calls the owner's route; a refusal keeps the owner's code and names the connection.
-fn call(
+async fn call(
     fed: &Federation,
     conn: &str,
     method: &str,
@@ -53,6 +53,7 @@ fn call(
 ) -> Result<Value, GitError> {
     let (status, v) = fed
         .call_owner(conn, method, path_and_query, body)
+        .await
         .map_err(|e| GitError::Remote {
             connection: conn.to_owned(),
             code: e.code,
@@ -92,7 +93,7 @@ fn pick(args: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
 
 /// Serves one git action of the `repo` tool (or a route) on the owner of `req.host`.
 /// `req.args` are the MCP arguments (`path` already split off as `req.path`).
-pub(crate) fn action(fed: &Federation, req: RepoCall<'_>) -> Result<Value, GitError> {
+pub(crate) async fn action(fed: &Federation, req: RepoCall<'_>) -> Result<Value, GitError> {
     let RepoCall {
         host: conn,
         path,
@@ -106,18 +107,16 @@ pub(crate) fn action(fed: &Federation, req: RepoCall<'_>) -> Result<Value, GitEr
             .map(|b| format!("&branch={}", enc(b)))
             .unwrap_or_default()
     };
-    match a {
+    let (method, path_and_query, body) = match a {
         "worktree_create" => {
             let mut b = pick(args, &["branch", "base", "spawn_session"]);
             b.insert("base_repo".into(), Value::from(path));
-            call(fed, conn, "POST", "/worktrees", Some(Value::Object(b)))
+            ("POST", "/worktrees".to_owned(), Some(Value::Object(b)))
         }
-        "worktree_list" => call(fed, conn, "GET", &format!("/worktrees?{}", q("")), None),
-        "worktree_lifecycle" => call(
-            fed,
-            conn,
+        "worktree_list" => ("GET", format!("/worktrees?{}", q("")), None),
+        "worktree_lifecycle" => (
             "GET",
-            &format!("/worktrees/lifecycle?{}", q(&branch_q())),
+            format!("/worktrees/lifecycle?{}", q(&branch_q())),
             None,
         ),
         "worktree_remove" => {
@@ -132,53 +131,42 @@ pub(crate) fn action(fed: &Federation, req: RepoCall<'_>) -> Result<Value, GitEr
                 ],
             );
             b.insert("path".into(), Value::from(path));
-            call(
-                fed,
-                conn,
+            (
                 "POST",
-                "/worktrees/remove",
+                "/worktrees/remove".to_owned(),
                 Some(Value::Object(b)),
             )
         }
-        "branch_integrations" => call(
-            fed,
-            conn,
+        "branch_integrations" => ("GET", format!("/repo/branch-integrations?{}", q("")), None),
+        "branch_integration" => (
             "GET",
-            &format!("/repo/branch-integrations?{}", q("")),
-            None,
-        ),
-        "branch_integration" => call(
-            fed,
-            conn,
-            "GET",
-            &format!("/repo/branch-integrations?{}", q(&branch_q())),
+            format!("/repo/branch-integrations?{}", q(&branch_q())),
             None,
         ),
         "branch_delete" => {
             let mut b = pick(args, &["branch", "archive"]);
             b.insert("path".into(), Value::from(path));
-            call(
-                fed,
-                conn,
+            (
                 "POST",
-                "/repo/branch-delete",
+                "/repo/branch-delete".to_owned(),
                 Some(Value::Object(b)),
             )
         }
         "orphan_cleanup_answer" => {
             let mut b = pick(args, &["decision"]);
             b.insert("path".into(), Value::from(path));
-            call(
-                fed,
-                conn,
+            (
                 "POST",
-                "/repo/orphan-cleanup",
+                "/repo/orphan-cleanup".to_owned(),
                 Some(Value::Object(b)),
             )
         }
-        "info" => call(fed, conn, "GET", &format!("/repo/info?{}", q("")), None),
-        other => Err(GitError::InvalidPath(format!(
-            "repo action={other} is not routed to remote repositories"
-        ))),
-    }
+        "info" => ("GET", format!("/repo/info?{}", q("")), None),
+        other => {
+            return Err(GitError::InvalidPath(format!(
+                "repo action={other} is not routed to remote repositories"
+            )));
+        }
+    };
+    call(fed, conn, method, &path_and_query, body).await
 }

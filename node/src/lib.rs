@@ -7,9 +7,12 @@
 //! extension API (`tuic-hub` is such a process).
 //!
 //! Exported: [`ext`] and what the hub, the tests and the binaries use; modules nobody outside
-//! uses are private (the git service's one outside type, `GitError`, is re-exported by
-//! `ext`). Still public with no outside user: `mail` (its rewrite, issue 15 item 3,
-//! is under way elsewhere; narrowing it then avoids two edits of every signature).
+//! uses are private. `ext` re-exports the few types of private modules an extension names
+//! (`GitError`, the tool registry's `ToolSource`/`ToolError`/`CallCtx`, `RouterHook`).
+//! `peer` stays public because the hub's side of the link is built from its IO pieces
+//! (committer, driver, QUIC transport, outbox persistence), and `routes` exports only the
+//! router and its body limit for the boundary tests; agent mail (`mail`) and MCP (`mcp`) are
+//! private.
 
 mod auth;
 mod automations;
@@ -22,8 +25,8 @@ mod fs;
 mod git;
 pub mod guard;
 pub mod logs;
-pub mod mail;
-pub mod mcp;
+mod mail;
+mod mcp;
 pub mod ops;
 pub mod paths;
 pub mod peer;

@@ -19,6 +19,8 @@
 //! the node's router through `routes::RouterHook`, inside the request boundary, so guards and
 //! authentication apply to it unchanged.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
@@ -29,6 +31,7 @@ use tuic_proto::peer::PeerEntry;
 pub use crate::git::GitError;
 pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
 pub use crate::peer::{PendingCustody, Queued, Refusal};
+pub use crate::routes::RouterHook;
 use crate::state::Node;
 
 /// A session row owned by another host, as its owner lists it, with where it lives.
@@ -122,13 +125,17 @@ pub struct RepoCall<'a> {
     pub args: &'a Map<String, Value>,
 }
 
+/// What a [`HostRouter`] call returns: a future that waits for the owner (network IO), so no
+/// caller parks a thread on another host.
+pub type RouteFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// Calls addressed to other hosts.
 pub trait HostRouter: Send + Sync + std::fmt::Debug {
-    /// Serves a `session` call addressed to another host (or `local/<id>`); blocking.
-    fn session(&self, call: SessionCall<'_>) -> Result<Routed, ToolError>;
-    /// Serves a repository action on the owner of `call.host`; blocking. A refusal keeps the
-    /// owner's code and names the connection.
-    fn repo(&self, call: RepoCall<'_>) -> Result<Value, GitError>;
+    /// Serves a `session` call addressed to another host (or `local/<id>`).
+    fn session<'a>(&'a self, call: SessionCall<'a>) -> RouteFuture<'a, Result<Routed, ToolError>>;
+    /// Serves a repository action on the owner of `call.host`. A refusal keeps the owner's
+    /// code and names the connection.
+    fn repo<'a>(&'a self, call: RepoCall<'a>) -> RouteFuture<'a, Result<Value, GitError>>;
     /// The connections to other hosts, as the `remote` tool lists them (no token, no
     /// credentials).
     fn connections(&self) -> Vec<Value>;
@@ -196,28 +203,31 @@ impl Extensions {
     }
 }
 
+/// The address a `session` call names on another host, when a router must serve it: a router
+/// is installed and `session_id` has a `/` and names no session here. Read-only, no IO.
+pub fn session_address<'a>(node: &Node, args: &'a Map<String, Value>) -> Option<&'a str> {
+    node.ext.router()?;
+    let address = args.get("session_id").and_then(Value::as_str)?;
+    (address.contains('/') && node.sessions.resolve(address).is_none()).then_some(address)
+}
+
 /// Routes a `session` tool call: `None` when it is served here as given (no router, no
 /// address, or a session of this node whose id contains a `/`).
-pub fn route_session(
+pub async fn route_session(
     node: &Node,
     action: &str,
     args: &Map<String, Value>,
 ) -> Result<Option<Routed>, ToolError> {
-    let Some(router) = node.ext.router() else {
+    let (Some(address), Some(router)) = (session_address(node, args), node.ext.router()) else {
         return Ok(None);
     };
-    let Some(address) = args.get("session_id").and_then(Value::as_str) else {
-        return Ok(None);
-    };
-    if !address.contains('/') || node.sessions.resolve(address).is_some() {
-        return Ok(None);
-    }
     router
         .session(SessionCall {
             action,
             address,
             args,
         })
+        .await
         .map(Some)
 }
 
@@ -230,9 +240,9 @@ pub fn repo_target<'a>(node: &Node, path: &'a str) -> Option<(&'a str, &'a str)>
 }
 
 /// Serves a repository action on another host through the installed router.
-pub fn route_repo(node: &Node, call: RepoCall<'_>) -> Result<Value, GitError> {
+pub async fn route_repo(node: &Node, call: RepoCall<'_>) -> Result<Value, GitError> {
     match node.ext.router() {
-        Some(r) => r.repo(call),
+        Some(r) => r.repo(call).await,
         None => Err(GitError::InvalidPath(
             "repositories of other hosts need a router extension".into(),
         )),

@@ -93,33 +93,34 @@ impl SessionSource for OneHost {
 }
 
 impl HostRouter for OneHost {
-    fn session(&self, call: SessionCall<'_>) -> Result<Routed, ToolError> {
+    fn session<'a>(&'a self, call: SessionCall<'a>) -> RouteFuture<'a, Result<Routed, ToolError>> {
         self.sessions
             .lock()
             .unwrap()
             .push((call.action.to_owned(), call.address.to_owned()));
-        match call.address.strip_prefix("local/") {
+        let answer = match call.address.strip_prefix("local/") {
             Some(sid) => {
                 let mut a = call.args.clone();
                 a.insert("session_id".into(), json!(sid));
                 Ok(Routed::Local(a))
             }
             None => Ok(Routed::Answered(json!({"routed": call.address}))),
-        }
+        };
+        Box::pin(std::future::ready(answer))
     }
 
-    fn repo(&self, call: RepoCall<'_>) -> Result<Value, GitError> {
+    fn repo<'a>(&'a self, call: RepoCall<'a>) -> RouteFuture<'a, Result<Value, GitError>> {
         self.repos.lock().unwrap().push((
             call.host.to_owned(),
             call.path.to_owned(),
             call.action.to_owned(),
         ));
-        Err(GitError::Remote {
+        Box::pin(std::future::ready(Err(GitError::Remote {
             connection: call.host.to_owned(),
             code: "unknown_repository",
             message: format!("{}: not registered", call.host),
             status: 404,
-        })
+        })))
     }
 
     fn connections(&self) -> Vec<Value> {

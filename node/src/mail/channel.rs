@@ -13,14 +13,20 @@ use serde_json::{Value, json};
 use super::wake::NOTICE;
 
 /// Largest body sent inline, in bytes.
-pub const INLINE_MAX: usize = 200;
-/// A pointer notice stays under this many bytes.
-pub const POINTER_MAX: usize = 300;
+pub(crate) const INLINE_MAX: usize = 200;
+/// A pointer notice stays under this many bytes (checked by the tests).
+#[cfg(test)]
+pub(crate) const POINTER_MAX: usize = 300;
 /// Bytes of the first line quoted in a pointer notice.
 const PREVIEW_MAX: usize = 80;
 
 /// The JSON-RPC notification for one message.
-pub fn notification(from: &str, message_id: &str, body: &str, inline_allowed: bool) -> Value {
+pub(crate) fn notification(
+    from: &str,
+    message_id: &str,
+    body: &str,
+    inline_allowed: bool,
+) -> Value {
     let content = if inline_allowed && body.len() <= INLINE_MAX {
         body.to_owned()
     } else {
@@ -38,7 +44,7 @@ pub fn notification(from: &str, message_id: &str, body: &str, inline_allowed: bo
 
 /// The pointer notice: the inbox wake line, then sender UUID, message id, byte count and up to
 /// 80 bytes of the first line with control characters removed.
-pub fn pointer(from: &str, message_id: &str, body: &str) -> String {
+pub(crate) fn pointer(from: &str, message_id: &str, body: &str) -> String {
     let first: String = body
         .lines()
         .next()

@@ -23,10 +23,10 @@
 //! channel; the core resolves it in the same step that assigns it mail, or the timer task
 //! (woken by [`Mail::timer`]) resolves it at its deadline. Nothing polls.
 
-pub mod channel;
-pub mod receipt;
-pub mod spawn;
-pub mod wake;
+pub(crate) mod channel;
+pub(crate) mod receipt;
+pub(crate) mod spawn;
+pub(crate) mod wake;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -432,7 +432,7 @@ impl Drop for WaitGuard {
 }
 
 /// Starts the wait timer and the PTY-exit watcher; both end at shutdown.
-pub fn spawn_background(node: &Arc<Node>) {
+pub(crate) fn spawn_background(node: &Arc<Node>) {
     let n = node.clone();
     node.tasks.spawn(async move {
         loop {
@@ -479,7 +479,7 @@ pub fn spawn_background(node: &Arc<Node>) {
 }
 
 /// The recipient's PTY is gone: re-queue what it owned and drop its pending wake.
-pub fn pty_gone(node: &Arc<Node>, tuic: &str) {
+pub(crate) fn pty_gone(node: &Arc<Node>, tuic: &str) {
     let actions = {
         let mut g = node.mail.lock();
         if !g.inboxes.is_registered(tuic) {
@@ -495,7 +495,7 @@ pub fn pty_gone(node: &Arc<Node>, tuic: &str) {
 }
 
 /// The wake task for `recipient` finished (notice written or given up).
-pub fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
+pub(crate) fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
     let mut g = node.mail.lock();
     if g.wakes
         .get(recipient)
@@ -508,7 +508,7 @@ pub fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
 
 /// A lifecycle summary was typed: it acknowledges its own window; mail that coalesced while it
 /// was typed is outside the window and earns its own notice.
-pub fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u64) {
+pub(crate) fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u64) {
     let actions = {
         let mut g = node.mail.lock();
         let _ = g.inboxes.acknowledge(recipient, up_to);
@@ -529,7 +529,7 @@ pub fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u
 /// live PTY, or a live managed child records it as its parent. Both are bounded by live
 /// sessions, so retention cannot grow without bound. The MCP reaper asks this through the
 /// liveness answer the composition root installs.
-pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
+pub(crate) fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
     if node.sessions.owns_live_pty(tuic) {
         return true;
     }
@@ -546,7 +546,7 @@ pub fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
 
 /// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox
 /// goes, and its children keep no parent.
-pub fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
+pub(crate) fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
     let actions = {
         let mut g = node.mail.lock();
         for sid in sessions {
@@ -569,7 +569,7 @@ pub fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
 /// Retires the peers of identities whose last protocol session was reaped or deleted, unless
 /// they are still addressable: their inbox goes (pending waits end), they leave `list_peers`,
 /// and mail to them is refused from now on.
-pub fn evict_peers_for_reaped_mcp_session(node: &Arc<Node>, identities: &[String]) {
+pub(crate) fn evict_peers_for_reaped_mcp_session(node: &Arc<Node>, identities: &[String]) {
     let gone: Vec<&String> = identities
         .iter()
         .filter(|t| !peer_identity_is_addressable(node, t))

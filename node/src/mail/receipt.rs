@@ -19,7 +19,7 @@ use crate::session::now_ms;
 use crate::state::Node;
 
 /// Served instruction texts kept per identity.
-pub const SERVED_MAX: usize = 4;
+pub(crate) const SERVED_MAX: usize = 4;
 
 /// How a spawn delivers its prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -101,7 +101,7 @@ fn prune(node: &Node, g: &mut super::Inner) {
 }
 
 /// Records the launch brief of a spawned child.
-pub fn launched(node: &Arc<Node>, tuic: &str, session_id: &str, launch: Launch) {
+pub(crate) fn launched(node: &Arc<Node>, tuic: &str, session_id: &str, launch: Launch) {
     let mut g = node.mail.lock();
     prune(node, &mut g);
     let r = g.receipts.entry(tuic.to_owned()).or_default();
@@ -110,7 +110,7 @@ pub fn launched(node: &Arc<Node>, tuic: &str, session_id: &str, launch: Launch) 
 }
 
 /// Moves a deferred prompt to `state`.
-pub fn prompt_state(node: &Arc<Node>, tuic: &str, state: PromptState) {
+pub(crate) fn prompt_state(node: &Arc<Node>, tuic: &str, state: PromptState) {
     let mut g = node.mail.lock();
     if let Some(l) = g.receipts.get_mut(tuic).and_then(|r| r.launch.as_mut()) {
         l.prompt_state = state;
@@ -122,7 +122,7 @@ pub fn prompt_state(node: &Arc<Node>, tuic: &str, state: PromptState) {
 
 /// `initialize` served `instructions` to protocol session `sid` bound to `tuic`; kept when
 /// `tuic` owns a live PTY.
-pub fn served(node: &Arc<Node>, tuic: &str, sid: &str, instructions: &str) {
+pub(crate) fn served(node: &Arc<Node>, tuic: &str, sid: &str, instructions: &str) {
     let Some(s) = node.sessions.live(tuic).filter(|s| s.tuic_session == tuic) else {
         return;
     };
@@ -141,7 +141,7 @@ pub fn served(node: &Arc<Node>, tuic: &str, sid: &str, instructions: &str) {
 }
 
 /// The receipt of PTY `session_id` (identity `tuic`) as the route answers it.
-pub fn read(node: &Node, session_id: &str, tuic: &str) -> Value {
+pub(crate) fn read(node: &Node, session_id: &str, tuic: &str) -> Value {
     let r = node.mail.lock().receipts.get(tuic).cloned();
     let mut v = json!({"session_id": session_id, "tuic_session": tuic});
     match r.as_ref().and_then(|r| r.launch.as_ref()) {

@@ -24,11 +24,11 @@ use crate::session::{CreateRequest, Session};
 use crate::state::Node;
 
 /// Largest derived `pty_description`, in characters.
-pub const DESCRIPTION_MAX: usize = 160;
+pub(crate) const DESCRIPTION_MAX: usize = 160;
 
 /// A validated spawn.
 #[derive(Debug, Clone, Default)]
-pub struct SpawnRequest {
+pub(crate) struct SpawnRequest {
     /// The agent CLI.
     pub command: String,
     /// Its arguments (`{prompt}` is substituted where it appears).
@@ -56,7 +56,7 @@ pub struct SpawnRequest {
 
 /// The argv the child gets: `{prompt}` substituted where authored, else the prompt appended
 /// as the final positional argument.
-pub fn compose_args(args: &[String], prompt: Option<&str>) -> Vec<String> {
+pub(crate) fn compose_args(args: &[String], prompt: Option<&str>) -> Vec<String> {
     let Some(p) = prompt else {
         return args.to_vec();
     };
@@ -93,7 +93,7 @@ const CODEX_VALUE_OPTS: &[&str] = &[
 /// Whether `command args` is a prefill-only interactive TUI: direct interactive Codex, whose
 /// positional argument only prefills the composer. A Codex `exec`, `e` or `review` subcommand
 /// (the first positional before `--`, after root options and their values) is a batch run.
-pub fn prefill_only(command: &str, args: &[String]) -> bool {
+pub(crate) fn prefill_only(command: &str, args: &[String]) -> bool {
     let base = std::path::Path::new(command)
         .file_name()
         .and_then(|f| f.to_str())
@@ -118,14 +118,14 @@ pub fn prefill_only(command: &str, args: &[String]) -> bool {
 }
 
 /// The flag that lets Claude Code receive `notifications/claude/channel` from this server.
-pub const CLAUDE_CHANNEL_FLAG: [&str; 2] = [
+pub(crate) const CLAUDE_CHANNEL_FLAG: [&str; 2] = [
     "--dangerously-load-development-channels",
     "server:tuicommander",
 ];
 
 /// Spawned Claude Code agents get the development-channel flag automatically (first, so a
 /// trailing positional prompt stays last); an explicit one is left as the caller wrote it.
-pub fn with_channel_flag(command: &str, args: &[String]) -> Vec<String> {
+pub(crate) fn with_channel_flag(command: &str, args: &[String]) -> Vec<String> {
     let base = std::path::Path::new(command)
         .file_name()
         .and_then(|f| f.to_str())
@@ -140,10 +140,10 @@ pub fn with_channel_flag(command: &str, args: &[String]) -> Vec<String> {
 
 /// Prefix of the internal parent id of an unregistered spawner (never listed, never an
 /// address anyone can send to).
-pub const PENDING_PREFIX: &str = "mcp-pending:";
+pub(crate) const PENDING_PREFIX: &str = "mcp-pending:";
 
 /// The internal parent id standing for protocol session `sid` until it registers.
-pub fn pending_parent(sid: &str) -> String {
+pub(crate) fn pending_parent(sid: &str) -> String {
     format!("{PENDING_PREFIX}{sid}")
 }
 
@@ -157,7 +157,7 @@ fn current_parent(node: &Node, child: &str) -> Option<String> {
 }
 
 /// Display metadata derived from a prompt: whitespace-normalised, at most 160 characters.
-pub fn derive_description(prompt: &str) -> Option<String> {
+pub(crate) fn derive_description(prompt: &str) -> Option<String> {
     let norm = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
     if norm.is_empty() {
         return None;
@@ -166,7 +166,7 @@ pub fn derive_description(prompt: &str) -> Option<String> {
 }
 
 /// Starts the child. Blocking (fork/exec): call off the async workers.
-pub fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
+pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
     let mut env = req.env.clone();
     env.remove("TUIC_SESSION");
     env.remove("TUIC_PARENT");
@@ -367,7 +367,13 @@ fn quiet_state(s: &Session) -> Option<&'static str> {
 }
 
 /// Posts a `state_change` notice about `child` to `parent`.
-pub fn notify_parent(node: &Arc<Node>, parent: &str, s: &Session, state: &str, code: Option<i32>) {
+pub(crate) fn notify_parent(
+    node: &Arc<Node>,
+    parent: &str,
+    s: &Session,
+    state: &str,
+    code: Option<i32>,
+) {
     let child = &s.tuic_session;
     let mut body = json!({"child": child, "session_id": s.id, "state": state});
     if state == "exited" {

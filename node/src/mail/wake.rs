@@ -31,17 +31,17 @@ use crate::session::{Session, input};
 use crate::state::Node;
 
 /// The notice text (spec "Inter-Agent Messaging"); it carries no payload.
-pub const NOTICE: &str = "[TUIC] message available — read it with: agent action=inbox";
+pub(crate) const NOTICE: &str = "[TUIC] message available — read it with: agent action=inbox";
 
 /// Longest lifecycle summary typed instead of the notice, in characters.
-pub const SUMMARY_MAX: usize = 240;
+pub(crate) const SUMMARY_MAX: usize = 240;
 
 /// Prompt endings that mark an empty composer on the cursor line.
 const PROMPTS: &[&str] = &[">", "❯", "$", "#", "%"];
 
 /// Why the gate is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Closed {
+pub(crate) enum Closed {
     /// The process has exited.
     Exited,
     /// Output arrived recently (or none was observed yet).
@@ -65,7 +65,7 @@ impl Closed {
 }
 
 /// Whether the last non-blank screen line is a bare prompt.
-pub fn composer_empty(rows: &[String]) -> bool {
+pub(crate) fn composer_empty(rows: &[String]) -> bool {
     rows.iter()
         .rev()
         .find(|l| !l.trim().is_empty())
@@ -76,7 +76,7 @@ pub fn composer_empty(rows: &[String]) -> bool {
 }
 
 /// Readiness: the session is alive and quiet.
-pub fn ready(s: &Session) -> Result<(), Closed> {
+pub(crate) fn ready(s: &Session) -> Result<(), Closed> {
     if s.exit().is_some() {
         return Err(Closed::Exited);
     }
@@ -95,7 +95,7 @@ pub fn ready(s: &Session) -> Result<(), Closed> {
 /// Composer safety: no question on screen and nothing typed. `bare_prompt` additionally
 /// requires the cursor line to be a bare prompt (an idle composer shows one; a busy agent's
 /// screen does not).
-pub fn composer_safe(s: &Session, bare_prompt: bool) -> Result<(), Closed> {
+pub(crate) fn composer_safe(s: &Session, bare_prompt: bool) -> Result<(), Closed> {
     if s.composer_dirty() {
         return Err(Closed::Draft);
     }
@@ -110,14 +110,14 @@ pub fn composer_safe(s: &Session, bare_prompt: bool) -> Result<(), Closed> {
 }
 
 /// The composer-safety gate of an idle session.
-pub fn gate(s: &Session) -> Result<(), Closed> {
+pub(crate) fn gate(s: &Session) -> Result<(), Closed> {
     ready(s)?;
     composer_safe(s, true)
 }
 
 /// Claims the session, re-checks `check` and types `text` + Enter, all in one blocking step.
 /// Blocking: call off the async workers.
-pub fn claim_and_write(
+pub(crate) fn claim_and_write(
     node: &Node,
     s: &Session,
     text: &str,
@@ -137,7 +137,7 @@ pub fn claim_and_write(
 }
 
 /// The lifecycle summary of a window, when every entry is server-authored and it fits.
-pub fn lifecycle_summary(window: &[(u64, InboxMessage)]) -> Option<String> {
+pub(crate) fn lifecycle_summary(window: &[(u64, InboxMessage)]) -> Option<String> {
     if window.is_empty() {
         return None;
     }
@@ -190,7 +190,12 @@ async fn pause(node: &Node, cancel: &CancellationToken, d: Duration) -> bool {
 
 /// Runs one pending wake for `recipient` until the notice is consumed, withdrawn, its budget is
 /// exhausted, or the PTY goes away.
-pub fn start(node: &Arc<Node>, recipient: String, generation: u64, cancel: CancellationToken) {
+pub(crate) fn start(
+    node: &Arc<Node>,
+    recipient: String,
+    generation: u64,
+    cancel: CancellationToken,
+) {
     let n = node.clone();
     node.tasks.spawn(async move {
         let Some(s) = n.sessions.live(&recipient) else {
@@ -282,7 +287,7 @@ pub fn start(node: &Arc<Node>, recipient: String, generation: u64, cancel: Cance
 }
 
 /// Why an urgent notice was not written (`urgent_fallback_reason`).
-pub fn urgent_refusal(c: Closed) -> &'static str {
+pub(crate) fn urgent_refusal(c: Closed) -> &'static str {
     match c {
         Closed::Exited => "the recipient's terminal has exited",
         Closed::Question => "a question or approval is open in the recipient's terminal",
@@ -293,7 +298,7 @@ pub fn urgent_refusal(c: Closed) -> &'static str {
 }
 
 /// Agents whose CLI queues an Enter typed during a turn until its next tool boundary.
-pub const URGENT_AGENTS: &[&str] = &["claude", "codex"];
+pub(crate) const URGENT_AGENTS: &[&str] = &["claude", "codex"];
 
 #[cfg(test)]
 mod tests {

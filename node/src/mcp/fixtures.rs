@@ -74,7 +74,7 @@ macro_rules! fixture {
 }
 
 /// Registers the fixtures as run-time tools.
-pub fn register(registry: &super::registry::Registry) {
+pub(crate) fn register(registry: &super::registry::Registry) {
     for def in [
         fixture!("test_simple_text", "text"),
         fixture!("test_image_content", "image"),

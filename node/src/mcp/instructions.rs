@@ -7,14 +7,17 @@
 //! Rendering reads nothing from the host: [`InstructionContext`] is passed in, so the byte
 //! budget test is reproducible.
 
-/// Empty-state byte budget of the classic instructions.
-pub const CLASSIC_BUDGET: usize = 1600;
-/// Empty-state byte budget of the collapsed (lazy discovery) instructions.
-pub const COLLAPSED_BUDGET: usize = 1664;
+/// Empty-state byte budget of the classic instructions (checked by the tests).
+#[cfg(test)]
+pub(crate) const CLASSIC_BUDGET: usize = 1600;
+/// Empty-state byte budget of the collapsed (lazy discovery) instructions (checked by the
+/// tests).
+#[cfg(test)]
+pub(crate) const COLLAPSED_BUDGET: usize = 1664;
 
 /// The dynamic facts the instructions mention.
 #[derive(Debug, Clone, Default)]
-pub struct InstructionContext {
+pub(crate) struct InstructionContext {
     /// Registered repository roots.
     pub repos: Vec<String>,
     /// Live sessions as `alias (cwd)`.
@@ -40,7 +43,7 @@ Call search_tools with keywords first, then get_tool_schema for the exact argume
 Every TUIC tool (session, agent, task, repo, ui, voice, ...) is reachable this way.\n";
 
 /// Renders the instructions for one surface.
-pub fn render(ctx: &InstructionContext, collapsed: bool) -> String {
+pub(crate) fn render(ctx: &InstructionContext, collapsed: bool) -> String {
     let mut s = String::with_capacity(2048);
     s.push_str(ACK);
     s.push_str(RULES);

@@ -7,17 +7,17 @@
 //! test oracles. It owns no PTYs and no mailboxes: the terminal core and agent mail plug in
 //! through [`sessions::IdentityLiveness`] and the tool handlers.
 
-pub mod fixtures;
-pub mod instructions;
-pub mod protocol;
-pub mod registry;
-pub mod sessions;
+pub(crate) mod fixtures;
+pub(crate) mod instructions;
+pub(crate) mod protocol;
+pub(crate) mod registry;
+pub(crate) mod sessions;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tool_tests;
-pub mod tools;
-pub mod transport;
+pub(crate) mod tools;
+pub(crate) mod transport;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -37,7 +37,7 @@ use sessions::{IdentityLiveness, NoPtys, SessionTable};
 use tools::task::TaskTable;
 
 /// The MCP server name (public contract, like the tool names).
-pub const SERVER_NAME: &str = "tuicommander";
+pub(crate) const SERVER_NAME: &str = "tuicommander";
 
 /// Everything the MCP endpoint keeps between requests.
 #[derive(Debug)]
@@ -179,7 +179,7 @@ impl McpState {
 }
 
 /// Routes of the MCP endpoint, merged into the node router.
-pub fn routes() -> Router<Arc<Node>> {
+pub(crate) fn routes() -> Router<Arc<Node>> {
     Router::new()
         .route(
             "/mcp",
@@ -196,7 +196,7 @@ pub fn routes() -> Router<Arc<Node>> {
 }
 
 /// Starts the reaper and the tool-surface watcher; both end at shutdown.
-pub fn spawn_background(node: &Arc<Node>) {
+pub(crate) fn spawn_background(node: &Arc<Node>) {
     let n = node.clone();
     node.tasks.spawn(async move {
         loop {
@@ -228,7 +228,7 @@ pub fn spawn_background(node: &Arc<Node>) {
 }
 
 /// The instructions for the node's current state and a caller's surface.
-pub fn current_instructions(node: &Node, collapsed: bool) -> String {
+pub(crate) fn current_instructions(node: &Node, collapsed: bool) -> String {
     // Repositories and sessions join the context when their registries are merged.
     let ctx = instructions::InstructionContext {
         peers: node.mcp.sessions.identity_count(),

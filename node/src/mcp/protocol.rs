@@ -4,31 +4,31 @@
 
 use serde_json::{Map, Value, json};
 
-pub use tuic_proto::mcp::{
-    ECHOED, HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, LEGACY_DEFAULT,
-    META_CLIENT_CAPS, META_CLIENT_INFO, META_SERVER_INFO, META_VERSION, METHOD_NOT_FOUND, MODERN,
-    PARSE_ERROR, SUPPORTED, negotiate,
+pub(crate) use tuic_proto::mcp::{
+    HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, LEGACY_DEFAULT, META_CLIENT_CAPS,
+    META_CLIENT_INFO, META_SERVER_INFO, META_VERSION, METHOD_NOT_FOUND, MODERN, PARSE_ERROR,
+    SUPPORTED, negotiate,
 };
 
 /// A JSON-RPC error object.
-pub fn error(id: Value, code: i64, message: impl Into<String>) -> Value {
+pub(crate) fn error(id: Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
 /// A JSON-RPC error object with `data`.
-pub fn error_with(id: Value, code: i64, message: impl Into<String>, data: Value) -> Value {
+pub(crate) fn error_with(id: Value, code: i64, message: impl Into<String>, data: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id,
         "error": {"code": code, "message": message.into(), "data": data}})
 }
 
 /// A JSON-RPC result.
-pub fn result(id: Value, result: Value) -> Value {
+pub(crate) fn result(id: Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 /// One incoming message after structural validation.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Message {
+pub(crate) enum Message {
     /// A request: answered.
     Request {
         /// Its id (string or number).
@@ -49,7 +49,7 @@ pub enum Message {
 
 /// Classifies one JSON value; `Err` is the JSON-RPC error to answer (invalid request or
 /// invalid params), carrying the request id when one could be read.
-pub fn classify(v: &Value) -> Result<Message, Value> {
+pub(crate) fn classify(v: &Value) -> Result<Message, Value> {
     let Some(obj) = v.as_object() else {
         return Err(error(
             Value::Null,
@@ -99,7 +99,7 @@ pub fn classify(v: &Value) -> Result<Message, Value> {
 }
 
 /// The `_meta` protocol version of a request, if it names one.
-pub fn meta_version(params: &Map<String, Value>) -> Option<&str> {
+pub(crate) fn meta_version(params: &Map<String, Value>) -> Option<&str> {
     params
         .get("_meta")
         .and_then(|m| m.get(META_VERSION))
@@ -107,7 +107,7 @@ pub fn meta_version(params: &Map<String, Value>) -> Option<&str> {
 }
 
 /// The client name a request names in `_meta`.
-pub fn meta_client_name(params: &Map<String, Value>) -> Option<&str> {
+pub(crate) fn meta_client_name(params: &Map<String, Value>) -> Option<&str> {
     params
         .get("_meta")
         .and_then(|m| m.get(META_CLIENT_INFO))
@@ -116,7 +116,7 @@ pub fn meta_client_name(params: &Map<String, Value>) -> Option<&str> {
 }
 
 /// Why a stateless request's `_meta` is unusable (answered -32602, HTTP 400).
-pub fn check_stateless_meta(params: &Map<String, Value>) -> Result<(), &'static str> {
+pub(crate) fn check_stateless_meta(params: &Map<String, Value>) -> Result<(), &'static str> {
     let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
         return Err("stateless requests must carry params._meta");
     };
@@ -131,12 +131,12 @@ pub fn check_stateless_meta(params: &Map<String, Value>) -> Result<(), &'static 
 
 /// Whether an `Accept` header list admits a JSON answer. Parsed as a comma-separated list
 /// with parameters (`q=0` refuses); absent means anything.
-pub fn accepts_json<'a>(values: impl Iterator<Item = &'a str>) -> bool {
+pub(crate) fn accepts_json<'a>(values: impl Iterator<Item = &'a str>) -> bool {
     accepts(values, &["application/json", "application/*", "*/*"])
 }
 
 /// Whether an `Accept` header list admits an event stream.
-pub fn accepts_sse<'a>(values: impl Iterator<Item = &'a str>) -> bool {
+pub(crate) fn accepts_sse<'a>(values: impl Iterator<Item = &'a str>) -> bool {
     accepts(values, &["text/event-stream", "text/*", "*/*"])
 }
 
@@ -166,7 +166,7 @@ fn accepts<'a>(values: impl Iterator<Item = &'a str>, wanted: &[&str]) -> bool {
 }
 
 /// The name a `tools/call` addresses, for the `Mcp-Name` header check.
-pub fn call_name(method: &str, params: &Map<String, Value>) -> Option<String> {
+pub(crate) fn call_name(method: &str, params: &Map<String, Value>) -> Option<String> {
     match method {
         "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str).map(Into::into),
         "resources/read" => params.get("uri").and_then(Value::as_str).map(Into::into),

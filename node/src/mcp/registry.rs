@@ -120,23 +120,23 @@ impl ToolError {
 /// A synchronous tool handler. The registry decides where it runs: actions named in
 /// [`ToolDef::blocking`] on the blocking pool, the rest inline (they only read memory); a
 /// panic becomes a tool error either way.
-pub type Handler = fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<Value, ToolError>;
+pub(crate) type Handler = fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<Value, ToolError>;
 
 /// The future an [`AsyncHandler`] returns.
-pub type ToolFuture =
+pub(crate) type ToolFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>>;
 
 /// An asynchronous action handler, for actions that sleep on an event (`agent action=wait`,
 /// `session action=wait|submit`) instead of holding a blocking thread; a blocking part of it
 /// goes through [`on_blocking_pool`]. Dropping the future (the call went away) cancels it.
-pub type AsyncHandler = fn(Arc<Node>, CallCtx, Map<String, Value>) -> ToolFuture;
+pub(crate) type AsyncHandler = fn(Arc<Node>, CallCtx, Map<String, Value>) -> ToolFuture;
 
 /// Runs blocking tool work (PTY writes, commits, spawns, git, a hub's routed call) on the
 /// blocking pool and awaits it; a panic there is the tool error `internal` naming the tool.
 /// The registry runs every [`ToolDef::blocking`] action through it, and async handlers use it
 /// for their blocking steps, so no tool code parks an async worker (`block_in_place`,
 /// `block_on`).
-pub async fn on_blocking_pool<T: Send + 'static>(
+pub(crate) async fn on_blocking_pool<T: Send + 'static>(
     tool: &str,
     work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
@@ -196,12 +196,13 @@ impl Answer {
     }
 }
 
-/// A handler whose answer is rendered JSON text (see [`Answer::Json`]).
-pub type RenderedHandler =
-    fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<String, ToolError>;
+/// A handler whose answer is rendered JSON text (see [`Answer::Json`]); `None` when this call
+/// is not one it renders (it then goes the value path, [`ASYNC_ACTIONS`](crate::mcp::tools::ASYNC_ACTIONS) first).
+pub(crate) type RenderedHandler =
+    fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Option<Result<String, ToolError>>;
 
 /// What a dispatch produced: the answer (or tool error) and whether it passes through.
-pub type Dispatched = (Result<Answer, ToolError>, bool);
+pub(crate) type Dispatched = (Result<Answer, ToolError>, bool);
 
 impl ToolDef {
     /// The MCP `Tool` object.
@@ -245,7 +246,7 @@ struct Corpus {
 }
 
 /// Meta-tools of the collapsed surface.
-pub const META_TOOLS: &[&str] = &["search_tools", "get_tool_schema", "call_tool"];
+pub(crate) const META_TOOLS: &[&str] = &["search_tools", "get_tool_schema", "call_tool"];
 
 /// The registry.
 #[derive(Debug)]
@@ -275,19 +276,19 @@ impl Default for Registry {
 }
 
 /// The config facts that shape the surface; a change fires `tools/list_changed`.
-pub fn surface_fingerprint(cfg: &crate::config::Config) -> (Vec<String>, bool, bool) {
+pub(crate) fn surface_fingerprint(cfg: &crate::config::Config) -> (Vec<String>, bool, bool) {
     let mut d = cfg.disabled_native_tools.clone();
     d.sort();
     (d, cfg.collapse_tools, cfg.progress_tracking)
 }
 
 /// Whether a client name is Claude Code's (`clientInfo.name`).
-pub fn is_claude_code(client: Option<&str>) -> bool {
+pub(crate) fn is_claude_code(client: Option<&str>) -> bool {
     client.is_some_and(|c| c == "claude-code" || c.starts_with("claude-code-") || c == "claude")
 }
 
 /// Whether a client gets the collapsed catalogue whatever `collapse_tools` says.
-pub fn client_requires_meta_tools(client: Option<&str>) -> bool {
+pub(crate) fn client_requires_meta_tools(client: Option<&str>) -> bool {
     client.is_some_and(|c| c == "ego" || c.starts_with("grok-shell-"))
 }
 
@@ -679,9 +680,12 @@ async fn run(
         .iter()
         .find(|(t, a, _)| *t == def.name && *a == action)
     {
-        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(node, ctx, &args)))
-            .unwrap_or_else(|_| Err(panicked(def.name)))
-            .map(Answer::Json);
+        let rendered =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(node, ctx, &args)))
+                .unwrap_or_else(|_| Some(Err(panicked(def.name))));
+        if let Some(r) = rendered {
+            return r.map(Answer::Json);
+        }
     }
     run_value(node, ctx, def, args).await.map(Answer::Value)
 }
@@ -696,7 +700,7 @@ async fn run_value(
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     if let Some((_, _, h)) = crate::mcp::tools::ASYNC_ACTIONS
         .iter()
-        .find(|(t, a, _)| *t == def.name && *a == action)
+        .find(|(t, a, _)| *t == def.name && (*a == action || *a == "*"))
     {
         use futures::FutureExt;
         let fut = h(node.clone(), ctx.clone(), args);
@@ -705,6 +709,19 @@ async fn run_value(
             .await
             .unwrap_or_else(|_| Err(panicked(def.name)));
     }
+    run_here(node, ctx, &def, args).await
+}
+
+/// Runs `def`'s synchronous handler for one call: an action named in [`ToolDef::blocking`] on
+/// the blocking pool, the rest inline; a panic becomes a tool error either way. An async
+/// handler that first decided where a call is served (a hub's router) ends here too.
+pub(crate) async fn run_here(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    def: &ToolDef,
+    args: Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let action = args.get("action").and_then(Value::as_str).unwrap_or("");
     if def.blocking.contains(&action) {
         let (n, c, h) = (node.clone(), ctx.clone(), def.handler);
         on_blocking_pool(def.name, move || h(&n, &c, &args)).await
@@ -730,7 +747,7 @@ fn meta_listings() -> Vec<Value> {
 }
 
 /// The required `action` argument of a tool, checked against its list.
-pub fn action<'a>(
+pub(crate) fn action<'a>(
     def_name: &str,
     actions: &[&str],
     args: &'a Map<String, Value>,
@@ -752,7 +769,7 @@ pub fn action<'a>(
 }
 
 /// Standard schema: an `action` enum plus the given properties.
-pub fn schema(actions: &[&str], props: Value) -> Value {
+pub(crate) fn schema(actions: &[&str], props: Value) -> Value {
     let mut p = props.as_object().cloned().unwrap_or_default();
     p.insert(
         "action".into(),

@@ -17,10 +17,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 /// Per-stream buffer of server notifications; a stream that falls this far behind drops them.
-pub const STREAM_BUFFER: usize = 64;
+pub(crate) const STREAM_BUFFER: usize = 64;
 
 /// How many DELETE-retired ids are remembered (answering 404) before the oldest is forgotten.
-pub const RETIRED_CAPACITY: usize = 4096;
+pub(crate) const RETIRED_CAPACITY: usize = 4096;
 
 /// Generations come from one process-wide counter, never per session: a DELETE can retire an
 /// id whose stream is still draining, and a per-session counter would reissue a number the
@@ -288,7 +288,7 @@ pub trait IdentityLiveness: Send + Sync + std::fmt::Debug {
 
 /// The answer while no terminal core is wired in: no identity is addressable.
 #[derive(Debug, Default)]
-pub struct NoPtys;
+pub(crate) struct NoPtys;
 
 impl IdentityLiveness for NoPtys {
     fn is_addressable(&self, _: &str) -> bool {

@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::guard::{self, Transport};
 use crate::state::Node;
 
-pub use tuic_proto::mcp::{
+pub(crate) use tuic_proto::mcp::{
     METHOD_HEADER, NAME_HEADER, SESSION_HEADER, TUIC_SESSION_HEADER, VERSION_HEADER,
 };
 
@@ -114,7 +114,7 @@ fn text_response(status: StatusCode, body: String, session: Option<&str>) -> Res
 }
 
 /// `POST /mcp`.
-pub async fn post(
+pub(crate) async fn post(
     State(node): State<Arc<Node>>,
     transport: Option<axum::Extension<Transport>>,
     headers: HeaderMap,
@@ -726,7 +726,7 @@ impl Drop for StreamGuard {
 }
 
 /// `GET /mcp`: the server-notification stream of one protocol session.
-pub async fn get_stream(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+pub(crate) async fn get_stream(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     if !node.config().mcp_server_enabled {
         return disabled();
     }
@@ -781,7 +781,7 @@ pub async fn get_stream(State(node): State<Arc<Node>>, headers: HeaderMap) -> Re
 }
 
 /// `DELETE /mcp`: ends a protocol session; the id answers 404 afterwards.
-pub async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+pub(crate) async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     if !node.config().mcp_server_enabled {
         return disabled();
     }

@@ -37,7 +37,6 @@ use tuic_proto::peer::{
 
 use crate::config::Tuning;
 use crate::mail::Mail;
-use crate::mcp::registry::ToolError;
 use crate::session::now_ms;
 use crate::state::Node;
 use crate::store::{PeerOp, Store, UPLINK_KEY};
@@ -635,7 +634,8 @@ pub fn error_code(code: ErrorCode) -> &'static str {
 }
 
 /// How an `agent send` to an address ended: the peer layer's typed answer. The MCP tool's
-/// rendering is [`Sent::to_json`] (and `From<SendError> for ToolError` for the refusals).
+/// rendering is [`Sent::to_json`] (the MCP tool's error rendering of the refusals is
+/// `mcp::tools::peer_errors`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     /// The mail's id (stable across hops and resends).
@@ -688,7 +688,7 @@ pub enum SendError {
 }
 
 impl SendError {
-    fn refused(refusal: Refusal, message_id: &str) -> Self {
+    pub(crate) fn refused(refusal: Refusal, message_id: &str) -> Self {
         SendError::Refused {
             refusal,
             message_id: Some(message_id.to_owned()),
@@ -731,54 +731,6 @@ impl Sent {
         }
         v
     }
-}
-
-/// The MCP rendering of an address that does not parse.
-impl From<AddressError> for ToolError {
-    fn from(e: AddressError) -> Self {
-        ToolError::new("invalid_address", e.to_string())
-    }
-}
-
-/// The MCP rendering of a refused cross-host send.
-impl From<SendError> for ToolError {
-    fn from(e: SendError) -> Self {
-        match e {
-            SendError::TooLarge { bytes } => ToolError::new(
-                "too_large",
-                format!("message is {bytes} bytes, the limit is {MAX_MESSAGE_BYTES}"),
-            ),
-            SendError::Refused {
-                refusal,
-                message_id,
-            } => refusal_error(&refusal, message_id.as_deref()),
-        }
-    }
-}
-
-fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
-    let code = error_code(r.code);
-    let mut e = ToolError::new(
-        code,
-        format!("refused by connection '{}': {}", r.connection, r.message),
-    )
-    .with("connection", json!(r.connection))
-    .with("status", json!("refused"));
-    if let Some(id) = message_id {
-        e = e.with("message_id", json!(id));
-    }
-    e
-}
-
-/// `agent action=send` to an address, as the MCP tool answers it (see [`send_to_address`]).
-pub fn send_remote(
-    node: &Arc<Node>,
-    from: &str,
-    from_name: Option<String>,
-    to: &str,
-    message: String,
-) -> Result<Value, ToolError> {
-    Ok(send_to_address(node, from, from_name, to, message)?.to_json(to))
 }
 
 /// `agent action=send` to an address: custody in the first hop's outbox, then up to
@@ -1128,25 +1080,5 @@ mod tests {
                 .unwrap()
                 .starts_with("a resend was refused (full)")
         );
-    }
-
-    #[test]
-    fn peer_send_refusals_render_with_a_stable_code_and_the_connection() {
-        let e = ToolError::from(SendError::TooLarge { bytes: 70_000 });
-        assert_eq!(e.code, "too_large");
-        let e = ToolError::from(SendError::refused(
-            Refusal {
-                code: ErrorCode::OutboxFull,
-                connection: "nodec".into(),
-                message: "full".into(),
-            },
-            "m1",
-        ));
-        assert_eq!(e.code, "outbox_full");
-        assert_eq!(e.extra["connection"], "nodec");
-        assert_eq!(e.extra["status"], "refused");
-        assert_eq!(e.extra["message_id"], "m1");
-        let e = ToolError::from(parse_address("/x").expect_err("empty connection"));
-        assert_eq!(e.code, "invalid_address");
     }
 }

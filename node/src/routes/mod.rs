@@ -28,7 +28,7 @@ use crate::state::Node;
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// Responses smaller than this are not compressed.
-pub const COMPRESS_ABOVE_BYTES: u16 = 860;
+pub(crate) const COMPRESS_ABOVE_BYTES: u16 = 860;
 
 /// Extra behaviour layered onto the node's routes inside the request boundary: an
 /// extension's own routes and middleware (the hub's `/hub/*` routes and its routing of
@@ -36,13 +36,14 @@ pub const COMPRESS_ABOVE_BYTES: u16 = 860;
 /// `crate::ext` instead.
 pub type RouterHook = Arc<dyn Fn(Router<Arc<Node>>) -> Router<Arc<Node>> + Send + Sync>;
 
-/// Builds the full router with the server limits and the request boundary.
+/// Builds the full router with the server limits and the request boundary (no hook: the
+/// in-process tests' router; the server calls [`router_with`]).
 pub fn router(node: Arc<Node>) -> Router {
     router_with(node, None)
 }
 
 /// [`router`] with an optional hook applied inside the boundary.
-pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
+pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
     let routes = Router::new()
         .route("/health", get(system::health))
         .route("/logs", get(system::logs))
@@ -112,7 +113,7 @@ pub fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
 /// The two bounds every request/response route gets: a deadline and a body limit, plus
 /// compression. The deadline races only the future producing the response head, so SSE and
 /// WebSocket bodies stream past it; compression skips event streams.
-pub fn with_server_limits(
+pub(crate) fn with_server_limits(
     routes: Router<Arc<Node>>,
     timeout: std::time::Duration,
 ) -> Router<Arc<Node>> {

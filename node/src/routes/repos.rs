@@ -66,6 +66,27 @@ async fn blocking(
         .map_err(git_error)
 }
 
+/// A repository of another host (`<host>:/path`, `ext::HostRouter`): served by its owner,
+/// awaited on the network (no thread waits for it).
+async fn routed(
+    node: &Node,
+    host: &str,
+    path: &str,
+    action: &str,
+    args: &serde_json::Map<String, Value>,
+) -> Result<Json<Value>, ApiError> {
+    let call = crate::ext::RepoCall {
+        host,
+        path,
+        action,
+        args,
+    };
+    crate::ext::route_repo(node, call)
+        .await
+        .map(Json)
+        .map_err(git_error)
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct CreateBody {
     base_repo: String,
@@ -83,24 +104,18 @@ pub(super) async fn create_worktree(
     State(node): State<Arc<Node>>,
     JsonBody(b): JsonBody<CreateBody>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(&node, move |n| {
-        if let Some((host, path)) = crate::ext::repo_target(n, &b.base_repo) {
-            let mut args = serde_json::Map::new();
-            if let Some(br) = b.branch.filter(|s| !s.is_empty()) {
-                args.insert("branch".into(), json!(br));
-            }
-            if let Some(base) = b.base {
-                args.insert("base".into(), json!(base));
-            }
-            args.insert("spawn_session".into(), json!(b.spawn_session));
-            let call = crate::ext::RepoCall {
-                host,
-                path,
-                action: "worktree_create",
-                args: &args,
-            };
-            return crate::ext::route_repo(n, call);
+    if let Some((host, path)) = crate::ext::repo_target(&node, &b.base_repo) {
+        let mut args = serde_json::Map::new();
+        if let Some(br) = b.branch.as_ref().filter(|s| !s.is_empty()) {
+            args.insert("branch".into(), json!(br));
         }
+        if let Some(base) = &b.base {
+            args.insert("base".into(), json!(base));
+        }
+        args.insert("spawn_session".into(), json!(b.spawn_session));
+        return routed(&node, host, path, "worktree_create", &args).await;
+    }
+    blocking(&node, move |n| {
         crate::git::worktree::create(
             n,
             &crate::git::worktree::CreateRequest {
@@ -127,16 +142,10 @@ pub(super) async fn list_worktrees(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+        return routed(&node, host, path, "worktree_list", &Default::default()).await;
+    }
     blocking(&node, move |n| {
-        if let Some((host, path)) = crate::ext::repo_target(n, &q.path) {
-            let call = crate::ext::RepoCall {
-                host,
-                path,
-                action: "worktree_list",
-                args: &Default::default(),
-            };
-            return crate::ext::route_repo(n, call);
-        }
         let v = crate::git::worktree::list(n, &q.path)?;
         let _ = crate::git::orphans::scan(n, &q.path);
         Ok(v)
@@ -199,19 +208,10 @@ pub(super) async fn repo_info(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(&node, move |n| {
-        if let Some((host, path)) = crate::ext::repo_target(n, &q.path) {
-            let call = crate::ext::RepoCall {
-                host,
-                path,
-                action: "info",
-                args: &Default::default(),
-            };
-            return crate::ext::route_repo(n, call);
-        }
-        crate::git::query::info(n, &q.path)
-    })
-    .await
+    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+        return routed(&node, host, path, "info", &Default::default()).await;
+    }
+    blocking(&node, move |n| crate::git::query::info(n, &q.path)).await
 }
 
 /// `GET /repo/branch-integrations?path=[&branch=]`: `repo action=branch_integrations`

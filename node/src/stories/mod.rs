@@ -203,11 +203,6 @@ impl StoryError {
         }
     }
 
-    /// The tool-error form.
-    pub fn to_tool(&self) -> crate::mcp::registry::ToolError {
-        crate::mcp::registry::ToolError::new(self.code(), self.to_string())
-    }
-
     /// The HTTP form.
     pub fn to_api(&self) -> crate::error::ApiError {
         crate::error::ApiError::new(self.status(), self.code(), self.to_string())
@@ -262,18 +257,21 @@ fn project_for(node: &crate::state::Node, dir: &str) -> Result<String, StoryErro
     })
 }
 
-/// Resolves an MCP caller. A bound caller acts as its own agent identity in its own project;
+/// Resolves a caller: `bound` is an MCP caller's own terminal (`tuic_session` of its binding),
+/// `loopback` whether it came over the local socket. A bound caller acts as its own agent
+/// identity in its own project;
 /// caller-supplied `project_path` and `session_id` are ignored for it. An unbound caller (the
 /// `tuic story` CLI) names the project with `project_path` and may act as a live terminal's
 /// agent with `session_id`; otherwise it is `local_api` on loopback and `human` over
 /// authenticated remote TCP.
-pub fn mcp_caller(
+pub fn resolve_caller(
     node: &crate::state::Node,
-    ctx: &crate::mcp::registry::CallCtx,
+    bound: Option<&str>,
+    loopback: bool,
     project_path: Option<&str>,
     session_id: Option<&str>,
 ) -> Result<(String, Actor), StoryError> {
-    if let Some(t) = &ctx.tuic_session {
+    if let Some(t) = bound {
         let dir = identity_dir(node, t).ok_or_else(|| {
             StoryError::NoProject(
                 "this caller has no working directory: call from a TUIC terminal or agent action=register with path".into(),
@@ -281,7 +279,9 @@ pub fn mcp_caller(
         })?;
         return Ok((
             project_for(node, &dir)?,
-            Actor::Agent { session: t.clone() },
+            Actor::Agent {
+                session: t.to_owned(),
+            },
         ));
     }
     if let Some(sid) = session_id.filter(|s| !s.is_empty()) {
@@ -306,7 +306,7 @@ pub fn mcp_caller(
                 .into(),
         )
     })?;
-    let actor = if ctx.loopback {
+    let actor = if loopback {
         Actor::LocalApi
     } else {
         Actor::Human
@@ -322,9 +322,6 @@ pub fn http_caller(
     project_path: Option<&str>,
     session_id: Option<&str>,
 ) -> Result<(String, Actor), StoryError> {
-    let ctx = crate::mcp::registry::CallCtx {
-        loopback: matches!(transport, Some(crate::guard::Transport::Ipc)),
-        ..Default::default()
-    };
-    mcp_caller(node, &ctx, project_path, session_id)
+    let loopback = matches!(transport, Some(crate::guard::Transport::Ipc));
+    resolve_caller(node, None, loopback, project_path, session_id)
 }

@@ -390,7 +390,7 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
             crate::peer::Route::NotAnAddress => return Err(e),
             crate::peer::Route::Local(peer) => resolve(node, &peer)?,
             crate::peer::Route::Remote if keep_open.is_none() => {
-                let mut v = crate::peer::send_remote(node, &me, from_name, to, message)?;
+                let mut v = super::peer_errors::send_remote(node, &me, from_name, to, message)?;
                 if urgent {
                     // The peer link carries no urgency: say so instead of dropping it quietly.
                     v["urgent_delivered"] = json!(false);

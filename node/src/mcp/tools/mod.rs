@@ -5,6 +5,7 @@ mod agent;
 mod automations;
 mod config;
 mod debug;
+mod peer_errors;
 mod plugin_dev_guide;
 mod progress;
 mod remote;
@@ -12,7 +13,7 @@ mod repo;
 mod repo_git;
 pub(crate) mod session;
 mod story;
-pub mod task;
+pub(crate) mod task;
 mod ui;
 mod voice;
 mod workflow;
@@ -20,22 +21,25 @@ mod workflow;
 use crate::mcp::registry::{AsyncHandler, RenderedHandler, ToolDef};
 
 /// Actions that run as futures on the async workers (they sleep on events, not on a thread;
-/// their blocking steps go through `registry::on_blocking_pool`): `(tool, action, handler)`.
-/// Checked by the registry before the blocking/inline split.
-pub static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
-    ("session", "submit", session::submit_async),
-    ("session", "wait", session::wait_async),
+/// their blocking steps go through `registry::on_blocking_pool`): `(tool, action, handler)`,
+/// `"*"` for every action of the tool. Checked by the registry before the blocking/inline
+/// split. `session` and `repo` are async as a whole: a hub's router may first wait for
+/// another host (`ext::HostRouter`), then a local call takes the usual split
+/// (`registry::run_here`).
+pub(crate) static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
+    ("session", "*", session::serve_async),
+    ("repo", "*", repo::serve_async),
     ("agent", "wait", agent::wait_async),
     ("progress", "", progress::record_async),
 ];
 
 /// Actions whose answer is rendered JSON text (hot listings serialized from typed rows):
 /// `(tool, action, handler)`. Checked by the registry first.
-pub static RENDERED_ACTIONS: &[(&str, &str, RenderedHandler)] =
+pub(crate) static RENDERED_ACTIONS: &[(&str, &str, RenderedHandler)] =
     &[("session", "list", session::list_rendered)];
 
 /// Every native tool, in catalogue order.
-pub static NATIVE: &[&ToolDef] = &[
+pub(crate) static NATIVE: &[&ToolDef] = &[
     &session::TOOL,
     &agent::TOOL,
     &task::TOOL,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, action, schema};
 use crate::repos::{AddError, Repo};
 use crate::state::Node;
 
@@ -86,6 +86,20 @@ pub(super) static TOOL: ToolDef = ToolDef {
     ],
     passthrough: false,
 };
+
+/// Every `repo` call (`tools::ASYNC_ACTIONS`): a git action on another host's repository is
+/// awaited through the router (`repo_git::route`); the rest is served here by [`handler`]
+/// (blocking actions on the blocking pool).
+pub(super) fn serve_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
+    Box::pin(async move {
+        if let Ok(a) = action("repo", ACTIONS, &args)
+            && let Some(answer) = super::repo_git::route(&node, a, &args).await
+        {
+            return answer;
+        }
+        crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await
+    })
+}
 
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let raw = args.get("action").and_then(Value::as_str).unwrap_or("");

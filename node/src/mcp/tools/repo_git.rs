@@ -48,6 +48,45 @@ fn branch_arg<'a>(args: &'a Map<String, Value>, a: &str) -> Result<&'a str, Tool
         .ok_or_else(|| ToolError::invalid(format!("repo action={a} needs branch")))
 }
 
+/// Extension hook (`ext::HostRouter`): a git action on `<host>:/path` is a repository of
+/// another host, served by its owner (awaited: the call waits on the network, not a thread).
+/// `None` when the call is served here (a plain path, a registry action, or arguments the
+/// handler refuses).
+pub(super) async fn route(
+    node: &Node,
+    a: &str,
+    args: &Map<String, Value>,
+) -> Option<Result<Value, ToolError>> {
+    if !GIT_ACTIONS.contains(&a)
+        || ["project", "workspace_id"]
+            .iter()
+            .any(|k| args.contains_key(*k))
+    {
+        return None;
+    }
+    let path = super::repo::path_arg(args).ok()?;
+    let (host, remote_path) = crate::ext::repo_target(node, path)?;
+    let call = crate::ext::RepoCall {
+        host,
+        path: remote_path,
+        action: a,
+        args,
+    };
+    Some(crate::ext::route_repo(node, call).await.map_err(tool_error))
+}
+
+/// The `repo` actions served by the git service (and routable to another host).
+pub(super) const GIT_ACTIONS: &[&str] = &[
+    "worktree_create",
+    "worktree_list",
+    "worktree_remove",
+    "worktree_lifecycle",
+    "branch_integrations",
+    "branch_integration",
+    "branch_delete",
+    "orphan_cleanup_answer",
+];
+
 /// Dispatches one git-backed `repo` action.
 pub(super) fn handle(
     node: &Arc<Node>,
@@ -63,17 +102,6 @@ pub(super) fn handle(
         }
     }
     let path = super::repo::path_arg(args)?;
-    // Extension hook (`ext::HostRouter`): `<host>:/path` is a repository of another host,
-    // served by its owner.
-    if let Some((host, remote_path)) = crate::ext::repo_target(node, path) {
-        let call = crate::ext::RepoCall {
-            host,
-            path: remote_path,
-            action: a,
-            args,
-        };
-        return crate::ext::route_repo(node, call).map_err(tool_error);
-    }
     match a {
         "worktree_create" => {
             let req = CreateRequest {

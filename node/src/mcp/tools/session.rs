@@ -10,9 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{
-    CallCtx, ToolDef, ToolError, ToolFuture, action, on_blocking_pool, schema,
-};
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, action, schema};
 use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self as session_output, OutputQuery};
 use crate::session::registry::check_size;
@@ -106,9 +104,8 @@ enum Prelude {
 }
 
 /// The checks every action shares: removed actions, the action list, the loopback-only rule,
-/// then the extension router for an address of another host (which may call the owner:
-/// blocking).
-fn prelude(
+/// then the extension router for an address of another host (which may wait for the owner).
+async fn prelude(
     node: &Arc<Node>,
     ctx: &CallCtx,
     args: &Map<String, Value>,
@@ -129,7 +126,7 @@ fn prelude(
     // the router may name a session of this host under another name.
     Ok((
         a,
-        match crate::ext::route_session(node, a, args)? {
+        match crate::ext::route_session(node, a, args).await? {
             Some(crate::ext::Routed::Answered(v)) => Prelude::Answered(v),
             Some(crate::ext::Routed::Local(rewritten)) => Prelude::Here(rewritten),
             None => Prelude::Here(args.clone()),
@@ -137,12 +134,35 @@ fn prelude(
     ))
 }
 
-fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let (a, args) = match prelude(node, ctx, args)? {
+/// Every `session` call: the shared checks and a hub's routing (awaited, never on a parked
+/// thread), then the action here — `submit` and `wait` as futures that sleep on events, the
+/// rest through the synchronous [`handler`] (blocking actions on the blocking pool).
+async fn serve(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let (a, args) = match prelude(&node, &ctx, &args).await? {
         (_, Prelude::Answered(v)) => return Ok(v),
         (a, Prelude::Here(args)) => (a, args),
     };
-    let args = &args;
+    match a {
+        "submit" => submit(&node, &args).await,
+        "wait" => wait(&node, &args).await,
+        _ => crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await,
+    }
+}
+
+/// The registry's entry for every `session` action (`tools::ASYNC_ACTIONS`).
+pub(super) fn serve_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
+    Box::pin(serve(node, ctx, args))
+}
+
+/// One action served here, after [`serve`]'s checks and routing (`args` already rewritten
+/// for a `local/<id>` address).
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let a = action("session", ACTIONS, args)?;
+    let a = ACTIONS.iter().copied().find(|x| *x == a).unwrap_or("list");
     match a {
         "list" => Ok(list(node, ctx)),
         "create" => create(node, args),
@@ -156,41 +176,13 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         "suspend" => suspend(node, ctx, args),
         "keep_open" => keep_open(node, args),
         "declare_worktree" => declare_worktree(node, ctx, args),
-        // `submit` and `wait` sleep on events: the registry runs them as futures
-        // (`submit_async`, `wait_async`), never through this synchronous handler.
+        // `submit` and `wait` sleep on events: `serve` runs them as futures, never through
+        // this synchronous handler.
         _ => Err(ToolError::new(
             "internal",
             format!("session action={a} runs asynchronously"),
         )),
     }
-}
-
-/// `submit` and `wait`: the shared checks (and a hub's routing, which may block on the
-/// owner) on the blocking pool, then the local action as a future.
-async fn serve_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> Result<Value, ToolError> {
-    let (n, c) = (node.clone(), ctx.clone());
-    let (a, args) = match on_blocking_pool("session", move || prelude(&n, &c, &args)).await? {
-        (_, Prelude::Answered(v)) => return Ok(v),
-        (a, Prelude::Here(args)) => (a, args),
-    };
-    match a {
-        "submit" => submit(&node, &args).await,
-        _ => wait(&node, &args).await,
-    }
-}
-
-/// `session action=submit` as a future.
-pub(super) fn submit_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
-    Box::pin(serve_async(node, ctx, args))
-}
-
-/// `session action=wait` as a future.
-pub(super) fn wait_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
-    Box::pin(serve_async(node, ctx, args))
 }
 
 fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
@@ -268,7 +260,8 @@ fn row_json(node: &Node, s: &Session, ctx: &CallCtx) -> Value {
 }
 
 fn list(node: &Arc<Node>, ctx: &CallCtx) -> Value {
-    // The registry calls `list_rendered` instead; this arm serves direct handler calls.
+    // The registry renders a plain list (`list_rendered`); this serves a list whose
+    // session_id went through the router first.
     crate::mcp::registry::Answer::Json(list_json(node, ctx)).into_value()
 }
 
@@ -279,10 +272,13 @@ pub(super) fn list_rendered(
     node: &Arc<Node>,
     ctx: &CallCtx,
     args: &Map<String, Value>,
-) -> Result<String, ToolError> {
-    // The same routing check as every action (an address in session_id is refused alike).
-    crate::ext::route_session(node, "list", args)?;
-    Ok(list_json(node, ctx))
+) -> Option<Result<String, ToolError>> {
+    // An address of another host in session_id goes through the router like every action
+    // (`serve`, which may wait for the owner); the plain list is a read of ready rows.
+    if crate::ext::session_address(node, args).is_some() {
+        return None;
+    }
+    Some(Ok(list_json(node, ctx)))
 }
 
 fn list_json(node: &Arc<Node>, ctx: &CallCtx) -> String {
@@ -607,7 +603,8 @@ mod tests {
         let (got, want, listed) = loop {
             let before = as_values();
             let got: Value =
-                serde_json::from_str(&list_rendered(n, &ctx, &Map::new()).unwrap()).unwrap();
+                serde_json::from_str(&list_rendered(n, &ctx, &Map::new()).unwrap().unwrap())
+                    .unwrap();
             let listed = list(n, &ctx);
             let want = as_values();
             tries += 1;

@@ -30,15 +30,28 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
+/// A story service error as a tool error with the same stable code (`story` and the
+/// `workflow_*` tools).
+impl From<crate::stories::StoryError> for ToolError {
+    fn from(e: crate::stories::StoryError) -> Self {
+        ToolError::new(e.code(), e.to_string())
+    }
+}
+
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let input = args
         .get("input")
         .ok_or_else(|| ToolError::invalid("story: input is required: {input: {action, ...}}"))?;
-    let action = StoryAction::from_value(input).map_err(|e| e.to_tool())?;
+    let action = StoryAction::from_value(input).map_err(ToolError::from)?;
     let s = |k: &str| args.get(k).and_then(Value::as_str);
-    let (project, actor) =
-        crate::stories::mcp_caller(node, ctx, s("project_path"), s("session_id"))
-            .map_err(|e| e.to_tool())?;
+    let (project, actor) = crate::stories::resolve_caller(
+        node,
+        ctx.tuic_session.as_deref(),
+        ctx.loopback,
+        s("project_path"),
+        s("session_id"),
+    )
+    .map_err(ToolError::from)?;
     node.stories
         .execute(
             &Ctx {
@@ -48,5 +61,5 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             },
             action,
         )
-        .map_err(|e| e.to_tool())
+        .map_err(ToolError::from)
 }

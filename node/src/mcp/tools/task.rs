@@ -17,11 +17,11 @@ use crate::state::Node;
 const ACTIONS: &[&str] = &["get", "cancel"];
 
 /// How often a client should poll, returned with every task.
-pub const POLL_INTERVAL_MS: u64 = 1000;
+pub(crate) const POLL_INTERVAL_MS: u64 = 1000;
 
 /// The MCP 2026-07-28 Tasks vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// The agent is running.
     Working,
     /// Exit code 0.

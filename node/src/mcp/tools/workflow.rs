@@ -51,10 +51,16 @@ fn run_handler(
     let project_path = input
         .remove("project_path")
         .and_then(|v| v.as_str().map(str::to_owned));
-    let (project, actor) = crate::stories::mcp_caller(node, ctx, project_path.as_deref(), None)
-        .map_err(|e| e.to_tool())?;
+    let (project, actor) = crate::stories::resolve_caller(
+        node,
+        ctx.tuic_session.as_deref(),
+        ctx.loopback,
+        project_path.as_deref(),
+        None,
+    )
+    .map_err(ToolError::from)?;
     crate::stories::workflow::run_action(node, &project, &actor, &Value::Object(input))
-        .map_err(|e| e.to_tool())
+        .map_err(ToolError::from)
 }
 
 pub(super) static REPORT_TOOL: ToolDef = ToolDef {
@@ -86,7 +92,7 @@ fn report_handler(
         .get("input")
         .ok_or_else(|| ToolError::invalid("workflow_report: input is required"))?;
     crate::stories::runner::report(node, ctx.tuic_session.as_deref(), input)
-        .map_err(|e| e.to_tool())
+        .map_err(ToolError::from)
 }
 
 pub(super) static LAUNCH_TOOL: ToolDef = ToolDef {
@@ -116,7 +122,7 @@ fn launch_handler(
         .get("input")
         .ok_or_else(|| ToolError::invalid("workflow_launch: input is required"))?;
     crate::stories::coordinator::launch(node, ctx.tuic_session.as_deref(), ctx.loopback, input)
-        .map_err(|e| e.to_tool())
+        .map_err(ToolError::from)
 }
 
 pub(super) static STORY_CREATE_TOOL: ToolDef = ToolDef {
@@ -150,5 +156,5 @@ fn story_create_handler(
         ctx.loopback,
         input,
     )
-    .map_err(|e| e.to_tool())
+    .map_err(ToolError::from)
 }
