@@ -87,6 +87,10 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
+/// The `repo` actions served from this node's registry of repositories; every other action is
+/// the git service's (`repo_git.rs`), and routable to another host.
+pub(super) const REGISTRY_ACTIONS: &[&str] = &["add", "list", "status", "active", "progress_list"];
+
 /// Every `repo` call (`tools::ASYNC_ACTIONS`): a git action on another host's repository is
 /// awaited through the router (`repo_git::route`); the rest is served here by [`handler`]
 /// (blocking actions on the blocking pool).

@@ -57,7 +57,7 @@ pub(super) async fn route(
     a: &str,
     args: &Map<String, Value>,
 ) -> Option<Result<Value, ToolError>> {
-    if !GIT_ACTIONS.contains(&a)
+    if super::repo::REGISTRY_ACTIONS.contains(&a)
         || ["project", "workspace_id"]
             .iter()
             .any(|k| args.contains_key(*k))
@@ -74,18 +74,6 @@ pub(super) async fn route(
     };
     Some(crate::ext::route_repo(node, call).await.map_err(tool_error))
 }
-
-/// The `repo` actions served by the git service (and routable to another host).
-pub(super) const GIT_ACTIONS: &[&str] = &[
-    "worktree_create",
-    "worktree_list",
-    "worktree_remove",
-    "worktree_lifecycle",
-    "branch_integrations",
-    "branch_integration",
-    "branch_delete",
-    "orphan_cleanup_answer",
-];
 
 /// Dispatches one git-backed `repo` action.
 pub(super) fn handle(
