@@ -49,6 +49,11 @@ pub struct ConnState {
     pub row_fetches: u64,
     /// The carrier of the last peer link dialed: `"quic"` or `"websocket"`.
     pub transport: Option<&'static str>,
+    /// Times the peer link came up: a link that survives a change of path (QUIC migration)
+    /// does not count again.
+    pub peer_link_ups: u64,
+    /// Relayed session streams opened on their own QUIC stream of the link.
+    pub quic_session_streams: u64,
 }
 
 /// One connection and its driver.
@@ -72,6 +77,9 @@ pub struct Conn {
     pub(crate) pin: std::sync::Mutex<Option<String>>,
     /// Which carrier the peer link may use.
     pub(crate) transport: crate::quic::TransportPref,
+    /// The QUIC connection of the current link, when it is QUIC: relayed session streams open
+    /// their own streams on it.
+    pub(crate) quic: std::sync::Mutex<Option<quinn::Connection>>,
 }
 
 impl Conn {
@@ -82,6 +90,15 @@ impl Conn {
 
     pub(crate) fn set(&self, f: impl FnOnce(&mut ConnState)) {
         f(&mut self.state.write().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// The link's QUIC connection while it lives.
+    pub(crate) fn quic_link(&self) -> Option<quinn::Connection> {
+        self.quic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|c| c.close_reason().is_none())
     }
 
     /// The cookie header value that authenticates the hub to this node.
@@ -187,6 +204,7 @@ impl Federation {
                 downs: tokio::sync::watch::Sender::new(0),
                 pin: std::sync::Mutex::new(w.quic_fingerprint.clone()),
                 transport: w.transport.unwrap_or(default_transport),
+                quic: std::sync::Mutex::new(None),
             });
             conns.insert(w.id.clone(), conn.clone());
             self.mail.ensure_outbox(&w.id);
@@ -237,6 +255,8 @@ impl Federation {
                     "outbox_held": self.mail.held(&c.id),
                     "outbox_recipient_full": self.mail.recipient_full(&c.id),
                     "transport": s.transport,
+                    "peer_link_ups": s.peer_link_ups,
+                    "quic_session_streams": s.quic_session_streams,
                     "transport_preference": c.transport,
                     "quic_fingerprint": *c.pin.lock().unwrap_or_else(|p| p.into_inner()),
                 });

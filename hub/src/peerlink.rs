@@ -813,6 +813,7 @@ impl End for HubEnd {
                 self.conn.set(|s| {
                     s.peer_up = true;
                     s.peer_error = None;
+                    s.peer_link_ups += 1;
                 });
                 tracing::info!(conn = %id, node = %remote_id, "peer link up");
                 // The node lists the catalogue itself at link up.

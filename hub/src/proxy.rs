@@ -1,6 +1,8 @@
 //! Routing on the hub: a session route or stream whose id is an address
 //! `<connection_id>/<session_id>` (URL-encoded) goes to the owning node with that node's token
-//! in place of the caller's credential; 503 names the connection when it is down. Also `GET /hub/connections` and `POST /hub/reload`. (`GET /sessions` lists the
+//! in place of the caller's credential; 503 names the connection when it is down. A live
+//! stream rides its own QUIC stream of the peer link when the link is QUIC
+//! (`tuic_node::peer::quic_stream`), else a WebSocket of its own. Also `GET /hub/connections` and `POST /hub/reload`. (`GET /sessions` lists the
 //! remote rows through the node's own route: `remote.rs` is its `ext::SessionSource`.)
 
 use std::sync::Arc;
@@ -214,6 +216,86 @@ async fn last_screen(req: Request, last: crate::lastscreen::LastScreen) -> Respo
     })
 }
 
+/// A relayed stream's upstream: the node's messages both ways, whichever carrier.
+type Upstream = tuic_node::peer::quic_stream::Carrier;
+
+/// Opens the upstream of a relayed stream: its own stream on the link's QUIC connection when
+/// the link is QUIC (so a flooding session never delays the link's mail or another session),
+/// else (or when that fails short of a refusal) a WebSocket to the node. `Err` is the answer
+/// for the caller: the node's refusal, or 503.
+async fn open_upstream(
+    conn: &Conn,
+    sid: &str,
+    rest: &str,
+    query: Option<&str>,
+) -> Result<Upstream, Response> {
+    use tuic_node::peer::quic_stream::{self, OpenError, Request as StreamRequest};
+    if rest == "/stream"
+        && let Some(link) = conn.quic_link()
+    {
+        let req = StreamRequest {
+            session: sid.to_owned(),
+            query: query.map(str::to_owned),
+        };
+        match quic_stream::open(&link, req).await {
+            Ok(up) => {
+                conn.set(|s| s.quic_session_streams += 1);
+                return Ok(up);
+            }
+            Err(OpenError::Refused { status, body }) => {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                return Err((status, Json(body)).into_response());
+            }
+            Err(OpenError::Unavailable(e)) => {
+                tracing::debug!(conn = %conn.id, error = %e, "session stream over QUIC unavailable; dialing a WebSocket");
+            }
+        }
+    }
+    let url = target_url(conn, sid, rest, query).replacen("http", "ws", 1);
+    let mut upstream_req = match url.into_client_request() {
+        Ok(r) => r,
+        Err(_) => return Err(ApiError::bad_request("invalid session address").into_response()),
+    };
+    if let Ok(v) = HeaderValue::from_str(&conn.cookie()) {
+        upstream_req.headers_mut().insert(header::COOKIE, v);
+    }
+    let upstream = match tokio_tungstenite::connect_async(upstream_req).await {
+        Ok((ws, _)) => ws,
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let status =
+                StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let body = r.body().clone().unwrap_or_default();
+            return Err(
+                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+            );
+        }
+        Err(_) => return Err(unavailable(&conn.id, "stream connection failed")),
+    };
+    if let Some(s) = upstream.get_ref().get_ref_tcp() {
+        let _ = s.set_nodelay(true);
+    }
+    let (up_tx, up_rx) = upstream.split();
+    let tx = up_tx.sink_map_err(std::io::Error::other).with(|m: AxMsg| {
+        futures::future::ready(Ok::<_, std::io::Error>(match m {
+            AxMsg::Text(t) => TMsg::Text(t.as_str().into()),
+            AxMsg::Binary(b) => TMsg::Binary(b),
+            AxMsg::Close(_) => TMsg::Close(None),
+            AxMsg::Ping(p) => TMsg::Ping(p),
+            AxMsg::Pong(p) => TMsg::Pong(p),
+        }))
+    });
+    let rx = up_rx.filter_map(|m| {
+        futures::future::ready(match m {
+            Ok(TMsg::Text(t)) => Some(Ok(AxMsg::Text(t.as_str().into()))),
+            Ok(TMsg::Binary(b)) => Some(Ok(AxMsg::Binary(b))),
+            Ok(TMsg::Close(_)) => Some(Ok(AxMsg::Close(None))),
+            Ok(_) => None,
+            Err(e) => Some(Err(std::io::Error::other(e))),
+        })
+    });
+    Ok((Box::pin(tx), Box::pin(rx)))
+}
+
 /// `follow`: for a screen stream, the store and the session's address, so the last screen
 /// relayed is kept when the relay ends.
 async fn proxy_ws(
@@ -223,49 +305,31 @@ async fn proxy_ws(
     rest: &str,
     follow: Option<(Arc<Federation>, String)>,
 ) -> Response {
-    let url = target_url(&conn, sid, rest, req.uri().query()).replacen("http", "ws", 1);
+    let query = req.uri().query().map(str::to_owned);
     let (mut parts, _body) = req.into_parts();
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
-    let mut upstream_req = match url.into_client_request() {
-        Ok(r) => r,
-        Err(_) => return ApiError::bad_request("invalid session address").into_response(),
+    // Open upstream before upgrading, so an unreachable owner is a 503, not an empty socket.
+    let (mut up_tx, mut up_rx) = match open_upstream(&conn, sid, rest, query.as_deref()).await {
+        Ok(up) => up,
+        Err(answer) => return answer,
     };
-    if let Ok(v) = HeaderValue::from_str(&conn.cookie()) {
-        upstream_req.headers_mut().insert(header::COOKIE, v);
-    }
-    // Dial before upgrading, so an unreachable owner is a 503, not an empty socket.
-    let upstream = match tokio_tungstenite::connect_async(upstream_req).await {
-        Ok((ws, _)) => ws,
-        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-            let status =
-                StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            let body = r.body().clone().unwrap_or_default();
-            return (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        }
-        Err(_) => return unavailable(&conn.id, "stream connection failed"),
-    };
-    if let Some(s) = upstream.get_ref().get_ref_tcp() {
-        let _ = s.set_nodelay(true);
-    }
     let mut down = conn.downs.subscribe();
     down.borrow_and_update();
     upgrade.on_upgrade(move |client| async move {
-        let (mut up_tx, mut up_rx) = upstream.split();
         let (mut cl_tx, mut cl_rx) = client.split();
         let mut follower = follow
             .as_ref()
             .map(|_| crate::lastscreen::Follower::default());
         let to_node = async {
             while let Some(Ok(m)) = cl_rx.next().await {
-                let m = match m {
-                    AxMsg::Text(t) => TMsg::Text(t.as_str().into()),
-                    AxMsg::Binary(b) => TMsg::Binary(b),
+                match m {
+                    AxMsg::Text(_) | AxMsg::Binary(_) => {}
                     AxMsg::Close(_) => break,
                     _ => continue,
-                };
+                }
                 if up_tx.send(m).await.is_err() {
                     break;
                 }
@@ -274,17 +338,16 @@ async fn proxy_ws(
         };
         let to_client = async {
             while let Some(Ok(m)) = up_rx.next().await {
-                let m = match m {
-                    TMsg::Text(t) => {
+                match &m {
+                    AxMsg::Text(t) => {
                         if let Some(f) = follower.as_mut() {
                             f.on_text(t.as_str());
                         }
-                        AxMsg::Text(t.as_str().into())
                     }
-                    TMsg::Binary(b) => AxMsg::Binary(b),
-                    TMsg::Close(_) => break,
+                    AxMsg::Binary(_) => {}
+                    AxMsg::Close(_) => break,
                     _ => continue,
-                };
+                }
                 if cl_tx.send(m).await.is_err() {
                     break;
                 }

@@ -206,6 +206,10 @@ pub async fn dial(
     };
     let name = io.name();
     conn.set(|s| s.transport = Some(name));
+    *conn.quic.lock().unwrap_or_else(|p| p.into_inner()) = match &io {
+        LinkIo::Quic(q, _) => Some(q.connection().clone()),
+        LinkIo::Ws(_) => None,
+    };
     Ok(io)
 }
 

@@ -457,7 +457,7 @@ fn loopback_node() -> (
 
 #[tokio::test]
 async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_serving() {
-    use tuic_node::peer::quic::{DialError, MAX_BIDI_STREAMS, STOP_EXTRA_STREAM, connect};
+    use tuic_node::peer::quic::{DialError, MAX_BIDI_STREAMS, STOP_BAD_STREAM, connect};
     let (_d, node, addr, fp, token) = loopback_node();
     let h = health(&node).await;
     assert_eq!(h["quic"]["fingerprint"], fp.as_str(), "{h}");
@@ -506,11 +506,7 @@ async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_servin
             .expect("an extra stream is answered");
         match r {
             Err(quinn::ReadToEndError::Read(quinn::ReadError::Reset(code))) => {
-                assert_eq!(
-                    code.into_inner(),
-                    u64::from(STOP_EXTRA_STREAM),
-                    "stream {i}"
-                );
+                assert_eq!(code.into_inner(), u64::from(STOP_BAD_STREAM), "stream {i}");
             }
             other => panic!("stream {i}: expected a reset, got {other:?}"),
         }
@@ -539,7 +535,10 @@ async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_servin
     assert!(v.is_object(), "{frame}");
 
     let log = node.log_text();
-    assert!(log.contains("refused an extra stream"), "{log}");
+    assert!(
+        log.contains("refused a stream on a peer link: not a session-stream request"),
+        "{log}"
+    );
     assert!(log.contains("wrong token"), "{log}");
     assert_eq!(health(&node).await["ok"], true);
 }
@@ -598,4 +597,162 @@ async fn connect_pins_the_fingerprint_it_reads_and_refuses_a_bad_transport() {
     assert_eq!(c["quic_fingerprint"], fp.as_str(), "{cfg}");
     assert_eq!(c["transport"], "quic", "{cfg}");
     assert!(!cfg.to_string().contains(&token));
+}
+
+/// A live stream of remote session `address` through the hub's WebSocket proxy (IPC socket).
+async fn hub_stream(hub: &NodeProc, address: &str, query: &str) -> tuic_tests::term::Ws {
+    let enc = address.replace('/', "%2F");
+    let sock = tokio::net::UnixStream::connect(&hub.socket).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(
+        format!("ws://localhost/sessions/{enc}/stream?{query}"),
+        sock,
+    )
+    .await
+    .unwrap();
+    ws
+}
+
+/// Bytes of a binary-mode frame (`binary=1`), or of an `output` text frame.
+fn frame_bytes(m: &tokio_tungstenite::tungstenite::Message) -> Vec<u8> {
+    use tokio_tungstenite::tungstenite::Message as M;
+    match m {
+        M::Binary(b) => b.to_vec(),
+        M::Text(t) => serde_json::from_str::<Value>(t.as_str())
+            .ok()
+            .and_then(|v| {
+                (v["type"] == "output")
+                    .then(|| v["data"].as_str().unwrap_or("").as_bytes().to_vec())
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+fn p50_p99(v: &mut [f64]) -> (f64, f64) {
+    (
+        tuic_tests::percentile(v, 0.5),
+        tuic_tests::percentile(v, 0.99),
+    )
+}
+
+/// Over a QUIC link each relayed session stream has its own QUIC stream: while one remote
+/// session floods output through the hub, cross-host mail on the link and another remote
+/// session's keystroke echo keep a low latency.
+#[tokio::test]
+async fn a_flooding_session_over_quic_delays_neither_mail_nor_another_sessions_keystrokes() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as M;
+    let bed = FedBed::start(1).await.unwrap();
+    wait_row(
+        &bed.hub,
+        "nodeb",
+        Duration::from_secs(20),
+        link_up_over("quic"),
+    )
+    .await;
+    let shell = json!({"rows": 24, "cols": 80, "shell": "/bin/sh"});
+    let flood = format!(
+        "nodeb/{}",
+        bed.create_on_node(0, shell.clone()).await.unwrap()
+    );
+    let typed = format!("nodeb/{}", bed.create_on_node(0, shell).await.unwrap());
+    bed.wait_listed(&flood, Duration::from_secs(10))
+        .await
+        .unwrap();
+    bed.wait_listed(&typed, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (mut bob, tbob) = Agent::new(&bed.nodes[0].proc().socket, "bob").await;
+    let (mut hank, thank) = Agent::new(&bed.hub.socket, "hank").await;
+    let a_hank = format!("local/{thank}");
+    bob.sees(&a_hank, Duration::from_secs(10)).await;
+    hank.sees(&format!("nodeb/{tbob}"), Duration::from_secs(10))
+        .await;
+
+    // The flood: `yes` through the hub, read as fast as it comes, counted.
+    let mut fws = hub_stream(&bed.hub, &flood, "binary=1").await;
+    fws.send(M::Text("yes flood-flood-flood-flood-flood-flood\n".into()))
+        .await
+        .unwrap();
+    let flooded = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let counter = flooded.clone();
+    let reader = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop_rx => break,
+                m = fws.next() => match m {
+                    Some(Ok(m)) => {
+                        let n = frame_bytes(&m).len() as u64;
+                        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    _ => break,
+                },
+            }
+        }
+        fws
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while flooded.load(std::sync::atomic::Ordering::Relaxed) < 1_000_000 {
+        assert!(Instant::now() < deadline, "the flood never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = flooded.load(std::sync::atomic::Ordering::Relaxed);
+
+    // Keystrokes on the other session: one character at a time, each awaited in the echo.
+    let mut tws = hub_stream(&bed.hub, &typed, "binary=1").await;
+    let mut keys = Vec::new();
+    for i in 0..60u8 {
+        let c = b'a' + i % 26;
+        let t = Instant::now();
+        tws.send(M::Binary(vec![c].into())).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let m = tokio::time::timeout_at(deadline, tws.next())
+                .await
+                .expect("the keystroke echo came in time")
+                .expect("the stream stays open")
+                .unwrap();
+            if frame_bytes(&m).contains(&c) {
+                break;
+            }
+        }
+        keys.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    // Cross-host mail, node → hub, on the link's own stream.
+    let mut mails = Vec::new();
+    for i in 0..30 {
+        let t = Instant::now();
+        let r = bob.send(&a_hank, &format!("m-{i}")).await;
+        assert_eq!(r["delivery_path"], "peer_link", "{r}");
+        let got = hank.collect(1, Duration::from_secs(10)).await;
+        assert_eq!(got[0]["message"], format!("m-{i}"));
+        mails.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let during = flooded.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let _ = stop_tx.send(());
+    let _fws = reader.await.unwrap();
+
+    let (k50, k99) = p50_p99(&mut keys);
+    let (m50, m99) = p50_p99(&mut mails);
+    println!(
+        "flood over QUIC: {:.1} MB relayed while measuring; keystroke echo p50 {k50:.1} ms p99 {k99:.1} ms; mail p50 {m50:.1} ms p99 {m99:.1} ms",
+        during as f64 / 1e6
+    );
+    assert!(
+        during > 1_000_000,
+        "the flood kept flowing while measuring: {during} bytes"
+    );
+    assert!(k99 < 1000.0, "keystroke echo p99 {k99:.1} ms");
+    assert!(m99 < 1000.0, "mail p99 {m99:.1} ms");
+    // Both relayed streams rode their own QUIC streams of the one link.
+    let row = wait_row(
+        &bed.hub,
+        "nodeb",
+        Duration::from_secs(1),
+        link_up_over("quic"),
+    )
+    .await;
+    assert_eq!(row["quic_session_streams"], 2, "{row}");
+    assert_eq!(row["peer_link_ups"], 1, "{row}");
 }

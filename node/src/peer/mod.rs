@@ -21,6 +21,7 @@ pub mod driver;
 pub mod endpoint;
 pub mod hubtools;
 pub mod quic;
+pub mod quic_stream;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc as std_mpsc;

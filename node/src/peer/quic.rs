@@ -14,9 +14,13 @@
 //! logged (and counted against the address like a failed login). The stream then is a
 //! [`QuicIo`] handed to [`super::endpoint::serve_on`], exactly as a WebSocket is.
 //!
+//! Every further bidirectional stream the hub opens on an authenticated connection carries one
+//! relayed session stream ([`super::quic_stream`]); a stream whose first frame is not a
+//! session-stream request is refused with [`STOP_BAD_STREAM`] and logged (the first one per
+//! connection, then the count when it ends).
+//!
 //! Limits: [`MAX_BIDI_STREAMS`] concurrent bidirectional streams per connection (a peer that
-//! opens more waits for credit; every stream after the link's own is refused with
-//! [`STOP_EXTRA_STREAM`]), no unidirectional streams, an idle timeout of [`IDLE_TIMEOUT`], and a
+//! opens more waits for credit), no unidirectional streams, an idle timeout of [`IDLE_TIMEOUT`], and a
 //! deadline of [`AUTH_TIMEOUT`] for the first frame. Packets that are not QUIC are dropped by
 //! quinn without disturbing anything else. Stateless-reset tokens come from a key derived from
 //! the node's private key, so after a restart (a `kill -9` sends nothing) the hub's next packet
@@ -36,8 +40,10 @@ use super::driver::FrameIo;
 use crate::state::Node;
 use crate::tls::NodeCert;
 
-/// Most concurrent bidirectional streams a peer may have open on one connection.
-pub const MAX_BIDI_STREAMS: u32 = 4;
+/// Most concurrent bidirectional streams a peer may have open on one connection: the link's
+/// own and relayed session streams (a hub relaying more waits for credit, then falls back to
+/// a WebSocket for that stream).
+pub const MAX_BIDI_STREAMS: u32 = 64;
 /// A connection with no packets for this long is closed (the link pings every 5 s).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for the hub's first stream and its token frame.
@@ -55,8 +61,8 @@ pub const CLOSE_BAD_HELLO: u32 = 0x11;
 pub const CLOSE_THROTTLED: u32 = 0x12;
 /// Application close code: the link ended normally.
 pub const CLOSE_DONE: u32 = 0;
-/// Stream stop code for every stream after the link's own.
-pub const STOP_EXTRA_STREAM: u32 = 0x20;
+/// Stream stop code for a stream after the link's own that is not a session-stream request.
+pub const STOP_BAD_STREAM: u32 = 0x20;
 
 /// A length-delimited codec with the link's frame limit.
 pub fn codec() -> LengthDelimitedCodec {
@@ -361,10 +367,10 @@ async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
         return;
     }
     tracing::info!(listener = "quic", %remote, "peer link over QUIC authenticated");
-    let refuse = refuse_extra_streams(conn.clone(), remote);
+    let streams = serve_streams(node.clone(), conn.clone(), remote);
     tokio::select! {
         _ = super::endpoint::serve_on(node, io) => {}
-        _ = refuse => {}
+        _ = streams => {}
     }
 }
 
@@ -391,20 +397,28 @@ fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'stati
     }
 }
 
-/// Refuses every further stream the peer opens (the link has exactly one); logs the first and
-/// the count. Never returns while the connection lives.
-async fn refuse_extra_streams(conn: quinn::Connection, remote: SocketAddr) {
-    let mut refused: u64 = 0;
-    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
-        refused += 1;
-        if refused == 1 {
-            tracing::warn!(listener = "quic", %remote, "refused an extra stream on a peer link (one stream per link)");
-        }
-        let _ = recv.stop(quinn::VarInt::from_u32(STOP_EXTRA_STREAM));
-        let _ = send.reset(quinn::VarInt::from_u32(STOP_EXTRA_STREAM));
+/// Serves every further stream the peer opens as a session stream
+/// ([`super::quic_stream::serve`]); one that is not a request is refused with
+/// [`STOP_BAD_STREAM`], the first logged and the count when the connection ends. Never returns
+/// while the connection lives.
+async fn serve_streams(node: Arc<Node>, conn: quinn::Connection, remote: SocketAddr) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let refused = Arc::new(AtomicU64::new(0));
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        let (n, refused) = (node.clone(), refused.clone());
+        node.tasks.spawn(async move {
+            if let Err(mut bad) = super::quic_stream::serve(n, send, recv).await {
+                if refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!(listener = "quic", %remote, reason = %bad.why, "refused a stream on a peer link: not a session-stream request");
+                }
+                let _ = bad.recv.stop(quinn::VarInt::from_u32(STOP_BAD_STREAM));
+                let _ = bad.send.reset(quinn::VarInt::from_u32(STOP_BAD_STREAM));
+            }
+        });
     }
+    let refused = refused.load(Ordering::Relaxed);
     if refused > 1 {
-        tracing::warn!(listener = "quic", %remote, refused, "extra streams refused on a peer link");
+        tracing::warn!(listener = "quic", %remote, refused, "streams refused on a peer link");
     }
     std::future::pending::<()>().await;
 }

@@ -8,6 +8,7 @@ mod config;
 mod events;
 mod repos;
 mod sessions;
+pub mod stream;
 mod system;
 
 use std::sync::Arc;

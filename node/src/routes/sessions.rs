@@ -1,5 +1,5 @@
 //! Session routes: list, create, write, resize, rename, delete, output, raw ring, terminal
-//! grid queries, the live WebSocket stream, and raw capture diagnostics.
+//! grid queries, and raw capture diagnostics. The live stream is `stream.rs`.
 //!
 //! Every `{id}` accepts any of the three addresses (PTY id, `tuic_session`, alias). Output,
 //! raw-ring and terminal routes keep answering for an exited session during its tombstone
@@ -10,39 +10,19 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::ws::{
-    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
-};
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tuic_proto::events::Event;
-use tuic_proto::stream::StreamFrame;
 
 use crate::error::{ApiError, JsonBody};
-use crate::session::backlog::Read;
-use crate::session::cleanlog::Stripper;
 use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self, OutputQuery};
 use crate::session::registry::check_size;
-use crate::session::utf8::StreamDecoder;
 use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
-
-/// Largest output frame a stream sends, in bytes.
-const FRAME_MAX: usize = 256 * 1024;
-
-/// A wake that drained at least this much (a full PTY read) marks the stream as bulk.
-const BULK_BYTES: usize = 4000;
-
-/// While a stream is bulk, how long it lets output gather before the next frame: one frame
-/// per interval instead of one per PTY read (4 KiB), which costs a task wake-up and a socket
-/// write each. Output after a quiet spell (typing, prompts) is sent at once.
-const BULK_COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The session route group.
 pub(super) fn routes() -> Router<Arc<Node>> {
@@ -64,7 +44,7 @@ pub(super) fn routes() -> Router<Arc<Node>> {
             "/sessions/{id}/terminal/scroll-to-offset",
             post(scroll_to_offset),
         )
-        .route("/sessions/{id}/stream", get(stream))
+        .route("/sessions/{id}/stream", get(super::stream::ws))
         .route(
             "/diagnostics/capture",
             get(capture_status).post(capture_set),
@@ -80,7 +60,7 @@ fn unknown(id: &str) -> ApiError {
 }
 
 /// A live session or one in its tombstone period.
-fn find(node: &Node, id: &str) -> Result<Arc<Session>, ApiError> {
+pub(super) fn find(node: &Node, id: &str) -> Result<Arc<Session>, ApiError> {
     node.sessions.resolve(id).ok_or_else(|| unknown(id))
 }
 
@@ -448,294 +428,6 @@ async fn scroll_to_offset(
     let s = find(&node, &id)?;
     s.screen().grid.scroll_to_offset(b.offset);
     Ok(Json(json!({"ok": true})))
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct StreamQuery {
-    /// `text` strips escapes; `log` sends clean-log lines; absent sends output as is.
-    format: Option<String>,
-    /// `1`: raw PTY bytes as binary frames.
-    binary: Option<String>,
-    /// Start at this raw byte offset instead of now (replays retained output).
-    from_byte: Option<u64>,
-    /// `screen`: the emulated screen as frames (`crate::session::screensync`).
-    mode: Option<String>,
-}
-
-async fn stream(
-    State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
-    Query(q): Query<StreamQuery>,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Result<Response, ApiError> {
-    let s = find(&node, &id)?;
-    let ws = ws.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    if let Some(f) = q.format.as_deref()
-        && !matches!(f, "text" | "log" | "raw")
-    {
-        return Err(ApiError::bad_request(format!(
-            "unknown stream format {f:?}"
-        )));
-    }
-    match q.mode.as_deref() {
-        None | Some("bytes") => {}
-        Some("screen") => {
-            let hello = {
-                let st = s.stream();
-                Hello {
-                    offset: st.total(),
-                    total_written: st.total(),
-                    oldest_offset: st.ring_start(),
-                }
-            };
-            return Ok(ws
-                .on_upgrade(move |sock| run_screen(node, s, sock, hello))
-                .into_response());
-        }
-        Some(m) => return Err(ApiError::bad_request(format!("unknown stream mode {m:?}"))),
-    }
-    // Subscribe before answering, so every byte after the handshake reaches this client.
-    let (cursor, hello) = {
-        let mut st = s.stream();
-        let total = st.total();
-        let cursor = st.subscribe(q.from_byte.unwrap_or(total));
-        let start = cursor.load(std::sync::atomic::Ordering::Acquire);
-        let hello = Hello {
-            offset: start,
-            total_written: total,
-            oldest_offset: st.ring_start().min(start),
-        };
-        (cursor, hello)
-    };
-    let log_from = s.screen().log.total();
-    let bus = node.bus.subscribe();
-    Ok(ws
-        .on_upgrade(move |sock| run_stream(node, s, sock, q, cursor, hello, log_from, bus))
-        .into_response())
-}
-
-/// Where a byte stream starts, sent as its first frame (`{"type":"hello",...}`): the raw offset
-/// of the first byte the stream sends, the bytes written so far, and the oldest retained offset
-/// (a client that connected "from now" may page `[oldest_offset, offset)` from `output`).
-#[derive(Debug, Clone, Copy)]
-struct Hello {
-    offset: u64,
-    total_written: u64,
-    oldest_offset: u64,
-}
-
-impl Hello {
-    fn frame(&self, mode: &str) -> Message {
-        text_frame(&StreamFrame::Hello(tuic_proto::stream::Hello {
-            mode: mode.to_owned(),
-            offset: self.offset,
-            total_written: self.total_written,
-            oldest_offset: self.oldest_offset,
-        }))
-    }
-}
-
-/// A byte-stream frame as the socket's text message.
-fn text_frame(f: &StreamFrame) -> Message {
-    Message::Text(f.to_text().into())
-}
-
-/// A screen-sync client: JSON client frames are acks, resizes, scrolls or input; binary frames
-/// are input. The frames themselves come from `screensync::run`.
-async fn run_screen(node: Arc<Node>, s: Arc<Session>, sock: WebSocket, hello: Hello) {
-    use crate::session::screensync::{self, Control};
-    use tuic_proto::screen::ClientFrame;
-    let (mut tx, mut rx) = sock.split();
-    if tx.send(hello.frame("screen")).await.is_err() {
-        return;
-    }
-    let (ctl_tx, ctl_rx) = tokio::sync::mpsc::channel(64);
-    let writer = s.clone();
-    let cap = node.sessions.capture.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = rx.next().await {
-            let data = match msg {
-                Message::Binary(b) => b.to_vec(),
-                Message::Text(t) => match serde_json::from_str::<ClientFrame>(t.as_str()) {
-                    Ok(ClientFrame::Input { data }) => data.into_bytes(),
-                    Ok(ClientFrame::Ack { seq }) => {
-                        let _ = ctl_tx.send(Control::Ack(seq)).await;
-                        continue;
-                    }
-                    Ok(ClientFrame::Resize { rows, cols, apply }) => {
-                        let _ = ctl_tx.send(Control::Resize { rows, cols, apply }).await;
-                        continue;
-                    }
-                    Ok(ClientFrame::Scroll { offset }) => {
-                        let _ = ctl_tx.send(Control::Scroll(offset)).await;
-                        continue;
-                    }
-                    // A malformed control frame is dropped, never typed into the PTY.
-                    Err(e) => {
-                        tracing::debug!(session = %writer.id, "screen client frame: {e}");
-                        continue;
-                    }
-                },
-                Message::Close(_) => break,
-                _ => continue,
-            };
-            let w = writer.clone();
-            let cap = cap.clone();
-            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
-            if !matches!(r, Ok(Ok(()))) {
-                break;
-            }
-        }
-        // Dropping the control sender ends the screen loop.
-    });
-    let out =
-        tx.with(|t: String| futures::future::ready(Ok::<_, axum::Error>(Message::Text(t.into()))));
-    screensync::run(node.sessions.env().clone(), s, Box::pin(out), ctl_rx).await;
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn run_stream(
-    node: Arc<Node>,
-    s: Arc<Session>,
-    sock: WebSocket,
-    q: StreamQuery,
-    cursor: Arc<std::sync::atomic::AtomicU64>,
-    hello: Hello,
-    mut log_cursor: u64,
-    mut bus: tokio::sync::broadcast::Receiver<Arc<crate::events::Envelope>>,
-) {
-    let (mut tx, mut rx) = sock.split();
-    let label = if q.binary.as_deref().is_some_and(|b| b == "1" || b == "true") {
-        "binary"
-    } else {
-        match q.format.as_deref() {
-            Some("text") => "text",
-            Some("log") => "log",
-            _ => "output",
-        }
-    };
-    if tx.send(hello.frame(label)).await.is_err() {
-        return;
-    }
-    let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
-    let mode = q.format.clone().unwrap_or_default();
-    // Client frames go to the PTY, in order, off the async workers.
-    let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<()>();
-    let writer = s.clone();
-    let cap = node.sessions.capture.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = rx.next().await {
-            let data = match msg {
-                Message::Text(t) => t.as_str().as_bytes().to_vec(),
-                Message::Binary(b) => b.to_vec(),
-                Message::Close(_) => break,
-                _ => continue,
-            };
-            let w = writer.clone();
-            let cap = cap.clone();
-            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
-            if !matches!(r, Ok(Ok(()))) {
-                break;
-            }
-        }
-        let _ = gone_tx.send(());
-    });
-    let mut wake = s.wake();
-    let mut dec = StreamDecoder::default();
-    let mut strip = Stripper::default();
-    let mut exit_seen = false;
-    'outer: loop {
-        wake.borrow_and_update();
-        let exited = s.exit();
-        let mut drained = 0;
-        // Drain everything available; at exit this is everything the process wrote.
-        loop {
-            let r = s.stream().read(&cursor, FRAME_MAX);
-            if let Read::Data(d) = &r {
-                drained += d.len();
-            }
-            let msg = match r {
-                Read::Lagged { missed } => {
-                    dec.reset();
-                    Some(text_frame(&StreamFrame::Lagged { missed }))
-                }
-                Read::Data(d) if d.is_empty() => break,
-                Read::Data(d) if binary => Some(Message::Binary(d.into())),
-                Read::Data(d) if mode == "log" => {
-                    let _ = d;
-                    None
-                }
-                Read::Data(d) => {
-                    let text = if mode == "text" {
-                        strip.strip(&d)
-                    } else {
-                        dec.decode(&d)
-                    };
-                    (!text.is_empty()).then(|| text_frame(&StreamFrame::Output { data: text }))
-                }
-            };
-            if let Some(m) = msg
-                && tx.send(m).await.is_err()
-            {
-                break 'outer;
-            }
-        }
-        if mode == "log" {
-            let (offset, lines) = s.screen().log.since(log_cursor);
-            if !lines.is_empty() {
-                log_cursor = offset + lines.len() as u64;
-                let m = text_frame(&StreamFrame::Log { lines, offset });
-                if tx.send(m).await.is_err() {
-                    break;
-                }
-            }
-        }
-        if let Some(e) = exited {
-            if !exit_seen {
-                // One more pass: the exit was observed before the last drain began.
-                exit_seen = true;
-                continue;
-            }
-            let tail = dec.finish();
-            if !tail.is_empty() && !binary && mode.is_empty() {
-                let _ = tx
-                    .send(text_frame(&StreamFrame::Output { data: tail }))
-                    .await;
-            }
-            let m = StreamFrame::Exit { exit_code: e.code };
-            let _ = tx.send(text_frame(&m)).await;
-            let _ = tx.close().await;
-            return;
-        }
-        let bulk = drained >= BULK_BYTES;
-        tokio::select! {
-            r = wake.changed() => {
-                if r.is_err() {
-                    break;
-                }
-                if bulk && exited.is_none() {
-                    tokio::time::sleep(BULK_COALESCE).await;
-                }
-            }
-            ev = bus.recv() => {
-                if let Ok(env) = ev
-                    && let Event::PtyParsed { session_id, parsed } = &env.event
-                    && *session_id == s.id
-                {
-                    let m = StreamFrame::Parsed { event: parsed.clone() };
-                    if tx.send(text_frame(&m)).await.is_err() {
-                        break;
-                    }
-                }
-            }
-            _ = &mut gone => break,
-            _ = node.shutdown.cancelled() => {
-                let _ = tx.send(text_frame(&StreamFrame::Closed)).await;
-                let _ = tx.close().await;
-                return;
-            }
-        }
-    }
 }
 
 async fn capture_status(State(node): State<Arc<Node>>) -> Json<Value> {
