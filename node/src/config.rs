@@ -223,6 +223,9 @@ pub struct Tuning {
     /// The deadline of one call to a hub's upstream tool from a node (300 s, under the 301 s
     /// request deadline); the hub gets it with the call and gives up at it too.
     pub hub_tool_call_timeout_ms: u64,
+    /// How often at most the QUIC listener logs the datagrams it could not decode (10 s): a
+    /// flood of garbage is one line per interval per batch, never one per datagram.
+    pub quic_garbage_log_ms: u64,
 }
 
 impl Default for Tuning {
@@ -265,6 +268,7 @@ impl Default for Tuning {
             upstream_oauth_callback_grace_ms: 120_000,
             hub_tools_grace_ms: 60_000,
             hub_tool_call_timeout_ms: 300_000,
+            quic_garbage_log_ms: 10_000,
         }
     }
 }

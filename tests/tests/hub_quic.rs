@@ -540,6 +540,14 @@ async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_servin
         "{log}"
     );
     assert!(log.contains("wrong token"), "{log}");
+    // The garbage was counted and named with its source (quinn alone drops it silently).
+    let from = udp.local_addr().unwrap();
+    assert!(
+        log.contains(&format!(
+            "quic: dropped 1 undecodable datagrams from {from}"
+        )),
+        "{log}"
+    );
     assert_eq!(health(&node).await["ok"], true);
 }
 

@@ -22,6 +22,7 @@ pub mod endpoint;
 pub mod hubtools;
 pub mod quic;
 pub mod quic_stream;
+pub mod quic_udp;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc as std_mpsc;

@@ -22,7 +22,8 @@
 //! Limits: [`MAX_BIDI_STREAMS`] concurrent bidirectional streams per connection (a peer that
 //! opens more waits for credit), no unidirectional streams, an idle timeout of [`IDLE_TIMEOUT`], and a
 //! deadline of [`AUTH_TIMEOUT`] for the first frame. Packets that are not QUIC are dropped by
-//! quinn without disturbing anything else. Stateless-reset tokens come from a key derived from
+//! quinn without disturbing anything else, and counted and logged by the socket's watcher
+//! ([`super::quic_udp`]). Stateless-reset tokens come from a key derived from
 //! the node's private key, so after a restart (a `kill -9` sends nothing) the hub's next packet
 //! on the old connection is answered with a valid reset and its link ends at once.
 
@@ -285,15 +286,41 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
     endpoint_cfg.cid_generator(move || {
         Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
     });
+    // Peers never clear the fixed bit, so a datagram without it is garbage (`quic_udp`).
+    endpoint_cfg.grease_quic_bit(false);
     let socket = std::net::UdpSocket::bind(addr)
         .with_context(|| format!("binding the QUIC listener on udp {addr}"))?;
     let runtime = quinn::default_runtime().context("no async runtime for QUIC")?;
-    let endpoint = quinn::Endpoint::new(endpoint_cfg, Some(cfg), socket, runtime)
-        .with_context(|| format!("starting the QUIC listener on udp {addr}"))?;
+    let interval = Duration::from_millis(node.config().tuning.quic_garbage_log_ms.max(1));
+    let garbage = Arc::new(super::quic_udp::Garbage::new(cid_key, interval));
+    let watched = super::quic_udp::WatchedSocket::new(
+        runtime
+            .wrap_udp_socket(socket)
+            .with_context(|| format!("starting the QUIC listener on udp {addr}"))?,
+        garbage.clone(),
+    );
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        endpoint_cfg,
+        Some(cfg),
+        Arc::new(watched),
+        runtime,
+    )
+    .with_context(|| format!("starting the QUIC listener on udp {addr}"))?;
     let bound = endpoint
         .local_addr()
         .context("the QUIC listener's address")?;
     let stop = node.shutdown.child_token();
+    // A burst of garbage that stopped is still reported once its interval is over.
+    let st = stop.clone();
+    node.tasks.spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                _ = st.cancelled() => break,
+                _ = tick.tick() => garbage.flush(),
+            }
+        }
+    });
     let ep = endpoint.clone();
     let n = node.clone();
     let st = stop.clone();
@@ -325,7 +352,7 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
     })
 }
 
-/// One incoming connection: handshake, token, then the link; extra streams are refused.
+/// One incoming connection: handshake, token, then the link and its session streams.
 async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
     let ip = remote.ip();
