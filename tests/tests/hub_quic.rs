@@ -764,3 +764,155 @@ async fn a_flooding_session_over_quic_delays_neither_mail_nor_another_sessions_k
     assert_eq!(row["quic_session_streams"], 2, "{row}");
     assert_eq!(row["peer_link_ups"], 1, "{row}");
 }
+
+/// Runs `ip` with `args`, asserting success; its stdout.
+fn ip_ok(args: &[&str]) -> String {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// QUIC lets a connection's client move to a new address (RFC 9000 §9): the hub's address
+/// changing mid-link (its veth re-addressed, the old address removed) keeps the QUIC link —
+/// no reconnect — and mail sent both ways after the change all arrives, in order. (The node
+/// is the QUIC server; a server's address cannot move in QUIC v1: see docs/ARCHITECTURE.md.)
+#[tokio::test]
+async fn the_hubs_address_changing_mid_link_keeps_the_quic_link_and_loses_no_mail() {
+    let bed = FedBed::start(1).await.unwrap();
+    let row = wait_row(
+        &bed.hub,
+        "nodeb",
+        Duration::from_secs(20),
+        link_up_over("quic"),
+    )
+    .await;
+    assert_eq!(row["peer_link_ups"], 1, "{row}");
+    let (mut bob, tbob) = Agent::new(&bed.nodes[0].proc().socket, "bob").await;
+    let (mut hank, thank) = Agent::new(&bed.hub.socket, "hank").await;
+    let (a_bob, a_hank) = (format!("nodeb/{tbob}"), format!("local/{thank}"));
+    bob.sees(&a_hank, Duration::from_secs(10)).await;
+    hank.sees(&a_bob, Duration::from_secs(10)).await;
+    let r = bob.send(&a_hank, "before").await;
+    assert_eq!(r["delivery_path"], "peer_link", "{r}");
+    assert_eq!(
+        hank.collect(1, Duration::from_secs(10)).await[0]["message"],
+        "before"
+    );
+
+    // Re-address the hub's side of the link: 10.x.1.1 becomes 10.x.1.3.
+    let node_addr = bed.net.node_addr(0).to_owned();
+    let prefix = node_addr.rsplit_once('.').unwrap().0.to_owned();
+    let (old, new) = (format!("{prefix}.1"), format!("{prefix}.3"));
+    let hub_ns = bed.net.hub().to_owned();
+    let listing = ip_ok(&["-n", &hub_ns, "-o", "-4", "addr", "show"]);
+    let dev = listing
+        .lines()
+        .find(|l| l.contains(&format!("inet {old}/")))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no interface holds {old}: {listing}"))
+        .to_owned();
+    ip_ok(&[
+        "netns",
+        "exec",
+        &hub_ns,
+        "sysctl",
+        "-qw",
+        &format!("net.ipv4.conf.{dev}.promote_secondaries=1"),
+    ]);
+    ip_ok(&[
+        "-n",
+        &hub_ns,
+        "addr",
+        "add",
+        &format!("{new}/24"),
+        "dev",
+        &dev,
+    ]);
+    ip_ok(&[
+        "-n",
+        &hub_ns,
+        "addr",
+        "del",
+        &format!("{old}/24"),
+        "dev",
+        &dev,
+    ]);
+    let listing = ip_ok(&["-n", &hub_ns, "-o", "-4", "addr", "show", "dev", &dev]);
+    assert!(
+        listing.contains(&format!("inet {new}/")) && !listing.contains(&format!("inet {old}/")),
+        "{listing}"
+    );
+
+    // Mail both ways, the hub's first so its packets take the new path at once.
+    const N: usize = 20;
+    for i in 0..N {
+        let r = hank.send(&a_bob, &format!("h2b-{i}")).await;
+        assert!(
+            matches!(r["status"].as_str(), Some("delivered" | "accepted")),
+            "{r}"
+        );
+        let r = bob.send(&a_hank, &format!("b2h-{i}")).await;
+        assert!(
+            matches!(r["status"].as_str(), Some("delivered" | "accepted")),
+            "{r}"
+        );
+    }
+    let to_bob = bob.collect(N, Duration::from_secs(40)).await;
+    let to_hank = hank.collect(N, Duration::from_secs(40)).await;
+    let bodies = |v: &[Value]| -> Vec<String> {
+        v.iter()
+            .map(|m| m["message"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let want = |dir: &str| -> Vec<String> { (0..N).map(|i| format!("{dir}-{i}")).collect() };
+    assert_eq!(bodies(&to_bob), want("h2b"));
+    assert_eq!(bodies(&to_hank), want("b2h"));
+
+    // The same link all along: up over QUIC, never re-established.
+    let row = wait_row(
+        &bed.hub,
+        "nodeb",
+        Duration::from_secs(1),
+        link_up_over("quic"),
+    )
+    .await;
+    assert_eq!(row["peer_link_ups"], 1, "{row}");
+    // The node followed the hub to its new address (quinn validated the new path).
+    let moved = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("the peer link's path moved"))
+            .map(str::to_owned)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        if let Some(l) = moved(&bed.nodes[0].proc().log_text()) {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node never logged the move: {}",
+            bed.nodes[0].proc().log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        line.contains(&format!("{old}:")) && line.contains(&format!("{new}:")),
+        "{line}"
+    );
+    let node_log = bed.nodes[0].proc().log_text();
+    assert_eq!(
+        node_log
+            .matches("peer link over QUIC authenticated")
+            .count(),
+        1,
+        "{node_log}"
+    );
+}

@@ -87,6 +87,9 @@ pub fn transport_config(keep_alive: Option<Duration>) -> quinn::TransportConfig 
 /// One peer link's stream as a [`FrameIo`].
 pub struct QuicIo {
     conn: quinn::Connection,
+    /// The peer's address as last seen: a change is the peer's connection migrating (a hub
+    /// whose address changed), logged once per move.
+    remote: SocketAddr,
     recv: FramedRead<quinn::RecvStream, LengthDelimitedCodec>,
     send: FramedWrite<quinn::SendStream, LengthDelimitedCodec>,
 }
@@ -95,6 +98,7 @@ impl QuicIo {
     /// Wraps a connection's link stream.
     pub fn new(conn: quinn::Connection, send: quinn::SendStream, recv: quinn::RecvStream) -> Self {
         Self {
+            remote: conn.remote_address(),
             conn,
             recv: FramedRead::new(recv, codec()),
             send: FramedWrite::new(send, codec()),
@@ -144,7 +148,13 @@ pub fn describe_close(e: &quinn::ConnectionError) -> String {
 
 impl FrameIo for QuicIo {
     async fn recv(&mut self) -> Option<String> {
-        match self.recv.next().await? {
+        let frame = self.recv.next().await;
+        let now = self.conn.remote_address();
+        if now != self.remote {
+            tracing::info!(from = %self.remote, to = %now, "quic: the peer link's path moved (connection migration)");
+            self.remote = now;
+        }
+        match frame? {
             Ok(b) => String::from_utf8(b.to_vec()).ok(),
             Err(_) => None,
         }
