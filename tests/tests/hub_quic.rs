@@ -805,6 +805,28 @@ async fn a_flooding_session_over_quic_delays_neither_mail_nor_another_sessions_k
     .await;
     assert_eq!(row["quic_session_streams"], 3, "{row}");
     assert_eq!(row["peer_link_ups"], 1, "{row}");
+    // The node's refusals come back over the QUIC stream as the route's own answers.
+    for (path, status, code) in [
+        ("nodeb%2Fnope/stream", 404, "unknown_session"),
+        (
+            &format!("{}/stream?format=bogus", typed.replace('/', "%2F")),
+            400,
+            "bad_request",
+        ),
+    ] {
+        let sock = tokio::net::UnixStream::connect(&bed.hub.socket)
+            .await
+            .unwrap();
+        match tokio_tungstenite::client_async(format!("ws://localhost/sessions/{path}"), sock).await
+        {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+                assert_eq!(r.status().as_u16(), status, "{path}");
+                let body: Value = serde_json::from_slice(r.body().as_deref().unwrap()).unwrap();
+                assert_eq!(body["code"], code, "{path}: {body}");
+            }
+            other => panic!("{path}: expected a refusal, got {:?}", other.map(|_| ())),
+        }
+    }
 }
 
 /// Runs `ip` with `args`, asserting success; its stdout.
