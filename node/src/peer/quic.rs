@@ -409,6 +409,8 @@ async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
         _ = super::endpoint::serve_on(node, io) => {}
         _ = streams => {}
     }
+    // The session streams live on the link's connection: they end with it.
+    conn.close(quinn::VarInt::from_u32(CLOSE_DONE), b"link ended");
 }
 
 /// Checks the token frame; `Err` is the close code and reason.
