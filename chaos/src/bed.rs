@@ -381,7 +381,12 @@ impl Drop for Bed {
 /// Removes leftover chaos namespaces (name prefix [`PREFIX`]) and kills the processes still
 /// running inside them. Returns the namespaces removed.
 pub fn cleanup() -> anyhow::Result<Vec<String>> {
-    let names = namespaces_with_prefix(PREFIX)?;
+    cleanup_named(namespaces_with_prefix(PREFIX)?)
+}
+
+/// [`cleanup`] of the named namespaces only (a test's own leftovers, leaving any other bed
+/// that runs at the same time alone).
+pub fn cleanup_named(names: Vec<String>) -> anyhow::Result<Vec<String>> {
     for ns in &names {
         let out = Command::new("ip").args(["netns", "pids", ns]).output()?;
         for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {

@@ -183,6 +183,8 @@ pub struct Tuning {
     pub mail_child_idle_close_ms: u64,
     /// `ui action=confirm`'s answer window (300 s, one second under the request deadline).
     pub mcp_confirm_timeout_ms: u64,
+    /// How long `session action=suspend` waits for a UI's verdict (spec: 20 s).
+    pub mcp_suspend_timeout_ms: u64,
     /// Messages one cross-host outbox holds before a send is refused (1,000, API "Federation").
     pub peer_outbox_max_messages: usize,
     /// Bytes one cross-host outbox holds before a send is refused (16 MiB).
@@ -251,6 +253,7 @@ impl Default for Tuning {
             mail_prompt_delivery_timeout_ms: 30_000,
             mail_child_idle_close_ms: 1_800_000,
             mcp_confirm_timeout_ms: 300_000,
+            mcp_suspend_timeout_ms: 20_000,
             peer_outbox_max_messages: 1_000,
             peer_outbox_max_bytes: 16 * 1024 * 1024,
             peer_send_wait_ms: 1_500,

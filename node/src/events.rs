@@ -4,6 +4,7 @@
 //! behind loses the oldest events and is told how many (`lagged {missed}`); a publisher never
 //! waits for a subscriber.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
@@ -27,6 +28,18 @@ pub struct Bus {
     tx: broadcast::Sender<Arc<Envelope>>,
     /// Last id handed out; held while sending so ids reach subscribers in order.
     last_id: Mutex<u64>,
+    /// Open `GET /events` streams that a UI answers requests on (see [`Bus::ui_attach`]).
+    uis: Arc<AtomicUsize>,
+}
+
+/// Counts one attached UI while it lives (dropped with its event stream).
+#[derive(Debug)]
+pub struct UiGuard(Arc<AtomicUsize>);
+
+impl Drop for UiGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Bus {
@@ -36,7 +49,20 @@ impl Bus {
         Self {
             tx,
             last_id: Mutex::new(0),
+            uis: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Marks an event stream whose reader can answer UI requests (a page holding `/events`
+    /// that receives `session-suspend-requested`); the mark lasts as long as the guard.
+    pub fn ui_attach(&self) -> UiGuard {
+        self.uis.fetch_add(1, Ordering::Relaxed);
+        UiGuard(self.uis.clone())
+    }
+
+    /// How many UIs are attached now (a headless node has none).
+    pub fn uis_attached(&self) -> usize {
+        self.uis.load(Ordering::Relaxed)
     }
 
     /// Publishes an event and returns its id. Never blocks on subscribers.

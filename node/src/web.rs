@@ -61,6 +61,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/input.js"),
     ),
     (
+        "assets/suspend.js",
+        JS,
+        include_str!("../../web/assets/suspend.js"),
+    ),
+    (
         "assets/notices.js",
         JS,
         include_str!("../../web/assets/notices.js"),

@@ -72,6 +72,12 @@ pub enum Event {
     },
     /// A confirmation was answered or timed out; UIs drop its dialog.
     McpConfirmResolved { request_id: String, confirmed: bool },
+    /// `session action=suspend` passed the busy check: a UI ends that session's PTY, keeps it
+    /// restorable and answers with `POST /mcp/suspend-response {request_id, ok, reason}`.
+    SessionSuspendRequested {
+        session_id: String,
+        request_id: String,
+    },
     /// The configuration file changed (after `PUT /config`).
     ConfigChanged { remote_access_enabled: bool },
     /// Tailscale detection found a different state (see `GET /tailscale`).
@@ -121,6 +127,7 @@ impl Event {
             Self::McpToast { .. } => "mcp-toast",
             Self::McpConfirm { .. } => "mcp-confirm",
             Self::McpConfirmResolved { .. } => "mcp-confirm-resolved",
+            Self::SessionSuspendRequested { .. } => "session-suspend-requested",
             Self::ConfigChanged { .. } => "config-changed",
             Self::TailscaleStatus { .. } => "tailscale-status",
             Self::WorkflowRunChanged { .. } => "workflow-run-changed",
@@ -163,6 +170,10 @@ mod tests {
             Event::WorktreeCreated(serde_json::json!({"branch": "b"})),
             Event::SessionWorktreeDeclared(serde_json::json!({"branch": "b"})),
             Event::OrphanCleanupResolved(serde_json::json!({"decision": "keep"})),
+            Event::SessionSuspendRequested {
+                session_id: "1".into(),
+                request_id: "r".into(),
+            },
         ];
         for e in samples {
             let v = serde_json::to_value(&e).unwrap();

@@ -385,6 +385,97 @@ async fn quick_reply_chip_answers_a_question() {
     );
 }
 
+/// An agent's approval menu (Claude Code's shape: a box, the question, `❯ 1.` choices): the
+/// page shows the whole question and each numbered choice as a large button, well apart; the
+/// tapped choice's digit reaches the PTY (alone: a `❯` selector answers on the key).
+#[tokio::test]
+async fn approval_menu_shows_the_whole_question_and_large_choices_and_the_answer_reaches_the_pty() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let sid = create_session(&node).await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
+        .await
+        .unwrap();
+    // The menu, then one key read raw (no Enter), as a selector does.
+    let script = concat!(
+        "printf '╭──────────────────────╮\\n│ Edit file src/foo.rs │\\n╰──────────────────────╯\\n",
+        " Do you want to make this edit to foo.rs?\\n",
+        " ❯ 1. Yes\\n   2. Yes, and don'\"'\"'t ask again this session\\n",
+        "   3. No, and tell Claude what to do differently (esc)\\n'; ",
+        "stty raw -echo; a=$(dd bs=1 count=1 2>/dev/null); stty sane; echo; echo \"answered:[$a]\"\n"
+    );
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({"data": script})),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "!document.getElementById('chips').hidden && document.querySelectorAll('#chips button.choice').length === 3",
+        15_000,
+    )
+    .await
+    .unwrap();
+    let shown = b
+        .eval(
+            "const box = document.getElementById('chips');
+             const q = box.querySelector('.question');
+             const r = [...box.querySelectorAll('button.choice')].map(x => x.getBoundingClientRect());
+             const labels = [...box.querySelectorAll('button.choice')].map(x => x.textContent);
+             const qr = q.getBoundingClientRect();
+             return {question: q.textContent, labels,
+                     tall: r.every(x => x.height >= 44), wide: r.every(x => x.width >= 300),
+                     apart: r.slice(1).every((x, i) => x.top - r[i].bottom >= 8),
+                     on_screen: [qr, ...r].every(x => x.top >= 0 && x.bottom <= innerHeight)}",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        shown["question"], "Do you want to make this edit to foo.rs?",
+        "{shown}"
+    );
+    assert_eq!(
+        shown["labels"],
+        json!([
+            "1. Yes",
+            "2. Yes, and don't ask again this session",
+            "3. No, and tell Claude what to do differently (esc)"
+        ]),
+        "{shown}"
+    );
+    for k in ["tall", "wide", "apart", "on_screen"] {
+        assert_eq!(shown[k], true, "{k}: {shown}");
+    }
+    b.screenshot(&artifacts_dir().join("approval-menu-phone.png"))
+        .await
+        .unwrap();
+    b.click(
+        &b.find("#chips button.choice[data-reply='2']")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.getElementById('screen').textContent.includes('answered:[2]')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        b.eval("return document.getElementById('chips').hidden", json!([]))
+            .await
+            .unwrap(),
+        json!(true)
+    );
+}
+
 #[tokio::test]
 async fn hub_shows_a_remote_nodes_session_and_streams_it() {
     // Node B with remote access on loopback; the hub connects to it with B's token.

@@ -2,7 +2,8 @@
 //! (390×844), against a real node over TCP: the rendered rows equal the node's
 //! `terminal/lines` screen for a cursor-drawing program, for `vim` and for a curses program;
 //! hostile output and a 64 MiB burst; the phone habits (special keys, re-attach, toasts, find
-//! and copy, the on-screen keyboard keeping the input line and cursor row visible); a hub's list
+//! and copy, the on-screen keyboard keeping the input line and cursor row visible, an agent's
+//! suspend performed by the page and resumed); a hub's list
 //! grouped by host.
 
 use std::time::{Duration, Instant};
@@ -897,6 +898,116 @@ async fn phone_shows_agent_toasts_and_answers_confirm_dialogs() {
     b.wait_for("!document.querySelector('#notices .confirm')", 5_000)
         .await
         .unwrap();
+}
+
+/// An agent's `session action=suspend` (spec): refused while no UI holds `/events`; with the
+/// phone page open, the page ends the PTY, keeps the session restorable (listed under
+/// "Suspended", also after a reload) and answers, so the call returns `{ok: true}`; Resume
+/// creates it again in the same directory under the same TUIC session id.
+#[tokio::test]
+async fn phone_performs_an_agents_suspend_and_resumes_the_session() {
+    let (_d, node) = remote_node();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let work = tempfile::tempdir().unwrap();
+    let sid = create(
+        &node,
+        json!({"shell": "/bin/sh", "cwd": work.path(), "name": "builder"}),
+    )
+    .await;
+    let row = tuic_tests::ipc(&node.socket, "GET", &format!("/sessions/{sid}"), None)
+        .await
+        .unwrap()
+        .json();
+    let tuic = row["tuic_session"].as_str().unwrap().to_owned();
+    let (mut agent, _) = tuic_tests::agent::Agent::new(&node.socket, "suspender").await;
+    let (err, v) = agent
+        .tool(
+            "session",
+            json!({"action": "wait", "session_id": sid, "until": "idle", "timeout_ms": 10_000}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    let suspend = json!({"action": "suspend", "session_id": sid});
+    let (err, v) = agent.tool("session", suspend.clone()).await;
+    assert!(err && v.to_string().contains("no UI is attached"), "{v}");
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.wait_for(
+        &format!("!!document.querySelector('#sessions a[data-session=\"{sid}\"]')"),
+        10_000,
+    )
+    .await
+    .unwrap();
+    // The page's event stream may still be connecting: the node then answers "no UI is
+    // attached" and nothing changes, so ask again (bounded).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let v = loop {
+        let (err, v) = agent.tool("session", suspend.clone()).await;
+        if !err {
+            break v;
+        }
+        assert!(v.to_string().contains("no UI is attached"), "{v}");
+        assert!(Instant::now() < deadline, "the page never attached: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(v["ok"], true, "{v}");
+    // The PTY has ended; the page keeps the session restorable.
+    let gone = tuic_tests::ipc(&node.socket, "GET", &format!("/sessions/{sid}"), None)
+        .await
+        .unwrap();
+    assert_eq!(gone.status, 404, "{:?}", gone.body);
+    let kept = format!("#suspended li.suspended[data-tuic-session=\"{tuic}\"]");
+    b.wait_for(&format!("!!document.querySelector('{kept}')"), 5_000)
+        .await
+        .unwrap();
+    let text = b
+        .eval(
+            &format!("return document.querySelector('{kept}').textContent"),
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("builder") && text.contains("suspended"),
+        "{text}"
+    );
+    assert!(text.contains(work.path().to_str().unwrap()), "{text}");
+    b.screenshot(&artifacts_dir().join("suspended-phone.png"))
+        .await
+        .unwrap();
+    // Restorable after a reload too.
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for(
+        &format!("!!document.querySelector('{kept} button.resume')"),
+        10_000,
+    )
+    .await
+    .unwrap();
+    b.click(&b.find(&format!("{kept} button.resume")).await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        &format!("location.hash.startsWith('#/s/') && !document.querySelector('{kept}')"),
+        10_000,
+    )
+    .await
+    .unwrap();
+    let rows = tuic_tests::ipc(&node.socket, "GET", "/sessions", None)
+        .await
+        .unwrap()
+        .json();
+    let back = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tuic_session"] == tuic.as_str())
+        .unwrap_or_else(|| panic!("no resumed session with {tuic}: {rows}"));
+    assert_eq!(back["cwd"], work.path().to_str().unwrap(), "{back}");
+    let hash = b.eval("return location.hash", json!([])).await.unwrap();
+    let opened = back["session_id"].as_str().unwrap();
+    assert_eq!(hash, json!(format!("#/s/{opened}")));
 }
 
 #[tokio::test]

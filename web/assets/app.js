@@ -1,7 +1,7 @@
 // The tuic web UI: one page for the phone (/mobile) and the desktop browser (/), as ES modules
 // by job (no bundler): `dom` (lookup, layout), `api` (REST), `state`, `list` (session list),
 // `events` (/events), `view` (the session view: screen sync from `screen.js`, History from
-// `ansi.js`), `input` (input line, special keys), `upload` (attach a file into the session's directory), `upstreams` (OAuth consent for upstream MCP
+// `ansi.js`), `input` (input line, special keys), `upload` (attach a file into the session's directory), `suspend` (an agent's suspend request, Resume), `upstreams` (OAuth consent for upstream MCP
 // servers), and this router. The list is kept fresh by
 // /events with a 3 s polling fallback.
 
@@ -13,6 +13,7 @@ import { SessionView } from "/assets/view.js";
 import { keysBar, lineInput } from "/assets/input.js";
 import { refreshUpstreams } from "/assets/upstreams.js";
 import { bindUpload } from "/assets/upload.js";
+import { renderSuspended } from "/assets/suspend.js";
 
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -80,6 +81,7 @@ lineInput();
 keysBar();
 bindUpload();
 refreshSessions().then(route);
+renderSuspended(refreshSessions);
 startEvents();
 setInterval(refreshSessions, 3000);
 setInterval(renderList, 15000);

@@ -1,11 +1,12 @@
 // Live updates from GET /events (SSE): list changes refresh the list; `pty-parsed` events mark
 // activity and reach the open view (questions become quick replies); agents' toasts and
-// confirm dialogs go to `notices.js`.
+// confirm dialogs go to `notices.js`; an agent's suspend request to `suspend.js`.
 
 import { $ } from "/assets/dom.js";
 import { refreshSessions } from "/assets/list.js";
 import { state } from "/assets/state.js";
 import { bindNotices } from "/assets/notices.js";
+import { onSuspendRequested } from "/assets/suspend.js";
 
 export function startEvents() {
   const es = new EventSource("/events");
@@ -21,6 +22,7 @@ export function startEvents() {
   });
   es.addEventListener("lagged", bump);
   bindNotices(es);
+  es.addEventListener("session-suspend-requested", (ev) => onSuspendRequested(JSON.parse(ev.data), refreshSessions));
   es.onerror = () => { $("conn").textContent = "reconnecting…"; };
   es.onopen = () => { $("conn").textContent = ""; };
 }

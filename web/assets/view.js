@@ -184,20 +184,26 @@ export class SessionView {
     else if (ev.type === "agent_state" && ev.state !== "awaiting_input") this.hideChips();
   }
 
+  /** A question from the node: the whole question, then its answers — a numbered menu's
+   *  choices as large separate buttons (the digit alone for a `❯` selector, digit + Enter
+   *  otherwise), else the usual quick replies. */
   showChips(ev) {
     const box = $("chips");
     const q = document.createElement("div");
     q.className = "question";
     q.textContent = ev.text ?? "";
-    const options = (ev.options ?? []).map((o, i) => [String(o).slice(0, 24), `${i + 1}\r`]);
-    const buttons = (options.length ? options.concat(CHIPS.slice(4)) : CHIPS).map(([label, data]) => {
+    const options = (ev.options ?? []).map((o, i) => [`${i + 1}. ${o}`, ev.select ? `${i + 1}` : `${i + 1}\r`, `${i + 1}`]);
+    const answers = options.length ? options.concat(CHIPS.slice(4)) : CHIPS;
+    const buttons = answers.map(([label, data, reply]) => {
       const b = document.createElement("button");
       b.type = "button";
       b.textContent = label;
-      b.dataset.reply = label;
+      b.dataset.reply = reply ?? label;
+      if (reply) b.className = "choice";
       b.onclick = () => { this.send(data); this.hideChips(); };
       return b;
     });
+    box.classList.toggle("menu", options.length > 0);
     box.replaceChildren(q, ...buttons);
     box.hidden = false;
   }

@@ -56,7 +56,13 @@ pub struct McpState {
     pub changes: tokio::sync::broadcast::Sender<()>,
     /// Open `ui action=confirm` dialogs: request id → the waiting handler's answer channel.
     pub confirms: Mutex<std::collections::HashMap<String, std::sync::mpsc::SyncSender<bool>>>,
+    /// Open `session action=suspend` requests: request id → the waiting call's verdict channel
+    /// (`Err(reason)` when the tab refuses).
+    pub(crate) suspends: Mutex<std::collections::HashMap<String, SuspendReply>>,
 }
+
+/// Where a UI's answer to one suspend request goes.
+pub(crate) type SuspendReply = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 impl McpState {
     /// Fresh state for a node whose config is `cfg`.
@@ -68,6 +74,7 @@ impl McpState {
             liveness: RwLock::new(Arc::new(NoPtys)),
             surface: Mutex::new(registry::surface_fingerprint(cfg)),
             confirms: Mutex::new(std::collections::HashMap::new()),
+            suspends: Mutex::new(std::collections::HashMap::new()),
             changes: tokio::sync::broadcast::channel(16).0,
         };
         if cfg.mcp_conformance_fixtures {
@@ -192,6 +199,10 @@ pub(crate) fn routes() -> Router<Arc<Node>> {
             "/mcp/confirm-response",
             axum::routing::post(confirm_response),
         )
+        .route(
+            "/mcp/suspend-response",
+            axum::routing::post(suspend_response),
+        )
         .route("/mcp/instructions", get(instructions_route))
 }
 
@@ -274,6 +285,45 @@ async fn confirm_response(
             "no open confirmation with that request_id (answered or timed out)",
         )),
     }
+}
+
+/// Body of `POST /mcp/suspend-response`.
+#[derive(Debug, serde::Deserialize)]
+struct SuspendAnswer {
+    request_id: String,
+    ok: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /mcp/suspend-response {request_id, ok, reason}`: the tab that performed (or refused)
+/// a suspend answers the waiting `session action=suspend`; the first answer wins.
+async fn suspend_response(
+    State(node): State<Arc<Node>>,
+    crate::error::JsonBody(a): crate::error::JsonBody<SuspendAnswer>,
+) -> Result<Json<Value>, ApiError> {
+    let tx = node
+        .mcp
+        .suspends
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&a.request_id);
+    let Some(tx) = tx else {
+        return Err(ApiError::not_found(
+            "no open suspend request with that request_id (answered or timed out)",
+        ));
+    };
+    let verdict = if a.ok {
+        Ok(())
+    } else {
+        Err(a
+            .reason
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| "the tab refused".into()))
+    };
+    // The call may have timed out a moment ago; then the answer is moot.
+    let _ = tx.send(verdict);
+    Ok(Json(json!({"ok": true})))
 }
 
 /// `GET /mcp/status`: whether the route is active, the table counts, and the `native_tools`

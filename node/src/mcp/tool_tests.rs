@@ -509,3 +509,82 @@ async fn instructions_promise_no_action_that_answers_not_available() {
         }
     }
 }
+
+/// `session action=suspend` (spec): refused with no UI attached; with one, the request goes out
+/// as `session-suspend-requested` and the call returns the tab's verdict — a refusal with its
+/// reason, `{ok: true}`, or "no tab answered" when the window closes; nothing stays open.
+#[tokio::test]
+async fn suspend_asks_an_attached_ui_and_returns_its_verdict() {
+    let f = fixture();
+    let c = shell(&f).await;
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    wait_idle(&f, &id).await;
+    let suspend = json!({"action": "suspend", "session_id": id});
+    let e = tool(&f, &local(), "session", suspend.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "cannot_suspend");
+    assert!(e.message.contains("no UI is attached"), "{}", e.message);
+    // Not for callers from another machine (spec: localhost clients only).
+    let e = tool(&f, &CallCtx::default(), "session", suspend.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "loopback_only", "{}", e.message);
+
+    let ui = f.node.bus.ui_attach();
+    let mut events = f.node.bus.subscribe();
+    let answer_next = |verdict: Result<(), String>| {
+        let node = f.node.clone();
+        let mut events = events.resubscribe();
+        async move {
+            let rid = loop {
+                let ev = events.recv().await.unwrap();
+                if let tuic_proto::events::Event::SessionSuspendRequested { request_id, .. } =
+                    &ev.event
+                {
+                    break request_id.clone();
+                }
+            };
+            let tx = node.mcp.suspends.lock().unwrap().remove(&rid).unwrap();
+            tx.send(verdict).unwrap();
+        }
+    };
+    let tab = tokio::spawn(answer_next(Err("the user keeps this one".into())));
+    let e = tool(&f, &local(), "session", suspend.clone())
+        .await
+        .unwrap_err();
+    tab.await.unwrap();
+    assert_eq!(e.message, "Cannot suspend: the user keeps this one");
+    let tab = tokio::spawn(answer_next(Ok(())));
+    let v = tool(&f, &local(), "session", suspend.clone())
+        .await
+        .unwrap();
+    tab.await.unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["session_id"], id.as_str());
+    // The request event names the session.
+    let ev = loop {
+        let ev = events.recv().await.unwrap();
+        if ev.event.name() == "session-suspend-requested" {
+            break ev.event.payload();
+        }
+    };
+    assert_eq!(ev["session_id"], id.as_str());
+
+    // Nobody answers: refused when the window closes, and the table is empty again.
+    let mut cfg = (*f.node.config()).clone();
+    cfg.tuning.mcp_suspend_timeout_ms = 100;
+    f.node.set_config(cfg);
+    let e = tool(&f, &local(), "session", suspend.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .starts_with("Cannot suspend: no tab answered within"),
+        "{}",
+        e.message
+    );
+    assert!(f.node.mcp.suspends.lock().unwrap().is_empty());
+    drop(ui);
+    assert_eq!(f.node.bus.uis_attached(), 0);
+}

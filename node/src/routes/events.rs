@@ -30,6 +30,12 @@ pub(super) async fn sse(
             .filter(|s| !s.is_empty())
             .collect()
     });
+    // A stream that hears suspend requests is a UI that can answer them (spec: suspend errors
+    // "when no UI is attached (headless with no open event stream)").
+    let ui = wanted
+        .as_ref()
+        .is_none_or(|w| w.iter().any(|x| x == "session-suspend-requested"))
+        .then(|| node.bus.ui_attach());
     let keep = move |name: &str| {
         name == "lagged" || wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == name))
     };
@@ -51,6 +57,8 @@ pub(super) async fn sse(
                     )
                 }
             };
+            // The guard lives as long as the stream: dropped when the client goes away.
+            let _ui = &ui;
             std::future::ready(out.map(Ok))
         })
         .take_until(node.shutdown.clone().cancelled_owned());

@@ -148,6 +148,92 @@ pub fn question_on_screen(screen_tail: &str) -> Option<String> {
         .map(|l| l.trim().to_owned())
 }
 
+/// A question waiting on screen as a UI shows it: the whole question and, for an agent's
+/// numbered menu, its choices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The question in full: the `(y/n)` line, or a menu's lines above its choices (box borders
+    /// dropped), one per line.
+    pub text: String,
+    /// A numbered menu's choices in order, without their numbers (empty for a `(y/n)` prompt).
+    pub options: Vec<String>,
+    /// The menu is a selector (a `❯` marks the current choice): pressing the digit answers it,
+    /// no Enter after.
+    pub select: bool,
+}
+
+/// A choice line of a numbered menu (`❯ 1. Yes`, `  2. No`): its number and label.
+fn menu_choice(line: &str) -> Option<(u32, bool, String)> {
+    let t = line.trim_matches(|c: char| c.is_whitespace() || c == '│');
+    let (marked, t) = match t.strip_prefix('❯').or_else(|| t.strip_prefix('>')) {
+        Some(rest) => (true, rest.trim_start()),
+        None => (false, t),
+    };
+    let digits = t.chars().take_while(char::is_ascii_digit).count();
+    let n: u32 = t[..digits].parse().ok()?;
+    let label = t[digits..].strip_prefix(". ")?.trim();
+    (!label.is_empty()).then(|| (n, marked, label.to_owned()))
+}
+
+/// [`question_on_screen`] with what a UI needs to answer it: the full question and a numbered
+/// menu's choices (1, 2, 3… in order, at most 9, near the bottom of the screen).
+pub fn question_detail(screen: &str) -> Option<Question> {
+    let line = question_on_screen(screen)?;
+    let rows: Vec<&str> = screen.lines().collect();
+    let last = rows.iter().rposition(|l| !l.trim().is_empty())?;
+    let from = last.saturating_sub(24);
+    // The lowest run of numbered choices counting up from 1.
+    let mut end = None;
+    for i in (from..=last).rev() {
+        if menu_choice(rows[i]).is_some() {
+            end = Some(i);
+            break;
+        }
+    }
+    let menu = end.and_then(|end| {
+        let mut start = end;
+        while start > from && menu_choice(rows[start - 1]).is_some() {
+            start -= 1;
+        }
+        let choices: Vec<(u32, bool, String)> = rows[start..=end]
+            .iter()
+            .filter_map(|l| menu_choice(l))
+            .collect();
+        let counts_up = choices.iter().enumerate().all(|(i, c)| c.0 == i as u32 + 1);
+        (counts_up && choices.len() >= 2 && choices.len() <= 9).then_some((start, choices))
+    });
+    let Some((start, choices)) = menu else {
+        return Some(Question {
+            text: line,
+            options: Vec::new(),
+            select: false,
+        });
+    };
+    // The question: the text lines right above the choices, up to a blank line or a box's
+    // top (at most 6 lines).
+    let border = |l: &str| l.trim().chars().all(|c| "╭╮╰╯─│┌┐└┘ ".contains(c));
+    let mut text = Vec::new();
+    for l in rows[from..start].iter().rev() {
+        if l.trim().is_empty() || border(l) || text.len() == 6 {
+            break;
+        }
+        text.push(
+            l.trim_matches(|c: char| c.is_whitespace() || c == '│')
+                .to_owned(),
+        );
+    }
+    text.reverse();
+    Some(Question {
+        text: if text.is_empty() {
+            line
+        } else {
+            text.join("\n")
+        },
+        select: choices.iter().any(|c| c.1),
+        options: choices.into_iter().map(|c| c.2).collect(),
+    })
+}
+
 /// The agent state from the observations.
 pub fn agent_state(
     shell: Option<ShellState>,
@@ -293,6 +379,36 @@ pub fn foreground_process(pgid: i32) -> Option<(String, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_menu_question_comes_whole_with_its_numbered_choices() {
+        let screen = "$ claude\n╭────────────────────────────╮\n│ Edit file                  │\n╰────────────────────────────╯\n Do you want to make this edit to foo.rs?\n Lines 3-9 change.\n ❯ 1. Yes\n   2. Yes, and don't ask again this session\n   3. No, and tell Claude what to do differently (esc)\n\n";
+        let q = question_detail(screen).unwrap();
+        assert_eq!(
+            q.text,
+            "Do you want to make this edit to foo.rs?\nLines 3-9 change."
+        );
+        assert_eq!(
+            q.options,
+            [
+                "Yes",
+                "Yes, and don't ask again this session",
+                "No, and tell Claude what to do differently (esc)"
+            ]
+        );
+        assert!(q.select);
+        // A yes/no prompt: the line, no choices.
+        let q = question_detail("build ok\nDeploy now? (y/n) ").unwrap();
+        assert_eq!(q.text, "Deploy now? (y/n)");
+        assert!(q.options.is_empty() && !q.select);
+        // Numbers that do not count up from 1 are not a menu; no question, no detail.
+        let q = question_detail("Do you want to continue?\n 2. b\n 5. c\n").unwrap();
+        assert!(q.options.is_empty());
+        assert_eq!(
+            question_detail("$ ls\n1. not a question\n2. at all\n"),
+            None
+        );
+    }
 
     #[test]
     fn shell_state_is_omitted_before_first_observation() {

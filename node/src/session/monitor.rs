@@ -105,7 +105,8 @@ fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) 
         };
         (scr.grid.screen().join("\n"), lines, scr.log.total())
     };
-    let question = activity::question_on_screen(&screen);
+    let detail = activity::question_detail(&screen);
+    let question = detail.as_ref().map(|q| q.text.clone());
     let mut seen = lock(&s.seen);
     let mut out = Vec::new();
     if row.agent_state.is_some() && row.agent_state != seen.agent_state {
@@ -115,8 +116,13 @@ fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) 
     if seen.state.is_some_and(|st| st != row.state) {
         out.push(json!({"type": "state", "state": row.state}));
     }
-    if question.is_some() && question != seen.question {
-        out.push(json!({"type": "question", "text": question}));
+    if let Some(q) = detail.as_ref().filter(|_| question != seen.question) {
+        let mut ev = json!({"type": "question", "text": q.text});
+        if !q.options.is_empty() {
+            ev["options"] = json!(q.options);
+            ev["select"] = json!(q.select);
+        }
+        out.push(ev);
     }
     // Rate limits and errors are read from agents' screens only (a shell printing those words
     // is not reporting its own state). Each distinct line is reported once while it shows.

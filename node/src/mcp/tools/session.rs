@@ -7,6 +7,7 @@
 //! fake success. `declare_worktree` is the git service's placement (`crate::git::placement`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -17,6 +18,7 @@ use crate::session::registry::check_size;
 use crate::session::submit;
 use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
+use tuic_proto::events::Event;
 
 const ACTIONS: &[&str] = &[
     "list",
@@ -39,7 +41,7 @@ const ACTIONS: &[&str] = &[
 
 /// Actions a non-loopback caller may not use.
 const LOOPBACK_ONLY: &[&str] = &[
-    "create", "submit", "input", "kill", "close", "pause", "resume",
+    "create", "submit", "input", "kill", "close", "pause", "resume", "suspend",
 ];
 
 pub(super) static TOOL: ToolDef = ToolDef {
@@ -149,6 +151,7 @@ async fn serve(
     match a {
         "submit" => submit(&node, &args).await,
         "wait" => wait(&node, &args).await,
+        "suspend" => suspend(&node, &ctx, &args).await,
         _ => crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await,
     }
 }
@@ -173,10 +176,9 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         "rename" => rename(node, args),
         "close" | "kill" => close(node, ctx, args, a),
         "pause" | "resume" => pause(node, args, a == "pause"),
-        "suspend" => suspend(node, ctx, args),
         "keep_open" => keep_open(node, args),
         "declare_worktree" => declare_worktree(node, ctx, args),
-        // `submit` and `wait` sleep on events: `serve` runs them as futures, never through
+        // `submit`, `wait` and `suspend` sleep on events: `serve` runs them as futures, never through
         // this synchronous handler.
         _ => Err(ToolError::new(
             "internal",
@@ -477,7 +479,15 @@ fn pause(node: &Arc<Node>, args: &Map<String, Value>, stop: bool) -> Result<Valu
     Ok(json!({"ok": true, "session_id": s.id, "paused": stop}))
 }
 
-fn suspend(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// Asks the attached UIs to suspend a session (spec: the tab ends the PTY and keeps the tab
+/// restorable, then answers through `POST /mcp/suspend-response`); the call returns the tab's
+/// verdict. Refused while the session is busy, for an exited session, for the caller's own
+/// session, with no UI attached, and when no tab answers within the window (20 s).
+async fn suspend(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
     let s = resolve(node, args)?;
     let refuse = |reason: String| {
         ToolError::new("cannot_suspend", format!("Cannot suspend: {reason}"))
@@ -492,11 +502,31 @@ fn suspend(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     if let Some(reason) = submit::not_ready(&s) {
         return Err(refuse(reason));
     }
-    // The tab performs a suspend; a headless node has no tab to ask.
-    Err(refuse(
-        "no UI is attached to this node (suspend keeps a tab restorable; a headless node has no tabs) — use session action=close to end the session".into(),
-    )
-    .with("next_step", json!("session action=close")))
+    if node.bus.uis_attached() == 0 {
+        return Err(refuse(
+            "no UI is attached to this node (suspend keeps a tab restorable; a headless node with no open /events stream has no tabs) — use session action=close to end the session".into(),
+        )
+        .with("next_step", json!("session action=close")));
+    }
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let table = || node.mcp.suspends.lock().unwrap_or_else(|p| p.into_inner());
+    table().insert(request_id.clone(), tx);
+    node.bus.publish(Event::SessionSuspendRequested {
+        session_id: s.id.clone(),
+        request_id: request_id.clone(),
+    });
+    let window = Duration::from_millis(node.config().tuning.mcp_suspend_timeout_ms);
+    let answer = tokio::time::timeout(window, rx).await;
+    table().remove(&request_id);
+    match answer {
+        Ok(Ok(Ok(()))) => Ok(json!({"ok": true, "session_id": s.id, "request_id": request_id})),
+        Ok(Ok(Err(reason))) => Err(refuse(reason).with("request_id", json!(request_id))),
+        _ => Err(
+            refuse(format!("no tab answered within {} s", window.as_secs_f64()))
+                .with("request_id", json!(request_id)),
+        ),
+    }
 }
 
 fn keep_open(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
