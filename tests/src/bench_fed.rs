@@ -18,7 +18,7 @@ use crate::{percentile, records};
 const T: Duration = Duration::from_secs(300);
 
 /// Opens node `address`'s stream on `socket` (a hub address is percent-encoded).
-pub(crate) async fn ws_at(socket: &Path, address: &str, query: &str) -> anyhow::Result<Ws> {
+pub async fn ws_at(socket: &Path, address: &str, query: &str) -> anyhow::Result<Ws> {
     let stream = tokio::net::UnixStream::connect(socket).await?;
     let url = format!(
         "ws://localhost/sessions/{}/stream{query}",
@@ -134,11 +134,7 @@ pub async fn keystroke(n: usize) -> anyhow::Result<()> {
 
 /// `n` single-key round trips on `ws` (a raw `cat` session's stream), one key in flight at a
 /// time: milliseconds from sending each key to reading its echo (each bounded by `limit`).
-pub(crate) async fn key_round_trips(
-    ws: &mut Ws,
-    n: usize,
-    limit: Duration,
-) -> anyhow::Result<Vec<f64>> {
+pub async fn key_round_trips(ws: &mut Ws, n: usize, limit: Duration) -> anyhow::Result<Vec<f64>> {
     let mut v = Vec::with_capacity(n);
     for i in 0..n {
         let key = [b'a' + (i % 26) as u8];

@@ -238,3 +238,69 @@ fn the_devices_go_with_the_link() {
     drop(link);
     assert!(!shown(net.hub()) && !shown(net.node(0)));
 }
+
+/// `FedBed::start_impaired`: the hub reaches the node over the TUN link, over either transport
+/// (the WebSocket's TCP and QUIC's UDP alike): a keystroke through the hub to a `cat` on the
+/// node takes at least the link's delay both ways, and the link counted the traffic.
+#[tokio::test]
+async fn a_fed_bed_reaches_the_impaired_node_over_the_link() {
+    use serde_json::json;
+    use tuic_tests::bench_fed::{key_round_trips, ws_at};
+    use tuic_tests::fed::FedBed;
+    use tuic_tests::term::read_until;
+
+    let delay = Duration::from_millis(40);
+    for transport in ["websocket", "quic"] {
+        let bed = FedBed::start_impaired(
+            1,
+            json!({}),
+            json!({"hub": {"transport": transport}}),
+            0,
+            Params { loss: 0.0, delay },
+        )
+        .await
+        .unwrap();
+        assert_eq!(bed.nodes[0].url, format!("http://{}:9876", TunLink::B_ADDR));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let rows = bed.connections().await.unwrap();
+            if rows[0]["peer_link_up"] == true && rows[0]["transport"] == transport {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{transport}: {rows:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let id = bed
+            .create_on_node(
+                0,
+                json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+                    "args": ["-c", "stty raw -echo; printf READY; exec cat"]}),
+            )
+            .await
+            .unwrap();
+        let address = format!("{}/{id}", bed.nodes[0].id);
+        bed.wait_listed(&address, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let mut ws = ws_at(&bed.hub.socket, &address, "?binary=1&from_byte=0")
+            .await
+            .unwrap();
+        read_until(&mut ws, b"READY", Duration::from_secs(30))
+            .await
+            .unwrap();
+        let before = bed.impaired.as_ref().unwrap().counts();
+        let keys = key_round_trips(&mut ws, 5, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let after = bed.impaired.as_ref().unwrap().counts();
+        for ms in &keys {
+            assert!(
+                *ms >= 2.0 * delay.as_secs_f64() * 1e3,
+                "{transport}: a keystroke took {ms} ms over a link with {delay:?} each way"
+            );
+        }
+        assert!(after[0].delivered >= before[0].delivered + 5, "{after:?}");
+        assert!(after[1].delivered >= before[1].delivered + 5, "{after:?}");
+        assert!(!bed.impaired.as_ref().unwrap().failed());
+    }
+}
