@@ -8,6 +8,7 @@
 //! packet-level impaired link (loss and delay), plus a remote session's keystrokes; see
 //! [`impaired`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -63,14 +64,17 @@ async fn wait_transport(bed: &FedBed, transport: &str) -> anyhow::Result<()> {
 
 /// Mail figures: latency p50, p99 (ms) of `n` one-at-a-time sends from `senders[0]` to
 /// `to` (send call -> `rx`'s `wait` returns), and the throughput (msg/s) of `4 * n` sends
-/// from the four `senders` at once. Hands `rx` and the senders back for the next phase.
-async fn mail_phase(
+/// from the four `senders` at once, with `during` running alongside the throughput part
+/// (`done` is set when that part ends). Hands `rx` and the senders back for the next phase.
+async fn mail_phase<R>(
     senders: &mut Vec<Agent>,
     mut rx: Agent,
     to: &str,
     n: usize,
     tag: &str,
-) -> anyhow::Result<(f64, f64, f64, Agent)> {
+    done: &AtomicBool,
+    during: impl Future<Output = anyhow::Result<R>>,
+) -> anyhow::Result<(f64, f64, f64, Agent, R)> {
     let mut lat = Vec::with_capacity(n);
     for i in 0..n {
         let body = format!("{tag}-lat-{i}");
@@ -80,33 +84,46 @@ async fn mail_phase(
         lat.push(got?.0[0].1.duration_since(t0).as_secs_f64() * 1e3);
     }
     let total = 4 * n;
-    let start = Instant::now();
-    let collector = tokio::spawn(async move {
-        let r = receive(&mut rx, total, T).await;
-        (rx, r)
-    });
-    let mut sends = Vec::new();
-    for (k, mut s) in std::mem::take(senders).into_iter().enumerate() {
-        let (to, tag) = (to.to_owned(), tag.to_owned());
-        sends.push(tokio::spawn(async move {
-            for i in 0..n {
-                send_ok(&mut s, &to, &format!("{tag}-tp-{k}-{i}")).await?;
-            }
-            anyhow::Ok(s)
-        }));
-    }
-    for h in sends {
-        senders.push(h.await??);
-    }
-    let (rx, got) = collector.await?;
-    let (got, _) = got?;
-    let secs = start.elapsed().as_secs_f64();
-    anyhow::ensure!(got.len() == total, "received {} of {total}", got.len());
+    let throughput = async {
+        let start = Instant::now();
+        let collector = tokio::spawn(async move {
+            let r = receive(&mut rx, total, T).await;
+            (rx, r)
+        });
+        let mut sends = Vec::new();
+        for (k, mut s) in std::mem::take(senders).into_iter().enumerate() {
+            let (to, tag) = (to.to_owned(), tag.to_owned());
+            sends.push(tokio::spawn(async move {
+                for i in 0..n {
+                    send_ok(&mut s, &to, &format!("{tag}-tp-{k}-{i}")).await?;
+                }
+                anyhow::Ok(s)
+            }));
+        }
+        for h in sends {
+            senders.push(h.await??);
+        }
+        let (rx, got) = collector.await?;
+        let (got, _) = got?;
+        let secs = start.elapsed().as_secs_f64();
+        anyhow::ensure!(got.len() == total, "received {} of {total}", got.len());
+        anyhow::Ok((total as f64 / secs, rx))
+    };
+    let (tp, side) = tokio::join!(
+        async {
+            let r = throughput.await;
+            done.store(true, Ordering::Relaxed);
+            r
+        },
+        during
+    );
+    let (tput, rx) = tp?;
     Ok((
         percentile(&mut lat, 0.5),
         percentile(&mut lat, 0.99),
-        total as f64 / secs,
+        tput,
         rx,
+        side?,
     ))
 }
 
@@ -129,7 +146,9 @@ async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f
     if loss > 0 {
         set_loss(&bed, loss)?;
     }
-    let (p50, p99, tput, _) = mail_phase(&mut senders, carol, &to, n, "m").await?;
+    let done = AtomicBool::new(false);
+    let idle = std::future::ready(anyhow::Ok(()));
+    let (p50, p99, tput, _, ()) = mail_phase(&mut senders, carol, &to, n, "m", &done, idle).await?;
     Ok((p50, p99, tput))
 }
 
@@ -162,24 +181,37 @@ struct Figures {
     tput: f64,
     key_p50: f64,
     key_p99: f64,
+    /// Keystrokes measured during the mail throughput, and their p50/p99.
+    loaded_n: usize,
+    loaded_p50: f64,
+    loaded_p99: f64,
 }
 
 impl Figures {
     fn line(&self) -> String {
         format!(
-            "mail p50 {:.1} ms p99 {:.1} ms | {:.1} msg/s | keystroke p50 {:.1} ms p99 {:.1} ms",
-            self.mail_p50, self.mail_p99, self.tput, self.key_p50, self.key_p99
+            "mail p50 {:.1} ms p99 {:.1} ms | {:.1} msg/s | keystroke p50 {:.1} ms p99 {:.1} ms | under mail load ({} keys) p50 {:.1} ms p99 {:.1} ms",
+            self.mail_p50,
+            self.mail_p99,
+            self.tput,
+            self.key_p50,
+            self.key_p99,
+            self.loaded_n,
+            self.loaded_p50,
+            self.loaded_p99
         )
     }
 
     fn ratio(q: &Self, w: &Self) -> String {
         format!(
-            "mail p50 {:.2}x p99 {:.2}x | throughput {:.2}x | keystroke p50 {:.2}x p99 {:.2}x",
+            "mail p50 {:.2}x p99 {:.2}x | throughput {:.2}x | keystroke p50 {:.2}x p99 {:.2}x | under load p50 {:.2}x p99 {:.2}x",
             q.mail_p50 / w.mail_p50,
             q.mail_p99 / w.mail_p99,
             q.tput / w.tput,
             q.key_p50 / w.key_p50,
-            q.key_p99 / w.key_p99
+            q.key_p99 / w.key_p99,
+            q.loaded_p50 / w.loaded_p50,
+            q.loaded_p99 / w.loaded_p99
         )
     }
 }
@@ -228,15 +260,30 @@ async fn measure_impaired(
     for (phase, p) in [("clean", Params::CLEAN), ("impaired", impaired)] {
         link.set(p);
         let before = link.counts();
-        let (mail_p50, mail_p99, tput, rx) = mail_phase(&mut senders, carol, &to, n, phase).await?;
+        // Keystrokes while the mail throughput runs (one at a time, until it ends or `n`):
+        // the same link carries both, so a lost mail segment holds the keys queued behind it.
+        let done = AtomicBool::new(false);
+        let loaded = async {
+            let mut v = Vec::with_capacity(n);
+            while v.len() < n && !done.load(Ordering::Relaxed) {
+                v.extend(key_round_trips(&mut ws, 1, T).await?);
+            }
+            anyhow::Ok(v)
+        };
+        let (mail_p50, mail_p99, tput, rx, mut under_load) =
+            mail_phase(&mut senders, carol, &to, n, phase, &done, loaded).await?;
         carol = rx;
         let mut keys = key_round_trips(&mut ws, n, T).await?;
+        anyhow::ensure!(!under_load.is_empty(), "no keystroke during the mail load");
         let f = Figures {
             mail_p50,
             mail_p99,
             tput,
             key_p50: percentile(&mut keys, 0.5),
             key_p99: percentile(&mut keys, 0.99),
+            loaded_n: under_load.len(),
+            loaded_p50: percentile(&mut under_load, 0.5),
+            loaded_p99: percentile(&mut under_load, 0.99),
         };
         let after = link.counts();
         let shown = |d: usize| {
@@ -263,7 +310,8 @@ async fn measure_impaired(
 /// loss and `DELAY_MS` delay in each direction); per transport (WebSocket, then QUIC) the
 /// same bed is measured clean and impaired: cross-host mail (node B -> hub -> node C) latency
 /// p50/p99 over `N` one-at-a-time sends and throughput of `4 * N` sends from four senders,
-/// and `N` keystroke round trips to a `cat` on node C attached through the hub.
+/// and `N` keystroke round trips to a `cat` on node C attached through the hub (alone, and
+/// while the mail throughput runs: up to `N`, one at a time, until that ends).
 pub async fn impaired(n: usize, loss_percent: f64, delay_ms: u64) -> anyhow::Result<()> {
     let p = Params {
         loss: loss_percent / 100.0,
