@@ -18,7 +18,7 @@ use crate::{percentile, records};
 const T: Duration = Duration::from_secs(300);
 
 /// Opens node `address`'s stream on `socket` (a hub address is percent-encoded).
-pub(crate) async fn ws_at(socket: &Path, address: &str, query: &str) -> anyhow::Result<Ws> {
+pub async fn ws_at(socket: &Path, address: &str, query: &str) -> anyhow::Result<Ws> {
     let stream = tokio::net::UnixStream::connect(socket).await?;
     let url = format!(
         "ws://localhost/sessions/{}/stream{query}",
@@ -119,14 +119,7 @@ pub async fn keystroke(n: usize) -> anyhow::Result<()> {
     for route in routes(&bed, &id) {
         let mut ws = ws_at(route.socket, &route.address, "?binary=1&from_byte=0").await?;
         read_until(&mut ws, b"READY", T).await.context("READY")?;
-        let mut v = Vec::with_capacity(n);
-        for i in 0..n {
-            let key = [b'a' + (i % 26) as u8];
-            let t0 = Instant::now();
-            ws.send(Message::Binary(key.to_vec().into())).await?;
-            read_until(&mut ws, &key, T).await?;
-            v.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
+        let mut v = key_round_trips(&mut ws, n, T).await?;
         let (p50, p99) = (percentile(&mut v, 0.5), percentile(&mut v, 0.99));
         println!("  {:<22} p50 {p50:.3} ms  p99 {p99:.3} ms", route.name);
         p.push((p50, p99));
@@ -137,6 +130,20 @@ pub async fn keystroke(n: usize) -> anyhow::Result<()> {
         p[1].1 / p[0].1
     );
     Ok(())
+}
+
+/// `n` single-key round trips on `ws` (a raw `cat` session's stream), one key in flight at a
+/// time: milliseconds from sending each key to reading its echo (each bounded by `limit`).
+pub async fn key_round_trips(ws: &mut Ws, n: usize, limit: Duration) -> anyhow::Result<Vec<f64>> {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = [b'a' + (i % 26) as u8];
+        let t0 = Instant::now();
+        ws.send(Message::Binary(key.to_vec().into())).await?;
+        read_until(ws, &key, limit).await?;
+        v.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(v)
 }
 
 /// Receives on `agent` until `n` messages arrived (or `limit`); each message's body and the

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use crate::impair::{Params, TunLink};
 use crate::netns::Net;
 use crate::{NodeProc, config_dir, ipc, run_with_stdin};
 
@@ -109,6 +110,9 @@ pub struct FedBed {
     pub hub_dir: tempfile::TempDir,
     /// The hub process.
     pub hub: NodeProc,
+    /// With [`FedBed::start_impaired`]: the impaired link the hub reaches that node over
+    /// (stopped after the processes, before the namespaces go).
+    pub impaired: Option<TunLink>,
     /// The namespaces (dropped last).
     pub net: Net,
 }
@@ -134,16 +138,45 @@ impl FedBed {
         hub_config: Value,
         password: Option<&str>,
     ) -> anyhow::Result<Self> {
+        Self::start_inner(n, node_config, hub_config, password, None).await
+    }
+
+    /// [`FedBed::start_with_hub`] (no password) where the hub reaches node `node` (TCP and
+    /// UDP alike) over a [`TunLink`] with `params` instead of its veth: the node's URL is
+    /// the link's far end. [`FedBed::impaired`] changes the impairment while the bed runs.
+    pub async fn start_impaired(
+        n: usize,
+        node_config: Value,
+        hub_config: Value,
+        node: usize,
+        params: Params,
+    ) -> anyhow::Result<Self> {
+        Self::start_inner(n, node_config, hub_config, None, Some((node, params))).await
+    }
+
+    async fn start_inner(
+        n: usize,
+        node_config: Value,
+        hub_config: Value,
+        password: Option<&str>,
+        impaired: Option<(usize, Params)>,
+    ) -> anyhow::Result<Self> {
         let net = Net::star(n)?;
+        let link = match impaired {
+            Some((i, params)) => Some((
+                i,
+                TunLink::open(net.hub(), net.node(i), params, 0x7475_6963)?,
+            )),
+            None => None,
+        };
         let mut nodes = Vec::new();
         for i in 0..n {
             let id = format!("node{}", (b'b' + i as u8) as char);
-            nodes.push(FedNode::start(
-                &id,
-                net.node(i),
-                net.node_addr(i),
-                node_config.clone(),
-            )?);
+            let addr = match &link {
+                Some((j, _)) if *j == i => TunLink::B_ADDR,
+                _ => net.node_addr(i),
+            };
+            nodes.push(FedNode::start(&id, net.node(i), addr, node_config.clone())?);
         }
         let hub_dir = config_dir(hub_config);
         let hub_dir_s = s(&hub_dir);
@@ -164,6 +197,7 @@ impl FedBed {
             nodes,
             hub_dir,
             hub,
+            impaired: link.map(|(_, l)| l),
             net,
         };
         for node in &bed.nodes {

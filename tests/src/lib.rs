@@ -17,6 +17,7 @@ pub mod bench_worktrees;
 pub mod bridge;
 pub mod fake;
 pub mod fed;
+pub mod impair;
 pub mod netns;
 pub mod progress;
 pub mod records;

@@ -93,6 +93,12 @@ fn main() -> anyhow::Result<()> {
             let loss = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
             rt.block_on(tuic_tests::bench_quic::mail(n, loss))
         }
+        Some("fed-impaired") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
+            let loss = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+            let delay = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(100);
+            rt.block_on(tuic_tests::bench_quic::impaired(n, loss, delay))
+        }
         Some("upstream-call") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2_000);
             rt.block_on(tuic_tests::bench_upstream::call(n))
@@ -154,7 +160,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | fed-mail-quic [N] [LOSS_PERCENT] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
