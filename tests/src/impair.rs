@@ -12,12 +12,13 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+use crate::netns::ip;
 
 /// What a direction of the link does to its packets.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,31 +35,6 @@ impl Params {
         loss: 0.0,
         delay: Duration::ZERO,
     };
-}
-
-/// SplitMix64: a tiny seeded generator, enough for drop decisions.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform float in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// What [`Impairment::offer`] did with a packet.
@@ -88,7 +64,7 @@ pub struct Counts {
 /// One direction's delay line: a bounded FIFO of `(due, packet)`.
 #[derive(Debug)]
 pub struct Impairment {
-    rng: Rng,
+    rng: rand::rngs::StdRng,
     queue: VecDeque<(Instant, Vec<u8>)>,
     cap: usize,
     counts: Counts,
@@ -98,7 +74,7 @@ impl Impairment {
     /// An empty line holding at most `cap` packets, drawing losses from `seed`.
     pub fn new(seed: u64, cap: usize) -> Self {
         Self {
-            rng: Rng::new(seed),
+            rng: rand::SeedableRng::seed_from_u64(seed),
             queue: VecDeque::new(),
             cap,
             counts: Counts::default(),
@@ -111,7 +87,7 @@ impl Impairment {
         self.counts.offered += 1;
         // The draw happens for every packet, so a seed gives the same pattern whatever the
         // queue's state.
-        if self.rng.unit() < p.loss {
+        if rand::Rng::random::<f64>(&mut self.rng) < p.loss {
             self.counts.lost += 1;
             return Verdict::Lost;
         }
@@ -211,21 +187,6 @@ fn open_tun(name: &str) -> anyhow::Result<(tun_tap::Iface, OwnedFd)> {
     .context("pidfd_getfd")?;
     rustix::io::ioctl_fionbio(&fd, true).context("FIONBIO")?;
     Ok((iface, fd))
-}
-
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip (apt-get install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
 }
 
 /// An impaired point-to-point IP link between namespaces `a` and `b`: TUN device

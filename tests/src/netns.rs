@@ -19,7 +19,8 @@ pub struct Net {
     links: Vec<(String, String, String)>,
 }
 
-fn ip(args: &[&str]) -> anyhow::Result<()> {
+/// Runs `ip ARGS`, its stderr in the error.
+pub(crate) fn ip(args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new("ip")
         .args(args)
         .output()

@@ -194,6 +194,20 @@ impl Hello {
 }
 
 /// A byte-stream frame as the socket's text message.
+/// Writes a client's bytes to the PTY off the async workers; false once the session cannot
+/// take them (exited, gone).
+async fn write_pty(
+    s: &Arc<Session>,
+    cap: &Arc<crate::session::capture::Capture>,
+    data: Vec<u8>,
+) -> bool {
+    let (w, cap) = (s.clone(), cap.clone());
+    matches!(
+        tokio::task::spawn_blocking(move || w.write(&data, &cap)).await,
+        Ok(Ok(()))
+    )
+}
+
 fn text_frame(f: &StreamFrame) -> Message {
     Message::Text(f.to_text().into())
 }
@@ -247,10 +261,7 @@ async fn run_screen<Tx, Rx, E>(
                 Message::Close(_) => break,
                 _ => continue,
             };
-            let w = writer.clone();
-            let cap = cap.clone();
-            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
-            if !matches!(r, Ok(Ok(()))) {
+            if !write_pty(&writer, &cap, data).await {
                 break;
             }
         }
@@ -304,10 +315,7 @@ async fn run_stream<Tx, Rx, E>(
                 Message::Close(_) => break,
                 _ => continue,
             };
-            let w = writer.clone();
-            let cap = cap.clone();
-            let r = tokio::task::spawn_blocking(move || w.write(&data, &cap)).await;
-            if !matches!(r, Ok(Ok(()))) {
+            if !write_pty(&writer, &cap, data).await {
                 break;
             }
         }
