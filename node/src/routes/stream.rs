@@ -193,7 +193,6 @@ impl Hello {
     }
 }
 
-/// A byte-stream frame as the socket's text message.
 /// Writes a client's bytes to the PTY off the async workers; false once the session cannot
 /// take them (exited, gone).
 async fn write_pty(
@@ -208,6 +207,7 @@ async fn write_pty(
     )
 }
 
+/// A byte-stream frame as the socket's text message.
 fn text_frame(f: &StreamFrame) -> Message {
     Message::Text(f.to_text().into())
 }
@@ -289,7 +289,8 @@ async fn run_stream<Tx, Rx, E>(
     Rx: Stream<Item = Result<Message, E>> + Unpin + Send + 'static,
     E: Send + 'static,
 {
-    let label = if q.binary.as_deref().is_some_and(|b| b == "1" || b == "true") {
+    let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
+    let label = if binary {
         "binary"
     } else {
         match q.format.as_deref() {
@@ -301,7 +302,6 @@ async fn run_stream<Tx, Rx, E>(
     if tx.send(hello.frame(label)).await.is_err() {
         return;
     }
-    let binary = q.binary.as_deref().is_some_and(|b| b == "1" || b == "true");
     let mode = q.format.clone().unwrap_or_default();
     // Client frames go to the PTY, in order, off the async workers.
     let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<()>();
