@@ -4,6 +4,7 @@
 //! `bench fed-stream [MiB]`, `bench fed-keystroke [N]`, `bench fed-mail [N]` (cross-host agent mail).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -214,55 +215,18 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
         "fed-mail: agents on node B -> agent on node C through the hub (floor: both on node B)"
     );
     let mut results = Vec::new();
-    for (label, to, mut rx) in [
+    for (label, to, rx) in [
         ("local (same node)", tbella, bella),
         ("cross-host via hub", remote, carol),
     ] {
-        // Latency: one message in flight at a time.
-        let mut lat = Vec::with_capacity(n);
-        for i in 0..n {
-            let body = format!("lat-{i}");
-            let t0 = Instant::now();
-            let (sent, got) =
-                tokio::join!(send_ok(&mut senders[0], &to, &body), receive(&mut rx, 1, T));
-            sent?;
-            let (got, _) = got?;
-            lat.push(got[0].1.duration_since(t0).as_secs_f64() * 1e3);
-        }
-        // Throughput: four senders at once, one receiver draining.
-        let total = 4 * n;
-        let start = Instant::now();
-        let collector = tokio::spawn(async move {
-            let r = receive(&mut rx, total, T).await;
-            (rx, r)
-        });
-        let mut sends = Vec::new();
-        for (k, mut s) in std::mem::take(&mut senders).into_iter().enumerate() {
-            let to = to.clone();
-            sends.push(tokio::spawn(async move {
-                for i in 0..n {
-                    send_ok(&mut s, &to, &format!("tp-{k}-{i}")).await?;
-                }
-                anyhow::Ok(s)
-            }));
-        }
-        for h in sends {
-            senders.push(h.await??);
-        }
-        let (_rx, got) = collector.await?;
-        let (got, missed) = got?;
-        let secs = start.elapsed().as_secs_f64();
-        let mut bodies: Vec<&str> = got.iter().map(|(m, _)| m.as_str()).collect();
-        bodies.sort_unstable();
-        bodies.dedup();
-        let (p50, p99) = (percentile(&mut lat, 0.5), percentile(&mut lat, 0.99));
+        let done = AtomicBool::new(false);
+        let idle = std::future::ready(anyhow::Ok(()));
+        let (m, _, ()) = mail_phase(&mut senders, rx, &to, n, "m", &done, idle).await?;
         println!(
-            "  {label:<20} latency p50 {p50:.3} ms  p99 {p99:.3} ms | {total} msgs from 4 senders in {secs:.2} s: {:.0} msg/s, received={} distinct={} missed={missed}",
-            total as f64 / secs,
-            got.len(),
-            bodies.len()
+            "  {label:<20} latency p50 {:.3} ms  p99 {:.3} ms | {} msgs from 4 senders in {:.2} s: {:.0} msg/s, received={} distinct={} missed={}",
+            m.p50, m.p99, m.total, m.secs, m.per_sec, m.received, m.distinct, m.missed
         );
-        results.push((p50, p99, total as f64 / secs));
+        results.push((m.p50, m.p99, m.per_sec));
     }
     println!(
         "  ratios cross-host/local: latency p50 {:.1}x p99 {:.1}x, throughput {:.2}x",
@@ -271,4 +235,105 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
         results[1].2 / results[0].2
     );
     Ok(())
+}
+
+/// One mail phase's figures ([`mail_phase`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MailRun {
+    /// Latency of the one-at-a-time sends, ms.
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    /// Sends of the throughput part, its wall time and rate.
+    pub(crate) total: usize,
+    pub(crate) secs: f64,
+    pub(crate) per_sec: f64,
+    /// What the recipient's `wait` returned in the throughput part.
+    pub(crate) received: usize,
+    pub(crate) distinct: usize,
+    pub(crate) missed: u64,
+}
+
+impl MailRun {
+    /// Every throughput send arrived.
+    pub(crate) fn all_received(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.received == self.total,
+            "received {} of {}",
+            self.received,
+            self.total
+        );
+        Ok(())
+    }
+}
+
+/// Mail from `senders` to `to` (read by `rx`): latency of `n` one-at-a-time sends from
+/// `senders[0]` (send call -> `rx`'s `wait` returns), then the throughput of `4 * n` sends from
+/// the four `senders` at once, with `during` running alongside the throughput part (`done` is
+/// set when that part ends). Hands `rx` back for the next phase; the senders are back in
+/// `senders`.
+pub(crate) async fn mail_phase<R>(
+    senders: &mut Vec<crate::agent::Agent>,
+    mut rx: crate::agent::Agent,
+    to: &str,
+    n: usize,
+    tag: &str,
+    done: &AtomicBool,
+    during: impl std::future::Future<Output = anyhow::Result<R>>,
+) -> anyhow::Result<(MailRun, crate::agent::Agent, R)> {
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let body = format!("{tag}-lat-{i}");
+        let t0 = Instant::now();
+        let (sent, got) = tokio::join!(send_ok(&mut senders[0], to, &body), receive(&mut rx, 1, T));
+        sent?;
+        lat.push(got?.0[0].1.duration_since(t0).as_secs_f64() * 1e3);
+    }
+    let total = 4 * n;
+    let throughput = async {
+        let start = Instant::now();
+        let collector = tokio::spawn(async move {
+            let r = receive(&mut rx, total, T).await;
+            (rx, r)
+        });
+        let mut sends = Vec::new();
+        for (k, mut s) in std::mem::take(senders).into_iter().enumerate() {
+            let (to, tag) = (to.to_owned(), tag.to_owned());
+            sends.push(tokio::spawn(async move {
+                for i in 0..n {
+                    send_ok(&mut s, &to, &format!("{tag}-tp-{k}-{i}")).await?;
+                }
+                anyhow::Ok(s)
+            }));
+        }
+        for h in sends {
+            senders.push(h.await??);
+        }
+        let (rx, got) = collector.await?;
+        let (got, missed) = got?;
+        let secs = start.elapsed().as_secs_f64();
+        let mut bodies: Vec<&str> = got.iter().map(|(m, _)| m.as_str()).collect();
+        bodies.sort_unstable();
+        bodies.dedup();
+        anyhow::Ok((secs, got.len(), bodies.len(), missed, rx))
+    };
+    let (tp, side) = tokio::join!(
+        async {
+            let r = throughput.await;
+            done.store(true, Ordering::Relaxed);
+            r
+        },
+        during
+    );
+    let (secs, received, distinct, missed, rx) = tp?;
+    let run = MailRun {
+        p50: percentile(&mut lat, 0.5),
+        p99: percentile(&mut lat, 0.99),
+        total,
+        secs,
+        per_sec: total as f64 / secs,
+        received,
+        distinct,
+        missed,
+    };
+    Ok((run, rx, side?))
 }

@@ -15,7 +15,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::agent::Agent;
-use crate::bench_fed::{key_round_trips, receive, send_ok, ws_at};
+use crate::bench_fed::{key_round_trips, mail_phase, ws_at};
 use crate::fed::FedBed;
 use crate::impair::Params;
 use crate::percentile;
@@ -62,71 +62,6 @@ async fn wait_transport(bed: &FedBed, transport: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Mail figures: latency p50, p99 (ms) of `n` one-at-a-time sends from `senders[0]` to
-/// `to` (send call -> `rx`'s `wait` returns), and the throughput (msg/s) of `4 * n` sends
-/// from the four `senders` at once, with `during` running alongside the throughput part
-/// (`done` is set when that part ends). Hands `rx` and the senders back for the next phase.
-async fn mail_phase<R>(
-    senders: &mut Vec<Agent>,
-    mut rx: Agent,
-    to: &str,
-    n: usize,
-    tag: &str,
-    done: &AtomicBool,
-    during: impl Future<Output = anyhow::Result<R>>,
-) -> anyhow::Result<(f64, f64, f64, Agent, R)> {
-    let mut lat = Vec::with_capacity(n);
-    for i in 0..n {
-        let body = format!("{tag}-lat-{i}");
-        let t0 = Instant::now();
-        let (sent, got) = tokio::join!(send_ok(&mut senders[0], to, &body), receive(&mut rx, 1, T));
-        sent?;
-        lat.push(got?.0[0].1.duration_since(t0).as_secs_f64() * 1e3);
-    }
-    let total = 4 * n;
-    let throughput = async {
-        let start = Instant::now();
-        let collector = tokio::spawn(async move {
-            let r = receive(&mut rx, total, T).await;
-            (rx, r)
-        });
-        let mut sends = Vec::new();
-        for (k, mut s) in std::mem::take(senders).into_iter().enumerate() {
-            let (to, tag) = (to.to_owned(), tag.to_owned());
-            sends.push(tokio::spawn(async move {
-                for i in 0..n {
-                    send_ok(&mut s, &to, &format!("{tag}-tp-{k}-{i}")).await?;
-                }
-                anyhow::Ok(s)
-            }));
-        }
-        for h in sends {
-            senders.push(h.await??);
-        }
-        let (rx, got) = collector.await?;
-        let (got, _) = got?;
-        let secs = start.elapsed().as_secs_f64();
-        anyhow::ensure!(got.len() == total, "received {} of {total}", got.len());
-        anyhow::Ok((total as f64 / secs, rx))
-    };
-    let (tp, side) = tokio::join!(
-        async {
-            let r = throughput.await;
-            done.store(true, Ordering::Relaxed);
-            r
-        },
-        during
-    );
-    let (tput, rx) = tp?;
-    Ok((
-        percentile(&mut lat, 0.5),
-        percentile(&mut lat, 0.99),
-        tput,
-        rx,
-        side?,
-    ))
-}
-
 /// One transport's figures: latency p50, p99 (ms), throughput (msg/s).
 async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f64, f64)> {
     let bed = FedBed::start_with_hub(2, json!({}), json!({"hub": {"transport": transport}}), None)
@@ -148,8 +83,9 @@ async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f
     }
     let done = AtomicBool::new(false);
     let idle = std::future::ready(anyhow::Ok(()));
-    let (p50, p99, tput, _, ()) = mail_phase(&mut senders, carol, &to, n, "m", &done, idle).await?;
-    Ok((p50, p99, tput))
+    let (m, _, ()) = mail_phase(&mut senders, carol, &to, n, "m", &done, idle).await?;
+    m.all_received()?;
+    Ok((m.p50, m.p99, m.per_sec))
 }
 
 /// Runs the comparison and prints one line per transport.
@@ -270,8 +206,10 @@ async fn measure_impaired(
             }
             anyhow::Ok(v)
         };
-        let (mail_p50, mail_p99, tput, rx, mut under_load) =
+        let (m, rx, mut under_load) =
             mail_phase(&mut senders, carol, &to, n, phase, &done, loaded).await?;
+        m.all_received()?;
+        let (mail_p50, mail_p99, tput) = (m.p50, m.p99, m.per_sec);
         carol = rx;
         let mut keys = key_round_trips(&mut ws, n, T).await?;
         anyhow::ensure!(!under_load.is_empty(), "no keystroke during the mail load");
