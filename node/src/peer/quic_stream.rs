@@ -55,6 +55,24 @@ struct Hello {
     session_stream: Request,
 }
 
+/// The node's answer to a [`Request`]: `{"ok": true}`, or the HTTP route's refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Answer {
+    ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl Answer {
+    fn to_bytes(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(self).expect("an answer serializes"))
+    }
+}
+
 fn encode(m: Message) -> Bytes {
     let (tag, body): (u8, &[u8]) = match &m {
         Message::Text(t) => (TEXT, t.as_bytes()),
@@ -136,18 +154,22 @@ pub async fn open(conn: &quinn::Connection, request: Request) -> Result<Carrier,
             Some(Err(e)) => return Err(OpenError::Unavailable(format!("reading the answer: {e}"))),
             None => return Err(OpenError::Unavailable("the stream ended unanswered".into())),
         };
-        let v: Value = serde_json::from_slice(&answer)
-            .map_err(|_| OpenError::Unavailable("the answer is not JSON".into()))?;
-        if v["ok"] == true {
-            return Ok(carrier(send, recv));
-        }
-        let status = v["status"].as_u64().and_then(|s| u16::try_from(s).ok());
-        match status {
-            Some(status) => Err(OpenError::Refused {
+        let a: Answer = serde_json::from_slice(&answer)
+            .map_err(|_| OpenError::Unavailable("the answer is not a stream answer".into()))?;
+        match a {
+            Answer { ok: true, .. } => Ok(carrier(send, recv)),
+            Answer {
+                status: Some(status),
+                code,
+                error,
+                ..
+            } => Err(OpenError::Refused {
                 status,
-                body: json!({"error": v["error"], "code": v["code"]}),
+                body: json!({"error": error, "code": code}),
             }),
-            None => Err(OpenError::Unavailable(format!("unexpected answer {v}"))),
+            other => Err(OpenError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
         }
     };
     match tokio::time::timeout(OPEN_TIMEOUT, attempt).await {
@@ -211,17 +233,24 @@ pub(super) async fn serve(
         Ok(o) => o,
         Err(e) => {
             tracing::debug!(session = %req.session, error = %e.message, "session stream over QUIC refused");
-            let answer = json!({"ok": false, "status": e.status.as_u16(), "code": e.code, "error": e.message});
-            let _ = send.send(Bytes::from(answer.to_string())).await;
+            let answer = Answer {
+                ok: false,
+                status: Some(e.status.as_u16()),
+                code: Some(e.code.to_string()),
+                error: Some(e.message.clone()),
+            };
+            let _ = send.send(answer.to_bytes()).await;
             let _ = SinkExt::<Bytes>::close(&mut send).await;
             return Ok(());
         }
     };
-    if send
-        .send(Bytes::from_static(br#"{"ok":true}"#))
-        .await
-        .is_err()
-    {
+    let ok = Answer {
+        ok: true,
+        status: None,
+        code: None,
+        error: None,
+    };
+    if send.send(ok.to_bytes()).await.is_err() {
         return Ok(());
     }
     let (tx, rx) = carrier(send, recv);
@@ -262,5 +291,25 @@ mod tests {
             r#"{"session_stream":{"session":"12","query":"mode=screen"}}"#
         );
         assert!(serde_json::from_str::<Hello>("{}").is_err());
+    }
+
+    #[test]
+    fn the_answer_frames_are_stable() {
+        let ok = Answer {
+            ok: true,
+            status: None,
+            code: None,
+            error: None,
+        };
+        assert_eq!(&ok.to_bytes()[..], br#"{"ok":true}"#);
+        let refused: Answer = serde_json::from_str(
+            r#"{"ok":false,"status":404,"code":"unknown_session","error":"no such session"}"#,
+        )
+        .unwrap();
+        assert_eq!(refused.status, Some(404));
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap()["code"],
+            "unknown_session"
+        );
     }
 }
