@@ -128,6 +128,43 @@ async fn create_session(node: &NodeProc) -> String {
     r.json()["session_id"].as_str().unwrap().to_owned()
 }
 
+/// Waits until the session view shows and its history has loaded.
+async fn view_ready(b: &Browser) {
+    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
+        .await
+        .unwrap();
+}
+
+/// Taps the answer `button` of a question, waits for the program's `answered` line on the
+/// screen, and checks the answers are gone.
+async fn tap_answer(b: &Browser, button: &str, answered: &str) {
+    b.click(&b.find(button).await.unwrap()).await.unwrap();
+    b.wait_for(
+        &format!("document.getElementById('screen').textContent.includes({answered:?})"),
+        10_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        b.eval("return document.getElementById('chips').hidden", json!([]))
+            .await
+            .unwrap(),
+        json!(true)
+    );
+}
+
+/// Types `data` into session `sid`'s PTY through the node's REST route.
+async fn write(node: &NodeProc, sid: &str, data: &str) -> tuic_tests::Reply {
+    tuic_tests::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/write"),
+        Some(json!({ "data": data })),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn list_live_view_and_input_line() {
     let (_d, node) = remote_node();
@@ -147,14 +184,7 @@ async fn list_live_view_and_input_line() {
         .await
         .unwrap();
     // Output produced before the page opened is in the history.
-    tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        &format!("/sessions/{sid}/write"),
-        Some(json!({"data": "printf '\\033[31mred-%s\\033[0m\\n' before\n"})),
-    )
-    .await
-    .unwrap();
+    write(&node, &sid, "printf '\\033[31mred-%s\\033[0m\\n' before\n").await;
     b.wait_for(
         "document.getElementById('screen').textContent.includes('red-before')",
         10_000,
@@ -315,14 +345,7 @@ async fn view_reconnects_after_the_node_restarts() {
     b.wait_for("document.getElementById('banner').hidden", 30_000)
         .await
         .unwrap();
-    let r = tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        &format!("/sessions/{sid}/write"),
-        Some(json!({ "data": late })),
-    )
-    .await
-    .unwrap();
+    let r = write(&node, &sid, late).await;
     assert_eq!(r.status, 200);
     b.wait_for(
         "document.getElementById('screen').textContent.includes('late-21')",
@@ -349,40 +372,17 @@ async fn quick_reply_chip_answers_a_question() {
     let b = Browser::launch(390, 844).await.unwrap();
     login(&b, &base).await;
     b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
-    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
-        .await
-        .unwrap();
+    view_ready(&b).await;
     // A script asks a question once the view is live.
     let script = "printf 'Deploy now? (y/n) '; read a; echo \"answered:$a\"\n";
-    tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        &format!("/sessions/{sid}/write"),
-        Some(json!({"data": script})),
-    )
-    .await
-    .unwrap();
+    write(&node, &sid, script).await;
     b.wait_for("!document.getElementById('chips').hidden && document.querySelector('#chips button[data-reply=\"y\"]')", 15_000)
         .await
         .unwrap();
     b.screenshot(&artifacts_dir().join("quick-reply-phone.png"))
         .await
         .unwrap();
-    b.click(&b.find("#chips button[data-reply='y']").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for(
-        "document.getElementById('screen').textContent.includes('answered:y')",
-        10_000,
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        b.eval("return document.getElementById('chips').hidden", json!([]))
-            .await
-            .unwrap(),
-        json!(true)
-    );
+    tap_answer(&b, "#chips button[data-reply='y']", "answered:y").await;
 }
 
 /// An agent's approval menu (Claude Code's shape: a box, the question, `❯ 1.` choices): the
@@ -396,9 +396,7 @@ async fn approval_menu_shows_the_whole_question_and_large_choices_and_the_answer
     let b = Browser::launch(390, 844).await.unwrap();
     login(&b, &base).await;
     b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
-    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
-        .await
-        .unwrap();
+    view_ready(&b).await;
     // The menu, then one key read raw (no Enter), as a selector does.
     let script = concat!(
         "printf '╭──────────────────────╮\\n│ Edit file src/foo.rs │\\n╰──────────────────────╯\\n",
@@ -407,14 +405,7 @@ async fn approval_menu_shows_the_whole_question_and_large_choices_and_the_answer
         "   3. No, and tell Claude what to do differently (esc)\\n'; ",
         "stty raw -echo; a=$(dd bs=1 count=1 2>/dev/null); stty sane; echo; echo \"answered:[$a]\"\n"
     );
-    tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        &format!("/sessions/{sid}/write"),
-        Some(json!({"data": script})),
-    )
-    .await
-    .unwrap();
+    write(&node, &sid, script).await;
     b.wait_for(
         "!document.getElementById('chips').hidden && document.querySelectorAll('#chips button.choice').length === 3",
         15_000,
@@ -455,25 +446,7 @@ async fn approval_menu_shows_the_whole_question_and_large_choices_and_the_answer
     b.screenshot(&artifacts_dir().join("approval-menu-phone.png"))
         .await
         .unwrap();
-    b.click(
-        &b.find("#chips button.choice[data-reply='2']")
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    b.wait_for(
-        "document.getElementById('screen').textContent.includes('answered:[2]')",
-        10_000,
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        b.eval("return document.getElementById('chips').hidden", json!([]))
-            .await
-            .unwrap(),
-        json!(true)
-    );
+    tap_answer(&b, "#chips button.choice[data-reply='2']", "answered:[2]").await;
 }
 
 #[tokio::test]
@@ -543,9 +516,7 @@ async fn hub_shows_a_remote_nodes_session_and_streams_it() {
         .await
         .unwrap();
     b.click(&b.find(&row).await.unwrap()).await.unwrap();
-    b.wait_for("!document.getElementById('session-view').hidden && document.getElementById('history-loading').hidden", 10_000)
-        .await
-        .unwrap();
+    view_ready(&b).await;
     let line = b.find("#line").await.unwrap();
     b.type_text(&line, "echo remote-$((5*5))\u{E007}")
         .await
