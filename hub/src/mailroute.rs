@@ -3,8 +3,6 @@
 //! outbox of the relay ([`PeerHub`], `peerlink.rs`) instead of an uplink, and `list_peers`
 //! shows the peers each connected node registered over its link.
 
-use std::sync::mpsc as std_mpsc;
-
 use tuic_node::ext::{MailRouter, Queued, Refusal};
 use tuic_node::session::now_ms;
 use tuic_proto::peer::{
@@ -37,7 +35,7 @@ impl MailRouter for PeerHub {
             .map(|(c, _)| c.to_owned())
             .unwrap_or_default();
         // Register the waiter first: the verdict may arrive before this function returns.
-        let (tx, rx) = std_mpsc::channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.lock().waiters.insert(message_id.clone(), tx);
         let relayed = match self.relay_in(&m) {
             Relayed::Answer(r) => r,

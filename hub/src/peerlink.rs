@@ -47,16 +47,10 @@ use tuic_node::store::{PeerOp, UPLINK_KEY};
 use tuic_proto::peer::{
     ErrorCode, LOCAL as LINK_LOCAL, LinkConfig, LinkEvent, LinkRole, Outbox, OutboxChange,
     OutboxEvent, PeerLink, Receipt, Relay, RelayEnd, RelayOutput, Request, RequestId, Response,
-    Route, SenderOutcome, Settled, Step, WireMessage, Withdrawn,
+    Route, Settled, Step, WireMessage, Withdrawn,
 };
 
 use crate::federation::Conn;
-
-/// Longest a relay step waits for the destination's answer before it commits custody and
-/// answers `accepted` (the previous hop's link task waits meanwhile, and its next frames
-/// gather into the next step). The usual answer (the destination's ring commit plus two hops)
-/// comes well within it; a slower one only costs this wait on top of the commit.
-const CUT_THROUGH: Duration = Duration::from_millis(20);
 
 /// Longest wait for a node to accept the WebSocket upgrade.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,6 +66,9 @@ pub enum HubCmd {
     UpstreamsChanged,
     /// A node's call to an upstream tool has its answer.
     Answer(tuic_proto::peer::RequestId, Response),
+    /// The custody commit of relayed mail whose cut-through ran out has ended: answer the
+    /// node (see [`CutThrough::expire`]).
+    Custody(Vec<WaitingRelay>, CommitResult, Vec<bool>),
     /// A node's call has progress queued: send it on. At most one is pending per call (sent
     /// when its queue goes from empty to not empty), so a flood never grows this channel.
     Progress(
@@ -91,12 +88,20 @@ pub(crate) struct Inner {
     /// newer one's state.
     links: HashMap<String, (u64, mpsc::UnboundedSender<HubCmd>)>,
     /// The hub's own senders waiting for an outcome, by message id.
-    pub(crate) waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    pub(crate) waiters: HashMap<String, tuic_node::peer::OutcomeTx>,
     /// Run after the next group commit (which takes everything journaled before them).
     durable: Waiters,
-    /// Where a relay step waits for the destination's answer, by message id (the relay marks
-    /// the same ids; see `relay_batch`).
-    relaying: HashMap<String, std_mpsc::Sender<(String, Response)>>,
+    /// Where the destination's answer to relayed mail goes while the previous hop's link
+    /// waits for it, by message id (the relay marks the same ids; see [`CutThrough`]).
+    relaying: HashMap<String, CutSink>,
+}
+
+/// The way back to a link task that waits for destinations' answers (cut-through): its answer
+/// channel, and its command channel to wake it.
+#[derive(Debug, Clone)]
+pub(crate) struct CutSink {
+    answers: std_mpsc::Sender<(String, Response)>,
+    wake: mpsc::UnboundedSender<HubCmd>,
 }
 
 impl Inner {
@@ -119,9 +124,11 @@ impl Inner {
                 message_id,
                 response,
             } => {
-                // The step's receiver lives until it ended the cut-through under this lock.
-                if let Some(tx) = self.relaying.remove(&message_id) {
-                    let _ = tx.send((message_id, response));
+                // The waiting link drains its channel before it ends a cut-through (under this
+                // lock), so an answer handed here is never also answered `accepted`.
+                if let Some(sink) = self.relaying.remove(&message_id) {
+                    let _ = sink.answers.send((message_id, response));
+                    let _ = sink.wake.send(HubCmd::Kick);
                 }
             }
             Route::Receipt { origin, receipt } => match self.links.get(&origin) {
@@ -226,6 +233,134 @@ pub(crate) enum Relayed {
     },
 }
 
+/// A relay step's routing ([`PeerHub::route_batch`]): answers known at once (`accepted` for
+/// mail taken into an outbox), hub-local mail, and the mail whose custody is owed unless the
+/// destination answers first.
+struct Routed {
+    out: Vec<Option<Response>>,
+    locals: Vec<(usize, WireMessage)>,
+    held: Vec<Held>,
+}
+
+/// Mail a relay step took into a destination's outbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// Its place in the step.
+    index: usize,
+    /// The destination connection.
+    conn: String,
+    message_id: String,
+}
+
+/// What a failed custody commit makes of mail answered `accepted` meanwhile: `None` when
+/// the commit held. Mail that had left stays held in memory ([`Relayed::Unsaved`]); mail
+/// that had not was taken back out (`internal`, nothing relayed).
+fn custody_failed(r: &CommitResult, conn: &str, left: bool) -> Option<Relayed> {
+    let e = r.as_ref().err()?;
+    tracing::error!(error = %e, "persisting an outbox failed");
+    Some(if left {
+        Relayed::Unsaved {
+            connection: conn.to_owned(),
+            error: e.to_string(),
+        }
+    } else {
+        Relayed::Answer(Response::Error {
+            code: ErrorCode::Internal,
+            connection: conn.to_owned(),
+            message: "the hub could not save its outbox; nothing was relayed".into(),
+        })
+    })
+}
+
+/// Relayed mail whose answer to the node waits for the destination (cut-through).
+#[derive(Debug)]
+pub struct WaitingRelay {
+    /// The node's `send` request.
+    rid: RequestId,
+    held: Held,
+    /// The answer if custody is committed instead (`accepted`).
+    accepted: Response,
+    /// When the wait ends (mono ms).
+    deadline: u64,
+}
+
+/// A node link's relay steps that wait for destinations' answers. The step does not block:
+/// the mail is routed, the answers known at once go back, and each message taken into an
+/// outbox waits here up to `tuning.peer_cut_through_ms` (20 ms) for the destination's
+/// answer, which the destination's link hands to `answers` (see [`Inner::route`]) and wakes
+/// this link: a
+/// `delivered`/`duplicate` goes back to the node as the answer, a refusal as the refusal
+/// (the node's first attempt, so it reports `refused`), with no custody commit here at all —
+/// the record an answer removes before any commit took it is never written. Mail still
+/// unanswered at its deadline leaves the cut-through (its answer becomes a receipt), is
+/// committed with the next group, and is answered `accepted` once that commit ends
+/// ([`HubCmd::Custody`]). Meanwhile the link keeps reading: sends that arrive during a wait
+/// are routed at once instead of gathering behind it.
+struct CutThrough {
+    sink: CutSink,
+    answers: std_mpsc::Receiver<(String, Response)>,
+    /// By message id.
+    waiting: HashMap<String, WaitingRelay>,
+}
+
+impl CutThrough {
+    fn new(wake: mpsc::UnboundedSender<HubCmd>) -> Self {
+        let (tx, answers) = std_mpsc::channel();
+        Self {
+            sink: CutSink { answers: tx, wake },
+            answers,
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// Answers the waiting mail the destinations answered.
+    fn answer(&mut self, link: &mut PeerLink) {
+        while let Ok((id, r)) = self.answers.try_recv() {
+            if let Some(w) = self.waiting.remove(&id) {
+                let _ = link.respond(w.rid, r);
+            }
+        }
+    }
+
+    /// The earliest deadline (mono ms).
+    fn deadline(&self) -> Option<u64> {
+        self.waiting.values().map(|w| w.deadline).min()
+    }
+
+    /// Ends the cut-through of the mail whose deadline passed (all of it with `now = None`,
+    /// when the link ends) and returns what is still unanswered: from now on the
+    /// destination's answer to it becomes a receipt.
+    fn expire(
+        &mut self,
+        hub: &PeerHub,
+        now: Option<u64>,
+        link: &mut PeerLink,
+    ) -> Vec<WaitingRelay> {
+        let due: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| now.is_none_or(|t| w.deadline <= t))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if due.is_empty() {
+            return Vec::new();
+        }
+        {
+            // Under the hub lock: after this nothing more is handed here, and what was
+            // handed before is drained below.
+            let mut g = hub.lock();
+            g.relay.end_cut_through(due.iter().map(String::as_str));
+            for id in &due {
+                g.relaying.remove(id);
+            }
+        }
+        self.answer(link);
+        due.iter()
+            .filter_map(|id| self.waiting.remove(id))
+            .collect()
+    }
+}
+
 /// The hub's relay: outboxes, shadows and link handles.
 #[derive(Debug)]
 pub struct PeerHub {
@@ -293,158 +428,106 @@ impl PeerHub {
             .map_or(0, Outbox::recipient_full_answers)
     }
 
-    /// Routes stamped mail: into the destination connection's outbox (committed before the
-    /// answer), or into a hub-local inbox for `local/<peer>`.
+    /// Routes stamped mail from the hub's own agents: into the destination connection's
+    /// outbox (committed before the answer; no cut-through, their verdict comes through their
+    /// waiter), or into a hub-local inbox for `local/<peer>`. Blocking: runs the custody
+    /// commit on this thread.
     pub(crate) fn relay_in(&self, m: &WireMessage) -> Relayed {
-        // The hub's own senders wait for the verdict through their waiters: no cut-through.
-        self.relay_batch(vec![m.clone()], false)
-            .pop()
-            .expect("one answer per message")
+        let Routed {
+            mut out,
+            mut locals,
+            held,
+        } = self.route_batch(std::slice::from_ref(m), None);
+        if let Some((_, m)) = locals.pop() {
+            return Relayed::Answer(deliver_local(&self.node, LINK_LOCAL, &m));
+        }
+        let answer = out.pop().flatten().expect("one answer per message");
+        let Some(h) = held.into_iter().next() else {
+            return Relayed::Answer(answer);
+        };
+        let (tx, rx) = std_mpsc::channel();
+        let conn = h.conn.clone();
+        self.custody(vec![h], move |r, left| {
+            let _ = tx.send((r, left));
+        });
+        // The answer waits for this commit: run the group on this thread.
+        self.node.peer.committer().commit_now();
+        match rx.recv() {
+            Ok((r, left)) => custody_failed(&r, &conn, left.first() == Some(&true))
+                .unwrap_or(Relayed::Answer(answer)),
+            // The committer is gone (shutdown): nothing here is known durable.
+            Err(_) => Relayed::Unsaved {
+                connection: conn,
+                error: "the hub is stopping".into(),
+            },
+        }
     }
 
-    /// Routes one link step's stamped mail, answers in order. The mail leaves at once (early
-    /// dispatch: the previous hop keeps it until it hears an answer, so a crash here only makes
-    /// it resend). With `cut_through` (mail from a node's link), the answer first waits up to
-    /// [`CUT_THROUGH`] for the destination's: `delivered` (its ring committed there) or its
-    /// refusal goes back as the answer, with no custody commit here at all — the record an
-    /// answer removes before any commit took it is never written. Whatever is still unanswered
-    /// then is committed in one group before `accepted` goes back. A failed commit gives
-    /// custody back (on the committing thread, before a later group could commit it) and
-    /// answers `internal` for mail that had not left; mail that had left stays held in memory
-    /// and is answered [`Relayed::Unsaved`].
-    fn relay_batch(&self, msgs: Vec<WireMessage>, cut_through: bool) -> Vec<Relayed> {
-        let mut out: Vec<Option<Response>> = vec![None; msgs.len()];
-        let mut locals = Vec::new();
-        let mut accepted: Vec<(usize, String, String)> = Vec::new();
-        let mut committed = None;
-        let (answers_tx, answers) = std_mpsc::channel();
-        {
-            let mut g = self.lock();
-            for (i, m) in msgs.iter().enumerate() {
-                match g.relay.relay(m, cut_through) {
-                    Step::Answered { response, custody } => {
-                        if let Some(conn) = custody {
-                            accepted.push((i, conn, m.message_id.clone()));
-                        }
-                        out[i] = Some(response);
+    /// Routes one step's stamped mail under the hub lock and wakes the destinations' link
+    /// tasks: the mail leaves at once (early dispatch: the previous hop keeps it until it
+    /// hears an answer, so a crash here only makes it resend). With a `sink` (mail from a
+    /// node's link) the destination's answer to mail taken into an outbox is handed there
+    /// until the cut-through ends ([`CutThrough`]).
+    fn route_batch(&self, msgs: &[WireMessage], sink: Option<&CutSink>) -> Routed {
+        let mut routed = Routed {
+            out: vec![None; msgs.len()],
+            locals: Vec::new(),
+            held: Vec::new(),
+        };
+        let mut g = self.lock();
+        for (i, m) in msgs.iter().enumerate() {
+            match g.relay.relay(m, sink.is_some()) {
+                Step::Answered { response, custody } => {
+                    if let Some(conn) = custody {
+                        routed.held.push(Held {
+                            index: i,
+                            conn,
+                            message_id: m.message_id.clone(),
+                        });
                     }
-                    Step::Local(m) => locals.push((i, m)),
+                    routed.out[i] = Some(response);
                 }
-            }
-            if cut_through {
-                for (_, _, id) in &accepted {
-                    g.relaying.insert(id.clone(), answers_tx.clone());
-                }
-            }
-            // Wake the destinations' link tasks now: the mail travels on while this step
-            // waits.
-            let mut conns: Vec<&str> = accepted.iter().map(|(_, c, _)| c.as_str()).collect();
-            conns.sort_unstable();
-            conns.dedup();
-            for c in conns {
-                if let Some((_, tx)) = g.links.get(c) {
-                    let _ = tx.send(HubCmd::Kick);
-                }
+                Step::Local(m) => routed.locals.push((i, m)),
             }
         }
-        drop(answers_tx);
-        if cut_through && !accepted.is_empty() {
-            let mut direct: HashMap<String, Response> = HashMap::new();
-            let deadline = std::time::Instant::now() + CUT_THROUGH;
-            while direct.len() < accepted.len() {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                match answers.recv_timeout(left) {
-                    Ok((id, r)) => {
-                        direct.insert(id, r);
-                    }
-                    Err(_) => break,
-                }
+        if let Some(sink) = sink {
+            for h in &routed.held {
+                g.relaying.insert(h.message_id.clone(), sink.clone());
             }
+        }
+        let mut conns: Vec<&str> = routed.held.iter().map(|h| h.conn.as_str()).collect();
+        conns.sort_unstable();
+        conns.dedup();
+        for c in conns {
+            if let Some((_, tx)) = g.links.get(c) {
+                let _ = tx.send(HubCmd::Kick);
+            }
+        }
+        routed
+    }
+
+    /// Journals the custody of `held` (committed with the next group); `done` hears the
+    /// commit's result and, when it failed, per message whether it had already left — mail
+    /// that had not is taken back out first (on the committing thread, before a later group
+    /// could commit it).
+    fn custody(
+        &self,
+        held: Vec<Held>,
+        done: impl FnOnce(CommitResult, Vec<bool>) + Send + 'static,
+    ) {
+        let hub = self.me.clone();
+        self.lock().durable.0.push(Box::new(move |r: CommitResult| {
+            let mut left = Vec::new();
+            if r.is_err()
+                && let Some(hub) = hub.upgrade()
             {
-                // Under the hub lock: after this nothing more is handed here (the receipt
-                // goes to the origin instead), and what was handed before is drained below.
-                let mut g = self.lock();
-                g.relay
-                    .end_cut_through(accepted.iter().map(|(_, _, id)| id.as_str()));
-                for (_, _, id) in &accepted {
-                    g.relaying.remove(id);
+                let mut g = hub.lock();
+                for h in &held {
+                    left.push(g.relay.withdraw(&h.conn, &h.message_id) == Withdrawn::OnItsWay);
                 }
             }
-            while let Ok((id, r)) = answers.try_recv() {
-                direct.insert(id, r);
-            }
-            accepted.retain(|(i, _, id)| match direct.remove(id) {
-                Some(r) => {
-                    out[*i] = Some(r);
-                    false
-                }
-                None => true,
-            });
-        }
-        if !accepted.is_empty() {
-            let (tx, rx) = std_mpsc::channel();
-            let hub = self.me.clone();
-            let taken: Vec<(String, String)> = accepted
-                .iter()
-                .map(|(_, c, id)| (c.clone(), id.clone()))
-                .collect();
-            self.lock().durable.0.push(Box::new(move |r: CommitResult| {
-                // Per accepted message: whether it left before the failed commit.
-                let mut left = Vec::new();
-                if r.is_err()
-                    && let Some(hub) = hub.upgrade()
-                {
-                    let mut g = hub.lock();
-                    for (conn, id) in &taken {
-                        left.push(g.relay.withdraw(conn, id) == Withdrawn::OnItsWay);
-                    }
-                }
-                let _ = tx.send((r, left));
-            }));
-            committed = Some(rx);
-        }
-        let mut out: Vec<Option<Relayed>> =
-            out.into_iter().map(|r| r.map(Relayed::Answer)).collect();
-        if let Some(rx) = committed {
-            // The answers wait for this commit: run the group on this thread.
-            self.node.peer.committer().commit_now();
-            match rx.recv() {
-                Ok((Ok(()), _)) => {}
-                Ok((Err(e), left)) => {
-                    tracing::error!(error = %e, "persisting an outbox failed");
-                    for ((i, conn, _), left) in accepted.iter().zip(left) {
-                        out[*i] = Some(if left {
-                            Relayed::Unsaved {
-                                connection: conn.clone(),
-                                error: e.to_string(),
-                            }
-                        } else {
-                            Relayed::Answer(Response::Error {
-                                code: ErrorCode::Internal,
-                                connection: conn.clone(),
-                                message: "the hub could not save its outbox; nothing was relayed"
-                                    .into(),
-                            })
-                        });
-                    }
-                }
-                Err(_) => {
-                    // The committer is gone (shutdown): nothing here is known durable.
-                    for (i, conn, _) in &accepted {
-                        out[*i] = Some(Relayed::Unsaved {
-                            connection: conn.clone(),
-                            error: "the hub is stopping".into(),
-                        });
-                    }
-                }
-            }
-        }
-        for (i, m) in locals {
-            out[i] = Some(Relayed::Answer(deliver_local(&self.node, LINK_LOCAL, &m)));
-        }
-        out.into_iter()
-            .map(|r| r.expect("every message answered"))
-            .collect()
+            done(r, left);
+        }));
     }
 
     /// Routes what an outbox change produced: receipts to the origin node's link, or to the
@@ -590,6 +673,7 @@ where
                 // Every change of the hub's upstream tool set reaches this link at once (the
                 // tick compares generations too, as a backstop).
                 let mut changes = hub.node.upstreams.subscribe();
+                let wake = tx.clone();
                 hub.node.tasks.spawn(async move {
                     loop {
                         tokio::select! {
@@ -615,6 +699,7 @@ where
                     conn: conn.clone(),
                     end: RelayEnd::new(&conn.id, generation),
                     hinted: None,
+                    cut: CutThrough::new(wake),
                 };
                 let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
                 if end.end.was_up() {
@@ -644,6 +729,8 @@ struct HubEnd {
     end: RelayEnd,
     /// The upstream tool generation the node was last told about (or listed).
     hinted: Option<u64>,
+    /// Relayed mail waiting for its destination's answer.
+    cut: CutThrough,
 }
 
 impl HubEnd {
@@ -749,6 +836,12 @@ impl End for HubEnd {
 
     fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
         let id = self.conn.id.clone();
+        if matches!(event, LinkEvent::Down { .. }) {
+            // Nothing can answer the node any more: its in-flight mail is uncertain to it and
+            // resent on the next link (the destination's ring absorbs a repeat); the answers
+            // still to come become receipts, dropped with this link.
+            self.cut.expire(&self.hub, None, link);
+        }
         // The hub's own peers, for the directory pushed at link up (read before the hub lock).
         let local = matches!(event, LinkEvent::Up { .. })
             .then(|| local_entries(&self.hub.node, None))
@@ -870,6 +963,27 @@ impl End for HubEnd {
             HubCmd::Answer(rid, r) => {
                 let _ = link.respond(rid, r);
             }
+            HubCmd::Custody(relayed, r, left) => {
+                let mut unsaved = false;
+                for (i, w) in relayed.into_iter().enumerate() {
+                    let left = left.get(i) == Some(&true);
+                    match custody_failed(&r, &w.held.conn, left) {
+                        None => {
+                            let _ = link.respond(w.rid, w.accepted);
+                        }
+                        Some(Relayed::Answer(refusal)) => {
+                            let _ = link.respond(w.rid, refusal);
+                        }
+                        Some(Relayed::Unsaved { .. }) => unsaved = true,
+                    }
+                }
+                if unsaved {
+                    // See `Relayed::Unsaved`: the node's in-flight mail becomes uncertain and
+                    // is resent on the next link.
+                    tracing::warn!(conn = %self.conn.id, "custody of relayed mail not saved; resetting the link");
+                    link.reset();
+                }
+            }
             HubCmd::Progress(rid, q) => {
                 let queued = q.lock().unwrap_or_else(|p| p.into_inner()).drain();
                 for p in queued {
@@ -883,30 +997,56 @@ impl End for HubEnd {
     }
 
     fn pump(&mut self, link: &mut PeerLink) {
+        self.cut.answer(link);
         let sends = self.end.take_sends();
         if !sends.is_empty() {
-            let (ids, msgs): (Vec<RequestId>, Vec<WireMessage>) = sends.into_iter().unzip();
-            let mut unsaved = false;
-            let hub = &self.hub;
-            let relayed = driver::blocking(|| hub.relay_batch(msgs, true));
-            for (id, r) in ids.into_iter().zip(relayed) {
-                match r {
-                    Relayed::Answer(r) => {
-                        let _ = link.respond(id, r);
-                    }
-                    Relayed::Unsaved { .. } => unsaved = true,
-                }
+            let (rids, msgs): (Vec<RequestId>, Vec<WireMessage>) = sends.into_iter().unzip();
+            let Routed { out, locals, held } = self.hub.route_batch(&msgs, Some(&self.cut.sink));
+            let mut out: Vec<Option<Response>> = out;
+            let wait = self.hub.node.config().tuning.peer_cut_through_ms;
+            let deadline = tuic_node::logs::mono_ms() + wait;
+            for h in held {
+                let accepted = out[h.index].take().expect("an answer per message");
+                self.cut.waiting.insert(
+                    h.message_id.clone(),
+                    WaitingRelay {
+                        rid: rids[h.index],
+                        held: h,
+                        accepted,
+                        deadline,
+                    },
+                );
             }
-            if unsaved {
-                // See `Relayed::Unsaved`: the node's in-flight mail becomes uncertain and is
-                // resent on the next link.
-                tracing::warn!(conn = %self.conn.id, "custody of relayed mail not saved; resetting the link");
-                link.reset();
-                return;
+            // Mail for the hub's own peers: delivered through its rings (a ring commit).
+            for (i, m) in locals {
+                let node = &self.hub.node;
+                out[i] = Some(deliver_local(node, LINK_LOCAL, &m));
+            }
+            for (rid, r) in rids.into_iter().zip(out) {
+                if let Some(r) = r {
+                    let _ = link.respond(rid, r);
+                }
             }
         }
         let mut g = self.hub.lock();
         self.end.dispatch(&mut g.relay, link);
+    }
+
+    fn deadline(&self) -> Option<u64> {
+        self.cut.deadline()
+    }
+
+    fn on_deadline(&mut self, link: &mut PeerLink, now: u64) {
+        let due = self.cut.expire(&self.hub, Some(now), link);
+        if due.is_empty() {
+            return;
+        }
+        let wake = self.cut.sink.wake.clone();
+        let held = due.iter().map(|w| w.held.clone()).collect();
+        self.hub.custody(held, move |r, left| {
+            let _ = wake.send(HubCmd::Custody(due, r, left));
+        });
+        self.hub.node.peer.committer().wake();
     }
 
     fn on_tick(&mut self, link: &mut PeerLink) {

@@ -192,6 +192,9 @@ pub struct Tuning {
     /// How long `agent action=send` to a remote address waits for the destination's verdict
     /// before answering `accepted` (1.5 s); 0 answers as soon as the mail is held.
     pub peer_send_wait_ms: u64,
+    /// How long a hub waits for the destination's answer to mail it relays before it commits
+    /// custody and answers `accepted` to the previous hop (20 ms; "cut-through").
+    pub peer_cut_through_ms: u64,
     /// The hub's longest pause between two reconnect attempts to a node (30 s; exponential
     /// from 1 s, each pause plus a random jitter of up to its own length).
     pub peer_reconnect_max_ms: u64,
@@ -257,6 +260,7 @@ impl Default for Tuning {
             peer_outbox_max_messages: 1_000,
             peer_outbox_max_bytes: 16 * 1024 * 1024,
             peer_send_wait_ms: 1_500,
+            peer_cut_through_ms: 20,
             peer_reconnect_max_ms: 30_000,
             tailscale_refresh_ms: 30_000,
             tailscale_probe_ms: 500,

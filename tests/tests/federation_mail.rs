@@ -219,6 +219,69 @@ async fn a_delivered_send_writes_no_custody_record_and_an_accepted_one_does() {
     assert_eq!(got[0]["message"], "held");
 }
 
+/// The hub's wait for a destination's answer (cut-through) does not hold the link the mail
+/// came from: with node C silent (its link still up, frames unanswered) and a 3 s
+/// cut-through, a send from node B to the hub's own agent is answered while B's send to C is
+/// still waiting at the hub; that send then ends `accepted`, after the cut-through and the
+/// hub's custody commit.
+#[tokio::test]
+async fn a_relay_waiting_for_a_silent_destination_does_not_hold_the_next_send() {
+    const CUT: Duration = Duration::from_secs(3);
+    let st = star_configs(
+        json!({"tuning": {"peer_send_wait_ms": 15_000}}),
+        json!({"tuning": {"peer_cut_through_ms": CUT.as_millis() as u64}}),
+    )
+    .await;
+    let (mut bob, _) = Agent::new(&st.b.socket, "bob").await;
+    let (mut bella, _) = Agent::new(&st.b.socket, "bella").await;
+    let (_carol, tcarol) = Agent::new(&st.c_socket, "carol").await;
+    let (mut hank, thank) = Agent::new(&st.hub.socket, "hank").await;
+    let (a_carol, a_hank) = (format!("nodec/{tcarol}"), format!("local/{thank}"));
+    bob.sees(&a_carol, Duration::from_secs(10)).await;
+    bella.sees(&a_hank, Duration::from_secs(10)).await;
+    // C goes silent: its veth is down, while the hub's link to it stays up until the
+    // liveness deadline (15 s and more).
+    st.net.set_link(1, false).unwrap();
+    let h0 = commits(&st.hub.socket).await;
+    let started = Instant::now();
+    let to_c = tokio::spawn(async move {
+        let r = bob.send(&a_carol, "into the silence").await;
+        (r, started.elapsed())
+    });
+    // The hub holds it (relayed towards C, waiting for C's answer).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connection(&st.hub, "nodec").await["outbox_held"] != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the hub never held the send to C"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = bella.send(&a_hank, "meanwhile").await;
+    let answered_in = started.elapsed();
+    assert_eq!(r["status"], "delivered", "{r}");
+    assert!(
+        !to_c.is_finished() && answered_in < CUT,
+        "the send to the hub's agent was answered {answered_in:?} after the send to C, which is finished: {}",
+        to_c.is_finished()
+    );
+    assert_eq!(
+        hank.collect(1, Duration::from_secs(10)).await[0]["message"],
+        "meanwhile"
+    );
+    let (r, took) = to_c.await.unwrap();
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert!(
+        took >= CUT,
+        "accepted after {took:?}, before the cut-through ended"
+    );
+    assert!(
+        commits(&st.hub.socket).await > h0,
+        "the hub answered `accepted` without a custody commit"
+    );
+    st.net.set_link(1, true).unwrap();
+}
+
 #[tokio::test]
 async fn agents_on_two_nodes_exchange_mail_through_the_hub_exactly_once_in_order() {
     let st = star().await;

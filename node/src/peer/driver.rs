@@ -118,17 +118,13 @@ pub trait End: Send {
     fn on_tick(&mut self, link: &mut PeerLink) {
         let _ = link;
     }
-}
-
-/// Runs an end's blocking step (a commit it must wait for, a bounded wait for the next hop's
-/// answer) off the async worker: on a multi-thread runtime the worker's other tasks move to
-/// another thread first. Without that, a task this step wakes (the next link's task, a reader's
-/// `wait`) sits in this worker's not-stealable next-task slot until the step returns, so the
-/// mail's next hop waits for the commit this step overlaps it with.
-pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
+    /// The next instant (mono ms) this end wants [`End::on_deadline`], if any.
+    fn deadline(&self) -> Option<u64> {
+        None
+    }
+    /// Runs once [`End::deadline`] has passed.
+    fn on_deadline(&mut self, link: &mut PeerLink, now: u64) {
+        let _ = (link, now);
     }
 }
 
@@ -180,8 +176,10 @@ pub async fn run<E: End, I: FrameIo>(
             io.close().await;
             return if stopped { Ended::Stopped } else { Ended::Down };
         }
-        let wake = link
-            .poll_timeout()
+        let wake = [link.poll_timeout(), end.deadline()]
+            .into_iter()
+            .flatten()
+            .min()
             .map(|t| Duration::from_millis(t.saturating_sub(mono_ms())))
             .unwrap_or(Duration::from_secs(60));
         tokio::select! {
@@ -208,7 +206,13 @@ pub async fn run<E: End, I: FrameIo>(
                 }
                 None => link.reset(),
             },
-            _ = tokio::time::sleep(wake) => link.handle_timeout(mono_ms()),
+            _ = tokio::time::sleep(wake) => {
+                let now = mono_ms();
+                link.handle_timeout(now);
+                if end.deadline().is_some_and(|t| t <= now) {
+                    end.on_deadline(&mut link, now);
+                }
+            }
             cmd = cmds.recv() => match cmd {
                 Some(c) => end.on_cmd(&mut link, c),
                 // Every sender is gone: nobody can reach this link any more.

@@ -25,9 +25,8 @@ pub mod quic_stream;
 pub mod quic_udp;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -58,6 +57,9 @@ pub struct Refusal {
     pub message: String,
 }
 
+/// Where a waiting sender hears its mail's outcomes (non-blocking to send from any thread).
+pub type OutcomeTx = mpsc::UnboundedSender<SenderOutcome>;
+
 /// Mail a hop has taken custody of.
 #[derive(Debug)]
 pub struct Queued {
@@ -67,7 +69,7 @@ pub struct Queued {
     pub connection: String,
     /// Later outcomes (ack, receipt, link drop), while the link is up; `None` when the link is
     /// down (the mail waits in the outbox).
-    pub outcomes: Option<std_mpsc::Receiver<SenderOutcome>>,
+    pub outcomes: Option<mpsc::UnboundedReceiver<SenderOutcome>>,
     /// Custody could not be committed, but the mail had already left (early dispatch): it is
     /// held in memory and resent until a hop answers, and a crash of this process before then
     /// would lose it. `None` when custody is durable.
@@ -79,7 +81,7 @@ pub struct Queued {
 
 /// A custody commit a sender has not waited for yet (see [`send_remote`]).
 #[derive(Debug)]
-pub struct PendingCustody(std_mpsc::Receiver<Custody>);
+pub struct PendingCustody(tokio::sync::oneshot::Receiver<Custody>);
 
 /// The durable and link state under one lock.
 #[derive(Debug)]
@@ -94,7 +96,7 @@ pub struct Inner {
     link: Option<(u64, mpsc::UnboundedSender<endpoint::Cmd>)>,
     next_link: u64,
     /// Senders waiting for the outcome of their mail, by message id.
-    waiters: HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    waiters: HashMap<String, OutcomeTx>,
     /// Recipients whose ring changed since the committer last took them.
     dirty_rings: BTreeSet<String>,
     /// Run after the next group commit (which takes everything journaled before them).
@@ -324,7 +326,7 @@ impl Inner {
 
 /// Hands `outcome` to the sender waiting on `message_id`, or back when none waits.
 pub fn notify_waiter(
-    waiters: &mut HashMap<String, std_mpsc::Sender<SenderOutcome>>,
+    waiters: &mut HashMap<String, OutcomeTx>,
     message_id: &str,
     outcome: SenderOutcome,
 ) -> Option<SenderOutcome> {
@@ -333,7 +335,7 @@ pub fn notify_waiter(
     };
     match tx.send(outcome) {
         Ok(()) => None,
-        Err(std_mpsc::SendError(outcome)) => {
+        Err(mpsc::error::SendError(outcome)) => {
             waiters.remove(message_id);
             Some(outcome)
         }
@@ -741,7 +743,7 @@ impl Sent {
 /// will be retried until acknowledged: committed here first, unless the hub said it holds it
 /// committed), `uncertain` (on the wire when the link dropped; committed here, resent with the
 /// same id, never as new mail), or a refusal naming the connection.
-pub fn send_to_address(
+pub async fn send_to_address(
     node: &Arc<Node>,
     from: &str,
     from_name: Option<String>,
@@ -753,9 +755,23 @@ pub fn send_to_address(
             bytes: message.len(),
         });
     }
-    let mut queued = match node.ext.mail_router() {
-        Some(h) => h.send(from, from_name, to, message),
-        None => queue_uplink(node, from, from_name, to, message),
+    let mut queued = if node.ext.mail_router().is_some() {
+        // A hub's own agent: its relay step commits custody (blocking).
+        let (n, from, to) = (node.clone(), from.to_owned(), to.to_owned());
+        tokio::task::spawn_blocking(move || match n.ext.mail_router() {
+            Some(h) => h.send(&from, from_name, &to, message),
+            None => unreachable!("the mail router is fixed at start"),
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Refusal {
+                code: ErrorCode::Internal,
+                connection: UPLINK.to_owned(),
+                message: "relaying the message failed unexpectedly".into(),
+            })
+        })
+    } else {
+        queue_uplink(node, from, from_name, to, message)
     }
     .map_err(|refusal| SendError::Refused {
         refusal,
@@ -771,14 +787,14 @@ pub fn send_to_address(
         // Not durable here: uncertain until the next hop says it holds the mail.
         status = SentStatus::Uncertain(Uncertainty::Unsaved(why.clone()));
     }
-    if let Some(rx) = &queued.outcomes {
-        let deadline = Instant::now() + wait;
+    if let Some(rx) = &mut queued.outcomes {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            match rx.recv_timeout(left) {
+            let next = match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(o)) => Ok(o),
+                Ok(None) | Err(_) => Err(()),
+            };
+            match next {
                 Ok(SenderOutcome::Accepted) => {
                     // The next hop holds it committed.
                     status = SentStatus::Accepted;
@@ -826,11 +842,11 @@ pub fn send_to_address(
         && !held_beyond
         && let Some(PendingCustody(rx)) = queued.custody.take()
     {
-        // The answer promises the mail survives a crash: its custody commit first (the group
-        // runs on this thread). A `delivered` verdict needs none: the mail is in the
-        // recipient's inbox, its ring committed there.
-        node.peer.committer.commit_now();
-        match rx.recv() {
+        // The answer promises the mail survives a crash: its custody commit first (the
+        // committer thread runs the group). A `delivered` verdict needs none: the mail is in
+        // the recipient's inbox, its ring committed there.
+        node.peer.committer.wake();
+        match rx.await {
             Ok(Custody::Durable) => {}
             Ok(Custody::OnItsWay(e)) => {
                 tracing::error!(error = %e, message_id = %queued.message_id, "persisting the uplink outbox failed after the mail left");
@@ -928,7 +944,7 @@ fn queue_uplink(
     }
     // The outcome waiter is in place before the mail can leave.
     let outcomes = if p.link.is_some() {
-        let (tx, rx) = std_mpsc::channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         p.waiters.insert(message_id.clone(), tx);
         Some(rx)
     } else {
@@ -938,7 +954,7 @@ fn queue_uplink(
     // at once (early dispatch), so its trip overlaps that commit. A failed commit takes it back
     // out on the committer thread when it has not left yet (nothing is promised that a crash
     // would lose); mail already on its way stays held, and the caller hears it is unsaved.
-    let (tx, rx) = std_mpsc::channel();
+    let (tx, rx) = tokio::sync::oneshot::channel();
     let inner = node.peer.inner.clone();
     let id = message_id.clone();
     p.durable.0.push(Box::new(move |r: CommitResult| {

@@ -11,7 +11,7 @@ use tuic_proto::mail::{DeliveryPath, InboxError};
 
 use crate::logs::mono_ms;
 use crate::mail::{Mail, spawn, wake};
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, on_blocking_pool, schema};
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["register", "list_peers", "send", "inbox", "wait", "spawn"];
@@ -57,7 +57,7 @@ Orchestrators: children report results with send; read them with inbox or wait, 
         )
     },
     handler,
-    blocking: &["spawn", "send"],
+    blocking: &["spawn"],
     passthrough: false,
 };
 
@@ -96,13 +96,13 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     match a {
         "register" => register(node, ctx, args),
         "list_peers" => list_peers(node, args),
-        "send" => send(node, ctx, args),
         "inbox" => inbox(node, ctx, args),
         "spawn" => spawn_child(node, ctx, args),
-        // `wait` is dispatched to `wait_async` by the registry; reaching here is a bug.
+        // `wait` and `send` are dispatched to `wait_async`/`send_async` by the registry;
+        // reaching here is a bug.
         _ => Err(ToolError::new(
             "internal",
-            "agent action=wait runs asynchronously",
+            format!("agent action={a} runs asynchronously"),
         )),
     }
 }
@@ -369,7 +369,62 @@ fn resolve(node: &Arc<Node>, to: &str) -> Result<String, ToolError> {
 /// Why `urgency=urgent` did nothing for a recipient on another host.
 const REMOTE_URGENCY: &str = "urgency applies to recipients on this host only; the message was sent to the other host as normal mail";
 
-fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+/// Where `agent action=send` goes: a local recipient (delivered on the blocking pool: an
+/// urgent notice writes to a PTY) or an address on another host (awaited: the verdict comes
+/// from the peer link, no thread waits for it).
+enum SendPlan {
+    Local {
+        me: String,
+        recipient: String,
+        from_name: Option<String>,
+        message: String,
+        urgent: bool,
+        keep_open: Option<bool>,
+    },
+    Remote {
+        me: String,
+        to: String,
+        from_name: Option<String>,
+        message: String,
+        urgent: bool,
+    },
+}
+
+/// `agent action=send`, run as a future (see [`SendPlan`]).
+pub(super) fn send_async(
+    node: Arc<Node>,
+    ctx: CallCtx,
+    args: Map<String, Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+    Box::pin(async move {
+        precheck(&ctx, &args)?;
+        match plan_send(&node, &ctx, &args)? {
+            SendPlan::Remote {
+                me,
+                to,
+                from_name,
+                message,
+                urgent,
+            } => {
+                let mut v =
+                    super::peer_errors::send_remote(&node, &me, from_name, &to, message).await?;
+                if urgent {
+                    // The peer link carries no urgency: say so instead of dropping it quietly.
+                    v["urgent_delivered"] = json!(false);
+                    v["urgent_fallback_reason"] = json!(REMOTE_URGENCY);
+                }
+                Ok(v)
+            }
+            local => on_blocking_pool("agent", move || send_local(&node, local)).await,
+        }
+    })
+}
+
+fn plan_send(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &Map<String, Value>,
+) -> Result<SendPlan, ToolError> {
     let me = caller(node, ctx)?;
     let to = opt_str(args, "to")?.ok_or_else(|| ToolError::invalid("to is required"))?;
     let message = opt_str(args, "message")?
@@ -390,13 +445,13 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
             crate::peer::Route::NotAnAddress => return Err(e),
             crate::peer::Route::Local(peer) => resolve(node, &peer)?,
             crate::peer::Route::Remote if keep_open.is_none() => {
-                let mut v = super::peer_errors::send_remote(node, &me, from_name, to, message)?;
-                if urgent {
-                    // The peer link carries no urgency: say so instead of dropping it quietly.
-                    v["urgent_delivered"] = json!(false);
-                    v["urgent_fallback_reason"] = json!(REMOTE_URGENCY);
-                }
-                return Ok(v);
+                return Ok(SendPlan::Remote {
+                    me,
+                    to: to.to_owned(),
+                    from_name,
+                    message,
+                    urgent,
+                });
             }
             crate::peer::Route::Remote => {
                 return Err(ToolError::new(
@@ -407,6 +462,29 @@ fn send(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Va
                 ));
             }
         },
+    };
+    Ok(SendPlan::Local {
+        me,
+        recipient,
+        from_name,
+        message,
+        urgent,
+        keep_open,
+    })
+}
+
+/// A local delivery (blocking).
+fn send_local(node: &Arc<Node>, plan: SendPlan) -> Result<Value, ToolError> {
+    let SendPlan::Local {
+        me,
+        recipient,
+        from_name,
+        message,
+        urgent,
+        keep_open,
+    } = plan
+    else {
+        return Err(ToolError::new("internal", "a remote send is not local"));
     };
     if keep_open.is_some()
         && !node

@@ -30,6 +30,7 @@ pub(crate) static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
     ("session", "*", session::serve_async),
     ("repo", "*", repo::serve_async),
     ("agent", "wait", agent::wait_async),
+    ("agent", "send", agent::send_async),
     ("progress", "", progress::record_async),
 ];
 

@@ -51,14 +51,16 @@ fn refusal_error(r: &Refusal, message_id: Option<&str>) -> ToolError {
 }
 
 /// `agent action=send` to an address, as the MCP tool answers it (see [`peer::send_to_address`]).
-pub(super) fn send_remote(
+pub(super) async fn send_remote(
     node: &Arc<Node>,
     from: &str,
     from_name: Option<String>,
     to: &str,
     message: String,
 ) -> Result<Value, ToolError> {
-    Ok(peer::send_to_address(node, from, from_name, to, message)?.to_json(to))
+    Ok(peer::send_to_address(node, from, from_name, to, message)
+        .await?
+        .to_json(to))
 }
 
 #[cfg(test)]
