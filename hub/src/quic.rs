@@ -90,6 +90,13 @@ impl FrameIo for LinkIo {
         }
     }
 
+    async fn send_all(&mut self, texts: Vec<String>) -> bool {
+        match self {
+            Self::Quic(q, _) => q.send_all(texts).await,
+            Self::Ws(w) => w.send_all(texts).await,
+        }
+    }
+
     async fn close(&mut self) {
         match self {
             Self::Quic(q, _) => q.close().await,

@@ -7,6 +7,10 @@ cache=${TUIC_MCP_CLIENTS_CACHE:-$HOME/.cache/tuic-mcp-clients}
 py_version=${TUIC_MCP_PY_VERSION:-2.3.0}
 ts_version=${TUIC_MCP_TS_VERSION:-1.32.2}
 mkdir -p "$cache"
+# Tests run as parallel processes: the first use installs, the others wait for it here
+# (two installs at once break each other's venv and node_modules).
+exec 9>"$cache/.install.lock"
+flock 9
 if ! "$cache/venv/bin/python" -c "import mcp.client.client" 2>/dev/null; then
   python3 -m venv "$cache/venv" >&2
   "$cache/venv/bin/pip" install -q "mcp==$py_version" >&2

@@ -34,6 +34,18 @@ pub trait FrameIo: Send {
     fn recv(&mut self) -> impl std::future::Future<Output = Option<String>> + Send;
     /// Writes one text frame; `false` when the connection is gone.
     fn send(&mut self, text: String) -> impl std::future::Future<Output = bool> + Send;
+    /// Writes a step's frames in order with one flush (one socket write or one wake of the
+    /// QUIC connection for all of them); `false` when the connection is gone.
+    fn send_all(&mut self, texts: Vec<String>) -> impl std::future::Future<Output = bool> + Send {
+        async move {
+            for t in texts {
+                if !self.send(t).await {
+                    return false;
+                }
+            }
+            true
+        }
+    }
     /// Closes the connection (best effort).
     fn close(&mut self) -> impl std::future::Future<Output = ()> + Send;
 }
@@ -99,6 +111,15 @@ where
         self.inner.send(K::text(text)).await.is_ok()
     }
 
+    async fn send_all(&mut self, texts: Vec<String>) -> bool {
+        for t in texts {
+            if self.inner.feed(K::text(t)).await.is_err() {
+                return false;
+            }
+        }
+        self.inner.flush().await.is_ok()
+    }
+
     async fn close(&mut self) {
         let _ = self.inner.send(K::close()).await;
     }
@@ -157,15 +178,16 @@ pub async fn run<E: End, I: FrameIo>(
         if link.state() == LinkState::Up {
             end.pump(&mut link);
         }
+        let mut frames = Vec::new();
         while let Some(f) = link.poll_transmit() {
-            // A peer that stops reading (a silent partition with full socket buffers) must not
-            // hold this task past the liveness deadline.
-            match tokio::time::timeout(SEND_TIMEOUT, io.send(f.encode())).await {
+            frames.push(f.encode());
+        }
+        // One write for the step's frames. A peer that stops reading (a silent partition with
+        // full socket buffers) must not hold this task past the liveness deadline.
+        if !frames.is_empty() {
+            match tokio::time::timeout(SEND_TIMEOUT, io.send_all(frames)).await {
                 Ok(true) => {}
-                Ok(false) | Err(_) => {
-                    link.reset();
-                    break;
-                }
+                Ok(false) | Err(_) => link.reset(),
             }
         }
         if link.state() == LinkState::Down {

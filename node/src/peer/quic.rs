@@ -164,6 +164,15 @@ impl FrameIo for QuicIo {
         self.write_frame(text).await
     }
 
+    async fn send_all(&mut self, texts: Vec<String>) -> bool {
+        for t in texts {
+            if self.send.feed(Bytes::from(t)).await.is_err() {
+                return false;
+            }
+        }
+        SinkExt::<Bytes>::flush(&mut self.send).await.is_ok()
+    }
+
     async fn close(&mut self) {
         let _ = self.send.get_mut().finish();
         self.conn
