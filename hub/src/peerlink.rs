@@ -288,9 +288,8 @@ pub struct WaitingRelay {
 /// the mail is routed, the answers known at once go back, and each message taken into an
 /// outbox waits here up to `tuning.peer_cut_through_ms` (20 ms) for the destination's
 /// answer, which the destination's link hands to `answers` (see [`Inner::route`]) and wakes
-/// this link: a
-/// `delivered`/`duplicate` goes back to the node as the answer, a refusal as the refusal
-/// (the node's first attempt, so it reports `refused`), with no custody commit here at all —
+/// this link: a `delivered`/`duplicate` goes back to the node as the answer, a refusal as the
+/// refusal (the node's first attempt, so it reports `refused`), with no custody commit here —
 /// the record an answer removes before any commit took it is never written. Mail still
 /// unanswered at its deadline leaves the cut-through (its answer becomes a receipt), is
 /// committed with the next group, and is answered `accepted` once that commit ends

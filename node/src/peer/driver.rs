@@ -172,6 +172,12 @@ pub async fn run<E: End, I: FrameIo>(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopped = false;
     loop {
+        // Checked on every step, not only when the sleep wins: a busy link must not starve a
+        // deadline its end waits for.
+        let now = mono_ms();
+        if end.deadline().is_some_and(|t| t <= now) {
+            end.on_deadline(&mut link, now);
+        }
         while let Some(ev) = link.poll_event() {
             end.on_event(&mut link, ev);
         }
@@ -228,13 +234,7 @@ pub async fn run<E: End, I: FrameIo>(
                 }
                 None => link.reset(),
             },
-            _ = tokio::time::sleep(wake) => {
-                let now = mono_ms();
-                link.handle_timeout(now);
-                if end.deadline().is_some_and(|t| t <= now) {
-                    end.on_deadline(&mut link, now);
-                }
-            }
+            _ = tokio::time::sleep(wake) => link.handle_timeout(mono_ms()),
             cmd = cmds.recv() => match cmd {
                 Some(c) => end.on_cmd(&mut link, c),
                 // Every sender is gone: nobody can reach this link any more.
