@@ -11,7 +11,9 @@ use tuic_proto::mail::{DeliveryPath, InboxError};
 
 use crate::logs::mono_ms;
 use crate::mail::{Mail, spawn, wake};
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, on_blocking_pool, schema};
+use crate::mcp::registry::{
+    CallCtx, ToolDef, ToolError, ToolFuture, action, on_blocking_pool, schema,
+};
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["register", "list_peers", "send", "inbox", "wait", "spawn"];
@@ -108,11 +110,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
 }
 
 /// `agent action=wait`, run as a future: it sleeps on the inbox, not on a thread.
-pub(super) fn wait_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+pub(super) fn wait_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
         precheck(&ctx, &args)?;
         let me = caller(&node, &ctx)?;
@@ -373,14 +371,7 @@ const REMOTE_URGENCY: &str = "urgency applies to recipients on this host only; t
 /// urgent notice writes to a PTY) or an address on another host (awaited: the verdict comes
 /// from the peer link, no thread waits for it).
 enum SendPlan {
-    Local {
-        me: String,
-        recipient: String,
-        from_name: Option<String>,
-        message: String,
-        urgent: bool,
-        keep_open: Option<bool>,
-    },
+    Local(LocalSend),
     Remote {
         me: String,
         to: String,
@@ -390,12 +381,18 @@ enum SendPlan {
     },
 }
 
+/// A send to a recipient on this node.
+struct LocalSend {
+    me: String,
+    recipient: String,
+    from_name: Option<String>,
+    message: String,
+    urgent: bool,
+    keep_open: Option<bool>,
+}
+
 /// `agent action=send`, run as a future (see [`SendPlan`]).
-pub(super) fn send_async(
-    node: Arc<Node>,
-    ctx: CallCtx,
-    args: Map<String, Value>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ToolError>> + Send>> {
+pub(super) fn send_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
         precheck(&ctx, &args)?;
         match plan_send(&node, &ctx, &args)? {
@@ -415,7 +412,9 @@ pub(super) fn send_async(
                 }
                 Ok(v)
             }
-            local => on_blocking_pool("agent", move || send_local(&node, local)).await,
+            SendPlan::Local(local) => {
+                on_blocking_pool("agent", move || send_local(&node, local)).await
+            }
         }
     })
 }
@@ -463,29 +462,26 @@ fn plan_send(
             }
         },
     };
-    Ok(SendPlan::Local {
+    Ok(SendPlan::Local(LocalSend {
         me,
         recipient,
         from_name,
         message,
         urgent,
         keep_open,
-    })
+    }))
 }
 
 /// A local delivery (blocking).
-fn send_local(node: &Arc<Node>, plan: SendPlan) -> Result<Value, ToolError> {
-    let SendPlan::Local {
+fn send_local(node: &Arc<Node>, send: LocalSend) -> Result<Value, ToolError> {
+    let LocalSend {
         me,
         recipient,
         from_name,
         message,
         urgent,
         keep_open,
-    } = plan
-    else {
-        return Err(ToolError::new("internal", "a remote send is not local"));
-    };
+    } = send;
     if keep_open.is_some()
         && !node
             .mail
