@@ -267,6 +267,13 @@ pub fn paths(loc: &Location) -> anyhow::Result<Paths> {
     )
 }
 
+/// Colour in the stderr log only for a terminal (and not with `NO_COLOR` set): a log
+/// redirected to a file or a journal gets plain lines, and formatting skips the escapes.
+fn colour_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Runs a node in the foreground. `hook` receives the opened node inside the runtime, before
 /// serving: an extension installs its `crate::ext` hooks there, starts its own tasks and may
 /// return a router hook (the hub does all three).
@@ -280,7 +287,11 @@ pub fn serve(
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(colour_stderr()),
+        )
         .with(logs.layer())
         .init();
     let port_env = std::env::var("TUIC_PORT").ok().filter(|v| !v.is_empty());

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod bench_attach;
 pub mod bench_fed;
+pub mod bench_floor;
 pub mod bench_outbox;
 pub mod bench_progress;
 pub mod bench_quic;
@@ -33,6 +34,16 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
+
+/// CPU seconds (user + system) of a process itself, children excluded.
+pub fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm field.
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
 
 /// The `p` quantile (0..=1, nearest rank) of `v`, which it sorts.
 pub fn percentile(v: &mut [f64], p: f64) -> f64 {

@@ -106,6 +106,12 @@ impl Net {
         &self.links[i].2
     }
 
+    /// The hub's address on its link to node `i` (what node `i` reaches it at).
+    pub fn hub_addr(&self, i: usize) -> String {
+        let node = self.node_addr(i);
+        format!("{}.1", node.rsplit_once('.').map_or(node, |(net, _)| net))
+    }
+
     /// Node `i`'s interface name (inside the node's namespace).
     pub fn node_if(&self, i: usize) -> String {
         format!("{}n{i}", self.prefix)

@@ -30,7 +30,7 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 use tuic_tests::bench_attach::bare_round_trips;
 use tuic_tests::term::{Node, read_until};
-use tuic_tests::{percentile, records};
+use tuic_tests::{cpu_secs, percentile, records};
 
 const T: Duration = Duration::from_secs(300);
 
@@ -83,6 +83,9 @@ fn main() -> anyhow::Result<()> {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000);
             let kib = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);
             tuic_tests::bench_outbox::run_both(n, kib)
+        }
+        Some("floor-echo" | "floor-relay" | "floor-client") => {
+            rt.block_on(tuic_tests::bench_floor::role(&args))
         }
         Some("fed-mail") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
@@ -163,16 +166,6 @@ fn main() -> anyhow::Result<()> {
             "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
-}
-
-/// CPU seconds (user + system) of a process itself, children excluded.
-fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm field.
-    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
-    Ok(ticks / 100.0)
 }
 
 /// Resident set size of a process, in KiB.
