@@ -214,50 +214,17 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
     println!(
         "fed-mail: agents on node B -> agent on node C through the hub (floor: both on node B)"
     );
-    // CPU of every process on the mail's path, for the budget per message.
-    let pids = [
-        ("bench", std::process::id()),
-        ("node B", bed.nodes[0].proc().child.id()),
-        ("hub", bed.hub.child.id()),
-        ("node C", bed.nodes[1].proc().child.id()),
-    ];
-    let cpu = || -> anyhow::Result<Vec<f64>> {
-        pids.iter().map(|(_, pid)| crate::cpu_secs(*pid)).collect()
-    };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut results = Vec::new();
     for (label, to, rx) in [
         ("local (same node)", tbella, bella),
         ("cross-host via hub", remote, carol),
     ] {
-        let done = AtomicBool::new(false);
-        // The budget covers the throughput part: `during` starts with it.
-        let mut before = Vec::new();
-        let during = async {
-            before = cpu()?;
-            anyhow::Ok(())
-        };
-        let (m, _, ()) = mail_phase(&mut senders, rx, &to, n, "m", &done, during).await?;
-        let spent: Vec<f64> = cpu()?.iter().zip(&before).map(|(a, b)| a - b).collect();
+        let (m, _, budget) = budgeted_phase(&bed, &mut senders, rx, &to, n).await?;
         println!(
             "  {label:<20} latency p50 {:.3} ms  p99 {:.3} ms | {} msgs from 4 senders in {:.2} s: {:.0} msg/s, received={} distinct={} missed={}",
             m.p50, m.p99, m.total, m.secs, m.per_sec, m.received, m.distinct, m.missed
         );
-        let per_msg = |cpu_s: f64| cpu_s * 1e3 / m.total as f64;
-        let total: f64 = spent.iter().sum();
-        let parts: Vec<String> = pids
-            .iter()
-            .zip(&spent)
-            .map(|((name, _), s)| format!("{name} {:.3}", per_msg(*s)))
-            .collect();
-        println!(
-            "  {:<20} cpu ms/msg: {} | total {:.3}: {:.0}% of {cores} cores busy, all {cores} busy would be {:.0} msg/s",
-            "",
-            parts.join(", "),
-            per_msg(total),
-            100.0 * total / (m.secs * cores as f64),
-            cores as f64 * 1e3 / per_msg(total),
-        );
+        println!("  {:<20} {budget}", "");
         results.push((m.p50, m.p99, m.per_sec));
     }
     println!(
@@ -283,6 +250,52 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
         results[1].2 / synced
     );
     Ok(())
+}
+
+/// [`mail_phase`] from `senders` to `to` (read by `rx`) on `bed`, with the CPU every process
+/// on the mail's path (the bench's clients, node B, the hub, node C) spent per message over
+/// the throughput part, and what all cores busy at that cost would deliver, as a line.
+pub(crate) async fn budgeted_phase(
+    bed: &FedBed,
+    senders: &mut Vec<crate::agent::Agent>,
+    rx: crate::agent::Agent,
+    to: &str,
+    n: usize,
+) -> anyhow::Result<(MailRun, crate::agent::Agent, String)> {
+    let pids = [
+        ("bench", std::process::id()),
+        ("node B", bed.nodes[0].proc().child.id()),
+        ("hub", bed.hub.child.id()),
+        ("node C", bed.nodes[1].proc().child.id()),
+    ];
+    let cpu = || -> anyhow::Result<Vec<f64>> {
+        pids.iter().map(|(_, pid)| crate::cpu_secs(*pid)).collect()
+    };
+    let done = AtomicBool::new(false);
+    // `during` starts with the throughput part.
+    let mut before = Vec::new();
+    let during = async {
+        before = cpu()?;
+        anyhow::Ok(())
+    };
+    let (m, rx, ()) = mail_phase(senders, rx, to, n, "m", &done, during).await?;
+    let spent: Vec<f64> = cpu()?.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let per_msg = |cpu_s: f64| cpu_s * 1e3 / m.total as f64;
+    let total: f64 = spent.iter().sum();
+    let parts: Vec<String> = pids
+        .iter()
+        .zip(&spent)
+        .map(|((name, _), s)| format!("{name} {:.3}", per_msg(*s)))
+        .collect();
+    let line = format!(
+        "cpu ms/msg: {} | total {:.3}: {:.0}% of {cores} cores busy, all {cores} busy would be {:.0} msg/s",
+        parts.join(", "),
+        per_msg(total),
+        100.0 * total / (m.secs * cores as f64),
+        cores as f64 * 1e3 / per_msg(total),
+    );
+    Ok((m, rx, line))
 }
 
 /// One mail phase's figures ([`mail_phase`]).

@@ -15,7 +15,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::agent::Agent;
-use crate::bench_fed::{key_round_trips, mail_phase, ws_at};
+use crate::bench_fed::{budgeted_phase, key_round_trips, mail_phase, ws_at};
 use crate::fed::FedBed;
 use crate::impair::Params;
 use crate::percentile;
@@ -62,8 +62,8 @@ async fn wait_transport(bed: &FedBed, transport: &str) -> anyhow::Result<()> {
     }
 }
 
-/// One transport's figures: latency p50, p99 (ms), throughput (msg/s).
-async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f64, f64)> {
+/// One transport's figures: latency p50, p99 (ms), throughput (msg/s), and the CPU budget line.
+async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f64, f64, String)> {
     let bed = FedBed::start_with_hub(2, json!({}), json!({"hub": {"transport": transport}}), None)
         .await?;
     wait_transport(&bed, transport).await?;
@@ -81,11 +81,9 @@ async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f
     if loss > 0 {
         set_loss(&bed, loss)?;
     }
-    let done = AtomicBool::new(false);
-    let idle = std::future::ready(anyhow::Ok(()));
-    let (m, _, ()) = mail_phase(&mut senders, carol, &to, n, "m", &done, idle).await?;
+    let (m, _, budget) = budgeted_phase(&bed, &mut senders, carol, &to, n).await?;
     m.all_received()?;
-    Ok((m.p50, m.p99, m.per_sec))
+    Ok((m.p50, m.p99, m.per_sec, budget))
 }
 
 /// Runs the comparison and prints one line per transport.
@@ -96,8 +94,9 @@ pub async fn mail(n: usize, loss: u32) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for t in ["websocket", "quic"] {
-        let (p50, p99, tput) = measure(t, n, loss).await?;
+        let (p50, p99, tput, budget) = measure(t, n, loss).await?;
         println!("  {t:<10} latency p50 {p50:.3} ms  p99 {p99:.3} ms | {tput:.0} msg/s");
+        println!("  {:<10} {budget}", "");
         rows.push((p50, p99, tput));
     }
     println!(
