@@ -28,7 +28,7 @@
 //! Deliberately absent: any process control. Session input, output and submit go through
 //! the HTTP proxy (`proxy.rs`), never through this link.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -280,8 +280,6 @@ pub struct WaitingRelay {
     held: Held,
     /// The answer if custody is committed instead (`accepted`).
     accepted: Response,
-    /// When the wait ends (mono ms).
-    deadline: u64,
 }
 
 /// A node link's relay steps that wait for destinations' answers. The step does not block:
@@ -300,6 +298,10 @@ struct CutThrough {
     answers: std_mpsc::Receiver<(String, Response)>,
     /// By message id.
     waiting: HashMap<String, WaitingRelay>,
+    /// When each wait ends (mono ms), in the order the mail came: the deadlines never
+    /// decrease, so the earliest is the first one still waiting. An answered message's entry
+    /// is dropped when it reaches the front.
+    deadlines: VecDeque<(u64, String)>,
 }
 
 impl CutThrough {
@@ -309,7 +311,21 @@ impl CutThrough {
             sink: CutSink { answers: tx, wake },
             answers,
             waiting: HashMap::new(),
+            deadlines: VecDeque::new(),
         }
+    }
+
+    /// Makes `w` wait for its destination's answer until `deadline` (mono ms; a deadline
+    /// earlier than the last one's, after `peer_cut_through_ms` was shortened, waits as long
+    /// as the mail before it).
+    fn hold(&mut self, w: WaitingRelay, deadline: u64) {
+        let deadline = self
+            .deadlines
+            .back()
+            .map_or(deadline, |(d, _)| deadline.max(*d));
+        let id = w.held.message_id.clone();
+        self.deadlines.push_back((deadline, id.clone()));
+        self.waiting.insert(id, w);
     }
 
     /// Answers the waiting mail the destinations answered.
@@ -319,11 +335,18 @@ impl CutThrough {
                 let _ = link.respond(w.rid, r);
             }
         }
+        while self
+            .deadlines
+            .front()
+            .is_some_and(|(_, id)| !self.waiting.contains_key(id))
+        {
+            self.deadlines.pop_front();
+        }
     }
 
     /// The earliest deadline (mono ms).
     fn deadline(&self) -> Option<u64> {
-        self.waiting.values().map(|w| w.deadline).min()
+        self.deadlines.front().map(|(d, _)| *d)
     }
 
     /// Ends the cut-through of the mail whose deadline passed (all of it with `now = None`,
@@ -335,12 +358,16 @@ impl CutThrough {
         now: Option<u64>,
         link: &mut PeerLink,
     ) -> Vec<WaitingRelay> {
-        let due: Vec<String> = self
-            .waiting
-            .iter()
-            .filter(|(_, w)| now.is_none_or(|t| w.deadline <= t))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let mut due = Vec::new();
+        while let Some((d, _)) = self.deadlines.front() {
+            if now.is_some_and(|t| *d > t) {
+                break;
+            }
+            let (_, id) = self.deadlines.pop_front().expect("a front entry");
+            if self.waiting.contains_key(&id) {
+                due.push(id);
+            }
+        }
         if due.is_empty() {
             return Vec::new();
         }
@@ -1000,20 +1027,23 @@ impl End for HubEnd {
         let sends = self.end.take_sends();
         if !sends.is_empty() {
             let (rids, msgs): (Vec<RequestId>, Vec<WireMessage>) = sends.into_iter().unzip();
-            let Routed { out, locals, held } = self.hub.route_batch(&msgs, Some(&self.cut.sink));
-            let mut out: Vec<Option<Response>> = out;
+            let Routed {
+                mut out,
+                locals,
+                held,
+            } = self.hub.route_batch(&msgs, Some(&self.cut.sink));
             let wait = self.hub.node.config().tuning.peer_cut_through_ms;
             let deadline = tuic_node::logs::mono_ms() + wait;
             for h in held {
                 let accepted = out[h.index].take().expect("an answer per message");
-                self.cut.waiting.insert(
-                    h.message_id.clone(),
+                let rid = rids[h.index];
+                self.cut.hold(
                     WaitingRelay {
-                        rid: rids[h.index],
+                        rid,
                         held: h,
                         accepted,
-                        deadline,
                     },
+                    deadline,
                 );
             }
             // Mail for the hub's own peers: delivered through its rings (a ring commit).

@@ -112,17 +112,27 @@ where
     }
 
     async fn send_all(&mut self, texts: Vec<String>) -> bool {
-        for t in texts {
-            if self.inner.feed(K::text(t)).await.is_err() {
-                return false;
-            }
-        }
-        self.inner.flush().await.is_ok()
+        feed_all(&mut self.inner, texts.into_iter().map(K::text)).await
     }
 
     async fn close(&mut self) {
         let _ = self.inner.send(K::close()).await;
     }
+}
+
+/// Feeds `items` into `sink` in order and flushes once ([`FrameIo::send_all`] of a framed
+/// sink); `false` when the sink failed.
+pub async fn feed_all<S, T>(sink: &mut S, items: impl IntoIterator<Item = T> + Send) -> bool
+where
+    S: futures::Sink<T> + Unpin + Send,
+    T: Send,
+{
+    for t in items {
+        if sink.feed(t).await.is_err() {
+            return false;
+        }
+    }
+    sink.flush().await.is_ok()
 }
 
 /// What one end does with its link's events.

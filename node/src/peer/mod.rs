@@ -755,23 +755,21 @@ pub async fn send_to_address(
             bytes: message.len(),
         });
     }
-    let mut queued = if node.ext.mail_router().is_some() {
-        // A hub's own agent: its relay step commits custody (blocking).
-        let (n, from, to) = (node.clone(), from.to_owned(), to.to_owned());
-        tokio::task::spawn_blocking(move || match n.ext.mail_router() {
-            Some(h) => h.send(&from, from_name, &to, message),
-            None => unreachable!("the mail router is fixed at start"),
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Err(Refusal {
-                code: ErrorCode::Internal,
-                connection: UPLINK.to_owned(),
-                message: "relaying the message failed unexpectedly".into(),
-            })
-        })
-    } else {
-        queue_uplink(node, from, from_name, to, message)
+    let mut queued = match node.ext.mail_router() {
+        Some(router) => {
+            // A hub's own agent: its relay step commits custody (blocking).
+            let (router, from, to) = (router.clone(), from.to_owned(), to.to_owned());
+            tokio::task::spawn_blocking(move || router.send(&from, from_name, &to, message))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Refusal {
+                        code: ErrorCode::Internal,
+                        connection: UPLINK.to_owned(),
+                        message: "relaying the message failed unexpectedly".into(),
+                    })
+                })
+        }
+        None => queue_uplink(node, from, from_name, to, message),
     }
     .map_err(|refusal| SendError::Refused {
         refusal,

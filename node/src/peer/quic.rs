@@ -165,12 +165,7 @@ impl FrameIo for QuicIo {
     }
 
     async fn send_all(&mut self, texts: Vec<String>) -> bool {
-        for t in texts {
-            if self.send.feed(Bytes::from(t)).await.is_err() {
-                return false;
-            }
-        }
-        SinkExt::<Bytes>::flush(&mut self.send).await.is_ok()
+        super::driver::feed_all(&mut self.send, texts.into_iter().map(Bytes::from)).await
     }
 
     async fn close(&mut self) {
