@@ -1,7 +1,7 @@
 //! Federation benchmarks in namespaces: a remote session's stream and keystrokes through the
 //! hub against the same node reached directly (its own socket), measured in the same run.
 //!
-//! `bench fed-stream [MiB]`, `bench fed-keystroke [N]`, `bench fed-mail [N]` (cross-host agent mail).
+//! `bench fed-stream [MiB]`, `bench fed-keystroke [N]`, `bench fed-mail [N] [SENDERS]` (cross-host agent mail).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,11 +192,20 @@ pub(crate) async fn send_ok(
     Ok(())
 }
 
+/// Most concurrent senders [`mail`] takes: one reader drains the recipient's bounded inbox
+/// (100 messages) between its `wait` calls, and beyond this it falls behind and misses mail.
+pub const MAX_SENDERS: usize = 32;
+
 /// Cross-host mail: agents on node B send to an agent on node C through the hub.
 /// `n` one-at-a-time sends for latency (send call -> the recipient's `wait` returns), then
-/// `4 * n` sends from four concurrent senders for throughput. The same run with both agents
-/// on node B is the floor.
-pub async fn mail(n: usize) -> anyhow::Result<()> {
+/// `senders * n` sends from `senders` concurrent senders (each waits for its verdict before
+/// its next send) for throughput. The same run with both agents on node B is the floor.
+pub async fn mail(n: usize, senders: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=MAX_SENDERS).contains(&senders),
+        "senders must be 1..={MAX_SENDERS}"
+    );
+    let clients = senders;
     use crate::agent::Agent;
     let bed = FedBed::start(2).await?;
     let (b_sock, c_sock) = (
@@ -206,7 +215,7 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
     let (carol, tcarol) = Agent::new(&c_sock, "carol").await;
     let (bella, tbella) = Agent::new(&b_sock, "bella").await;
     let mut senders = Vec::new();
-    for i in 0..4 {
+    for i in 0..clients {
         senders.push(Agent::new(&b_sock, &format!("bob{i}")).await.0);
     }
     let remote = format!("{}/{tcarol}", bed.nodes[1].id);
@@ -221,28 +230,34 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
     ] {
         let (m, _, budget) = budgeted_phase(&bed, &mut senders, rx, &to, n).await?;
         println!(
-            "  {label:<20} latency p50 {:.3} ms  p99 {:.3} ms | {} msgs from 4 senders in {:.2} s: {:.0} msg/s, received={} distinct={} missed={}",
+            "  {label:<20} latency p50 {:.3} ms  p99 {:.3} ms | {} msgs from {clients} senders in {:.2} s: {:.0} msg/s, received={} distinct={} missed={}",
             m.p50, m.p99, m.total, m.secs, m.per_sec, m.received, m.distinct, m.missed
         );
-        println!("  {:<20} {budget}", "");
-        results.push((m.p50, m.p99, m.per_sec));
+        budget.print(23);
+        results.push((m.p50, m.p99, m.per_sec, budget.host_ceiling));
     }
     println!(
-        "  ratios cross-host/local: latency p50 {:.1}x p99 {:.1}x, throughput {:.2}x",
+        "  ratios cross-host/local: latency p50 {:.1}x p99 {:.1}x, throughput {:.2}x (per-host CPU ceilings {:.2}x)",
         results[1].0 / results[0].0,
         results[1].1 / results[0].1,
-        results[1].2 / results[0].2
+        results[1].2 / results[0].2,
+        results[1].3 / results[0].3
     );
     // The floor: the same namespaces, shape and concurrency with none of tuic's layers.
     let sync_file = bed.nodes[1].dir.path().join("floor-sync");
     let (bare, synced) = tokio::task::block_in_place(|| {
         anyhow::Ok((
-            crate::bench_floor::relay_round_trips(&bed.net, 4 * n, 4, None)?,
-            crate::bench_floor::relay_round_trips(&bed.net, 4 * n, 4, Some(&sync_file))?,
+            crate::bench_floor::relay_round_trips(&bed.net, clients * n, clients, None)?,
+            crate::bench_floor::relay_round_trips(
+                &bed.net,
+                clients * n,
+                clients,
+                Some(&sync_file),
+            )?,
         ))
     })?;
     println!(
-        "  floor, plain TCP B -> hub relay -> C echo, 4 clients: {bare:.0} round trips/s; with an fdatasync per message at C: {synced:.0}/s"
+        "  floor, plain TCP B -> hub relay -> C echo, {clients} clients: {bare:.0} round trips/s; with an fdatasync per message at C: {synced:.0}/s"
     );
     println!(
         "  cross-host / floor: {:.2}x of the plain relay, {:.2}x of the synced one",
@@ -252,16 +267,38 @@ pub async fn mail(n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CPU a mail phase cost ([`budgeted_phase`]): the printable line, and the rate the
+/// busiest host would cap at if each host had this machine's cores to itself.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    /// CPU per message by process, and what all cores busy at that cost would deliver.
+    pub(crate) cpu: String,
+    /// The busiest host and its cap ([`Budget::host_ceiling`]).
+    pub(crate) hosts: String,
+    /// Messages per second the busiest host's CPU per message allows with the cores to itself.
+    pub(crate) host_ceiling: f64,
+}
+
+impl Budget {
+    /// Both lines, each after `indent` spaces.
+    pub(crate) fn print(&self, indent: usize) {
+        println!("{:indent$}{}", "", self.cpu);
+        println!("{:indent$}{}", "", self.hosts);
+    }
+}
+
 /// [`mail_phase`] from `senders` to `to` (read by `rx`) on `bed`, with the CPU every process
 /// on the mail's path (the bench's clients, node B, the hub, node C) spent per message over
-/// the throughput part, and what all cores busy at that cost would deliver, as a line.
+/// the throughput part, what all cores busy at that cost would deliver, and the same per host
+/// (the agents run on B's host): in this bed all hosts share the machine's cores, in a
+/// deployment each has its own, so the busiest host's CPU per message bounds the rate there.
 pub(crate) async fn budgeted_phase(
     bed: &FedBed,
     senders: &mut Vec<crate::agent::Agent>,
     rx: crate::agent::Agent,
     to: &str,
     n: usize,
-) -> anyhow::Result<(MailRun, crate::agent::Agent, String)> {
+) -> anyhow::Result<(MailRun, crate::agent::Agent, Budget)> {
     let pids = [
         ("bench", std::process::id()),
         ("node B", bed.nodes[0].proc().child.id()),
@@ -288,14 +325,36 @@ pub(crate) async fn budgeted_phase(
         .zip(&spent)
         .map(|((name, _), s)| format!("{name} {:.3}", per_msg(*s)))
         .collect();
-    let line = format!(
+    // Hosts: B's (the agents and node B), the hub's, C's.
+    let hosts = [
+        ("B's host", per_msg(spent[0] + spent[1])),
+        ("hub", per_msg(spent[2])),
+        ("C's host", per_msg(spent[3])),
+    ];
+    let (busiest, worst) = hosts
+        .iter()
+        .copied()
+        .fold(("", 0.0), |a, h| if h.1 > a.1 { h } else { a });
+    let host_ceiling = cores as f64 * 1e3 / worst;
+    let cpu = format!(
         "cpu ms/msg: {} | total {:.3}: {:.0}% of {cores} cores busy, all {cores} busy would be {:.0} msg/s",
         parts.join(", "),
         per_msg(total),
         100.0 * total / (m.secs * cores as f64),
         cores as f64 * 1e3 / per_msg(total),
     );
-    Ok((m, rx, line))
+    let hosts = format!(
+        "per host: the busiest is {busiest} at {worst:.3} ms/msg; with {cores} cores of its own it would cap at {host_ceiling:.0} msg/s"
+    );
+    Ok((
+        m,
+        rx,
+        Budget {
+            cpu,
+            hosts,
+            host_ceiling,
+        },
+    ))
 }
 
 /// One mail phase's figures ([`mail_phase`]).
@@ -328,8 +387,8 @@ impl MailRun {
 }
 
 /// Mail from `senders` to `to` (read by `rx`): latency of `n` one-at-a-time sends from
-/// `senders[0]` (send call -> `rx`'s `wait` returns), then the throughput of `4 * n` sends from
-/// the four `senders` at once, with `during` running alongside the throughput part (`done` is
+/// `senders[0]` (send call -> `rx`'s `wait` returns), then the throughput of `senders.len() * n`
+/// sends from all `senders` at once, with `during` running alongside the throughput part (`done` is
 /// set when that part ends). Hands `rx` back for the next phase; the senders are back in
 /// `senders`.
 pub(crate) async fn mail_phase<R>(
@@ -349,7 +408,7 @@ pub(crate) async fn mail_phase<R>(
         sent?;
         lat.push(got?.0[0].1.duration_since(t0).as_secs_f64() * 1e3);
     }
-    let total = 4 * n;
+    let total = senders.len() * n;
     let throughput = async {
         let start = Instant::now();
         let collector = tokio::spawn(async move {

@@ -62,8 +62,12 @@ async fn wait_transport(bed: &FedBed, transport: &str) -> anyhow::Result<()> {
     }
 }
 
-/// One transport's figures: latency p50, p99 (ms), throughput (msg/s), and the CPU budget line.
-async fn measure(transport: &str, n: usize, loss: u32) -> anyhow::Result<(f64, f64, f64, String)> {
+/// One transport's figures: latency p50, p99 (ms), throughput (msg/s), and the CPU budget.
+async fn measure(
+    transport: &str,
+    n: usize,
+    loss: u32,
+) -> anyhow::Result<(f64, f64, f64, crate::bench_fed::Budget)> {
     let bed = FedBed::start_with_hub(2, json!({}), json!({"hub": {"transport": transport}}), None)
         .await?;
     wait_transport(&bed, transport).await?;
@@ -96,7 +100,7 @@ pub async fn mail(n: usize, loss: u32) -> anyhow::Result<()> {
     for t in ["websocket", "quic"] {
         let (p50, p99, tput, budget) = measure(t, n, loss).await?;
         println!("  {t:<10} latency p50 {p50:.3} ms  p99 {p99:.3} ms | {tput:.0} msg/s");
-        println!("  {:<10} {budget}", "");
+        budget.print(13);
         rows.push((p50, p99, tput));
     }
     println!(

@@ -89,7 +89,8 @@ fn main() -> anyhow::Result<()> {
         }
         Some("fed-mail") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
-            rt.block_on(tuic_tests::bench_fed::mail(n))
+            let senders = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);
+            rt.block_on(tuic_tests::bench_fed::mail(n, senders))
         }
         Some("fed-mail-quic") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
@@ -163,7 +164,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
