@@ -266,7 +266,7 @@ pub async fn mail(n: usize, clients: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The CPU a mail phase cost ([`budgeted_phase`]): the printable line, and the rate the
+/// The CPU a mail phase cost ([`budgeted_phase`]): two printable lines, and the rate the
 /// busiest host would cap at if each host had this machine's cores to itself.
 #[derive(Debug, Clone)]
 pub(crate) struct Budget {
@@ -318,7 +318,9 @@ pub(crate) async fn budgeted_phase(
     let spent: Vec<f64> = cpu()?.iter().zip(&before).map(|(a, b)| a - b).collect();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let per_msg = |cpu_s: f64| cpu_s * 1e3 / m.total as f64;
-    let total: f64 = spent.iter().sum();
+    // Messages per second with every core busy at `ms` of CPU per message.
+    let cap = |ms: f64| cores as f64 * 1e3 / ms;
+    let total = per_msg(spent.iter().sum());
     let parts: Vec<String> = pids
         .iter()
         .zip(&spent)
@@ -336,13 +338,12 @@ pub(crate) async fn budgeted_phase(
         .iter()
         .copied()
         .fold(("", 0.0), |a, h| if h.1 > a.1 { h } else { a });
-    let host_ceiling = cores as f64 * 1e3 / worst;
+    let host_ceiling = cap(worst);
     let cpu = format!(
-        "cpu ms/msg: {} | total {:.3}: {:.0}% of {cores} cores busy, all {cores} busy would be {:.0} msg/s",
+        "cpu ms/msg: {} | total {total:.3}: {:.0}% of {cores} cores busy, all {cores} busy would be {:.0} msg/s",
         parts.join(", "),
-        per_msg(total),
-        100.0 * total / (m.secs * cores as f64),
-        cores as f64 * 1e3 / per_msg(total),
+        100.0 * total * m.total as f64 / (1e3 * m.secs * cores as f64),
+        cap(total),
     );
     let hosts = format!(
         "per host: the busiest is {busiest} at {worst:.3} ms/msg; with {cores} cores of its own it would cap at {host_ceiling:.0} msg/s"

@@ -1,9 +1,10 @@
 //! The bare floor of cross-host mail: the same namespaces and veths as [`crate::fed::FedBed`],
 //! the same shape (node B's namespace → a relay in the hub's namespace → node C's namespace
-//! and back, four clients each with one message in flight), none of tuic's layers: plain TCP
-//! with `TCP_NODELAY`, 256-byte messages, a relay that only copies bytes and an echo that
-//! answers each message — with `sync`, after writing it to a file and `fdatasync`ing it (one
-//! sync per message, no grouping: a floor the mail path can beat by grouping its commits).
+//! and back, as many clients as the bench has senders, each with one message in flight), none
+//! of tuic's layers: plain TCP with `TCP_NODELAY`, 256-byte messages, a relay that only copies
+//! bytes and an echo that answers each message — with `sync`, after writing it to a file and
+//! `fdatasync`ing it (one sync per message, no grouping: a floor the mail path can beat by
+//! grouping its commits).
 //!
 //! The three roles are this binary's hidden subcommands (`floor-echo`, `floor-relay`,
 //! `floor-client`), started with `ip netns exec` by [`relay_round_trips`] (test

@@ -15,8 +15,20 @@ use anyhow::{Context, bail};
 pub struct Net {
     prefix: String,
     names: Vec<String>,
-    /// Per link: (hub-side interface, node namespace, node address).
-    links: Vec<(String, String, String)>,
+    links: Vec<Link>,
+}
+
+/// One hub-node link.
+#[derive(Debug)]
+struct Link {
+    /// The hub-side interface.
+    hub_if: String,
+    /// The node's namespace.
+    ns: String,
+    /// The node's address (what the hub reaches it at).
+    node_addr: String,
+    /// The hub's address on this link (what the node reaches it at).
+    hub_addr: String,
 }
 
 /// Runs `ip ARGS`, its stderr in the error.
@@ -78,8 +90,12 @@ impl Net {
             ip(&["-n", &ns, "addr", "add", &n_addr, "dev", &n_if])?;
             ip(&["-n", &hub, "link", "set", &h_if, "up"])?;
             ip(&["-n", &ns, "link", "set", &n_if, "up"])?;
-            net.links
-                .push((h_if, ns, n_addr.trim_end_matches("/24").to_owned()));
+            net.links.push(Link {
+                hub_if: h_if,
+                ns,
+                node_addr: n_addr.trim_end_matches("/24").to_owned(),
+                hub_addr: h_addr.trim_end_matches("/24").to_owned(),
+            });
         }
         Ok(net)
     }
@@ -98,18 +114,17 @@ impl Net {
 
     /// Node `i`'s namespace.
     pub fn node(&self, i: usize) -> &str {
-        &self.links[i].1
+        &self.links[i].ns
     }
 
     /// Node `i`'s address as the hub reaches it.
     pub fn node_addr(&self, i: usize) -> &str {
-        &self.links[i].2
+        &self.links[i].node_addr
     }
 
     /// The hub's address on its link to node `i` (what node `i` reaches it at).
-    pub fn hub_addr(&self, i: usize) -> String {
-        let node = self.node_addr(i);
-        format!("{}.1", node.rsplit_once('.').map_or(node, |(net, _)| net))
+    pub fn hub_addr(&self, i: usize) -> &str {
+        &self.links[i].hub_addr
     }
 
     /// Node `i`'s interface name (inside the node's namespace).
@@ -124,7 +139,7 @@ impl Net {
             self.hub(),
             "link",
             "set",
-            &self.links[i].0,
+            &self.links[i].hub_if,
             if up { "up" } else { "down" },
         ])
     }
