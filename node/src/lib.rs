@@ -16,6 +16,7 @@
 
 mod auth;
 mod automations;
+mod beneath;
 pub mod cli;
 pub mod config;
 pub mod error;

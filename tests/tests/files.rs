@@ -360,3 +360,481 @@ async fn killing_the_node_mid_upload_leaves_no_staging_after_restart() {
         200
     );
 }
+
+/// Sorted names in `dir`: the "outside" of the symlink tests is checked on disk with it.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A registered repository holding `etclink -> <outside>`, `dangling -> <outside>/new`,
+/// `inlink -> sub` and `a.txt`, `sub/in.txt`; `<outside>` (a temp dir standing in for `/etc`)
+/// holds `secret`.
+struct LinkBed {
+    _repo: tempfile::TempDir,
+    _out: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+}
+
+fn link_bed() -> LinkBed {
+    let repo = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let root = repo.path().canonicalize().unwrap();
+    let outside = out.path().canonicalize().unwrap();
+    std::fs::write(outside.join("secret"), "top secret").unwrap();
+    std::fs::write(root.join("a.txt"), "a").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/in.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("etclink")).unwrap();
+    std::os::unix::fs::symlink(outside.join("new"), root.join("dangling")).unwrap();
+    std::os::unix::fs::symlink("sub", root.join("inlink")).unwrap();
+    LinkBed {
+        _repo: repo,
+        _out: out,
+        root,
+        outside,
+    }
+}
+
+/// Asserts a 403 `outside_root` refusal that carries none of the outside file's content.
+fn refused(r: &tuic_tests::Reply, what: &str) {
+    assert_eq!(
+        r.status,
+        403,
+        "{what}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(r.json()["code"], json!("outside_root"), "{what}");
+    assert!(
+        !String::from_utf8_lossy(&r.body).contains("top secret"),
+        "{what}"
+    );
+}
+
+#[tokio::test]
+async fn symlinks_out_of_a_root_are_refused_by_every_file_route() {
+    let d = config_dir(json!({}));
+    let node = start(d.path(), &[]);
+    let b = link_bed();
+    let (root, outside) = (&b.root, &b.outside);
+    register(&node, root).await;
+    let r = root.display();
+    let get = |uri: String| {
+        let sock = node.socket.clone();
+        async move { ipc(&sock, "GET", &uri, None).await.unwrap() }
+    };
+    let post = |uri: &'static str, body: Value| {
+        let sock = node.socket.clone();
+        async move { ipc(&sock, "POST", uri, Some(body)).await.unwrap() }
+    };
+
+    // Reads through the link: all three read routes.
+    refused(
+        &get(format!("/fs/read-external?path={r}/etclink/secret")).await,
+        "read-external",
+    );
+    refused(
+        &get(format!("/fs/read-editor-external?path={r}/etclink/secret")).await,
+        "read-editor-external",
+    );
+    refused(
+        &get(format!("/fs/read-editor?repoPath={r}&file=etclink/secret")).await,
+        "read-editor",
+    );
+    // Writes: through the link, and through a dangling link pointing out.
+    refused(
+        &post(
+            "/fs/write-external",
+            json!({"path": format!("{r}/etclink/x"), "content": "pwned"}),
+        )
+        .await,
+        "write-external through a link",
+    );
+    refused(
+        &post(
+            "/fs/write-external",
+            json!({"path": format!("{r}/dangling"), "content": "pwned"}),
+        )
+        .await,
+        "write-external through a dangling link",
+    );
+    // Copy and move, both directions.
+    refused(
+        &post(
+            "/fs/copy-abs",
+            json!({"src": format!("{r}/etclink/secret"), "dest": format!("{r}/stolen")}),
+        )
+        .await,
+        "copy-abs out→in",
+    );
+    refused(
+        &post(
+            "/fs/copy-abs",
+            json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/etclink/a.txt")}),
+        )
+        .await,
+        "copy-abs in→out",
+    );
+    refused(
+        &post(
+            "/fs/move-abs",
+            json!({"src": format!("{r}/etclink/secret"), "dest": format!("{r}/stolen")}),
+        )
+        .await,
+        "move-abs out→in",
+    );
+    refused(
+        &post(
+            "/fs/move-abs",
+            json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/etclink/a.txt")}),
+        )
+        .await,
+        "move-abs in→out",
+    );
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("dropped"), "d").unwrap();
+    refused(
+        &post(
+            "/fs/transfer",
+            json!({"paths": [src.path().join("dropped")], "destDir": format!("{r}/etclink")}),
+        )
+        .await,
+        "transfer into a link out",
+    );
+    // Upload destination: a link out, named relative to the root or as an absolute path.
+    let body = {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("f"), "up").unwrap();
+        tar_of(t.path(), "up")
+    };
+    refused(
+        &upload(&node, root, "etclink", body.clone()).await,
+        "upload-copy dest",
+    );
+    let uri = format!("/fs/upload-copy?path={r}/etclink");
+    let req = hyper::Request::post(uri)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let abs = tuic_tests::ipc_request(&node.socket, req).await.unwrap();
+    refused(&abs, "upload-copy path");
+
+    // Nothing was written outside, nothing was taken from it, nothing landed in the root.
+    assert_eq!(names(outside), vec!["secret"]);
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        "top secret"
+    );
+    assert!(!root.join("stolen").exists());
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "a");
+    assert!(!root.join(".tuic-staging").exists());
+}
+
+#[tokio::test]
+async fn symlinks_that_stay_inside_a_root_keep_working() {
+    let d = config_dir(json!({}));
+    let node = start(d.path(), &[]);
+    let b = link_bed();
+    let root = &b.root;
+    register(&node, root).await;
+    let r = root.display();
+    let sock = &node.socket;
+    for uri in [
+        format!("/fs/read-external?path={r}/inlink/in.txt"),
+        format!("/fs/read-editor-external?path={r}/inlink/in.txt"),
+        format!("/fs/read-editor?repoPath={r}&file=inlink/in.txt"),
+    ] {
+        let ok = ipc(sock, "GET", &uri, None).await.unwrap();
+        assert_eq!(
+            ok.status,
+            200,
+            "{uri}: {}",
+            String::from_utf8_lossy(&ok.body)
+        );
+        assert_eq!(ok.json()["content"], json!("inside"), "{uri}");
+        assert_eq!(ok.json()["size"], json!(6), "{uri}");
+    }
+    let w = ipc(
+        sock,
+        "POST",
+        "/fs/write-external",
+        Some(json!({"path": format!("{r}/inlink/w.txt"), "content": "written"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.status, 200);
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/w.txt")).unwrap(),
+        "written"
+    );
+    let c = ipc(
+        sock,
+        "POST",
+        "/fs/copy-abs",
+        Some(json!({"src": format!("{r}/inlink/in.txt"), "dest": format!("{r}/inlink/copy.txt")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.status, 200, "{}", String::from_utf8_lossy(&c.body));
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/copy.txt")).unwrap(),
+        "inside"
+    );
+    let m = ipc(
+        sock,
+        "POST",
+        "/fs/move-abs",
+        Some(json!({"src": format!("{r}/inlink/copy.txt"), "dest": format!("{r}/moved.txt")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(m.status, 200, "{}", String::from_utf8_lossy(&m.body));
+    assert!(!root.join("sub/copy.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("moved.txt")).unwrap(),
+        "inside"
+    );
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("f"), "up").unwrap();
+    let up = upload(&node, root, "inlink", tar_of(t.path(), "up")).await;
+    assert_eq!(up.status, 200, "{}", String::from_utf8_lossy(&up.body));
+    assert_eq!(std::fs::read(root.join("sub/up/f")).unwrap(), b"up");
+}
+
+#[tokio::test]
+async fn copy_abs_and_move_abs_copy_trees_and_never_replace() {
+    let d = config_dir(json!({}));
+    let node = start(d.path(), &[]);
+    let b = link_bed();
+    let root = &b.root;
+    register(&node, root).await;
+    let r = root.display();
+    let sock = &node.socket;
+    std::fs::create_dir_all(root.join("tree/deep")).unwrap();
+    std::fs::write(root.join("tree/deep/f.bin"), vec![7u8; 4096]).unwrap();
+    std::os::unix::fs::symlink("deep/f.bin", root.join("tree/rel-link")).unwrap();
+    // A link out inside a copied tree is recreated as a link, its target never read.
+    std::os::unix::fs::symlink(b.outside.join("secret"), root.join("tree/out-link")).unwrap();
+    let c = ipc(
+        sock,
+        "POST",
+        "/fs/copy-abs",
+        Some(json!({"src": format!("{r}/tree"), "dest": format!("{r}/tree2")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.status, 200, "{}", String::from_utf8_lossy(&c.body));
+    assert_eq!(tree(&root.join("tree2")), tree(&root.join("tree")));
+    assert_eq!(
+        std::fs::read_link(root.join("tree2/out-link")).unwrap(),
+        b.outside.join("secret")
+    );
+    assert_eq!(
+        std::fs::read_link(root.join("tree2/rel-link")).unwrap(),
+        Path::new("deep/f.bin")
+    );
+    // An existing destination: 409 for both, nothing changed.
+    let before = tree(root);
+    for route in ["/fs/copy-abs", "/fs/move-abs"] {
+        let e = ipc(
+            sock,
+            "POST",
+            route,
+            Some(json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/tree2")})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            e.status,
+            409,
+            "{route}: {}",
+            String::from_utf8_lossy(&e.body)
+        );
+    }
+    assert_eq!(tree(root), before);
+    // The lexical gate still answers first.
+    for route in ["/fs/copy-abs", "/fs/move-abs"] {
+        let e = ipc(
+            sock,
+            "POST",
+            route,
+            Some(json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/../escaped")})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(e.status, 403, "{route}");
+    }
+    let m = ipc(
+        sock,
+        "POST",
+        "/fs/move-abs",
+        Some(json!({"src": format!("{r}/tree2"), "dest": format!("{r}/sub/tree3")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(m.status, 200, "{}", String::from_utf8_lossy(&m.body));
+    assert!(!root.join("tree2").exists());
+    assert_eq!(tree(&root.join("sub/tree3")), tree(&root.join("tree")));
+}
+
+#[tokio::test]
+async fn editor_reads_are_capped_and_gated() {
+    let d = config_dir(json!({}));
+    let node = start(d.path(), &[]);
+    let b = link_bed();
+    let root = &b.root;
+    register(&node, root).await;
+    let r = root.display();
+    let sock = &node.socket;
+    let ok = ipc(
+        sock,
+        "GET",
+        &format!("/fs/read-editor?repoPath={r}&file=sub/in.txt"),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.json()["content"], json!("inside"));
+    for (uri, status) in [
+        (format!("/fs/read-editor?repoPath={r}&file=../x"), 403),
+        (format!("/fs/read-editor?repoPath={r}&file=sub"), 400),
+        (format!("/fs/read-editor?repoPath={r}&file=none.txt"), 404),
+        (
+            "/fs/read-editor-external?path=/etc/hostname".to_owned(),
+            403,
+        ),
+        (format!("/fs/read-editor-external?path={r}/sub"), 400),
+        (format!("/fs/read-editor-external?path={r}/none"), 404),
+    ] {
+        let e = ipc(sock, "GET", &uri, None).await.unwrap();
+        assert_eq!(
+            e.status,
+            status,
+            "{uri}: {}",
+            String::from_utf8_lossy(&e.body)
+        );
+    }
+    // The standard cap (10 MB) applies to read-external; the editor route over IPC (loopback)
+    // takes the large one.
+    std::fs::write(root.join("big"), vec![b'x'; 10 * 1024 * 1024 + 1]).unwrap();
+    let big = ipc(
+        sock,
+        "GET",
+        &format!("/fs/read-external?path={r}/big"),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(big.status, 413);
+    let big = ipc(
+        sock,
+        "GET",
+        &format!("/fs/read-editor-external?path={r}/big"),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(big.status, 200);
+    assert_eq!(big.json()["size"], json!(10 * 1024 * 1024 + 1));
+}
+
+#[tokio::test]
+async fn resolve_markdown_link_answers_only_beneath_roots() {
+    let d = config_dir(json!({}));
+    let node = start(d.path(), &[]);
+    let b = link_bed();
+    let (root, outside) = (&b.root, &b.outside);
+    std::fs::create_dir(root.join("docs")).unwrap();
+    std::fs::write(root.join("docs/guide.md"), "# g").unwrap();
+    std::fs::write(root.join("README.md"), "# readme").unwrap();
+    register(&node, root).await;
+    let r = root.display();
+    let resolve = |base: String, link: String| {
+        let sock = node.socket.clone();
+        async move {
+            ipc(
+                &sock,
+                "POST",
+                "/fs/resolve-markdown-link",
+                Some(json!({"basePath": base, "link": link})),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let up = resolve(format!("{r}/docs/guide.md"), "../README.md#top".into()).await;
+    assert_eq!(up.status, 200, "{}", String::from_utf8_lossy(&up.body));
+    let v = up.json();
+    assert_eq!(v["exists"], json!(true));
+    assert_eq!(v["is_dir"], json!(false));
+    assert_eq!(v["size"], json!(8));
+    assert_eq!(v["path"], json!(format!("{r}/docs/../README.md")));
+    let dir = resolve(format!("{r}/docs"), "guide.md".into()).await.json();
+    assert_eq!(dir["exists"], json!(true), "{dir}");
+    let missing = resolve(format!("{r}/docs/guide.md"), "nope.md".into())
+        .await
+        .json();
+    assert_eq!(missing["exists"], json!(false));
+    assert!(missing.get("size").is_none());
+    let inlink = resolve(format!("{r}/README.md"), "inlink/in.txt".into())
+        .await
+        .json();
+    assert_eq!(inlink["size"], json!(6), "{inlink}");
+
+    // Outside every root: refused alike whether the target exists or not, no metadata.
+    let existing = resolve(
+        format!("{r}/README.md"),
+        outside.join("secret").display().to_string(),
+    )
+    .await;
+    let absent = resolve(
+        format!("{r}/README.md"),
+        outside.join("absent").display().to_string(),
+    )
+    .await;
+    for (what, reply) in [
+        ("absolute target outside", &existing),
+        ("absent target outside", &absent),
+        (
+            "through a link out",
+            &resolve(format!("{r}/README.md"), "etclink/secret".into()).await,
+        ),
+        (
+            "climbing out",
+            &resolve(
+                format!("{r}/docs/guide.md"),
+                "../../../../../../etc/hostname".into(),
+            )
+            .await,
+        ),
+        (
+            "base outside",
+            &resolve(outside.join("x.md").display().to_string(), "secret".into()).await,
+        ),
+        (
+            "base through a link out",
+            &resolve(format!("{r}/etclink/x.md"), "secret".into()).await,
+        ),
+    ] {
+        assert_eq!(
+            reply.status,
+            403,
+            "{what}: {}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let v = reply.json();
+        assert!(
+            v.get("exists").is_none() && v.get("size").is_none(),
+            "{what}: {v}"
+        );
+    }
+    assert_eq!(existing.json()["code"], absent.json()["code"]);
+    let unc = resolve(format!("{r}/README.md"), "//server/share/x".into()).await;
+    assert_eq!(unc.status, 400);
+}

@@ -19,7 +19,6 @@ use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -48,6 +47,9 @@ pub enum UploadError {
     /// The archive is malformed or contains a forbidden entry.
     #[error("rejected archive: {0}")]
     Rejected(String),
+    /// The destination leads outside the root (a symlink out of it).
+    #[error("{0}")]
+    Outside(String),
     /// Bytes or entries over the bounds.
     #[error("archive too large: {0}")]
     TooLarge(String),
@@ -66,6 +68,7 @@ impl From<UploadError> for ApiError {
     fn from(e: UploadError) -> Self {
         let (status, code) = match &e {
             UploadError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_archive"),
+            UploadError::Outside(_) => (StatusCode::FORBIDDEN, crate::beneath::OUTSIDE_CODE),
             UploadError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             UploadError::Exists(_) => (StatusCode::CONFLICT, "exists"),
             UploadError::Idle(_) => (StatusCode::REQUEST_TIMEOUT, "idle_timeout"),
@@ -112,20 +115,10 @@ fn target(node: &Node, q: &UploadQuery) -> Result<(PathBuf, PathBuf), ApiError> 
             if !Path::new(path).is_absolute() {
                 return Err(ApiError::bad_request("path must be absolute"));
             }
-            let canon = Path::new(path)
-                .canonicalize()
-                .map_err(|e| ApiError::not_found(format!("{path}: {e}")))?;
-            let root = node
-                .repos
-                .roots()
-                .into_iter()
-                .filter(|r| canon.starts_with(r))
-                .max_by_key(|r| r.as_os_str().len())
-                .ok_or_else(|| unknown(path))?;
-            let rel = canon
-                .strip_prefix(&root)
-                .map(Path::to_path_buf)
-                .unwrap_or_default();
+            // Lexical: the directory is opened beneath the root by `receive`, so a symlink in
+            // it that leads out of the root is refused there, not resolved here.
+            let p = crate::beneath::check_absolute(path, crate::beneath::Dots::Refuse)?;
+            let (root, rel) = crate::beneath::root_of(p, &node.repos.roots())?;
             Ok((
                 root,
                 rel.join(relative_dir(&q.dest).map_err(ApiError::bad_request)?),
@@ -299,14 +292,16 @@ pub(crate) fn receive(
     limits: Limits,
 ) -> Result<Published, UploadError> {
     let io = |what: &str, e: std::io::Error| UploadError::Io(format!("{what}: {e}"));
-    let root_dir =
-        Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| io("opening the root", e))?;
+    let root_dir = crate::beneath::open_root(root).map_err(|e| io("opening the root", e))?;
     let dest_dir = if dest.as_os_str().is_empty() {
         root_dir
             .try_clone()
             .map_err(|e| io("opening the destination", e))?
     } else {
         root_dir.open_dir(dest).map_err(|e| {
+            if crate::beneath::is_escape(&e) {
+                return UploadError::Outside(crate::beneath::outside(&root.join(dest)).message);
+            }
             UploadError::Rejected(format!(
                 "destination {} is not a directory in the root: {e}",
                 dest.display()
@@ -361,7 +356,7 @@ pub(crate) fn receive(
         Ok(published)
     });
     drop(stage);
-    remove_staged(&root.join(STAGING_DIR).join(&id));
+    remove_staged(&staging, Path::new(&id));
     // Leave no trace when no other upload is in progress (fails harmlessly when one is).
     let _ = root_dir.remove_dir(STAGING_DIR);
     result
@@ -499,51 +494,64 @@ fn publish(stage: &Dir, dest: &Dir, name: &str) -> Result<(), UploadError> {
     }
 }
 
-/// Removes one staging directory, first giving the owner access to every directory inside it
-/// (a restrictive archive mode must not make cleanup fail). Never follows symlinks.
-fn remove_staged(path: &Path) {
-    fn open_up(p: &Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(m) = std::fs::symlink_metadata(p) else {
+/// Removes the entry `name` of the staging directory `parent`, first giving the owner access
+/// to every directory inside it (a restrictive archive mode must not make cleanup fail). Works
+/// through directory handles, so a symlink anywhere inside is removed, never followed.
+fn remove_staged(parent: &Dir, name: &Path) {
+    fn open_up(parent: &Dir, name: &Path) {
+        use cap_std::fs::PermissionsExt;
+        let Ok(m) = parent.symlink_metadata(name) else {
             return;
         };
         if m.is_dir() {
-            let _ = std::fs::set_permissions(
-                p,
-                std::fs::Permissions::from_mode(m.permissions().mode() | 0o700),
+            let _ = parent.set_permissions(
+                name,
+                cap_std::fs::Permissions::from_mode(m.permissions().mode() | 0o700),
             );
-            if let Ok(rd) = std::fs::read_dir(p) {
+            if let Ok(d) = parent.open_dir(name)
+                && let Ok(rd) = d.entries()
+            {
                 for e in rd.flatten() {
-                    open_up(&e.path());
+                    open_up(&d, Path::new(&e.file_name()));
                 }
             }
         }
     }
-    open_up(path);
-    if let Err(e) = std::fs::remove_dir_all(path)
+    open_up(parent, name);
+    let removed = match parent.symlink_metadata(name) {
+        Ok(m) if m.is_dir() => parent.remove_dir_all(name),
+        Ok(_) => parent.remove_file(name),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = removed
         && e.kind() != std::io::ErrorKind::NotFound
     {
-        tracing::warn!(path = %path.display(), error = %e, "removing upload staging");
+        tracing::warn!(path = %name.display(), error = %e, "removing upload staging");
     }
 }
 
-/// Startup sweep: removes abandoned staging inside every root, never following a symlinked
-/// staging directory.
+/// Startup sweep: removes abandoned staging inside every root, beneath the root and never
+/// following a symlinked staging directory.
 pub(crate) fn sweep_staging(roots: &[PathBuf]) -> usize {
     let mut removed = 0;
     for root in roots {
-        let staging = root.join(STAGING_DIR);
-        match std::fs::symlink_metadata(&staging) {
+        let Ok(root_dir) = crate::beneath::open_root(root) else {
+            continue;
+        };
+        match root_dir.symlink_metadata(STAGING_DIR) {
             Ok(m) if m.is_dir() => {}
             _ => continue,
         }
-        if let Ok(rd) = std::fs::read_dir(&staging) {
+        let Ok(staging) = root_dir.open_dir(STAGING_DIR) else {
+            continue;
+        };
+        if let Ok(rd) = staging.entries() {
             for e in rd.flatten() {
-                remove_staged(&e.path());
+                remove_staged(&staging, Path::new(&e.file_name()));
                 removed += 1;
             }
         }
-        let _ = std::fs::remove_dir(&staging);
+        let _ = root_dir.remove_dir(STAGING_DIR);
     }
     if removed > 0 {
         tracing::info!(removed, "swept abandoned upload staging");

@@ -313,6 +313,8 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
     let mut reflinked = 0u64;
     let mut copied = 0u64;
     let mut skipped = Vec::new();
+    let root_dir = crate::beneath::open_root(root).ok();
+    let wt_dir = crate::beneath::open_root(wt).ok();
     let cp = |mode: &str, src: &Path, dst: &Path| {
         std::process::Command::new("cp")
             .args(["-a", mode])
@@ -332,12 +334,35 @@ fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
     {
         let src = root.join(rel);
         let dst = wt.join(rel);
-        let plain_dir = std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir());
-        if !plain_dir || dst.exists() {
+        // Both ends resolved beneath their checkouts: the new worktree is a checkout of a
+        // branch that may track a symlink where the parent has an ignored directory
+        // (`sub -> /anywhere`), and copying through it would write outside the worktree.
+        let (Some(from), Some(into)) = (root_dir.as_ref(), wt_dir.as_ref()) else {
+            break;
+        };
+        let plain_dir = from.symlink_metadata(rel).is_ok_and(|m| m.is_dir());
+        if !plain_dir {
             continue;
         }
-        if let Some(p) = dst.parent() {
-            let _ = std::fs::create_dir_all(p);
+        match into.symlink_metadata(rel) {
+            Ok(_) => continue,
+            Err(e) if crate::beneath::is_escape(&e) => {
+                skipped.push(rel.to_owned());
+                continue;
+            }
+            Err(_) => {}
+        }
+        // Parents are created beneath the worktree; one that is (or passes through) a symlink
+        // out of it is refused here, so `cp` below only ever writes inside the worktree. No
+        // one else writes to the worktree yet: it was created under the lock and is handed
+        // out only after warming.
+        if let Some(p) = Path::new(rel)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            && into.create_dir_all(p).is_err()
+        {
+            skipped.push(rel.to_owned());
+            continue;
         }
         // Copy-on-write first; a full copy only for directories small enough not to turn a
         // worktree creation into a disk-filling minutes-long copy.

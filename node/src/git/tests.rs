@@ -780,3 +780,47 @@ fn an_unknown_verdict_never_authorizes_deletion() {
             .unwrap()
     );
 }
+
+/// A branch may track a symlink out of the repository where the parent checkout has an
+/// ignored directory (`sub -> <outside>` vs `sub/cache/`): warming the new worktree must not
+/// copy through it (issue 40, finding 2), while ordinary warming still works.
+#[test]
+fn warming_never_copies_through_a_tracked_symlink_out_of_the_worktree() {
+    let cfg = tempfile::tempdir().unwrap();
+    let n = node(cfg.path());
+    let (_d, root) = repo();
+    let out = tempfile::tempdir().unwrap();
+    std::fs::write(root.join(".gitignore"), "cache/\n").unwrap();
+    commit(&root, "sub/keep.txt", "k", "sub");
+    sh_git(&root, &["add", ".gitignore"]);
+    sh_git(&root, &["commit", "-q", "-m", "ignore"]);
+    sh_git(&root, &["checkout", "-q", "-b", "evil"]);
+    sh_git(&root, &["rm", "-r", "-q", "sub"]);
+    std::os::unix::fs::symlink(out.path(), root.join("sub")).unwrap();
+    sh_git(&root, &["add", "sub"]);
+    sh_git(&root, &["commit", "-q", "-m", "sub is a link out"]);
+    sh_git(&root, &["checkout", "-q", "main"]);
+    std::fs::create_dir_all(root.join("sub/cache")).unwrap();
+    std::fs::write(root.join("sub/cache/artifact"), "built").unwrap();
+    std::fs::create_dir_all(root.join("cache")).unwrap();
+    std::fs::write(root.join("cache/top"), "t").unwrap();
+    n.repos.add(root.to_str().unwrap(), &n.bus, 1).unwrap();
+
+    let v = worktree::create(&n, &req(&root, "evil")).unwrap();
+    let wt = root.with_file_name("repo__wt").join("evil");
+    assert!(
+        std::fs::symlink_metadata(wt.join("sub"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "nothing written outside the worktree: {v}"
+    );
+    assert_eq!(v["warm_artifacts"]["skipped"], json!(["sub/cache"]), "{v}");
+    // The directory that stays inside is still warmed.
+    assert_eq!(v["warm_artifacts"]["warmed_directories"], 1, "{v}");
+    assert_eq!(std::fs::read_to_string(wt.join("cache/top")).unwrap(), "t");
+}

@@ -1,6 +1,7 @@
 //! Plan sources: Markdown plan documents under a project's `plans/` and `.claude/plans/`
-//! roots. Discovery and title derivation only read files; the records live in the story
-//! service's table.
+//! roots. Discovery and title derivation only read files, beneath the project's root
+//! (`beneath.rs`: a symlinked `plans/` leading out of the project is not read); the records
+//! live in the story service's table.
 
 use std::path::{Component, Path};
 
@@ -53,12 +54,19 @@ pub fn title_of(path: &Path, text: &str) -> String {
 }
 
 /// Every Markdown document under the plan roots (recursively, bounded), sorted by path.
+/// Read beneath the project: a symlink out of it is skipped, and symlinks are not walked.
 pub fn discover(project: &Path) -> Vec<Doc> {
     let mut out = Vec::new();
+    let Ok(top) = crate::beneath::open_root(project) else {
+        return out;
+    };
     for root in ROOTS {
-        let mut stack = vec![project.join(root)];
-        while let Some(dir) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&dir) else {
+        let Ok(dir) = top.open_dir(root) else {
+            continue;
+        };
+        let mut stack = vec![(dir, Path::new(root).to_path_buf())];
+        while let Some((dir, rel_dir)) = stack.pop() {
+            let Ok(rd) = dir.entries() else {
                 continue;
             };
             for e in rd.flatten() {
@@ -66,17 +74,18 @@ pub fn discover(project: &Path) -> Vec<Doc> {
                     break;
                 }
                 let Ok(ft) = e.file_type() else { continue };
-                let p = e.path();
+                let name = e.file_name();
+                let rel = rel_dir.join(&name);
                 if ft.is_dir() {
-                    stack.push(p);
-                } else if ft.is_file() && p.extension().is_some_and(|x| x == "md") {
-                    let text = std::fs::read_to_string(&p).unwrap_or_default();
-                    if let Ok(rel) = p.strip_prefix(project) {
-                        out.push(Doc {
-                            path: rel.to_string_lossy().into_owned(),
-                            title: title_of(&p, &text),
-                        });
+                    if let Ok(sub) = dir.open_dir(&name) {
+                        stack.push((sub, rel));
                     }
+                } else if ft.is_file() && rel.extension().is_some_and(|x| x == "md") {
+                    let text = dir.read_to_string(&name).unwrap_or_default();
+                    out.push(Doc {
+                        path: rel.to_string_lossy().into_owned(),
+                        title: title_of(&rel, &text),
+                    });
                 }
             }
         }
@@ -117,11 +126,44 @@ pub fn resolve(project: &Path, path: &str) -> Result<Doc, StoryError> {
             "{rel_s} is not a Markdown (.md) document"
         )));
     }
-    let full = project.join(&rel);
-    let text =
-        std::fs::read_to_string(&full).map_err(|e| StoryError::Invalid(format!("{rel_s}: {e}")))?;
+    let text = crate::beneath::open_root(project)
+        .and_then(|dir| dir.read_to_string(&rel))
+        .map_err(|e| StoryError::Invalid(format!("{rel_s}: {e}")))?;
     Ok(Doc {
-        title: title_of(&full, &text),
+        title: title_of(&rel, &text),
         path: rel_s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `plans/` that is a symlink out of the project is neither discovered nor read; one that
+    /// stays inside is (issue 40, finding 2).
+    #[test]
+    fn plans_are_read_beneath_the_project() {
+        let p = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let project = p.path().canonicalize().unwrap();
+        std::fs::write(out.path().join("secret.md"), "# Outside title\n").unwrap();
+        std::os::unix::fs::symlink(out.path(), project.join("plans")).unwrap();
+        assert!(discover(&project).is_empty());
+        let e = resolve(&project, "plans/secret.md").unwrap_err();
+        assert!(!format!("{e:?}").contains("Outside title"), "{e:?}");
+
+        std::fs::remove_file(project.join("plans")).unwrap();
+        std::fs::create_dir_all(project.join("docs")).unwrap();
+        std::fs::write(project.join("docs/p.md"), "# Inside\n").unwrap();
+        std::os::unix::fs::symlink("docs", project.join("plans")).unwrap();
+        let found = discover(&project);
+        assert_eq!(
+            found,
+            vec![Doc {
+                path: "plans/p.md".into(),
+                title: "Inside".into()
+            }]
+        );
+        assert_eq!(resolve(&project, "plans/p.md").unwrap().title, "Inside");
+    }
 }
