@@ -465,7 +465,7 @@ async fn login_cookie_authenticates_and_form_redirects_safely() {
 #[tokio::test]
 async fn query_token_only_on_stream_routes() {
     let f = fixture();
-    let token = f.node.node_token.clone();
+    let token = f.node.node_token();
     let events = req("GET", &format!("/events?token={token}"))
         .header("host", "localhost")
         .body(Body::empty())
@@ -589,7 +589,7 @@ async fn get_config_never_returns_secrets() {
     let text =
         String::from_utf8(r.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(!text.contains("$2"), "bcrypt hash leaked: {text}");
-    assert!(!text.contains(&f.node.node_token));
+    assert!(!text.contains(&f.node.node_token()));
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["services"]["auth"]["password_hash_exists"], json!(true));
 }
