@@ -58,6 +58,9 @@ pub struct Node {
     /// The long-lived connection token a hub presents (as the `tui-session` cookie); replaced
     /// by [`Node::rotate_node_token`]. Read it with [`Node::node_token`].
     node_token: RwLock<String>,
+    /// Cancelled when the node token is rotated (then replaced): every peer link
+    /// authenticated with the old token ends with it. A child of `shutdown`.
+    token_epoch: Mutex<CancellationToken>,
     /// Process start, for `uptime_secs`.
     pub started: Instant,
     /// Fired once at shutdown; streams end and listeners drain.
@@ -169,6 +172,7 @@ impl Node {
             logs,
             auth,
             node_token: RwLock::new(node_token),
+            token_epoch: Mutex::new(shutdown.child_token()),
             started: Instant::now(),
             shutdown,
             host_trust: RwLock::new(HostTrust {
@@ -247,8 +251,20 @@ impl Node {
             .set(NODE_TOKEN, &fresh)
             .context("storing the rotated node token")?;
         *held = fresh.clone();
-        tracing::info!(source = "auth", "node token rotated");
+        let mut epoch = self.token_epoch.lock().unwrap_or_else(|p| p.into_inner());
+        epoch.cancel();
+        *epoch = self.shutdown.child_token();
+        tracing::info!(source = "auth", "node token rotated; peer links opened with the old one are closed");
         Ok(fresh)
+    }
+
+    /// A token that is cancelled at shutdown or when the node token in force now is rotated:
+    /// a peer link stops on it.
+    pub fn token_epoch(&self) -> CancellationToken {
+        self.token_epoch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .child_token()
     }
 
     /// Revokes login sessions: from memory at once, from the store off the async workers.

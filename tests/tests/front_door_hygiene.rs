@@ -376,3 +376,56 @@ async fn every_file_under_the_config_dir_is_this_users_alone() {
     let _: Value = serde_json::from_slice(&std::fs::read(d.path().join("config.json")).unwrap())
         .unwrap();
 }
+
+/// Waits (bounded) until the hub reports connection `id`'s peer link `peer_link_up == want`
+/// and, when `count` is given, `peer_link_ups == count`; the row.
+async fn wait_peer(bed: &tuic_tests::fed::FedBed, id: &str, want: bool, count: Option<u64>) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let c = bed.connections().await.unwrap();
+        if let Some(row) = c.iter().find(|c| {
+            c["id"] == id
+                && c["peer_link_up"] == json!(want)
+                && count.is_none_or(|n| c["peer_link_ups"] == json!(n))
+        }) {
+            return row.clone();
+        }
+        assert!(Instant::now() < deadline, "peer link never up={want}: {c:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn rotating_the_token_closes_the_hubs_link_until_connect_is_run_again() {
+    let bed = tuic_tests::fed::FedBed::start(1).await.unwrap();
+    let node = &bed.nodes[0];
+    wait_peer(&bed, &node.id, true, Some(1)).await;
+    let dir = node.dir.path().to_str().unwrap().to_owned();
+    let (code, new, err) =
+        run_with_stdin("tuic-node", &["token", "--rotate", "--config-dir", &dir], "").unwrap();
+    assert_eq!(code, 0, "{err}");
+    let new = new.trim().to_owned();
+    // The live link (opened with the old token) is closed, and the hub's redials with the
+    // old token are refused.
+    let row = wait_peer(&bed, &node.id, false, None).await;
+    assert_eq!(row["peer_link_ups"], 1, "{row}");
+    // `connect` again with the new token: the link comes back.
+    let hub_dir = bed.hub_dir.path().to_str().unwrap().to_owned();
+    let (code, _, err) = run_with_stdin(
+        "tuic-hub",
+        &[
+            "connect",
+            "--config-dir",
+            &hub_dir,
+            "--id",
+            &node.id,
+            "--url",
+            &node.url,
+            "--token-stdin",
+        ],
+        &new,
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    wait_peer(&bed, &node.id, true, None).await;
+}
