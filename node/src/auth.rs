@@ -127,7 +127,12 @@ impl AuthState {
 
     /// Checks a login-session token and records its use at `now_ms`; `None` when it is
     /// unknown, revoked or expired.
-    pub fn check_login_token(&self, token: &str, now_ms: u64, lifetime_ms: u64) -> Option<LoginUse> {
+    pub fn check_login_token(
+        &self,
+        token: &str,
+        now_ms: u64,
+        lifetime_ms: u64,
+    ) -> Option<LoginUse> {
         let hash = token_hash(token);
         let mut map = self.logins();
         let s = map.get_mut(&hash)?;
@@ -186,7 +191,14 @@ impl AuthState {
 
     /// Whether `user` at `ip` may try a password now: under `per_key` failures from that
     /// pair and `global` failures in all within the last minute.
-    pub fn admit(&self, ip: IpAddr, user: &str, now: Instant, per_key: u32, global: u32) -> Admission {
+    pub fn admit(
+        &self,
+        ip: IpAddr,
+        user: &str,
+        now: Instant,
+        per_key: u32,
+        global: u32,
+    ) -> Admission {
         let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let fresh = |t: &Instant| now.duration_since(*t) < FAILURE_WINDOW;
         while f.all.front().is_some_and(|t| !fresh(t)) {
@@ -412,7 +424,13 @@ mod tests {
             Admission::Throttled { .. }
         ));
         assert_eq!(
-            a.admit("10.9.9.9".parse().unwrap(), "admin", t0 + FAILURE_WINDOW, 5, 10),
+            a.admit(
+                "10.9.9.9".parse().unwrap(),
+                "admin",
+                t0 + FAILURE_WINDOW,
+                5,
+                10
+            ),
             Admission::Allowed
         );
     }

@@ -475,7 +475,10 @@ pub fn token(loc: &Location, rotate: bool) -> anyhow::Result<()> {
             std::time::Duration::from_secs(30),
         )
     {
-        anyhow::ensure!(status == 200, "the running node refused to rotate ({status}): {b}");
+        anyhow::ensure!(
+            status == 200,
+            "the running node refused to rotate ({status}): {b}"
+        );
         let v: serde_json::Value = serde_json::from_str(&b)?;
         println!("{}", v["token"].as_str().unwrap_or_default());
         eprintln!("node token rotated; run `tuic-hub connect` again with it on every hub");

@@ -462,7 +462,10 @@ mod tests {
         assert!(arrived_over_https(lo, &https));
         assert!(arrived_over_https(lo, &fwd));
         assert!(!arrived_over_https(lo, &none));
-        assert!(!arrived_over_https(lan, &https), "only a local proxy is trusted");
+        assert!(
+            !arrived_over_https(lan, &https),
+            "only a local proxy is trusted"
+        );
         assert!(!arrived_over_https(Transport::Ipc, &https));
         assert!(plain_http_exposed(lan, &none));
         assert!(plain_http_exposed(lan, &https));

@@ -195,8 +195,12 @@ fn narrow_tree(path: &Path, depth: usize) {
     if mode & 0o077 != 0 {
         let narrowed = mode & !0o077;
         match std::fs::set_permissions(path, std::fs::Permissions::from_mode(narrowed)) {
-            Ok(()) => tracing::info!(path = %path.display(), from = format!("{mode:o}"), to = format!("{narrowed:o}"), "narrowed a config-dir entry to this user"),
-            Err(e) => tracing::warn!(path = %path.display(), error = %e, "could not narrow a config-dir entry's mode"),
+            Ok(()) => {
+                tracing::info!(path = %path.display(), from = format!("{mode:o}"), to = format!("{narrowed:o}"), "narrowed a config-dir entry to this user")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not narrow a config-dir entry's mode")
+            }
         }
     }
     if meta.is_dir()

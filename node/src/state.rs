@@ -254,7 +254,10 @@ impl Node {
         let mut epoch = self.token_epoch.lock().unwrap_or_else(|p| p.into_inner());
         epoch.cancel();
         *epoch = self.shutdown.child_token();
-        tracing::info!(source = "auth", "node token rotated; peer links opened with the old one are closed");
+        tracing::info!(
+            source = "auth",
+            "node token rotated; peer links opened with the old one are closed"
+        );
         Ok(fresh)
     }
 
@@ -293,7 +296,11 @@ impl Node {
         let old_hash = self.config().services.auth.password_hash.clone();
         if old_hash != c.services.auth.password_hash {
             let revoked = self.auth.revoke_all();
-            tracing::info!(source = "auth", revoked = revoked.len(), "password changed: every login revoked");
+            tracing::info!(
+                source = "auth",
+                revoked = revoked.len(),
+                "password changed: every login revoked"
+            );
             self.forget_logins(revoked);
         }
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(c);

@@ -164,12 +164,14 @@ async fn login_page(
     transport: Option<axum::Extension<crate::guard::Transport>>,
     h: HeaderMap,
 ) -> Response {
-    let exposed = transport
-        .is_some_and(|axum::Extension(t)| crate::guard::plain_http_exposed(t, &h));
+    let exposed =
+        transport.is_some_and(|axum::Extension(t)| crate::guard::plain_http_exposed(t, &h));
     if !exposed {
         return serve("login.html", &h);
     }
-    let body = files()["login.html"].body.replace(NOTICE_MARK, PLAIN_HTTP_NOTICE);
+    let body = files()["login.html"]
+        .body
+        .replace(NOTICE_MARK, PLAIN_HTTP_NOTICE);
     (
         [
             (CACHE_CONTROL, HeaderValue::from_static("no-store")),

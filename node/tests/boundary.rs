@@ -681,7 +681,10 @@ async fn logout_revokes_the_cookie_server_side() {
     let f = fixture();
     let r = login_as(&f.app, lan(), "admin", PASSWORD, &[]).await;
     let cookie = set_cookie_token(&r);
-    assert_eq!(with_cookie(&f.app, "/config", &cookie).await, StatusCode::OK);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &cookie).await,
+        StatusCode::OK
+    );
     let out = req("POST", "/auth/logout")
         .header("host", "localhost")
         .header("accept", "application/json")
@@ -691,7 +694,10 @@ async fn logout_revokes_the_cookie_server_side() {
     let r = send(&f.app, lan(), out).await;
     assert_eq!(r.status(), StatusCode::OK);
     let clear = r.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(clear.starts_with("tui-session=;") && clear.contains("Max-Age=0"), "{clear}");
+    assert!(
+        clear.starts_with("tui-session=;") && clear.contains("Max-Age=0"),
+        "{clear}"
+    );
     assert_eq!(body_json(r).await, json!({"ok": true, "revoked": true}));
     // Replaying the cookie (a copy the browser did not clear) is refused.
     assert_eq!(
@@ -705,9 +711,8 @@ async fn logins_are_listed_and_revoked_and_the_node_token_cannot_manage_them() {
     let f = fixture();
     let ua = [("user-agent", "phone/1.0")];
     let a = set_cookie_token(&login_as(&f.app, lan(), "admin", PASSWORD, &ua).await);
-    let b = set_cookie_token(
-        &login_as(&f.app, tcp("192.168.1.33:4000"), "admin", PASSWORD, &[]).await,
-    );
+    let b =
+        set_cookie_token(&login_as(&f.app, tcp("192.168.1.33:4000"), "admin", PASSWORD, &[]).await);
     let list = req("GET", "/auth/sessions")
         .header("host", "localhost")
         .header("cookie", format!("tui-session={a}"))
@@ -762,7 +767,10 @@ async fn logins_are_listed_and_revoked_and_the_node_token_cannot_manage_them() {
 async fn a_changed_password_revokes_every_login() {
     let f = fixture();
     let cookie = set_cookie_token(&login_as(&f.app, lan(), "admin", PASSWORD, &[]).await);
-    assert_eq!(with_cookie(&f.app, "/config", &cookie).await, StatusCode::OK);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &cookie).await,
+        StatusCode::OK
+    );
     // As the config watcher does when `set-password` rewrote config.json.
     let mut cfg = (*f.node.config()).clone();
     cfg.services.auth.password_hash = Some(bcrypt::hash("new password", 4).unwrap());
@@ -781,7 +789,9 @@ async fn a_rotated_node_token_works_and_the_old_one_does_not() {
     let r = send(
         &f.app,
         Transport::Ipc,
-        req("POST", "/auth/token/rotate").body(Body::empty()).unwrap(),
+        req("POST", "/auth/token/rotate")
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -814,7 +824,9 @@ async fn one_users_wrong_passwords_never_lock_out_anothers_right_password() {
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(
-        login_as(&f.app, lan(), "admin", PASSWORD, &[]).await.status(),
+        login_as(&f.app, lan(), "admin", PASSWORD, &[])
+            .await
+            .status(),
         StatusCode::OK
     );
     let ok = req("GET", "/config")
@@ -840,9 +852,8 @@ async fn the_global_ceiling_throttles_guessing_from_many_addresses() {
 #[tokio::test]
 async fn cookies_are_secure_when_a_local_proxy_says_https() {
     let f = fixture();
-    let set_cookie = |r: &axum::response::Response| {
-        r.headers()[header::SET_COOKIE].to_str().unwrap().to_owned()
-    };
+    let set_cookie =
+        |r: &axum::response::Response| r.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
     // `tailscale serve` relays HTTPS from 127.0.0.1 with X-Forwarded-Proto.
     let proxied = login_as(
         &f.app,
@@ -852,7 +863,11 @@ async fn cookies_are_secure_when_a_local_proxy_says_https() {
         &[("x-forwarded-proto", "https")],
     )
     .await;
-    assert!(set_cookie(&proxied).contains("; Secure"), "{}", set_cookie(&proxied));
+    assert!(
+        set_cookie(&proxied).contains("; Secure"),
+        "{}",
+        set_cookie(&proxied)
+    );
     // Plain HTTP: no Secure (the browser would never send it back).
     let plain = login_as(&f.app, lan(), "admin", PASSWORD, &[]).await;
     assert!(!set_cookie(&plain).contains("Secure"));
@@ -887,9 +902,14 @@ async fn the_login_page_warns_when_the_password_would_cross_the_network_in_clear
     let notice = "id=\"plain-http\"";
     assert!(page(lan(), None).await.contains(notice));
     assert!(!page(tcp("127.0.0.1:1"), None).await.contains(notice));
-    assert!(!page(tcp("100.100.1.2:1"), None).await.contains(notice), "Tailscale");
     assert!(
-        !page(tcp("127.0.0.1:1"), Some("https")).await.contains(notice),
+        !page(tcp("100.100.1.2:1"), None).await.contains(notice),
+        "Tailscale"
+    );
+    assert!(
+        !page(tcp("127.0.0.1:1"), Some("https"))
+            .await
+            .contains(notice),
         "behind a local HTTPS proxy"
     );
     assert!(!page(Transport::Ipc, None).await.contains(notice));

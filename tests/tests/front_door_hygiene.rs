@@ -132,7 +132,8 @@ async fn connections_past_the_per_address_cap_are_closed_at_once() {
         .await
         .expect("the fifth connection from one address stayed open");
     assert!(
-        node.log_text().contains("connection cap per address reached"),
+        node.log_text()
+            .contains("connection cap per address reached"),
         "{}",
         node.log_text()
     );
@@ -302,7 +303,9 @@ async fn a_rotated_token_works_and_the_old_one_does_not() {
     assert_eq!(get_config(&base, &format!("tui-session={new}")).await, 200);
     assert_eq!(get_config(&base, &format!("tui-session={old}")).await, 401);
     // The stream routes' ?token= follows too.
-    let r = reqwest::get(format!("{base}/events?token={old}")).await.unwrap();
+    let r = reqwest::get(format!("{base}/events?token={old}"))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 }
 
@@ -332,7 +335,10 @@ async fn every_file_under_the_config_dir_is_this_users_alone() {
     let base = format!("http://{}", node.tcp.unwrap());
     // Touch what writes files: a login (the store), a config save, the activity file.
     login(&base, PASSWORD).await.expect("login");
-    let cfg = ipc(&node.socket, "GET", "/config", None).await.unwrap().json();
+    let cfg = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
     let mut edited = cfg.clone();
     edited["collapse_tools"] = json!(true);
     let r = ipc(
@@ -344,9 +350,14 @@ async fn every_file_under_the_config_dir_is_this_users_alone() {
     .await
     .unwrap();
     assert_eq!(r.status, 200);
-    let r = ipc(&node.socket, "PUT", "/config/activity", Some(json!([{"id": "a"}])))
-        .await
-        .unwrap();
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config/activity",
+        Some(json!([{"id": "a"}])),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let mut entries = vec![(
         d.path().to_path_buf(),
@@ -373,13 +384,18 @@ async fn every_file_under_the_config_dir_is_this_users_alone() {
         entries.iter().all(|(_, m, is_dir)| !is_dir || *m == 0o700),
         "{names:#?}"
     );
-    let _: Value = serde_json::from_slice(&std::fs::read(d.path().join("config.json")).unwrap())
-        .unwrap();
+    let _: Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("config.json")).unwrap()).unwrap();
 }
 
 /// Waits (bounded) until the hub reports connection `id`'s peer link `peer_link_up == want`
 /// and, when `count` is given, `peer_link_ups == count`; the row.
-async fn wait_peer(bed: &tuic_tests::fed::FedBed, id: &str, want: bool, count: Option<u64>) -> Value {
+async fn wait_peer(
+    bed: &tuic_tests::fed::FedBed,
+    id: &str,
+    want: bool,
+    count: Option<u64>,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(45);
     loop {
         let c = bed.connections().await.unwrap();
@@ -390,7 +406,10 @@ async fn wait_peer(bed: &tuic_tests::fed::FedBed, id: &str, want: bool, count: O
         }) {
             return row.clone();
         }
-        assert!(Instant::now() < deadline, "peer link never up={want}: {c:?}");
+        assert!(
+            Instant::now() < deadline,
+            "peer link never up={want}: {c:?}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -401,8 +420,12 @@ async fn rotating_the_token_closes_the_hubs_link_until_connect_is_run_again() {
     let node = &bed.nodes[0];
     wait_peer(&bed, &node.id, true, Some(1)).await;
     let dir = node.dir.path().to_str().unwrap().to_owned();
-    let (code, new, err) =
-        run_with_stdin("tuic-node", &["token", "--rotate", "--config-dir", &dir], "").unwrap();
+    let (code, new, err) = run_with_stdin(
+        "tuic-node",
+        &["token", "--rotate", "--config-dir", &dir],
+        "",
+    )
+    .unwrap();
     assert_eq!(code, 0, "{err}");
     let new = new.trim().to_owned();
     // The live link (opened with the old token) is closed, and the hub's redials with the

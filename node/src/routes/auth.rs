@@ -138,7 +138,10 @@ fn redirect(to: &str, cookie: Option<&str>) -> Response {
 /// The `tui-session` cookie of a request, if any.
 fn request_cookie(headers: &HeaderMap) -> Option<&str> {
     auth::find_cookie(
-        headers.get_all(COOKIE).iter().filter_map(|v| v.to_str().ok()),
+        headers
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
         auth::COOKIE_NAME,
     )
 }

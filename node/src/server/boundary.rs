@@ -40,7 +40,9 @@ fn peer_only(path: &str) -> bool {
 
 /// Routes about people's logins: the node token (a machine's credential) does not open them.
 fn person_only(path: &str) -> bool {
-    path == "/auth/sessions" || path.starts_with("/auth/sessions/") || path.starts_with("/auth/token")
+    path == "/auth/sessions"
+        || path.starts_with("/auth/sessions/")
+        || path.starts_with("/auth/token")
 }
 
 /// Routes only the session cookie authorizes (the spec: Basic Auth alone does not authorize
@@ -98,7 +100,16 @@ pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: 
     let mut refresh_cookie = None;
     if !is_public(req.method(), req.uri().path()) {
         let secure = guard::arrived_over_https(transport, req.headers());
-        match authenticate(&node, req.method(), req.uri(), req.headers(), peer.ip(), secure).await {
+        match authenticate(
+            &node,
+            req.method(),
+            req.uri(),
+            req.headers(),
+            peer.ip(),
+            secure,
+        )
+        .await
+        {
             Ok(r) => refresh_cookie = r,
             Err(resp) => return with_cors(resp, origin.as_deref()),
         }

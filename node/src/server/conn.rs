@@ -299,6 +299,9 @@ mod tests {
         drop(a);
         assert_eq!(slots.open(ip), 1);
         let _c = slots.claim(ip, 2).unwrap();
-        assert!(slots.claim(ip, 2).unwrap_err().first, "a new flood logs again");
+        assert!(
+            slots.claim(ip, 2).unwrap_err().first,
+            "a new flood logs again"
+        );
     }
 }

@@ -377,7 +377,8 @@ async fn accept_loop(
                 serve_conn(s, Transport::Ipc, &app, &stop, &hard, &conns, None)
             }
             Ok(Accepted::Tcp(s, peer)) => {
-                let limits = limits.unwrap_or_else(|| conn::ConnLimits::from_tuning(&Default::default()));
+                let limits =
+                    limits.unwrap_or_else(|| conn::ConnLimits::from_tuning(&Default::default()));
                 let slot = match slots.claim(peer.ip(), limits.per_address) {
                     Ok(slot) => slot,
                     Err(over) => {
@@ -409,7 +410,8 @@ async fn accept_loop(
                     warn!(error = %e, "accept failed; backing off and retrying");
                 }
                 failures += 1;
-                let pause = Duration::from_millis(10u64 << failures.min(7)).min(Duration::from_secs(1));
+                let pause =
+                    Duration::from_millis(10u64 << failures.min(7)).min(Duration::from_secs(1));
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(pause) => {}
