@@ -4,7 +4,12 @@
 //! bcrypt runs at login (and on the first Basic use of a credential), never per request:
 //! a successful Basic credential is remembered for a short while by its digest, so a client
 //! that sends Basic on every request pays ~0.25 s of hashing once, not every time. Failures
-//! are rate limited per client address, shared by Basic and the login form.
+//! are rate limited per (client address, user name), shared by Basic and the login form,
+//! under a node-wide ceiling: a wrong password typed as one user never locks out another
+//! user's right password from the same address (a NAT, loopback behind `tailscale serve`).
+//!
+//! Login cookies are server-side sessions ([`LoginSession`], durable in the store): each
+//! can be listed and revoked, logout revokes its own, and a password change revokes all.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -12,6 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Name of the login cookie.
@@ -20,15 +26,61 @@ pub(crate) const COOKIE_NAME: &str = "tui-session";
 /// The window over which failed attempts are counted.
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
+/// A persisted login's last use is rewritten at most this often (the in-memory copy is exact).
+const LAST_USE_PERSIST_MS: u64 = 600_000;
+
+/// One login (a `tui-session` cookie a person got from `POST /auth/login`), kept server-side
+/// under sha256 of its token; the token itself is never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoginSession {
+    /// When it was created, unix ms (0 for a login kept from before these records).
+    pub created_ms: u64,
+    /// Its last authenticated request, unix ms.
+    pub last_used_ms: u64,
+    /// When it expires unless used again, unix ms (the window slides).
+    pub expires_ms: u64,
+    /// The client address that logged in.
+    #[serde(default)]
+    pub address: String,
+    /// The `User-Agent` that logged in (at most 256 characters).
+    #[serde(default)]
+    pub user_agent: String,
+}
+
+/// The public id of a login: the first 16 hex digits of its token's sha256 (enough to name
+/// one, useless to authenticate with).
+pub(crate) fn login_id(hash: &str) -> &str {
+    hash.get(..16).unwrap_or(hash)
+}
+
+/// What a successful login-cookie check asks of the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginUse {
+    /// Persist this record (its expiry slid, or its last use is old in the store).
+    pub persist: Option<LoginSession>,
+    /// The expiry slid by more than a day: send the cookie again with a fresh Max-Age.
+    pub refresh_cookie: bool,
+}
+
+/// A failure-throttle key: the client address and the user name tried (`""` where there is
+/// none, e.g. a peer link's token).
+type FailureKey = (IpAddr, String);
+
 /// In-memory authentication state of a node.
 #[derive(Debug, Default)]
 pub struct AuthState {
-    /// sha256(token) hex → expiry, unix ms. Mirrors the store; the store is the durable copy.
-    login_sessions: Mutex<HashMap<String, u64>>,
+    /// sha256(token) hex → its login. Mirrors the store; the store is the durable copy.
+    login_sessions: Mutex<HashMap<String, LoginSession>>,
     /// sha256(user:pass) → when the successful check expires from the cache.
     basic_cache: Mutex<HashMap<[u8; 32], Instant>>,
-    /// Recent failures per client address.
-    failures: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
+    /// Recent failures per (client address, user name), and all of them for the ceiling.
+    failures: Mutex<Failures>,
+}
+
+#[derive(Debug, Default)]
+struct Failures {
+    per_key: HashMap<FailureKey, VecDeque<Instant>>,
+    all: VecDeque<Instant>,
 }
 
 /// What a rate-limit check decided.
@@ -56,83 +108,142 @@ pub(crate) fn secret_eq(a: &str, b: &str) -> bool {
 
 impl AuthState {
     /// Loads persisted login sessions.
-    pub fn with_sessions(sessions: impl IntoIterator<Item = (String, u64)>) -> Self {
+    pub fn with_sessions(sessions: impl IntoIterator<Item = (String, LoginSession)>) -> Self {
         let s = Self::default();
-        s.login_sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(sessions);
+        s.logins().extend(sessions);
         s
     }
 
-    /// Registers a new login session (already persisted by the caller).
-    pub fn add_login_session(&self, hash: String, expires_ms: u64) {
+    fn logins(&self) -> std::sync::MutexGuard<'_, HashMap<String, LoginSession>> {
         self.login_sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(hash, expires_ms);
     }
 
-    /// Checks a login-session token. On success returns the new expiry when the sliding
-    /// window moved by more than a day (the caller persists it and refreshes the cookie).
+    /// Registers a new login session (already persisted by the caller).
+    pub fn add_login_session(&self, hash: String, session: LoginSession) {
+        self.logins().insert(hash, session);
+    }
+
+    /// Checks a login-session token and records its use at `now_ms`; `None` when it is
+    /// unknown, revoked or expired.
     pub fn check_login_token(
         &self,
         token: &str,
         now_ms: u64,
         lifetime_ms: u64,
-    ) -> Option<Option<u64>> {
+    ) -> Option<LoginUse> {
         let hash = token_hash(token);
-        let mut map = self
-            .login_sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let exp = map.get_mut(&hash)?;
-        if *exp < now_ms {
+        let mut map = self.logins();
+        let s = map.get_mut(&hash)?;
+        if s.expires_ms < now_ms {
             map.remove(&hash);
             return None;
         }
+        let persisted_use = s.last_used_ms;
+        s.last_used_ms = s.last_used_ms.max(now_ms);
         let slid = now_ms + lifetime_ms;
-        if slid.saturating_sub(*exp) > 86_400_000 {
-            *exp = slid;
-            Some(Some(slid))
-        } else {
-            Some(None)
+        let refresh_cookie = slid.saturating_sub(s.expires_ms) > 86_400_000;
+        if refresh_cookie {
+            s.expires_ms = slid;
         }
+        let stale_use = now_ms.saturating_sub(persisted_use) >= LAST_USE_PERSIST_MS;
+        Some(LoginUse {
+            persist: (refresh_cookie || stale_use).then(|| s.clone()),
+            refresh_cookie,
+        })
     }
 
-    /// Whether `ip` may try a password now.
-    pub fn admit(&self, ip: IpAddr, now: Instant, per_minute: u32) -> Admission {
+    /// Every live login: (sha256 of its token, record), oldest first.
+    pub fn login_sessions(&self) -> Vec<(String, LoginSession)> {
+        let mut v: Vec<_> = self
+            .logins()
+            .iter()
+            .map(|(h, s)| (h.clone(), s.clone()))
+            .collect();
+        v.sort_by(|a, b| (a.1.created_ms, &a.0).cmp(&(b.1.created_ms, &b.0)));
+        v
+    }
+
+    /// Whether a login with this token hash is live (not revoked).
+    pub fn is_login(&self, hash: &str) -> bool {
+        self.logins().contains_key(hash)
+    }
+
+    /// Revokes the login whose token is `token`; its hash when there was one.
+    pub fn revoke_token(&self, token: &str) -> Option<String> {
+        let hash = token_hash(token);
+        self.logins().remove(&hash).map(|_| hash)
+    }
+
+    /// Revokes the login with public id `id` ([`login_id`]); its hash when there was one.
+    pub fn revoke_id(&self, id: &str) -> Option<String> {
+        let mut map = self.logins();
+        let hash = map.keys().find(|h| login_id(h) == id)?.clone();
+        map.remove(&hash);
+        Some(hash)
+    }
+
+    /// Revokes every login; their hashes.
+    pub fn revoke_all(&self) -> Vec<String> {
+        self.logins().drain().map(|(h, _)| h).collect()
+    }
+
+    /// Whether `user` at `ip` may try a password now: under `per_key` failures from that
+    /// pair and `global` failures in all within the last minute.
+    pub fn admit(
+        &self,
+        ip: IpAddr,
+        user: &str,
+        now: Instant,
+        per_key: u32,
+        global: u32,
+    ) -> Admission {
         let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(q) = f.get_mut(&ip) else {
+        let fresh = |t: &Instant| now.duration_since(*t) < FAILURE_WINDOW;
+        while f.all.front().is_some_and(|t| !fresh(t)) {
+            f.all.pop_front();
+        }
+        let retry = |oldest: Instant| Admission::Throttled {
+            retry_after_secs: FAILURE_WINDOW
+                .saturating_sub(now.duration_since(oldest))
+                .as_secs()
+                .max(1),
+        };
+        if f.all.len() >= global.max(1) as usize {
+            let oldest = *f.all.front().expect("non-empty");
+            return retry(oldest);
+        }
+        let Some(q) = f.per_key.get_mut(&(ip, user.to_owned())) else {
             return Admission::Allowed;
         };
-        while q
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW)
-        {
+        while q.front().is_some_and(|t| !fresh(t)) {
             q.pop_front();
         }
-        if q.len() < per_minute as usize {
+        if q.len() < per_key as usize {
             return Admission::Allowed;
         }
-        let oldest = *q.front().expect("non-empty");
-        let wait = FAILURE_WINDOW.saturating_sub(now.duration_since(oldest));
-        Admission::Throttled {
-            retry_after_secs: wait.as_secs().max(1),
-        }
+        retry(*q.front().expect("non-empty"))
     }
 
-    /// Records a failed password attempt from `ip`.
-    pub fn record_failure(&self, ip: IpAddr, now: Instant) {
+    /// Records a failed password attempt of `user` from `ip`.
+    pub fn record_failure(&self, ip: IpAddr, user: &str, now: Instant) {
         let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        // Bound the table: addresses whose failures are all older than the window go.
-        if f.len() > 10_000 {
-            f.retain(|_, q| {
+        // Bound the table: keys whose failures are all older than the window go.
+        if f.per_key.len() > 10_000 {
+            f.per_key.retain(|_, q| {
                 q.back()
                     .is_some_and(|t| now.duration_since(*t) < FAILURE_WINDOW)
             });
         }
-        f.entry(ip).or_default().push_back(now);
+        // A user name is the attacker's choice: key on a bounded prefix of it.
+        let user: String = user.chars().take(64).collect();
+        f.per_key.entry((ip, user)).or_default().push_back(now);
+        f.all.push_back(now);
+        // The ceiling only needs to know whether it is reached: keep no more than that.
+        while f.all.len() > 100_000 {
+            f.all.pop_front();
+        }
     }
 
     /// Whether this Basic credential was verified recently.
@@ -202,9 +313,18 @@ pub(crate) fn find_cookie<'a>(
         .map(|(_, v)| v.trim_matches('"'))
 }
 
-/// The `Set-Cookie` value for a login session.
-pub(crate) fn session_cookie(token: &str, max_age_secs: u64) -> String {
-    format!("{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}")
+/// The `Set-Cookie` value for a login session; `secure` when the request arrived over HTTPS
+/// (then the browser never sends it over plain HTTP).
+pub(crate) fn session_cookie(token: &str, max_age_secs: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+    )
+}
+
+/// The `Set-Cookie` value that deletes the login cookie.
+pub(crate) fn clear_cookie(secure: bool) -> String {
+    session_cookie("", 0, secure)
 }
 
 /// Hashes a password with bcrypt (blocking, ~0.25 s at the default cost).
@@ -260,29 +380,80 @@ mod tests {
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         let t0 = Instant::now();
         for _ in 0..5 {
-            assert_eq!(a.admit(ip, t0, 5), Admission::Allowed);
-            a.record_failure(ip, t0);
+            assert_eq!(a.admit(ip, "admin", t0, 5, 60), Admission::Allowed);
+            a.record_failure(ip, "admin", t0);
         }
         assert!(matches!(
-            a.admit(ip, t0, 5),
+            a.admit(ip, "admin", t0, 5, 60),
             Admission::Throttled {
                 retry_after_secs: 60
             }
         ));
         let other: IpAddr = "10.0.0.2".parse().unwrap();
-        assert_eq!(a.admit(other, t0, 5), Admission::Allowed);
-        assert_eq!(a.admit(ip, t0 + FAILURE_WINDOW, 5), Admission::Allowed);
+        assert_eq!(a.admit(other, "admin", t0, 5, 60), Admission::Allowed);
+        assert_eq!(
+            a.admit(ip, "admin", t0 + FAILURE_WINDOW, 5, 60),
+            Admission::Allowed
+        );
+    }
+
+    #[test]
+    fn one_users_failures_never_throttle_another_user_at_the_same_address() {
+        let a = AuthState::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            a.record_failure(ip, "mallory", t0);
+        }
+        assert!(matches!(
+            a.admit(ip, "mallory", t0, 5, 60),
+            Admission::Throttled { .. }
+        ));
+        assert_eq!(a.admit(ip, "admin", t0, 5, 60), Admission::Allowed);
+    }
+
+    #[test]
+    fn the_global_ceiling_throttles_every_key() {
+        let a = AuthState::default();
+        let t0 = Instant::now();
+        for i in 0..10u8 {
+            a.record_failure(IpAddr::from([10, 0, 0, i]), "x", t0);
+        }
+        assert!(matches!(
+            a.admit("10.9.9.9".parse().unwrap(), "admin", t0, 5, 10),
+            Admission::Throttled { .. }
+        ));
+        assert_eq!(
+            a.admit(
+                "10.9.9.9".parse().unwrap(),
+                "admin",
+                t0 + FAILURE_WINDOW,
+                5,
+                10
+            ),
+            Admission::Allowed
+        );
+    }
+
+    fn login(expires_ms: u64) -> LoginSession {
+        LoginSession {
+            created_ms: 0,
+            last_used_ms: 0,
+            expires_ms,
+            address: "10.0.0.1".into(),
+            user_agent: "test".into(),
+        }
     }
 
     #[test]
     fn login_tokens_slide_and_expire() {
         let day = 86_400_000;
-        let a = AuthState::with_sessions([(token_hash("t"), 30 * day)]);
-        assert_eq!(a.check_login_token("t", 0, 30 * day), Some(None));
-        assert_eq!(
-            a.check_login_token("t", 2 * day, 30 * day),
-            Some(Some(32 * day))
-        );
+        let a = AuthState::with_sessions([(token_hash("t"), login(30 * day))]);
+        let used = a.check_login_token("t", 0, 30 * day).unwrap();
+        assert!(!used.refresh_cookie && used.persist.is_none());
+        let slid = a.check_login_token("t", 2 * day, 30 * day).unwrap();
+        assert!(slid.refresh_cookie);
+        assert_eq!(slid.persist.map(|s| s.expires_ms), Some(32 * day));
         assert_eq!(a.check_login_token("u", 0, 30 * day), None);
         assert_eq!(a.check_login_token("t", 33 * day, 30 * day), None);
         assert_eq!(
@@ -290,6 +461,23 @@ mod tests {
             None,
             "expired sessions are removed"
         );
+    }
+
+    #[test]
+    fn logins_are_revoked_by_token_id_or_all() {
+        let day = 86_400_000;
+        let a = AuthState::with_sessions([
+            (token_hash("a"), login(day)),
+            (token_hash("b"), login(day)),
+            (token_hash("c"), login(day)),
+        ]);
+        assert_eq!(a.revoke_token("a"), Some(token_hash("a")));
+        assert_eq!(a.check_login_token("a", 0, day), None);
+        let hb = token_hash("b");
+        assert_eq!(a.revoke_id(login_id(&hb)), Some(hb.clone()));
+        assert_eq!(a.revoke_id(login_id(&hb)), None);
+        assert_eq!(a.revoke_all(), vec![token_hash("c")]);
+        assert!(a.login_sessions().is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Command line of `tuic-node` (and of `tuic-hub`, which is a node plus federation):
-//! `serve` (the default), `set-password`, `token`, `install-service`, `backup`, `restore`.
+//! `serve` (the default), `set-password`, `token`, `sessions`, `install-service`, `backup`,
+//! `restore`.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -36,6 +37,7 @@ pub enum NodeCommand {
     /// Run the node in the foreground until SIGINT/SIGTERM (the default).
     Serve(ServeArgs),
     /// Set the remote-access password (read from stdin; one trailing newline is stripped).
+    /// Every login made with the old password is revoked.
     SetPassword {
         #[command(flatten)]
         loc: Location,
@@ -47,6 +49,21 @@ pub enum NodeCommand {
     Token {
         #[command(flatten)]
         loc: Location,
+        /// Replace the token with a new one and print it: the old one stops working at once.
+        /// A hub learns the new one when `tuic-hub connect` is run again with it.
+        #[arg(long)]
+        rotate: bool,
+    },
+    /// List the logins (browser sessions) of this node, or revoke them.
+    Sessions {
+        #[command(flatten)]
+        loc: Location,
+        /// Revoke the login with this id (from the list).
+        #[arg(long, conflicts_with = "revoke_all")]
+        revoke: Option<String>,
+        /// Revoke every login.
+        #[arg(long)]
+        revoke_all: bool,
     },
     /// Write this binary's systemd user unit (launchd agent on macOS), enable and start it.
     InstallService {
@@ -127,7 +144,12 @@ pub fn run_command(
     match cmd {
         NodeCommand::Serve(a) => serve(name, a, hook),
         NodeCommand::SetPassword { loc, user } => set_password(&loc, user),
-        NodeCommand::Token { loc } => token(&loc),
+        NodeCommand::Token { loc, rotate } => token(&loc, rotate),
+        NodeCommand::Sessions {
+            loc,
+            revoke,
+            revoke_all,
+        } => sessions(&loc, revoke.as_deref(), revoke_all),
         NodeCommand::InstallService {
             loc,
             unit_dir,
@@ -407,19 +429,145 @@ pub fn set_password(loc: &Location, user: Option<String>) -> anyhow::Result<()> 
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("password set in {}", p.config_file().display());
+    // The running node also revokes them when it reloads the changed config; asking it now
+    // leaves no window in which an old cookie still works.
+    let revoked = match ask_running(
+        &p.socket,
+        "DELETE",
+        "/auth/sessions",
+        "",
+        std::time::Duration::from_secs(10),
+    ) {
+        Some((200, b)) => serde_json::from_str::<serde_json::Value>(&b)?["revoked"]
+            .as_u64()
+            .unwrap_or(0),
+        Some((status, b)) => {
+            anyhow::bail!("the running node refused to revoke its logins ({status}): {b}")
+        }
+        None => with_stopped_store(&p, |store| store.clear_login_sessions())?,
+    };
+    eprintln!("{revoked} earlier login(s) revoked");
     Ok(())
 }
 
-/// `token`: prints the node's connection token, creating it once.
-pub fn token(loc: &Location) -> anyhow::Result<()> {
+/// Runs `f` on the store of a node that is not running (holding its instance lock, so none
+/// starts meanwhile).
+fn with_stopped_store<T>(
+    p: &Paths,
+    f: impl FnOnce(&crate::store::Store) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let _lock = crate::server::claim_instance(&p.node_lock_file(), &p.socket)?;
+    let store = crate::store::Store::open(&p.store_file())?;
+    f(&store)
+}
+
+/// `token [--rotate]`: prints the node's connection token, creating it once; `--rotate`
+/// replaces it (through the running node, so it stops accepting the old one at once).
+pub fn token(loc: &Location, rotate: bool) -> anyhow::Result<()> {
     let p = paths(loc)?;
     p.ensure_dir()?;
+    if rotate
+        && let Some((status, b)) = ask_running(
+            &p.socket,
+            "POST",
+            "/auth/token/rotate",
+            "",
+            std::time::Duration::from_secs(30),
+        )
+    {
+        anyhow::ensure!(
+            status == 200,
+            "the running node refused to rotate ({status}): {b}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&b)?;
+        println!("{}", v["token"].as_str().unwrap_or_default());
+        eprintln!("node token rotated; run `tuic-hub connect` again with it on every hub");
+        return Ok(());
+    }
     let cfg = ConfigFile::new(p.config_file()).load()?;
     let v = Vault::open(
         &p.config_dir,
         p.secrets_file(),
         cfg.secret_store == SecretStore::Auto,
     );
+    if rotate {
+        let fresh = vault::random_token();
+        v.set(NODE_TOKEN, &fresh)?;
+        println!("{fresh}");
+        eprintln!("node token rotated; run `tuic-hub connect` again with it on every hub");
+        return Ok(());
+    }
     println!("{}", v.get_or_create(NODE_TOKEN, vault::random_token)?);
     Ok(())
+}
+
+/// `sessions [--revoke ID | --revoke-all]`: lists or revokes logins, through the running node
+/// or directly in a stopped node's store.
+pub fn sessions(loc: &Location, revoke: Option<&str>, revoke_all: bool) -> anyhow::Result<()> {
+    let p = paths(loc)?;
+    let (method, path) = match (revoke, revoke_all) {
+        (Some(id), _) => ("DELETE", format!("/auth/sessions/{id}")),
+        (None, true) => ("DELETE", "/auth/sessions".to_owned()),
+        (None, false) => ("GET", "/auth/sessions".to_owned()),
+    };
+    let timeout = std::time::Duration::from_secs(10);
+    let v: serde_json::Value = match ask_running(&p.socket, method, &path, "", timeout) {
+        Some((200, b)) => serde_json::from_str(&b)?,
+        Some((status, b)) => anyhow::bail!("the running node answered {status}: {b}"),
+        None => with_stopped_store(&p, |store| offline_sessions(store, revoke, revoke_all))?,
+    };
+    if method == "DELETE" {
+        eprintln!("{} login(s) revoked", v["revoked"]);
+        return Ok(());
+    }
+    let rows = v.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        eprintln!("no logins");
+    }
+    for r in rows {
+        println!(
+            "{}\tcreated {}\tlast used {}\t{}\t{}",
+            r["id"].as_str().unwrap_or_default(),
+            r["created_ms"],
+            r["last_used_ms"],
+            r["address"].as_str().unwrap_or_default(),
+            r["user_agent"].as_str().unwrap_or_default(),
+        );
+    }
+    Ok(())
+}
+
+/// `sessions` against a stopped node's store: the same answers the routes give.
+fn offline_sessions(
+    store: &crate::store::Store,
+    revoke: Option<&str>,
+    revoke_all: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let all = store.login_sessions()?;
+    if revoke_all {
+        return Ok(serde_json::json!({"revoked": store.clear_login_sessions()?}));
+    }
+    if let Some(id) = revoke {
+        let hit: Vec<String> = all
+            .into_iter()
+            .filter(|(h, _)| crate::auth::login_id(h) == id)
+            .map(|(h, _)| h)
+            .collect();
+        anyhow::ensure!(!hit.is_empty(), "no login {id}");
+        store.remove_login_sessions(&hit)?;
+        return Ok(serde_json::json!({"revoked": hit.len()}));
+    }
+    Ok(serde_json::Value::Array(
+        all.into_iter()
+            .map(|(h, s)| {
+                serde_json::json!({
+                    "id": crate::auth::login_id(&h),
+                    "created_ms": s.created_ms,
+                    "last_used_ms": s.last_used_ms,
+                    "address": s.address,
+                    "user_agent": s.user_agent,
+                })
+            })
+            .collect(),
+    ))
 }

@@ -6,6 +6,7 @@
 //! base→config delta, and publishes the result with an atomic rename. Unknown keys are kept.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -145,14 +146,27 @@ pub struct Tuning {
     pub request_timeout_ms: u64,
     /// SSE keep-alive interval (15 s).
     pub sse_keepalive_ms: u64,
-    /// Failed logins per client address per minute before 429 (5).
+    /// Failed logins per (client address, user name) per minute before 429 (5).
     pub login_failures_per_minute: u32,
+    /// Failed logins per minute across every address and user before every password check
+    /// answers 429 (60): the ceiling on guessing from many addresses at once.
+    pub login_failures_global_per_minute: u32,
     /// Login session lifetime, sliding (30 days).
     pub login_session_days: u32,
     /// How long a successful Basic check is remembered (60 s), so a request never pays bcrypt.
     pub basic_cache_secs: u64,
     /// Drain deadline at shutdown (5 s).
     pub shutdown_drain_ms: u64,
+    /// A TCP connection must finish a request's headers within this long of opening (or, on
+    /// a kept-alive HTTP/1 connection, of starting to wait for the next request), else it is
+    /// closed (15 s).
+    pub header_read_timeout_ms: u64,
+    /// A TCP connection with no request in flight and no byte in either direction for this
+    /// long is closed (120 s). SSE keep-alives count as traffic.
+    pub idle_connection_timeout_ms: u64,
+    /// Open TCP connections from one client address (256; upgraded WebSockets count); past it
+    /// a new connection is closed at once.
+    pub connections_per_address: usize,
     /// Largest upload, in file bytes (64 GiB).
     pub upload_max_bytes: u64,
     /// Most entries in one upload (1,000,000).
@@ -239,9 +253,13 @@ impl Default for Tuning {
             request_timeout_ms: 301_000,
             sse_keepalive_ms: 15_000,
             login_failures_per_minute: 5,
+            login_failures_global_per_minute: 60,
             login_session_days: 30,
             basic_cache_secs: 60,
             shutdown_drain_ms: 5_000,
+            header_read_timeout_ms: 15_000,
+            idle_connection_timeout_ms: 120_000,
+            connections_per_address: 256,
             upload_max_bytes: 64 << 30,
             upload_max_entries: 1_000_000,
             upload_concurrency: 4,
@@ -412,6 +430,7 @@ impl ConfigFile {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(self.lock_path())
             .context("opening the config lock")
             .map_err(io)?;
@@ -466,7 +485,6 @@ impl ConfigFile {
 /// Writes `bytes` to `path` through a temp file in the same directory (created with `mode`),
 /// synced, then renamed over `path`: a reader sees the old file or the new one, never a part.
 pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().context("the path has no parent")?;
     let name = path
         .file_name()

@@ -197,6 +197,74 @@ pub fn is_loopback_caller(transport: Transport, headers: &HeaderMap) -> bool {
     }
 }
 
+/// Whether `ip` is a Tailscale address (100.64.0.0/10 or fd7a:115c:a1e0::/48): its traffic
+/// rides Tailscale's encrypted tunnel, so plain HTTP to it does not expose credentials.
+pub fn is_tailscale_ip(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            o[0] == 100 && (o[1] & 0xc0) == 64
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            s[0] == 0xfd7a && s[1] == 0x115c && s[2] == 0xa1e0
+        }
+    }
+}
+
+/// An IPv4-mapped IPv6 address as its IPv4 form.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        ip => ip,
+    }
+}
+
+/// Whether the request reached the proxy in front of the node over HTTPS: TCP from loopback
+/// (only a proxy on this machine, such as `tailscale serve`, is trusted to say so) with
+/// `X-Forwarded-Proto: https` or `Forwarded: proto=https`. The node's TCP listener itself
+/// speaks plain HTTP, so there is no direct case.
+pub fn arrived_over_https(transport: Transport, headers: &HeaderMap) -> bool {
+    let Transport::Tcp { peer } = transport else {
+        return false;
+    };
+    if !canonical(peer.ip()).is_loopback() {
+        return false;
+    }
+    let value = |name: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase)
+            .collect::<Vec<_>>()
+    };
+    let xfp = value("x-forwarded-proto")
+        .iter()
+        .any(|v| v.split(',').next().is_some_and(|p| p.trim() == "https"));
+    let fwd = value("forwarded").iter().any(|v| {
+        v.split(',').next().is_some_and(|first| {
+            first
+                .split(';')
+                .any(|kv| kv.trim().trim_matches('"') == "proto=https")
+        })
+    });
+    xfp || fwd
+}
+
+/// Whether credentials sent on this request cross a network in the clear: TCP, not relayed
+/// over HTTPS by a local proxy, from an address that is neither loopback nor Tailscale.
+pub fn plain_http_exposed(transport: Transport, headers: &HeaderMap) -> bool {
+    let Transport::Tcp { peer } = transport else {
+        return false;
+    };
+    let ip = canonical(peer.ip());
+    !ip.is_loopback() && !is_tailscale_ip(ip) && !arrived_over_https(transport, headers)
+}
+
 /// This machine's interface addresses (errors give an empty list: only literals then pass).
 pub fn interface_ips() -> Vec<IpAddr> {
     if_addrs::get_if_addrs()
@@ -370,5 +438,41 @@ mod tests {
             hm.insert(*h, HeaderValue::from_static("x"));
             assert!(!is_loopback_caller(lo, &hm), "{h}");
         }
+    }
+
+    #[test]
+    fn https_by_proxy_and_plain_http_exposure() {
+        let lo = Transport::Tcp {
+            peer: "127.0.0.1:5000".parse().unwrap(),
+        };
+        let lan = Transport::Tcp {
+            peer: "192.168.1.9:5000".parse().unwrap(),
+        };
+        let ts = Transport::Tcp {
+            peer: "100.101.102.103:5000".parse().unwrap(),
+        };
+        let mut https = HeaderMap::new();
+        https.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let mut fwd = HeaderMap::new();
+        fwd.insert(
+            "forwarded",
+            HeaderValue::from_static("for=100.1.2.3;proto=https"),
+        );
+        let none = HeaderMap::new();
+        assert!(arrived_over_https(lo, &https));
+        assert!(arrived_over_https(lo, &fwd));
+        assert!(!arrived_over_https(lo, &none));
+        assert!(
+            !arrived_over_https(lan, &https),
+            "only a local proxy is trusted"
+        );
+        assert!(!arrived_over_https(Transport::Ipc, &https));
+        assert!(plain_http_exposed(lan, &none));
+        assert!(plain_http_exposed(lan, &https));
+        assert!(!plain_http_exposed(lo, &none));
+        assert!(!plain_http_exposed(ts, &none));
+        assert!(!plain_http_exposed(Transport::Ipc, &none));
+        assert!(is_tailscale_ip("fd7a:115c:a1e0::1".parse().unwrap()));
+        assert!(!is_tailscale_ip("100.128.0.1".parse().unwrap()));
     }
 }

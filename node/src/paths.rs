@@ -98,6 +98,19 @@ impl Paths {
             .with_context(|| format!("creating config dir {}", self.config_dir.display()))
     }
 
+    /// Takes group and other access off the config dir and the entries tuic keeps in it
+    /// (owner bits stay: 0644 becomes 0600, 0755 becomes 0700), so files an earlier version
+    /// or a hand edit left readable (the store was created 0644) are this user's alone. Only
+    /// tuic's own names are touched — a config dir pointed at a shared directory keeps its
+    /// other files as they are. Symlinks are not followed. Best effort: an entry that cannot
+    /// be changed is logged and skipped.
+    pub fn narrow_modes(&self) {
+        narrow_tree(&self.config_dir, NARROW_DEPTH);
+        for name in OWN_ENTRIES {
+            narrow_tree(&self.config_dir.join(name), 0);
+        }
+    }
+
     /// `config.json`.
     pub fn config_file(&self) -> PathBuf {
         self.config_dir.join("config.json")
@@ -146,6 +159,57 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
         Ok(std::env::current_dir()
             .context("reading the current dir")?
             .join(p))
+    }
+}
+
+/// How deep [`Paths::narrow_modes`] descends into tuic's own directories.
+const NARROW_DEPTH: usize = 4;
+
+/// The entries tuic creates in a config dir (files, and directories it owns whole).
+const OWN_ENTRIES: &[&str] = &[
+    "config.json",
+    "config.json.lock",
+    "state.redb",
+    "secrets.json",
+    "node.lock",
+    "mcp.sock",
+    "mcp-upstreams.json",
+    "mcp-upstreams.json.lock",
+    "activity.json",
+    "quic-cert.der",
+    "quic-key.der",
+    "holders",
+    "captures",
+    "mcp-bridge",
+];
+
+fn narrow_tree(path: &Path, depth: usize) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    if meta.file_type().is_symlink() {
+        return;
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        let narrowed = mode & !0o077;
+        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(narrowed)) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), from = format!("{mode:o}"), to = format!("{narrowed:o}"), "narrowed a config-dir entry to this user")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not narrow a config-dir entry's mode")
+            }
+        }
+    }
+    if meta.is_dir()
+        && depth < NARROW_DEPTH
+        && let Ok(entries) = std::fs::read_dir(path)
+    {
+        for e in entries.flatten() {
+            narrow_tree(&e.path(), depth + 1);
+        }
     }
 }
 

@@ -55,8 +55,12 @@ pub struct Node {
     pub logs: LogRing,
     /// Login sessions, Basic cache and login throttling.
     pub auth: AuthState,
-    /// The long-lived connection token a hub presents (as the `tui-session` cookie).
-    pub node_token: String,
+    /// The long-lived connection token a hub presents (as the `tui-session` cookie); replaced
+    /// by [`Node::rotate_node_token`]. Read it with [`Node::node_token`].
+    node_token: RwLock<String>,
+    /// Cancelled when the node token is rotated (then replaced): every peer link
+    /// authenticated with the old token ends with it. A child of `shutdown`.
+    token_epoch: Mutex<CancellationToken>,
     /// Process start, for `uptime_secs`.
     pub started: Instant,
     /// Fired once at shutdown; streams end and listeners drain.
@@ -108,6 +112,7 @@ impl Node {
         logs: LogRing,
     ) -> anyhow::Result<Arc<Self>> {
         paths.ensure_dir()?;
+        paths.narrow_modes();
         let config_file = ConfigFile::new(paths.config_file());
         let config = config_file.load()?;
         let vault = Vault::open(
@@ -166,7 +171,8 @@ impl Node {
             bus,
             logs,
             auth,
-            node_token,
+            node_token: RwLock::new(node_token),
+            token_epoch: Mutex::new(shutdown.child_token()),
             started: Instant::now(),
             shutdown,
             host_trust: RwLock::new(HostTrust {
@@ -227,9 +233,76 @@ impl Node {
             .clone()
     }
 
-    /// Replaces the in-memory config (after a save or a reload from disk).
+    /// The node token in force.
+    pub fn node_token(&self) -> String {
+        self.node_token
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the node token with a fresh one (vault first, then memory) and returns it: the
+    /// old token stops working at once, for cookies, `?token=` and new peer links alike. A
+    /// hub learns the new one when `connect` is run again with it. Blocking (the vault).
+    pub fn rotate_node_token(&self) -> anyhow::Result<String> {
+        let mut held = self.node_token.write().unwrap_or_else(|p| p.into_inner());
+        let fresh = vault::random_token();
+        self.vault
+            .set(NODE_TOKEN, &fresh)
+            .context("storing the rotated node token")?;
+        *held = fresh.clone();
+        let mut epoch = self.token_epoch.lock().unwrap_or_else(|p| p.into_inner());
+        epoch.cancel();
+        *epoch = self.shutdown.child_token();
+        tracing::info!(
+            source = "auth",
+            "node token rotated; peer links opened with the old one are closed"
+        );
+        Ok(fresh)
+    }
+
+    /// A token that is cancelled at shutdown or when the node token in force now is rotated:
+    /// a peer link stops on it.
+    pub fn token_epoch(&self) -> CancellationToken {
+        self.token_epoch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .child_token()
+    }
+
+    /// Revokes login sessions: from memory at once, from the store off the async workers.
+    pub fn forget_logins(&self, hashes: Vec<String>) {
+        if hashes.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        let persist = move || {
+            if let Err(e) = store.remove_login_sessions(&hashes) {
+                tracing::warn!(error = %format!("{e:#}"), "removing revoked logins from the store");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => {
+                self.tasks.spawn_blocking(persist);
+            }
+            Err(_) => persist(),
+        }
+    }
+
+    /// Replaces the in-memory config (after a save or a reload from disk). A changed password
+    /// hash revokes every login: a password change is how a person ends sessions they lost.
     pub fn set_config(&self, c: Config) {
         let ts = tailscale_name(&c);
+        let old_hash = self.config().services.auth.password_hash.clone();
+        if old_hash != c.services.auth.password_hash {
+            let revoked = self.auth.revoke_all();
+            tracing::info!(
+                source = "auth",
+                revoked = revoked.len(),
+                "password changed: every login revoked"
+            );
+            self.forget_logins(revoked);
+        }
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(c);
         self.host_trust
             .write()

@@ -1,6 +1,6 @@
 //! The node's embedded store: one `redb` file, `state.redb`, in the config dir.
 //!
-//! Durable records live here: login sessions, repositories, and the cross-host outboxes and
+//! Durable records live here: login sessions (`logins`), repositories, and the cross-host outboxes and
 //! dedupe rings of federated mail (`crate::peer`); the progress journal
 //! (`crate::progress::journal`, which owns its tables); stories as that feature lands; the
 //! records of sessions kept by holder processes (`crate::session::held`). What the
@@ -13,8 +13,13 @@ use std::path::Path;
 use anyhow::Context;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-/// Login sessions: sha256(token) hex → expiry, unix ms.
+/// Login sessions as earlier versions kept them: sha256(token) hex → expiry, unix ms. Moved
+/// into [`LOGINS`] when the store opens.
 const LOGIN_SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("login_sessions");
+
+/// Login sessions: sha256(token) hex → JSON `auth::LoginSession` (creation, last use,
+/// expiry, address, user agent).
+const LOGINS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("logins");
 
 /// Repositories: canonical path → JSON record.
 const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositories");
@@ -71,8 +76,21 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating) the store file.
+    /// Opens (creating) the store file, readable by this user only (0600; a file an earlier
+    /// version created 0644 is narrowed).
     pub fn open(path: &Path) -> anyhow::Result<Self> {
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("creating the store {}", path.display()))?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("narrowing the mode of {}", path.display()))?;
+        }
         // The previous holder of the file lock (a node that just exited) may release it a few
         // milliseconds after its node lock (see `server::claim_instance`): retry briefly.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -88,7 +106,8 @@ impl Store {
         }
         .with_context(|| format!("opening the store {}", path.display()))?;
         let tx = db.begin_write()?;
-        tx.open_table(LOGIN_SESSIONS)?;
+        migrate_logins(&tx)?;
+        tx.open_table(LOGINS)?;
         tx.open_table(REPOS)?;
         tx.open_table(PEER_OUTBOXES)?;
         tx.open_table(PEER_OUTBOX_MESSAGES)?;
@@ -295,38 +314,98 @@ impl Store {
         Ok(())
     }
 
-    /// All login sessions (hash → expiry ms).
-    pub fn login_sessions(&self) -> anyhow::Result<Vec<(String, u64)>> {
+    /// All login sessions (sha256 of the token → record).
+    pub fn login_sessions(&self) -> anyhow::Result<Vec<(String, crate::auth::LoginSession)>> {
         let tx = self.db.begin_read()?;
-        let t = tx.open_table(LOGIN_SESSIONS)?;
+        let t = tx.open_table(LOGINS)?;
         let mut out = Vec::new();
         for row in t.iter()? {
             let (k, v) = row?;
-            out.push((k.value().to_owned(), v.value()));
+            match serde_json::from_slice(v.value()) {
+                Ok(s) => out.push((k.value().to_owned(), s)),
+                // An unreadable record is a login nobody can use: skip it, say so.
+                Err(e) => tracing::warn!(error = %e, "skipping an unreadable login record"),
+            }
         }
         Ok(out)
     }
 
-    /// Inserts or extends a login session.
-    pub fn put_login_session(&self, hash: &str, expires_ms: u64) -> anyhow::Result<()> {
+    /// Inserts or updates a login session.
+    pub fn put_login_session(
+        &self,
+        hash: &str,
+        session: &crate::auth::LoginSession,
+    ) -> anyhow::Result<()> {
+        let bytes = serde_json::to_vec(session)?;
         let tx = self.db.begin_write()?;
-        tx.open_table(LOGIN_SESSIONS)?.insert(hash, expires_ms)?;
+        tx.open_table(LOGINS)?.insert(hash, bytes.as_slice())?;
         tx.commit()?;
         Ok(())
     }
 
-    /// Removes login sessions that expired before `now_ms`.
-    pub fn prune_login_sessions(&self, now_ms: u64) -> anyhow::Result<usize> {
+    /// Removes the named login sessions (revocation).
+    pub fn remove_login_sessions(&self, hashes: &[String]) -> anyhow::Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(LOGINS)?;
+            for h in hashes {
+                t.remove(h.as_str())?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes every login session (a password change); how many there were.
+    pub fn clear_login_sessions(&self) -> anyhow::Result<u64> {
         let tx = self.db.begin_write()?;
         let removed = {
-            let mut t = tx.open_table(LOGIN_SESSIONS)?;
-            let before = t.len()?;
-            t.retain(|_, exp| exp >= now_ms)?;
-            (before - t.len()?) as usize
+            let mut t = tx.open_table(LOGINS)?;
+            let n = t.len()?;
+            t.retain(|_, _| false)?;
+            n
         };
         tx.commit()?;
         Ok(removed)
     }
+
+    /// Removes login sessions that expired before `now_ms`.
+    pub fn prune_login_sessions(&self, now_ms: u64) -> anyhow::Result<usize> {
+        let expired: Vec<String> = self
+            .login_sessions()?
+            .into_iter()
+            .filter(|(_, s)| s.expires_ms < now_ms)
+            .map(|(h, _)| h)
+            .collect();
+        self.remove_login_sessions(&expired)?;
+        Ok(expired.len())
+    }
+}
+
+/// Moves logins an earlier version kept as bare expiries into [`LOGINS`] (created and last
+/// used unknown: 0), then drops the old table.
+fn migrate_logins(tx: &redb::WriteTransaction) -> anyhow::Result<()> {
+    let old: Vec<(String, u64)> = {
+        let t = tx.open_table(LOGIN_SESSIONS)?;
+        t.iter()?
+            .map(|r| r.map(|(k, v)| (k.value().to_owned(), v.value())))
+            .collect::<Result<_, _>>()?
+    };
+    {
+        let mut logins = tx.open_table(LOGINS)?;
+        for (hash, expires_ms) in old {
+            let rec = crate::auth::LoginSession {
+                created_ms: 0,
+                last_used_ms: 0,
+                expires_ms,
+                address: String::new(),
+                user_agent: String::new(),
+            };
+            logins.insert(hash.as_str(), serde_json::to_vec(&rec)?.as_slice())?;
+        }
+    }
+    tx.delete_table(LOGIN_SESSIONS)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -339,13 +418,52 @@ mod tests {
         let p = d.path().join("state.redb");
         {
             let s = Store::open(&p).unwrap();
-            s.put_login_session("a", 10).unwrap();
-            s.put_login_session("b", 100).unwrap();
+            s.put_login_session("a", &login(10)).unwrap();
+            s.put_login_session("b", &login(100)).unwrap();
         }
         let s = Store::open(&p).unwrap();
         assert_eq!(s.login_sessions().unwrap().len(), 2);
         assert_eq!(s.prune_login_sessions(50).unwrap(), 1);
-        assert_eq!(s.login_sessions().unwrap(), vec![("b".to_owned(), 100)]);
+        assert_eq!(
+            s.login_sessions().unwrap(),
+            vec![("b".to_owned(), login(100))]
+        );
+        s.remove_login_sessions(&["b".to_owned()]).unwrap();
+        assert!(s.login_sessions().unwrap().is_empty());
+    }
+
+    fn login(expires_ms: u64) -> crate::auth::LoginSession {
+        crate::auth::LoginSession {
+            created_ms: 1,
+            last_used_ms: 2,
+            expires_ms,
+            address: "10.0.0.1".into(),
+            user_agent: "ua".into(),
+        }
+    }
+
+    #[test]
+    fn logins_of_an_earlier_version_are_kept_and_the_file_is_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.redb");
+        {
+            let db = Database::create(&p).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(LOGIN_SESSIONS)
+                .unwrap()
+                .insert("old", 77)
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let s = Store::open(&p).unwrap();
+        let logins = s.login_sessions().unwrap();
+        assert_eq!(logins.len(), 1);
+        assert_eq!((logins[0].0.as_str(), logins[0].1.expires_ms), ("old", 77));
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(s.clear_login_sessions().unwrap(), 1);
     }
 
     #[test]

@@ -89,7 +89,8 @@ pub fn load_or_create(dir: &Path) -> anyhow::Result<NodeCert> {
             let cert = generated.cert.der().to_vec();
             let key = generated.key_pair.serialize_der();
             write_file(&key_path, &key, 0o600)?;
-            write_file(&cert_path, &cert, 0o644)?;
+            // Public, but the config dir is this user's alone: every file in it is 0600.
+            write_file(&cert_path, &cert, 0o600)?;
             tracing::info!(fingerprint = %fingerprint(&cert), "generated the node's QUIC certificate");
             Ok(NodeCert {
                 fingerprint: fingerprint(&cert),

@@ -151,11 +151,42 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
         .into_response()
 }
 
+/// Where the login page carries [`PLAIN_HTTP_NOTICE`].
+const NOTICE_MARK: &str = "<!--plain-http-notice-->";
+
+/// Shown on the login page when the password would cross a network in the clear.
+pub(crate) const PLAIN_HTTP_NOTICE: &str = r#"<p class="notice" id="plain-http" role="note">This connection is not encrypted: the password and the login cookie cross the network in plain HTTP. Use the node through HTTPS (e.g. <code>tailscale serve</code>) or Tailscale.</p>"#;
+
+/// `GET /mobile/login`: the page, with a notice when the request came over plain HTTP from an
+/// address that is neither loopback nor Tailscale (`guard::plain_http_exposed`). That variant
+/// is never cached: the same URL answers differently per network path.
+async fn login_page(
+    transport: Option<axum::Extension<crate::guard::Transport>>,
+    h: HeaderMap,
+) -> Response {
+    let exposed =
+        transport.is_some_and(|axum::Extension(t)| crate::guard::plain_http_exposed(t, &h));
+    if !exposed {
+        return serve("login.html", &h);
+    }
+    let body = files()["login.html"]
+        .body
+        .replace(NOTICE_MARK, PLAIN_HTTP_NOTICE);
+    (
+        [
+            (CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            (CONTENT_TYPE, HeaderValue::from_static(HTML)),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 /// Routes of the UI pages and assets.
 pub(crate) fn routes() -> Router<Arc<Node>> {
     let page = |name: &'static str| move |h: HeaderMap| async move { serve(name, &h) };
     Router::new()
-        .route("/mobile/login", get(page("login.html")))
+        .route("/mobile/login", get(login_page))
         .route("/", get(page("index.html")))
         .route("/mobile", get(page("index.html")))
         .route("/mobile/{*rest}", get(page("index.html")))

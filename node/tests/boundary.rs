@@ -465,7 +465,7 @@ async fn login_cookie_authenticates_and_form_redirects_safely() {
 #[tokio::test]
 async fn query_token_only_on_stream_routes() {
     let f = fixture();
-    let token = f.node.node_token.clone();
+    let token = f.node.node_token();
     let events = req("GET", &format!("/events?token={token}"))
         .header("host", "localhost")
         .body(Body::empty())
@@ -589,7 +589,328 @@ async fn get_config_never_returns_secrets() {
     let text =
         String::from_utf8(r.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(!text.contains("$2"), "bcrypt hash leaked: {text}");
-    assert!(!text.contains(&f.node.node_token));
+    assert!(!text.contains(&f.node.node_token()));
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["services"]["auth"]["password_hash_exists"], json!(true));
+}
+
+// ---- Logins, peer credentials, throttle and transport (issue 40, findings 6 and 8) ----
+
+/// Logs in over `transport` with JSON; the whole response.
+async fn login_as(
+    app: &axum::Router,
+    transport: Transport,
+    user: &str,
+    pass: &str,
+    extra: &[(&str, &str)],
+) -> axum::response::Response {
+    let mut r = req("POST", "/auth/login")
+        .header("host", "localhost")
+        .header("content-type", "application/json");
+    for (k, v) in extra {
+        r = r.header(*k, *v);
+    }
+    let body = json!({"username": user, "password": pass}).to_string();
+    send(app, transport, r.body(Body::from(body)).unwrap()).await
+}
+
+/// `GET path` over the LAN with `cookie` as the `tui-session` cookie: the status.
+async fn with_cookie(app: &axum::Router, path: &str, cookie: &str) -> StatusCode {
+    let r = req("GET", path)
+        .header("host", "localhost")
+        .header("cookie", format!("tui-session={cookie}"))
+        .body(Body::empty())
+        .unwrap();
+    send(app, lan(), r).await.status()
+}
+
+/// The node token as the file vault holds it (the fixture uses `secret_store: file`).
+fn file_token(f: &Fixture) -> String {
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(f._dir.path().join("secrets.json")).unwrap())
+            .unwrap();
+    v["session_token"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_login_is_not_a_peer_credential() {
+    let f = fixture();
+    let r = login_as(&f.app, lan(), "admin", PASSWORD, &[]).await;
+    let cookie = set_cookie_token(&r);
+    let peer = |auth: Option<(&'static str, String)>| {
+        let mut r = req("GET", "/mcp/peer")
+            .header("host", "localhost")
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==");
+        if let Some((k, v)) = auth {
+            r = r.header(k, v);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    let r = send(
+        &f.app,
+        lan(),
+        peer(Some(("cookie", format!("tui-session={cookie}")))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(body_json(r).await["code"], "peer_credential_required");
+    let r = send(
+        &f.app,
+        lan(),
+        peer(Some(("authorization", basic("admin", PASSWORD)))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The node token still opens it (the hub's credential): past authentication, the
+    // upgrade is answered by the route.
+    let token = file_token(&f);
+    let r = send(
+        &f.app,
+        lan(),
+        peer(Some(("cookie", format!("tui-session={token}")))),
+    )
+    .await;
+    assert_ne!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn logout_revokes_the_cookie_server_side() {
+    let f = fixture();
+    let r = login_as(&f.app, lan(), "admin", PASSWORD, &[]).await;
+    let cookie = set_cookie_token(&r);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &cookie).await,
+        StatusCode::OK
+    );
+    let out = req("POST", "/auth/logout")
+        .header("host", "localhost")
+        .header("accept", "application/json")
+        .header("cookie", format!("tui-session={cookie}"))
+        .body(Body::empty())
+        .unwrap();
+    let r = send(&f.app, lan(), out).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let clear = r.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(
+        clear.starts_with("tui-session=;") && clear.contains("Max-Age=0"),
+        "{clear}"
+    );
+    assert_eq!(body_json(r).await, json!({"ok": true, "revoked": true}));
+    // Replaying the cookie (a copy the browser did not clear) is refused.
+    assert_eq!(
+        with_cookie(&f.app, "/config", &cookie).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn logins_are_listed_and_revoked_and_the_node_token_cannot_manage_them() {
+    let f = fixture();
+    let ua = [("user-agent", "phone/1.0")];
+    let a = set_cookie_token(&login_as(&f.app, lan(), "admin", PASSWORD, &ua).await);
+    let b =
+        set_cookie_token(&login_as(&f.app, tcp("192.168.1.33:4000"), "admin", PASSWORD, &[]).await);
+    let list = req("GET", "/auth/sessions")
+        .header("host", "localhost")
+        .header("cookie", format!("tui-session={a}"))
+        .body(Body::empty())
+        .unwrap();
+    let r = send(&f.app, lan(), list).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let rows = body_json(r).await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let mine = rows.iter().find(|r| r["current"] == json!(true)).unwrap();
+    assert_eq!(mine["address"], "192.168.1.20");
+    assert_eq!(mine["user_agent"], "phone/1.0");
+    assert!(mine["created_ms"].as_u64().unwrap() > 0);
+    let other = rows.iter().find(|r| r["current"] == json!(false)).unwrap();
+    assert_eq!(other["address"], "192.168.1.33");
+    // Revoke b by its id: b is refused, a still works.
+    let id = other["id"].as_str().unwrap();
+    let del = req("DELETE", &format!("/auth/sessions/{id}"))
+        .header("host", "localhost")
+        .header("cookie", format!("tui-session={a}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&f.app, lan(), del).await.status(), StatusCode::OK);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &b).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(with_cookie(&f.app, "/config", &a).await, StatusCode::OK);
+    // The node token is a machine's credential: it works where the hub needs it, but does
+    // not list or revoke people's logins.
+    let token = file_token(&f);
+    assert_eq!(with_cookie(&f.app, "/config", &token).await, StatusCode::OK);
+    let r = req("GET", "/auth/sessions")
+        .header("host", "localhost")
+        .header("cookie", format!("tui-session={token}"))
+        .body(Body::empty())
+        .unwrap();
+    let r = send(&f.app, lan(), r).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_eq!(body_json(r).await["code"], "person_credential_required");
+    // Nor is the token rotated from the network.
+    let r = req("POST", "/auth/token/rotate")
+        .header("host", "localhost")
+        .header("authorization", basic("admin", PASSWORD))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&f.app, lan(), r).await.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_changed_password_revokes_every_login() {
+    let f = fixture();
+    let cookie = set_cookie_token(&login_as(&f.app, lan(), "admin", PASSWORD, &[]).await);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &cookie).await,
+        StatusCode::OK
+    );
+    // As the config watcher does when `set-password` rewrote config.json.
+    let mut cfg = (*f.node.config()).clone();
+    cfg.services.auth.password_hash = Some(bcrypt::hash("new password", 4).unwrap());
+    f.node.set_config(cfg);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &cookie).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn a_rotated_node_token_works_and_the_old_one_does_not() {
+    let f = fixture();
+    let old = file_token(&f);
+    assert_eq!(with_cookie(&f.app, "/config", &old).await, StatusCode::OK);
+    let r = send(
+        &f.app,
+        Transport::Ipc,
+        req("POST", "/auth/token/rotate")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let new = body_json(r).await["token"].as_str().unwrap().to_owned();
+    assert_ne!(new, old);
+    assert_eq!(file_token(&f), new, "the vault holds the new token");
+    assert_eq!(with_cookie(&f.app, "/config", &new).await, StatusCode::OK);
+    assert_eq!(
+        with_cookie(&f.app, "/config", &old).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn one_users_wrong_passwords_never_lock_out_anothers_right_password() {
+    let f = fixture();
+    // Everyone behind one address (a NAT, or loopback behind `tailscale serve`).
+    for _ in 0..8 {
+        let r = login_as(&f.app, lan(), "mallory", "guess", &[]).await;
+        assert!(
+            [StatusCode::UNAUTHORIZED, StatusCode::TOO_MANY_REQUESTS].contains(&r.status()),
+            "{}",
+            r.status()
+        );
+    }
+    assert_eq!(
+        login_as(&f.app, lan(), "mallory", "guess", &[])
+            .await
+            .status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        login_as(&f.app, lan(), "admin", PASSWORD, &[])
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    let ok = req("GET", "/config")
+        .header("host", "localhost")
+        .header("authorization", basic("admin", PASSWORD))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&f.app, lan(), ok).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_global_ceiling_throttles_guessing_from_many_addresses() {
+    let f = fixture_with(json!({"tuning": {"login_failures_global_per_minute": 6}}));
+    for i in 0..6 {
+        let r = login_as(&f.app, tcp(&format!("10.1.0.{i}:1")), "admin", "x", &[]).await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
+    let r = login_as(&f.app, tcp("10.1.0.99:1"), "admin", PASSWORD, &[]).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().get(header::RETRY_AFTER).is_some());
+}
+
+#[tokio::test]
+async fn cookies_are_secure_when_a_local_proxy_says_https() {
+    let f = fixture();
+    let set_cookie =
+        |r: &axum::response::Response| r.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    // `tailscale serve` relays HTTPS from 127.0.0.1 with X-Forwarded-Proto.
+    let proxied = login_as(
+        &f.app,
+        tcp("127.0.0.1:40000"),
+        "admin",
+        PASSWORD,
+        &[("x-forwarded-proto", "https")],
+    )
+    .await;
+    assert!(
+        set_cookie(&proxied).contains("; Secure"),
+        "{}",
+        set_cookie(&proxied)
+    );
+    // Plain HTTP: no Secure (the browser would never send it back).
+    let plain = login_as(&f.app, lan(), "admin", PASSWORD, &[]).await;
+    assert!(!set_cookie(&plain).contains("Secure"));
+    // Only a proxy on this machine is trusted to say https.
+    let spoofed = login_as(
+        &f.app,
+        lan(),
+        "admin",
+        PASSWORD,
+        &[("x-forwarded-proto", "https")],
+    )
+    .await;
+    assert!(!set_cookie(&spoofed).contains("Secure"));
+}
+
+#[tokio::test]
+async fn the_login_page_warns_when_the_password_would_cross_the_network_in_clear() {
+    let f = fixture();
+    let page = |t: Transport, proto: Option<&'static str>| {
+        let app = f.app.clone();
+        async move {
+            let mut r = req("GET", "/mobile/login").header("host", "localhost");
+            if let Some(p) = proto {
+                r = r.header("x-forwarded-proto", p);
+            }
+            let resp = send(&app, t, r.body(Body::empty()).unwrap()).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            let b = resp.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8(b.to_vec()).unwrap()
+        }
+    };
+    let notice = "id=\"plain-http\"";
+    assert!(page(lan(), None).await.contains(notice));
+    assert!(!page(tcp("127.0.0.1:1"), None).await.contains(notice));
+    assert!(
+        !page(tcp("100.100.1.2:1"), None).await.contains(notice),
+        "Tailscale"
+    );
+    assert!(
+        !page(tcp("127.0.0.1:1"), Some("https"))
+            .await
+            .contains(notice),
+        "behind a local HTTPS proxy"
+    );
+    assert!(!page(Transport::Ipc, None).await.contains(notice));
 }

@@ -222,11 +222,9 @@ async fn put_activity(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json
     blocking(move || {
         let _g = node.ops.activity.lock().unwrap_or_else(|p| p.into_inner());
         let path = activity_file(&node);
-        let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec(&items).map_err(|e| ApiError::internal(e.to_string()))?;
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| ApiError::internal(format!("writing activity.json: {e}")))?;
+        crate::config::write_file_atomic(&path, &bytes, 0o600)
+            .map_err(|e| ApiError::internal(format!("writing activity.json: {e:#}")))?;
         Ok(Json(json!({"ok": true, "count": items.len()})))
     })
     .await

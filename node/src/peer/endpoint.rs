@@ -120,7 +120,8 @@ pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
         listing: None,
         relist: false,
     };
-    let stop = node.shutdown.child_token();
+    // Ends at shutdown, and when the token this link authenticated with is rotated away.
+    let stop = node.token_epoch();
     tracing::info!(generation, "peer link accepted");
     let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
     node.peer.lock().detach(generation);

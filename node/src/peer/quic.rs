@@ -420,8 +420,15 @@ async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
 /// Checks the token frame; `Err` is the close code and reason.
 fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'static str)> {
     let now = Instant::now();
-    let per_minute = node.config().tuning.login_failures_per_minute;
-    if let crate::auth::Admission::Throttled { .. } = node.auth.admit(ip, now, per_minute) {
+    let tuning = node.config().tuning.clone();
+    // A token has no user name: the peer link's failures are keyed by address alone.
+    if let crate::auth::Admission::Throttled { .. } = node.auth.admit(
+        ip,
+        "",
+        now,
+        tuning.login_failures_per_minute,
+        tuning.login_failures_global_per_minute,
+    ) {
         return Err((CLOSE_THROTTLED, "too many failed attempts; try later"));
     }
     let token = serde_json::from_str::<serde_json::Value>(first)
@@ -432,9 +439,9 @@ fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'stati
             CLOSE_BAD_HELLO,
             "the first frame must be {\"token\": \"<node token>\"}",
         )),
-        Some(t) if crate::auth::secret_eq(&t, &node.node_token) => Ok(()),
+        Some(t) if crate::auth::secret_eq(&t, &node.node_token()) => Ok(()),
         Some(_) => {
-            node.auth.record_failure(ip, now);
+            node.auth.record_failure(ip, "", now);
             Err((CLOSE_WRONG_TOKEN, "wrong token"))
         }
     }

@@ -51,6 +51,16 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/tailscale", get(system::tailscale))
         .route("/config", get(config::get_config).put(config::put_config))
         .route("/auth/login", post(auth::login))
+        .route("/auth/logout", post(auth::logout))
+        .route(
+            "/auth/sessions",
+            get(auth::list_sessions).delete(auth::revoke_all_sessions),
+        )
+        .route(
+            "/auth/sessions/{id}",
+            axum::routing::delete(auth::revoke_session),
+        )
+        .route("/auth/token/rotate", post(auth::rotate_token))
         .route("/events", get(events::sse))
         .route("/repos", get(repos::list).post(repos::add))
         .route(

@@ -23,12 +23,26 @@ use crate::error::ApiError;
 use crate::guard::{self, Transport};
 use crate::state::Node;
 
-/// Routes that answer without credentials (still behind the Host and Origin guards).
+/// Routes that answer without credentials (still behind the Host and Origin guards). Logout
+/// acts only on the cookie it is sent, so an expired one can still be cleared.
 fn is_public(method: &Method, path: &str) -> bool {
     matches!(
         path,
-        "/health" | "/mobile/login" | "/auth/login" | "/favicon.ico"
+        "/health" | "/mobile/login" | "/auth/login" | "/auth/logout" | "/favicon.ico"
     ) || (method == Method::GET && path.starts_with("/assets/login"))
+}
+
+/// The peer link: only the node token opens it. A person's login (cookie or Basic) is not a
+/// peer credential.
+fn peer_only(path: &str) -> bool {
+    path == "/mcp/peer"
+}
+
+/// Routes about people's logins: the node token (a machine's credential) does not open them.
+fn person_only(path: &str) -> bool {
+    path == "/auth/sessions"
+        || path.starts_with("/auth/sessions/")
+        || path.starts_with("/auth/token")
 }
 
 /// Routes only the session cookie authorizes (the spec: Basic Auth alone does not authorize
@@ -85,7 +99,17 @@ pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: 
 
     let mut refresh_cookie = None;
     if !is_public(req.method(), req.uri().path()) {
-        match authenticate(&node, req.method(), req.uri(), req.headers(), peer.ip()).await {
+        let secure = guard::arrived_over_https(transport, req.headers());
+        match authenticate(
+            &node,
+            req.method(),
+            req.uri(),
+            req.headers(),
+            peer.ip(),
+            secure,
+        )
+        .await
+        {
             Ok(r) => refresh_cookie = r,
             Err(resp) => return with_cors(resp, origin.as_deref()),
         }
@@ -132,29 +156,55 @@ fn with_cors(mut resp: Response, origin: Option<&str>) -> Response {
     resp
 }
 
-/// Checks the request's credentials. `Ok(Some(cookie))` asks to refresh the sliding cookie.
+/// Checks the request's credentials. `Ok(Some(cookie))` asks to refresh the sliding cookie
+/// (`secure`: the request arrived over HTTPS, so the cookie gets `Secure`).
 async fn authenticate(
     node: &Arc<Node>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     ip: IpAddr,
+    secure: bool,
 ) -> Result<Option<String>, Response> {
     let cfg = node.config();
     let lifetime_ms = u64::from(cfg.tuning.login_session_days) * 86_400_000;
+    let path = uri.path();
     let cookies = headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok());
-    if let Some(tok) = auth::find_cookie(cookies, COOKIE_NAME) {
-        if auth::secret_eq(tok, &node.node_token) {
+    let cookie = auth::find_cookie(cookies, COOKIE_NAME);
+    let is_node_token = |t: &str| auth::secret_eq(t, &node.node_token());
+    if peer_only(path) {
+        return match cookie {
+            Some(tok) if is_node_token(tok) => Ok(None),
+            _ => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "peer_credential_required",
+                "the peer link takes the node token (`tuic-node token`) as the tui-session cookie; a login or Basic credential is not a peer credential",
+            )
+            .into_response()),
+        };
+    }
+    if let Some(tok) = cookie {
+        if is_node_token(tok) {
+            if person_only(path) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "person_credential_required",
+                    "the node token is a machine's credential; logins are listed and revoked with a person's login or password",
+                )
+                .into_response());
+            }
             return Ok(None);
         }
-        if let Some(slid) = check_login(node, tok, lifetime_ms) {
-            return Ok(slid.map(|_| auth::session_cookie(tok, lifetime_ms / 1000)));
+        if let Some(used) = check_login(node, tok, lifetime_ms) {
+            return Ok(used
+                .refresh_cookie
+                .then(|| auth::session_cookie(tok, lifetime_ms / 1000, secure)));
         }
     }
-    if cookie_only(method, uri.path()) {
+    if cookie_only(method, path) {
         return Err(ApiError::new(
             axum::http::StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -162,10 +212,9 @@ async fn authenticate(
         )
         .into_response());
     }
-    if accepts_query_token(method, uri.path())
+    if accepts_query_token(method, path)
         && let Some(tok) = query_token(uri.query())
-        && (auth::secret_eq(&tok, &node.node_token)
-            || check_login(node, &tok, lifetime_ms).is_some())
+        && (is_node_token(&tok) || check_login(node, &tok, lifetime_ms).is_some())
     {
         return Ok(None);
     }
@@ -178,10 +227,13 @@ async fn authenticate(
         if node.auth.basic_cached(&user, &pass, now) {
             return Ok(None);
         }
-        if let Admission::Throttled { retry_after_secs } =
-            node.auth
-                .admit(ip, now, cfg.tuning.login_failures_per_minute)
-        {
+        if let Admission::Throttled { retry_after_secs } = node.auth.admit(
+            ip,
+            &user,
+            now,
+            cfg.tuning.login_failures_per_minute,
+            cfg.tuning.login_failures_global_per_minute,
+        ) {
             return Err(throttled(retry_after_secs));
         }
         if check_password(&cfg, &user, &pass).await {
@@ -193,11 +245,11 @@ async fn authenticate(
             );
             return Ok(None);
         }
-        node.auth.record_failure(ip, now);
+        node.auth.record_failure(ip, &user, now);
         tracing::info!(source = "auth", ip = %ip, "rejected Basic credentials");
         return Err(ApiError::unauthorized().into_response());
     }
-    Err(unauthenticated(method, uri.path(), uri.query(), headers))
+    Err(unauthenticated(method, path, uri.query(), headers))
 }
 
 /// Verifies user and password against the configured bcrypt hash, off the async workers.
@@ -214,15 +266,20 @@ pub(crate) async fn check_password(cfg: &crate::config::Config, user: &str, pass
     user_ok && pass_ok
 }
 
-fn check_login(node: &Arc<Node>, tok: &str, lifetime_ms: u64) -> Option<Option<u64>> {
+fn check_login(node: &Arc<Node>, tok: &str, lifetime_ms: u64) -> Option<auth::LoginUse> {
     let r = node
         .auth
         .check_login_token(tok, crate::logs::now_ms(), lifetime_ms)?;
-    if let Some(exp) = r {
+    if let Some(rec) = r.persist.clone() {
         let (store, hash) = (node.store.clone(), auth::token_hash(tok));
+        let auth_node = node.clone();
         node.tasks.spawn_blocking(move || {
-            if let Err(e) = store.put_login_session(&hash, exp) {
-                tracing::warn!(error = %format!("{e:#}"), "persisting a login session's new expiry");
+            // A login revoked between the check and this write stays revoked.
+            if !auth_node.auth.is_login(&hash) {
+                return;
+            }
+            if let Err(e) = store.put_login_session(&hash, &rec) {
+                tracing::warn!(error = %format!("{e:#}"), "persisting a login session's use");
             }
         });
     }
@@ -294,6 +351,17 @@ mod tests {
         assert!(!accepts_query_token(&Method::POST, "/remote/update"));
         assert!(!accepts_query_token(&Method::GET, "/mcp/peer"));
         assert!(!accepts_query_token(&Method::GET, "/sessions"));
+    }
+
+    #[test]
+    fn credential_scopes() {
+        assert!(peer_only("/mcp/peer"));
+        assert!(!peer_only("/mcp"));
+        assert!(person_only("/auth/sessions"));
+        assert!(person_only("/auth/sessions/abc"));
+        assert!(person_only("/auth/token/rotate"));
+        assert!(!person_only("/auth/login"));
+        assert!(is_public(&Method::POST, "/auth/logout"));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! transport needs. Toggling remote access starts or stops only TCP.
 
 pub(crate) mod boundary;
+mod conn;
 
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +78,7 @@ pub(crate) async fn run(
         app,
         node.shutdown.clone(),
         drain,
+        None,
     ));
     info!(listener = "ipc", socket = %node.paths.socket.display(), "IPC listener started");
     let tcp = apply_remote_access(&node).await;
@@ -161,6 +164,7 @@ pub(crate) fn claim_instance(lock_path: &Path, socket: &Path) -> anyhow::Result<
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
     // A node that just exited may still hold its lock for a few milliseconds while the kernel
@@ -269,11 +273,13 @@ pub(crate) async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> 
             info!(listener = "tcp", addr = %addr, "TCP listener started; the IPC listener is unaffected");
             let stop = node.shutdown.child_token();
             let drain = Duration::from_millis(cfg.tuning.shutdown_drain_ms);
+            warn_if_plain_http(&addr);
             let done = tokio::spawn(accept_loop(
                 Listener::Tcp(listener),
                 app,
                 stop.clone(),
                 drain,
+                Some(conn::ConnLimits::from_tuning(&cfg.tuning)),
             ));
             let quic = start_quic(node, &cfg.services.server, addr);
             tcp.running = Some(RunningTcp {
@@ -343,25 +349,73 @@ enum Listener {
 }
 
 /// Accepts until `stop`, then lets open connections finish for up to `drain` before closing them.
-async fn accept_loop(listener: Listener, app: Router, stop: CancellationToken, drain: Duration) {
+/// `limits` (TCP only) bounds each connection's header and idle time and the connections per
+/// client address. A failed accept (out of descriptors, most often) never ends the loop: it
+/// backs off, doubling from 10 ms to 1 s, logs once per run of failures, and accepts again.
+async fn accept_loop(
+    listener: Listener,
+    app: Router,
+    stop: CancellationToken,
+    drain: Duration,
+    limits: Option<conn::ConnLimits>,
+) {
     let conns = TaskTracker::new();
     let hard = CancellationToken::new();
+    let slots = Arc::new(conn::AddressSlots::default());
+    let mut failures: u64 = 0;
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
             a = accept(&listener) => a,
         };
+        if failures > 0 && accepted.is_ok() {
+            info!(failed = failures, "accepting again after failed accepts");
+            failures = 0;
+        }
         match accepted {
-            Ok(Accepted::Unix(s)) => serve_conn(s, Transport::Ipc, &app, &stop, &hard, &conns),
+            Ok(Accepted::Unix(s)) => {
+                serve_conn(s, Transport::Ipc, &app, &stop, &hard, &conns, None)
+            }
             Ok(Accepted::Tcp(s, peer)) => {
+                let limits =
+                    limits.unwrap_or_else(|| conn::ConnLimits::from_tuning(&Default::default()));
+                let slot = match slots.claim(peer.ip(), limits.per_address) {
+                    Ok(slot) => slot,
+                    Err(over) => {
+                        if over.first {
+                            warn!(listener = "tcp", ip = %peer.ip(), limit = limits.per_address, "connection cap per address reached; closing new connections from it");
+                        }
+                        drop(s);
+                        continue;
+                    }
+                };
                 // Terminal frames are small: without NODELAY an echo waits on a delayed ACK.
                 let _ = s.set_nodelay(true);
-                serve_conn(s, Transport::Tcp { peer }, &app, &stop, &hard, &conns)
+                let activity = conn::Activity::new(std::time::Instant::now());
+                let io = conn::Watched::new(s, activity.clone(), Some(slot));
+                serve_conn(
+                    io,
+                    Transport::Tcp { peer },
+                    &app,
+                    &stop,
+                    &hard,
+                    &conns,
+                    Some((activity, limits)),
+                )
             }
             Err(e) => {
-                // Out of descriptors and similar: back off briefly instead of spinning.
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of descriptors and similar: back off instead of spinning, and say so
+                // once per run of failures rather than per attempt.
+                if failures == 0 {
+                    warn!(error = %e, "accept failed; backing off and retrying");
+                }
+                failures += 1;
+                let pause =
+                    Duration::from_millis(10u64 << failures.min(7)).min(Duration::from_secs(1));
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
             }
         }
     }
@@ -386,6 +440,19 @@ async fn accept(l: &Listener) -> std::io::Result<Accepted> {
     }
 }
 
+/// Logs once at start when the TCP listener serves passwords and cookies in plain HTTP to
+/// addresses that are neither loopback nor Tailscale (whose tunnel is encrypted).
+fn warn_if_plain_http(addr: &SocketAddr) {
+    let ip = addr.ip();
+    if !ip.is_loopback() && !crate::guard::is_tailscale_ip(ip) {
+        warn!(
+            listener = "tcp",
+            %addr,
+            "remote access serves Basic credentials and login cookies over plain HTTP on a non-loopback, non-Tailscale address: anyone on the path can read them; put it behind HTTPS (e.g. `tailscale serve`) or bind it to loopback or the Tailscale address"
+        );
+    }
+}
+
 fn serve_conn<I>(
     io: I,
     transport: Transport,
@@ -393,24 +460,66 @@ fn serve_conn<I>(
     stop: &CancellationToken,
     hard: &CancellationToken,
     conns: &TaskTracker,
+    watch: Option<(Arc<conn::Activity>, conn::ConnLimits)>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let svc = app.clone().map_request(move |mut r: Request<Incoming>| {
-        r.extensions_mut().insert(transport);
-        r
-    });
+    let (started, answered) = (
+        watch.as_ref().map(|(a, _)| a.clone()),
+        watch.as_ref().map(|(a, _)| a.clone()),
+    );
+    let svc = app
+        .clone()
+        .map_request(move |mut r: Request<Incoming>| {
+            r.extensions_mut().insert(transport);
+            if let Some(a) = &started {
+                a.request_started();
+            }
+            r
+        })
+        .map_response(move |r| {
+            if let Some(a) = &answered {
+                a.request_answered();
+            }
+            r
+        });
     let svc = TowerToHyperService::new(svc);
     let (stop, hard) = (stop.clone(), hard.clone());
     conns.spawn(async move {
-        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        if let Some((_, limits)) = &watch {
+            // hyper's own deadline for the heads of later requests on a kept-alive HTTP/1
+            // connection (a slow trickle of header bytes is traffic, so the idle deadline
+            // would not catch it).
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read);
+        }
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
         tokio::pin!(conn);
+        let watchdog = async {
+            let Some((activity, limits)) = &watch else {
+                return std::future::pending().await;
+            };
+            loop {
+                match activity.verdict(limits, std::time::Instant::now()) {
+                    conn::Verdict::Recheck(at) => {
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                    }
+                    v => return v,
+                }
+            }
+        };
         tokio::select! {
             r = conn.as_mut() => {
                 if let Err(e) = r {
                     debug!(error = %e, "connection ended with an error");
                 }
+            }
+            v = watchdog => {
+                // Dropping the connection closes the socket: nothing is in flight.
+                debug!(verdict = ?v, "closing a TCP connection");
             }
             _ = stop.cancelled() => {
                 conn.as_mut().graceful_shutdown();

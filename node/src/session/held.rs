@@ -218,8 +218,16 @@ pub fn start(cfg: &HolderConfig, spec: &HoldSpec) -> anyhow::Result<PathBuf> {
     use anyhow::Context;
     ensure_dir(&cfg.dir)?;
     let socket = cfg.dir.join(format!("{}.sock", spec.id));
-    let log = std::fs::File::create(cfg.dir.join(format!("{}.log", spec.id)))
-        .context("creating the holder log")?;
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(cfg.dir.join(format!("{}.log", spec.id)))
+            .context("creating the holder log")?
+    };
     let mut child = Command::new(&cfg.exe)
         .arg("hold")
         .arg("--socket")
