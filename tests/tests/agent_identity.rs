@@ -20,7 +20,7 @@ async fn refused(c: &mut Client, args: Value) -> Value {
     assert!(err, "{args} was not refused: {e}");
     assert_eq!(e["code"], "identity_in_use", "{args}: {e}");
     assert!(
-        e["message"].as_str().unwrap().contains(REFUSAL),
+        e["error"].as_str().unwrap().contains(REFUSAL),
         "{args}: {e}"
     );
     e
