@@ -29,7 +29,14 @@ async fn refused(c: &mut Client, args: Value) -> Value {
 /// A fresh identity, as a terminal's `$TUIC_SESSION` would be.
 fn random_uuid() -> String {
     let h = format!("{:032x}", rand::random::<u128>());
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 fn bodies(page: &Value, key: &str) -> Vec<String> {

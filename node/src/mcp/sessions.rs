@@ -934,9 +934,15 @@ mod tests {
                 previous: owner.clone()
             }
         );
-        assert_eq!(t.claim_identity(&bound, "T", later, grace), Ok(Binding::Unchanged));
+        assert_eq!(
+            t.claim_identity(&bound, "T", later, grace),
+            Ok(Binding::Unchanged)
+        );
         // An identity nobody holds is claimed.
-        assert_eq!(t.claim_identity(&claimant, "U", later, grace), Ok(Binding::Owner));
+        assert_eq!(
+            t.claim_identity(&claimant, "U", later, grace),
+            Ok(Binding::Owner)
+        );
     }
 
     #[test]

@@ -310,7 +310,9 @@ fn own_identity_only(
             "not_your_identity",
             format!(
                 "agent action={a} acts only as this session's own identity ({}); {k}={v} is not it",
-                ctx.tuic_session.as_deref().unwrap_or("none yet: call agent action=register")
+                ctx.tuic_session
+                    .as_deref()
+                    .unwrap_or("none yet: call agent action=register")
             ),
         ));
     }
