@@ -127,15 +127,24 @@ struct Agent {
     socket: PathBuf,
     name: String,
     tuic: String,
-    mcp: tokio::sync::Mutex<(u64, Option<Mcp>)>,
+    /// The generation of the current registration, the protocol session, and whether the
+    /// identity is registered on it.
+    mcp: tokio::sync::Mutex<(u64, Option<Mcp>, bool)>,
 }
 
 impl Agent {
     /// The current protocol session (registering once), and its generation.
+    ///
+    /// The protocol session is kept across resets: registering again on it is the same caller
+    /// (a restarted node recovers the id), while a fresh session would be a second claimant of
+    /// the identity, refused while the old session still holds it (issue 40, finding 1).
     async fn session(&self) -> Option<(u64, Mcp)> {
         let mut g = self.mcp.lock().await;
-        if g.1.is_none() {
-            let mut m = Mcp::connect(&self.socket).await.ok()?;
+        if !g.2 {
+            if g.1.is_none() {
+                g.1 = Some(Mcp::connect(&self.socket).await.ok()?);
+            }
+            let m = g.1.as_mut()?;
             let r = m
                 .call(
                     "agent",
@@ -148,7 +157,7 @@ impl Agent {
                     is_error: false, ..
                 } => {
                     g.0 += 1;
-                    g.1 = Some(m);
+                    g.2 = true;
                 }
                 _ => return None,
             }
@@ -156,11 +165,11 @@ impl Agent {
         g.1.clone().map(|m| (g.0, m))
     }
 
-    /// Forgets session generation `generation` (the next call registers again).
+    /// Forgets registration generation `generation` (the next call registers again).
     async fn reset(&self, generation: u64) {
         let mut g = self.mcp.lock().await;
         if g.0 == generation {
-            g.1 = None;
+            g.2 = false;
         }
     }
 }
@@ -210,7 +219,7 @@ pub async fn start(
                 socket,
                 name: (*name).to_owned(),
                 tuic: uuid::Uuid::new_v4().to_string(),
-                mcp: tokio::sync::Mutex::new((0, None)),
+                mcp: tokio::sync::Mutex::new((0, None, false)),
             })
         })
         .collect();

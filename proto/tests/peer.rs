@@ -230,6 +230,19 @@ fn pings_every_five_seconds_and_down_after_three_misses() {
 }
 
 #[test]
+fn missed_pings_count_the_silence_and_any_frame_heard_resets_them() {
+    let (mut hub, mut node) = connected();
+    assert_eq!(hub.missed_pings(), 0);
+    hub.handle_timeout(5_000);
+    hub.handle_timeout(10_000);
+    assert_eq!(hub.missed_pings(), 2);
+    // The node answers the pings: the count is back to zero.
+    shuttle(10_000, &mut hub, &mut node);
+    shuttle(10_000, &mut node, &mut hub);
+    assert_eq!(hub.missed_pings(), 0);
+}
+
+#[test]
 fn answered_pings_keep_the_link_up() {
     let (mut hub, mut node) = connected();
     for t in (5_000..60_000).step_by(5_000) {
@@ -634,16 +647,18 @@ fn deliver_enqueues_once_and_relay_takes_custody_or_refuses_naming_the_connectio
 }
 
 #[test]
-fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
+fn a_wait_crosses_the_link_only_for_a_peer_registered_over_it() {
     use tuic_proto::mail::{Inboxes, WaitStart};
     let (mut hub, mut node) = connected();
+    register(&mut hub, &mut node, &["bob"]);
+    // The hub end serves whoever keeps inboxes for the node's registered peers (stamped).
     let mut inboxes = Inboxes::new();
-    inboxes.register("bob");
+    inboxes.register("nodeb/bob");
     inboxes
         .send(
             5,
             tuic_proto::mail::NewMessage {
-                recipient: "bob".into(),
+                recipient: "nodeb/bob".into(),
                 message_id: "m1".into(),
                 from: "local/boss".into(),
                 from_name: None,
@@ -653,15 +668,15 @@ fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
             },
         )
         .expect("send");
-    let id = hub
+    let id = node
         .request(Request::Wait {
             recipient: "bob".into(),
             since: None,
             timeout_ms: Some(1_000),
         })
         .expect("up");
-    shuttle(6, &mut hub, &mut node);
-    let (rid, recipient) = match &events(&mut node)[..] {
+    shuttle(6, &mut node, &mut hub);
+    let (rid, recipient) = match &events(&mut hub)[..] {
         [
             LinkEvent::Request {
                 id,
@@ -670,16 +685,17 @@ fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
         ] => (*id, recipient.clone()),
         other => panic!("{other:?}"),
     };
+    assert_eq!(recipient, "nodeb/bob");
     let WaitStart::Resolved(outcome) = inboxes
         .wait(6, &recipient, 1, None, Some(1_000))
         .expect("wait")
     else {
         panic!("mail was there");
     };
-    node.respond(rid, Response::WaitResult(outcome.clone()))
+    hub.respond(rid, Response::WaitResult(outcome.clone()))
         .expect("respond");
-    shuttle(7, &mut node, &mut hub);
-    match &events(&mut hub)[..] {
+    shuttle(7, &mut hub, &mut node);
+    match &events(&mut node)[..] {
         [
             LinkEvent::Response {
                 id: got,
@@ -693,6 +709,43 @@ fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
         }
         other => panic!("{other:?}"),
     }
+    // The other way nothing qualifies: a node's agents register on the node, never over the
+    // link, so the hub (or anyone holding the node's token) cannot read or consume their mail.
+    let reads = [
+        Request::Wait {
+            recipient: "bob".into(),
+            since: None,
+            timeout_ms: Some(1_000),
+        },
+        Request::Inbox {
+            recipient: "bob".into(),
+            since: Some(0),
+            limit: None,
+        },
+    ];
+    for read in reads {
+        let id = hub.request(read).expect("up");
+        shuttle(8, &mut hub, &mut node);
+        assert!(events(&mut node).is_empty(), "the read never surfaces");
+        shuttle(8, &mut node, &mut hub);
+        match &events(&mut hub)[..] {
+            [
+                LinkEvent::Response {
+                    id: got,
+                    response: Response::Error { code, message, .. },
+                    ..
+                },
+            ] => {
+                assert_eq!(*got, id);
+                assert_eq!(*code, ErrorCode::SenderNotRegistered);
+                assert!(
+                    message.contains("did not register over this link"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
     // A node never serves an address as an inbox owner.
     hub.request(Request::Inbox {
         recipient: "nodec/bob".into(),
@@ -700,7 +753,7 @@ fn a_wait_crosses_the_link_and_comes_back_with_the_mail() {
         limit: None,
     })
     .expect("up");
-    shuttle(8, &mut hub, &mut node);
+    shuttle(9, &mut hub, &mut node);
     assert!(events(&mut node).is_empty());
 }
 

@@ -655,6 +655,115 @@ async fn node_peer_endpoint_is_authenticated_tcp_only_and_checks_provenance() {
     assert_eq!(page["messages"].as_array().unwrap().len(), 0, "{page}");
 }
 
+/// Issue 40, finding 7: a token holder on `/mcp/peer` reads no local agent's mail (inbox and
+/// wait of an agent that did not register over the link are refused, the mail stays), and a
+/// second link with the same token is refused while the first answers its pings, replacing it
+/// only once it has missed them.
+#[tokio::test]
+async fn the_peer_link_reads_no_local_mail_and_a_second_link_never_knocks_off_a_live_one() {
+    let (_d, node, token) = start_node(None, json!({}), "0", "127.0.0.1");
+    let addr = node.tcp.expect("tcp listener");
+    let cookie = format!("tui-session={token}");
+    let hub_hello = json!({"type":"hello","protocol_version":1,"node_id":"test-hub","role":"hub"});
+    let (mut bob, tbob) = Agent::new(&node.socket, "bob").await;
+
+    let mut live = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    frame(&mut live, "hello").await;
+    put(&mut live, hub_hello.clone()).await;
+    let reg = frame(&mut live, "register").await;
+    put(&mut live, json!({"type":"register_ack","id":reg["id"]})).await;
+    put(&mut live, json!({"type":"send","id":10,"message_id":"m-1","from":"nodex/eve","to":tbob,"message":"for bob only","timestamp_ms":1})).await;
+    let a = frame(&mut live, "send_ack").await;
+    assert_eq!(a["outcome"], "delivered", "{a}");
+    // Reading or waiting on bob's inbox over the link: refused, naming the rule.
+    put(
+        &mut live,
+        json!({"type":"inbox","id":11,"recipient":tbob,"since":0}),
+    )
+    .await;
+    let e = frame(&mut live, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(11), Some("sender_not_registered")),
+        "{e}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not register over this link"),
+        "{e}"
+    );
+    put(
+        &mut live,
+        json!({"type":"wait","id":12,"recipient":tbob,"since":0,"timeout_ms":1000}),
+    )
+    .await;
+    let e = frame(&mut live, "error").await;
+    assert_eq!(
+        (e["id"].as_u64(), e["code"].as_str()),
+        (Some(12), Some("sender_not_registered")),
+        "{e}"
+    );
+    // Bob's mail is still there, unread.
+    let page = bob.ok(json!({"action":"inbox"})).await;
+    let msgs = page["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 1, "{page}");
+    assert_eq!(msgs[0]["message"], "for bob only");
+
+    // A second link with the same token: refused with the reason, the live one stays.
+    let mut second = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    let e = frame(&mut second, "error").await;
+    assert_eq!(e["code"], "unavailable", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("live peer link"),
+        "{e}"
+    );
+    put(&mut live, json!({"type":"list_peers","id":13})).await;
+    let p = frame(&mut live, "peers").await;
+    assert_eq!(p["id"], 13, "{p}");
+    assert!(
+        node.log_text().contains("refused a second peer link"),
+        "the refusal is logged"
+    );
+
+    // The live link goes silent: it stops answering pings. Once two are unanswered it is
+    // proven dead, and a new link takes its place.
+    let mut unanswered = 0;
+    while unanswered < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(15), live.next())
+            .await
+            .expect("the node pings within its interval")
+            .expect("link open")
+            .expect("frame");
+        if let Message::Text(t) = m
+            && serde_json::from_str::<Value>(t.as_str()).unwrap()["type"] == "ping"
+        {
+            unanswered += 1;
+        }
+    }
+    let mut third = dial_peer(addr, "", Some(&cookie)).await.unwrap();
+    frame(&mut third, "hello").await;
+    put(&mut third, hub_hello).await;
+    let reg = frame(&mut third, "register").await;
+    assert!(reg["peers"].to_string().contains(&tbob), "{reg}");
+    // The node closes the dead link it replaced.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(m)) = live.next().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the replaced link is closed");
+    assert!(
+        node.log_text()
+            .contains("a new peer link replaced one that was not proven live"),
+        "the replacement is logged"
+    );
+}
+
 /// Accepts the hub's next peer-link WebSocket on a fake node's listener (answering the hub's
 /// plain HTTP mirror requests 404), returning it with the cookie the hub sent.
 async fn fake_accept(

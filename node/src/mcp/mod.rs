@@ -59,6 +59,10 @@ pub struct McpState {
     /// Open `session action=suspend` requests: request id → the waiting call's verdict channel
     /// (`Err(reason)` when the tab refuses).
     pub(crate) suspends: Mutex<std::collections::HashMap<String, SuspendReply>>,
+    /// (claimant protocol session, identity) pairs already warned about a refused identity
+    /// claim: the spec throttles the WARN to one per claimant pair (bounded, see
+    /// `tools::agent::CLAIM_WARNINGS`).
+    pub(crate) claim_warnings: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 /// Where a UI's answer to one suspend request goes.
@@ -75,6 +79,7 @@ impl McpState {
             surface: Mutex::new(registry::surface_fingerprint(cfg)),
             confirms: Mutex::new(std::collections::HashMap::new()),
             suspends: Mutex::new(std::collections::HashMap::new()),
+            claim_warnings: Mutex::new(std::collections::HashSet::new()),
             changes: tokio::sync::broadcast::channel(16).0,
         };
         if cfg.mcp_conformance_fixtures {

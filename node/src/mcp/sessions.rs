@@ -278,6 +278,18 @@ pub enum Binding {
     },
 }
 
+/// Who holds a route to an identity besides the asking session ([`SessionTable::holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// No other protocol session: the identity may be claimed.
+    Nobody,
+    /// Another session that holds a stream or was used within the grace period.
+    Live(String),
+    /// Only sessions idle past the grace period without a stream; only a caller proving the
+    /// identity by `x-tuic-session` may reclaim it.
+    Stale(String),
+}
+
 /// Answers whether an identity is still addressable although its protocol sessions are gone
 /// (it owns a live PTY, or a live session records it as parent). The terminal core provides
 /// the real answer; without it nothing is retained.
@@ -506,51 +518,39 @@ impl SessionTable {
     }
 
     /// Binds `tuic` to session `id` by the live-owner policy: a missing or stale owner is
-    /// replaced, a subscribed or recently active owner is joined, never replaced.
+    /// replaced, a subscribed or recently active owner is joined, never replaced. Only for a
+    /// caller that proves the identity (its terminal's `x-tuic-session`, or a route it already
+    /// holds); a claim by announcement goes through [`SessionTable::claim_identity`].
     pub fn bind_identity(&self, id: &str, tuic: &str, now: Instant, grace: Duration) -> Binding {
         let now = self.us(now);
         let grace = u64::try_from(grace.as_micros()).unwrap_or(u64::MAX);
+        bind_locked(&mut self.lock(), id, tuic, now, grace)
+    }
+
+    /// Binds `tuic` to session `id` only when no other protocol session holds a route to it:
+    /// an identity announced in `agent action=register` without the header proof. Check and
+    /// bind are one step under the table's lock, so two claimants cannot both pass.
+    pub fn claim_identity(
+        &self,
+        id: &str,
+        tuic: &str,
+        now: Instant,
+        grace: Duration,
+    ) -> Result<Binding, Holder> {
+        let now = self.us(now);
+        let grace = u64::try_from(grace.as_micros()).unwrap_or(u64::MAX);
         let mut g = self.lock();
-        let Inner {
-            sessions,
-            identities,
-            ..
-        } = &mut *g;
-        let Some(me) = sessions.get_mut(&Sid::of(id)) else {
-            return Binding::Unchanged;
-        };
-        let previous_identity = me.set_tuic_session(Some(tuic.into()));
-        if let Some(prev) = previous_identity.filter(|p| &**p != tuic) {
-            drop_route(identities, &prev, id);
+        match holder_locked(&g, id, tuic, now, grace) {
+            Holder::Nobody => Ok(bind_locked(&mut g, id, tuic, now, grace)),
+            h => Err(h),
         }
-        let owners = identities.entry(tuic.to_owned()).or_default();
-        if owners.sessions.iter().any(|s| s == id) {
-            return Binding::Unchanged;
-        }
-        // Forget owners whose protocol session is gone.
-        owners
-            .sessions
-            .retain(|s| sessions.contains_key(&Sid::of(s)));
-        let Some(owner) = owners.sessions.first().cloned() else {
-            owners.sessions.push(id.to_owned());
-            return Binding::Owner;
-        };
-        let owner_sid = Sid::of(&owner);
-        let owner_live = sessions
-            .get(&owner_sid)
-            .is_some_and(|o| o.has_stream() || now.saturating_sub(o.last_us()) < grace);
-        if owner_live {
-            owners.sessions.push(id.to_owned());
-            Binding::Sibling
-        } else {
-            // The stale owner's routes are retired atomically with the takeover.
-            owners.sessions.retain(|s| s != &owner);
-            owners.sessions.insert(0, id.to_owned());
-            if let Some(o) = sessions.get_mut(&owner_sid) {
-                o.set_tuic_session(None);
-            }
-            Binding::Reclaimed { previous: owner }
-        }
+    }
+
+    /// Which other protocol session (not `id`) holds a route to `tuic`: a live one first.
+    pub fn holder(&self, id: &str, tuic: &str, now: Instant, grace: Duration) -> Holder {
+        let now = self.us(now);
+        let grace = u64::try_from(grace.as_micros()).unwrap_or(u64::MAX);
+        holder_locked(&self.lock(), id, tuic, now, grace)
     }
 
     /// The co-owners of an identity.
@@ -751,6 +751,76 @@ impl SessionTable {
     }
 }
 
+/// The live-owner policy of [`SessionTable::bind_identity`], under the table's lock.
+fn bind_locked(g: &mut Inner, id: &str, tuic: &str, now: u64, grace: u64) -> Binding {
+    let Inner {
+        sessions,
+        identities,
+        ..
+    } = g;
+    let Some(me) = sessions.get_mut(&Sid::of(id)) else {
+        return Binding::Unchanged;
+    };
+    let previous_identity = me.set_tuic_session(Some(tuic.into()));
+    if let Some(prev) = previous_identity.filter(|p| &**p != tuic) {
+        drop_route(identities, &prev, id);
+    }
+    let owners = identities.entry(tuic.to_owned()).or_default();
+    if owners.sessions.iter().any(|s| s == id) {
+        return Binding::Unchanged;
+    }
+    // Forget owners whose protocol session is gone.
+    owners
+        .sessions
+        .retain(|s| sessions.contains_key(&Sid::of(s)));
+    let Some(owner) = owners.sessions.first().cloned() else {
+        owners.sessions.push(id.to_owned());
+        return Binding::Owner;
+    };
+    let owner_sid = Sid::of(&owner);
+    let owner_live = sessions
+        .get(&owner_sid)
+        .is_some_and(|o| is_live(o, now, grace));
+    if owner_live {
+        owners.sessions.push(id.to_owned());
+        Binding::Sibling
+    } else {
+        // The stale owner's routes are retired atomically with the takeover.
+        owners.sessions.retain(|s| s != &owner);
+        owners.sessions.insert(0, id.to_owned());
+        if let Some(o) = sessions.get_mut(&owner_sid) {
+            o.set_tuic_session(None);
+        }
+        Binding::Reclaimed { previous: owner }
+    }
+}
+
+/// A session owns its identity actively: it holds a stream or was used within the grace.
+fn is_live(s: &McpSession, now: u64, grace: u64) -> bool {
+    s.has_stream() || now.saturating_sub(s.last_us()) < grace
+}
+
+/// [`SessionTable::holder`] under the table's lock.
+fn holder_locked(g: &Inner, id: &str, tuic: &str, now: u64, grace: u64) -> Holder {
+    let Some(owners) = g.identities.get(tuic) else {
+        return Holder::Nobody;
+    };
+    let others = || {
+        owners
+            .sessions
+            .iter()
+            .filter(|s| s.as_str() != id)
+            .filter_map(|s| g.sessions.get(&Sid::of(s)).map(|x| (s, x)))
+    };
+    if let Some((s, _)) = others().find(|(_, x)| is_live(x, now, grace)) {
+        return Holder::Live(s.clone());
+    }
+    match others().next() {
+        Some((s, _)) => Holder::Stale(s.clone()),
+        None => Holder::Nobody,
+    }
+}
+
 /// Removes one session's route from an identity; the next co-owner becomes delivery owner and
 /// the identity goes when its last co-owner goes.
 fn drop_route(identities: &mut HashMap<String, Owners>, tuic: &str, id: &str) {
@@ -832,6 +902,47 @@ mod tests {
         );
         assert!(t.delete(&c));
         assert_eq!(t.identity_count(), 0);
+    }
+
+    #[test]
+    fn a_claim_by_announcement_never_joins_or_reclaims_another_sessions_identity() {
+        let t = SessionTable::default();
+        let now = Instant::now();
+        let grace = Duration::from_secs(30);
+        let (owner, _) = t.initialize(None, now, V, None);
+        let (claimant, _) = t.initialize(None, now, V, None);
+        assert_eq!(t.bind_identity(&owner, "T", now, grace), Binding::Owner);
+        // A live owner: refused, and the claimant holds no route afterwards.
+        assert_eq!(
+            t.claim_identity(&claimant, "T", now, grace),
+            Err(Holder::Live(owner.clone()))
+        );
+        assert_eq!(t.owners("T").unwrap().sessions, vec![owner.clone()]);
+        assert_eq!(t.with(&claimant, |s| s.tuic_session.is_none()), Some(true));
+        // Stale (idle past the grace, no stream): still refused to an announcement...
+        let later = now + grace * 2;
+        t.touch(&claimant, later, V);
+        assert_eq!(
+            t.claim_identity(&claimant, "T", later, grace),
+            Err(Holder::Stale(owner.clone()))
+        );
+        // ...while the header-bound path reclaims it, and the owner may always rebind.
+        let (bound, _) = t.initialize(None, later, V, None);
+        assert_eq!(
+            t.bind_identity(&bound, "T", later, grace),
+            Binding::Reclaimed {
+                previous: owner.clone()
+            }
+        );
+        assert_eq!(
+            t.claim_identity(&bound, "T", later, grace),
+            Ok(Binding::Unchanged)
+        );
+        // An identity nobody holds is claimed.
+        assert_eq!(
+            t.claim_identity(&claimant, "U", later, grace),
+            Ok(Binding::Owner)
+        );
     }
 
     #[test]

@@ -570,6 +570,48 @@ async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_ro
     }
 }
 
+/// `x-tuic-session` is a terminal's proof only from this host: a remote caller asserting a
+/// live identity is not joined to it (issue 40, finding 1).
+#[tokio::test]
+async fn a_remote_callers_x_tuic_session_binds_nothing() {
+    let f = fixture(json!({}));
+    let tuic = "550e8400-e29b-41d4-a716-446655440a02";
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let owner = rpc(&f.node, init.clone(), &[("x-tuic-session", tuic)])
+        .await
+        .session
+        .unwrap();
+    // The transport's handler itself, past the request boundary (an authenticated remote).
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("accept", "application/json".parse().unwrap());
+    headers.insert("x-tuic-session", tuic.parse().unwrap());
+    let r = crate::mcp::transport::post(
+        axum::extract::State(f.node.clone()),
+        Some(axum::Extension(Transport::Tcp {
+            peer: std::net::SocketAddr::from(([192, 0, 2, 7], 50_000)),
+        })),
+        headers,
+        Ok(init.to_string().into()),
+    )
+    .await;
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .expect("a session")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        f.node.mcp.sessions.owners(tuic).unwrap().sessions,
+        vec![owner],
+        "the remote caller did not join"
+    );
+    assert_eq!(
+        f.node.mcp.sessions.with(&sid, |s| s.tuic_session.is_none()),
+        Some(true)
+    );
+}
+
 #[tokio::test]
 async fn identity_binding_voice_and_toast() {
     let f = fixture(json!({}));

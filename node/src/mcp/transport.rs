@@ -157,11 +157,24 @@ pub(crate) async fn post(
             );
         }
     };
+    let transport = transport_of(transport.map(|e| e.0));
+    // `x-tuic-session` proves an identity because only a process that inherited the terminal's
+    // environment has it; such a process is on this host. From a remote caller it proves
+    // nothing (it would join a live owner as a sibling), so it is not honoured there.
+    let tuic_session = header(&headers, TUIC_SESSION_HEADER)
+        .filter(|t| {
+            let local = guard::is_loopback_caller(transport, &headers);
+            if !local {
+                tracing::debug!(source = "mcp", asserted = %t, "ignoring x-tuic-session from a remote caller");
+            }
+            local
+        })
+        .map(str::to_owned);
     let req = Req {
-        transport: transport_of(transport.map(|e| e.0)),
+        transport,
         session: header(&headers, SESSION_HEADER).map(str::to_owned),
         version_header: header(&headers, VERSION_HEADER).map(str::to_owned),
-        tuic_session: header(&headers, TUIC_SESSION_HEADER).map(str::to_owned),
+        tuic_session,
     };
     if let Some(v) = &req.version_header
         && !p::SUPPORTED.contains(&v.as_str())

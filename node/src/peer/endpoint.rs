@@ -5,13 +5,17 @@
 //! socket the route answers 403: a hub never reaches a node through its local socket.
 //!
 //! One task per link runs a `PeerLink` (role node). It answers the hub's requests — `send`
-//! into a local inbox through the dedupe ring, `list_peers`, `inbox`, `wait`, `register` of the
+//! into a local inbox through the dedupe ring, `list_peers`, `register` of the
 //! hub's directory (its own peers and other nodes', with addresses) — and carries the node's
 //! own requests: its `register` (re-sent whenever the local peer set changes, and before any
 //! mail) and its outbox towards the hub. Besides mail, it asks the hub for its upstream tools
 //! (`list_upstream_tools` at link up and on the hub's `upstream_tools_changed` hint) and
 //! carries agents' calls to them (`call_upstream_tool`, see [`super::hubtools`]); nothing here
-//! creates a process. A newer link replaces an older one; the older one is closed.
+//! creates a process. `inbox`/`wait` are refused: a node's agents never register over the link,
+//! so no token holder on it reads their mail (issue 40, finding 7). A second link never knocks
+//! off a live one: it is refused with `unavailable` (logged) unless the current link is proven
+//! dead (handshaking, or `REPLACE_AFTER_MISSED_PINGS` pings unanswered), which it then replaces
+//! (logged) and closes.
 
 use std::sync::Arc;
 
@@ -30,7 +34,6 @@ use super::driver::{self, End, FrameIo};
 use super::{LateRefusal, UPLINK, local_entries, post_refusals, post_refusals_later};
 use crate::error::ApiError;
 use crate::guard::Transport;
-use crate::mail::Mail;
 use crate::state::Node;
 
 /// Commands to a node link's task.
@@ -40,8 +43,6 @@ pub enum Cmd {
     Kick,
     /// A newer link took over: close this one.
     Replaced,
-    /// A `wait` the hub asked for has its answer.
-    Answer(RequestId, tuic_proto::peer::Response),
     /// An agent calls one of the hub's upstream tools.
     CallUpstream {
         /// `{upstream}__{tool}` as the hub names it.
@@ -104,15 +105,50 @@ async fn serve(node: Arc<Node>, sock: WebSocket) {
 /// Runs the node's end of a link a hub opened, over any frame transport.
 pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let generation = node.peer.lock().attach(tx.clone());
+    let health = Arc::new(super::LinkHealth::default());
+    let attached = node.peer.lock().attach(tx, health.clone());
+    let generation = match attached {
+        super::Attach::Refused { live } => {
+            let message = format!(
+                "a live peer link (generation {live}) holds this node's hub connection and answers its pings; a second link replaces it only after {} unanswered pings",
+                super::REPLACE_AFTER_MISSED_PINGS
+            );
+            tracing::warn!(live, "refused a second peer link: {message}");
+            // No hello: the far side's link goes down on this error with the reason.
+            let refusal = tuic_proto::peer::Frame::Error {
+                id: None,
+                code: ErrorCode::Unavailable,
+                connection: super::local_id(&node),
+                message,
+            };
+            let _ = io.send(refusal.encode()).await;
+            io.close().await;
+            return;
+        }
+        super::Attach::Attached {
+            generation,
+            replaced,
+        } => {
+            if let Some(r) = replaced {
+                tracing::warn!(
+                    generation,
+                    replaced = r.generation,
+                    replaced_up = r.up,
+                    missed_pings = r.missed,
+                    "a new peer link replaced one that was not proven live (handshaking, gone, or missing its pings)"
+                );
+            }
+            generation
+        }
+    };
     let link = PeerLink::new(
         crate::logs::mono_ms(),
         LinkConfig::new(&super::local_id(&node), UPLINK, LinkRole::Node),
     );
     let mut end = NodeEnd {
+        health,
         node: node.clone(),
         me: super::local_id(&node),
-        tx,
         uplink: Uplink::new(),
         generation,
         hub_name: super::UPLINK.to_owned(),
@@ -132,10 +168,11 @@ pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
 /// (register gate, vouching, settling, this step's `send`s) and carries out what comes back
 /// (inbox delivery, commits, waiting senders, the hub's upstream tools).
 struct NodeEnd {
+    /// This link's liveness, published for a second link that claims the slot.
+    health: Arc<super::LinkHealth>,
     node: Arc<Node>,
     /// This node's name in refusals.
     me: String,
-    tx: mpsc::UnboundedSender<Cmd>,
     /// The link's sans-IO end.
     uplink: Uplink,
     /// This link's slot generation (a newer link replaces it).
@@ -173,46 +210,14 @@ impl NodeEnd {
         use tuic_proto::peer::Response as R;
         let resp = match request {
             Request::ListPeers { path } => R::Peers(local_entries(&self.node, path.as_deref())),
-            Request::Inbox {
-                recipient,
-                since,
-                limit,
-            } => {
-                if !self.node.mail.lock().inboxes.is_registered(&recipient) {
-                    self.unknown(&recipient)
-                } else {
-                    match Mail::inbox(&self.node, &recipient, since, limit.map(|l| l as usize)) {
-                        Ok(p) => R::InboxPage(p),
-                        Err(e) => self.refuse(ErrorCode::UnknownRecipient, e.to_string()),
-                    }
-                }
-            }
-            Request::Wait {
-                recipient,
-                since,
-                timeout_ms,
-            } => {
-                if !self.node.mail.lock().inboxes.is_registered(&recipient) {
-                    self.unknown(&recipient)
-                } else {
-                    // The wait sleeps in its own task; its answer comes back as a command.
-                    let node = self.node.clone();
-                    let tx = self.tx.clone();
-                    let me = self.me.clone();
-                    self.node.tasks.spawn(async move {
-                        let r = match Mail::wait(&node, &recipient, since, timeout_ms).await {
-                            Ok(o) => R::WaitResult(o),
-                            Err(e) => R::Error {
-                                code: ErrorCode::UnknownRecipient,
-                                connection: me,
-                                message: e.to_string(),
-                            },
-                        };
-                        let _ = tx.send(Cmd::Answer(id, r));
-                    });
-                    return;
-                }
-            }
+            // The link refuses both before they surface (a node's agents never register over
+            // it: `PeerLink::owner`); refused here too, so no path of this end reads mail.
+            Request::Inbox { recipient, .. } | Request::Wait { recipient, .. } => self.refuse(
+                ErrorCode::SenderNotRegistered,
+                format!(
+                    "'{recipient}' did not register over this link: a node's agents read their mail on their own node"
+                ),
+            ),
             // The uplink takes these itself; the link's own rules refuse the upstream requests
             // on a node's end. Never reached.
             Request::Send(_)
@@ -288,13 +293,6 @@ impl NodeEnd {
             }
             other => tracing::debug!(?other, "unexpected event on the peer link"),
         }
-    }
-
-    fn unknown(&self, recipient: &str) -> tuic_proto::peer::Response {
-        self.refuse(
-            ErrorCode::UnknownRecipient,
-            format!("recipient '{recipient}' is not registered"),
-        )
     }
 
     fn refuse(&self, code: ErrorCode, message: String) -> tuic_proto::peer::Response {
@@ -466,9 +464,6 @@ impl End for NodeEnd {
         match cmd {
             Cmd::Kick => {}
             Cmd::Replaced => link.close(),
-            Cmd::Answer(id, r) => {
-                let _ = link.respond(id, r);
-            }
             Cmd::CallUpstream {
                 name,
                 arguments,
@@ -502,6 +497,7 @@ impl End for NodeEnd {
     }
 
     fn pump(&mut self, link: &mut PeerLink) {
+        self.health.set(true, link.missed_pings());
         self.deliver_sends(link);
         // Re-register whenever the local peer set changed; hold mail until the hub has it.
         let peers = local_entries(&self.node, None);

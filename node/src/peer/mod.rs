@@ -92,8 +92,9 @@ pub struct Inner {
     pub rings: DedupeRings,
     /// Peers the hub can route to (its own and other nodes'), as it last pushed them.
     pub directory: Vec<PeerEntry>,
-    /// The live link's task, by generation (a newer link replaces an older one).
-    link: Option<(u64, mpsc::UnboundedSender<endpoint::Cmd>)>,
+    /// The live link's task, by generation, with its liveness (a newer link replaces it only
+    /// once it is proven dead: see [`Inner::attach`]).
+    link: Option<(u64, mpsc::UnboundedSender<endpoint::Cmd>, Arc<LinkHealth>)>,
     next_link: u64,
     /// Senders waiting for the outcome of their mail, by message id.
     waiters: HashMap<String, OutcomeTx>,
@@ -194,7 +195,7 @@ impl PeerState {
 
     /// The live link task's command channel, if a hub link is attached.
     pub fn link_cmd(&self) -> Option<mpsc::UnboundedSender<endpoint::Cmd>> {
-        self.lock().link.as_ref().map(|(_, tx)| tx.clone())
+        self.lock().link.as_ref().map(|(_, tx, _)| tx.clone())
     }
 }
 
@@ -290,19 +291,101 @@ impl Taken for NodeTaken {
     }
 }
 
+/// Unanswered pings after which a node's link may be replaced by a newer one: a full ping
+/// interval of silence after a ping went out (a live hub answers each within its round trip).
+/// The link itself goes down at [`tuic_proto::peer::link::MAX_MISSED_PINGS`].
+pub const REPLACE_AFTER_MISSED_PINGS: u32 = 2;
+
+/// What a link task publishes of its liveness for the slot's next claimant: written by the
+/// task after every step, read when another link arrives.
+#[derive(Debug, Default)]
+pub struct LinkHealth {
+    up: std::sync::atomic::AtomicBool,
+    missed: std::sync::atomic::AtomicU32,
+}
+
+impl LinkHealth {
+    /// Records the link's state after a step.
+    pub fn set(&self, up: bool, missed: u32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.up.store(up, Relaxed);
+        self.missed.store(missed, Relaxed);
+    }
+
+    /// Whether the link is up, and its unanswered pings.
+    pub fn get(&self) -> (bool, u32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.up.load(Relaxed), self.missed.load(Relaxed))
+    }
+}
+
+/// The outcome of [`Inner::attach`].
+#[derive(Debug)]
+pub enum Attach {
+    /// The new link owns the slot.
+    Attached {
+        /// Its generation.
+        generation: u64,
+        /// The link it took the slot from, which is told to close.
+        replaced: Option<Replaced>,
+    },
+    /// A live link owns the slot: the new one is refused.
+    Refused {
+        /// The live link's generation.
+        live: u64,
+    },
+}
+
+/// The link a newer one replaced, for the log.
+#[derive(Debug)]
+pub struct Replaced {
+    /// Its generation.
+    pub generation: u64,
+    /// Whether it had completed its handshake.
+    pub up: bool,
+    /// Its unanswered pings.
+    pub missed: u32,
+}
+
 impl Inner {
-    /// Registers a new link task; the previous one (if any) loses its slot and is told to close.
-    fn attach(&mut self, tx: mpsc::UnboundedSender<endpoint::Cmd>) -> u64 {
-        self.next_link += 1;
-        if let Some((_, old)) = self.link.replace((self.next_link, tx)) {
-            let _ = old.send(endpoint::Cmd::Replaced);
+    /// Registers a new link task, unless the slot's current link is live: a second link for
+    /// the one connection a node has (its hub) never knocks off one that answers its pings —
+    /// one token holder dialling again would otherwise take the real hub's link (issue 40,
+    /// finding 7). The current link is replaced only when it is proven dead: still
+    /// handshaking, its task gone, or [`REPLACE_AFTER_MISSED_PINGS`] pings unanswered.
+    fn attach(
+        &mut self,
+        tx: mpsc::UnboundedSender<endpoint::Cmd>,
+        health: Arc<LinkHealth>,
+    ) -> Attach {
+        if let Some((g, old, h)) = &self.link {
+            let (up, missed) = h.get();
+            if up && missed < REPLACE_AFTER_MISSED_PINGS && !old.is_closed() {
+                return Attach::Refused { live: *g };
+            }
         }
-        self.next_link
+        self.next_link += 1;
+        let replaced = self
+            .link
+            .replace((self.next_link, tx, health))
+            .map(|(g, old, h)| {
+                let _ = old.send(endpoint::Cmd::Replaced);
+                let (up, missed) = h.get();
+                Replaced {
+                    generation: g,
+                    up,
+                    missed,
+                }
+            });
+        Attach::Attached {
+            generation: self.next_link,
+            replaced,
+        }
     }
 
     /// Forgets the link task `generation` (a newer one may already own the slot).
     fn detach(&mut self, generation: u64) {
-        if self.link.as_ref().is_some_and(|(g, _)| *g == generation) {
+        if self.link.as_ref().is_some_and(|(g, _, _)| *g == generation) {
             self.link = None;
             self.directory.clear();
         }
@@ -311,7 +394,7 @@ impl Inner {
     fn kick(&self) -> bool {
         self.link
             .as_ref()
-            .is_some_and(|(_, tx)| tx.send(endpoint::Cmd::Kick).is_ok())
+            .is_some_and(|(_, tx, _)| tx.send(endpoint::Cmd::Kick).is_ok())
     }
 
     /// Reports an outcome to a waiting sender; hands it back when nobody waits any more.

@@ -841,6 +841,12 @@ impl PeerLink {
         self.go_down(DownReason::Closed);
     }
 
+    /// Pings sent since anything was last heard from the far side: a live link answers each
+    /// within its round trip, so two or more mean a full ping interval of silence.
+    pub fn missed_pings(&self) -> u32 {
+        self.unanswered_pings
+    }
+
     /// Peers the far side registered over this link (hub end only).
     pub fn registered(&self) -> impl Iterator<Item = &str> {
         self.registered.iter().map(String::as_str)
@@ -905,9 +911,13 @@ impl PeerLink {
         }
     }
 
-    /// Applies provenance to the owner of an inbox being read or waited on: on the hub end the
-    /// same rule as a sender (a peer this node registered, stamped); on a node's end one of the
-    /// node's own peers (never an address).
+    /// Applies provenance to the owner of an inbox being read or waited on: only an identity
+    /// the far side registered over this link (issue 40, finding 7). On the hub end that is
+    /// the sender rule (a peer this node registered, stamped). On a node's end nothing
+    /// qualifies: a node's agents register on the node itself, never over the link (the hub's
+    /// `register` is its directory, kept for `list_peers`), so every `inbox`/`wait` naming one
+    /// of them is refused here and never surfaces — a token holder on the link cannot read or
+    /// consume a local agent's mail.
     fn owner(&self, claimed: &str) -> Result<String, (ErrorCode, String)> {
         match self.config.role {
             LinkRole::Hub => self.stamp(claimed),
@@ -918,7 +928,13 @@ impl PeerLink {
                         format!("'{claimed}' is not a peer of this node"),
                     ))
                 } else {
-                    Ok(claimed.to_owned())
+                    Err((
+                        ErrorCode::SenderNotRegistered,
+                        format!(
+                            "'{claimed}' did not register over this link: a node's agents read their mail on their own node, never over connection '{}'",
+                            self.config.connection_id
+                        ),
+                    ))
                 }
             }
         }

@@ -47,6 +47,7 @@ Orchestrators: children report results with send; read them with inbox or wait, 
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
                 "path": {"type": "string", "description": "repository root"},
                 "to": {"type": "string"},
+                "from": {"type": "string", "description": "send: your own identity only (another's is refused)"},
                 "message": {"type": "string", "maxLength": 65536},
                 "since": {"type": "integer", "minimum": 0},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 100},
@@ -65,7 +66,11 @@ Orchestrators: children report results with send; read them with inbox or wait, 
 
 /// The checks every action passes first: removed actions, the action enum, loopback-only and
 /// the protocol-session requirement.
-fn precheck<'a>(ctx: &CallCtx, args: &'a Map<String, Value>) -> Result<&'a str, ToolError> {
+fn precheck<'a>(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    args: &'a Map<String, Value>,
+) -> Result<&'a str, ToolError> {
     match args.get("action").and_then(Value::as_str) {
         Some("detect") => return Err(ToolError::removed("agent", "detect", "GET /agents")),
         Some("stats") => return Err(ToolError::removed("agent", "stats", "GET /stats")),
@@ -90,11 +95,14 @@ fn precheck<'a>(ctx: &CallCtx, args: &'a Map<String, Value>) -> Result<&'a str, 
         )
         .with("next_step", json!(next)));
     }
+    if matches!(a, "send" | "inbox" | "wait") {
+        own_identity_only(node, ctx, a, args)?;
+    }
     Ok(a)
 }
 
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let a = precheck(ctx, args)?;
+    let a = precheck(node, ctx, args)?;
     match a {
         "register" => register(node, ctx, args),
         "list_peers" => list_peers(node, args),
@@ -112,7 +120,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
 /// `agent action=wait`, run as a future: it sleeps on the inbox, not on a thread.
 pub(super) fn wait_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
-        precheck(&ctx, &args)?;
+        precheck(&node, &ctx, &args)?;
         let me = caller(&node, &ctx)?;
         let since = opt_u64(&args, "since")?;
         let timeout = opt_u64(&args, "timeout_ms")?;
@@ -178,6 +186,139 @@ fn has_pty(node: &Node, tuic: &str) -> bool {
         .is_some_and(|s| s.tuic_session == tuic)
 }
 
+/// The spec's refusal of an identity claim, word for word (spec: "identity binding").
+pub(crate) const ALREADY_REGISTERED: &str = "already registered to another active MCP session";
+
+/// How many (claimant, identity) pairs the refusal WARN remembers; past it the set starts
+/// over, so a flood of claimants costs bounded memory and at worst repeats a WARN.
+pub(crate) const CLAIM_WARNINGS: usize = 4096;
+
+/// Why an identity claim was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Another protocol session holds it and is live (stream, or used within the grace).
+    Live,
+    /// A live terminal owns it: only a bridge in that terminal (`x-tuic-session`) binds it.
+    Terminal,
+    /// Only idle sessions hold it: reclaiming is for the header-bound caller.
+    Stale,
+}
+
+impl Held {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live_owner",
+            Self::Terminal => "terminal",
+            Self::Stale => "stale_owner",
+        }
+    }
+}
+
+/// Refuses a claim on `target` (by announcement, `replaces=`, or acting as it) when anyone
+/// but the caller holds it: another protocol session, live or stale, or a live terminal the
+/// caller is not bound to.
+fn refuse_if_held(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    target: &str,
+    now: Instant,
+    grace: Duration,
+) -> Result<(), ToolError> {
+    if ctx.tuic_session.as_deref() == Some(target) {
+        return Ok(());
+    }
+    let sid = ctx.mcp_session.as_deref().unwrap_or_default();
+    let held = match node.mcp.sessions.holder(sid, target, now, grace) {
+        crate::mcp::sessions::Holder::Live(_) => Some(Held::Live),
+        _ if has_pty(node, target) => Some(Held::Terminal),
+        crate::mcp::sessions::Holder::Stale(_) => Some(Held::Stale),
+        crate::mcp::sessions::Holder::Nobody => None,
+    };
+    match held {
+        Some(h) => Err(refusal(node, ctx, target, h)),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of a claim the session table turned down atomically.
+fn claim_refusal(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    target: &str,
+    h: &crate::mcp::sessions::Holder,
+) -> ToolError {
+    let held = match h {
+        crate::mcp::sessions::Holder::Stale(_) => Held::Stale,
+        _ => Held::Live,
+    };
+    refusal(node, ctx, target, held)
+}
+
+/// The refusal itself, with its WARN throttled to one per (claimant session, identity).
+fn refusal(node: &Arc<Node>, ctx: &CallCtx, target: &str, held: Held) -> ToolError {
+    let claimant = ctx.mcp_session.clone().unwrap_or_default();
+    let key = (claimant.clone(), target.to_owned());
+    let first = {
+        let mut w = node
+            .mcp
+            .claim_warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if w.len() >= CLAIM_WARNINGS && !w.contains(&key) {
+            w.clear();
+        }
+        w.insert(key)
+    };
+    if first {
+        tracing::warn!(source = "mcp", claimant_session = %claimant, claimant_identity = ctx.tuic_session.as_deref().unwrap_or(""), identity = %target, held = held.as_str(), "refused an identity claim: {ALREADY_REGISTERED}");
+    }
+    let why = match held {
+        Held::Live => "",
+        Held::Terminal => {
+            " (it belongs to a live terminal: only a bridge in that terminal, sending it as x-tuic-session, is bound to it)"
+        }
+        Held::Stale => {
+            " (its session is idle: only a bridge in its own terminal, sending it as x-tuic-session, may reclaim it)"
+        }
+    };
+    let next = "omit tuic_session to get an identity of your own (agent action=register), or start from a TUIC terminal so TUIC_SESSION binds you";
+    ToolError::new(
+        "identity_in_use",
+        format!("{target} is {ALREADY_REGISTERED}{why}; {next}"),
+    )
+    .with("tuic_session", json!(target))
+    .with("held_by", json!(held.as_str()))
+    .with("next_step", json!(next))
+}
+
+/// `send`, `inbox` and `wait` act as the caller's own identity only: a `tuic_session` or
+/// `from` naming anyone else is refused, never honoured or silently ignored.
+fn own_identity_only(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    a: &str,
+    args: &Map<String, Value>,
+) -> Result<(), ToolError> {
+    for k in ["tuic_session", "from"] {
+        let Some(v) = opt_str(args, k)? else { continue };
+        if ctx.tuic_session.as_deref() == Some(v) {
+            continue;
+        }
+        let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
+        refuse_if_held(node, ctx, v, Instant::now(), grace)?;
+        return Err(ToolError::new(
+            "not_your_identity",
+            format!(
+                "agent action={a} acts only as this session's own identity ({}); {k}={v} is not it",
+                ctx.tuic_session
+                    .as_deref()
+                    .unwrap_or("none yet: call agent action=register")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn register(
     node: &Arc<Node>,
     ctx: &CallCtx,
@@ -198,48 +339,57 @@ fn register(
     }
     let replaces = opt_str(args, "replaces")?.map(str::to_owned);
     let current = ctx.tuic_session.clone();
-    // The live-PTY ranking rule: a terminal-backed identity outranks one that is not.
-    let mut repaired_from = None;
-    let identity = match (announced, current) {
+    let now = Instant::now();
+    let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
+    // The identity this session may act as. A caller that proves an identity by its
+    // terminal's `x-tuic-session` was bound to it by the transport before this call, so an
+    // announced identity other than the bound one is always a claim by announcement.
+    let (identity, claimed) = match (announced, current) {
         (Some(a), Some(c)) if a != c => {
-            let (a_pty, c_pty) = (has_pty(node, &a), has_pty(node, &c));
-            if a_pty && !c_pty {
-                repaired_from = Some(c);
-                a
-            } else if c_pty {
+            // The takeover guard comes before the ranking rule: a terminal-backed or owned
+            // identity is never taken by announcing it (no "repair" onto someone's terminal).
+            refuse_if_held(node, ctx, &a, now, grace)?;
+            if has_pty(node, &c) {
                 return Err(ToolError::new(
                     "identity_bound",
                     format!("this MCP session is bound to {c}, which owns a live terminal; register with tuic_session={c} (or omit it)"),
                 )
                 .with("tuic_session", json!(c)));
-            } else {
-                return Err(ToolError::new(
-                    "identity_bound",
-                    format!("this MCP session is already bound to a different peer identity ({c})"),
-                )
-                .with("tuic_session", json!(c)));
             }
+            return Err(ToolError::new(
+                "identity_bound",
+                format!("this MCP session is already bound to a different peer identity ({c})"),
+            )
+            .with("tuic_session", json!(c)));
         }
-        (Some(a), _) => a,
-        (None, Some(c)) => c,
-        (None, None) => uuid::Uuid::new_v4().to_string(),
+        (Some(a), None) => {
+            refuse_if_held(node, ctx, &a, now, grace)?;
+            (a, true)
+        }
+        (Some(a), Some(_)) => (a, false),
+        (None, Some(c)) => (c, false),
+        (None, None) => (uuid::Uuid::new_v4().to_string(), true),
     };
-    let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
-    node.mcp
-        .sessions
-        .bind_identity(&sid, &identity, Instant::now(), grace);
+    // `replaces=` moves another identity's mail: only one no other session holds.
+    if let Some(old) = replaces.as_deref().filter(|o| *o != identity)
+        && !has_pty(node, old)
+    {
+        refuse_if_held(node, ctx, old, now, grace)?;
+    }
+    if claimed {
+        // Check and bind are one step: a claimant racing this one cannot slip in between.
+        node.mcp
+            .sessions
+            .claim_identity(&sid, &identity, now, grace)
+            .map_err(|h| claim_refusal(node, ctx, &identity, &h))?;
+    } else {
+        node.mcp.sessions.bind_identity(&sid, &identity, now, grace);
+    }
     let mut out = Map::new();
     let actions = {
         let mut g = node.mail.lock();
         Mail::ensure(node, &mut g, &identity);
         g.inboxes.mark_reading(mono_ms(), &identity);
-        if let Some(old) = &repaired_from
-            && g.inboxes.is_registered(old)
-        {
-            let n = Mail::carry_over(node, &mut g, old, &identity);
-            out.insert("superseded_identity".into(), json!(old));
-            out.insert("mail_migrated".into(), json!(n));
-        }
         if let Some(old) = replaces.as_deref().filter(|o| *o != identity) {
             out.insert("superseded_identity".into(), json!(old));
             if has_pty(node, old) {
@@ -394,7 +544,7 @@ struct LocalSend {
 /// `agent action=send`, run as a future (see [`SendPlan`]).
 pub(super) fn send_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
-        precheck(&ctx, &args)?;
+        precheck(&node, &ctx, &args)?;
         match plan_send(&node, &ctx, &args)? {
             SendPlan::Remote {
                 me,
