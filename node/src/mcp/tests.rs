@@ -484,7 +484,8 @@ async fn enabled_config_and_debug_tools_work_with_redaction() {
 async fn remote_rights_table_covers_every_action_and_dispatch_obeys_it() {
     use crate::mcp::rights::{REMOTE_RIGHTS, Right, remote_right};
     use std::collections::BTreeSet;
-    let f = fixture(json!({"progress_tracking": true}));
+    // Every native tool enabled (config is disabled by default), so each one is dispatched.
+    let f = fixture(json!({"progress_tracking": true, "disabled_native_tools": []}));
     let remote = crate::mcp::registry::CallCtx::default();
     let reg = &f.node.mcp.registry;
     let mut actions = BTreeSet::new();

@@ -52,8 +52,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - branch_integrations (path) / branch_integration (path, branch): proofs ancestry, integration_ancestry, patch_equivalence, squash_message, noop_merge, content_superset; github_pr is unavailable.\n\
 - branch_delete (path, branch, archive?): deletes an integrated local branch not checked out anywhere, keeping its tip under refs/archive/<branch>; archive=true also deletes an unmerged one recoverably.\n\
 - progress_list (path, input?: {blockedOnly?, ptyId?, limit? 1-100 default 8, cursor?}): the project's progress journal, newest first: {entries, total, nextCursor} (nextCursor null on the final page).\n\
-- orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.\n\
-add, worktree_create, worktree_remove, branch_delete and orphan_cleanup_answer are for local clients only (code loopback_only for remote ones).",
+- orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.",
     actions: ACTIONS,
     schema: || {
         schema(

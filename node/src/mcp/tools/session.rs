@@ -49,7 +49,6 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - output: clean text by default (format=raw keeps escapes); pages with from_line/from_byte/next_cursor, deltas with since_cursor.\n\
 - status: one session's state. wait: until=idle|exited, timeout_ms default 60000, up to 300000 (local clients only).\n\
 - resize (rows, cols: 1-1000 each), rename (name), close, kill, pause/resume: local clients only.\n\
-Remote (non-loopback) clients may only list, output and status; the rest is refused with code loopback_only.\n\
 - suspend: ask the UI to end the PTY and keep the tab restorable; errors when no UI is attached.\n\
 - keep_open (enabled): automatic idle closure of a managed child. declare_worktree (worktree_path): place the caller's own tab.",
     actions: ACTIONS,
