@@ -124,7 +124,8 @@ fn color(out: &mut String, c: Color, fg: bool) {
     }
 }
 
-/// How many leading cells of `row` draw something: trailing default-pen blanks do not.
+/// How many leading cells of `row` draw something: trailing default-pen blanks do not; a
+/// wide character counts both of its cells.
 pub(crate) fn drawn_end(row: &Row<Cell>) -> usize {
     (0..row.len())
         .rev()
@@ -132,7 +133,13 @@ pub(crate) fn drawn_end(row: &Row<Cell>) -> usize {
             let cell = &row[Column(c)];
             cell.c != ' ' || Pen::of(cell) != Pen::DEFAULT || cell.zerowidth().is_some()
         })
-        .map_or(0, |c| c + 1)
+        .map_or(0, |c| {
+            if row[Column(c)].flags.contains(Flags::WIDE_CHAR) {
+                (c + 2).min(row.len())
+            } else {
+                c + 1
+            }
+        })
 }
 
 /// Appends the first `end` cells of `row` as text with their attribute changes, then resets

@@ -438,6 +438,24 @@ mod tests {
     }
 
     #[test]
+    fn compacted_keeps_every_row_colour_and_title_in_a_narrow_grid() {
+        let mut g = Grid::with_scrollback(5, 200, 100);
+        g.feed(b"\x1b]0;the title\x07");
+        for i in 0..12 {
+            g.feed(format!("line {i}\r\n").as_bytes());
+        }
+        g.feed("\x1b[31mred\x1b[0m tail \x1b[44m  \x1b[0m 界".as_bytes());
+        let c = g.compacted();
+        assert_eq!(all(&c), all(&g));
+        assert_eq!(c.scroll_info().total_lines, g.scroll_info().total_lines);
+        // As wide as the widest drawn row ("red tail " + two blue cells + " " + a wide char).
+        assert_eq!(c.size(), (5, 14));
+        assert_eq!(c.title(), "the title");
+        assert_eq!(c.snapshot(0).lines, g.snapshot(0).lines);
+        assert_eq!(c.snapshot(3).lines, g.snapshot(3).lines);
+    }
+
+    #[test]
     fn cr_overwrite_erase_and_scrollback() {
         let mut g = Grid::new(4, 20);
         for i in 0..10 {
