@@ -356,6 +356,7 @@ fn session_env(
                 crate::progress::observe_intent(&n, s, text);
             }
         })),
+        cells: Arc::default(),
     }
 }
 

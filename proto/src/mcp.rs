@@ -17,6 +17,18 @@ pub const ECHOED: &[&str] = &[MODERN, LEGACY_DEFAULT, "2025-03-26"];
 /// Versions `server/discover` lists, newest first, and `MCP-Protocol-Version` may carry.
 pub const SUPPORTED: &[&str] = &[MODERN, LEGACY_DEFAULT, "2025-06-18", "2025-03-26"];
 
+/// The one revision with JSON-RPC batches: 2025-06-18 removed them. It is also what a server
+/// assumes of a request that names no revision and belongs to no session (the 2025-06-18
+/// transport's backwards-compatibility rule).
+pub const BATCHING: &str = "2025-03-26";
+/// Most messages one batch may carry.
+pub const MAX_BATCH: usize = 100;
+/// Most bytes the answers of one batch may take together; members past it are answered
+/// with an error each instead of their result.
+pub const MAX_BATCH_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+/// Most bytes one answer may take; a larger result is replaced by an error.
+pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
 /// Picks the revision an `initialize` answers.
 pub fn negotiate(requested: Option<&str>) -> &'static str {
     requested

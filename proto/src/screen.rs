@@ -265,6 +265,14 @@ pub enum ServerFrame {
     },
     /// The node is shutting down.
     Closed,
+    /// A client frame was refused (a resize over the size caps or the node's cell budget);
+    /// nothing changed and the stream goes on.
+    Refused {
+        /// Stable code (`size_limit`, `cell_budget`).
+        code: String,
+        /// What was refused and why.
+        message: String,
+    },
 }
 
 /// A frame from a screen client (text frames, JSON with a `type`). Binary frames are input.

@@ -202,6 +202,17 @@ impl Client {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Answer> {
+        self.http_with_headers(method, path, body, &[]).await
+    }
+
+    /// [`Client::http`] with extra request headers.
+    pub async fn http_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Answer> {
         let stream = UnixStream::connect(&self.socket).await?;
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
@@ -211,6 +222,9 @@ impl Client {
             .header("host", "localhost")
             // `/mcp` wants both; other routes ignore it.
             .header("accept", "application/json, text/event-stream");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
         let bytes = match body {
             Some(v) => {
                 req = req.header("content-type", "application/json");

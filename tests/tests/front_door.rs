@@ -439,3 +439,181 @@ async fn named_instances_get_their_own_dir_and_socket() {
         200
     );
 }
+
+/// A remote client's MCP call through `POST /mcp`: `(isError, the tool's JSON answer)`.
+async fn remote_tool(
+    http: &reqwest::Client,
+    base: &str,
+    proxied: bool,
+    name: &str,
+    args: Value,
+) -> (bool, Value) {
+    let mut r = http
+        .post(format!("{base}/mcp"))
+        .basic_auth("admin", Some(PASSWORD))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": name, "arguments": args}}));
+    if proxied {
+        r = r.header("x-forwarded-for", "203.0.113.9");
+    }
+    let r = r.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let text = v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"));
+    (
+        v["result"]["isError"] == true,
+        serde_json::from_str(text).unwrap(),
+    )
+}
+
+/// Spec "Loopback-only session actions" and issue 40 finding 3: an authenticated client from
+/// another address (a LAN address of this machine, and loopback relayed by a proxy such as
+/// `tailscale serve`) may list and read sessions but not resize or rename them, and may not
+/// register a repository root — by MCP or by `POST /repos` — so the file routes' root gate
+/// cannot be widened to the node's own secrets. The same calls over IPC work.
+#[tokio::test]
+async fn remote_clients_read_sessions_but_cannot_change_them_or_register_roots() {
+    let d = config_dir(json!({}));
+    set_password(&d);
+    let node = NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            &dir_arg(&d),
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "0.0.0.0",
+        ],
+        &[],
+    )
+    .unwrap();
+    let port = node.tcp.expect("tcp listener").port();
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let sid = r.json()["session_id"].as_str().unwrap().to_owned();
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let root_path = root_path.to_str().unwrap();
+    let secrets = d.path().join("secrets.json");
+
+    // Loopback behind a proxy header, and this machine's LAN address when it has one.
+    let mut clients = vec![(format!("http://127.0.0.1:{port}"), true)];
+    if let Some(ip) = tuic_node::guard::interface_ips()
+        .into_iter()
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+    {
+        clients.push((format!("http://{ip}:{port}"), false));
+    }
+    let http = reqwest::Client::new();
+    for (base, proxied) in &clients {
+        let (base, proxied) = (base.as_str(), *proxied);
+        for (name, args, rule) in [
+            ("repo", json!({"action": "add", "path": root_path}), "roots"),
+            (
+                "session",
+                json!({"action": "resize", "session_id": sid, "rows": 30, "cols": 100}),
+                "session-control",
+            ),
+            (
+                "session",
+                json!({"action": "rename", "session_id": sid, "name": "taken"}),
+                "session-control",
+            ),
+        ] {
+            let (is_error, v) = remote_tool(&http, base, proxied, name, args).await;
+            assert!(is_error, "{base} {name}: {v}");
+            assert_eq!(v["code"], "loopback_only", "{base}: {v}");
+            assert!(
+                v["error"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("loopback-only: {rule} (")),
+                "{base}: {v}"
+            );
+        }
+        let (is_error, v) =
+            remote_tool(&http, base, proxied, "session", json!({"action": "list"})).await;
+        assert!(!is_error && v["count"] == 1, "{base}: {v}");
+        for action in ["output", "status"] {
+            let (is_error, v) = remote_tool(
+                &http,
+                base,
+                proxied,
+                "session",
+                json!({"action": action, "session_id": sid}),
+            )
+            .await;
+            assert!(!is_error, "{base} {action}: {v}");
+        }
+        // The REST twin of `repo add` follows the same rule.
+        let mut r = http
+            .post(format!("{base}/repos"))
+            .basic_auth("admin", Some(PASSWORD))
+            .json(&json!({"path": root_path}));
+        if proxied {
+            r = r.header("x-forwarded-for", "203.0.113.9");
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 403, "{base}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], "loopback_only", "{base}: {v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("loopback-only: roots (")
+        );
+        // So the node's own secrets stay out of the file routes' reach.
+        let r = http
+            .get(format!("{base}/fs/read-external"))
+            .query(&[("path", secrets.to_str().unwrap())])
+            .basic_auth("admin", Some(PASSWORD))
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(r.status(), 200, "{base} read the node's secrets");
+    }
+    // Nothing changed: the name, the size and the root registry are as before.
+    let row = ipc(&node.socket, "GET", &format!("/sessions/{sid}"), None)
+        .await
+        .unwrap()
+        .json();
+    assert_ne!(row["display_name"], "taken", "{row}");
+    let info = ipc(
+        &node.socket,
+        "GET",
+        &format!("/sessions/{sid}/terminal/scroll-info"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    assert_eq!(info["screen_lines"], 24);
+    let repos = ipc(&node.socket, "GET", "/repos", None)
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(repos["repos"].as_array().unwrap().len(), 0, "{repos}");
+    // A local client may do all of it.
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/repos",
+        Some(json!({"path": root_path})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}

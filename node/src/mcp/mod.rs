@@ -11,6 +11,7 @@ pub(crate) mod fixtures;
 pub(crate) mod instructions;
 pub(crate) mod protocol;
 pub(crate) mod registry;
+pub(crate) mod rights;
 pub(crate) mod sessions;
 #[cfg(test)]
 mod tests;

@@ -86,15 +86,6 @@ impl ToolError {
         .with("tool", json!(tool))
         .with("action", json!(action))
     }
-    /// A loopback-only action called from a remote client.
-    pub fn loopback_only(tool: &str, action: &str) -> Self {
-        Self::new(
-            "loopback_only",
-            format!(
-                "{tool} action={action} is restricted to local clients (IPC socket or loopback TCP); remote callers may only read"
-            ),
-        )
-    }
     /// A removed action: says where it went.
     pub fn removed(tool: &str, action: &str, replacement: &str) -> Self {
         Self::new(
@@ -676,6 +667,14 @@ async fn run(
 ) -> Result<Answer, ToolError> {
     check_inputs(&def, &args)?;
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
+    // Remote rights (`rights::REMOTE_RIGHTS`), before any handler: a tool without actions is
+    // `""`; an action the tool does not have is left to the tool's own error (unknown or
+    // removed), which names the right next step.
+    if def.actions.is_empty() {
+        crate::mcp::rights::check(ctx, def.name, "")?;
+    } else if def.actions.contains(&action) {
+        crate::mcp::rights::check(ctx, def.name, action)?;
+    }
     if let Some((_, _, h)) = crate::mcp::tools::RENDERED_ACTIONS
         .iter()
         .find(|(t, a, _)| *t == def.name && *a == action)

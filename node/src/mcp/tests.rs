@@ -476,6 +476,89 @@ async fn enabled_config_and_debug_tools_work_with_redaction() {
     assert!(tool_json(&a)["help"].as_str().unwrap().contains("logs"));
 }
 
+/// The remote rights table (`mcp::rights`) names every action of every native tool exactly
+/// once, and dispatch obeys it: each action is called from a remote caller through the real
+/// registry (direct and through `call_tool`), refused with `loopback_only` naming the rule
+/// exactly when the table says so. A new action without an entry fails here.
+#[tokio::test]
+async fn remote_rights_table_covers_every_action_and_dispatch_obeys_it() {
+    use crate::mcp::rights::{REMOTE_RIGHTS, Right, remote_right};
+    use std::collections::BTreeSet;
+    // Every native tool enabled (config is disabled by default), so each one is dispatched.
+    let f = fixture(json!({"progress_tracking": true, "disabled_native_tools": []}));
+    let remote = crate::mcp::registry::CallCtx::default();
+    let reg = &f.node.mcp.registry;
+    let mut actions = BTreeSet::new();
+    for t in crate::mcp::tools::NATIVE {
+        if t.actions.is_empty() {
+            actions.insert((t.name, ""));
+        }
+        for a in t.actions {
+            actions.insert((t.name, *a));
+        }
+    }
+    let table: BTreeSet<_> = REMOTE_RIGHTS.iter().map(|(t, a, _)| (*t, *a)).collect();
+    assert_eq!(table.len(), REMOTE_RIGHTS.len(), "a pair is listed twice");
+    let missing: Vec<_> = actions.difference(&table).collect();
+    assert!(
+        missing.is_empty(),
+        "actions without a remote right: {missing:?}"
+    );
+    let stale: Vec<_> = table.difference(&actions).collect();
+    assert!(stale.is_empty(), "table entries for no action: {stale:?}");
+    // An unlisted pair fails closed.
+    assert!(matches!(remote_right("session", "teleport"), Right::Local(r) if r.id == "unlisted"));
+
+    for (tool, action, right) in REMOTE_RIGHTS {
+        let mut args = serde_json::Map::new();
+        if !action.is_empty() {
+            args.insert("action".into(), json!(action));
+        }
+        let direct = reg.call(&f.node, &remote, tool, args.clone());
+        let direct = tokio::time::timeout(std::time::Duration::from_secs(20), direct)
+            .await
+            .unwrap_or_else(|_| panic!("{tool} {action} did not answer"))
+            .unwrap()
+            .0;
+        let meta = reg.call(
+            &f.node,
+            &remote,
+            "call_tool",
+            json!({"name": tool, "arguments": args})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let meta = tokio::time::timeout(std::time::Duration::from_secs(20), meta)
+            .await
+            .unwrap_or_else(|_| panic!("{tool} {action} did not answer via call_tool"))
+            .unwrap()
+            .0;
+        for (how, answer) in [("direct", direct), ("call_tool", meta)] {
+            match right {
+                Right::Local(rule) => {
+                    let e = answer
+                        .err()
+                        .unwrap_or_else(|| panic!("{how}: remote {tool} {action} ran"));
+                    assert_eq!(e.code, "loopback_only", "{how}: {tool} {action}: {e:?}");
+                    assert!(
+                        e.message
+                            .starts_with(&format!("loopback-only: {} (", rule.id)),
+                        "{how}: {tool} {action}: {}",
+                        e.message
+                    );
+                    assert_eq!(e.extra["rule"], rule.id);
+                }
+                Right::Open => {
+                    if let Err(e) = answer {
+                        assert_ne!(e.code, "loopback_only", "{how}: {tool} {action}: {e:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn loopback_only_actions_refuse_remote_callers_and_removed_actions_name_routes() {
     let f = fixture(json!({}));

@@ -184,7 +184,8 @@ async fn session_lifecycle_on_the_real_registry() {
     )
     .await
     .unwrap_err();
-    assert_eq!(e.code, "invalid_arguments");
+    // Sizes are checked by `session::budget` on every resize path, with its own code.
+    assert_eq!(e.code, "size_limit");
 
     // submit to an idle shell: a receipt, epoch advanced once.
     wait_idle(&f, &id).await;

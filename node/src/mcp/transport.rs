@@ -7,6 +7,10 @@
 //! `tools/call` never requires a session: identity is resolved per call, and a stale header
 //! is recreated rather than refused. Origin and Host are checked by the request boundary
 //! before a request gets here; the body limit (2 MiB) by the router's server limits.
+//!
+//! Answers are bounded too: a JSON-RPC batch exists only in revision 2025-03-26 (later ones
+//! removed batching), carries at most [`p::MAX_BATCH`] messages and at most
+//! [`p::MAX_BATCH_ANSWER_BYTES`] of answers; one answer is at most [`p::MAX_ANSWER_BYTES`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -201,6 +205,11 @@ pub(crate) async fn post(
             }
             let session = minted.as_deref();
             match out.body {
+                Some(b) if b.len() > p::MAX_ANSWER_BYTES => json_response(
+                    StatusCode::OK,
+                    &too_large(single.get("id").cloned().unwrap_or(Value::Null), b.len()),
+                    session,
+                ),
                 Some(b) => text_response(out.status, b, session),
                 None => {
                     let mut r = out.status.into_response();
@@ -214,24 +223,87 @@ pub(crate) async fn post(
     }
 }
 
+/// The error that replaces an answer over [`p::MAX_ANSWER_BYTES`] (or a batch member's past
+/// the batch's answer budget).
+fn too_large(id: Value, bytes: usize) -> Value {
+    p::error_with(
+        id,
+        p::INTERNAL_ERROR,
+        format!("the answer is too large ({bytes} bytes); ask for less (limit, paging)"),
+        json!({"code": "answer_too_large", "bytes": bytes}),
+    )
+}
+
+/// The revision a batch is judged by: the request's header, else its session's, else
+/// 2025-03-26 (what a 2025-06-18 server assumes of a request that names none).
+fn batch_revision(node: &Arc<Node>, req: &Req) -> String {
+    req.version_header
+        .clone()
+        .or_else(|| {
+            req.session
+                .as_deref()
+                .and_then(|s| node.mcp.sessions.with(s, |x| x.protocol_version.to_owned()))
+        })
+        .unwrap_or_else(|| p::BATCHING.to_owned())
+}
+
 /// A JSON-RPC batch (2025-03-26 clients): every member handled, the answers in one array;
-/// `initialize` may not be batched, an empty batch is an invalid request.
+/// `initialize` may not be batched, an empty batch is an invalid request. Refused whole,
+/// before any member runs, for a later revision (they removed batching) or over
+/// [`p::MAX_BATCH`] messages; members whose answers would pass [`p::MAX_BATCH_ANSWER_BYTES`]
+/// are answered with an error each.
 async fn post_batch(
     node: &Arc<Node>,
     req: &Req,
     headers: &HeaderMap,
     batch: Vec<Value>,
 ) -> Response {
-    if batch.is_empty() {
-        return json_response(
+    let refuse = |message: String| {
+        json_response(
             StatusCode::BAD_REQUEST,
-            &p::error(Value::Null, p::INVALID_REQUEST, "empty batch"),
+            &p::error(Value::Null, p::INVALID_REQUEST, message),
             None,
-        );
+        )
+    };
+    if batch.is_empty() {
+        return refuse("empty batch".into());
+    }
+    let revision = batch_revision(node, req);
+    if revision != p::BATCHING {
+        return refuse(format!(
+            "JSON-RPC batches exist only in protocol revision {}; {revision} removed them: send one message per request",
+            p::BATCHING
+        ));
+    }
+    if batch.len() > p::MAX_BATCH {
+        return refuse(format!(
+            "a batch of {} messages is over the limit of {}: send smaller batches",
+            batch.len(),
+            p::MAX_BATCH
+        ));
     }
     let mut answers = String::from("[");
     let mut minted = None;
     for m in &batch {
+        if answers.len() > p::MAX_BATCH_ANSWER_BYTES {
+            // The budget is spent: a request still gets an answer, a small error.
+            if let Some(id) = m.get("id").filter(|_| m.get("method").is_some()) {
+                answers.push(',');
+                answers.push_str(
+                    &p::error_with(
+                        id.clone(),
+                        p::INTERNAL_ERROR,
+                        format!(
+                            "the batch's answers passed their limit of {} bytes: send smaller batches",
+                            p::MAX_BATCH_ANSWER_BYTES
+                        ),
+                        json!({"code": "answer_too_large"}),
+                    )
+                    .to_string(),
+                );
+            }
+            continue;
+        }
         let out = handle(node, req, headers, m, &mut minted, true).await;
         if let Some(b) = out.body {
             if answers.len() > 1 {

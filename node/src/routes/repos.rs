@@ -28,10 +28,15 @@ pub(super) struct AddBody {
     path: String,
 }
 
+/// `POST /repos`: MCP `repo add`, with its remote right (`mcp::rights`): registering a root
+/// widens the file routes' gate, so only a local caller may.
 pub(super) async fn add(
     State(node): State<Arc<Node>>,
+    transport: Option<axum::Extension<crate::guard::Transport>>,
+    headers: axum::http::HeaderMap,
     JsonBody(b): JsonBody<AddBody>,
 ) -> Result<Json<Value>, ApiError> {
+    crate::mcp::rights::check_http(transport.map(|e| e.0), &headers, "repo", "add")?;
     let n = node.clone();
     let outcome =
         tokio::task::spawn_blocking(move || n.repos.add(&b.path, &n.bus, crate::logs::now_ms()))

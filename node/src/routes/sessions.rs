@@ -20,7 +20,6 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, JsonBody};
 use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self, OutputQuery};
-use crate::session::registry::check_size;
 use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
 
@@ -70,7 +69,14 @@ fn session_error(e: SessionError) -> ApiError {
             ApiError::new(StatusCode::CONFLICT, "session_exited", e.to_string())
         }
         SessionError::Io(m) => ApiError::internal(m),
+        SessionError::Size(e) => size_error(e),
     }
+}
+
+/// A size over the caps (400 `size_limit`) or the node's cell budget (503 `cell_budget`).
+fn size_error(e: crate::session::budget::SizeError) -> ApiError {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    ApiError::new(status, e.code(), e.to_string())
 }
 
 /// `GET /sessions`: this node's rows, then other hosts' rows from the extension's
@@ -142,6 +148,7 @@ async fn create(
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| match e {
             CreateError::Invalid(m) => ApiError::bad_request(m),
+            CreateError::Size(e) => size_error(e),
             CreateError::Spawn(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "spawn_failed", e.to_string())
             }
@@ -259,7 +266,6 @@ async fn resize(
     JsonBody(b): JsonBody<ResizeBody>,
 ) -> Result<Json<Value>, ApiError> {
     let s = find(&node, &id)?;
-    check_size(b.rows, b.cols).map_err(ApiError::bad_request)?;
     s.resize(b.rows, b.cols).map_err(session_error)?;
     Ok(Json(json!({"ok": true})))
 }

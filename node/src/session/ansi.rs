@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 
 use alacritty_terminal::event::EventListener;
-use alacritty_terminal::grid::Dimensions;
+use alacritty_terminal::grid::{Dimensions, Row};
 use alacritty_terminal::index::{Column, Line};
 use alacritty_terminal::term::cell::{Cell, Flags};
 use alacritty_terminal::term::{Term, TermMode};
@@ -124,6 +124,50 @@ fn color(out: &mut String, c: Color, fg: bool) {
     }
 }
 
+/// How many leading cells of `row` draw something: trailing default-pen blanks do not; a
+/// wide character counts both of its cells.
+pub(crate) fn drawn_end(row: &Row<Cell>) -> usize {
+    (0..row.len())
+        .rev()
+        .find(|&c| {
+            let cell = &row[Column(c)];
+            cell.c != ' ' || Pen::of(cell) != Pen::DEFAULT || cell.zerowidth().is_some()
+        })
+        .map_or(0, |c| {
+            if row[Column(c)].flags.contains(Flags::WIDE_CHAR) {
+                (c + 2).min(row.len())
+            } else {
+                c + 1
+            }
+        })
+}
+
+/// Appends the first `end` cells of `row` as text with their attribute changes, then resets
+/// the pen.
+pub(crate) fn draw_row(row: &Row<Cell>, end: usize, out: &mut String) {
+    let mut pen = Pen::DEFAULT;
+    for c in 0..end {
+        let cell = &row[Column(c)];
+        if cell
+            .flags
+            .intersects(Flags::WIDE_CHAR_SPACER | Flags::LEADING_WIDE_CHAR_SPACER)
+        {
+            continue;
+        }
+        let p = Pen::of(cell);
+        if p != pen {
+            p.sgr(out);
+            pen = p;
+        }
+        // Control characters never reach a cell; a stray one is drawn as a blank.
+        out.push(if cell.c.is_control() { ' ' } else { cell.c });
+        if let Some(z) = cell.zerowidth() {
+            out.extend(z.iter().filter(|ch| !ch.is_control()));
+        }
+    }
+    out.push_str("\x1b[0m");
+}
+
 /// The escape sequences that redraw `term`'s visible screen (the bottom of the grid) on a
 /// terminal of the same size.
 pub fn render<T: EventListener>(term: &Term<T>) -> String {
@@ -141,38 +185,12 @@ pub fn render<T: EventListener>(term: &Term<T>) -> String {
     for r in 0..rows {
         let row = &g[Line(r as i32)];
         // Trailing cells that draw nothing (default-pen blanks) are left to the clear.
-        let end = (0..cols)
-            .rev()
-            .find(|&c| {
-                let cell = &row[Column(c)];
-                cell.c != ' ' || Pen::of(cell) != Pen::DEFAULT || cell.zerowidth().is_some()
-            })
-            .map_or(0, |c| c + 1);
+        let end = drawn_end(row);
         if end == 0 {
             continue;
         }
         let _ = write!(out, "\x1b[{};1H", r + 1);
-        let mut pen = Pen::DEFAULT;
-        for c in 0..end {
-            let cell = &row[Column(c)];
-            if cell
-                .flags
-                .intersects(Flags::WIDE_CHAR_SPACER | Flags::LEADING_WIDE_CHAR_SPACER)
-            {
-                continue;
-            }
-            let p = Pen::of(cell);
-            if p != pen {
-                p.sgr(&mut out);
-                pen = p;
-            }
-            // Control characters never reach a cell; a stray one is drawn as a blank.
-            out.push(if cell.c.is_control() { ' ' } else { cell.c });
-            if let Some(z) = cell.zerowidth() {
-                out.extend(z.iter().filter(|ch| !ch.is_control()));
-            }
-        }
-        out.push_str("\x1b[0m");
+        draw_row(row, end, &mut out);
     }
     // Modes the keyboard depends on.
     out.push_str(if mode.contains(TermMode::APP_CURSOR) {

@@ -124,6 +124,11 @@ impl DriveError {
                 id: s.id.clone(),
                 message,
             },
+            // Writes never resize; kept total for the day one does.
+            SessionError::Size(e) => DriveError::Pty {
+                id: s.id.clone(),
+                message: e.to_string(),
+            },
         }
     }
 }

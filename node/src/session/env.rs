@@ -58,6 +58,8 @@ pub struct SessionEnv {
     pub tuning: TuningSource,
     /// Observed `intent:` markers; `None` ignores them.
     pub on_intent: Option<IntentHook>,
+    /// The screen cells all live sessions share (`budget`).
+    pub cells: Arc<super::budget::CellBudget>,
 }
 
 impl SessionEnv {
@@ -72,6 +74,7 @@ impl SessionEnv {
             instance: None,
             tuning: Arc::new(Tuning::default),
             on_intent: None,
+            cells: Arc::default(),
         }
     }
 

@@ -183,6 +183,40 @@ impl Grid {
         });
     }
 
+    /// The same rows in the least memory, for a session that ended: every history and screen
+    /// row redrawn with its colours into a grid as wide as the widest drawn row, so an exited
+    /// session's readers (output, lines, snapshot, screen sync) still see its rows while the
+    /// full-width grid is freed (the emulator keeps every row at full capacity, even after a
+    /// shrink). Not kept: modes, the cursor, the scroll position, soft-wrap marks (a wrapped
+    /// row stays its own row) and the primary screen's history when the alternate screen
+    /// was showing (the copy is what a reader saw: the alternate screen).
+    pub fn compacted(&self) -> Grid {
+        let g = self.term.grid();
+        let rows = g.screen_lines();
+        let history = g.history_size();
+        let lines: Vec<_> = (-(history as i32)..rows as i32)
+            .map(|r| &g[Line(r)])
+            .collect();
+        let ends: Vec<usize> = lines.iter().map(|r| super::ansi::drawn_end(r)).collect();
+        let width = ends
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .clamp(1, usize::from(u16::MAX));
+        let mut text = String::new();
+        for (i, (row, end)) in lines.iter().zip(&ends).enumerate() {
+            if i > 0 {
+                text.push_str("\r\n");
+            }
+            super::ansi::draw_row(row, *end, &mut text);
+        }
+        let mut out = Grid::with_scrollback(rows as u16, width as u16, history);
+        *out.replies.1.lock().unwrap_or_else(|p| p.into_inner()) = self.title();
+        out.feed(text.as_bytes());
+        out
+    }
+
     /// Scroll position and size.
     pub fn scroll_info(&self) -> ScrollInfo {
         let g = self.term.grid();
@@ -401,6 +435,24 @@ mod tests {
     fn all(g: &Grid) -> Vec<String> {
         let n = g.scroll_info().total_lines;
         g.lines(0, n)
+    }
+
+    #[test]
+    fn compacted_keeps_every_row_colour_and_title_in_a_narrow_grid() {
+        let mut g = Grid::with_scrollback(5, 200, 100);
+        g.feed(b"\x1b]0;the title\x07");
+        for i in 0..12 {
+            g.feed(format!("line {i}\r\n").as_bytes());
+        }
+        g.feed("\x1b[31mred\x1b[0m tail \x1b[44m  \x1b[0m 界".as_bytes());
+        let c = g.compacted();
+        assert_eq!(all(&c), all(&g));
+        assert_eq!(c.scroll_info().total_lines, g.scroll_info().total_lines);
+        // As wide as the widest drawn row ("red tail " + two blue cells + " " + a wide char).
+        assert_eq!(c.size(), (5, 14));
+        assert_eq!(c.title(), "the title");
+        assert_eq!(c.snapshot(0).lines, g.snapshot(0).lines);
+        assert_eq!(c.snapshot(3).lines, g.snapshot(3).lines);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod activity;
 pub mod alias;
 pub mod ansi;
 pub mod backlog;
+pub mod budget;
 pub mod capture;
 pub mod cleanlog;
 pub mod drive;
@@ -73,6 +74,9 @@ pub enum SessionError {
     /// The PTY refused the operation.
     #[error("pty: {0}")]
     Io(String),
+    /// A size over the caps or the node's cell budget (`budget`); nothing changed.
+    #[error("{0}")]
+    Size(#[from] budget::SizeError),
 }
 
 /// One PTY session.
@@ -136,6 +140,9 @@ pub struct Session {
     /// The durable record of a held session (`held`), kept current on rename, resize and
     /// parent changes; `None` for a PTY this process opened itself.
     persist: Option<std::sync::Arc<held::Persist>>,
+    /// The screen cells this session holds in the node's budget (`budget`); taken at exit,
+    /// when the screen is released.
+    charge: Mutex<Option<budget::Charge>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -437,6 +444,13 @@ impl Session {
         live
     }
 
+    /// Returns an ended session's screen cells to the node's budget and compacts a large
+    /// screen (`Screen::release`). Called once the exit is recorded.
+    pub(crate) fn release_screen(&self) {
+        drop(lock(&self.charge).take());
+        self.screen().release();
+    }
+
     /// Resizes the PTY and the grid (reflowing it).
     pub fn resize(&self, rows: u16, cols: u16) -> Result<(), SessionError> {
         if let Some(e) = self.exit() {
@@ -444,6 +458,11 @@ impl Session {
                 id: self.id.clone(),
                 code: e.code,
             });
+        }
+        // The caps and the node's budget first: a refused size changes nothing.
+        match lock(&self.charge).as_mut() {
+            Some(c) => c.resize(rows, cols)?,
+            None => drop(budget::check(rows, cols)?),
         }
         self.screen().resize(rows, cols);
         self.screen_changed();

@@ -47,6 +47,8 @@ pub(super) struct Spawn {
     pub(super) name: Name,
     /// The spawning agent's registered identity (`agent action=spawn`).
     pub(super) parent_session: Option<String>,
+    /// The screen's cells in the node's budget, already taken.
+    pub(super) charge: super::budget::Charge,
 }
 
 /// The PTY master as the node holds it.
@@ -165,12 +167,16 @@ fn new_session(s: Spawn, p: Parts) -> Arc<Session> {
         composer: Mutex::new(super::input::Composer::default()),
         description: Mutex::new(None),
         persist: p.persist,
+        charge: Mutex::new(Some(s.charge)),
     })
 }
 
 /// Records the exit once every byte was fed, wakes everyone, then runs `on_exit`.
 fn publish_exit(s: &Arc<Session>, code: Option<i32>, on_exit: impl FnOnce(&Arc<Session>)) {
     let _ = s.exit.set(Exit { code });
+    // Ended: its cells go back to the node's budget and a large screen's memory with them,
+    // before anyone is woken to read the final screen.
+    s.release_screen();
     s.wake.send_modify(|v| *v += 1);
     s.lifecycle.send_modify(|v| *v += 1);
     on_exit(s);
@@ -580,6 +586,7 @@ mod tests {
                 cols: 80,
                 name: Name::default(),
                 parent_session: None,
+                charge: Arc::new(super::super::budget::CellBudget::default()).adopt(24, 80),
             },
             Arc::new(Capture::new(CaptureDir::Dir(dir.path().to_path_buf()))),
             move |_| {

@@ -57,16 +57,16 @@ pub struct CreateRequest {
 /// Why a session was not created.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
-    /// The request is invalid (size, cwd, name).
+    /// The request is invalid (cwd, name).
     #[error("{0}")]
     Invalid(String),
+    /// A size over the caps or the node's cell budget (`budget`).
+    #[error("{0}")]
+    Size(#[from] super::budget::SizeError),
     /// The process could not be started.
     #[error("starting the process: {0:#}")]
     Spawn(anyhow::Error),
 }
-
-/// Largest accepted terminal dimension.
-pub const MAX_DIM: u16 = 4096;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -336,7 +336,9 @@ impl Registry {
         }
         let rows = req.rows.unwrap_or(24);
         let cols = req.cols.unwrap_or(80);
-        check_size(rows, cols).map_err(CreateError::Invalid)?;
+        // The caps and the node's budget before anything is reserved or spawned; a failed
+        // create drops the charge and so returns its cells.
+        let charge = self.env.cells.reserve(rows, cols)?;
         if let Some(n) = &req.name {
             check_name(n).map_err(CreateError::Invalid)?;
         }
@@ -403,6 +405,7 @@ impl Registry {
                 super::Name::custom(req.name.clone())
             },
             parent_session: req.parent_session.clone(),
+            charge,
         };
         let spawned = match self.holders.get() {
             Some(cfg) => pty::spawn_held(spec, cfg, self.capture.clone(), on_exit),
@@ -588,6 +591,8 @@ impl Registry {
             cols: rec.cols,
             name,
             parent_session: rec.parent_session.clone(),
+            // It exists already: counted, never refused.
+            charge: self.env.cells.adopt(rec.rows, rec.cols),
         };
         let mut rec = rec;
         rec.alias = alias.clone();
@@ -685,15 +690,9 @@ impl Registry {
     }
 }
 
-/// Checks terminal dimensions.
-pub fn check_size(rows: u16, cols: u16) -> Result<(), String> {
-    if rows == 0 || cols == 0 {
-        return Err("rows and cols must be at least 1".into());
-    }
-    if rows > MAX_DIM || cols > MAX_DIM {
-        return Err(format!("rows and cols must be at most {MAX_DIM}"));
-    }
-    Ok(())
+/// Checks terminal dimensions against the per-session caps (`budget::check`).
+pub fn check_size(rows: u16, cols: u16) -> Result<(), super::budget::SizeError> {
+    super::budget::check(rows, cols).map(drop)
 }
 
 /// Checks a display name: one line, at most 256 characters, no control characters.

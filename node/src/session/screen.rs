@@ -91,6 +91,10 @@ fn plain_prefix(b: &[u8]) -> usize {
         .unwrap_or(b.len() - n)
 }
 
+/// Screens larger than this (in cells) are compacted when their session ends
+/// ([`Screen::release`]); 100,000 cells is four times a 100 × 250 terminal.
+pub const COMPACT_ABOVE_CELLS: usize = 100_000;
+
 impl Screen {
     /// A screen of `rows` × `cols` with the default scrollback and clean-log retention.
     pub fn new(rows: u16, cols: u16, log_lines: usize) -> Self {
@@ -183,6 +187,19 @@ impl Screen {
         if self.grid.size() != before {
             // The emulator resets the scroll region on a real resize.
             self.track.region_full = true;
+        }
+    }
+
+    /// Gives back the memory of a large screen whose session ended: its grid is replaced by a
+    /// compact copy of the same rows (`Grid::compacted`). Screens of up to
+    /// [`COMPACT_ABOVE_CELLS`] keep their emulator whole: they cost little, and their readers
+    /// keep every detail (tabs, soft wraps, modes).
+    pub fn release(&mut self) {
+        self.settle();
+        let (rows, cols) = self.grid.size();
+        if rows * cols > COMPACT_ABOVE_CELLS {
+            self.grid = self.grid.compacted();
+            self.track = Tracker::default();
         }
     }
 

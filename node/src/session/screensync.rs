@@ -265,12 +265,23 @@ pub async fn run<S>(
                     dirty_since.get_or_insert_with(Instant::now);
                 }
                 Some(Control::Resize { rows, cols, apply }) => {
-                    // The PTY keeps its size unless the client asks to apply its own.
-                    if apply
-                        && super::registry::check_size(rows, cols).is_ok()
-                        && s.resize(rows, cols).is_ok()
-                    {
-                        dirty_since.get_or_insert_with(Instant::now);
+                    // The PTY keeps its size unless the client asks to apply its own. A size
+                    // over the caps or the node's budget is refused with a frame that says
+                    // why (the stream goes on at the old size); an exited session's resize
+                    // fails quietly, its exit frame follows.
+                    if apply {
+                        match s.resize(rows, cols) {
+                            Ok(()) => {
+                                dirty_since.get_or_insert_with(Instant::now);
+                            }
+                            Err(super::SessionError::Size(e)) => {
+                                let f = ServerFrame::Refused { code: e.code().into(), message: e.to_string() };
+                                if out.send(text(&f)).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Err(_) => {}
+                        }
                     }
                 }
             },

@@ -17,7 +17,6 @@ use crate::mcp::registry::{
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["register", "list_peers", "send", "inbox", "wait", "spawn"];
-const LOOPBACK_ONLY: &[&str] = &["register", "list_peers", "send", "inbox", "spawn"];
 /// Actions that act as the caller and so need a protocol session.
 const IDENTITY_SCOPED: &[&str] = &["register", "send", "inbox", "wait"];
 
@@ -78,9 +77,6 @@ fn precheck<'a>(
         _ => {}
     }
     let a = action("agent", ACTIONS, args)?;
-    if LOOPBACK_ONLY.contains(&a) && !ctx.loopback {
-        return Err(ToolError::loopback_only("agent", a));
-    }
     if IDENTITY_SCOPED.contains(&a) && ctx.mcp_session.is_none() {
         let next = if a == "register" {
             "send initialize first (POST /mcp method=initialize) and pass the Mcp-Session-Id it returns"

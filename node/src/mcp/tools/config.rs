@@ -30,13 +30,11 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
-fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    // `save` is local-only: the remote rights table (`mcp::rights`) refused it at dispatch.
     match action("config", ACTIONS, args)? {
         "get" => Ok(node.config().redacted()),
         _ => {
-            if !ctx.loopback {
-                return Err(ToolError::loopback_only("config", "save"));
-            }
             let (Some(base), Some(edited)) = (
                 args.get("base").filter(|v| v.is_object()),
                 args.get("config").filter(|v| v.is_object()),

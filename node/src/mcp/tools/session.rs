@@ -1,5 +1,5 @@
 //! `session`: the PTY sessions of this node, on the real registry (`crate::session`). This file
-//! owns the MCP surface: argument parsing, the loopback-only rule, the caller identity
+//! owns the MCP surface: argument parsing, the caller identity
 //! (`is_caller`, own-session refusals) and the removed-action routes. Session behaviour (create,
 //! writes, submit receipts, waits, the output serializer) lives in `crate::session` and is
 //! shared with the REST routes. Actions whose backend a headless node does not have (a UI for
@@ -14,7 +14,6 @@ use serde_json::{Map, Value, json};
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, action, schema};
 use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self as session_output, OutputQuery};
-use crate::session::registry::check_size;
 use crate::session::submit;
 use crate::session::{CreateError, CreateRequest, Session, SessionError};
 use crate::state::Node;
@@ -39,22 +38,17 @@ const ACTIONS: &[&str] = &[
     "resume",
 ];
 
-/// Actions a non-loopback caller may not use.
-const LOOPBACK_ONLY: &[&str] = &[
-    "create", "submit", "input", "kill", "close", "pause", "resume", "suspend",
-];
-
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "session",
     summary: "List, create, drive and read this node's terminal sessions",
     description: "Terminal sessions (PTYs) on this node. session_id accepts the PTY id, the tuic_session or the alias (tu-1).\n\
 - list: every session with alias, tuic_session, shell_state, agent_state, is_caller.\n\
-- create: start a shell (rows, cols, cwd, shell, name). Local clients only.\n\
+- create: start a shell (rows, cols: 1-1000 each, cwd, shell, name). Local clients only.\n\
 - input: raw write (input text and/or special_key); proves the write only, never a submission. Local clients only.\n\
 - submit: one-call submission of input to a confirmed-idle agent with an empty composer; returns {ok, retry_safe, ack, ack_ms?, turn_epoch}; busy or half-typed sessions are refused before the first byte. timeout_ms 250-10000 (3000). Local clients only.\n\
 - output: clean text by default (format=raw keeps escapes); pages with from_line/from_byte/next_cursor, deltas with since_cursor.\n\
-- status: one session's state. wait: until=idle|exited, timeout_ms default 60000, up to 300000.\n\
-- resize (rows, cols), rename (name), close, kill (local clients only), pause/resume (local clients only).\n\
+- status: one session's state. wait: until=idle|exited, timeout_ms default 60000, up to 300000 (local clients only).\n\
+- resize (rows, cols: 1-1000 each), rename (name), close, kill, pause/resume: local clients only.\n\
 - suspend: ask the UI to end the PTY and keep the tab restorable; errors when no UI is attached.\n\
 - keep_open (enabled): automatic idle closure of a managed child. declare_worktree (worktree_path): place the caller's own tab.",
     actions: ACTIONS,
@@ -73,8 +67,8 @@ pub(super) static TOOL: ToolDef = ToolDef {
                 "from_byte": {"type": "integer", "minimum": 0},
                 "since_cursor": {"type": "integer", "minimum": 0},
                 "until": {"type": "string", "enum": ["idle", "exited"]},
-                "rows": {"type": "integer", "minimum": 1},
-                "cols": {"type": "integer", "minimum": 1},
+                "rows": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "cols": {"type": "integer", "minimum": 1, "maximum": 1000},
                 "cwd": {"type": "string"},
                 "shell": {"type": "string"},
                 "name": {"type": "string", "maxLength": 256},
@@ -105,11 +99,11 @@ enum Prelude {
     Here(Map<String, Value>),
 }
 
-/// The checks every action shares: removed actions, the action list, the loopback-only rule,
-/// then the extension router for an address of another host (which may wait for the owner).
+/// The checks every action shares: removed actions, the action list (the remote rights were
+/// checked at dispatch, `mcp::rights`), then the extension router for an address of another
+/// host (which may wait for the owner).
 async fn prelude(
     node: &Arc<Node>,
-    ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<(&'static str, Prelude), ToolError> {
     if args.get("action").and_then(Value::as_str) == Some("process_stats") {
@@ -121,9 +115,6 @@ async fn prelude(
     }
     let a = action("session", ACTIONS, args)?;
     let a = ACTIONS.iter().copied().find(|x| *x == a).unwrap_or("list");
-    if LOOPBACK_ONLY.contains(&a) && !ctx.loopback {
-        return Err(ToolError::loopback_only("session", a));
-    }
     // Extension hook (`ext::HostRouter`): an address of another host goes to its owner, and
     // the router may name a session of this host under another name.
     Ok((
@@ -144,7 +135,7 @@ async fn serve(
     ctx: CallCtx,
     args: Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let (a, args) = match prelude(&node, &ctx, &args).await? {
+    let (a, args) = match prelude(&node, &args).await? {
         (_, Prelude::Answered(v)) => return Ok(v),
         (a, Prelude::Here(args)) => (a, args),
     };
@@ -247,8 +238,14 @@ fn drive_error(e: DriveError) -> ToolError {
     }
 }
 
+/// A size over the caps (`size_limit`) or the node's cell budget (`cell_budget`).
+fn size_error(e: crate::session::budget::SizeError) -> ToolError {
+    ToolError::new(e.code(), e.to_string())
+}
+
 fn session_error(s: &Session, e: SessionError) -> ToolError {
     match e {
+        SessionError::Size(e) => size_error(e),
         SessionError::Exited { .. } => drive_error(DriveError::exited(s)),
         SessionError::Io(m) => ToolError::new("pty_error", m).with("session_id", json!(s.id)),
     }
@@ -332,6 +329,7 @@ fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     };
     let s = node.sessions.create(req).map_err(|e| match e {
         CreateError::Invalid(m) => ToolError::invalid(m),
+        CreateError::Size(e) => size_error(e),
         CreateError::Spawn(_) => ToolError::new("spawn_failed", e.to_string()),
     })?;
     Ok(json!({"session_id": s.id, "alias": s.alias, "tuic_session": s.tuic_session}))
@@ -438,7 +436,6 @@ fn resize(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     let (Some(rows), Some(cols)) = (dim_arg(args, "rows")?, dim_arg(args, "cols")?) else {
         return Err(ToolError::invalid("rows and cols are required"));
     };
-    check_size(rows, cols).map_err(ToolError::invalid)?;
     s.resize(rows, cols).map_err(|e| session_error(&s, e))?;
     Ok(json!({"ok": true, "session_id": s.id, "rows": rows, "cols": cols}))
 }

@@ -188,9 +188,6 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     match a {
         "get" => Ok(view(id, &t)),
         _ => {
-            if !ctx.loopback {
-                return Err(ToolError::loopback_only("task", "cancel"));
-            }
             let (cancelled, status) = table.cancel(id);
             Ok(json!({"task_id": id, "cancelled": cancelled, "status": status.as_str()}))
         }
