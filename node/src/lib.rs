@@ -44,3 +44,7 @@ pub mod tls;
 pub mod upstream;
 pub mod vault;
 mod web;
+
+/// The allocator option `tuic-node` re-executes itself with (see `main.rs`): the node's own
+/// setting, removed from every child's environment so a user's programs never inherit it.
+pub const ALLOCATOR_ENV: &str = "MIMALLOC_PURGE_DELAY";

@@ -13,7 +13,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// delays runs only when the freeing thread's heap is visited again (an idle node never
 /// visits it). Delay 0 purges when the memory is freed. Setting an option from code would
 /// take `unsafe` FFI, so the node re-executes itself once with the variable set.
-const PURGE_ENV: &str = "MIMALLOC_PURGE_DELAY";
+const PURGE_ENV: &str = tuic_node::ALLOCATOR_ENV;
 
 fn main() -> std::process::ExitCode {
     if std::env::var_os(PURGE_ENV).is_none()

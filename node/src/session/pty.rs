@@ -199,6 +199,8 @@ pub(super) fn spawn(
     let mut cmd = CommandBuilder::new(&s.shell);
     cmd.args(&s.args);
     cmd.cwd(&s.cwd);
+    // The node's allocator setting is its own, not the user's programs'.
+    cmd.env_remove(crate::ALLOCATOR_ENV);
     for (k, v) in &s.env {
         cmd.env(k, v);
     }
