@@ -325,19 +325,66 @@ pub async fn run(o: &Options) -> Outcome {
     }
 }
 
+/// The PTY's `\r\n` line ends (its `onlcr`) as plain `\n`, for output that goes to a pipe or
+/// a file. A `\r` at the end of one read is held until the next shows what follows it; a lone
+/// `\r` (a progress line redrawn) passes through.
+#[derive(Debug, Default)]
+pub struct Newlines {
+    held_cr: bool,
+}
+
+impl Newlines {
+    /// Translates one read.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len() + 1);
+        let mut rest = bytes;
+        if std::mem::take(&mut self.held_cr) && rest.first() != Some(&b'\n') {
+            out.push(b'\r');
+        }
+        while let Some((&b, tail)) = rest.split_first() {
+            match (b, tail.first()) {
+                (b'\r', Some(b'\n')) => {}
+                (b'\r', None) => self.held_cr = true,
+                _ => out.push(b),
+            }
+            rest = tail;
+        }
+        out
+    }
+
+    /// What is still held at the end of the stream.
+    pub fn finish(&mut self) -> &'static [u8] {
+        if std::mem::take(&mut self.held_cr) {
+            b"\r"
+        } else {
+            b""
+        }
+    }
+}
+
 /// `tuic run`: streams a session's output from its first byte to stdout until it exits;
-/// returns its exit code.
+/// returns its exit code. To a terminal the bytes go as they are; to a pipe or a file the
+/// PTY's `\r\n` becomes `\n` ([`Newlines`]).
 pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String> {
     let route = encode_id(route_id);
     let ws = open_stream(socket, &route, 0).await.map_err(|a| match a {
         Attempt::Gone(w) | Attempt::Retry(w) => w,
     })?;
     let (_tx, mut rx) = ws.split();
+    let mut newlines = (!tty::stdout_is_tty()).then(Newlines::default);
     while let Some(msg) = rx.next().await {
         match msg.map_err(|e| e.to_string())? {
-            Message::Binary(b) => tty::out(&b),
+            Message::Binary(b) => match &mut newlines {
+                Some(n) => tty::out(&n.feed(&b)),
+                None => tty::out(&b),
+            },
             Message::Text(t) => match serde_json::from_str::<StreamFrame>(t.as_str()) {
-                Ok(StreamFrame::Exit { exit_code }) => return Ok(exit_code),
+                Ok(StreamFrame::Exit { exit_code }) => {
+                    if let Some(n) = &mut newlines {
+                        tty::out(n.finish());
+                    }
+                    return Ok(exit_code);
+                }
                 Ok(StreamFrame::Closed) => return Err("the host is shutting down".into()),
                 Ok(StreamFrame::Lagged { missed }) => {
                     return Err(format!("output outran this client ({missed} bytes missed)"));
@@ -349,4 +396,20 @@ pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String
         }
     }
     Err("the connection closed before the session exited".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Newlines;
+
+    #[test]
+    fn crlf_becomes_lf_across_reads_and_a_lone_cr_stays() {
+        let mut n = Newlines::default();
+        let mut out = n.feed(b"a\r\nb\r");
+        out.extend(n.feed(b"\nc\r"));
+        out.extend(n.feed(b"d\r\r\n"));
+        out.extend(n.feed(b"e\r"));
+        out.extend(n.finish());
+        assert_eq!(out, b"a\nb\nc\rd\r\ne\r");
+    }
 }

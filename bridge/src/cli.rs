@@ -239,12 +239,13 @@ struct NewArgs {
 }
 
 impl NewArgs {
-    fn spec(&self, command: &[String]) -> crate::termcmd::NewSpec {
+    fn spec(&self, command: &[String], no_alias: bool) -> crate::termcmd::NewSpec {
         crate::termcmd::NewSpec {
             name: self.name.clone(),
             cwd: self.cwd.clone(),
             host: self.host.clone(),
             command: command.to_vec(),
+            no_alias,
         }
     }
 }
@@ -544,11 +545,11 @@ fn status(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
         .json()
         .map_err(|e| Failure::Failed(format!("GET /health: the node sent invalid JSON: {e}")))?;
     if as_json {
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
     let field = |k: &str| v.get(k).map(Value::to_string).unwrap_or_else(|| "?".into());
-    println!(
+    outln!(
         "tuic node running ({})\n  socket:   {}\n  uptime:   {}s\n  sessions: {}\n  protocol: {}",
         ctx.target.instance_label(),
         ctx.target.socket.display(),
@@ -599,7 +600,7 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
             &ctx.send(&Request::new("POST", &path).json(&json!({})))?,
             &path,
         )?;
-        println!(
+        outln!(
             "cancelled {} pending authorization(s) of {name}",
             v.get("cancelled").and_then(Value::as_u64).unwrap_or(0)
         );
@@ -618,13 +619,13 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
         .get("authorization_server")
         .and_then(Value::as_str)
         .unwrap_or("?");
-    println!("Authorize upstream {name} at {server}:");
+    outln!("Authorize upstream {name} at {server}:");
     if started.get("cross_domain_as") == Some(&json!(true)) {
-        println!(
+        outln!(
             "  warning: the authorization server is on another domain than the MCP server; make sure you trust {server}"
         );
     }
-    println!("{url}");
+    outln!("{url}");
     if *no_wait {
         return Ok(());
     }
@@ -652,7 +653,7 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
         match state {
             "authorizing" => continue,
             "authorized" => {
-                println!("authorized: upstream {name} reconnects with its new tokens");
+                outln!("authorized: upstream {name} reconnects with its new tokens");
                 return Ok(());
             }
             _ => {
@@ -671,7 +672,7 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
 fn print_result(result: &Value) {
     let text = content_text(result);
     if !text.is_empty() {
-        println!("{text}");
+        outln!("{text}");
     }
 }
 
@@ -743,7 +744,7 @@ fn story_on(
                 .map_or_else(|| mcp::error_text(&resp), str::to_owned)
         )));
     }
-    println!("{v}");
+    outln!("{v}");
     Ok(())
 }
 
@@ -791,7 +792,7 @@ fn cp(ctx: &Ctx, args: &[String]) -> Result<(), Failure> {
             200 => {
                 let secs = started.elapsed().as_secs_f64().max(1e-3);
                 let bytes = v["bytes"].as_u64().unwrap_or(0);
-                println!(
+                outln!(
                     "copied {s} -> {conn}:{}/{}: {} entries, {:.1} MB in {secs:.1} s ({:.1} MB/s)",
                     path.trim_end_matches('/'),
                     v["name"].as_str().unwrap_or("?"),
@@ -902,13 +903,13 @@ pub fn main() -> ExitCode {
         } => {
             return finish(crate::termcmd::new(
                 &ctx,
-                &spec.spec(command),
+                &spec.spec(command, false),
                 *detached,
                 detach_key,
             ));
         }
         Cmd::Run { spec, command } => {
-            return finish(crate::termcmd::run(&ctx, &spec.spec(command)));
+            return finish(crate::termcmd::run(&ctx, &spec.spec(command, true)));
         }
         Cmd::Attach {
             target,

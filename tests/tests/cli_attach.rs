@@ -630,3 +630,94 @@ async fn agent_spawn_list_and_send_through_the_cli() {
     assert!(out.contains("worker"), "{out}");
     assert_eq!(tuic(s, &["kill", &sid]).0, 0);
 }
+
+/// Runs the CLI against `socket` with its stdout a pipe whose reader is already gone, as in
+/// `tuic ls | head` after `head` exited: status, stderr.
+fn tuic_into_closed_pipe(socket: &Path, args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = std::process::Command::new(bin("tuic"))
+        .args(args)
+        .env("TUIC_SOCKET", socket)
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("running tuic");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn capture_n_counts_from_the_last_written_row_and_a_closed_pipe_ends_quietly() {
+    let node = Node::start(None).await.unwrap();
+    let s = node.socket.as_path();
+    let v = node
+        .create(json!({"rows": 24, "cols": 80, "cwd": "/tmp", "shell": "/bin/sh",
+                       "args": ["-c", "for i in 1 2 3 4 5; do echo line$i; done; echo end; exec sleep 60"]}))
+        .await
+        .unwrap();
+    let id = v["session_id"].as_str().unwrap().to_owned();
+    wait_text(s, &id, "end").await.unwrap();
+    // Five written rows and eighteen blank ones below: -n 3 is the last three written.
+    let (code, out, err) = tuic(s, &["capture", &id, "-n", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "line4\nline5\nend\n");
+    let (_, out, _) = tuic(s, &["capture", &id, "-n", "100"]);
+    assert_eq!(out, "line1\nline2\nline3\nline4\nline5\nend\n");
+
+    // Every command that prints ends with status 0 and nothing on stderr when its reader is
+    // gone (no panic, no backtrace), like coreutils.
+    for args in [
+        vec!["ls"],
+        vec!["ls", "--json"],
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["capture", &id],
+        vec!["capture", &id, "--ansi"],
+        vec!["run", "--", "seq", "1", "100000"],
+    ] {
+        let (code, err) = tuic_into_closed_pipe(s, &args);
+        assert_eq!((code, err.as_str()), (0, ""), "tuic {args:?}");
+    }
+}
+
+#[tokio::test]
+async fn run_prints_plain_newlines_uses_no_alias_and_ls_sorts_aliases_naturally() {
+    let node = Node::start(None).await.unwrap();
+    let s = node.socket.as_path();
+    let new = || {
+        let (code, out, err) = tuic(s, &["new", "-d", "-c", "/tmp", "--", "sleep", "60"]);
+        assert_eq!(code, 0, "{err}");
+        out.trim().to_owned()
+    };
+    let first = new();
+    // Piped, the command's newlines arrive as `\n` (the PTY's `\r\n` is a terminal's business).
+    let (code, out, err) = tuic(s, &["run", "-c", "/tmp", "--", "printf", "a\\nb\\n"]);
+    assert_eq!((code, out.as_str()), (0, "a\nb\n"), "{err}");
+    // The run took no alias number: the next session's is the one after the first's.
+    let next = new();
+    let num = |a: &str| a.rsplit_once('-').unwrap().1.parse::<u32>().unwrap();
+    assert_eq!(num(&next), num(&first) + 1, "{first} then {next}");
+    // Ten more: ls lists them in natural order (…-9 before …-10).
+    let mut made = vec![first, next];
+    made.extend((0..9).map(|_| new()));
+    let (_, out, _) = tuic(s, &["ls"]);
+    let listed: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(listed, made, "{out}");
+    let (_, out, _) = tuic(s, &["ls", "--json"]);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    let listed: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["alias"].as_str())
+        .collect();
+    assert_eq!(listed, made, "GET /sessions order");
+}

@@ -188,7 +188,8 @@ impl Name {
 pub struct SessionRow {
     /// PTY id.
     pub session_id: String,
-    /// Alias.
+    /// Alias; omitted for a session created without one (`no_alias`, `tuic run`).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub alias: String,
     /// Stable identity.
     pub tuic_session: String,
