@@ -208,8 +208,8 @@ pub struct SessionRow {
     /// Detected coding agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_type: Option<String>,
-    /// The one state shown to a person (working, needs input, done, exited; a hub adds host
-    /// offline), from the observations below (`activity::session_state`).
+    /// The one state shown to a person (working, idle, needs input, done, exited; a hub adds
+    /// host offline), from the observations below (`activity::session_state`).
     pub state: activity::SessionState,
     /// Busy/idle; absent before the first observation.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -552,6 +552,10 @@ impl Session {
             agent: agent_state,
             question: p.question,
             command_running: p.command_running,
+            foreground_is_shell: p
+                .foreground_process
+                .as_deref()
+                .is_none_or(activity::is_shell),
         });
         let name = self.name();
         SessionRow {
