@@ -549,14 +549,31 @@ fn status(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
         return Ok(());
     }
     let field = |k: &str| v.get(k).map(Value::to_string).unwrap_or_else(|| "?".into());
+    let text = |k: &str| v[k].as_str().unwrap_or("?").to_owned();
+    let port = v["tcp"]["port"].as_u64();
+    let requested = v["tcp"]["requested_port"].as_u64();
+    let tcp = match (port, requested) {
+        (Some(p), Some(r)) if p != r => format!("port {p} (port {r} was asked for and is taken)"),
+        (Some(p), _) => format!("port {p}"),
+        _ => "off".into(),
+    };
     outln!(
-        "tuic node running ({})\n  socket:   {}\n  uptime:   {}s\n  sessions: {}\n  protocol: {}",
+        "tuic node running ({})\n  host:     {} (instance {})\n  socket:   {}\n  tcp:      {tcp}\n  uptime:   {}s\n  sessions: {}\n  protocol: {}",
         ctx.target.instance_label(),
+        text("host_name"),
+        text("instance"),
         ctx.target.socket.display(),
         field("uptime_secs"),
         field("session_count"),
         field("protocol_version"),
     );
+    if let (Some(p), Some(r)) = (port, requested)
+        && p != r
+    {
+        eprintln!(
+            "tuic: warning: the node serves on port {p}, not on port {r} it was asked for (taken)"
+        );
+    }
     Ok(())
 }
 
