@@ -372,9 +372,12 @@ fn attach_resolved(
     let rt = runtime()?;
     let raw = tty::RawMode::enter()
         .map_err(|e| Failure::Failed(format!("cannot put the terminal in raw mode: {e}")))?;
+    // The session is shown on the alternate screen; leaving it gives the user's screen and
+    // cursor back as they were, so the line below is printed where the cursor stood when
+    // `tuic attach` started (the fresh line after the command), as tmux prints its own.
+    tty::out(tty::ENTER.as_bytes());
     let outcome = rt.block_on(attach::run(&opts));
-    // Leave the terminal as the user's shell expects it, on a fresh line.
-    tty::out(format!("{}\r\n", tty::RESET).as_bytes());
+    tty::out(tty::RESET.as_bytes());
     drop(raw);
     // The stdin thread may sit in a read; the runtime must not wait for it.
     rt.shutdown_background();

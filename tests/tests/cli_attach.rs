@@ -721,3 +721,185 @@ async fn run_prints_plain_newlines_uses_no_alias_and_ls_sorts_aliases_naturally(
         .collect();
     assert_eq!(listed, made, "GET /sessions order");
 }
+
+/// A private tmux server (its own socket, no config): the outer terminal of a real user.
+struct Tmux {
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux (tests/run-all.sh installs it)");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane as `capture-pane -e -p` prints it: text with its colours and attributes.
+    fn capture(&self) -> String {
+        self.cmd(&["capture-pane", "-e", "-p", "-t", "outer"])
+    }
+
+    async fn wait(&self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        until(what, || async {
+            let c = self.capture();
+            Ok(f(&c).then_some(c))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}: pane:\n{}", self.capture()))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// Detaching gives the outer terminal back as tmux does: inside a real tmux pane, the pane
+/// after attach → output in the session → a full-screen switch → detach is byte-identical
+/// (`capture-pane -e`) to the pane before the attach, plus the detach line on the fresh line
+/// below the command and the next prompt.
+#[tokio::test]
+async fn detach_leaves_the_outer_tmux_pane_as_it_was_before_the_attach() {
+    let node = Node::start(None).await.unwrap();
+    let sock = node.socket.clone();
+    let inner = node.create(shell()).await.unwrap();
+    let (iid, alias) = (
+        inner["session_id"].as_str().unwrap().to_owned(),
+        inner["alias"].as_str().unwrap().to_owned(),
+    );
+    write(&sock, &iid, "echo inner-before\n").await.unwrap();
+    wait_text(&sock, &iid, "inner-before").await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = Tmux {
+        socket: dir.path().join("tmux.sock"),
+        _dir: dir,
+    };
+    tmux.cmd(&[
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "outer",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-e",
+        &format!("TUIC_SOCKET={}", sock.display()),
+        "-e",
+        "PS1=outer$ ",
+        "-e",
+        "ENV=",
+        "/bin/sh",
+        "-i",
+    ]);
+    // Some history in the pane, coloured, so attributes are compared too.
+    tmux.cmd(&[
+        "send-keys",
+        "-t",
+        "outer",
+        "-l",
+        "printf '\\033[1;31mred\\033[0m plain\\n'; echo second",
+    ]);
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    tmux.wait("the pane's history", |c| c.contains("second\nouter$"))
+        .await;
+    let command = format!("{} attach {alias}", bin("tuic").display());
+    tmux.cmd(&["send-keys", "-t", "outer", "-l", &command]);
+    let before = tmux
+        .wait("the typed command", |c| c.contains(&command))
+        .await;
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    tmux.wait("the inner screen", |c| c.contains("inner-before"))
+        .await;
+    // Work in the session, including a full-screen program's screen switches.
+    tmux.cmd(&[
+        "send-keys",
+        "-t",
+        "outer",
+        "-l",
+        "printf '\\033[?1049hFULL'; sleep 0.3; printf '\\033[?1049l'; echo inner-after",
+    ]);
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    wait_text(&sock, &iid, "inner-after").await.unwrap();
+    tmux.wait("inner-after in the pane", |c| c.contains("inner-after"))
+        .await;
+    // The detach key (tmux's own prefix, sent past it by send-keys).
+    tmux.cmd(&["send-keys", "-t", "outer", "C-b", "d"]);
+    let after = tmux
+        .wait("the detach line and the next prompt", |c| {
+            c.lines().any(|l| l.starts_with("[detached")) && c.trim_end().ends_with("outer$")
+        })
+        .await;
+
+    let rows = |c: &str| -> Vec<String> {
+        let mut v: Vec<String> = c.lines().map(str::to_owned).collect();
+        while v.last().is_some_and(|l| l.trim().is_empty()) {
+            v.pop();
+        }
+        v
+    };
+    let mut want = rows(&before);
+    want.push(format!("[detached (from session {alias})]"));
+    want.push("outer$".into());
+    let got: Vec<String> = rows(&after)
+        .iter()
+        .map(|l| l.trim_end().to_owned())
+        .collect();
+    let want: Vec<String> = want.iter().map(|l| l.trim_end().to_owned()).collect();
+    assert_eq!(
+        got, want,
+        "pane after detach:\n{after}\nbefore attach:\n{before}"
+    );
+    // The session lives on.
+    call(&sock, "GET", &format!("/sessions/{iid}"), None)
+        .await
+        .unwrap();
+
+    // An attachment that ends because the session exits gives the pane back the same way.
+    tmux.cmd(&["send-keys", "-t", "outer", "-l", &command]);
+    let before = tmux
+        .wait("the typed command again", |c| {
+            c.matches(&command).count() == 2
+        })
+        .await;
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    tmux.wait("the inner screen again", |c| c.contains("inner-after"))
+        .await;
+    tmux.cmd(&["send-keys", "-t", "outer", "-l", "exit 4"]);
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    let after = tmux
+        .wait("the exit line and the next prompt", |c| {
+            c.lines().any(|l| l.starts_with("[session")) && c.trim_end().ends_with("outer$")
+        })
+        .await;
+    let mut want = rows(&before);
+    want.push(format!("[session {alias} exited with code 4]"));
+    want.push("outer$".into());
+    let got: Vec<String> = rows(&after)
+        .iter()
+        .map(|l| l.trim_end().to_owned())
+        .collect();
+    let want: Vec<String> = want.iter().map(|l| l.trim_end().to_owned()).collect();
+    assert_eq!(
+        got, want,
+        "pane after the exit:\n{after}\nbefore attach:\n{before}"
+    );
+}
