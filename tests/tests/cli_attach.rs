@@ -903,3 +903,48 @@ async fn detach_leaves_the_outer_tmux_pane_as_it_was_before_the_attach() {
         "pane after the exit:\n{after}\nbefore attach:\n{before}"
     );
 }
+
+/// On a hub, a bare alias names the hub's own session even when a connected host has one of
+/// the same name (as a relative path names a file here); the other host's needs `host/`.
+#[tokio::test]
+async fn on_a_hub_a_local_alias_wins_and_the_remote_one_needs_its_host() {
+    let bed = FedBed::start(1).await.unwrap();
+    let hub = bed.hub.socket.clone();
+    let mk = |host: Option<&str>, tag: &str| {
+        let mut args = vec!["new", "-d", "-c", "/tmp"];
+        if let Some(h) = host {
+            args.extend(["-H", h]);
+        }
+        let script = format!("echo {tag}; exec sleep 60");
+        args.extend(["--", "sh", "-c"]);
+        let (code, out, err) = tuic(&hub, &[args.as_slice(), &[script.as_str()]].concat());
+        assert_eq!(code, 0, "{err}");
+        out.trim().to_owned()
+    };
+    let local = mk(None, "on-the-hub");
+    let remote = mk(Some("nodeb"), "on-nodeb");
+    // Both are the first session under /tmp on their machine: one alias, two hosts.
+    assert_eq!(remote, format!("nodeb/{local}"));
+    until("the hub to list nodeb's session", || async {
+        let rows = bed.hub_sessions().await?;
+        Ok(rows
+            .iter()
+            .any(|r| r["connection_id"] == "nodeb")
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+    let capture = |t: &str| {
+        let (code, out, err) = tuic(&hub, &["capture", t]);
+        assert_eq!(code, 0, "capture {t}: {err}");
+        out
+    };
+    until("both screens", || async {
+        Ok(
+            (capture(&local).contains("on-the-hub") && capture(&remote).contains("on-nodeb"))
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+}
