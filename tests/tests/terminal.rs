@@ -877,7 +877,22 @@ async fn state_is_idle_for_a_quiet_shell_working_for_sleep_and_full_screen_progr
     assert_eq!(r["state"], "working", "{r}");
     assert_eq!(ls_state(&vi_alias), "working");
 
-    // An exited session: its row says exited, with the code.
+    // MCP `session action=list` carries the same state.
+    let (mut mcp, _) = tuic_tests::agent::Agent::new(&node.socket, "state-check").await;
+    let (err, list) = mcp.tool("session", json!({"action": "list"})).await;
+    assert!(!err, "{list}");
+    let state_of = |id: &str| {
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["session_id"] == id)
+            .map(|r| r["state"].clone())
+    };
+    assert_eq!(state_of(&sh), Some(json!("working")), "{list}");
+    assert_eq!(state_of(&sl), Some(json!("working")), "{list}");
+
+    // An exited session: its row (MCP `session action=status`) says exited, with the code.
     let (ex, _) = id_alias(
         &node
             .create(json!({"shell": "/bin/sh", "args": ["-c", "read x; exit 3"], "cwd": "/tmp"}))
@@ -887,10 +902,10 @@ async fn state_is_idle_for_a_quiet_shell_working_for_sleep_and_full_screen_progr
     let mut ws = node.ws(&ex, "").await.unwrap();
     node.write(&ex, "go\n").await.unwrap();
     assert!(drain_ws(&mut ws, T).await.unwrap().exit.is_some());
-    let r = node
-        .ok("GET", &format!("/sessions/{ex}"), None)
-        .await
-        .unwrap();
+    let (err, r) = mcp
+        .tool("session", json!({"action": "status", "session_id": ex}))
+        .await;
+    assert!(!err, "{r}");
     assert_eq!(
         (r["state"].clone(), r["exit_code"].clone()),
         (json!("exited"), json!(3)),

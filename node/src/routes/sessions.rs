@@ -120,9 +120,11 @@ async fn row(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    // An exited session answers with its row (`state: exited`, `exit_code`) for its tombstone
-    // period, like its other routes.
-    let s = node.sessions.resolve(&id).ok_or_else(|| unknown(&id))?;
+    let s = node
+        .sessions
+        .resolve(&id)
+        .filter(|s| s.exit().is_none())
+        .ok_or_else(|| unknown(&id))?;
     let n = node.clone();
     let row = tokio::task::spawn_blocking(move || n.sessions.placed_row(&s))
         .await
