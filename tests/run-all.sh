@@ -13,6 +13,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v tar >/dev/null 2>&1 || need+=(tar)
+# `tuic attach` is checked inside a real tmux pane (detach gives the pane back as it was).
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
 # install-service's units are checked with systemd's own verifier.
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The official MCP SDK clients and conformance suite come from PyPI and npm.

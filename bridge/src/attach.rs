@@ -183,6 +183,7 @@ async fn pump(
     if !held.is_empty() && tx.send(Message::Binary(held.into())).await.is_err() {
         return Pump::Lost("the connection closed".into());
     }
+    let mut switches = SwitchFilter::default();
     loop {
         tokio::select! {
             typed = keys.recv() => {
@@ -200,7 +201,15 @@ async fn pump(
                 }
             }
             msg = rx.next() => match msg {
-                Some(Ok(Message::Binary(b))) => tty::out(&b),
+                Some(Ok(Message::Binary(b))) => {
+                    let (bytes, switched) = switches.feed(&b);
+                    tty::out(&bytes);
+                    if switched {
+                        // The session changed screens: show the one it is on now.
+                        let _ = tx.close().await;
+                        return Pump::Repaint;
+                    }
+                }
                 Some(Ok(Message::Text(t))) => {
                     match serde_json::from_str::<StreamFrame>(t.as_str()) {
                         Ok(StreamFrame::Exit { exit_code }) => return Pump::Exited(exit_code),
@@ -218,6 +227,108 @@ async fn pump(
             },
             _ = winch.recv() => send_size(&o.socket, &encode_id(&o.route_id)).await,
         }
+    }
+}
+
+/// Keeps the session's screen switches away from the user's terminal. `tuic attach` shows the
+/// session on the alternate screen it entered ([`tty::ENTER`]); a switch the session makes
+/// (`?1049`, `?1047`, `?47`: vim starting or ending) passed through would flip the user's own
+/// screen in and out and move their saved cursor. The filter drops those parameters (keeping
+/// any others of the same sequence) and reports the switch, so the attachment repaints from a
+/// snapshot, which shows the session's current screen either way. A sequence split across
+/// reads is held until it is whole (at most [`SwitchFilter::HOLD_MAX`] bytes).
+#[derive(Debug, Default)]
+pub struct SwitchFilter {
+    pending: Vec<u8>,
+}
+
+/// How the bytes at an escape start.
+enum Private<'a> {
+    /// Not a private mode set/reset.
+    No,
+    /// It may be one: more bytes are needed.
+    Incomplete,
+    /// `ESC [ ? params final` of `len` bytes.
+    Mode {
+        len: usize,
+        params: &'a [u8],
+        fin: u8,
+    },
+}
+
+fn private_mode(s: &[u8]) -> Private<'_> {
+    let prefix = b"\x1b[?";
+    let n = s.len().min(prefix.len());
+    if s[..n] != prefix[..n] {
+        return Private::No;
+    }
+    if s.len() < prefix.len() {
+        return Private::Incomplete;
+    }
+    let digits = s[3..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b';')
+        .count();
+    match s.get(3 + digits) {
+        None if 3 + digits <= SwitchFilter::HOLD_MAX => Private::Incomplete,
+        Some(&fin @ (b'h' | b'l')) => Private::Mode {
+            len: 3 + digits + 1,
+            params: &s[3..3 + digits],
+            fin,
+        },
+        _ => Private::No,
+    }
+}
+
+impl SwitchFilter {
+    /// The longest partial sequence held for the next read.
+    pub const HOLD_MAX: usize = 32;
+
+    /// Filters one read: the bytes to write, and whether the session switched screens.
+    pub fn feed(&mut self, input: &[u8]) -> (Vec<u8>, bool) {
+        let mut buf = std::mem::take(&mut self.pending);
+        buf.extend_from_slice(input);
+        let mut out = Vec::with_capacity(buf.len());
+        let mut switched = false;
+        let mut i = 0;
+        while i < buf.len() {
+            if buf[i] != 0x1b {
+                let n = buf[i..].iter().take_while(|b| **b != 0x1b).count();
+                out.extend_from_slice(&buf[i..i + n]);
+                i += n;
+                continue;
+            }
+            match private_mode(&buf[i..]) {
+                Private::No => {
+                    out.push(0x1b);
+                    i += 1;
+                }
+                Private::Incomplete => {
+                    self.pending = buf[i..].to_vec();
+                    break;
+                }
+                Private::Mode { len, params, fin } => {
+                    let all: Vec<&[u8]> = params.split(|b| *b == b';').collect();
+                    let kept: Vec<&[u8]> = all
+                        .iter()
+                        .copied()
+                        .filter(|p| !matches!(*p, b"47" | b"1047" | b"1049"))
+                        .collect();
+                    if kept.len() == all.len() {
+                        out.extend_from_slice(&buf[i..i + len]);
+                    } else {
+                        switched = true;
+                        if !kept.is_empty() {
+                            out.extend_from_slice(b"\x1b[?");
+                            out.extend_from_slice(&kept.join(&b';'));
+                            out.push(fin);
+                        }
+                    }
+                    i += len;
+                }
+            }
+        }
+        (out, switched)
     }
 }
 
@@ -288,7 +399,10 @@ pub async fn run(o: &Options) -> Outcome {
                     tty::out(b"\x1b[0m");
                 }
                 backoff.reset();
-                tty::out(snap["ansi"].as_str().unwrap_or_default().as_bytes());
+                // The snapshot selects the session's screen; this terminal stays on the one
+                // `tuic attach` entered.
+                let ansi = snap["ansi"].as_str().unwrap_or_default().as_bytes();
+                tty::out(&SwitchFilter::default().feed(ansi).0);
                 let typed_meanwhile = std::mem::take(&mut held);
                 match pump(o, ws, typed_meanwhile, &mut keys, &mut watch, &mut winch).await {
                     Pump::Detached => return Outcome::Detached,
@@ -325,19 +439,66 @@ pub async fn run(o: &Options) -> Outcome {
     }
 }
 
+/// The PTY's `\r\n` line ends (its `onlcr`) as plain `\n`, for output that goes to a pipe or
+/// a file. A `\r` at the end of one read is held until the next shows what follows it; a lone
+/// `\r` (a progress line redrawn) passes through.
+#[derive(Debug, Default)]
+pub struct Newlines {
+    held_cr: bool,
+}
+
+impl Newlines {
+    /// Translates one read.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len() + 1);
+        let mut rest = bytes;
+        if std::mem::take(&mut self.held_cr) && rest.first() != Some(&b'\n') {
+            out.push(b'\r');
+        }
+        while let Some((&b, tail)) = rest.split_first() {
+            match (b, tail.first()) {
+                (b'\r', Some(b'\n')) => {}
+                (b'\r', None) => self.held_cr = true,
+                _ => out.push(b),
+            }
+            rest = tail;
+        }
+        out
+    }
+
+    /// What is still held at the end of the stream.
+    pub fn finish(&mut self) -> &'static [u8] {
+        if std::mem::take(&mut self.held_cr) {
+            b"\r"
+        } else {
+            b""
+        }
+    }
+}
+
 /// `tuic run`: streams a session's output from its first byte to stdout until it exits;
-/// returns its exit code.
+/// returns its exit code. To a terminal the bytes go as they are; to a pipe or a file the
+/// PTY's `\r\n` becomes `\n` ([`Newlines`]).
 pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String> {
     let route = encode_id(route_id);
     let ws = open_stream(socket, &route, 0).await.map_err(|a| match a {
         Attempt::Gone(w) | Attempt::Retry(w) => w,
     })?;
     let (_tx, mut rx) = ws.split();
+    let mut newlines = (!tty::stdout_is_tty()).then(Newlines::default);
     while let Some(msg) = rx.next().await {
         match msg.map_err(|e| e.to_string())? {
-            Message::Binary(b) => tty::out(&b),
+            Message::Binary(b) => match &mut newlines {
+                Some(n) => tty::out(&n.feed(&b)),
+                None => tty::out(&b),
+            },
             Message::Text(t) => match serde_json::from_str::<StreamFrame>(t.as_str()) {
-                Ok(StreamFrame::Exit { exit_code }) => return Ok(exit_code),
+                Ok(StreamFrame::Exit { exit_code }) => {
+                    if let Some(n) = &mut newlines {
+                        tty::out(n.finish());
+                    }
+                    return Ok(exit_code);
+                }
                 Ok(StreamFrame::Closed) => return Err("the host is shutting down".into()),
                 Ok(StreamFrame::Lagged { missed }) => {
                     return Err(format!("output outran this client ({missed} bytes missed)"));
@@ -349,4 +510,35 @@ pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String
         }
     }
     Err("the connection closed before the session exited".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Newlines, SwitchFilter};
+
+    #[test]
+    fn screen_switches_are_dropped_reported_and_others_kept_across_reads() {
+        let mut f = SwitchFilter::default();
+        assert_eq!(f.feed(b"a\x1b[?25lb"), (b"a\x1b[?25lb".to_vec(), false));
+        assert_eq!(f.feed(b"x\x1b[?10"), (b"x".to_vec(), false));
+        assert_eq!(f.feed(b"49hvim"), (b"vim".to_vec(), true));
+        assert_eq!(
+            f.feed(b"\x1b[?1;1049;2004l"),
+            (b"\x1b[?1;2004l".to_vec(), true)
+        );
+        assert_eq!(f.feed(b"\x1b[?47h\x1b[2J"), (b"\x1b[2J".to_vec(), true));
+        assert_eq!(f.feed(b"\x1b[1049h\x1b"), (b"\x1b[1049h".to_vec(), false));
+        assert_eq!(f.feed(b"[0m"), (b"\x1b[0m".to_vec(), false));
+    }
+
+    #[test]
+    fn crlf_becomes_lf_across_reads_and_a_lone_cr_stays() {
+        let mut n = Newlines::default();
+        let mut out = n.feed(b"a\r\nb\r");
+        out.extend(n.feed(b"\nc\r"));
+        out.extend(n.feed(b"d\r\r\n"));
+        out.extend(n.feed(b"e\r"));
+        out.extend(n.finish());
+        assert_eq!(out, b"a\nb\nc\rd\r\ne\r");
+    }
 }

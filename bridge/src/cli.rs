@@ -239,12 +239,13 @@ struct NewArgs {
 }
 
 impl NewArgs {
-    fn spec(&self, command: &[String]) -> crate::termcmd::NewSpec {
+    fn spec(&self, command: &[String], no_alias: bool) -> crate::termcmd::NewSpec {
         crate::termcmd::NewSpec {
             name: self.name.clone(),
             cwd: self.cwd.clone(),
             host: self.host.clone(),
             command: command.to_vec(),
+            no_alias,
         }
     }
 }
@@ -544,18 +545,35 @@ fn status(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
         .json()
         .map_err(|e| Failure::Failed(format!("GET /health: the node sent invalid JSON: {e}")))?;
     if as_json {
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
     let field = |k: &str| v.get(k).map(Value::to_string).unwrap_or_else(|| "?".into());
-    println!(
-        "tuic node running ({})\n  socket:   {}\n  uptime:   {}s\n  sessions: {}\n  protocol: {}",
+    let text = |k: &str| v[k].as_str().unwrap_or("?").to_owned();
+    let port = v["tcp"]["port"].as_u64();
+    let requested = v["tcp"]["requested_port"].as_u64();
+    let tcp = match (port, requested) {
+        (Some(p), Some(r)) if p != r => format!("port {p} (port {r} was asked for and is taken)"),
+        (Some(p), _) => format!("port {p}"),
+        _ => "off".into(),
+    };
+    outln!(
+        "tuic node running ({})\n  host:     {} (instance {})\n  socket:   {}\n  tcp:      {tcp}\n  uptime:   {}s\n  sessions: {}\n  protocol: {}",
         ctx.target.instance_label(),
+        text("host_name"),
+        text("instance"),
         ctx.target.socket.display(),
         field("uptime_secs"),
         field("session_count"),
         field("protocol_version"),
     );
+    if let (Some(p), Some(r)) = (port, requested)
+        && p != r
+    {
+        eprintln!(
+            "tuic: warning: the node serves on port {p}, not on port {r} it was asked for (taken)"
+        );
+    }
     Ok(())
 }
 
@@ -599,7 +617,7 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
             &ctx.send(&Request::new("POST", &path).json(&json!({})))?,
             &path,
         )?;
-        println!(
+        outln!(
             "cancelled {} pending authorization(s) of {name}",
             v.get("cancelled").and_then(Value::as_u64).unwrap_or(0)
         );
@@ -618,13 +636,13 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
         .get("authorization_server")
         .and_then(Value::as_str)
         .unwrap_or("?");
-    println!("Authorize upstream {name} at {server}:");
+    outln!("Authorize upstream {name} at {server}:");
     if started.get("cross_domain_as") == Some(&json!(true)) {
-        println!(
+        outln!(
             "  warning: the authorization server is on another domain than the MCP server; make sure you trust {server}"
         );
     }
-    println!("{url}");
+    outln!("{url}");
     if *no_wait {
         return Ok(());
     }
@@ -652,7 +670,7 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
         match state {
             "authorizing" => continue,
             "authorized" => {
-                println!("authorized: upstream {name} reconnects with its new tokens");
+                outln!("authorized: upstream {name} reconnects with its new tokens");
                 return Ok(());
             }
             _ => {
@@ -671,7 +689,7 @@ fn mcp_cmd(ctx: &Ctx, cmd: &McpCmd) -> Result<(), Failure> {
 fn print_result(result: &Value) {
     let text = content_text(result);
     if !text.is_empty() {
-        println!("{text}");
+        outln!("{text}");
     }
 }
 
@@ -743,7 +761,7 @@ fn story_on(
                 .map_or_else(|| mcp::error_text(&resp), str::to_owned)
         )));
     }
-    println!("{v}");
+    outln!("{v}");
     Ok(())
 }
 
@@ -791,7 +809,7 @@ fn cp(ctx: &Ctx, args: &[String]) -> Result<(), Failure> {
             200 => {
                 let secs = started.elapsed().as_secs_f64().max(1e-3);
                 let bytes = v["bytes"].as_u64().unwrap_or(0);
-                println!(
+                outln!(
                     "copied {s} -> {conn}:{}/{}: {} entries, {:.1} MB in {secs:.1} s ({:.1} MB/s)",
                     path.trim_end_matches('/'),
                     v["name"].as_str().unwrap_or("?"),
@@ -902,13 +920,13 @@ pub fn main() -> ExitCode {
         } => {
             return finish(crate::termcmd::new(
                 &ctx,
-                &spec.spec(command),
+                &spec.spec(command, false),
                 *detached,
                 detach_key,
             ));
         }
         Cmd::Run { spec, command } => {
-            return finish(crate::termcmd::run(&ctx, &spec.spec(command)));
+            return finish(crate::termcmd::run(&ctx, &spec.spec(command, true)));
         }
         Cmd::Attach {
             target,

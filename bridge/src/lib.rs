@@ -9,6 +9,18 @@
 //!   terminal, [`keys`] tmux key names, [`target`] session names, [`tty`] the user's terminal); [`stdio`]: the bridge; [`install`]: publishing the
 //!   bridge binary into the config dir.
 
+/// `print!` for the CLI's own output: a reader that went away (`tuic ls | head`) ends the
+/// process quietly with status 0, as coreutils do, instead of `print!`'s panic.
+macro_rules! out {
+    ($($t:tt)*) => { $crate::tty::stdout_text(&format!($($t)*)) };
+}
+
+/// `println!` with [`out!`]'s broken-pipe rule.
+macro_rules! outln {
+    () => { $crate::tty::stdout_text("\n") };
+    ($($t:tt)*) => { $crate::tty::stdout_text(&(format!($($t)*) + "\n")) };
+}
+
 pub mod attach;
 pub mod cli;
 pub mod cp;

@@ -4,7 +4,10 @@
 //! A target matches a row by any of its names: PTY id, alias (`tu-3`), `TUIC_SESSION` id,
 //! display name, and for a remote row the same names under its host (`boxb/tu-3`,
 //! `boxb/<id>`, the row's `address`). An exact match wins; otherwise a unique prefix of a
-//! name. Several rows matching is an error listing them, as is no row at all.
+//! name. Among the rows a bare name matches, this node's own win, as a relative path names
+//! the file here: on a hub `tu-3` is the hub's tu-3 and boxb's needs `boxb/tu-3` (a bare
+//! name still finds a remote row when no local one matches). Several rows matching is an
+//! error listing them, as is no row at all.
 
 use serde_json::Value;
 
@@ -103,6 +106,16 @@ fn resolved(row: &Value) -> Resolved {
     }
 }
 
+/// This node's rows among `rs` when there are any, else `rs`.
+fn local_first(rs: Vec<&Value>) -> Vec<&Value> {
+    let local: Vec<&Value> = rs
+        .iter()
+        .copied()
+        .filter(|r| text(r, "connection_id").is_none())
+        .collect();
+    if local.is_empty() { rs } else { local }
+}
+
 /// Resolves `target` over `rows`.
 pub fn resolve(rows: &[Value], target: &str) -> Result<Resolved, Miss> {
     let pick = |hit: &dyn Fn(&str) -> bool| -> Vec<&Value> {
@@ -111,9 +124,9 @@ pub fn resolve(rows: &[Value], target: &str) -> Result<Resolved, Miss> {
             .collect()
     };
     let labels = |rs: &[&Value]| rs.iter().map(|r| label_of(r)).collect::<Vec<_>>();
-    let exact = pick(&|n| n == target);
+    let exact = local_first(pick(&|n| n == target));
     let found = if exact.is_empty() {
-        pick(&|n| n.starts_with(target))
+        local_first(pick(&|n| n.starts_with(target)))
     } else {
         exact
     };
@@ -160,20 +173,42 @@ mod tests {
     }
 
     #[test]
+    fn a_local_alias_wins_over_a_remote_one_and_the_remote_needs_its_host() {
+        let r = rows();
+        // `tu-1` is both this hub's and boxb's: the local one, as a relative path is.
+        assert_eq!(resolve(&r, "tu-1").unwrap().route_id, "a1b2");
+        assert_eq!(resolve(&r, "boxb/tu-1").unwrap().route_id, "boxb/e5f6");
+        // A prefix too: `a` starts local a1b2 and boxb's a9z9.
+        assert_eq!(resolve(&r, "a").unwrap().route_id, "a1b2");
+        // Two remote hosts with one alias and no local one stay ambiguous.
+        let mut two = r.clone();
+        two.push(
+            json!({"session_id": "q1", "alias": "tu-7", "connection_id": "boxc",
+                        "address": "boxc/q1", "is_remote": true}),
+        );
+        assert_eq!(
+            resolve(&two, "tu-7"),
+            Err(Miss::Ambiguous {
+                candidates: vec!["boxb/tu-7".into(), "boxc/tu-7".into()]
+            })
+        );
+    }
+
+    #[test]
     fn unique_prefixes_resolve_and_shared_ones_list_candidates() {
         let r = rows();
         assert_eq!(resolve(&r, "c3").unwrap().route_id, "c3d4");
         assert_eq!(resolve(&r, "boxb/a9").unwrap().route_id, "boxb/a9z9");
         assert_eq!(
-            resolve(&r, "tu-1"),
+            resolve(&r, "tu-"),
             Err(Miss::Ambiguous {
-                candidates: vec!["tu-1".into(), "boxb/tu-1".into()]
+                candidates: vec!["tu-1".into(), "tu-2".into()]
             })
         );
         assert_eq!(
-            resolve(&r, "a"),
+            resolve(&r, "boxb/"),
             Err(Miss::Ambiguous {
-                candidates: vec!["tu-1".into(), "boxb/tu-7".into()]
+                candidates: vec!["boxb/tu-1".into(), "boxb/tu-7".into()]
             })
         );
         let miss = resolve(&r, "nope").unwrap_err();

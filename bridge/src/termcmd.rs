@@ -148,11 +148,13 @@ pub(crate) fn sessions_table(rows: &[Value], down: &[Value]) -> String {
     out
 }
 
-/// `tuic ls [--json]`.
+/// `tuic ls [--json]`: this node's rows first, then each host's, each in natural alias order
+/// (`ro-8` before `ro-10`).
 pub(crate) fn ls(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
-    let rows = rows(ctx)?;
+    let mut rows = rows(ctx)?;
+    sort_rows(&mut rows);
     if as_json {
-        println!("{}", Value::Array(rows));
+        outln!("{}", Value::Array(rows));
         return Ok(());
     }
     let down: Vec<Value> = connections(ctx)?
@@ -160,8 +162,29 @@ pub(crate) fn ls(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
         .into_iter()
         .filter(|c| c["up"] != json!(true))
         .collect();
-    print!("{}", sessions_table(&rows, &down));
+    out!("{}", sessions_table(&rows, &down));
     Ok(())
+}
+
+/// Orders rows by host (this node's first, then hosts in the order listed) and alias
+/// (natural order); stable, so equal keys keep the node's order.
+fn sort_rows(rows: &mut [Value]) {
+    let mut hosts: Vec<String> = vec!["local".into()];
+    for r in rows.iter() {
+        let h = target::host_of(r);
+        if !hosts.contains(&h) {
+            hosts.push(h);
+        }
+    }
+    let rank = |r: &Value| hosts.iter().position(|h| *h == target::host_of(r));
+    rows.sort_by(|a, b| {
+        rank(a).cmp(&rank(b)).then_with(|| {
+            tuic_proto::natural::cmp(
+                a["alias"].as_str().unwrap_or_default(),
+                b["alias"].as_str().unwrap_or_default(),
+            )
+        })
+    });
 }
 
 /// `tuic hosts [--json]`.
@@ -173,7 +196,7 @@ pub(crate) fn hosts(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
         ));
     };
     if as_json {
-        println!("{}", Value::Array(conns));
+        outln!("{}", Value::Array(conns));
         return Ok(());
     }
     let body: Vec<Vec<String>> = conns
@@ -189,7 +212,7 @@ pub(crate) fn hosts(ctx: &Ctx, as_json: bool) -> Result<(), Failure> {
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(
             &["HOST", "STATE", "SESSIONS", "OUTBOX", "URL", "LAST ERROR"],
@@ -210,6 +233,8 @@ pub(crate) struct NewSpec {
     pub(crate) host: Option<String>,
     /// Program and arguments; empty runs the host's shell.
     pub(crate) command: Vec<String>,
+    /// A one-off command (`run`): the node assigns no alias, so none is used up.
+    pub(crate) no_alias: bool,
 }
 
 /// Creates a session; returns the id routes take and a label.
@@ -229,6 +254,9 @@ fn create(ctx: &Ctx, spec: &NewSpec) -> Result<Resolved, Failure> {
         body["rows"] = json!(rows);
         body["cols"] = json!(cols);
     }
+    if spec.no_alias {
+        body["no_alias"] = json!(true);
+    }
     let host = spec.host.as_deref().filter(|h| *h != "local");
     let path = match host {
         Some(h) => format!("/sessions?host={}", encode_id(h)),
@@ -236,7 +264,7 @@ fn create(ctx: &Ctx, spec: &NewSpec) -> Result<Resolved, Failure> {
     };
     let v = session_call(ctx, "POST", &path, Some(body))?;
     let sid = v["session_id"].as_str().unwrap_or_default();
-    let alias = v["alias"].as_str().unwrap_or(sid);
+    let alias = v["alias"].as_str().filter(|a| !a.is_empty()).unwrap_or(sid);
     Ok(match host {
         Some(h) => Resolved {
             route_id: v["address"]
@@ -260,7 +288,7 @@ pub(crate) fn new(ctx: &Ctx, spec: &NewSpec, detached: bool, key: &str) -> Resul
     let key = DetachKey::parse(key).map_err(Failure::Usage)?;
     let r = create(ctx, spec)?;
     if detached || !tty::stdin_is_tty() {
-        println!("{}", r.label);
+        outln!("{}", r.label);
         if !detached {
             eprintln!(
                 "tuic: created {}; not attaching: stdin is not a terminal",
@@ -344,9 +372,12 @@ fn attach_resolved(
     let rt = runtime()?;
     let raw = tty::RawMode::enter()
         .map_err(|e| Failure::Failed(format!("cannot put the terminal in raw mode: {e}")))?;
+    // The session is shown on the alternate screen; leaving it gives the user's screen and
+    // cursor back as they were, so the line below is printed where the cursor stood when
+    // `tuic attach` started (the fresh line after the command), as tmux prints its own.
+    tty::out(tty::ENTER.as_bytes());
     let outcome = rt.block_on(attach::run(&opts));
-    // Leave the terminal as the user's shell expects it, on a fresh line.
-    tty::out(format!("{}\r\n", tty::RESET).as_bytes());
+    tty::out(tty::RESET.as_bytes());
     drop(raw);
     // The stdin thread may sit in a read; the runtime must not wait for it.
     rt.shutdown_background();
@@ -405,8 +436,8 @@ pub(crate) fn capture(ctx: &Ctx, t: &str, lines: Option<usize>, ansi: bool) -> R
             &format!("/sessions/{route}/terminal/snapshot"),
             None,
         )?;
-        print!("{}{}", v["ansi"].as_str().unwrap_or_default(), tty::RESET);
-        println!();
+        out!("{}{}", v["ansi"].as_str().unwrap_or_default(), tty::RESET);
+        outln!();
         return Ok(());
     }
     let info = session_call(
@@ -417,7 +448,9 @@ pub(crate) fn capture(ctx: &Ctx, t: &str, lines: Option<usize>, ansi: bool) -> R
     )?;
     let total = info["total_lines"].as_u64().unwrap_or(0) as usize;
     let screen = info["screen_lines"].as_u64().unwrap_or(0) as usize;
-    let want = lines.unwrap_or(screen).min(total);
+    // `-n N` counts back from the last written row, as `tail` would: the blank rows below it
+    // are the empty part of the screen, so fetch them too and drop them before counting.
+    let want = lines.map_or(screen, |n| n + screen).min(total);
     let v = session_call(
         ctx,
         "GET",
@@ -431,12 +464,14 @@ pub(crate) fn capture(ctx: &Ctx, t: &str, lines: Option<usize>, ansi: bool) -> R
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    // Blank rows below the last written one are the empty part of the screen.
-    while rows.last().is_some_and(|l| l.is_empty()) {
+    while rows.last().is_some_and(|l| l.trim().is_empty()) {
         rows.pop();
     }
+    if let Some(n) = lines {
+        rows.drain(..rows.len().saturating_sub(n));
+    }
     for l in rows {
-        println!("{l}");
+        outln!("{l}");
     }
     Ok(())
 }
@@ -450,7 +485,7 @@ pub(crate) fn kill(ctx: &Ctx, t: &str) -> Result<(), Failure> {
         &format!("/sessions/{}", encode_id(&r.route_id)),
         None,
     )?;
-    println!("killed {}", r.label);
+    outln!("killed {}", r.label);
     Ok(())
 }
 
@@ -481,6 +516,20 @@ pub(crate) fn rename(ctx: &Ctx, t: &str, name: &str) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ls_sorts_aliases_naturally_within_each_host() {
+        let mut rows = vec![
+            json!({"alias": "ro-10"}),
+            json!({"alias": "ro-2", "connection_id": "boxb"}),
+            json!({"alias": "ro-8"}),
+            json!({"alias": "ro-1", "connection_id": "boxb"}),
+            json!({"alias": "ro-9"}),
+        ];
+        sort_rows(&mut rows);
+        let got: Vec<String> = rows.iter().map(target::label_of).collect();
+        assert_eq!(got, ["ro-8", "ro-9", "ro-10", "boxb/ro-1", "boxb/ro-2"]);
+    }
 
     #[test]
     fn table_has_host_column_and_lists_down_hosts() {

@@ -20,7 +20,6 @@ use crate::federation::Federation;
     version,
     about = "tuic hub: a node that also federates other nodes"
 )]
-#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -64,7 +63,20 @@ enum Cmd {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let name = "tuic-hub";
-    let result = match cli.cmd.unwrap_or(Cmd::Node(NodeCommand::Serve(cli.serve))) {
+    // `--config-dir`/`--instance` are global (accepted before the subcommand too); serve's
+    // own flags before another subcommand are refused, as on a node.
+    let refuse = |m: &str| -> ! {
+        <Cli as clap::CommandFactory>::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, m)
+            .exit()
+    };
+    let cmd = match cli.cmd {
+        None => Cmd::Node(NodeCommand::Serve(cli.serve)),
+        Some(Cmd::Node(c)) => Cmd::Node(cli.serve.before(c).unwrap_or_else(|m| refuse(m))),
+        Some(_) if cli.serve.has_own() => refuse(tuic_node::cli::SERVE_ONLY),
+        Some(other) => other,
+    };
+    let result = match cmd {
         Cmd::Node(cmd) => tuic_node::cli::run_command(name, cmd, federate),
         Cmd::Connect {
             loc,

@@ -23,7 +23,6 @@ use crate::vault::{self, Vault};
     version,
     about = "tuic node: terminals, files and agent mail for one machine"
 )]
-#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<NodeCommand>,
@@ -101,14 +100,15 @@ pub enum NodeCommand {
     },
 }
 
-/// Where a node's files are: `--config-dir`, `--instance`.
+/// Where a node's files are: `--config-dir`, `--instance`. Global: accepted before the
+/// subcommand as well as after it (`tuic-node --config-dir X set-password`).
 #[derive(Debug, Args, Clone, Default)]
 pub struct Location {
     /// Config dir (default: $TUIC_CONFIG_DIR, $XDG_CONFIG_HOME/tuicommander, ~/.config/tuicommander).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub config_dir: Option<PathBuf>,
     /// Named instance (default: $TUIC_APP_INSTANCE, else the default instance).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub instance: Option<String>,
 }
 
@@ -131,9 +131,43 @@ pub struct ServeArgs {
 /// Entry point shared by the `tuic-node` and `tuic-hub` binaries.
 pub fn main_with_name(name: &'static str) -> ExitCode {
     let cli = Cli::parse();
-    let cmd = cli.cmd.unwrap_or(NodeCommand::Serve(cli.serve));
+    let cmd = match cli.cmd {
+        None => NodeCommand::Serve(cli.serve),
+        Some(c) => cli.serve.before(c).unwrap_or_else(|m| {
+            <Cli as clap::CommandFactory>::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, m)
+                .exit()
+        }),
+    };
     exit(name, run_command(name, cmd, |_| Ok(None)))
 }
+
+impl ServeArgs {
+    /// `serve`'s flags given before a subcommand (`tuic-node --port 4000 serve`). The location
+    /// flags are global, so clap hands them to every subcommand by itself; the others belong
+    /// to `serve` and are merged into it, and refused before any other subcommand (they would
+    /// be silently ignored there).
+    pub fn before(self, cmd: NodeCommand) -> Result<NodeCommand, &'static str> {
+        match cmd {
+            NodeCommand::Serve(a) => Ok(NodeCommand::Serve(ServeArgs {
+                loc: a.loc,
+                remote_access: a.remote_access || self.remote_access,
+                port: a.port.or(self.port),
+                bind: a.bind.or(self.bind),
+            })),
+            _ if self.has_own() => Err(SERVE_ONLY),
+            other => Ok(other),
+        }
+    }
+
+    /// Whether a flag only `serve` takes was given.
+    pub fn has_own(&self) -> bool {
+        self.remote_access || self.port.is_some() || self.bind.is_some()
+    }
+}
+
+/// Why `serve`'s own flags are refused before another subcommand.
+pub const SERVE_ONLY: &str = "--remote-access, --port and --bind belong to `serve`";
 
 /// Runs one of the node commands; `hook` is passed to [`serve`].
 pub fn run_command(

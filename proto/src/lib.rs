@@ -9,6 +9,7 @@
 //! - [`screen`]: screen-sync frames of `WS /sessions/{id}/stream?mode=screen`, the row diff and
 //!   the client mirror.
 //! - [`stream`]: the byte-stream frames of `WS /sessions/{id}/stream` (every other mode).
+//! - [`natural`]: natural order of aliases (`ro-8` before `ro-10`).
 //! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
 //!   See `docs/mail-protocol.md`.
 
@@ -17,6 +18,7 @@ pub mod events;
 pub mod ipc_http;
 pub mod mail;
 pub mod mcp;
+pub mod natural;
 pub mod peer;
 pub mod screen;
 pub mod sse;

@@ -237,3 +237,56 @@ fn content_length_answer_completes_while_the_peer_holds_the_connection() {
     assert!(out.contains("sessions: 2"), "{out}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+/// `--config-dir` (and `--instance`) go before or after the subcommand, for `tuic-node`,
+/// `tuic-hub` and `tuic` alike; serve's own flags before another subcommand are refused
+/// rather than ignored.
+#[test]
+fn global_flags_go_before_or_after_the_subcommand() {
+    use std::io::Write;
+    let sandbox = tempfile::tempdir().unwrap();
+    let cfg = sandbox.path().join("cfg");
+    let c = cfg.to_str().unwrap();
+    let node_cmd = |binary: &str, args: &[&str], stdin: &str| {
+        let mut cmd = tuic_tests::bridge::clean_command(&tuic_tests::bin(binary), sandbox.path());
+        let mut child = cmd
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            text(&o.stdout),
+            text(&o.stderr),
+        )
+    };
+    let (code, _, err) = node_cmd("tuic-node", &["--config-dir", c, "set-password"], "pw\n");
+    assert_eq!(code, 0, "{err}");
+    assert!(cfg.join("config.json").exists(), "{err}");
+    let (code, before, err) = node_cmd("tuic-node", &["--config-dir", c, "token"], "");
+    assert_eq!(code, 0, "{err}");
+    let (code, after, err) = node_cmd("tuic-node", &["token", "--config-dir", c], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(before, after, "one config dir, one token");
+    let (code, hub, err) = node_cmd("tuic-hub", &["--config-dir", c, "token"], "");
+    assert_eq!((code, hub), (0, before), "{err}");
+    let (code, _, err) = node_cmd("tuic-node", &["--port", "4000", "token"], "");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("belong to `serve`"), "{err}");
+
+    let node = NodeProc::start(sandbox.path(), &cfg, None).unwrap();
+    for args in [["--config-dir", c, "status"], ["status", "--config-dir", c]] {
+        let (code, out, err) = run(sandbox.path(), &args, &[]);
+        assert_eq!(code, 0, "tuic {args:?}: {err}");
+        assert!(out.contains(&node.socket.display().to_string()), "{out}");
+    }
+}

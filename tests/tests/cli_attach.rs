@@ -630,3 +630,321 @@ async fn agent_spawn_list_and_send_through_the_cli() {
     assert!(out.contains("worker"), "{out}");
     assert_eq!(tuic(s, &["kill", &sid]).0, 0);
 }
+
+/// Runs the CLI against `socket` with its stdout a pipe whose reader is already gone, as in
+/// `tuic ls | head` after `head` exited: status, stderr.
+fn tuic_into_closed_pipe(socket: &Path, args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = std::process::Command::new(bin("tuic"))
+        .args(args)
+        .env("TUIC_SOCKET", socket)
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("running tuic");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn capture_n_counts_from_the_last_written_row_and_a_closed_pipe_ends_quietly() {
+    let node = Node::start(None).await.unwrap();
+    let s = node.socket.as_path();
+    let v = node
+        .create(json!({"rows": 24, "cols": 80, "cwd": "/tmp", "shell": "/bin/sh",
+                       "args": ["-c", "for i in 1 2 3 4 5; do echo line$i; done; echo end; exec sleep 60"]}))
+        .await
+        .unwrap();
+    let id = v["session_id"].as_str().unwrap().to_owned();
+    wait_text(s, &id, "end").await.unwrap();
+    // Five written rows and eighteen blank ones below: -n 3 is the last three written.
+    let (code, out, err) = tuic(s, &["capture", &id, "-n", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "line4\nline5\nend\n");
+    let (_, out, _) = tuic(s, &["capture", &id, "-n", "100"]);
+    assert_eq!(out, "line1\nline2\nline3\nline4\nline5\nend\n");
+
+    // Every command that prints ends with status 0 and nothing on stderr when its reader is
+    // gone (no panic, no backtrace), like coreutils.
+    for args in [
+        vec!["ls"],
+        vec!["ls", "--json"],
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["capture", &id],
+        vec!["capture", &id, "--ansi"],
+        vec!["run", "--", "seq", "1", "100000"],
+    ] {
+        let (code, err) = tuic_into_closed_pipe(s, &args);
+        assert_eq!((code, err.as_str()), (0, ""), "tuic {args:?}");
+    }
+}
+
+#[tokio::test]
+async fn run_prints_plain_newlines_uses_no_alias_and_ls_sorts_aliases_naturally() {
+    let node = Node::start(None).await.unwrap();
+    let s = node.socket.as_path();
+    let new = || {
+        let (code, out, err) = tuic(s, &["new", "-d", "-c", "/tmp", "--", "sleep", "60"]);
+        assert_eq!(code, 0, "{err}");
+        out.trim().to_owned()
+    };
+    let first = new();
+    // Piped, the command's newlines arrive as `\n` (the PTY's `\r\n` is a terminal's business).
+    let (code, out, err) = tuic(s, &["run", "-c", "/tmp", "--", "printf", "a\\nb\\n"]);
+    assert_eq!((code, out.as_str()), (0, "a\nb\n"), "{err}");
+    // The run took no alias number: the next session's is the one after the first's.
+    let next = new();
+    let num = |a: &str| a.rsplit_once('-').unwrap().1.parse::<u32>().unwrap();
+    assert_eq!(num(&next), num(&first) + 1, "{first} then {next}");
+    // Ten more: ls lists them in natural order (…-9 before …-10).
+    let mut made = vec![first, next];
+    made.extend((0..9).map(|_| new()));
+    let (_, out, _) = tuic(s, &["ls"]);
+    let listed: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(listed, made, "{out}");
+    let (_, out, _) = tuic(s, &["ls", "--json"]);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    let listed: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["alias"].as_str())
+        .collect();
+    assert_eq!(listed, made, "GET /sessions order");
+}
+
+/// A private tmux server (its own socket, no config): the outer terminal of a real user.
+struct Tmux {
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux (tests/run-all.sh installs it)");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane as `capture-pane -e -p` prints it: text with its colours and attributes.
+    fn capture(&self) -> String {
+        self.cmd(&["capture-pane", "-e", "-p", "-t", "outer"])
+    }
+
+    async fn wait(&self, what: &str, f: impl Fn(&str) -> bool) -> String {
+        until(what, || async {
+            let c = self.capture();
+            Ok(f(&c).then_some(c))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}: pane:\n{}", self.capture()))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// Detaching gives the outer terminal back as tmux does: inside a real tmux pane, the pane
+/// after attach → output in the session → a full-screen switch → detach is byte-identical
+/// (`capture-pane -e`) to the pane before the attach, plus the detach line on the fresh line
+/// below the command and the next prompt.
+#[tokio::test]
+async fn detach_leaves_the_outer_tmux_pane_as_it_was_before_the_attach() {
+    let node = Node::start(None).await.unwrap();
+    let sock = node.socket.clone();
+    let inner = node.create(shell()).await.unwrap();
+    let (iid, alias) = (
+        inner["session_id"].as_str().unwrap().to_owned(),
+        inner["alias"].as_str().unwrap().to_owned(),
+    );
+    write(&sock, &iid, "echo inner-before\n").await.unwrap();
+    wait_text(&sock, &iid, "inner-before").await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = Tmux {
+        socket: dir.path().join("tmux.sock"),
+        _dir: dir,
+    };
+    tmux.cmd(&[
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "outer",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-e",
+        &format!("TUIC_SOCKET={}", sock.display()),
+        "-e",
+        "PS1=outer$ ",
+        "-e",
+        "ENV=",
+        "/bin/sh",
+        "-i",
+    ]);
+    // Some history in the pane, coloured, so attributes are compared too.
+    tmux.cmd(&[
+        "send-keys",
+        "-t",
+        "outer",
+        "-l",
+        "printf '\\033[1;31mred\\033[0m plain\\n'; echo second",
+    ]);
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    tmux.wait("the pane's history", |c| c.contains("second\nouter$"))
+        .await;
+    let command = format!("{} attach {alias}", bin("tuic").display());
+    tmux.cmd(&["send-keys", "-t", "outer", "-l", &command]);
+    let before = tmux
+        .wait("the typed command", |c| c.contains(&command))
+        .await;
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    tmux.wait("the inner screen", |c| c.contains("inner-before"))
+        .await;
+    // Work in the session, including a full-screen program's screen switches.
+    tmux.cmd(&[
+        "send-keys",
+        "-t",
+        "outer",
+        "-l",
+        "printf '\\033[?1049hFULL'; sleep 0.3; printf '\\033[?1049l'; echo inner-after",
+    ]);
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    wait_text(&sock, &iid, "inner-after").await.unwrap();
+    tmux.wait("inner-after in the pane", |c| c.contains("inner-after"))
+        .await;
+    // The detach key (tmux's own prefix, sent past it by send-keys).
+    tmux.cmd(&["send-keys", "-t", "outer", "C-b", "d"]);
+    let after = tmux
+        .wait("the detach line and the next prompt", |c| {
+            c.lines().any(|l| l.starts_with("[detached")) && c.trim_end().ends_with("outer$")
+        })
+        .await;
+
+    let rows = |c: &str| -> Vec<String> {
+        let mut v: Vec<String> = c.lines().map(str::to_owned).collect();
+        while v.last().is_some_and(|l| l.trim().is_empty()) {
+            v.pop();
+        }
+        v
+    };
+    let mut want = rows(&before);
+    want.push(format!("[detached (from session {alias})]"));
+    want.push("outer$".into());
+    let got: Vec<String> = rows(&after)
+        .iter()
+        .map(|l| l.trim_end().to_owned())
+        .collect();
+    let want: Vec<String> = want.iter().map(|l| l.trim_end().to_owned()).collect();
+    assert_eq!(
+        got, want,
+        "pane after detach:\n{after}\nbefore attach:\n{before}"
+    );
+    // The session lives on.
+    call(&sock, "GET", &format!("/sessions/{iid}"), None)
+        .await
+        .unwrap();
+
+    // An attachment that ends because the session exits gives the pane back the same way.
+    tmux.cmd(&["send-keys", "-t", "outer", "-l", &command]);
+    let before = tmux
+        .wait("the typed command again", |c| {
+            c.matches(&command).count() == 2
+        })
+        .await;
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    tmux.wait("the inner screen again", |c| c.contains("inner-after"))
+        .await;
+    tmux.cmd(&["send-keys", "-t", "outer", "-l", "exit 4"]);
+    tmux.cmd(&["send-keys", "-t", "outer", "Enter"]);
+    let after = tmux
+        .wait("the exit line and the next prompt", |c| {
+            c.lines().any(|l| l.starts_with("[session")) && c.trim_end().ends_with("outer$")
+        })
+        .await;
+    let mut want = rows(&before);
+    want.push(format!("[session {alias} exited with code 4]"));
+    want.push("outer$".into());
+    let got: Vec<String> = rows(&after)
+        .iter()
+        .map(|l| l.trim_end().to_owned())
+        .collect();
+    let want: Vec<String> = want.iter().map(|l| l.trim_end().to_owned()).collect();
+    assert_eq!(
+        got, want,
+        "pane after the exit:\n{after}\nbefore attach:\n{before}"
+    );
+}
+
+/// On a hub, a bare alias names the hub's own session even when a connected host has one of
+/// the same name (as a relative path names a file here); the other host's needs `host/`.
+#[tokio::test]
+async fn on_a_hub_a_local_alias_wins_and_the_remote_one_needs_its_host() {
+    let bed = FedBed::start(1).await.unwrap();
+    let hub = bed.hub.socket.clone();
+    let mk = |host: Option<&str>, tag: &str| {
+        let mut args = vec!["new", "-d", "-c", "/tmp"];
+        if let Some(h) = host {
+            args.extend(["-H", h]);
+        }
+        let script = format!("echo {tag}; exec sleep 60");
+        args.extend(["--", "sh", "-c"]);
+        let (code, out, err) = tuic(&hub, &[args.as_slice(), &[script.as_str()]].concat());
+        assert_eq!(code, 0, "{err}");
+        out.trim().to_owned()
+    };
+    let local = mk(None, "on-the-hub");
+    let remote = mk(Some("nodeb"), "on-nodeb");
+    // Both are the first session under /tmp on their machine: one alias, two hosts.
+    assert_eq!(remote, format!("nodeb/{local}"));
+    until("the hub to list nodeb's session", || async {
+        let rows = bed.hub_sessions().await?;
+        Ok(rows
+            .iter()
+            .any(|r| r["connection_id"] == "nodeb")
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+    let capture = |t: &str| {
+        let (code, out, err) = tuic(&hub, &["capture", t]);
+        assert_eq!(code, 0, "capture {t}: {err}");
+        out
+    };
+    until("both screens", || async {
+        Ok(
+            (capture(&local).contains("on-the-hub") && capture(&remote).contains("on-nodeb"))
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+}

@@ -617,3 +617,81 @@ async fn remote_clients_read_sessions_but_cannot_change_them_or_register_roots()
     .unwrap();
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
 }
+
+/// A taken port: the node keeps the spec's retry of the next two ports, and says so — a
+/// warning on stderr naming both ports, `tcp: {port, requested_port}` in `/health` (public, so
+/// the login page can show it), `tuic status` — and `/health` names the node (host name and
+/// instance) so a page can tell one node from another.
+#[tokio::test]
+async fn a_taken_port_is_said_on_stderr_in_health_and_in_status() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let asked = taken.local_addr().unwrap().port();
+    let d = config_dir(json!({}));
+    set_password(&d);
+    let node = NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            &dir_arg(&d),
+            "--instance",
+            "portcheck",
+            "--remote-access",
+            "--port",
+            &asked.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let served = node.tcp.expect("tcp serves").port();
+    assert_ne!(served, asked);
+    assert!(served > asked && served <= asked + 2, "{asked} → {served}");
+    let log = node.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("warning")
+            && l.contains(&format!("port {asked}"))
+            && l.contains(&format!("port {served}"))),
+        "stderr: {log}"
+    );
+    // Public over TCP (the login page's own request) and on IPC alike.
+    let h: Value = reqwest::get(format!("http://127.0.0.1:{served}/health"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        h["tcp"],
+        json!({"port": served, "requested_port": asked}),
+        "{h}"
+    );
+    assert_eq!(h["instance"], "portcheck", "{h}");
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(h["host_name"], json!(host), "{h}");
+    let out = std::process::Command::new(tuic_tests::bin("tuic"))
+        .args(["status"])
+        .env("TUIC_SOCKET", &node.socket)
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{se}");
+    assert!(
+        so.contains(&format!(
+            "port {served} (port {asked} was asked for and is taken)"
+        )) && so.contains(&host)
+            && so.contains("portcheck"),
+        "{so}"
+    );
+    assert!(
+        se.contains("warning") && se.contains(&asked.to_string()),
+        "{se}"
+    );
+    drop(taken);
+}

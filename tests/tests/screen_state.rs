@@ -1,5 +1,5 @@
 //! Phone habits across clients, in Debian's headless Chromium at phone size (390×844):
-//! - one state per session (working / needs input / done / exited), computed once on the node and
+//! - one state per session (working / idle / needs input / done / exited), computed once on the node and
 //!   shown the same in the web list, the session view and `tuic ls`: a shell runs a command that
 //!   asks a question, is answered, runs a silent command, and exits; each change reaches all
 //!   three within 2 s;
@@ -88,7 +88,7 @@ fn cli_line(socket: &Path, alias: &str) -> Option<String> {
 
 /// The state word of a `tuic ls` line (the line itself when it has none of them).
 fn cli_state(line: &str) -> String {
-    ["needs input", "working", "done", "host offline"]
+    ["needs input", "working", "idle", "done", "host offline"]
         .into_iter()
         .find(|w| line.contains(&format!("  {w}  ")))
         .map_or_else(|| line.to_owned(), str::to_owned)
@@ -299,8 +299,8 @@ async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_with
         .await
         .unwrap();
     let obs = Observers::start(&b, &node, &sid, &alias).await;
-    // A quiet shell at its prompt is done.
-    obs.all_show(&b, "done", wall_ms()).await;
+    // A quiet shell at its prompt is idle (done is an agent's: issue 42).
+    obs.all_show(&b, "idle", wall_ms()).await;
 
     let mut figures = Vec::new();
     // A command that asks and waits for an answer: needs input.
@@ -314,24 +314,24 @@ async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_with
     b.screenshot(&artifacts_dir().join("state-needs-input-phone.png"))
         .await
         .unwrap();
-    // Answered, the command ends and the shell is back at its prompt: done.
+    // Answered, the command ends and the shell is back at its prompt: idle.
     let t = write(&node, &sid, "y\n").await;
-    figures.push(("done", obs.all_show(&b, "done", t).await));
-    // A silent command runs: working, then done again when it ends (timed from its end).
+    figures.push(("idle", obs.all_show(&b, "idle", t).await));
+    // A silent command runs: working, then idle again when it ends (timed from its end).
     let t = write(&node, &sid, "sleep 4\n").await;
     figures.push(("working", obs.all_show(&b, "working", t).await));
     b.screenshot(&artifacts_dir().join("state-working-phone.png"))
         .await
         .unwrap();
-    let after = obs.all_show(&b, "done", t).await;
+    let after = obs.all_show(&b, "idle", t).await;
     for (who, ms) in &after {
         assert!(
             *ms >= 4_000,
-            "{who} showed done {ms} ms after `sleep 4` was sent"
+            "{who} showed idle {ms} ms after `sleep 4` was sent"
         );
     }
     figures.push((
-        "done after sleep 4",
+        "idle after sleep 4",
         after.into_iter().map(|(w, ms)| (w, ms - 4_000)).collect(),
     ));
     // The shell exits: the view says exited; the row leaves the list and `tuic ls`.

@@ -764,3 +764,151 @@ async fn agent_rate_limits_errors_background_work_and_created_agent_type() {
     .await;
     assert_eq!(row["shell_state"], "idle");
 }
+
+/// STATE is true for what people run: a shell at its prompt is `idle`; `sleep 100` (started
+/// from that shell, or as the session's own program) and a full-screen program are `working`
+/// while silent; an exited session's row says `exited` with its code. `GET /sessions`,
+/// `GET /sessions/{id}` and `tuic ls` carry the same value (MCP `session list` serializes the
+/// same row).
+#[tokio::test]
+async fn state_is_idle_for_a_quiet_shell_working_for_sleep_and_full_screen_programs_and_exited() {
+    let node = Node::start(None).await.unwrap();
+    // Waits until the row of `id` satisfies `ready` (bounded by T), then returns it.
+    async fn row_when(node: &Node, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let rows = node.ok("GET", "/sessions", None).await.unwrap();
+            if let Some(r) = rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["session_id"] == id)
+                .filter(|r| ready(r))
+            {
+                return r.clone();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{id}: {rows}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let quiet = |fg: &'static str| {
+        move |r: &Value| r["foreground_process"] == fg && r["shell_state"] != "busy"
+    };
+    let ls_state = |alias: &str| -> String {
+        let out = std::process::Command::new(bin("tuic"))
+            .args(["ls"])
+            .env("TUIC_SOCKET", &node.socket)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(alias))
+            .unwrap_or_else(|| panic!("{alias} not in {text}"))
+            .to_owned();
+        ["idle", "working", "done", "needs input"]
+            .into_iter()
+            .find(|w| line.contains(&format!("  {w}  ")))
+            .unwrap_or_else(|| panic!("no state in {line}"))
+            .to_owned()
+    };
+    let id_alias = |v: &Value| {
+        (
+            v["session_id"].as_str().unwrap().to_owned(),
+            v["alias"].as_str().unwrap().to_owned(),
+        )
+    };
+
+    // A shell at its prompt: idle (not done: done is an agent's).
+    let (sh, sh_alias) = id_alias(
+        &node
+            .create(json!({"shell": "/bin/sh", "args": ["-i"], "cwd": "/tmp",
+                           "env": {"PS1": "$ ", "ENV": ""}}))
+            .await
+            .unwrap(),
+    );
+    let r = row_when(&node, &sh, |r| quiet("sh")(r) && r["shell_state"] == "idle").await;
+    assert_eq!(r["state"], "idle", "{r}");
+    assert_eq!(ls_state(&sh_alias), "idle");
+    assert_eq!(
+        node.ok("GET", &format!("/sessions/{sh}"), None)
+            .await
+            .unwrap()["state"],
+        "idle"
+    );
+
+    // `sleep 100` typed at that prompt: working while it runs, silent or not.
+    node.write(&sh, "sleep 100\n").await.unwrap();
+    let r = row_when(&node, &sh, |r| {
+        quiet("sleep")(r) && r["shell_state"] == "idle"
+    })
+    .await;
+    assert_eq!(r["state"], "working", "{r}");
+    assert_eq!(ls_state(&sh_alias), "working");
+
+    // `sleep 100` as the session's own program: working too.
+    let (sl, sl_alias) = id_alias(
+        &node
+            .create(json!({"shell": "sleep", "args": ["100"], "cwd": "/tmp"}))
+            .await
+            .unwrap(),
+    );
+    let r = row_when(&node, &sl, quiet("sleep")).await;
+    assert_eq!(r["state"], "working", "{r}");
+    assert_eq!(ls_state(&sl_alias), "working");
+
+    // A full-screen program (vi on the alternate screen), quiet after drawing: working.
+    let (vi, vi_alias) = id_alias(
+        &node
+            .create(
+                json!({"shell": "vi", "args": ["/tmp/tuic-state-test-never-saved"],
+                           "cwd": "/tmp"}),
+            )
+            .await
+            .unwrap(),
+    );
+    let r = row_when(&node, &vi, |r| {
+        r["foreground_process"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("vi"))
+            && r["shell_state"] == "idle"
+    })
+    .await;
+    assert_eq!(r["state"], "working", "{r}");
+    assert_eq!(ls_state(&vi_alias), "working");
+
+    // MCP `session action=list` carries the same state.
+    let (mut mcp, _) = tuic_tests::agent::Agent::new(&node.socket, "state-check").await;
+    let (err, list) = mcp.tool("session", json!({"action": "list"})).await;
+    assert!(!err, "{list}");
+    let state_of = |id: &str| {
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["session_id"] == id)
+            .map(|r| r["state"].clone())
+    };
+    assert_eq!(state_of(&sh), Some(json!("working")), "{list}");
+    assert_eq!(state_of(&sl), Some(json!("working")), "{list}");
+
+    // An exited session: its row (MCP `session action=status`) says exited, with the code.
+    let (ex, _) = id_alias(
+        &node
+            .create(json!({"shell": "/bin/sh", "args": ["-c", "read x; exit 3"], "cwd": "/tmp"}))
+            .await
+            .unwrap(),
+    );
+    let mut ws = node.ws(&ex, "").await.unwrap();
+    node.write(&ex, "go\n").await.unwrap();
+    assert!(drain_ws(&mut ws, T).await.unwrap().exit.is_some());
+    let (err, r) = mcp
+        .tool("session", json!({"action": "status", "session_id": ex}))
+        .await;
+    assert!(!err, "{r}");
+    assert_eq!(
+        (r["state"].clone(), r["exit_code"].clone()),
+        (json!("exited"), json!(3)),
+        "{r}"
+    );
+}

@@ -153,11 +153,11 @@ async fn create(
                 ApiError::new(StatusCode::BAD_REQUEST, "spawn_failed", e.to_string())
             }
         })?;
-    Ok(Json(json!({
-        "session_id": s.id,
-        "alias": s.alias,
-        "tuic_session": s.tuic_session,
-    })))
+    let mut v = json!({"session_id": s.id, "tuic_session": s.tuic_session});
+    if !s.alias.is_empty() {
+        v["alias"] = json!(s.alias);
+    }
+    Ok(Json(v))
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use crate::state::Node;
 
-/// `{ok, uptime_secs, session_count, protocol_version, quic?}`; public on every listener.
+/// `{ok, uptime_secs, session_count, protocol_version, host_name, instance, tcp?, quic?}`;
+/// public on every listener. `tcp: {port, requested_port}` is there while remote access
+/// serves (the two differ when the asked-for port was taken and the next one was bound).
 /// `quic: {port, fingerprint}` is there while the QUIC peer-link listener runs (remote access
 /// on), for hubs to dial and pin.
 pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
@@ -19,10 +21,25 @@ pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
         "session_count": node.sessions.count(),
         "protocol_version": tuic_proto::PROTOCOL_VERSION,
     });
-    if let Some((port, fingerprint)) = node.tcp.lock().await.quic() {
+    let tcp = node.tcp.lock().await;
+    if let Some((port, requested)) = tcp.ports() {
+        v["tcp"] = json!({"port": port, "requested_port": requested});
+    }
+    if let Some((port, fingerprint)) = tcp.quic() {
         v["quic"] = json!({"port": port, "fingerprint": fingerprint});
     }
+    v["host_name"] = json!(host_name());
+    v["instance"] = json!(node.paths.instance.id().unwrap_or("default"));
     Json(v)
+}
+
+/// The machine's host name (`uname -n`), so a page and `tuic status` name the node they
+/// reach.
+fn host_name() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// What Tailscale detection found last (`{state, dns_name?|backend_state?|reason?}`).

@@ -57,6 +57,12 @@ impl TcpControl {
         self.running.as_ref().map(|r| r.addr)
     }
 
+    /// The port the TCP listener serves on and the port that was asked for (they differ when
+    /// the asked-for port was taken and a fallback was bound), while remote access serves.
+    pub fn ports(&self) -> Option<(u16, u16)> {
+        self.running.as_ref().map(|r| (r.addr.port(), r.want.1))
+    }
+
     /// The QUIC listener's UDP port and certificate fingerprint, when it runs.
     pub fn quic(&self) -> Option<(u16, String)> {
         let q = self.running.as_ref()?.quic.as_ref()?;
@@ -268,6 +274,14 @@ pub(crate) async fn apply_remote_access(node: &Arc<Node>) -> Option<SocketAddr> 
                     requested = port,
                     bound = addr.port(),
                     "configured port busy; bound a fallback port"
+                );
+                // Said on stderr too, not only in the log: a bookmark of the asked-for port now
+                // reaches whatever holds it (perhaps another node's identical login page).
+                eprintln!(
+                    "{}: warning: port {port} is in use; serving on port {} instead ({bind}:{})",
+                    node.name,
+                    addr.port(),
+                    addr.port()
                 );
             }
             info!(listener = "tcp", addr = %addr, "TCP listener started; the IPC listener is unaffected");

@@ -55,12 +55,15 @@ pub enum AgentState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
-    /// Output is arriving, an agent is starting or working, or a command runs in the shell.
+    /// Output is arriving, an agent is starting or working, or a program other than the shell
+    /// is in the foreground (a command started from the shell, or the session's own program
+    /// when it is not a shell: `sleep`, a build, htop, vim).
     Working,
+    /// A shell at its prompt: no foreground job, no agent, quiet.
+    Idle,
     /// A question or confirmation waits on screen.
     NeedsInput,
-    /// Quiet and waiting for the next thing to do: a shell at its prompt, an agent idle or
-    /// finished.
+    /// A detected agent that is idle or has completed its task.
     Done,
     /// The session's process ended.
     Exited,
@@ -82,11 +85,16 @@ pub struct StateInputs {
     /// The terminal's foreground process group is not the session's own process (a command
     /// started from the shell runs).
     pub command_running: bool,
+    /// The foreground process is a shell ([`is_shell`]); unknown counts as a shell, so a
+    /// session whose foreground cannot be read is never reported busy by this alone.
+    pub foreground_is_shell: bool,
 }
 
 /// The session's one state, in this order: exited; output arriving is working; a question on
 /// screen needs input; a detected agent is working while starting or working and done when idle
-/// or completed; otherwise a command still running is working and a quiet shell is done.
+/// or completed; otherwise a foreground program other than the shell (a command started from
+/// it, or the session's own program when that is not a shell) is working, and a quiet shell at
+/// its prompt is idle.
 pub fn session_state(i: StateInputs) -> SessionState {
     if i.exited {
         return SessionState::Exited;
@@ -100,9 +108,21 @@ pub fn session_state(i: StateInputs) -> SessionState {
     match i.agent {
         Some(AgentState::Starting | AgentState::Working) => SessionState::Working,
         Some(_) => SessionState::Done,
-        None if i.command_running => SessionState::Working,
-        None => SessionState::Done,
+        None if i.command_running || !i.foreground_is_shell => SessionState::Working,
+        None => SessionState::Idle,
     }
+}
+
+/// Interactive shells, by process name (`-bash` as a login shell shows it).
+pub const SHELLS: &[&str] = &[
+    "sh", "bash", "zsh", "fish", "dash", "ash", "ksh", "mksh", "pdksh", "tcsh", "csh", "yash",
+    "nu", "elvish", "xonsh", "pwsh", "busybox",
+];
+
+/// Whether a foreground process name is a shell ([`SHELLS`]).
+pub fn is_shell(comm: &str) -> bool {
+    let base = comm.rsplit('/').next().unwrap_or(comm);
+    SHELLS.contains(&base.trim_start_matches('-'))
 }
 
 /// Busy/idle from the last output time; `None` before the first observation.
@@ -493,6 +513,7 @@ mod tests {
         let idle = Some(ShellState::Idle);
         let base = StateInputs {
             shell: idle,
+            foreground_is_shell: true,
             ..StateInputs::default()
         };
         let cases = [
@@ -562,8 +583,24 @@ mod tests {
                 },
                 S::Working,
             ),
-            (base, S::Done),
-            (StateInputs::default(), S::Done),
+            // A quiet shell at its prompt is idle, not done: done is an agent's.
+            (base, S::Idle),
+            (
+                StateInputs {
+                    shell: None,
+                    ..base
+                },
+                S::Idle,
+            ),
+            // The session's own program is not a shell (`sleep 100`, htop, vim run directly):
+            // quiet, it is still working.
+            (
+                StateInputs {
+                    foreground_is_shell: false,
+                    ..base
+                },
+                S::Working,
+            ),
         ];
         for (i, (inputs, want)) in cases.into_iter().enumerate() {
             assert_eq!(session_state(inputs), want, "case {i}: {inputs:?}");
@@ -572,6 +609,12 @@ mod tests {
             serde_json::to_value(S::NeedsInput).unwrap(),
             serde_json::json!("needs_input")
         );
+        assert_eq!(
+            serde_json::to_value(S::Idle).unwrap(),
+            serde_json::json!("idle")
+        );
+        assert!(is_shell("bash") && is_shell("-zsh") && is_shell("/bin/sh"));
+        assert!(!is_shell("sleep") && !is_shell("htop") && !is_shell("vim"));
     }
 
     #[test]

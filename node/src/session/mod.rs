@@ -195,7 +195,8 @@ impl Name {
 pub struct SessionRow {
     /// PTY id.
     pub session_id: String,
-    /// Alias.
+    /// Alias; omitted for a session created without one (`no_alias`, `tuic run`).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub alias: String,
     /// Stable identity.
     pub tuic_session: String,
@@ -214,8 +215,8 @@ pub struct SessionRow {
     /// Detected coding agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_type: Option<String>,
-    /// The one state shown to a person (working, needs input, done, exited; a hub adds host
-    /// offline), from the observations below (`activity::session_state`).
+    /// The one state shown to a person (working, idle, needs input, done, exited; a hub adds
+    /// host offline), from the observations below (`activity::session_state`).
     pub state: activity::SessionState,
     /// Busy/idle; absent before the first observation.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -570,6 +571,10 @@ impl Session {
             agent: agent_state,
             question: p.question,
             command_running: p.command_running,
+            foreground_is_shell: p
+                .foreground_process
+                .as_deref()
+                .is_none_or(activity::is_shell),
         });
         let name = self.name();
         SessionRow {

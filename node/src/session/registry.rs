@@ -41,6 +41,10 @@ pub struct CreateRequest {
     pub name: Option<String>,
     /// An alias to restore (kept only when well-formed and free).
     pub alias: Option<String>,
+    /// A one-off command (`tuic run`): no alias is assigned, so it uses up no alias number;
+    /// its row omits `alias` and it answers to its PTY id and `tuic_session`.
+    #[serde(default)]
+    pub no_alias: bool,
     /// A stable identity to restore (a tab persisted it): kept only when it is a UUID no live
     /// session holds, else a fresh one is minted.
     #[serde(default)]
@@ -307,8 +311,9 @@ impl Registry {
             .filter(|s| s.exit().is_none())
             .cloned()
             .collect();
-        // Sorted by alias here, as pointers, so the (large) rows are built in order.
-        live.sort_unstable_by(|a, b| a.alias.cmp(&b.alias));
+        // Sorted by alias in natural order (`ro-8` before `ro-10`) here, as pointers, so the
+        // (large) rows are built in order.
+        live.sort_unstable_by(|a, b| tuic_proto::natural::cmp(&a.alias, &b.alias));
         live
     }
 
@@ -375,9 +380,14 @@ impl Registry {
             let Inner {
                 aliases, by_alias, ..
             } = &mut *g;
-            let a = aliases.assign(&prefix, req.alias.as_deref(), |x| by_alias.contains_key(x));
-            // Reserve it now so a concurrent create cannot take it.
-            by_alias.insert(a.clone(), id.clone());
+            let a = if req.no_alias {
+                String::new()
+            } else {
+                let a = aliases.assign(&prefix, req.alias.as_deref(), |x| by_alias.contains_key(x));
+                // Reserve it now so a concurrent create cannot take it.
+                by_alias.insert(a.clone(), id.clone());
+                a
+            };
             (a, tuic_session)
         };
         let mut env: Vec<(String, String)> = req.env.into_iter().collect();
@@ -445,10 +455,12 @@ impl Registry {
             parent_session: req.parent_session,
             tuic_session,
         });
-        self.env.bus.publish(Event::TermAliasAssigned {
-            session_id: id,
-            alias,
-        });
+        if !alias.is_empty() {
+            self.env.bus.publish(Event::TermAliasAssigned {
+                session_id: id,
+                alias,
+            });
+        }
         if !inserted {
             self.tombstone(&session);
         }
