@@ -439,6 +439,8 @@ export function keyBytes(e) {
   };
   if (map[e.key]) return map[e.key];
   if (e.key.length !== 1 || e.metaKey) return null;
+  // Ctrl+Shift+V is a terminal's paste: left to the page's paste event (sent once, bracketed).
+  if (e.ctrlKey && e.shiftKey && e.key.toLowerCase() === "v") return null;
   if (e.ctrlKey) {
     const c = e.key.toUpperCase().charCodeAt(0);
     if (c >= 64 && c <= 95) return String.fromCharCode(c - 64);
