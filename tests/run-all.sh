@@ -20,6 +20,10 @@ command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The official MCP SDK clients and conformance suite come from PyPI and npm.
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# The phone screenshots run vim, htop and mc (tests/tests/screen_browser.rs).
+command -v vim >/dev/null 2>&1 || need+=(vim)
+command -v htop >/dev/null 2>&1 || need+=(htop)
+command -v mc >/dev/null 2>&1 || need+=(mc)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test packages: ${need[*]}"

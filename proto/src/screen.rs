@@ -289,6 +289,13 @@ pub enum ClientFrame {
         /// The bytes, as text.
         data: String,
     },
+    /// Pasted text for the PTY: the node wraps it in bracketed-paste markers (`ESC[200~` …
+    /// `ESC[201~`) when the program turned that mode on, after taking any end marker out of
+    /// the text (a paste cannot end itself early and type the rest as keys).
+    Paste {
+        /// The text.
+        data: String,
+    },
     /// The client's viewport. Without `apply` it changes nothing on the node (the PTY keeps
     /// its size; the client scales or pans); with `apply: true` the PTY is resized to it.
     Resize {

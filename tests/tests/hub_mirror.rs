@@ -109,3 +109,27 @@ async fn hub_mirror_applies_created_renamed_closed_as_deltas() {
         .unwrap();
     assert_eq!(r.json()["display_name"], "mirror-renamed");
 }
+
+/// A question pending on a node's session is on the hub's mirrored row too (the row is the
+/// node's own, refreshed when its state changes), so a page on the hub shows its answers.
+#[tokio::test]
+async fn hub_mirror_carries_a_pending_question() {
+    let bed = FedBed::start(1).await.unwrap();
+    let a = bed
+        .create_on_node(
+            0,
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "args": ["-c",
+                "printf '\\n Do you want to proceed?\\n  1. Yes\\n  2. No\\n'; read a"]}),
+        )
+        .await
+        .unwrap();
+    let addr = format!("nodeb/{a}");
+    let rows = wait_hub(&bed, "the question never reached the hub's row", |rows| {
+        rows.iter().any(|r| {
+            r["address"] == json!(addr) && r["question"]["options"] == json!(["Yes", "No"])
+        })
+    })
+    .await;
+    let row = rows.iter().find(|r| r["address"] == json!(addr)).unwrap();
+    assert_eq!(row["question"]["text"], "Do you want to proceed?", "{row}");
+}

@@ -44,6 +44,8 @@ struct ScreenClient {
     frames: usize,
     exit: Option<Option<i32>>,
     hello: Hello,
+    /// The `parsed` events received, in order.
+    parsed: Vec<Value>,
 }
 
 async fn ws_at(socket: &Path, id: &str, query: &str) -> anyhow::Result<Ws> {
@@ -65,6 +67,7 @@ impl ScreenClient {
             frames: 0,
             exit: None,
             hello,
+            parsed: Vec::new(),
         }
     }
 
@@ -88,6 +91,9 @@ impl ScreenClient {
         };
         self.bytes += t.len();
         let f: ServerFrame = serde_json::from_str(t.as_str())?;
+        if let ServerFrame::Parsed { event } = &f {
+            self.parsed.push(event.clone());
+        }
         if let ServerFrame::Exit { exit_code } = f {
             assert!(self.exit.is_none(), "two exit frames");
             self.exit = Some(exit_code);
@@ -111,6 +117,21 @@ impl ScreenClient {
                 Ok(true) => {}
                 Ok(false) => panic!("stream closed waiting for {what}: {:?}", self.mirror),
                 Err(e) => panic!("waiting for {what}: {e:#}; screen {:?}", self.mirror.screen),
+            }
+        }
+    }
+
+    /// Reads frames until a `parsed` event satisfying `done` arrives; returns it.
+    async fn until_parsed(&mut self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(e) = self.parsed.iter().find(|e| done(e)) {
+                return e.clone();
+            }
+            match self.step(deadline).await {
+                Ok(true) => {}
+                Ok(false) => panic!("stream closed waiting for {what}: {:?}", self.parsed),
+                Err(e) => panic!("waiting for {what}: {e:#}; parsed {:?}", self.parsed),
             }
         }
     }
@@ -509,6 +530,7 @@ async fn screen_mode_works_for_a_remote_session_through_the_hub() {
         frames: 0,
         exit: None,
         hello: h,
+        parsed: Vec::new(),
     };
     sc.until("the drawing", |s| {
         s.text_rows().iter().any(|r| r.contains("DONE-MARK"))
@@ -598,4 +620,147 @@ async fn a_synchronized_update_that_never_ends_shows_after_its_deadline() {
     // The emulator's bound is 150 ms; allow for a loaded machine, not for "never".
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     converge(&mut sc, &node.socket, &id).await;
+}
+
+/// The session's row in `GET /sessions`.
+async fn listed_row(node: &Node, id: &str) -> Value {
+    let rows = node.ok("GET", "/sessions", None).await.unwrap();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["session_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no row for {id}: {rows}"))
+}
+
+/// A pending question is state of the session: its row (`GET /sessions`, MCP `session
+/// action=list`) carries it with its choices, a viewer that comes after it appeared gets it
+/// after its first screen, and once answered the row drops it.
+#[tokio::test]
+async fn a_pending_question_is_on_the_row_and_reaches_a_viewer_that_came_later() {
+    let node = Node::start(None).await.unwrap();
+    let script = concat!(
+        "stty -echo; printf 'READY\\n'; read go; ",
+        "printf '\\n Do you want to make this edit?\\n ❯ 1. Yes\\n   2. No\\n'; ",
+        "read a; printf '\\033[2J\\033[H'; echo \"answered:$a\"; read z"
+    );
+    let c = node.create(sh(24, 80, script)).await.unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut first = ScreenClient::connect(&node.socket, &id, true).await;
+    first
+        .until("READY", |s| s.text_rows()[0].contains("READY"))
+        .await;
+    node.write(&id, "go\n").await.unwrap();
+    // The monitor publishes the question after storing the probe the rows read.
+    let ev = first
+        .until_parsed("the question", |e| e["type"] == "question")
+        .await;
+    assert_eq!(ev["options"], json!(["Yes", "No"]), "{ev}");
+    let want =
+        json!({"text": "Do you want to make this edit?", "options": ["Yes", "No"], "select": true});
+    let row = listed_row(&node, &id).await;
+    assert_eq!(row["question"], want, "{row}");
+    let (mut agent, _) = tuic_tests::agent::Agent::new(&node.socket, "row-reader").await;
+    let (err, listed) = agent.tool("session", json!({"action": "list"})).await;
+    assert!(!err, "{listed}");
+    let mcp_row = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["session_id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(mcp_row["question"], want, "{mcp_row}");
+    // A viewer that never saw the event (a reload, another device) gets it with its screen.
+    let mut late = ScreenClient::connect(&node.socket, &id, true).await;
+    let ev = late
+        .until_parsed("the pending question", |e| e["type"] == "question")
+        .await;
+    assert!(
+        late.mirror.screen.is_some(),
+        "the question comes after the first screen"
+    );
+    assert_eq!(ev["text"], "Do you want to make this edit?", "{ev}");
+    assert_eq!(ev["options"], json!(["Yes", "No"]), "{ev}");
+    // Answered (the program redraws, as an agent's menu does): the question leaves the row (the
+    // state change is published after the probe the rows read).
+    first
+        .until_parsed("needs input", |e| {
+            e["type"] == "state" && e["state"] == "needs_input"
+        })
+        .await;
+    first.parsed.clear();
+    node.write(&id, "1\n").await.unwrap();
+    first
+        .until("the answer", |s| {
+            s.text_rows().iter().any(|r| r.contains("answered:1"))
+        })
+        .await;
+    first
+        .until_parsed("the state after the answer", |e| {
+            e["type"] == "state" && e["state"] != "needs_input"
+        })
+        .await;
+    let row = listed_row(&node, &id).await;
+    assert!(row.get("question").is_none(), "{row}");
+}
+
+/// The size policy: a viewer's Fit resizes the PTY for everyone while it stays; when the last
+/// viewer that fitted leaves, the size before comes back (the desktop never stays phone-width);
+/// an explicit resize by anyone else stands.
+#[tokio::test]
+async fn a_fit_is_undone_when_the_viewer_that_fitted_leaves() {
+    let node = Node::start(None).await.unwrap();
+    let c = node
+        .create(sh(24, 80, "stty -echo; printf READY; read x"))
+        .await
+        .unwrap();
+    let id = c["session_id"].as_str().unwrap().to_owned();
+    let mut desk = ScreenClient::connect(&node.socket, &id, true).await;
+    desk.until("READY", |s| s.text_rows()[0].contains("READY"))
+        .await;
+    let mut phone = ScreenClient::connect(&node.socket, &id, true).await;
+    phone
+        .until("READY", |s| s.text_rows()[0].contains("READY"))
+        .await;
+    phone
+        .send(&ClientFrame::Resize {
+            rows: 40,
+            cols: 45,
+            apply: true,
+        })
+        .await;
+    desk.until("the phone's size", |s| (s.rows, s.cols) == (40, 45))
+        .await;
+    drop(phone);
+    desk.until("the size before", |s| (s.rows, s.cols) == (24, 80))
+        .await;
+    // Fit again, then an explicit resize (the REST route): that size stays after the phone goes.
+    let mut phone = ScreenClient::connect(&node.socket, &id, true).await;
+    phone
+        .until("READY", |s| s.text_rows()[0].contains("READY"))
+        .await;
+    phone
+        .send(&ClientFrame::Resize {
+            rows: 40,
+            cols: 45,
+            apply: true,
+        })
+        .await;
+    desk.until("the phone's size", |s| (s.rows, s.cols) == (40, 45))
+        .await;
+    node.ok(
+        "POST",
+        &format!("/sessions/{id}/resize"),
+        Some(json!({"rows": 30, "cols": 100})),
+    )
+    .await
+    .unwrap();
+    desk.until("the explicit size", |s| (s.rows, s.cols) == (30, 100))
+        .await;
+    drop(phone);
+    // Nothing is put back: a fresh viewer sees the explicit size.
+    let mut again = ScreenClient::connect(&node.socket, &id, true).await;
+    again.until("a screen", |_| true).await;
+    assert_eq!((again.screen().rows, again.screen().cols), (30, 100));
 }

@@ -463,8 +463,9 @@ async fn a_phone_and_a_desktop_attached_at_once_do_not_resize_each_other_and_fit
     let want = phone
         .eval(
             "const s = document.getElementById('screen');
-             return [Math.max(5, Math.floor((s.clientHeight - 8) / (13 * 1.25))),
-                     Math.max(20, Math.floor((s.clientWidth - 16) / (13 * 0.6)))];",
+             const rowH = Math.floor(13 * 1.15 * devicePixelRatio) / devicePixelRatio;
+             return [Math.max(5, Math.floor((s.clientHeight - 8) / rowH)),
+                     Math.max(20, Math.floor((s.clientWidth - 16) / (13 * s.__client.glyph())))];",
             json!([]),
         )
         .await

@@ -83,6 +83,7 @@ export function renderViewState() {
   const st = state.view?.exited ? "exited" : row?.state;
   if (st) setStateBadge(el, st);
   el.hidden = !st;
+  if (row && !state.view?.exited) state.view?.syncRow(row);
 }
 
 // Refreshes overlap (an event's and the timer's, or two events'), and their answers can come

@@ -103,6 +103,13 @@ function rowNodes(runs, cursorX) {
   return out;
 }
 
+/** A row's height for font size `px`: 1.15 em (box-drawing glyphs span about that, so
+ *  vertical lines join), floored to whole device pixels so rows tile exactly. */
+export function rowPx(px) {
+  const dpr = window.devicePixelRatio || 1;
+  return Math.max(1, Math.floor(px * 1.15 * dpr)) / dpr;
+}
+
 export class ScreenClient {
   /**
    * @param {HTMLElement} root receives one `.row` div per screen row
@@ -161,7 +168,12 @@ export class ScreenClient {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${proto}://${location.host}${this.path}/stream?mode=screen`);
     this.ws = ws;
-    ws.onopen = () => { this.backoff = 1000; this.hooks.onBanner?.(null); };
+    ws.onopen = () => {
+      this.backoff = 1000;
+      this.hooks.onBanner?.(null);
+      // A Fit this view holds is claimed again on the new connection.
+      if (this.fitted) this.fitToView();
+    };
     ws.onmessage = (m) => {
       if (typeof m.data !== "string") return;
       this.bytes += m.data.length;
@@ -302,28 +314,55 @@ export class ScreenClient {
 
   /** "Fit": takes the PTY's size for this view (the size policy's explicit claim): as many
    *  columns and rows as fit at the readable font size, sent with `apply: true`. The node
-   *  resizes the PTY and every client gets a whole screen of the new size. Returns the size
-   *  asked for, or null when the socket is not open. */
+   *  resizes the PTY and every client gets a whole screen of the new size; when this view
+   *  leaves (or `unfit`s) the node puts the size before back. Kept across reconnects. Returns
+   *  the size asked for, or null when the socket is not open. */
   fitToView() {
+    this.fitted = true;
     if (this.ws?.readyState !== WebSocket.OPEN) return null;
     const px = 13;
-    const cols = Math.max(20, Math.floor((this.root.clientWidth - 16) / (px * 0.6)));
-    const rows = Math.max(5, Math.floor((this.root.clientHeight - 8) / (px * 1.25)));
+    const cols = Math.max(20, Math.floor((this.root.clientWidth - 16) / (px * this.glyph())));
+    const rows = Math.max(5, Math.floor((this.root.clientHeight - 8) / rowPx(px)));
     this.ws.send(JSON.stringify({ type: "resize", rows, cols, apply: true }));
     return { rows, cols };
   }
 
-  /** Scales the font so the PTY's columns fit the view; past the minimum the view pans. */
+  /** Gives the Fit back: a fresh connection, so the node restores the size before it. */
+  unfit() {
+    this.fitted = false;
+    const ws = this.ws;
+    this.ws = null;
+    ws?.close();
+    this.connect();
+  }
+
+  /** The monospace advance as a fraction of the font size, measured once (fonts differ:
+   *  assuming 0.6 left a phone's grid narrower than its screen). */
+  glyph() {
+    if (!this.glyphRatio) {
+      const c = document.createElement("canvas").getContext("2d");
+      const fam = getComputedStyle(this.root).fontFamily || "monospace";
+      c.font = `100px ${fam}`;
+      const w = c.measureText("0".repeat(10)).width / 1000;
+      this.glyphRatio = w > 0.3 && w < 1 ? w : 0.6;
+    }
+    return this.glyphRatio;
+  }
+
+  /** Scales the font so the PTY's columns fill the view's width (each viewer at its own
+   *  width, the PTY untouched); past the minimum the view pans. Rows are whole device pixels
+   *  and backgrounds fill them (app.css), so box drawing and coloured rows tile with no gaps. */
   fit() {
     const cols = this.screen?.cols ?? 80;
     const width = this.root.clientWidth - 16;
     if (width <= 0) return;
-    const px = Math.max(6, Math.min(13, width / (cols * 0.6)));
+    const px = Math.max(6, Math.min(13, width / (cols * this.glyph())));
     this.root.style.fontSize = `${px.toFixed(2)}px`;
+    this.root.style.setProperty("--row-h", `${rowPx(px)}px`);
   }
 
   bindScroll() {
-    const lineH = () => parseFloat(getComputedStyle(this.root).fontSize) * 1.25 || 16;
+    const lineH = () => rowPx(parseFloat(getComputedStyle(this.root).fontSize)) || 16;
     let acc = 0;
     const move = (dy) => {
       acc += dy;
@@ -360,6 +399,14 @@ export class ScreenClient {
 
   follow() { this.scrollTo(0); }
 
+  /** Sends pasted text over the screen socket (the node brackets it when the program asked
+   *  for bracketed paste); false when the socket is not open. */
+  paste(text) {
+    if (this.ws?.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify({ type: "paste", data: text }));
+    return true;
+  }
+
   /** Sends input bytes to the PTY over the screen socket; false when it is not open. */
   input(data) {
     if (this.ws?.readyState !== WebSocket.OPEN) return false;
@@ -392,6 +439,8 @@ export function keyBytes(e) {
   };
   if (map[e.key]) return map[e.key];
   if (e.key.length !== 1 || e.metaKey) return null;
+  // Ctrl+Shift+V is a terminal's paste: left to the page's paste event (sent once, bracketed).
+  if (e.ctrlKey && e.shiftKey && e.key.toLowerCase() === "v") return null;
   if (e.ctrlKey) {
     const c = e.key.toUpperCase().charCodeAt(0);
     if (c >= 64 && c <= 95) return String.fromCharCode(c - 64);

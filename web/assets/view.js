@@ -30,7 +30,14 @@ export class SessionView {
     $("tab-screen").onclick = () => this.showScreen();
     $("tab-history").onclick = () => this.showHistory();
     // Size policy: viewing never resizes the PTY; Fit is the explicit claim (see screen.js).
-    $("fit").onclick = () => { this.screen.fitToView(); };
+    // Fit holds the PTY at this screen's size until pressed again or the view leaves (the node
+    // then puts the size before back).
+    $("fit").setAttribute("aria-pressed", "false");
+    $("fit").onclick = () => {
+      const on = $("fit").getAttribute("aria-pressed") !== "true";
+      $("fit").setAttribute("aria-pressed", String(on));
+      if (on) this.screen.fitToView(); else this.screen.unfit();
+    };
     this.hideChips();
     $("exit-note").hidden = true;
     this.screen = new ScreenClient($("screen"), this.path, {
@@ -200,15 +207,36 @@ export class SessionView {
       b.textContent = label;
       b.dataset.reply = reply ?? label;
       if (reply) b.className = "choice";
-      b.onclick = () => { this.send(data); this.hideChips(); };
+      b.onclick = () => { this.answered = ev.text ?? ""; this.send(data); this.hideChips(); };
       return b;
     });
     box.classList.toggle("menu", options.length > 0);
     box.replaceChildren(q, ...buttons);
     box.hidden = false;
+    box.dataset.question = ev.text ?? "";
+    this.chipsAt = Date.now();
   }
 
   hideChips() { $("chips").hidden = true; }
+
+  /** The session's row (from the list): its pending question shows its answers although
+   *  this page never saw the question appear (a reload, another device, a hub's row). */
+  syncRow(row) {
+    const q = row?.question;
+    const box = $("chips");
+    if (q && box.hidden && q.text !== this.answered) {
+      this.showChips({ type: "question", ...q });
+    } else if (!q && !box.hidden && row.state !== "needs_input" && Date.now() - (this.chipsAt ?? 0) > 2000) {
+      // Answered elsewhere or gone from the screen.
+      this.hideChips();
+    }
+  }
+
+  /** Pasted text, once, in order with the keys (bracketed by the node when asked for). */
+  paste(text) {
+    if (!text) return;
+    if (!this.screen.paste(text)) this.send(text);
+  }
 
   /** Input in order with the screen's own keys: over the screen socket when it is open. */
   typeIn(data) {

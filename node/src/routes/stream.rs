@@ -240,6 +240,10 @@ async fn run_screen<Tx, Rx, E>(
                 Message::Binary(b) => b.to_vec(),
                 Message::Text(t) => match serde_json::from_str::<ClientFrame>(t.as_str()) {
                     Ok(ClientFrame::Input { data }) => data.into_bytes(),
+                    Ok(ClientFrame::Paste { data }) => {
+                        let bracketed = writer.screen().grid.bracketed_paste();
+                        crate::session::input::paste_bytes(&data, bracketed)
+                    }
                     Ok(ClientFrame::Ack { seq }) => {
                         let _ = ctl_tx.send(Control::Ack(seq)).await;
                         continue;

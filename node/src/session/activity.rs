@@ -169,16 +169,19 @@ pub fn question_on_screen(screen_tail: &str) -> Option<String> {
 }
 
 /// A question waiting on screen as a UI shows it: the whole question and, for an agent's
-/// numbered menu, its choices.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// numbered menu, its choices. A session row carries the one pending now (`question`), so a page
+/// opened after it appeared — a reload, another device, a hub's mirrored row — can answer it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Question {
     /// The question in full: the `(y/n)` line, or a menu's lines above its choices (box borders
     /// dropped), one per line.
     pub text: String,
     /// A numbered menu's choices in order, without their numbers (empty for a `(y/n)` prompt).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
     /// The menu is a selector (a `❯` marks the current choice): pressing the digit answers it,
     /// no Enter after.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub select: bool,
 }
 

@@ -281,6 +281,11 @@ impl Grid {
         self.term.mode().contains(TermMode::LINE_WRAP)
     }
 
+    /// Whether the program asked for bracketed paste (DECSET 2004).
+    pub fn bracketed_paste(&self) -> bool {
+        self.term.mode().contains(TermMode::BRACKETED_PASTE)
+    }
+
     /// Whether the alternate screen is active.
     pub fn alt_screen(&self) -> bool {
         self.term.mode().contains(TermMode::ALT_SCREEN)

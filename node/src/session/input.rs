@@ -174,3 +174,32 @@ mod tests {
         assert!(special_key("f13").is_none());
     }
 }
+
+/// The bytes a paste of `text` writes: as is, or between bracketed-paste markers when the
+/// program asked for them, with any end marker in the text taken out so the paste cannot end
+/// early and have its rest read as typed keys.
+pub fn paste_bytes(text: &str, bracketed: bool) -> Vec<u8> {
+    if !bracketed {
+        return text.as_bytes().to_vec();
+    }
+    let mut out = Vec::with_capacity(text.len() + 12);
+    out.extend_from_slice(b"\x1b[200~");
+    out.extend_from_slice(text.replace("\x1b[201~", "").as_bytes());
+    out.extend_from_slice(b"\x1b[201~");
+    out
+}
+
+#[cfg(test)]
+mod paste_tests {
+    use super::paste_bytes;
+
+    #[test]
+    fn a_paste_is_bracketed_only_when_asked_and_cannot_end_itself() {
+        assert_eq!(paste_bytes("a\nb", false), b"a\nb");
+        assert_eq!(paste_bytes("a\nb", true), b"\x1b[200~a\nb\x1b[201~");
+        assert_eq!(
+            paste_bytes("x\x1b[201~rm -rf ~\r", true),
+            b"\x1b[200~xrm -rf ~\r\x1b[201~"
+        );
+    }
+}

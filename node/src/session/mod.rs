@@ -125,6 +125,8 @@ pub struct Session {
     agent: Mutex<Option<(&'static str, u64)>>,
     /// What the monitor last reported.
     seen: Mutex<monitor::Seen>,
+    /// Viewers' "Fit" claims (screen sync's `resize` with `apply`) and the size before them.
+    fits: Mutex<screensync::Fits>,
     /// The derived state (`/proc`, screen marks) last probed; the list reads it.
     probe: Mutex<Option<probe::Probe>>,
     /// Submitted turns: advanced exactly once after each complete `submit` write.
@@ -244,6 +246,10 @@ pub struct SessionRow {
     /// That worktree's branch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree_branch: Option<String>,
+    /// The question waiting on screen now, with its choices: state of the session, not an
+    /// event a page must have seen (kept until it is answered or scrolls away).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<activity::Question>,
 }
 
 impl Session {
@@ -454,6 +460,14 @@ impl Session {
 
     /// Resizes the PTY and the grid (reflowing it).
     pub fn resize(&self, rows: u16, cols: u16) -> Result<(), SessionError> {
+        // An explicit size (the REST route, an attached terminal) is the size from now on: no
+        // viewer leaving puts an older one back.
+        lock(&self.fits).base = None;
+        self.set_size(rows, cols)
+    }
+
+    /// Resizes the PTY and the screen (a viewer's Fit goes through here, keeping its claim).
+    pub(super) fn set_size(&self, rows: u16, cols: u16) -> Result<(), SessionError> {
         if let Some(e) = self.exit() {
             return Err(SessionError::Exited {
                 id: self.id.clone(),
@@ -596,6 +610,7 @@ impl Session {
             pty_description: lock(&self.description).clone(),
             worktree_path: None,
             worktree_branch: None,
+            question: p.question_detail.clone(),
         }
     }
 }

@@ -117,12 +117,7 @@ fn check(s: &Session, probe: &super::probe::Probe) -> (Vec<Value>, Vec<String>) 
         out.push(json!({"type": "state", "state": row.state}));
     }
     if let Some(q) = detail.as_ref().filter(|_| question != seen.question) {
-        let mut ev = json!({"type": "question", "text": q.text});
-        if !q.options.is_empty() {
-            ev["options"] = json!(q.options);
-            ev["select"] = json!(q.select);
-        }
-        out.push(ev);
+        out.push(super::screensync::question_event(q));
     }
     // Rate limits and errors are read from agents' screens only (a shell printing those words
     // is not reporting its own state). Each distinct line is reported once while it shows.

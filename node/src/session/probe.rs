@@ -27,6 +27,8 @@ pub struct Probe {
     pub background_work: bool,
     /// A question waits on screen (read for every session, for the row's `state`).
     pub question: bool,
+    /// That question in full with its choices, kept while it shows (the row's `question`).
+    pub question_detail: Option<activity::Question>,
     /// The foreground process group is not the session's own process: a command started from
     /// the shell runs.
     pub command_running: bool,
@@ -78,6 +80,7 @@ impl Session {
         match prev {
             Some(q) if q.screen_at == Some(fed) => {
                 p.question = q.question;
+                p.question_detail = q.question_detail;
                 p.completed = q.completed;
                 p.screen_at = Some(fed);
             }
@@ -86,10 +89,12 @@ impl Session {
             // again once the output settles (the state is `working` meanwhile anyway).
             Some(q) if agent.is_none() && self.screen_pending() => {
                 p.question = q.question;
+                p.question_detail = q.question_detail;
             }
             _ => {
                 let tail = self.screen().grid.screen().join("\n");
-                p.question = activity::question_on_screen(&tail).is_some();
+                p.question_detail = activity::question_detail(&tail);
+                p.question = p.question_detail.is_some();
                 p.completed = agent.is_some() && tail.contains("suggest: [");
                 p.screen_at = Some(fed);
             }
@@ -115,6 +120,11 @@ impl Session {
     pub fn listed_row(&self) -> super::SessionRow {
         let p = self.probed();
         self.build_row(&p)
+    }
+
+    /// The question pending on screen at the last probe (no `/proc`, no screen read).
+    pub fn pending_question(&self) -> Option<activity::Question> {
+        lock(&self.probe).as_ref()?.question_detail.clone()
     }
 
     /// The list row if the monitor has probed this session already.

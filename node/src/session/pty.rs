@@ -161,6 +161,7 @@ fn new_session(s: Spawn, p: Parts) -> Arc<Session> {
         last_input_ms: AtomicU64::new(0),
         agent: Mutex::new(None),
         seen: Mutex::default(),
+        fits: Mutex::default(),
         probe: Mutex::new(None),
         turn_epoch: AtomicU64::new(0),
         submit_claim: Default::default(),

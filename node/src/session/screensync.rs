@@ -181,6 +181,59 @@ async fn snapshot(s: &Arc<Session>, view: &mut View) -> Option<(Snapshot, Option
     Some(snap)
 }
 
+/// The size policy's "Fit" claims on one session (`docs/http-api.md`): the PTY's size before the
+/// first viewer fitted it, and how many viewers hold a claim. When the last of them leaves the
+/// size before is put back, so a session a phone fitted never stays phone-width for the
+/// desktop. An explicit resize by anyone else (`Session::resize`) forgets the size before.
+#[derive(Debug, Default)]
+pub(crate) struct Fits {
+    pub(super) base: Option<(u16, u16)>,
+    holders: usize,
+}
+
+/// One viewer's Fit claim, released when that viewer's loop ends (every return drops it).
+struct FitClaim(Arc<Session>);
+
+impl FitClaim {
+    fn take(s: &Arc<Session>) -> Self {
+        let (rows, cols) = s.screen().grid.size();
+        let mut f = super::lock(&s.fits);
+        if f.holders == 0 || f.base.is_none() {
+            f.base = Some((rows as u16, cols as u16));
+        }
+        f.holders += 1;
+        Self(s.clone())
+    }
+}
+
+impl Drop for FitClaim {
+    fn drop(&mut self) {
+        let base = {
+            let mut f = super::lock(&self.0.fits);
+            f.holders = f.holders.saturating_sub(1);
+            if f.holders > 0 {
+                return;
+            }
+            f.base.take()
+        };
+        if let Some((rows, cols)) = base
+            && self.0.exit().is_none()
+        {
+            let _ = self.0.set_size(rows, cols);
+        }
+    }
+}
+
+/// A question as the `parsed` event the monitor publishes when one appears.
+pub(super) fn question_event(q: &super::activity::Question) -> serde_json::Value {
+    let mut ev = serde_json::json!({"type": "question", "text": q.text});
+    if !q.options.is_empty() {
+        ev["options"] = serde_json::json!(q.options);
+        ev["select"] = serde_json::json!(q.select);
+    }
+    ev
+}
+
 fn text(f: &ServerFrame) -> String {
     serde_json::to_string(f).unwrap_or_default()
 }
@@ -206,6 +259,12 @@ pub async fn run<S>(
     let mut exit_seen = false;
     // When a synchronized update is pending, look again at its deadline.
     let mut sync_due: Option<Instant> = None;
+    // A question already pending when this client came is sent after its first screen: the
+    // view shows its answers although it never saw the `question` event (a reload, another
+    // device).
+    let mut question_told = false;
+    // This client's Fit, undone when it leaves (every return below drops it).
+    let mut fit: Option<FitClaim> = None;
     loop {
         let exited = s.exit();
         if let Some(e) = exited {
@@ -238,6 +297,16 @@ pub async fn run<S>(
                     }
                     pacer.on_sent(framer.seq(), Instant::now(), since);
                 }
+                if !std::mem::replace(&mut question_told, true)
+                    && let Some(q) = s.pending_question()
+                {
+                    let f = ServerFrame::Parsed {
+                        event: question_event(&q),
+                    };
+                    if out.send(text(&f)).await.is_err() {
+                        return;
+                    }
+                }
                 dirty_since = None;
                 continue;
             }
@@ -267,14 +336,22 @@ pub async fn run<S>(
                 Some(Control::Resize { rows, cols, apply }) => {
                     // The PTY keeps its size unless the client asks to apply its own. A size
                     // over the caps or the node's budget is refused with a frame that says
-                    // why (the stream goes on at the old size); an exited session's resize
-                    // fails quietly, its exit frame follows.
+                    // why (the stream goes on at the old size) and takes no Fit claim; an
+                    // exited session's resize fails quietly, its exit frame follows.
                     if apply {
-                        match s.resize(rows, cols) {
+                        let claim_before = fit.is_none();
+                        if claim_before {
+                            fit = Some(FitClaim::take(&s));
+                        }
+                        match s.set_size(rows, cols) {
                             Ok(()) => {
                                 dirty_since.get_or_insert_with(Instant::now);
                             }
                             Err(super::SessionError::Size(e)) => {
+                                if claim_before {
+                                    // Nothing changed: the claim would only restore this size.
+                                    fit = None;
+                                }
                                 let f = ServerFrame::Refused { code: e.code().into(), message: e.to_string() };
                                 if out.send(text(&f)).await.is_err() {
                                     return;
