@@ -23,11 +23,11 @@ const IDENTITY_SCOPED: &[&str] = &["register", "send", "inbox", "wait"];
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "agent",
     summary: "Agent identity, peer discovery and mail between agents",
-    description: "Agents talk through mail. Your identity is bound automatically when your terminal's TUIC_SESSION reaches the server; otherwise call register.\n\
-- register (name?, orchestrator?, path?, tuic_session?, replaces?): declare or rename this agent; returns tuic_session and mail_wake. Local clients only.\n\
-- list_peers (path?): registered agents: {tuic_session, name, orchestrator, alias?, session_id?}; with a hub, agents on other machines too, each with an address (<connection_id>/<tuic_session>, local/<tuic_session> for the hub's own). Local clients only.\n\
-- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub; the answer is delivered, accepted (held in an outbox and retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark. Local clients only.\n\
-- inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}. Local clients only.\n\
+    description: "Agents talk through mail. Your identity is bound automatically when your terminal's TUIC_SESSION reaches the server; otherwise call register. register, list_peers, send, inbox: local clients only.\n\
+- register (name?, orchestrator?, path?, tuic_session?, replaces?): declare or rename this agent; returns tuic_session and mail_wake.\n\
+- list_peers (path?): registered agents: {tuic_session, name, orchestrator, alias?, session_id?}; with a hub, agents on other machines too, each with an address (<connection_id>/<tuic_session>, local/<tuic_session> for the hub's own).\n\
+- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub; the answer is delivered, accepted (held in an outbox and retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark.\n\
+- inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}.\n\
 - wait (since?, timeout_ms up to 300000, default 60000): block until mail arrives; {met, timed_out, new_messages, next_since}.\n\
 - spawn (command, args?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id and a task_id to poll with task action=get.\n\
 Orchestrators: children report results with send; read them with inbox or wait, not with session output.",
@@ -39,14 +39,14 @@ Orchestrators: children report results with send; read them with inbox or wait, 
                 "name": {"type": "string"},
                 "orchestrator": {"type": "boolean"},
                 "tuic_session": {"type": "string", "description": "identity to announce (UUID)"},
-                "replaces": {"type": "string", "description": "a previous identity whose mail moves to this one"},
+                "replaces": {"type": "string", "description": "an earlier identity whose mail moves here"},
                 "urgency": {"type": "string", "enum": ["normal", "urgent"]},
                 "args": {"type": "array", "items": {"type": "string"}},
                 "prompt": {"type": "string"},
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
                 "path": {"type": "string", "description": "repository root"},
                 "to": {"type": "string"},
-                "from": {"type": "string", "description": "send: your own identity only (another's is refused)"},
+                "from": {"type": "string", "description": "send: your own identity only"},
                 "message": {"type": "string", "maxLength": 65536},
                 "since": {"type": "integer", "minimum": 0},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 100},
