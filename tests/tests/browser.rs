@@ -7,6 +7,11 @@ use tuic_tests::{NodeProc, run_with_stdin};
 const PASSWORD: &str = "phone pass";
 
 fn remote_node() -> (tempfile::TempDir, NodeProc) {
+    remote_node_on("0", &[])
+}
+
+/// A node with remote access on loopback, asked for `port`, with `extra` flags.
+fn remote_node_on(port: &str, extra: &[&str]) -> (tempfile::TempDir, NodeProc) {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(
         d.path().join("config.json"),
@@ -28,10 +33,14 @@ fn remote_node() -> (tempfile::TempDir, NodeProc) {
             &dir,
             "--remote-access",
             "--port",
-            "0",
+            port,
             "--bind",
             "127.0.0.1",
-        ],
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>(),
         &[],
     )
     .unwrap();
@@ -93,6 +102,64 @@ async fn login_wrong_then_right_password_lands_on_mobile() {
         .await
         .unwrap();
     assert_eq!(overflow, json!(false));
+}
+
+/// A node on a taken port (the spec's retry bound the next one): its login page names the node
+/// (host name and instance) and says which port was asked for and which serves, so a bookmark
+/// that reaches another node's page is not mistaken for this one; the header of every page
+/// (phone and desktop, list and session view) names the node too.
+#[tokio::test]
+async fn a_taken_port_and_the_node_are_named_on_the_login_page_and_in_every_header() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let asked = taken.local_addr().unwrap().port();
+    let (_d, node) = remote_node_on(&asked.to_string(), &["--instance", "pagecheck"]);
+    let served = node.tcp.unwrap().port();
+    assert_ne!(served, asked);
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let base = format!("http://{}", node.tcp.unwrap());
+    let b = Browser::launch(390, 844).await.unwrap();
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    let named = |id: &str| {
+        format!(
+            "(document.getElementById('{id}')?.textContent ?? '').includes({host:?}) && document.getElementById('{id}').textContent.includes('pagecheck')"
+        )
+    };
+    b.wait_for(&named("node"), 10_000).await.unwrap();
+    let note = b
+        .eval(
+            "return document.getElementById('port-note')?.textContent ?? ''",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let note = note.as_str().unwrap();
+    assert!(
+        note.contains(&format!("port {asked}")) && note.contains(&format!("port {served}")),
+        "{note}"
+    );
+    b.screenshot(&artifacts_dir().join("login-taken-port-phone.png"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+    b.wait_for(&named("node-name"), 10_000).await.unwrap();
+    // The session view keeps the same header; the desktop page names the node as well.
+    let sid = create_session(&node).await;
+    b.goto(&format!("{base}/mobile#/s/{sid}")).await.unwrap();
+    view_ready(&b).await;
+    b.wait_for(&named("node-name"), 10_000).await.unwrap();
+    b.goto(&format!("{base}/")).await.unwrap();
+    b.wait_for(&named("node-name"), 10_000).await.unwrap();
+    drop(taken);
 }
 
 /// Logs in through the form and waits for the page `next` (`/mobile` or `/`).

@@ -7,6 +7,7 @@
 
 import { $, desktop } from "/assets/dom.js";
 import { state } from "/assets/state.js";
+import { api } from "/assets/api.js";
 import { renderList, refreshSessions, sessionKey } from "/assets/list.js";
 import { startEvents } from "/assets/events.js";
 import { SessionView } from "/assets/view.js";
@@ -74,6 +75,17 @@ $("copy").onclick = async () => {
   $("copy").textContent = "Copied";
   setTimeout(() => { $("copy").textContent = "Copy"; }, 1500);
 };
+
+// The header names the node (host name and instance from /health) on every page, so one
+// node's page is never mistaken for another's. (The tab title stays "tuic": the page never
+// lets anything change it.)
+api("/health").then((r) => r.json()).then((h) => {
+  const name = `${h.host_name} · ${h.instance}`;
+  $("node-name").textContent = name;
+  $("node-name").title = h.tcp && h.tcp.requested_port && h.tcp.requested_port !== h.tcp.port
+    ? `${name}, port ${h.tcp.port} (port ${h.tcp.requested_port} was asked for and is taken)`
+    : name;
+}).catch(() => {});
 
 $("back").onclick = () => { location.hash = ""; };
 window.addEventListener("hashchange", route);
