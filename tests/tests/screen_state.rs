@@ -301,6 +301,34 @@ async fn one_state_per_session_is_the_same_in_the_list_the_view_and_the_cli_with
     let obs = Observers::start(&b, &node, &sid, &alias).await;
     // A quiet shell at its prompt is idle (done is an agent's: issue 42).
     obs.all_show(&b, "idle", wall_ms()).await;
+    // MCP `session action=list` says the same.
+    let (mut mcp, _) = tuic_tests::agent::Agent::new(&node.socket, "state-list").await;
+    let (err, list) = mcp.tool("session", json!({"action": "list"})).await;
+    assert!(!err, "{list}");
+    let row = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["session_id"] == json!(sid));
+    assert_eq!(
+        row.map(|r| r["state"].clone()),
+        Some(json!("idle")),
+        "{list}"
+    );
+    // The idle badge has its own look, like every other state: its colours differ from each of
+    // the others' (a badge of each state, styled by the page's own stylesheet).
+    let looks = b
+        .eval(
+            "const look = (st) => { const e = document.createElement('span'); e.className = `badge state ${st}`;
+               document.getElementById('sessions').appendChild(e); const c = getComputedStyle(e);
+               const l = `${c.backgroundColor} ${c.color} ${c.borderColor}`; e.remove(); return l; };
+             const idle = look('idle');
+             return ['working', 'needs_input', 'done', 'exited', 'host_offline', ''].filter((st) => look(st) === idle);",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(looks, json!([]), "states that look like idle");
 
     let mut figures = Vec::new();
     // A command that asks and waits for an answer: needs input.
