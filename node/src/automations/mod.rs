@@ -25,7 +25,6 @@
 //! occurrences fire on both passes. The spec names no automation action other than the firing
 //! itself, so a firing spawns an agent or is only recorded.
 
-pub(crate) mod routes;
 pub(crate) mod scheduler;
 
 use std::collections::{BTreeMap, HashMap};

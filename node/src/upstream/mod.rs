@@ -18,7 +18,6 @@ pub mod client;
 pub mod config;
 pub mod http;
 pub mod oauth;
-pub mod routes;
 pub mod search;
 pub mod stdio;
 

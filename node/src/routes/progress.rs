@@ -12,13 +12,13 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::flow::{self, FlowError, Target};
-use super::{ListError, ListInput};
 use crate::error::ApiError;
+use crate::progress::flow::{self, FlowError, Target};
+use crate::progress::{ListError, ListInput};
 use crate::state::Node;
 
 /// The progress routes, merged into the node's router.
-pub fn routes() -> axum::Router<Arc<Node>> {
+pub(crate) fn routes() -> axum::Router<Arc<Node>> {
     axum::Router::new()
         .route("/progress/list", post(list))
         .route("/progress/projects", get(projects))
@@ -74,7 +74,7 @@ async fn list(
     let path = q
         .path
         .ok_or_else(|| ApiError::bad_request("path is required: ?path=<repository root>"))?;
-    blocking(move || super::list(&node, &path, &input).map_err(list_error))
+    blocking(move || crate::progress::list(&node, &path, &input).map_err(list_error))
         .await
         .map(Json)
 }
