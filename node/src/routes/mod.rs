@@ -8,6 +8,7 @@ mod automations;
 mod config;
 mod events;
 mod files;
+mod oauth_callback;
 mod ops;
 mod progress;
 mod repos;

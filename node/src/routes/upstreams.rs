@@ -40,7 +40,8 @@ async fn oauth_start(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let up = node.upstreams.clone();
-    let started = up.start_oauth(&node, &name).await.map_err(oauth_error)?;
+    let (started, server) = up.start_oauth(&node, &name).await.map_err(oauth_error)?;
+    super::oauth_callback::spawn(&node, server);
     Ok(Json(serde_json::to_value(started).unwrap_or_default()))
 }
 

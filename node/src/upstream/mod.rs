@@ -494,12 +494,13 @@ impl Upstreams {
     }
 
     /// Starts an OAuth authorization of upstream `name` (an HTTP one): the consent step
-    /// opens the returned URL. Flows are never serialized with each other.
+    /// opens the returned URL; the caller serves the returned callback listener. Flows are
+    /// never serialized with each other.
     pub async fn start_oauth(
         self: &Arc<Self>,
         node: &Arc<Node>,
         name: &str,
-    ) -> Result<oauth::Started, oauth::OAuthError> {
+    ) -> Result<(oauth::Started, oauth::CallbackServer), oauth::OAuthError> {
         let e = self
             .by_name(name)
             .ok_or_else(|| oauth::OAuthError::NotFound(format!("no upstream named {name}")))?;
@@ -514,7 +515,7 @@ impl Upstreams {
             )));
         }
         let challenge = lock(&e.live).challenge.clone();
-        let started = self
+        let (started, server) = self
             .oauth
             .start(
                 node,
@@ -530,7 +531,7 @@ impl Upstreams {
         if l.status == Status::NeedsAuth {
             l.status = Status::Authorizing;
         }
-        Ok(started)
+        Ok((started, server))
     }
 
     /// Cancels the pending authorizations of upstream `name`; the status goes back to what
