@@ -18,6 +18,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::blocking;
 use crate::error::{ApiError, JsonBody};
 use crate::fs::upload::{self, UploadError};
 use crate::fs::{self, LARGE_READ_CAP, STANDARD_READ_CAP};
@@ -35,14 +36,6 @@ fn editor_cap(transport: Option<Extension<Transport>>, headers: &HeaderMap) -> u
     } else {
         STANDARD_READ_CAP
     }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 /// Gates `path`, then reads it beneath its root, off the async workers, within `cap`.

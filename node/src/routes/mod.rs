@@ -122,6 +122,15 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
     .with_state(node)
 }
 
+/// Runs `f` on the blocking pool (file system, `/proc`, `redb` work), off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
 /// The two bounds every request/response route gets: a deadline and a body limit, plus
 /// compression. The deadline races only the future producing the response head, so SSE and
 /// WebSocket bodies stream past it; compression skips event streams.

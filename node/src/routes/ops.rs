@@ -16,6 +16,7 @@ use axum::routing::get;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+use super::blocking;
 use crate::error::ApiError;
 use crate::ops::{self, metrics, service, update};
 use crate::state::Node;
@@ -30,14 +31,6 @@ pub(super) fn routes() -> axum::Router<Arc<Node>> {
         .route("/metrics", get(metrics_text))
         .route("/config/activity", get(get_activity).put(put_activity))
         .route("/store/backup", axum::routing::post(backup))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 /// `GET /agents`: agent detection over the live sessions (the foreground process of each).

@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::blocking;
 use crate::error::ApiError;
 use crate::progress::flow::{self, FlowError, Target};
 use crate::progress::{ListError, ListInput};
@@ -24,14 +25,6 @@ pub(crate) fn routes() -> axum::Router<Arc<Node>> {
         .route("/progress/projects", get(projects))
         .route("/progress/flow", post(flow_summary))
         .route("/progress/flow/detail", post(flow_detail))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 /// A JSON object body, `{}` when empty.
