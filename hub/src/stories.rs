@@ -25,7 +25,7 @@ use http_body_util::BodyExt;
 use serde_json::{Map, Value};
 use tuic_node::error::ApiError;
 use tuic_node::guard::Transport;
-use tuic_node::stories::routes::FORWARDED_ACTOR_HEADER;
+use tuic_node::routes::stories::FORWARDED_ACTOR_HEADER;
 
 use crate::federation::{Federation, describe};
 

@@ -19,7 +19,6 @@ use std::ffi::OsString;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
-use axum::http::StatusCode;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
 
@@ -65,14 +64,13 @@ pub(crate) fn is_escape(e: &io::Error) -> bool {
 
 /// The 403 answered for a path that leads outside its repository.
 pub(crate) fn outside(path: &Path) -> ApiError {
-    ApiError::new(
-        StatusCode::FORBIDDEN,
-        OUTSIDE_CODE,
-        format!(
+    ApiError {
+        code: OUTSIDE_CODE,
+        ..ApiError::forbidden(format!(
             "{} leads outside its registered repository (a symlink or '..' out of the root); refused",
             path.display()
-        ),
-    )
+        ))
+    }
 }
 
 /// Maps a file-system error on `path` to the caller's answer; an escape is a 403.
@@ -385,6 +383,7 @@ pub(crate) fn move_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     #[test]
     fn gate_table() {

@@ -1,5 +1,5 @@
-//! `POST /fs/upload-copy?root=&dest=`: receive a tar stream and publish its one top-level
-//! entry inside a registered repository.
+//! The upload receiver behind `POST /fs/upload-copy` (served by `routes::files`): receive a
+//! tar stream and publish its one top-level entry inside a registered repository.
 //!
 //! The root is opened through `cap-std` directory handles, so nothing the archive says can
 //! reach outside it. Entries are validated one by one (relative, no `..`, regular files and
@@ -12,20 +12,9 @@
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
-use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use cap_std::fs::Dir;
-use futures::StreamExt;
-use serde::Deserialize;
-use serde_json::{Value, json};
-
-use crate::error::ApiError;
-use crate::state::Node;
 
 /// Directory inside each root that holds uploads in progress.
 pub(crate) const STAGING_DIR: &str = ".tuic-staging";
@@ -64,20 +53,6 @@ pub enum UploadError {
     Io(String),
 }
 
-impl From<UploadError> for ApiError {
-    fn from(e: UploadError) -> Self {
-        let (status, code) = match &e {
-            UploadError::Rejected(_) => (StatusCode::BAD_REQUEST, "bad_archive"),
-            UploadError::Outside(_) => (StatusCode::FORBIDDEN, crate::beneath::OUTSIDE_CODE),
-            UploadError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-            UploadError::Exists(_) => (StatusCode::CONFLICT, "exists"),
-            UploadError::Idle(_) => (StatusCode::REQUEST_TIMEOUT, "idle_timeout"),
-            UploadError::Io(_) => (StatusCode::INTERNAL_SERVER_ERROR, "io"),
-        };
-        ApiError::new(status, code, e.to_string())
-    }
-}
-
 /// What a successful upload published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Published {
@@ -89,151 +64,8 @@ pub(crate) struct Published {
     pub entries: u64,
 }
 
-#[derive(Debug, Deserialize)]
-pub(crate) struct UploadQuery {
-    /// A registered repository path (with `dest` relative to it)...
-    root: Option<String>,
-    #[serde(default)]
-    dest: String,
-    /// ...or an absolute directory inside a registered repository.
-    path: Option<String>,
-}
-
-/// Resolves the query to (registered root, destination relative to it).
-fn target(node: &Node, q: &UploadQuery) -> Result<(PathBuf, PathBuf), ApiError> {
-    let unknown =
-        |p: &str| ApiError::forbidden(format!("{p} is not inside a registered repository"));
-    match (&q.root, &q.path) {
-        (Some(root), None) => {
-            let canon = Path::new(root).canonicalize().map_err(|_| unknown(root))?;
-            if !node.repos.is_root(&canon) {
-                return Err(unknown(root));
-            }
-            Ok((canon, relative_dir(&q.dest).map_err(ApiError::bad_request)?))
-        }
-        (None, Some(path)) => {
-            if !Path::new(path).is_absolute() {
-                return Err(ApiError::bad_request("path must be absolute"));
-            }
-            // Lexical: the directory is opened beneath the root by `receive`, so a symlink in
-            // it that leads out of the root is refused there, not resolved here.
-            let p = crate::beneath::check_absolute(path, crate::beneath::Dots::Refuse)?;
-            let (root, rel) = crate::beneath::root_of(p, &node.repos.roots())?;
-            Ok((
-                root,
-                rel.join(relative_dir(&q.dest).map_err(ApiError::bad_request)?),
-            ))
-        }
-        _ => Err(ApiError::bad_request(
-            "give either root (with dest) or path",
-        )),
-    }
-}
-
-/// The route handler.
-pub(crate) async fn upload_copy(
-    State(node): State<Arc<Node>>,
-    Query(q): Query<UploadQuery>,
-    body: Body,
-) -> Result<Json<Value>, ApiError> {
-    let (root, dest) = target(&node, &q)?;
-    let permit = node
-        .upload_permits
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "busy",
-                "too many uploads in progress; retry later",
-            )
-        })?;
-    let t = &node.config().tuning;
-    let limits = Limits {
-        max_bytes: t.upload_max_bytes,
-        max_entries: t.upload_max_entries,
-        idle: Duration::from_millis(t.upload_idle_ms),
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(16);
-    let extract = tokio::task::spawn_blocking(move || {
-        // The permit lives until extraction has finished, not just until the body is read.
-        let _permit = permit;
-        receive(
-            &root,
-            &dest,
-            ChannelReader {
-                rx,
-                buf: Bytes::new(),
-            },
-            limits,
-        )
-    });
-    let mut stream = body.into_data_stream();
-    let mut idle = false;
-    loop {
-        match tokio::time::timeout(limits.idle, stream.next()).await {
-            Err(_) => {
-                idle = true;
-                let _ = tx
-                    .send(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "idle",
-                    )))
-                    .await;
-                break;
-            }
-            Ok(None) => break,
-            Ok(Some(Ok(chunk))) => {
-                // The extractor stopped early (rejected entry): stop reading.
-                if tx.send(Ok(chunk)).await.is_err() {
-                    break;
-                }
-            }
-            Ok(Some(Err(e))) => {
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                break;
-            }
-        }
-    }
-    drop(tx);
-    let result = extract
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    match result {
-        Err(_) if idle => Err(UploadError::Idle(limits.idle).into()),
-        Err(e) => Err(e.into()),
-        Ok(p) => {
-            tracing::info!(source = "upload", name = %p.name, bytes = p.bytes, entries = p.entries, "upload published");
-            Ok(Json(
-                json!({"ok": true, "name": p.name, "bytes": p.bytes, "entries": p.entries}),
-            ))
-        }
-    }
-}
-
-/// Blocking reader over the body chunks.
-struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
-    buf: Bytes,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.buf.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(b)) => self.buf = b,
-                Some(Err(e)) => return Err(e),
-                None => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.buf.len());
-        out[..n].copy_from_slice(&self.buf.split_to(n));
-        Ok(n)
-    }
-}
-
 /// Validates a destination directory relative to the root ("" is the root itself).
-fn relative_dir(dest: &str) -> Result<PathBuf, String> {
+pub(crate) fn relative_dir(dest: &str) -> Result<PathBuf, String> {
     if dest.contains('\0') {
         return Err("dest contains a NUL byte".into());
     }

@@ -4,19 +4,15 @@
 //! Most figures are read from the services at scrape time (sessions, mail, outbox, journal);
 //! monotonic totals the services keep (bytes read from PTYs, sessions created, mail posted,
 //! journal appends) are carried into counters under one scrape lock, so a counter never goes
-//! back. Request latencies are observed by the [`track`] middleware per route template.
+//! back. Request latencies are observed per route template by the `routes::ops::track`
+//! middleware ([`Metrics::observe_request`]).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
-
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use crate::progress::Kind;
 use crate::state::Node;
@@ -243,21 +239,4 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
-}
-
-/// Middleware: observes each request's time to the response head under its route template
-/// (`unmatched` for the fallback), so label values stay bounded.
-pub async fn track(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().as_str().to_owned();
-    let t0 = Instant::now();
-    let resp = next.run(req).await;
-    node.ops
-        .metrics
-        .observe_request(&route, &method, t0.elapsed().as_secs_f64());
-    resp
 }

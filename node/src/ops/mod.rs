@@ -1,6 +1,6 @@
-//! Operations routes: the replacements the removed MCP actions name (`GET /agents`,
-//! `GET /stats`, `GET /process/stats`, `GET /metrics`) and the phone's persisted Activity
-//! array (`GET/PUT /config/activity`).
+//! Operations views behind the routes in `routes::ops`: the replacements the removed MCP
+//! actions name (`GET /agents`, `GET /stats`, `GET /process/stats`, `GET /metrics`) and the
+//! phone's persisted Activity array (`GET/PUT /config/activity`).
 //!
 //! Read-only views over the services (sessions, mail, peer outbox, progress journal) plus
 //! `/proc`; the only thing this module writes is `activity.json`. It knows no other host: the
@@ -12,16 +12,10 @@ pub mod service;
 pub mod update;
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -44,28 +38,10 @@ pub struct Ops {
     activity: Mutex<()>,
 }
 
-/// The operations routes, merged into the node's router.
-pub fn routes() -> axum::Router<Arc<Node>> {
-    axum::Router::new()
-        .route("/agents", get(agents))
-        .route("/stats", get(stats))
-        .route("/process/stats", get(process_stats))
-        .route("/metrics", get(metrics_text))
-        .route("/config/activity", get(get_activity).put(put_activity))
-        .route("/store/backup", axum::routing::post(backup))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-}
-
 /// `GET /agents`: agent detection over the live sessions (the foreground process of each).
-async fn agents(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
+/// Blocking (reads `/proc`).
+pub(crate) fn agents(node: &Node) -> Value {
+    {
         let rows = node.sessions.rows();
         let scanned = rows.len();
         let agents: Vec<Value> = rows
@@ -80,20 +56,19 @@ async fn agents(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> 
                 v
             })
             .collect();
-        Ok(Json(json!({"agents": agents, "sessions_scanned": scanned})))
-    })
-    .await
+        json!({"agents": agents, "sessions_scanned": scanned})
+    }
 }
 
 /// `GET /stats`: one object of the node's counts.
-async fn stats(State(node): State<Arc<Node>>) -> Json<Value> {
+pub(crate) fn stats(node: &Node) -> Value {
     let s = node.sessions.stats();
     let (peers, unread) = {
         let g = node.mail.lock();
         let unread: usize = g.peers.keys().map(|p| g.inboxes.unread(p)).sum();
         (g.peers.len(), unread)
     };
-    Json(json!({
+    json!({
         "uptime_secs": node.started.elapsed().as_secs(),
         "sessions": {
             "live": s.live,
@@ -112,12 +87,13 @@ async fn stats(State(node): State<Arc<Node>>) -> Json<Value> {
             "entries": node.progress.journal.len(),
             "projects": node.progress.journal.projects().len(),
         },
-    }))
+    })
 }
 
 /// `GET /process/stats`: per live session, its process tree's CPU and resident memory.
-async fn process_stats(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
+/// Blocking (reads `/proc`).
+pub(crate) fn process_stats(node: &Node) -> Value {
+    {
         let now = Instant::now();
         let mut rows = Vec::new();
         let mut next = HashMap::new();
@@ -156,17 +132,8 @@ async fn process_stats(State(node): State<Arc<Node>>) -> Result<Json<Value>, Api
             .cpu_samples
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = next;
-        Ok(Json(
-            json!({"sessions": rows, "sampled_at_ms": crate::logs::now_ms()}),
-        ))
-    })
-    .await
-}
-
-/// `GET /metrics`: the Prometheus text exposition.
-async fn metrics_text(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {
-    let text = blocking(move || Ok(node.ops.metrics.render(&node))).await?;
-    Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
+        json!({"sessions": rows, "sampled_at_ms": crate::logs::now_ms()})
+    }
 }
 
 fn activity_file(node: &Node) -> std::path::PathBuf {
@@ -174,28 +141,26 @@ fn activity_file(node: &Node) -> std::path::PathBuf {
 }
 
 /// `GET /config/activity`: the persisted Activity array (`[]` before anything was saved).
-async fn get_activity(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
-        let path = activity_file(&node);
-        match std::fs::read(&path) {
-            Ok(b) => match serde_json::from_slice::<Value>(&b) {
-                Ok(v @ Value::Array(_)) => Ok(Json(v)),
-                _ => {
-                    tracing::warn!(file = %path.display(), "activity.json is not an array; serving []");
-                    Ok(Json(json!([])))
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Json(json!([]))),
-            Err(e) => Err(ApiError::internal(format!("reading activity.json: {e}"))),
-        }
-    })
-    .await
+/// Blocking.
+pub(crate) fn read_activity(node: &Node) -> Result<Value, ApiError> {
+    let path = activity_file(node);
+    match std::fs::read(&path) {
+        Ok(b) => match serde_json::from_slice::<Value>(&b) {
+            Ok(v @ Value::Array(_)) => Ok(v),
+            _ => {
+                tracing::warn!(file = %path.display(), "activity.json is not an array; serving []");
+                Ok(json!([]))
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!([])),
+        Err(e) => Err(ApiError::internal(format!("reading activity.json: {e}"))),
+    }
 }
 
-/// `PUT /config/activity`: replaces the persisted array (objects only, at most
-/// [`MAX_ACTIVITY_ITEMS`]); written to a temporary file and renamed into place.
-async fn put_activity(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let items = match serde_json::from_slice::<Value>(&body) {
+/// Checks a `PUT /config/activity` body before anything is written: a JSON array of objects,
+/// at most [`MAX_ACTIVITY_ITEMS`].
+pub(crate) fn activity_items(body: &[u8]) -> Result<Vec<Value>, ApiError> {
+    let items = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Array(a)) => a,
         Ok(_) => {
             return Err(ApiError::bad_request(
@@ -205,62 +170,25 @@ async fn put_activity(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json
         Err(e) => return Err(ApiError::bad_request(format!("the body is not JSON: {e}"))),
     };
     if items.len() > MAX_ACTIVITY_ITEMS {
-        return Err(ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "{} activity items; at most {MAX_ACTIVITY_ITEMS} are kept",
-                items.len()
-            ),
-        ));
+        return Err(ApiError::too_large(format!(
+            "{} activity items; at most {MAX_ACTIVITY_ITEMS} are kept",
+            items.len()
+        )));
     }
     if let Some(i) = items.iter().position(|v| !v.is_object()) {
         return Err(ApiError::bad_request(format!(
             "activity item {i} is not an object"
         )));
     }
-    blocking(move || {
-        let _g = node.ops.activity.lock().unwrap_or_else(|p| p.into_inner());
-        let path = activity_file(&node);
-        let bytes = serde_json::to_vec(&items).map_err(|e| ApiError::internal(e.to_string()))?;
-        crate::config::write_file_atomic(&path, &bytes, 0o600)
-            .map_err(|e| ApiError::internal(format!("writing activity.json: {e:#}")))?;
-        Ok(Json(json!({"ok": true, "count": items.len()})))
-    })
-    .await
+    Ok(items)
 }
 
-#[derive(Debug, serde::Deserialize)]
-struct BackupBody {
-    /// Absolute path of the file to write (must not exist).
-    path: String,
-}
-
-/// `POST /store/backup {path}` (IPC only): a consistent copy of the store while the node runs
-/// (writes pause for the copy) → `{path, bytes, sha256}`. `tuic-node backup FILE` calls it.
-async fn backup(
-    State(node): State<Arc<Node>>,
-    transport: Option<axum::Extension<crate::guard::Transport>>,
-    crate::error::JsonBody(b): crate::error::JsonBody<BackupBody>,
-) -> Result<Json<Value>, ApiError> {
-    if !matches!(
-        transport.map(|axum::Extension(t)| t),
-        Some(crate::guard::Transport::Ipc)
-    ) {
-        return Err(ApiError::forbidden(
-            "store backups are taken only from this machine's IPC socket",
-        ));
-    }
-    let dest = std::path::PathBuf::from(&b.path);
-    if !dest.is_absolute() {
-        return Err(ApiError::bad_request("path must be absolute"));
-    }
-    let n = node.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        service::backup_store(&n.store, &n.paths.store_file(), &dest)
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
-    Ok(Json(json!(r)))
+/// Replaces the persisted array (checked by [`activity_items`]); written to a temporary file
+/// and renamed into place. Blocking.
+pub(crate) fn write_activity(node: &Node, items: &[Value]) -> Result<(), ApiError> {
+    let _g = node.ops.activity.lock().unwrap_or_else(|p| p.into_inner());
+    let path = activity_file(node);
+    let bytes = serde_json::to_vec(items).map_err(|e| ApiError::internal(e.to_string()))?;
+    crate::config::write_file_atomic(&path, &bytes, 0o600)
+        .map_err(|e| ApiError::internal(format!("writing activity.json: {e:#}")))
 }

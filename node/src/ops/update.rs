@@ -1,4 +1,5 @@
-//! `POST /remote/update`: replaces this node's executable and restarts it on the new one.
+//! The executable replacement behind `POST /remote/update` (served by `routes::ops`): replaces
+//! this node's executable and restarts it on the new one.
 //!
 //! Authorization is the spec's: on TCP only the `tui-session` login cookie (or a hub's node
 //! token cookie) authorizes executable replacement; Basic Auth and `?token=` answer 401 (the
@@ -14,20 +15,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use futures::StreamExt;
-use serde_json::{Value, json};
 use sha2::Digest;
 
 use crate::error::ApiError;
-use crate::state::Node;
 
 /// Largest executable accepted.
 pub const MAX_UPDATE_BYTES: u64 = 512 * 1024 * 1024;
@@ -144,15 +137,21 @@ fn install(staged: &Path, exe: &Path, name: &str) -> Result<(String, PathBuf), S
     Ok((version, previous))
 }
 
-/// The handler.
-pub async fn update(
-    State(node): State<Arc<Node>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Json<Value>, ApiError> {
-    let want = headers
-        .get("x-update-sha256")
-        .and_then(|v| v.to_str().ok())
+/// Where an announced update is staged and installed.
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// The running executable (canonical).
+    pub exe: PathBuf,
+    /// The staging file beside it.
+    staged: PathBuf,
+    /// The announced SHA-256 (lowercase hex).
+    want: String,
+}
+
+/// Checks the announced digest (`x-update-sha256`: 64 hex digits) and names the staging file
+/// beside the running executable. Nothing is written yet.
+pub(crate) fn target(announced: Option<&str>) -> Result<Target, ApiError> {
+    let want = announced
         .map(str::to_ascii_lowercase)
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .ok_or_else(|| {
@@ -173,75 +172,107 @@ pub async fn update(
             .unwrap_or_default(),
         std::process::id()
     ));
-    let result = async {
-        let mut file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o755)
-                .open(&staged)
-                .map_err(|e| ApiError::internal(format!("staging the update: {e}")))?
-        };
-        let mut hasher = sha2::Sha256::new();
-        let mut total = 0u64;
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-            total += chunk.len() as u64;
-            if total > MAX_UPDATE_BYTES {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    format!("an executable is at most {MAX_UPDATE_BYTES} bytes"),
-                ));
-            }
-            hasher.update(&chunk);
-            file.write_all(&chunk)
-                .map_err(|e| ApiError::internal(format!("staging the update: {e}")))?;
-        }
+    Ok(Target { exe, staged, want })
+}
+
+/// An update being received: the staging file, the running digest and size.
+pub(crate) struct Staging {
+    file: std::fs::File,
+    hasher: sha2::Sha256,
+    total: u64,
+}
+
+/// What an installed update reports.
+#[derive(Debug)]
+pub(crate) struct Installed {
+    /// The SHA-256 of the new executable.
+    pub sha256: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Its `--version` line.
+    pub version: String,
+    /// Where the old executable was kept.
+    pub previous: PathBuf,
+}
+
+impl Target {
+    /// Creates the staging file (never an existing one).
+    pub(crate) fn open(&self) -> Result<Staging, ApiError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .open(&self.staged)
+            .map_err(|e| ApiError::internal(format!("staging the update: {e}")))?;
+        Ok(Staging {
+            file,
+            hasher: sha2::Sha256::new(),
+            total: 0,
+        })
+    }
+
+    /// Verifies the received file against the announced digest, then checks and installs it
+    /// ([`install`], on the blocking pool). Nothing is replaced unless every check passes.
+    pub(crate) async fn install(
+        &self,
+        staging: Staging,
+        name: &str,
+    ) -> Result<Installed, ApiError> {
+        let Staging {
+            file,
+            hasher,
+            total,
+        } = staging;
         file.sync_all()
             .map_err(|e| ApiError::internal(e.to_string()))?;
         drop(file);
         let got = hex::encode(hasher.finalize());
-        if got != want {
+        if got != self.want {
             return Err(ApiError::bad_request(format!(
-                "the body's SHA-256 is {got}, not the announced {want}; nothing was replaced"
+                "the body's SHA-256 is {got}, not the announced {}; nothing was replaced",
+                self.want
             )));
         }
-        let (staged2, exe2, name) = (staged.clone(), exe.clone(), node.name.to_owned());
+        let (staged, exe, name) = (self.staged.clone(), self.exe.clone(), name.to_owned());
         let (version, previous) =
-            tokio::task::spawn_blocking(move || install(&staged2, &exe2, &name))
+            tokio::task::spawn_blocking(move || install(&staged, &exe, &name))
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))?
                 .map_err(|m| ApiError::bad_request(format!("{m}; nothing was replaced")))?;
-        Ok((got, total, version, previous))
+        Ok(Installed {
+            sha256: got,
+            bytes: total,
+            version,
+            previous,
+        })
     }
-    .await;
-    let (sha, bytes, version, previous) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = std::fs::remove_file(&staged);
-            return Err(e);
+
+    /// Removes the staging file after a failure, so nothing is left behind.
+    pub(crate) fn discard(&self) {
+        let _ = std::fs::remove_file(&self.staged);
+    }
+
+    /// Marks the update installed: after the server drained, the process re-executes the
+    /// installed file ([`restart_requested`], [`reexec`]).
+    pub(crate) fn request_restart(&self) {
+        let _ = INSTALLED_AT.set(self.exe.clone());
+        RESTART.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Staging {
+    /// Appends one chunk of the body, refusing more than [`MAX_UPDATE_BYTES`] in total.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<(), ApiError> {
+        self.total += chunk.len() as u64;
+        if self.total > MAX_UPDATE_BYTES {
+            return Err(ApiError::too_large(format!(
+                "an executable is at most {MAX_UPDATE_BYTES} bytes"
+            )));
         }
-    };
-    tracing::warn!(source = "update", %version, bytes, "executable replaced; restarting");
-    let _ = INSTALLED_AT.set(exe.clone());
-    RESTART.store(true, Ordering::SeqCst);
-    // Answer first, then drain: the client sees the verdict before the node goes away.
-    let n = node.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        n.shutdown.cancel();
-    });
-    Ok(Json(json!({
-        "ok": true,
-        "sha256": sha,
-        "bytes": bytes,
-        "version": version,
-        "path": exe,
-        "previous": previous,
-        "restarting": true,
-    })))
+        self.hasher.update(chunk);
+        self.file
+            .write_all(chunk)
+            .map_err(|e| ApiError::internal(format!("staging the update: {e}")))
+    }
 }

@@ -12,7 +12,6 @@
 pub mod flow;
 pub mod intent;
 pub mod journal;
-pub mod routes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -4,12 +4,19 @@
 //! decides per transport which guards apply.
 
 mod auth;
+mod automations;
 mod config;
 mod events;
+mod files;
+mod oauth_callback;
+mod ops;
+mod progress;
 mod repos;
 mod sessions;
+pub mod stories;
 pub mod stream;
 mod system;
+mod upstreams;
 
 use std::sync::Arc;
 
@@ -73,41 +80,35 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/repo/branch-integrations", get(repos::branch_integrations))
         .route("/repo/branch-delete", post(repos::branch_delete))
         .route("/repo/orphan-cleanup", post(repos::orphan_cleanup))
-        .route("/fs/read-external", get(crate::fs::read_external))
-        .route("/fs/read-editor", get(crate::fs::read_editor))
-        .route(
-            "/fs/read-editor-external",
-            get(crate::fs::read_editor_external),
-        )
-        .route("/fs/write-external", post(crate::fs::write_external))
-        .route("/fs/copy-abs", post(crate::fs::copy_abs))
-        .route("/fs/move-abs", post(crate::fs::move_abs))
-        .route("/fs/transfer", post(crate::fs::transfer))
-        .route("/fs/markdown-image", get(crate::fs::markdown_image))
+        .route("/fs/read-external", get(files::read_external))
+        .route("/fs/read-editor", get(files::read_editor))
+        .route("/fs/read-editor-external", get(files::read_editor_external))
+        .route("/fs/write-external", post(files::write_external))
+        .route("/fs/copy-abs", post(files::copy_abs))
+        .route("/fs/move-abs", post(files::move_abs))
+        .route("/fs/transfer", post(files::transfer))
+        .route("/fs/markdown-image", get(files::markdown_image))
         .route(
             "/fs/resolve-markdown-link",
-            post(crate::fs::resolve_markdown_link),
+            post(files::resolve_markdown_link),
         )
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
-        .merge(crate::progress::routes::routes())
-        .merge(crate::stories::routes::routes())
-        .merge(crate::automations::routes::routes())
-        .merge(crate::ops::routes())
+        .merge(progress::routes())
+        .merge(stories::routes())
+        .merge(automations::routes())
+        .merge(ops::routes())
         .merge(crate::mcp::routes())
-        .merge(crate::upstream::routes::routes())
+        .merge(upstreams::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(middleware::from_fn_with_state(
-            node.clone(),
-            crate::ops::metrics::track,
-        ));
+        .layer(middleware::from_fn_with_state(node.clone(), ops::track));
     // Uploads stream for as long as data keeps coming: they have their own bounds (idle
     // deadline per chunk, bytes, entries, concurrency; the update's size cap) instead of the
     // body limit and deadline.
     let streaming = Router::new()
-        .route("/fs/upload-copy", post(crate::fs::upload::upload_copy))
-        .route("/remote/update", post(crate::ops::update::update))
+        .route("/fs/upload-copy", post(files::upload_copy))
+        .route("/remote/update", post(ops::update))
         .layer(DefaultBodyLimit::disable());
     let app = with_server_limits(routes, node.request_timeout()).merge(streaming);
     let app = match hook {
@@ -119,6 +120,15 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         crate::server::boundary::boundary,
     ))
     .with_state(node)
+}
+
+/// Runs `f` on the blocking pool (file system, `/proc`, `redb` work), off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 /// The two bounds every request/response route gets: a deadline and a body limit, plus

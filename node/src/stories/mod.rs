@@ -8,7 +8,7 @@
 //!
 //! The MCP tools (`story`, `workflow_run`, `workflow_report`, and the coordinator's
 //! `workflow_launch` and `workflow_story_create`), the HTTP routes
-//! (`/stories/action`, `/workflows/...`) and `tuic story` are thin adapters: they resolve the
+//! (`/stories/action`, `/workflows/...`, in `routes::stories`) and `tuic story` are thin adapters: they resolve the
 //! caller into an [`Actor`] (never from request JSON) and call [`Stories::execute`] or the
 //! workflow entry points. Operator authority is enforced here, not in the adapters.
 //!
@@ -18,7 +18,6 @@
 pub mod coordinator;
 pub mod db;
 pub mod plan;
-pub mod routes;
 pub mod runner;
 pub mod service;
 pub mod workflow;
@@ -185,27 +184,6 @@ impl StoryError {
             Self::NoProject(_) => "no_project",
             Self::Store(_) => "store_error",
         }
-    }
-
-    /// The HTTP status of this error.
-    pub fn status(&self) -> axum::http::StatusCode {
-        use axum::http::StatusCode as S;
-        match self {
-            Self::Invalid(_) | Self::NoProject(_) => S::BAD_REQUEST,
-            Self::NotFound(_) | Self::UnknownRecord { .. } => S::NOT_FOUND,
-            Self::StaleRevision { .. }
-            | Self::Cycle { .. }
-            | Self::IdempotencyConflict { .. }
-            | Self::Transition(_) => S::CONFLICT,
-            Self::Forbidden { .. } | Self::NotIndependent { .. } => S::FORBIDDEN,
-            Self::Unavailable(_) => S::NOT_IMPLEMENTED,
-            Self::Store(_) => S::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// The HTTP form.
-    pub fn to_api(&self) -> crate::error::ApiError {
-        crate::error::ApiError::new(self.status(), self.code(), self.to_string())
     }
 }
 

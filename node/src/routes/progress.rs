@@ -12,26 +12,19 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::flow::{self, FlowError, Target};
-use super::{ListError, ListInput};
+use super::blocking;
 use crate::error::ApiError;
+use crate::progress::flow::{self, FlowError, Target};
+use crate::progress::{ListError, ListInput};
 use crate::state::Node;
 
 /// The progress routes, merged into the node's router.
-pub fn routes() -> axum::Router<Arc<Node>> {
+pub(crate) fn routes() -> axum::Router<Arc<Node>> {
     axum::Router::new()
         .route("/progress/list", post(list))
         .route("/progress/projects", get(projects))
         .route("/progress/flow", post(flow_summary))
         .route("/progress/flow/detail", post(flow_detail))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
 }
 
 /// A JSON object body, `{}` when empty.
@@ -74,7 +67,7 @@ async fn list(
     let path = q
         .path
         .ok_or_else(|| ApiError::bad_request("path is required: ?path=<repository root>"))?;
-    blocking(move || super::list(&node, &path, &input).map_err(list_error))
+    blocking(move || crate::progress::list(&node, &path, &input).map_err(list_error))
         .await
         .map(Json)
 }

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use serde_json::{Map, Value};
 
-use super::{Actor, StoryAction, StoryError};
 use crate::error::ApiError;
 use crate::guard::Transport;
 use crate::state::Node;
+use crate::stories::{Actor, StoryAction, StoryError};
 
 /// The story and workflow routes, merged into the node's router.
 pub fn routes() -> axum::Router<Arc<Node>> {
@@ -91,7 +91,7 @@ fn caller(
     env: &Envelope,
     lowered: bool,
 ) -> Result<(String, Actor), StoryError> {
-    let (project, actor) = super::http_caller(
+    let (project, actor) = crate::stories::http_caller(
         node,
         transport,
         env.project.as_deref(),
@@ -111,7 +111,7 @@ async fn blocking(
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map(Json)
-        .map_err(|e| e.to_api())
+        .map_err(|e| to_api(&e))
 }
 
 async fn story_action(
@@ -127,7 +127,7 @@ async fn story_action(
         let action = StoryAction::from_value(&env.input)?;
         let (project, actor) = caller(&node, transport, &env, lowered)?;
         node.stories.execute(
-            &super::service::Ctx {
+            &crate::stories::service::Ctx {
                 project,
                 actor,
                 now_ms: crate::logs::now_ms(),
@@ -149,7 +149,7 @@ async fn definition_action(
     let transport = transport.map(|t| t.0);
     blocking(move || {
         let (project, actor) = caller(&node, transport, &env, lowered)?;
-        super::workflow::definition_action(&node, &project, &actor, &env.input)
+        crate::stories::workflow::definition_action(&node, &project, &actor, &env.input)
     })
     .await
 }
@@ -165,7 +165,28 @@ async fn run_action(
     let transport = transport.map(|t| t.0);
     blocking(move || {
         let (project, actor) = caller(&node, transport, &env, lowered)?;
-        super::workflow::run_action(&node, &project, &actor, &env.input)
+        crate::stories::workflow::run_action(&node, &project, &actor, &env.input)
     })
     .await
+}
+
+/// The HTTP status of a story error.
+fn status(e: &StoryError) -> StatusCode {
+    use StoryError as E;
+    match e {
+        E::Invalid(_) | E::NoProject(_) => StatusCode::BAD_REQUEST,
+        E::NotFound(_) | E::UnknownRecord { .. } => StatusCode::NOT_FOUND,
+        E::StaleRevision { .. }
+        | E::Cycle { .. }
+        | E::IdempotencyConflict { .. }
+        | E::Transition(_) => StatusCode::CONFLICT,
+        E::Forbidden { .. } | E::NotIndependent { .. } => StatusCode::FORBIDDEN,
+        E::Unavailable(_) => StatusCode::NOT_IMPLEMENTED,
+        E::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The HTTP form of a story error.
+fn to_api(e: &StoryError) -> ApiError {
+    ApiError::new(status(e), e.code(), e.to_string())
 }

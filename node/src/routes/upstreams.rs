@@ -1,7 +1,7 @@
 //! `GET /mcp/upstreams` (the file, redacted) and `PUT /mcp/upstreams {base, config}` (the
 //! delta save of spec "Upstream configuration save contract"), and the OAuth consent routes
 //! `POST /mcp/upstreams/{name}/oauth/start`, `POST …/oauth/cancel`, `GET …/oauth`. A thin
-//! adapter over [`super::Upstreams`].
+//! adapter over [`crate::upstream::Upstreams`].
 
 use std::sync::Arc;
 
@@ -13,13 +13,13 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::config::UpstreamSaveError;
-use super::oauth::OAuthError;
 use crate::error::{ApiError, JsonBody};
 use crate::state::Node;
+use crate::upstream::config::UpstreamSaveError;
+use crate::upstream::oauth::OAuthError;
 
 /// The routes, merged into the node router.
-pub fn routes() -> Router<Arc<Node>> {
+pub(crate) fn routes() -> Router<Arc<Node>> {
     Router::new()
         .route("/mcp/upstreams", get(get_upstreams).put(put_upstreams))
         .route("/mcp/upstreams/{name}/oauth", get(oauth_status))
@@ -40,7 +40,8 @@ async fn oauth_start(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let up = node.upstreams.clone();
-    let started = up.start_oauth(&node, &name).await.map_err(oauth_error)?;
+    let (started, server) = up.start_oauth(&node, &name).await.map_err(oauth_error)?;
+    super::oauth_callback::spawn(&node, server);
     Ok(Json(serde_json::to_value(started).unwrap_or_default()))
 }
 

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use serde_json::Value;
 
-use super::AutomationError;
+use crate::automations::AutomationError;
 use crate::error::ApiError;
 use crate::state::Node;
 
@@ -34,7 +34,7 @@ async fn action(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json<Value
     let input = v
         .get("input")
         .ok_or_else(|| ApiError::bad_request("input is required: {input: {action, ...}}"))?;
-    let act = super::parse_action(input).map_err(api)?;
+    let act = crate::automations::parse_action(input).map_err(api)?;
     let session = v
         .get("sessionId")
         .and_then(Value::as_str)

@@ -1,0 +1,157 @@
+//! The upstreams as a registry [`ToolSource`]: listing the ready upstreams' filtered tools
+//! and dispatching `{name}__{tool}` calls (also relayed for a node over the peer link).
+
+use super::supervisor::{qualified, tool_name};
+use super::*;
+
+impl ToolSource for Upstreams {
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    fn listings(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for e in self.entries() {
+            let l = lock(&e.live);
+            if l.status != Status::Ready {
+                continue;
+            }
+            out.extend(l.tools.iter().filter_map(|t| qualified(&e, t)));
+        }
+        out
+    }
+
+    fn owns(&self, name: &str) -> bool {
+        config::split_name(name).is_some_and(|(n, _)| self.by_name(n).is_some())
+    }
+
+    fn schema(&self, name: &str) -> Result<Value, ToolError> {
+        let (e, tool) = self.resolve(name)?;
+        let l = lock(&e.live);
+        l.tools
+            .iter()
+            .find(|t| tool_name(t) == Some(tool))
+            .and_then(|t| qualified(&e, t))
+            .ok_or_else(|| unknown_tool(&e.def.name, tool))
+    }
+
+    fn call<'a>(
+        &'a self,
+        node: &'a Arc<Node>,
+        ctx: &'a CallCtx,
+        name: &'a str,
+        args: Map<String, Value>,
+    ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let progress = match (&ctx.progress_token, &ctx.mcp_session) {
+                (Some(token), Some(sid)) => {
+                    let (node, sid) = (node.clone(), sid.clone());
+                    let sink: client::ProgressSink = Arc::new(move |params: Value| {
+                        node.mcp.sessions.push_to_session(
+                            &sid,
+                            &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}),
+                        );
+                    });
+                    Some((token.clone(), sink))
+                }
+                _ => None,
+            };
+            self.call_with(name, args, progress, None).await
+        })
+    }
+}
+
+impl Upstreams {
+    /// A call relayed for a node over the peer link (the hub's end): `progress` receives the
+    /// upstream's progress params (with a `progressToken` of no meaning to the caller, which
+    /// replaces it), and `deadline` — the node caller's — caps the upstream's own
+    /// `timeout_secs`, so a call that runs out of time is cancelled upstream
+    /// (`notifications/cancelled` on stdio) exactly as a local one is.
+    pub async fn call_relayed(
+        &self,
+        name: &str,
+        args: Map<String, Value>,
+        progress: Option<client::ProgressSink>,
+        deadline: Duration,
+    ) -> Result<Value, ToolError> {
+        let progress = progress.map(|sink| (Value::Null, sink));
+        self.call_with(name, args, progress, Some(deadline)).await
+    }
+
+    pub(super) async fn call_with(
+        &self,
+        name: &str,
+        args: Map<String, Value>,
+        progress: Option<(Value, client::ProgressSink)>,
+        deadline: Option<Duration>,
+    ) -> Result<Value, ToolError> {
+        let (e, tool) = self.resolve(name)?;
+        let client = {
+            let l = lock(&e.live);
+            if !l.tools.iter().any(|t| tool_name(t) == Some(tool)) && l.client.is_some() {
+                return Err(unknown_tool(&e.def.name, tool));
+            }
+            l.client.clone()
+        };
+        let client = client.ok_or_else(|| unavailable(&e))?;
+        let params = json!({"name": tool, "arguments": Value::Object(args)});
+        let own = Duration::from_secs(e.def.timeout_secs);
+        let timeout = deadline.map_or(own, |d| d.min(own));
+        client
+            .request("tools/call", params, timeout, progress)
+            .await
+            .map_err(|err| {
+                if matches!(
+                    err,
+                    UpstreamError::NeedsAuth { .. } | UpstreamError::AuthFailed(_)
+                ) {
+                    // A NeedsAuth on any request moves the upstream to needs_auth.
+                    *lock(&e.auth_lost) = Some(err.clone());
+                    e.auth_lost_signal.notify_one();
+                }
+                ToolError::new(err.code(), format!("upstream {}: {err}", e.def.name))
+                    .with("upstream", json!(e.def.name))
+            })
+    }
+
+    /// The upstream and its own tool name for `{name}__{tool}`, with the filter applied:
+    /// a hidden tool is refused here as it is hidden from the listing.
+    pub(super) fn resolve<'n>(
+        &self,
+        qualified: &'n str,
+    ) -> Result<(Arc<Entry>, &'n str), ToolError> {
+        let Some((n, tool)) = config::split_name(qualified) else {
+            return Err(ToolError::invalid(format!("no such tool: {qualified}")));
+        };
+        let e = self
+            .by_name(n)
+            .ok_or_else(|| ToolError::invalid(format!("no upstream named {n}")))?;
+        if !e.def.tool_filter.allows(tool) {
+            return Err(ToolError::new(
+                "tool_filtered",
+                format!("{qualified} is hidden by the tool_filter of upstream {n}"),
+            )
+            .with("upstream", json!(n)));
+        }
+        Ok((e, tool))
+    }
+}
+
+pub(super) fn unknown_tool(upstream: &str, tool: &str) -> ToolError {
+    ToolError::new(
+        "unknown_tool",
+        format!("upstream {upstream} lists no tool {tool}"),
+    )
+    .with("upstream", json!(upstream))
+}
+
+pub(super) fn unavailable(e: &Entry) -> ToolError {
+    let l = lock(&e.live);
+    let mut msg = format!("upstream {} is {}", e.def.name, l.status.as_str());
+    if let Some(x) = &l.last_error {
+        msg.push_str(&format!(" (last error: {x})"));
+    }
+    ToolError::new("upstream_unavailable", msg)
+        .with("upstream", json!(e.def.name))
+        .with("status", json!(l.status.as_str()))
+}
