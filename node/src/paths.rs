@@ -188,7 +188,10 @@ fn narrow_tree(path: &Path, depth: usize) {
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return;
     };
-    if meta.file_type().is_symlink() {
+    // Files and directories only. A socket's mode is its creator's statement, and the holder
+    // adoption reads it as evidence (a socket open to everyone is not one this node made):
+    // narrowing it here would turn a foreign socket into one that looks like ours.
+    if !(meta.is_file() || meta.is_dir()) {
         return;
     }
     let mode = meta.permissions().mode() & 0o7777;
