@@ -51,6 +51,53 @@ pub fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// A process's resident set in bytes (`VmRSS` of `/proc/<pid>/status`; children excluded).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+/// `tuic-node set-password` for the config dir `dir`; returns what it printed on stderr.
+pub fn set_password(dir: &Path, password: &str) -> String {
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &[
+            "set-password",
+            "--config-dir",
+            dir.to_str().expect("utf-8 dir"),
+        ],
+        &format!("{password}\n"),
+    )
+    .expect("set-password runs");
+    assert_eq!(code, 0, "{err}");
+    err
+}
+
+/// A node on the config dir `dir` with remote access on loopback, on a port of the system's
+/// choosing (`NodeProc::tcp`).
+pub fn remote_node(dir: &Path) -> NodeProc {
+    NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            dir.to_str().expect("utf-8 dir"),
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .expect("node starts")
+}
+
 /// Path of a workspace binary built beside the running test.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");

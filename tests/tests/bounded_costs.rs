@@ -17,15 +17,7 @@ const MB: u64 = 1024 * 1024;
 
 /// The node's resident set, in bytes.
 fn rss(node: &Node) -> u64 {
-    let pid = node.pid().expect("running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kb * 1024
+    tuic_tests::rss_bytes(node.pid().expect("running"))
 }
 
 /// Waits (bounded) until the node's RSS is at most `limit`; returns the last reading. The

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tuic_tests::{NodeProc, config_dir, ipc, ipc_stream, listening_tcp_ports, run_with_stdin};
+use tuic_tests::{
+    NodeProc, config_dir, ipc, ipc_stream, listening_tcp_ports, remote_node, run_with_stdin,
+    set_password,
+};
 
 const PASSWORD: &str = "hunter2 with spaces";
 
@@ -38,38 +41,11 @@ async fn defaults_serve_health_on_ipc_and_open_no_tcp_port() {
     assert_eq!(mode, 0o600);
 }
 
-fn set_password(d: &tempfile::TempDir) {
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir_arg(d)],
-        &format!("{PASSWORD}\n"),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-}
-
-fn remote_node(d: &tempfile::TempDir) -> NodeProc {
-    NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &dir_arg(d),
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap()
-}
-
 #[tokio::test]
 async fn remote_access_boundary_end_to_end() {
     let d = config_dir(json!({}));
-    set_password(&d);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let addr = node.tcp.expect("tcp listener");
     let base = format!("http://{addr}");
     let http = reqwest::Client::builder()
@@ -177,7 +153,7 @@ async fn remote_access_boundary_end_to_end() {
 #[tokio::test]
 async fn remote_access_without_password_does_not_start_tcp() {
     let d = config_dir(json!({}));
-    let node = remote_node(&d);
+    let node = remote_node(d.path());
     assert!(node.tcp.is_none());
     assert!(node.log_text().contains("no password is set"));
     let r = ipc(&node.socket, "GET", "/health", None).await.unwrap();
@@ -189,7 +165,7 @@ async fn busy_port_falls_through_to_the_next_and_tuic_port_overrides() {
     let d = config_dir(
         json!({"remote_access_enabled": true, "services": {"server": {"bind": "127.0.0.1", "port": 1}}}),
     );
-    set_password(&d);
+    set_password(d.path(), PASSWORD);
     // Hold a port so the node must take the next one.
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = holder.local_addr().unwrap().port();
@@ -214,7 +190,7 @@ async fn busy_port_falls_through_to_the_next_and_tuic_port_overrides() {
 #[tokio::test]
 async fn toggling_remote_access_starts_and_stops_only_tcp() {
     let d = config_dir(json!({"services": {"server": {"bind": "127.0.0.1", "port": 0}}}));
-    set_password(&d);
+    set_password(d.path(), PASSWORD);
     let node = NodeProc::start("tuic-node", &["--config-dir", &dir_arg(&d)], &[]).unwrap();
     assert!(listening_tcp_ports(node.pid()).is_empty());
     let base = ipc(&node.socket, "GET", "/config", None)
@@ -477,7 +453,7 @@ async fn remote_tool(
 #[tokio::test]
 async fn remote_clients_read_sessions_but_cannot_change_them_or_register_roots() {
     let d = config_dir(json!({}));
-    set_password(&d);
+    set_password(d.path(), PASSWORD);
     let node = NodeProc::start(
         "tuic-node",
         &[
@@ -627,7 +603,7 @@ async fn a_taken_port_is_said_on_stderr_in_health_and_in_status() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let asked = taken.local_addr().unwrap().port();
     let d = config_dir(json!({}));
-    set_password(&d);
+    set_password(d.path(), PASSWORD);
     let node = NodeProc::start(
         "tuic-node",
         &[

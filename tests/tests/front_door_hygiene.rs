@@ -9,40 +9,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tuic_tests::{NodeProc, config_dir, ipc, run_with_stdin};
+use tuic_tests::{config_dir, ipc, remote_node, run_with_stdin, set_password};
 
 const PASSWORD: &str = "first password";
 
 fn dir_arg(d: &tempfile::TempDir) -> String {
     d.path().to_str().unwrap().to_owned()
-}
-
-fn set_password(d: &tempfile::TempDir, pw: &str) -> String {
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir_arg(d)],
-        &format!("{pw}\n"),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    err
-}
-
-fn remote_node(d: &tempfile::TempDir) -> NodeProc {
-    NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &dir_arg(d),
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap()
 }
 
 /// Reads until the node closes the connection (EOF or reset). Bytes before the close (an
@@ -72,8 +44,8 @@ async fn silent_connections_are_closed_at_the_header_deadline_while_health_answe
         "header_read_timeout_ms": header_ms,
         "connections_per_address": 2_000,
     }}));
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let addr = node.tcp.expect("tcp listener");
     // 500 connections: half send nothing, half a request head that never ends.
     let opened = Instant::now();
@@ -119,8 +91,8 @@ async fn connections_past_the_per_address_cap_are_closed_at_once() {
         "header_read_timeout_ms": 120_000,
         "connections_per_address": 4,
     }}));
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let addr = node.tcp.expect("tcp listener");
     let mut held = Vec::new();
     for _ in 0..4 {
@@ -153,8 +125,8 @@ async fn running_out_of_descriptors_never_stops_the_accept_loops() {
         "header_read_timeout_ms": 2_000,
         "connections_per_address": 10_000,
     }}));
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let addr = node.tcp.expect("tcp listener");
     // Leave the node a few dozen descriptors above what it holds now.
     let open_now = std::fs::read_dir(format!("/proc/{}/fd", node.pid()))
@@ -228,12 +200,12 @@ async fn get_config(base: &str, cookie: &str) -> u16 {
 #[tokio::test]
 async fn set_password_revokes_every_earlier_login_at_once() {
     let d = config_dir(json!({}));
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
     let cookie = login(&base, PASSWORD).await.expect("login");
     assert_eq!(get_config(&base, &cookie).await, 200);
-    let err = set_password(&d, "second password");
+    let err = set_password(d.path(), "second password");
     assert!(err.contains("1 earlier login(s) revoked"), "{err}");
     // No wait for the config watcher: the command revoked through the running node. (The
     // watcher takes up the new hash within its 1 s tick and revokes again then, so a login
@@ -244,14 +216,14 @@ async fn set_password_revokes_every_earlier_login_at_once() {
 #[tokio::test]
 async fn set_password_on_a_stopped_node_revokes_its_stored_logins() {
     let d = config_dir(json!({}));
-    set_password(&d, PASSWORD);
-    let mut node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let mut node = remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
     let cookie = login(&base, PASSWORD).await.expect("login");
     node.terminate().unwrap();
-    let err = set_password(&d, "second password");
+    let err = set_password(d.path(), "second password");
     assert!(err.contains("1 earlier login(s) revoked"), "{err}");
-    let node = remote_node(&d);
+    let node = remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
     assert_eq!(get_config(&base, &cookie).await, 401);
 }
@@ -259,8 +231,8 @@ async fn set_password_on_a_stopped_node_revokes_its_stored_logins() {
 #[tokio::test]
 async fn sessions_lists_and_revokes_logins_from_the_command_line() {
     let d = config_dir(json!({}));
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
     let cookie = login(&base, PASSWORD).await.expect("login");
     let (code, out, err) =
@@ -283,8 +255,8 @@ async fn sessions_lists_and_revokes_logins_from_the_command_line() {
 #[tokio::test]
 async fn a_rotated_token_works_and_the_old_one_does_not() {
     let d = config_dir(json!({}));
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
     let token = |args: &[&str]| {
         let mut a = vec!["token", "--config-dir"];
@@ -330,8 +302,8 @@ async fn every_file_under_the_config_dir_is_this_users_alone() {
     // The fixture writes config.json with the default umask (0644), as a hand edit would.
     let d = config_dir(json!({}));
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    set_password(&d, PASSWORD);
-    let node = remote_node(&d);
+    set_password(d.path(), PASSWORD);
+    let node = remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
     // Touch what writes files: a login (the store), a config save, the activity file.
     login(&base, PASSWORD).await.expect("login");

@@ -88,15 +88,7 @@ impl NodeProc {
 
     /// The node's resident set size in bytes (its own process only).
     pub fn rss_bytes(&self) -> u64 {
-        let pid = self.child.id().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap();
-        kb * 1024
+        tuic_tests::rss_bytes(self.child.id().expect("running"))
     }
 
     /// Opens a keep-alive HTTP/1.1 connection to the IPC socket.
