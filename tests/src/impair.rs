@@ -386,12 +386,15 @@ fn relay(
                 let Some(pkt) = lines[d].pop_due(now) else {
                     break;
                 };
+                // Counted before the write: the receiver may answer, and a test read the
+                // counts, before this thread runs again (the count must never lag a packet
+                // the far side has already seen).
+                shared.counts[d][3].fetch_add(1, Ordering::Relaxed);
                 match rustix::io::write(out, &pkt) {
                     // A full device queue drops the packet, as a congested link would.
                     Ok(_) | Err(rustix::io::Errno::AGAIN) => {}
                     Err(e) => return Err(e).context("writing a TUN device"),
                 }
-                shared.counts[d][3].fetch_add(1, Ordering::Relaxed);
             }
         }
     }
