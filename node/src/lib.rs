@@ -47,4 +47,4 @@ mod web;
 
 /// The allocator option `tuic-node` re-executes itself with (see `main.rs`): the node's own
 /// setting, removed from every child's environment so a user's programs never inherit it.
-pub const ALLOCATOR_ENV: &str = "MIMALLOC_PURGE_DELAY";
+pub const ALLOCATOR_ENV: &str = "GLIBC_TUNABLES";

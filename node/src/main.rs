@@ -2,18 +2,15 @@
 
 use std::os::unix::process::CommandExt;
 
-/// mimalloc instead of glibc's malloc: a terminal's grid is thousands of row-sized blocks and
-/// glibc keeps freed blocks inside its heaps, so an ended 1,000 × 1,000 session left ~50 MB
-/// resident for the life of the process. mimalloc gives freed pages back to the OS
-/// (`MADV_DONTNEED`) — at once when its purge delay is 0, see [`PURGE_ENV`].
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// mimalloc reads its options from the environment once, before `main`, and a purge it
-/// delays runs only when the freeing thread's heap is visited again (an idle node never
-/// visits it). Delay 0 purges when the memory is freed. Setting an option from code would
-/// take `unsafe` FFI, so the node re-executes itself once with the variable set.
+/// glibc's malloc keeps freed row-sized blocks inside its heaps, so an ended 1,000 × 1,000
+/// session left ~50 MB resident for the life of the process. With a fixed mmap threshold of
+/// 16 KiB every block that large (a row of a wide grid, its scrollback) is its own mapping and
+/// goes back to the OS when freed; ordinary sessions' rows stay below it. A fixed threshold
+/// also stops glibc raising it after each free. glibc reads tunables from the environment
+/// before `main`, and setting them from code would take `unsafe` FFI, so the node
+/// re-executes itself once with the variable set.
 const PURGE_ENV: &str = tuic_node::ALLOCATOR_ENV;
+const TUNABLES: &str = "glibc.malloc.mmap_threshold=16384:glibc.malloc.trim_threshold=131072";
 
 fn main() -> std::process::ExitCode {
     if std::env::var_os(PURGE_ENV).is_none()
@@ -22,9 +19,9 @@ fn main() -> std::process::ExitCode {
         // Only returns on failure (the binary was replaced, say): then run as we are.
         let e = std::process::Command::new(exe)
             .args(std::env::args_os().skip(1))
-            .env(PURGE_ENV, "0")
+            .env(PURGE_ENV, TUNABLES)
             .exec();
-        eprintln!("tuic-node: running without {PURGE_ENV}=0 ({e})");
+        eprintln!("tuic-node: running without {PURGE_ENV} ({e})");
     }
     tuic_node::cli::main_with_name("tuic-node")
 }
