@@ -446,56 +446,42 @@ async fn symlinks_out_of_a_root_are_refused_by_every_file_route() {
         &get(format!("/fs/read-editor?repoPath={r}&file=etclink/secret")).await,
         "read-editor",
     );
-    // Writes: through the link, and through a dangling link pointing out.
-    refused(
-        &post(
+    // Writes through the link and through a dangling link pointing out; copy and move, both
+    // directions.
+    for (uri, body, what) in [
+        (
             "/fs/write-external",
             json!({"path": format!("{r}/etclink/x"), "content": "pwned"}),
-        )
-        .await,
-        "write-external through a link",
-    );
-    refused(
-        &post(
+            "write-external through a link",
+        ),
+        (
             "/fs/write-external",
             json!({"path": format!("{r}/dangling"), "content": "pwned"}),
-        )
-        .await,
-        "write-external through a dangling link",
-    );
-    // Copy and move, both directions.
-    refused(
-        &post(
+            "write-external through a dangling link",
+        ),
+        (
             "/fs/copy-abs",
             json!({"src": format!("{r}/etclink/secret"), "dest": format!("{r}/stolen")}),
-        )
-        .await,
-        "copy-abs out→in",
-    );
-    refused(
-        &post(
+            "copy-abs out→in",
+        ),
+        (
             "/fs/copy-abs",
             json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/etclink/a.txt")}),
-        )
-        .await,
-        "copy-abs in→out",
-    );
-    refused(
-        &post(
+            "copy-abs in→out",
+        ),
+        (
             "/fs/move-abs",
             json!({"src": format!("{r}/etclink/secret"), "dest": format!("{r}/stolen")}),
-        )
-        .await,
-        "move-abs out→in",
-    );
-    refused(
-        &post(
+            "move-abs out→in",
+        ),
+        (
             "/fs/move-abs",
             json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/etclink/a.txt")}),
-        )
-        .await,
-        "move-abs in→out",
-    );
+            "move-abs in→out",
+        ),
+    ] {
+        refused(&post(uri, body).await, what);
+    }
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("dropped"), "d").unwrap();
     refused(
