@@ -476,17 +476,31 @@ impl Newlines {
     }
 }
 
-/// `tuic run`: streams a session's output from its first byte to stdout until it exits;
-/// returns its exit code. To a terminal the bytes go as they are; to a pipe or a file the
-/// PTY's `\r\n` becomes `\n` ([`Newlines`]).
-pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String> {
+/// `tuic run`: streams a session's output from its first byte to stdout until it exits, and
+/// with `stderr` its separate stderr (`GET /sessions/{id}/stderr`) to this process's stderr;
+/// returns the exit code once both are complete.
+pub async fn follow(socket: &Path, route_id: &str, stderr: bool) -> Result<Option<i32>, String> {
     let route = encode_id(route_id);
     let ws = open_stream(socket, &route, 0).await.map_err(|a| match a {
         Attempt::Gone(w) | Attempt::Retry(w) => w,
     })?;
     let (_tx, mut rx) = ws.split();
     let mut newlines = (!tty::stdout_is_tty()).then(Newlines::default);
-    while let Some(msg) = rx.next().await {
+    let mut errs = stderr.then(|| StderrFollow::new(socket, &route));
+    // The stderr file has no push: it is read while output flows and at this pace when quiet.
+    let mut tick = tokio::time::interval(STDERR_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let msg = tokio::select! {
+            m = rx.next() => m,
+            _ = tick.tick(), if errs.is_some() => {
+                if let Some(e) = &mut errs {
+                    e.pull().await?;
+                }
+                continue;
+            }
+        };
+        let Some(msg) = msg else { break };
         match msg.map_err(|e| e.to_string())? {
             Message::Binary(b) => match &mut newlines {
                 Some(n) => tty::out(&n.feed(&b)),
@@ -496,6 +510,9 @@ pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String
                 Ok(StreamFrame::Exit { exit_code }) => {
                     if let Some(n) = &mut newlines {
                         tty::out(n.finish());
+                    }
+                    if let Some(e) = &mut errs {
+                        e.drain().await?;
                     }
                     return Ok(exit_code);
                 }
@@ -510,6 +527,79 @@ pub async fn follow(socket: &Path, route_id: &str) -> Result<Option<i32>, String
         }
     }
     Err("the connection closed before the session exited".into())
+}
+
+/// How often `run` reads a quiet session's stderr.
+const STDERR_POLL: Duration = Duration::from_millis(100);
+
+/// How long `run` waits, after the exit, for the stderr file to be complete (a child the
+/// program left behind may still hold it open and write).
+const STDERR_DRAIN: Duration = Duration::from_secs(5);
+
+/// Reads a session's stderr file from where it stopped and copies it to this stderr.
+struct StderrFollow {
+    socket: PathBuf,
+    route: String,
+    next: u64,
+    /// The node has no such route or the session no such file (an older node, a hub whose
+    /// node is older): nothing to follow.
+    absent: bool,
+}
+
+impl StderrFollow {
+    fn new(socket: &Path, route: &str) -> Self {
+        Self {
+            socket: socket.to_owned(),
+            route: route.to_owned(),
+            next: 0,
+            absent: false,
+        }
+    }
+
+    /// One read: copies what is new; true once the node says the stream is complete.
+    async fn pull(&mut self) -> Result<bool, String> {
+        if self.absent {
+            return Ok(true);
+        }
+        let req = Request::new(
+            "GET",
+            &format!("/sessions/{}/stderr?from_byte={}", self.route, self.next),
+        );
+        let resp = ipc::request(&self.socket, &req, REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| format!("reading stderr: {}", describe_ipc(&e)))?;
+        match resp.status() {
+            200 => {}
+            404 => {
+                self.absent = true;
+                return Ok(true);
+            }
+            s => return Err(format!("reading stderr: {s}: {}", resp.text())),
+        }
+        if !resp.body.is_empty() {
+            tty::err(&resp.body);
+        }
+        self.next = resp
+            .head
+            .header("x-next-byte")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.next + resp.body.len() as u64);
+        Ok(resp.head.header("x-stderr-complete") == Some("true"))
+    }
+
+    /// Reads until complete, for at most [`STDERR_DRAIN`].
+    async fn drain(&mut self) -> Result<(), String> {
+        let until = Instant::now() + STDERR_DRAIN;
+        while !self.pull().await? {
+            if Instant::now() >= until {
+                return Err(
+                    "the program's stderr was still being written 5 s after it exited".into(),
+                );
+            }
+            tokio::time::sleep(STDERR_POLL).await;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -239,13 +239,15 @@ struct NewArgs {
 }
 
 impl NewArgs {
-    fn spec(&self, command: &[String], no_alias: bool) -> crate::termcmd::NewSpec {
+    /// `one_off`: a `run` (no alias, stderr apart from the terminal).
+    fn spec(&self, command: &[String], one_off: bool) -> crate::termcmd::NewSpec {
         crate::termcmd::NewSpec {
             name: self.name.clone(),
             cwd: self.cwd.clone(),
             host: self.host.clone(),
             command: command.to_vec(),
-            no_alias,
+            no_alias: one_off,
+            separate_stderr: one_off,
         }
     }
 }

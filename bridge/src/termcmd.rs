@@ -235,6 +235,9 @@ pub(crate) struct NewSpec {
     pub(crate) command: Vec<String>,
     /// A one-off command (`run`): the node assigns no alias, so none is used up.
     pub(crate) no_alias: bool,
+    /// The program's stderr apart from its terminal (`run`), read back through
+    /// `GET /sessions/{id}/stderr`.
+    pub(crate) separate_stderr: bool,
 }
 
 /// Creates a session; returns the id routes take and a label.
@@ -256,6 +259,9 @@ fn create(ctx: &Ctx, spec: &NewSpec) -> Result<Resolved, Failure> {
     }
     if spec.no_alias {
         body["no_alias"] = json!(true);
+    }
+    if spec.separate_stderr {
+        body["separate_stderr"] = json!(true);
     }
     let host = spec.host.as_deref().filter(|h| *h != "local");
     let path = match host {
@@ -305,7 +311,11 @@ pub(crate) fn run(ctx: &Ctx, spec: &NewSpec) -> Result<u8, Failure> {
     let r = create(ctx, spec)?;
     let rt = runtime()?;
     let code = rt
-        .block_on(attach::follow(&ctx.target.socket, &r.route_id))
+        .block_on(attach::follow(
+            &ctx.target.socket,
+            &r.route_id,
+            spec.separate_stderr,
+        ))
         .map_err(|e| Failure::Failed(format!("{}: {e}", r.label)))?;
     Ok(code.map_or(1, |c| c.clamp(0, 255) as u8))
 }

@@ -73,6 +73,13 @@ pub fn out(bytes: &[u8]) {
     }
 }
 
+/// Writes `bytes` to stderr and flushes (a `run` session's separate stderr); a closed
+/// stderr is ignored.
+pub fn err(bytes: &[u8]) {
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_all(bytes).and_then(|()| e.flush());
+}
+
 /// Writes the CLI's text output (line-buffered by std; what is left is flushed at exit, where
 /// a broken pipe is ignored); see [`out`] for the broken-pipe rule.
 pub fn stdout_text(s: &str) {

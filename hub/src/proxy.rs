@@ -180,6 +180,14 @@ async fn proxy_http(fed: &Federation, conn: Arc<Conn>, req: Request, url: String
         Ok(r) => {
             let status = r.status();
             let ct = r.headers().get(header::CONTENT_TYPE).cloned();
+            // The node's own `x-` headers carry a route's answer beside its body (the stderr
+            // offsets, the raw ring's total): they pass through; hop-by-hop ones do not.
+            let own: Vec<_> = r
+                .headers()
+                .iter()
+                .filter(|(n, _)| n.as_str().starts_with("x-"))
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
             let bytes: Bytes = match r.bytes().await {
                 Ok(b) => b,
                 Err(e) => return unavailable(&conn.id, &describe(&e)),
@@ -188,6 +196,7 @@ async fn proxy_http(fed: &Federation, conn: Arc<Conn>, req: Request, url: String
             if let Some(ct) = ct {
                 resp.headers_mut().insert(header::CONTENT_TYPE, ct);
             }
+            resp.headers_mut().extend(own);
             resp
         }
         Err(e) => unavailable(&conn.id, &describe(&e)),

@@ -722,6 +722,115 @@ async fn run_prints_plain_newlines_uses_no_alias_and_ls_sorts_aliases_naturally(
     assert_eq!(listed, made, "GET /sessions order");
 }
 
+/// What `run_gives_…` runs: stdout and stderr interleaved, a non-ASCII byte sequence split
+/// from its line, more stderr than one read of the route returns, and its own exit status.
+const STREAMS_SCRIPT: &str = concat!(
+    "echo out1; echo err1 >&2; echo out2; ",
+    r"printf 'e\342\234\223' >&2; ",
+    r"head -c 1500000 /dev/zero | tr '\0' x >&2; exit 3",
+);
+
+fn assert_streams_apart(code: i32, out: &str, err: &str, via: &str) {
+    assert_eq!(code, 3, "{via}: {err:.300}");
+    assert_eq!(out, "out1\nout2\n", "{via}: stdout");
+    let want = format!("err1\ne✓{}", "x".repeat(1_500_000));
+    assert_eq!(err.len(), want.len(), "{via}: stderr length");
+    assert!(err == want, "{via}: stderr differs: {:.80}", err);
+}
+
+#[tokio::test]
+async fn run_gives_stdout_and_stderr_apart_locally_and_through_a_hub() {
+    let bed = FedBed::start(1).await.unwrap();
+    let hub = bed.hub.socket.clone();
+    let (code, out, err) = tuic(
+        &hub,
+        &["run", "-c", "/tmp", "--", "sh", "-c", STREAMS_SCRIPT],
+    );
+    assert_streams_apart(code, &out, &err, "local");
+    let (code, out, err) = tuic(
+        &hub,
+        &[
+            "run",
+            "-H",
+            "nodeb",
+            "-c",
+            "/tmp",
+            "--",
+            "sh",
+            "-c",
+            STREAMS_SCRIPT,
+        ],
+    );
+    assert_streams_apart(code, &out, &err, "through the hub");
+    // A program that cannot start says so on stderr with a shell's 127, not on stdout.
+    let (code, out, err) = tuic(&hub, &["run", "--", "/nonexistent/tuic-none"]);
+    assert_eq!((code, out.as_str()), (127, ""), "{err}");
+    assert!(err.contains("tuic-none"), "{err}");
+    // A session made without separate stderr has none to read; a bad offset is refused.
+    let v = call(
+        &hub,
+        "POST",
+        "/sessions",
+        Some(json!({"cwd": "/tmp", "shell": "sh", "args": ["-c", "echo e >&2; exec sleep 60"]})),
+    )
+    .await
+    .unwrap();
+    let plain = v["session_id"].as_str().unwrap().to_owned();
+    let r = ipc(&hub, "GET", &format!("/sessions/{plain}/stderr"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["code"], "no_stderr");
+    let v = call(
+        &hub,
+        "POST",
+        "/sessions",
+        Some(
+            json!({"cwd": "/tmp", "shell": "sh", "args": ["-c", "echo e >&2; exec sleep 60"],
+                    "separate_stderr": true, "no_alias": true}),
+        ),
+    )
+    .await
+    .unwrap();
+    let apart = v["session_id"].as_str().unwrap().to_owned();
+    let r = until("the separate stderr to hold the line", || async {
+        let r = ipc(
+            &hub,
+            "GET",
+            &format!("/sessions/{apart}/stderr?from_byte=0"),
+            None,
+        )
+        .await?;
+        Ok((r.status == 200 && r.body[..] == b"e\n"[..]).then_some(r))
+    })
+    .await
+    .unwrap();
+    let header = |n: &str| {
+        r.headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(header("x-next-byte").as_deref(), Some("2"));
+    assert_eq!(header("x-stderr-complete").as_deref(), Some("false"));
+    for bad in ["from_byte=99", "from_byte=-1", "from_byte=x", "offset=0"] {
+        let r = ipc(
+            &hub,
+            "GET",
+            &format!("/sessions/{apart}/stderr?{bad}"),
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 400, "{bad}: {}", String::from_utf8_lossy(&r.body));
+    }
+    // The terminal never saw it.
+    let r = ipc(&hub, "GET", &format!("/sessions/{apart}/raw-ring"), None)
+        .await
+        .unwrap();
+    assert_eq!((r.status, &r.body[..]), (200, &b""[..]));
+}
+
 /// A private tmux server (its own socket, no config): the outer terminal of a real user.
 struct Tmux {
     socket: std::path::PathBuf,

@@ -35,6 +35,7 @@ pub(super) fn routes() -> Router<Arc<Node>> {
         .route("/sessions/{id}/name", axum::routing::put(rename))
         .route("/sessions/{id}/output", get(output))
         .route("/sessions/{id}/raw-ring", get(raw_ring))
+        .route("/sessions/{id}/stderr", get(stderr))
         .route("/sessions/{id}/prompt-receipt", get(prompt_receipt))
         .route("/sessions/{id}/terminal/scroll-info", get(scroll_info))
         .route("/sessions/{id}/terminal/lines", get(lines))
@@ -327,6 +328,62 @@ async fn raw_ring(
             ),
         ],
         Bytes::from(ring),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StderrQuery {
+    #[serde(default)]
+    from_byte: u64,
+}
+
+/// The program's stderr of a session created with `separate_stderr`, from `from_byte` (at
+/// most 1 MiB per answer): `x-next-byte` is where to ask next, `x-stderr-complete: true` once
+/// the session has exited and nothing is left to read.
+async fn stderr(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    Query(q): Query<StderrQuery>,
+) -> Result<Response, ApiError> {
+    let s = find(&node, &id)?;
+    let Some(file) = s.stderr_file().map(ToOwned::to_owned) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_stderr",
+            format!(
+                "session {id} was not created with separate_stderr: its stderr is on its terminal"
+            ),
+        ));
+    };
+    // Read the exit before the file: every byte the program wrote is in the file by then.
+    let exited = s.exit().is_some();
+    let from = q.from_byte;
+    let (bytes, len) =
+        tokio::task::spawn_blocking(move || crate::session::stderr::read_from(&file, from))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("reading the stderr file: {e}")))?;
+    if from > len {
+        return Err(ApiError::bad_request(format!(
+            "from_byte {from} is past the {len} bytes written"
+        )));
+    }
+    let next = from + bytes.len() as u64;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (
+                header::HeaderName::from_static("x-next-byte"),
+                next.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-stderr-complete"),
+                (exited && next == len).to_string(),
+            ),
+        ],
+        Bytes::from(bytes),
     )
         .into_response())
 }

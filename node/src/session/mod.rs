@@ -30,6 +30,7 @@ pub mod redact;
 pub mod registry;
 pub mod screen;
 pub mod screensync;
+pub mod stderr;
 pub mod submit;
 pub mod utf8;
 
@@ -145,6 +146,9 @@ pub struct Session {
     /// The screen cells this session holds in the node's budget (`budget`); taken at exit,
     /// when the screen is released.
     charge: Mutex<Option<budget::Charge>>,
+    /// The file the program's stderr goes to, for a session created with `separate_stderr`
+    /// (`stderr`); removed when the tombstone expires.
+    stderr_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Session {
@@ -256,6 +260,12 @@ impl Session {
     /// The exit, once the process ended and its output was fully fed.
     pub fn exit(&self) -> Option<Exit> {
         self.exit.get().copied()
+    }
+
+    /// The file the program's stderr goes to, when the session was created with
+    /// `separate_stderr`.
+    pub fn stderr_file(&self) -> Option<&std::path::Path> {
+        self.stderr_file.as_deref()
     }
 
     /// The display name.

@@ -49,6 +49,19 @@ pub(super) struct Spawn {
     pub(super) parent_session: Option<String>,
     /// The screen's cells in the node's budget, already taken.
     pub(super) charge: super::budget::Charge,
+    /// Where the program's stderr goes instead of the terminal (`stderr`), when asked.
+    pub(super) stderr_file: Option<std::path::PathBuf>,
+}
+
+impl Spawn {
+    /// The program and arguments actually started: the session's own, or wrapped so that
+    /// its stderr goes to the session's stderr file (`stderr::wrap`).
+    fn launched(&self) -> (String, Vec<String>) {
+        match &self.stderr_file {
+            Some(f) => super::stderr::wrap(f, &self.shell, &self.args),
+            None => (self.shell.clone(), self.args.clone()),
+        }
+    }
 }
 
 /// The PTY master as the node holds it.
@@ -169,6 +182,7 @@ fn new_session(s: Spawn, p: Parts) -> Arc<Session> {
         description: Mutex::new(None),
         persist: p.persist,
         charge: Mutex::new(Some(s.charge)),
+        stderr_file: s.stderr_file,
     })
 }
 
@@ -197,8 +211,9 @@ pub(super) fn spawn(
         pixel_height: 0,
     };
     let pair = native_pty_system().openpty(size)?;
-    let mut cmd = CommandBuilder::new(&s.shell);
-    cmd.args(&s.args);
+    let (program, args) = s.launched();
+    let mut cmd = CommandBuilder::new(&program);
+    cmd.args(&args);
     cmd.cwd(&s.cwd);
     // The node's allocator setting is its own, not the user's programs'.
     cmd.env_remove(crate::ALLOCATOR_ENV);
@@ -262,10 +277,11 @@ pub(super) fn spawn_held(
     on_exit: impl FnOnce(&Arc<Session>) + Send + 'static,
 ) -> anyhow::Result<Arc<Session>> {
     use super::held;
+    let (program, args) = s.launched();
     let spec = super::holder::HoldSpec {
         id: s.id.clone(),
-        shell: s.shell.clone(),
-        args: s.args.clone(),
+        shell: program,
+        args,
         cwd: s.cwd.clone(),
         env: s.env.clone(),
         rows: s.rows,
@@ -590,6 +606,7 @@ mod tests {
                 name: Name::default(),
                 parent_session: None,
                 charge: Arc::new(super::super::budget::CellBudget::default()).adopt(24, 80),
+                stderr_file: None,
             },
             Arc::new(Capture::new(CaptureDir::Dir(dir.path().to_path_buf()))),
             move |_| {

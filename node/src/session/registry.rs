@@ -45,6 +45,11 @@ pub struct CreateRequest {
     /// its row omits `alias` and it answers to its PTY id and `tuic_session`.
     #[serde(default)]
     pub no_alias: bool,
+    /// The program's stderr goes to a file of its own instead of the terminal
+    /// (`GET /sessions/{id}/stderr` reads it; `tuic run` asks for it so a script gets stdout
+    /// and stderr apart). The program then sees a file, not a terminal, on fd 2.
+    #[serde(default)]
+    pub separate_stderr: bool,
     /// A stable identity to restore (a tab persisted it): kept only when it is a UUID no live
     /// session holds, else a fresh one is minted.
     #[serde(default)]
@@ -397,9 +402,23 @@ impl Registry {
         if let Some(inst) = &self.env.instance {
             env.push(("TUIC_APP_INSTANCE".into(), inst.clone()));
         }
+        let stderr_file = if req.separate_stderr {
+            match super::stderr::create_file(&self.env.socket, &id) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    let mut g = self.write();
+                    g.by_alias.remove(&alias);
+                    g.by_tuic.remove(&tuic_session);
+                    return Err(CreateError::Spawn(e));
+                }
+            }
+        } else {
+            None
+        };
         let r2 = self.clone();
         let on_exit = move |s: &Arc<Session>| r2.on_exit(s);
         let spec = Spawn {
+            stderr_file,
             id: id.clone(),
             tuic_session: tuic_session.clone(),
             alias: alias.clone(),
@@ -605,6 +624,7 @@ impl Registry {
             parent_session: rec.parent_session.clone(),
             // It exists already: counted, never refused.
             charge: self.env.cells.adopt(rec.rows, rec.cols),
+            stderr_file: super::stderr::existing(&self.env.socket, &rec.id),
         };
         let mut rec = rec;
         rec.alias = alias.clone();
@@ -697,7 +717,10 @@ impl Registry {
                 _ = tokio::time::sleep(ttl) => {}
                 _ = r.env.shutdown.cancelled() => {}
             }
-            r.write().tombstones.remove(&id);
+            let gone = r.write().tombstones.remove(&id);
+            if let Some(path) = gone.as_ref().and_then(|s| s.stderr_file()) {
+                let _ = std::fs::remove_file(path);
+            }
         });
     }
 }
