@@ -243,6 +243,8 @@ impl Federation {
         self.all()
             .into_iter()
             .map(|c| {
+                // Each row is one connection; the process's descriptor budget is in
+                // `GET /hub/connections`' `fds` and `/metrics`.
                 let s = c.snapshot();
                 let mut v = json!({
                     "id": c.id,
@@ -327,6 +329,12 @@ impl Federation {
     /// One connected period: subscribe, mirror, probe. Returns when the node is lost.
     async fn session_once(&self, conn: &Conn) -> Result<(), String> {
         let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed";
+        // Near the descriptor limit no new link is opened: the hub's IPC socket and the links
+        // already up keep the last descriptors (`server::fds`).
+        if let Err(why) = tuic_node::ext::fds::admit("session link") {
+            tracing::warn!(conn = %conn.id, "{why}");
+            return Err(why);
+        }
         let resp = self
             .node_get(conn, &format!("/events?types={types}"))
             .send()

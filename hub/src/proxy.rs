@@ -394,7 +394,13 @@ impl TcpRef for tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream> {
 
 /// `GET /hub/connections`.
 pub async fn list_connections(State(fed): State<Arc<Federation>>) -> Json<Value> {
-    Json(json!({"connections": fed.connection_rows()}))
+    use tuic_node::ext::fds;
+    let limit = fds::limit();
+    Json(json!({
+        "connections": fed.connection_rows(),
+        "fds": {"used": fds::used(), "limit": limit, "reserve": fds::reserve(limit),
+                "refused_total": fds::refused_total()},
+    }))
 }
 
 /// `POST /hub/reload`: re-read `config.json` and apply connection changes at once.

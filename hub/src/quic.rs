@@ -185,6 +185,8 @@ pub async fn dial(
     conn: &Conn,
     skip_quic_until: &std::sync::Mutex<Option<Instant>>,
 ) -> Result<LinkIo, String> {
+    // Near the descriptor limit no new link is opened (`server::fds`).
+    tuic_node::ext::fds::admit("peer link")?;
     let pref = conn.transport;
     let skip = pref == TransportPref::Auto
         && skip_quic_until

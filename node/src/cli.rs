@@ -350,6 +350,7 @@ pub fn serve(
         )
         .with(logs.layer())
         .init();
+    crate::server::fds::raise_soft_limit();
     let port_env = std::env::var("TUIC_PORT").ok().filter(|v| !v.is_empty());
     let env_port = port_env
         .map(|v| {

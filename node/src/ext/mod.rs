@@ -32,6 +32,8 @@ pub use crate::git::GitError;
 pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
 pub use crate::peer::{PendingCustody, Queued, Refusal};
 pub use crate::routes::RouterHook;
+/// The process's descriptor budget, which the hub's dials consult too.
+pub use crate::server::fds;
 use crate::state::Node;
 
 /// A session row owned by another host, as its owner lists it, with where it lives.

@@ -35,6 +35,9 @@ pub struct Metrics {
     outbox_held: IntGaugeVec,
     outbox_bytes: IntGaugeVec,
     mcp_sessions: IntGauge,
+    open_fds: IntGauge,
+    open_fds_limit: IntGauge,
+    fd_refusals: IntCounter,
     progress_entries: IntGauge,
     progress_appended: IntCounterVec,
     upstream_up: IntGaugeVec,
@@ -104,6 +107,15 @@ impl Default for Metrics {
         ));
         reg(Box::new(outbox_bytes.clone()));
         let mcp_sessions = gauge("tuic_mcp_sessions", "MCP protocol sessions.");
+        let open_fds = gauge("tuic_open_fds", "File descriptors this process holds open.");
+        let open_fds_limit = gauge(
+            "tuic_open_fds_limit",
+            "The soft RLIMIT_NOFILE (raised to the hard limit at start).",
+        );
+        let fd_refusals = counter(
+            "tuic_fd_refusals_total",
+            "New TCP clients and outbound links refused to keep the descriptor reserve.",
+        );
         let progress_entries = gauge(
             "tuic_progress_journal_entries",
             "Entries retained in the progress journal.",
@@ -158,6 +170,9 @@ impl Default for Metrics {
             outbox_held,
             outbox_bytes,
             mcp_sessions,
+            open_fds,
+            open_fds_limit,
+            fd_refusals,
             progress_entries,
             progress_appended,
             upstream_up,
@@ -208,6 +223,10 @@ impl Metrics {
             .with_label_values(&["hub"])
             .set(up["bytes"].as_i64().unwrap_or(0));
         self.mcp_sessions.set(node.mcp.sessions.len() as i64);
+        self.open_fds.set(crate::server::fds::used() as i64);
+        self.open_fds_limit
+            .set(i64::try_from(crate::server::fds::limit()).unwrap_or(i64::MAX));
+        catch_up(&self.fd_refusals, crate::server::fds::refused_total());
         self.progress_entries
             .set(node.progress.journal.len() as i64);
         for k in [Kind::Done, Kind::Blocked, Kind::Intent] {

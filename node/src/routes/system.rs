@@ -28,6 +28,10 @@ pub(super) async fn health(State(node): State<Arc<Node>>) -> Json<Value> {
     if let Some((port, fingerprint)) = tcp.quic() {
         v["quic"] = json!({"port": port, "fingerprint": fingerprint});
     }
+    v["fds"] = json!({
+        "used": crate::server::fds::used(),
+        "limit": crate::server::fds::limit(),
+    });
     v["host_name"] = json!(host_name());
     v["instance"] = json!(node.paths.instance.id().unwrap_or("default"));
     Json(v)

@@ -7,6 +7,7 @@
 
 pub(crate) mod boundary;
 mod conn;
+pub mod fds;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -377,6 +378,8 @@ async fn accept_loop(
     let hard = CancellationToken::new();
     let slots = Arc::new(conn::AddressSlots::default());
     let mut failures: u64 = 0;
+    // A run of refusals for want of descriptors is logged once, at its start.
+    let mut short_of_fds = false;
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => break,
@@ -391,6 +394,19 @@ async fn accept_loop(
                 serve_conn(s, Transport::Ipc, &app, &stop, &hard, &conns, None)
             }
             Ok(Accepted::Tcp(s, peer)) => {
+                // Near the descriptor limit a new TCP client is closed at once, so the IPC
+                // socket and the open connections keep the last descriptors.
+                match fds::admit("TCP connection") {
+                    Ok(()) => short_of_fds = false,
+                    Err(why) => {
+                        if !short_of_fds {
+                            warn!(listener = "tcp", ip = %peer.ip(), "{why}");
+                        }
+                        short_of_fds = true;
+                        drop(s);
+                        continue;
+                    }
+                }
                 let limits =
                     limits.unwrap_or_else(|| conn::ConnLimits::from_tuning(&Default::default()));
                 let slot = match slots.claim(peer.ip(), limits.per_address) {
