@@ -133,3 +133,118 @@ async fn hub_mirror_carries_a_pending_question() {
     let row = rows.iter().find(|r| r["address"] == json!(addr)).unwrap();
     assert_eq!(row["question"]["text"], "Do you want to proceed?", "{row}");
 }
+
+/// `GET /sessions` on the hub with `If-None-Match` and paging (issue 46, item 4).
+async fn hub_list(bed: &FedBed, query: &str, etag: Option<&str>) -> tuic_tests::Reply {
+    let mut b = hyper::Request::builder()
+        .method("GET")
+        .uri(format!("/sessions{query}"))
+        .header("host", "localhost");
+    if let Some(t) = etag {
+        b = b.header("if-none-match", t);
+    }
+    let req = b
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    tuic_tests::ipc_request(&bed.hub.socket, req).await.unwrap()
+}
+
+fn header(r: &tuic_tests::Reply, name: &str) -> Option<String> {
+    r.headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn the_hub_list_answers_304_while_unchanged_and_pages_by_cursor_across_hosts() {
+    let bed = FedBed::start(1).await.unwrap();
+    let shell =
+        json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "args": ["-c", "exec sleep 60"]});
+    for _ in 0..3 {
+        bed.create_on_node(0, shell.clone()).await.unwrap();
+        ipc(&bed.hub.socket, "POST", "/sessions", Some(shell.clone()))
+            .await
+            .unwrap();
+    }
+    let all = wait_hub(&bed, "six rows on the hub", |r| r.len() == 6).await;
+    // A whole list carries its tag; asking again with it costs no body while nothing changed.
+    // (A row whose state settles between the two reads changes the tag: read again, bounded.)
+    let mut tries = 0;
+    let (full, etag) = loop {
+        tries += 1;
+        let full = hub_list(&bed, "", None).await;
+        assert_eq!(full.status, 200);
+        let etag = header(&full, "etag").expect("an ETag");
+        assert_eq!(header(&full, "cache-control").as_deref(), Some("no-cache"));
+        let same = hub_list(&bed, "", Some(&etag)).await;
+        if same.status == 304 || tries == 5 {
+            assert_eq!(
+                (same.status, same.body.len()),
+                (304, 0),
+                "after {tries} tries"
+            );
+            assert_eq!(header(&same, "etag").as_deref(), Some(etag.as_str()));
+            break (full, etag);
+        }
+    };
+    // Pages of two, local rows first, then nodeb's, follow each other by cursor.
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let q = match &cursor {
+            None => "?limit=2".to_owned(),
+            Some(c) => format!("?limit=2&cursor={}", c.replace('/', "%2F")),
+        };
+        let r = hub_list(&bed, &q, None).await;
+        assert_eq!(r.status, 200, "{q}: {}", String::from_utf8_lossy(&r.body));
+        let rows: Vec<Value> = serde_json::from_slice(&r.body).unwrap();
+        assert!(rows.len() <= 2);
+        paged.extend(rows);
+        cursor = header(&r, "x-next-cursor");
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let ids = |rows: &[Value]| -> Vec<String> {
+        rows.iter()
+            .map(|r| {
+                r["address"]
+                    .as_str()
+                    .or(r["session_id"].as_str())
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(ids(&paged), ids(&all));
+    assert!(paged[5]["is_remote"] == json!(true) && paged[0].get("is_remote").is_none());
+    // A change on the other host changes the tag: the old one gets the whole new list.
+    let rows: Vec<Value> = serde_json::from_slice(&full.body).unwrap();
+    bed.create_on_node(0, shell.clone()).await.unwrap();
+    wait_hub(&bed, "the seventh row", |r| r.len() == 7).await;
+    let changed = hub_list(&bed, "", Some(&etag)).await;
+    assert_eq!(changed.status, 200);
+    assert_ne!(header(&changed, "etag").as_deref(), Some(etag.as_str()));
+    let now: Vec<Value> = serde_json::from_slice(&changed.body).unwrap();
+    assert_eq!(now.len(), rows.len() + 1);
+    // Refusals: a bad limit, a cursor whose row has gone, an unknown parameter.
+    for (q, status) in [
+        ("?limit=0", 400),
+        ("?limit=10001", 400),
+        ("?limit=x", 400),
+        ("?cursor=no-such-row", 410),
+        ("?page=2", 400),
+    ] {
+        let r = hub_list(&bed, q, None).await;
+        assert_eq!(
+            r.status,
+            status,
+            "{q}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let gone = hub_list(&bed, "?cursor=no-such-row", None).await;
+    assert_eq!(gone.json()["code"], "cursor_gone");
+    assert!(gone.json()["error"].as_str().unwrap().contains("refetch"));
+}
