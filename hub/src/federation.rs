@@ -73,6 +73,12 @@ pub struct Conn {
     /// partition (no reset reaches the hub) does not leave them hanging with the screen they
     /// follow unstored.
     pub(crate) downs: tokio::sync::watch::Sender<u64>,
+    /// Counts the times the session link came up: the mail link's driver waits on it during
+    /// its backoff, so both carriers come back together (one liveness per host).
+    pub(crate) ups: tokio::sync::watch::Sender<u64>,
+    /// When the drivers first dial: spread over [`spread_window`] after a (re)start, so a hub
+    /// with many nodes does not dial them all at the same instant.
+    pub(crate) first_dial: tokio::time::Instant,
     /// The pinned fingerprint of the node's QUIC certificate (trust on first use).
     pub(crate) pin: std::sync::Mutex<Option<String>>,
     /// Which carrier the peer link may use.
@@ -119,6 +125,18 @@ pub struct Federation {
     pub mail: Arc<PeerHub>,
     /// The last screen relayed per remote session, shown while its node is down.
     pub screens: crate::lastscreen::LastScreens,
+    /// Session links connecting at once (event stream opened, whole list read): at most
+    /// [`CONNECTS_AT_ONCE`], so the lists of many returning nodes come one batch at a time.
+    connects: tokio::sync::Semaphore,
+}
+
+/// The most session links that open their stream and read their node's whole list at once.
+const CONNECTS_AT_ONCE: usize = 32;
+
+/// The window a (re)started hub spreads its first dials over: 4 ms per connection, at most 2 s
+/// (500 nodes over 2 s; one node at once).
+pub(crate) fn spread_window(connections: usize) -> Duration {
+    Duration::from_millis(4 * connections as u64).min(Duration::from_secs(2))
 }
 
 impl Federation {
@@ -138,6 +156,7 @@ impl Federation {
             http,
             mail,
             screens: Default::default(),
+            connects: tokio::sync::Semaphore::new(CONNECTS_AT_ONCE),
         });
         node.ext.set_session_source(fed.clone());
         node.ext.set_router(fed.clone());
@@ -184,6 +203,9 @@ impl Federation {
             }
             keep
         });
+        let new = wanted.iter().filter(|w| !conns.contains_key(&w.id)).count();
+        let window = spread_window(new);
+        let now = tokio::time::Instant::now();
         for w in wanted {
             if conns.contains_key(&w.id) {
                 continue;
@@ -202,6 +224,8 @@ impl Federation {
                 state: RwLock::new(ConnState::default()),
                 stop: self.node.shutdown.child_token(),
                 downs: tokio::sync::watch::Sender::new(0),
+                ups: tokio::sync::watch::Sender::new(0),
+                first_dial: now + window.mul_f64(rand::random::<f64>()),
                 pin: std::sync::Mutex::new(w.quic_fingerprint.clone()),
                 transport: w.transport.unwrap_or(default_transport),
                 quic: std::sync::Mutex::new(None),
@@ -297,6 +321,10 @@ impl Federation {
 
     async fn drive(self: Arc<Self>, conn: Arc<Conn>) {
         let mut backoff = crate::peerlink::reconnect_backoff(&self.node);
+        tokio::select! {
+            _ = conn.stop.cancelled() => return,
+            _ = tokio::time::sleep_until(conn.first_dial) => {}
+        }
         loop {
             let ran_ok = tokio::select! {
                 _ = conn.stop.cancelled() => return,
@@ -318,7 +346,12 @@ impl Federation {
                 // A clean end after being up: start over from the smallest delay.
                 backoff = crate::peerlink::reconnect_backoff(&self.node);
             }
-            let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+            // While the host is down it is probed at a short capped interval, so a node that
+            // returns after a long outage has its sessions back within about a second.
+            let delay = backoff
+                .next()
+                .unwrap_or(Duration::from_secs(30))
+                .min(PROBE_WHILE_DOWN);
             tokio::select! {
                 _ = conn.stop.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
@@ -329,6 +362,9 @@ impl Federation {
     /// One connected period: subscribe, mirror, probe. Returns when the node is lost.
     async fn session_once(&self, conn: &Conn) -> Result<(), String> {
         let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed";
+        // Connects are paced: the stream and the whole list of at most `CONNECTS_AT_ONCE`
+        // nodes at a time.
+        let permit = self.connects.acquire().await.map_err(|e| e.to_string())?;
         // Near the descriptor limit no new link is opened: the hub's IPC socket and the links
         // already up keep the last descriptors (`server::fds`).
         if let Err(why) = tuic_node::ext::fds::admit("session link") {
@@ -347,10 +383,12 @@ impl Federation {
             ));
         }
         self.refresh(conn).await?;
+        drop(permit);
         self.update(conn, |s| {
             s.up = true;
             s.last_error = None;
         });
+        conn.ups.send_modify(|n| *n += 1);
         tracing::info!(conn = %conn.id, "connection up");
         let mut events = resp.bytes_stream();
         let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
@@ -508,6 +546,11 @@ impl Federation {
     }
 }
 
+/// The longest pause between two attempts to reach a host whose session link is down (the
+/// shared backoff's first steps are shorter): cheap (`GET /events` refused or a connect
+/// refused), and it bounds how long a returned node waits to be seen.
+const PROBE_WHILE_DOWN: Duration = Duration::from_secs(1);
+
 /// Largest event the mirror decodes (session payloads are small; a parser event may carry
 /// some text).
 const MAX_EVENT_BYTES: usize = 1 << 20;
@@ -664,5 +707,18 @@ mod tests {
         assert_eq!(got, ["closed nb/b", "created nb/c", "state nb/a done"]);
         // Nothing listed changed: nothing is said.
         assert!(listing_changes("nb", &listed_states(&back), &back).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod spread_tests {
+    use super::*;
+
+    #[test]
+    fn first_dials_spread_with_the_number_of_nodes_up_to_two_seconds() {
+        assert_eq!(spread_window(1), Duration::from_millis(4));
+        assert_eq!(spread_window(100), Duration::from_millis(400));
+        assert_eq!(spread_window(500), Duration::from_secs(2));
+        assert_eq!(spread_window(10_000), Duration::from_secs(2));
     }
 }

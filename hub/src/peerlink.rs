@@ -69,6 +69,9 @@ pub enum HubCmd {
     /// The custody commit of relayed mail whose cut-through ran out has ended: answer the
     /// node (see [`CutThrough::expire`]).
     Custody(Vec<WaitingRelay>, CommitResult, Vec<bool>),
+    /// The host's session link found it down (a reset, an ended event stream, missed
+    /// health probes): this link resets too, so both carriers say down together.
+    HostDown,
     /// A node's call has progress queued: send it on. At most one is pending per call (sent
     /// when its queue goes from empty to not empty), so a flood never grows this channel.
     Progress(
@@ -675,6 +678,11 @@ where
     hub.ensure_outbox(&conn.id);
     let mut delays = reconnect_backoff(&hub.node);
     let stop = conn.stop.clone();
+    let mut ups = conn.ups.subscribe();
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = tokio::time::sleep_until(conn.first_dial) => {}
+    }
     loop {
         let dialed = tokio::select! {
             _ = stop.cancelled() => return,
@@ -699,6 +707,9 @@ where
                 // Every change of the hub's upstream tool set reaches this link at once (the
                 // tick compares generations too, as a backstop).
                 let mut changes = hub.node.upstreams.subscribe();
+                // A host the session link finds down takes this link down with it.
+                let mut downs = conn.downs.subscribe();
+                downs.borrow_and_update();
                 let wake = tx.clone();
                 hub.node.tasks.spawn(async move {
                     loop {
@@ -706,6 +717,11 @@ where
                             _ = tx.closed() => break,
                             r = changes.changed() => {
                                 if r.is_err() || tx.send(HubCmd::UpstreamsChanged).is_err() {
+                                    break;
+                                }
+                            }
+                            r = downs.changed() => {
+                                if r.is_err() || tx.send(HubCmd::HostDown).is_err() {
                                     break;
                                 }
                             }
@@ -741,6 +757,12 @@ where
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
+            // The session link reached the host: it is back, dial now with a fresh backoff.
+            r = ups.changed() => {
+                if r.is_ok() {
+                    delays = reconnect_backoff(&hub.node);
+                }
+            }
         }
     }
 }
@@ -986,6 +1008,12 @@ impl End for HubEnd {
                 let _ = link.receipt(r);
             }
             HubCmd::UpstreamsChanged => self.hint_upstreams(link),
+            HubCmd::HostDown => {
+                if link.state() != tuic_proto::peer::LinkState::Down {
+                    tracing::info!(conn = %self.conn.id, "the session link found the host down; resetting the mail link");
+                    link.reset();
+                }
+            }
             HubCmd::Answer(rid, r) => {
                 let _ = link.respond(rid, r);
             }

@@ -339,3 +339,85 @@ async fn hub_upload_route_is_refused_over_tcp() {
         .unwrap();
     assert_eq!(r.status(), 403);
 }
+
+/// Issue 46, item 3: one liveness per host. A node killed and left dead is down on both
+/// carriers (session mirror and mail link) within 3 s; restarted after a 30 s outage, its
+/// sessions are back on the hub within 2 s and the mail link with them.
+#[tokio::test]
+async fn a_dead_node_is_down_on_both_carriers_at_once_and_back_within_two_seconds_of_its_restart() {
+    let mut bed = FedBed::start(1).await.unwrap();
+    let row = |c: &[serde_json::Value]| c.iter().find(|c| c["id"] == "nodeb").cloned().unwrap();
+    // Both carriers up, and a session that outlives its node (held).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = row(&bed.connections().await.unwrap());
+        if c["up"] == json!(true) && c["peer_link_up"] == json!(true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never up on both carriers: {c}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let sid = bed
+        .create_on_node(
+            0,
+            json!({"shell": "/bin/sh", "args": ["-c", "exec sleep 600"]}),
+        )
+        .await
+        .unwrap();
+    let address = format!("nodeb/{sid}");
+    bed.wait_listed(&address, Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    bed.nodes[0].kill9();
+    let killed = Instant::now();
+    loop {
+        let c = row(&bed.connections().await.unwrap());
+        if c["up"] == json!(false) && c["peer_link_up"] == json!(false) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "a dead host still reads up after 3 s: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // The outage: the host stays dead for 30 s (the scenario, not a wait for an event).
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let c = row(&bed.connections().await.unwrap());
+    assert_eq!(
+        (&c["up"], &c["peer_link_up"]),
+        (&json!(false), &json!(false)),
+        "{c}"
+    );
+
+    bed.nodes[0].restart().unwrap();
+    let restarted = Instant::now();
+    loop {
+        let c = row(&bed.connections().await.unwrap());
+        let rows = bed.hub_sessions().await.unwrap();
+        let listed = rows
+            .iter()
+            .any(|r| r["address"] == json!(address) && r["state"] != json!("host_offline"));
+        if c["up"] == json!(true) && listed {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(2),
+            "the node's sessions were not back 2 s after its restart: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // The mail link follows the session link at once rather than after its own backoff.
+    loop {
+        let c = row(&bed.connections().await.unwrap());
+        if c["peer_link_up"] == json!(true) {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(4),
+            "the mail link was not back with the sessions: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
