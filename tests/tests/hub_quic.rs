@@ -41,6 +41,29 @@ async fn wait_row(
     }
 }
 
+/// The UDP sockets process `pid` holds: its socket descriptors whose inodes are in its
+/// namespace's `/proc/net/udp` and `udp6` tables.
+fn udp_sockets(pid: u32) -> usize {
+    let mut inodes = std::collections::HashSet::new();
+    for t in ["udp", "udp6"] {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).unwrap_or_default();
+        for line in table.lines().skip(1) {
+            if let Some(ino) = line.split_whitespace().nth(9) {
+                inodes.insert(ino.to_owned());
+            }
+        }
+    }
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .filter(|ino| inodes.contains(ino))
+        .count()
+}
+
 fn link_up_over(t: &'static str) -> impl Fn(&Value) -> bool {
     move |r| r["peer_link_up"] == true && r["transport"] == t
 }
@@ -120,6 +143,10 @@ async fn mail_and_listings_travel_over_quic_with_the_certificate_pinned() {
         );
         assert_eq!(row["transport_preference"], "auto");
     }
+    // Both QUIC links share the hub's one client UDP socket (issue 46, item 1): the hub holds
+    // one UDP socket, plus its own QUIC listener when it serves one.
+    let listener = usize::from(health(&bed.hub).await.get("quic").is_some());
+    assert_eq!(udp_sockets(bed.hub.pid()), 1 + listener);
     let saved = std::fs::read_to_string(bed.hub_dir.path().join("config.json")).unwrap();
     let fp = health(bed.nodes[0].proc()).await["quic"]["fingerprint"]
         .as_str()

@@ -192,9 +192,31 @@ pub fn changed_error(pinned: &str, presented: &str) -> String {
     )
 }
 
-/// The hub's side: dials the node's QUIC listener at `addr`, accepts only the certificate with
-/// fingerprint `pin`, opens the link's stream and authenticates with `token` (first frame),
-/// all within `limit`. The endpoint must be kept as long as the link.
+/// The hub's UDP socket for every QUIC link it dials, one per address family: quinn
+/// multiplexes connections on one endpoint, so a link costs no descriptor of its own. Made
+/// on first use (inside the runtime); a failed bind is not kept, so the next dial tries again.
+pub fn client_endpoint(v6: bool) -> Result<quinn::Endpoint, DialError> {
+    static V4: std::sync::Mutex<Option<quinn::Endpoint>> = std::sync::Mutex::new(None);
+    static V6: std::sync::Mutex<Option<quinn::Endpoint>> = std::sync::Mutex::new(None);
+    let slot = if v6 { &V6 } else { &V4 };
+    let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = g.as_ref() {
+        return Ok(e.clone());
+    }
+    let bind: SocketAddr = if v6 {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let e = quinn::Endpoint::client(bind)
+        .map_err(|e| DialError::Unreachable(format!("binding a UDP socket: {e}")))?;
+    *g = Some(e.clone());
+    Ok(e)
+}
+
+/// The hub's side: dials the node's QUIC listener at `addr` from the shared
+/// [`client_endpoint`], accepts only the certificate with fingerprint `pin`, opens the link's
+/// stream and authenticates with `token` (first frame), all within `limit`.
 pub async fn connect(
     addr: SocketAddr,
     pin: &str,
@@ -208,17 +230,10 @@ pub async fn connect(
         .map_err(|e| Unreachable(format!("QUIC TLS config: {e}")))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
     cfg.transport_config(Arc::new(transport_config(Some(KEEP_ALIVE))));
-    let bind: SocketAddr = if addr.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    let mut endpoint = quinn::Endpoint::client(bind)
-        .map_err(|e| Unreachable(format!("binding a UDP socket: {e}")))?;
-    endpoint.set_default_client_config(cfg);
+    let endpoint = client_endpoint(addr.is_ipv6())?;
     let attempt = async {
         let connecting = endpoint
-            .connect(addr, "tuic-node")
+            .connect_with(cfg, addr, "tuic-node")
             .map_err(|e| Unreachable(format!("QUIC connect: {e}")))?;
         let conn = match connecting.await {
             Ok(c) => c,
