@@ -416,7 +416,11 @@ async fn handle(
             body: None,
             listen: Some(params.get("notifications").cloned().unwrap_or(json!({}))),
         },
-        _ => method_not_found(&id, &method, stateless),
+        _ => match super::features::dispatch(node, &ctx, &method, &params).await {
+            Some(Ok(v)) => Outcome::ok(p::result(id, v)),
+            Some(Err(e)) => Outcome::ok(p::error(id, e.code, e.message)),
+            None => method_not_found(&id, &method, stateless),
+        },
     }
 }
 
@@ -504,7 +508,9 @@ fn check_modern(
 }
 
 fn capabilities() -> Value {
-    json!({"tools": {"listChanged": true}, "experimental": {"claude/channel": {}}})
+    let mut c = json!({"tools": {"listChanged": true}, "experimental": {"claude/channel": {}}});
+    super::features::capabilities(&mut c);
+    c
 }
 
 fn server_info() -> Value {
@@ -699,10 +705,19 @@ async fn tools_call(
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
+    let started = Instant::now();
     let (r, passthrough) = match node.mcp.registry.call(node, ctx, name, args).await {
         Err(e) => return Outcome::ok(p::error(id, p::INVALID_PARAMS, e)),
         Ok(r) => r,
     };
+    super::features::logging::tool_called(
+        node,
+        ctx,
+        name,
+        &action,
+        started.elapsed().as_millis() as u64,
+        r.as_ref().err().map(|e| e.code),
+    );
     // An upstream-style value that already is a CallToolResult becomes the result unchanged;
     // a malformed one falls back to the compact JSON text envelope below.
     if passthrough
