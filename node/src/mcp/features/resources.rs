@@ -81,8 +81,15 @@ fn decode(s: &str) -> String {
         .into_owned()
 }
 
+/// Everything but RFC 3986's unreserved characters is escaped in a URI segment.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 fn encode(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 /// The name a session is addressed by in URIs: its alias, else its PTY id.
