@@ -417,7 +417,18 @@ async fn handle(
             listen: Some(params.get("notifications").cloned().unwrap_or(json!({}))),
         },
         _ => match super::features::dispatch(node, &ctx, &method, &params).await {
-            Some(Ok(v)) => Outcome::ok(p::result(id, v)),
+            Some(Ok(mut v)) => {
+                if modern {
+                    // 2026-07-28: the listings and reads are cacheable results; every result
+                    // says it is complete.
+                    if super::features::cacheable(&method) {
+                        cache_envelope(&mut v);
+                    } else {
+                        v["resultType"] = json!("complete");
+                    }
+                }
+                Outcome::ok(p::result(id, v))
+            }
             Some(Err(e)) => Outcome::ok(p::error(id, e.code, e.message)),
             None => method_not_found(&id, &method, stateless),
         },

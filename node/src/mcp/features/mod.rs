@@ -53,10 +53,19 @@ pub struct Features {
 
 /// The capabilities these features add to `initialize` / `server/discover`.
 pub(crate) fn capabilities(caps: &mut Value) {
-    caps["resources"] = json!({"subscribe": true, "listChanged": true});
+    caps["resources"] = json!({"subscribe": true, "listChanged": false});
     caps["prompts"] = json!({"listChanged": false});
     caps["logging"] = json!({});
     caps["completions"] = json!({});
+}
+
+/// Methods whose 2026-07-28 results carry the cache envelope (`resultType`, `ttlMs`,
+/// `cacheScope`).
+pub(crate) fn cacheable(method: &str) -> bool {
+    matches!(
+        method,
+        "resources/list" | "resources/templates/list" | "resources/read" | "prompts/list"
+    )
 }
 
 /// Parses `params` into `T`, or the `-32602` that says why not.
