@@ -43,19 +43,21 @@ impl ToolSource for Upstreams {
         args: Map<String, Value>,
     ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            let progress = match (&ctx.progress_token, &ctx.mcp_session) {
-                (Some(token), Some(sid)) => {
-                    let (node, sid) = (node.clone(), sid.clone());
-                    let sink: client::ProgressSink = Arc::new(move |params: Value| {
-                        node.mcp.sessions.push_to_session(
-                            &sid,
-                            &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}),
-                        );
-                    });
-                    Some((token.clone(), sink))
-                }
-                _ => None,
-            };
+            // The caller's token is restored in the params: the request's own stream when it
+            // has one, else the session's GET /mcp stream.
+            let progress = ctx.progress_token.as_ref().map(|token| {
+                let (node, sid) = (node.clone(), ctx.mcp_session.clone());
+                let sink: client::ProgressSink = Arc::new(move |params: Value| {
+                    let token = params.get("progressToken").cloned().unwrap_or(Value::Null);
+                    crate::mcp::features::streams::progress_out(
+                        &node,
+                        sid.as_deref(),
+                        &token,
+                        &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}),
+                    );
+                });
+                (token.clone(), sink)
+            });
             self.call_with(name, args, progress, None).await
         })
     }

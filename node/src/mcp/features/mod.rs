@@ -13,6 +13,7 @@ pub(crate) mod completion;
 pub(crate) mod logging;
 pub(crate) mod prompts;
 pub(crate) mod resources;
+pub(crate) mod streams;
 
 use std::sync::Arc;
 
@@ -49,6 +50,8 @@ pub struct Features {
     pub(crate) subs: resources::Subscriptions,
     /// `logging/setLevel` per protocol session.
     pub(crate) logging: logging::Levels,
+    /// Event streams of running `tools/call` requests that asked for progress.
+    pub(crate) routes: streams::Routes,
 }
 
 /// The capabilities these features add to `initialize` / `server/discover`.
