@@ -269,3 +269,148 @@ async fn bad_input_is_refused_with_clear_errors() {
         .json();
     assert_eq!(st["resource_subscriptions"], 256, "{st}");
 }
+
+/// `resources/read` of a 200×50 screen over IPC (one keep-alive connection, 1,000 reads), and
+/// `updated` fan-out to 100 subscribers (100 protocol sessions, each with its `GET /mcp`
+/// stream) of one busy session: every stream gets updates, and a third busy round grows the
+/// node by less than 2 MB (the first two fill the session's scrollback).
+#[tokio::test]
+async fn screen_reads_are_fast_and_fan_out_to_100_subscribers_does_not_grow_the_node() {
+    let node = NodeProc::start(json!({})).await;
+    let sid = initialize(&node, None).await;
+    let mut conn = node.connect().await;
+    let h = [("mcp-session-id", sid.as_str())];
+    let created = conn
+        .rpc(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "session",
+                "arguments": {"action": "create", "shell": "/bin/sh", "rows": 50, "cols": 200}}}),
+            &h,
+        )
+        .await
+        .json();
+    let made: Value =
+        serde_json::from_str(created["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let pty = made["session_id"].as_str().unwrap().to_owned();
+    let uri = format!("tuic://sessions/{pty}/screen");
+    let input = |cmd: &str| {
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "session",
+            "arguments": {"action": "input", "session_id": pty, "input": cmd, "special_key": "enter"}}})
+    };
+    let read =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": uri}});
+    // A full screen: 60 lines of 199 digits.
+    conn.rpc(
+        &input("for i in $(seq 60); do printf '%0199d\\n' $i; done"),
+        &h,
+    )
+    .await;
+    let full = format!("{:0199}", 60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let r = conn.rpc(&read, &h).await.json();
+        if r["result"]["contents"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(&full))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "screen filled: {r}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut took = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        let t0 = std::time::Instant::now();
+        let r = conn.rpc(&read, &h).await;
+        took.push(t0.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(r.status, 200);
+    }
+    took.sort_by(f64::total_cmp);
+    let (p50, p99) = (took[500], took[990]);
+    eprintln!(
+        "resources/read 200x50 screen over IPC: p50 {p50:.3} ms, p99 {p99:.3} ms (1000 reads)"
+    );
+    assert!(p50 < 5.0, "p50 {p50} ms");
+
+    // 100 subscribers, each with its own protocol session and GET /mcp stream.
+    let mut counters = Vec::new();
+    for _ in 0..100 {
+        let s = initialize(&node, None).await;
+        let mut c = node.connect().await;
+        let r = c
+            .rpc(
+                &json!({"jsonrpc": "2.0", "id": 4, "method": "resources/subscribe", "params": {"uri": uri}}),
+                &[("mcp-session-id", s.as_str())],
+            )
+            .await
+            .json();
+        assert_eq!(r["result"], json!({}), "{r}");
+        let mut g = node.connect().await;
+        let resp = g
+            .send_head(
+                "GET",
+                "/mcp",
+                &[
+                    ("accept", "text/event-stream"),
+                    ("mcp-session-id", s.as_str()),
+                ],
+                "",
+            )
+            .await;
+        assert_eq!(resp.status(), 200);
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let n = seen.clone();
+        tokio::spawn(async move {
+            use http_body_util::BodyExt;
+            let _keep = g;
+            let mut body = resp.into_body();
+            while let Some(Ok(f)) = body.frame().await {
+                if let Ok(d) = f.into_data() {
+                    let k = String::from_utf8_lossy(&d)
+                        .matches("notifications/resources/updated")
+                        .count();
+                    n.fetch_add(k as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        counters.push(seen);
+    }
+    // 6,000 lines of 199 columns a round: two rounds fill the 10,000-row scrollback, so a
+    // third one measures what the notifications cost, not the terminal's own history.
+    let busy = "for i in $(seq 6000); do printf '%0199d\\n' $i; done; echo busy-done";
+    let round = async |conn: &mut mcp_support::Conn, tag: &str| {
+        let cmd = busy.replace("busy-done", tag);
+        conn.rpc(&input(&cmd), &h).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let r = conn.rpc(&read, &h).await.json();
+            let t = r["result"]["contents"][0]["text"].as_str().unwrap_or("");
+            if t.lines().any(|l| l.trim() == tag) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{tag} in time");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    round(&mut conn, "round-1-done").await;
+    round(&mut conn, "round-2-done").await;
+    let before = node.rss_bytes();
+    round(&mut conn, "round-3-done").await;
+    let after = node.rss_bytes();
+    let counts: Vec<u64> = counters
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    eprintln!(
+        "100 subscribers: node RSS {} KiB before the third busy round, {} KiB after; updates per subscriber min {} max {}",
+        before / 1024,
+        after / 1024,
+        counts.iter().min().unwrap(),
+        counts.iter().max().unwrap()
+    );
+    assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
+    assert!(
+        after < before + 2 * 1024 * 1024,
+        "the node grew {} KiB in a round",
+        (after.saturating_sub(before)) / 1024
+    );
+}

@@ -377,7 +377,17 @@ async fn handle(
     if stateless && let Err(o) = check_modern(req, headers, &id, &method, &params) {
         return o;
     }
-    if stateless && matches!(method.as_str(), "initialize" | "ping" | "logging/setLevel") {
+    // Methods 2026-07-28 removed (subscriptions go through `subscriptions/listen` there).
+    if stateless
+        && matches!(
+            method.as_str(),
+            "initialize"
+                | "ping"
+                | "logging/setLevel"
+                | "resources/subscribe"
+                | "resources/unsubscribe"
+        )
+    {
         return method_not_found(&id, &method, true);
     }
     if method == "initialize" {

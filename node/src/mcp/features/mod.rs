@@ -102,3 +102,51 @@ pub(crate) async fn dispatch(
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// Every `type` in a schema, with its JSON pointer.
+    fn types<'a>(v: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    // A property that is named `type` holds a schema (an object).
+                    if k == "type" && !x.is_object() {
+                        out.push((at.clone(), x));
+                    }
+                    types(x, format!("{at}/{k}"), out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    types(x, format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The strict-schema lint (what Inspector `--strict` and Gemini/OpenAPI-style clients
+    /// reject): no native tool's input schema uses a type array; nullable values are `anyOf`.
+    #[test]
+    fn native_input_schemas_have_no_type_arrays() {
+        let reg = crate::mcp::registry::Registry::default();
+        let mut all = crate::config::Config::default();
+        all.disabled_native_tools.clear();
+        let listed = reg.list(&all, false);
+        assert!(listed.len() >= 12, "{} tools", listed.len());
+        for t in &listed {
+            let mut found = Vec::new();
+            types(&t["inputSchema"], String::new(), &mut found);
+            for (at, ty) in found {
+                assert!(
+                    ty.is_string(),
+                    "{}: inputSchema{at}/type is {ty}, not a single type name",
+                    t["name"]
+                );
+            }
+        }
+    }
+}
