@@ -186,7 +186,10 @@ impl Listener {
     }
 }
 
-/// A `tools/call` in the listener's protocol session, with a progress token.
+/// A `tools/call` in the listener's protocol session, with a progress token, from a client
+/// that accepts JSON only: the answer is JSON and the progress goes to the session's `GET /mcp`
+/// stream (an event-stream client gets it on the POST's own stream, see
+/// `mcp_progress_stream.rs`).
 async fn call_with_progress(
     socket: &Path,
     sid: &str,
@@ -194,13 +197,16 @@ async fn call_with_progress(
     args: Value,
     token: &str,
 ) -> Value {
-    let r = mcp(
-        socket,
-        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": name, "arguments": args, "_meta": {"progressToken": token}}}),
-        Some(sid),
-    )
-    .await;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": name, "arguments": args, "_meta": {"progressToken": token}}});
+    let req = Request::post("/mcp")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("mcp-session-id", sid)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let r = ipc_request(socket, req).await.unwrap();
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     r.json()["result"].clone()
 }

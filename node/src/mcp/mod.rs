@@ -7,6 +7,7 @@
 //! test oracles. It owns no PTYs and no mailboxes: the terminal core and agent mail plug in
 //! through [`sessions::IdentityLiveness`] and the tool handlers.
 
+pub(crate) mod features;
 pub(crate) mod fixtures;
 pub(crate) mod instructions;
 pub(crate) mod protocol;
@@ -64,6 +65,8 @@ pub struct McpState {
     /// claim: the spec throttles the WARN to one per claimant pair (bounded, see
     /// `tools::agent::CLAIM_WARNINGS`).
     pub(crate) claim_warnings: Mutex<std::collections::HashSet<(String, String)>>,
+    /// Resources, prompts, logging and completion state (subscriptions, levels).
+    pub features: features::Features,
 }
 
 /// Where a UI's answer to one suspend request goes.
@@ -81,6 +84,7 @@ impl McpState {
             confirms: Mutex::new(std::collections::HashMap::new()),
             suspends: Mutex::new(std::collections::HashMap::new()),
             claim_warnings: Mutex::new(std::collections::HashSet::new()),
+            features: features::Features::default(),
             changes: tokio::sync::broadcast::channel(16).0,
         };
         if cfg.mcp_conformance_fixtures {
@@ -358,6 +362,7 @@ async fn status(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> 
         "disabled_native_tools": cfg.disabled_native_tools,
         "sessions": node.mcp.sessions.stats(),
         "tasks": node.mcp.tasks.len(),
+        "resource_subscriptions": node.mcp.features.subs.total(),
         "peer_uplink": node.peer.uplink_status(),
         "native_tools": native,
         "upstreams": node.upstreams.status(),

@@ -44,6 +44,17 @@ struct Outcome {
     body: Option<String>,
     /// A `subscriptions/listen` request: answered with an event stream, not JSON.
     listen: Option<Value>,
+    /// A `tools/call` answered as an event stream: its progress, then its result.
+    stream: Option<CallStream>,
+}
+
+/// The messages of a streamed `tools/call` (progress, then the result).
+struct CallStream(futures::stream::BoxStream<'static, String>);
+
+impl std::fmt::Debug for CallStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallStream")
+    }
 }
 
 impl Outcome {
@@ -55,6 +66,7 @@ impl Outcome {
             status,
             body: Some(body.to_string()),
             listen: None,
+            stream: None,
         }
     }
     fn rendered(body: String) -> Self {
@@ -62,6 +74,7 @@ impl Outcome {
             status: StatusCode::OK,
             body: Some(body),
             listen: None,
+            stream: None,
         }
     }
     fn accepted() -> Self {
@@ -69,6 +82,7 @@ impl Outcome {
             status: StatusCode::ACCEPTED,
             body: None,
             listen: None,
+            stream: None,
         }
     }
 }
@@ -80,6 +94,9 @@ struct Req {
     session: Option<String>,
     version_header: Option<String>,
     tuic_session: Option<String>,
+    /// `Accept` names `text/event-stream` explicitly: a call with a progress token is answered
+    /// as an event stream.
+    sse: bool,
 }
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -179,6 +196,7 @@ pub(crate) async fn post(
         session: header(&headers, SESSION_HEADER).map(str::to_owned),
         version_header: header(&headers, VERSION_HEADER).map(str::to_owned),
         tuic_session,
+        sse: names_event_stream(&headers),
     };
     if let Some(v) = &req.version_header
         && !p::SUPPORTED.contains(&v.as_str())
@@ -202,6 +220,9 @@ pub(crate) async fn post(
             let out = handle(&node, &req, &headers, &single, &mut minted, false).await;
             if let Some(filter) = out.listen {
                 return listen(&node, filter);
+            }
+            if let Some(stream) = out.stream {
+                return call_stream(&node, stream);
             }
             let session = minted.as_deref();
             match out.body {
@@ -356,7 +377,17 @@ async fn handle(
     if stateless && let Err(o) = check_modern(req, headers, &id, &method, &params) {
         return o;
     }
-    if stateless && matches!(method.as_str(), "initialize" | "ping" | "logging/setLevel") {
+    // Methods 2026-07-28 removed (subscriptions go through `subscriptions/listen` there).
+    if stateless
+        && matches!(
+            method.as_str(),
+            "initialize"
+                | "ping"
+                | "logging/setLevel"
+                | "resources/subscribe"
+                | "resources/unsubscribe"
+        )
+    {
         return method_not_found(&id, &method, true);
     }
     if method == "initialize" {
@@ -410,13 +441,32 @@ async fn handle(
             }
             Outcome::ok(p::result(id, r))
         }
+        "tools/call" if req.sse && !in_batch && ctx.progress_token.is_some() => {
+            streamed_call(node, ctx, id, params, modern).await
+        }
         "tools/call" => tools_call(node, &ctx, id, &params, modern).await,
         "subscriptions/listen" if stateless && !in_batch => Outcome {
             status: StatusCode::OK,
             body: None,
             listen: Some(params.get("notifications").cloned().unwrap_or(json!({}))),
+            stream: None,
         },
-        _ => method_not_found(&id, &method, stateless),
+        _ => match super::features::dispatch(node, &ctx, &method, &params).await {
+            Some(Ok(mut v)) => {
+                if modern {
+                    // 2026-07-28: the listings and reads are cacheable results; every result
+                    // says it is complete.
+                    if super::features::cacheable(&method) {
+                        cache_envelope(&mut v);
+                    } else {
+                        v["resultType"] = json!("complete");
+                    }
+                }
+                Outcome::ok(p::result(id, v))
+            }
+            Some(Err(e)) => Outcome::ok(p::error(id, e.code, e.message)),
+            None => method_not_found(&id, &method, stateless),
+        },
     }
 }
 
@@ -504,7 +554,9 @@ fn check_modern(
 }
 
 fn capabilities() -> Value {
-    json!({"tools": {"listChanged": true}, "experimental": {"claude/channel": {}}})
+    let mut c = json!({"tools": {"listChanged": true}, "experimental": {"claude/channel": {}}});
+    super::features::capabilities(&mut c);
+    c
 }
 
 fn server_info() -> Value {
@@ -699,10 +751,19 @@ async fn tools_call(
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
+    let started = Instant::now();
     let (r, passthrough) = match node.mcp.registry.call(node, ctx, name, args).await {
         Err(e) => return Outcome::ok(p::error(id, p::INVALID_PARAMS, e)),
         Ok(r) => r,
     };
+    super::features::logging::tool_called(
+        node,
+        ctx,
+        name,
+        &action,
+        started.elapsed().as_millis() as u64,
+        r.as_ref().err().map(|e| e.code),
+    );
     // An upstream-style value that already is a CallToolResult becomes the result unchanged;
     // a malformed one falls back to the compact JSON text envelope below.
     if passthrough
@@ -790,6 +851,91 @@ fn listen(node: &Arc<Node>, filter: Value) -> Response {
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(keepalive))
         .into_response()
+}
+
+/// Whether `Accept` names `text/event-stream` itself (not only through `*/*` or no header: a
+/// plain client keeps getting JSON).
+fn names_event_stream(headers: &HeaderMap) -> bool {
+    let values = || {
+        headers
+            .get_all(ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+    };
+    values().any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+        && p::accepts_sse(values())
+}
+
+/// A `tools/call` with a progress token from a client that reads event streams: the call runs
+/// inside the response's stream, its progress (routed here by
+/// [`super::features::streams::progress_out`]) is written as it comes, then the result, then
+/// the stream ends. A dropped response cancels the call, as a dropped JSON request does.
+async fn streamed_call(
+    node: &Arc<Node>,
+    ctx: CallCtx,
+    id: Value,
+    params: Map<String, Value>,
+    modern: bool,
+) -> Outcome {
+    let token = ctx.progress_token.clone().unwrap_or(Value::Null);
+    let Some((route, rx)) =
+        super::features::streams::open(node, ctx.mcp_session.as_deref(), &token)
+    else {
+        // The same token is in use by a running call of this session: plain JSON.
+        return tools_call(node, &ctx, id, &params, modern).await;
+    };
+    let n = node.clone();
+    let call = async move {
+        let out = tools_call(&n, &ctx, id, &params, modern).await;
+        // The route goes before the result is written: nothing queues behind it.
+        drop(route);
+        out.body.unwrap_or_default()
+    };
+    enum St {
+        Running(
+            futures::future::BoxFuture<'static, String>,
+            tokio::sync::mpsc::Receiver<String>,
+        ),
+        Draining(tokio::sync::mpsc::Receiver<String>, String),
+        Done,
+    }
+    let stream = futures::stream::unfold(St::Running(Box::pin(call), rx), |st| async move {
+        match st {
+            St::Running(mut call, mut rx) => {
+                tokio::select! {
+                    biased;
+                    Some(m) = rx.recv() => Some((m, St::Running(call, rx))),
+                    result = &mut call => match rx.try_recv() {
+                        Ok(m) => Some((m, St::Draining(rx, result))),
+                        Err(_) => Some((result, St::Done)),
+                    },
+                }
+            }
+            St::Draining(mut rx, result) => match rx.try_recv() {
+                Ok(m) => Some((m, St::Draining(rx, result))),
+                Err(_) => Some((result, St::Done)),
+            },
+            St::Done => None,
+        }
+    });
+    Outcome {
+        status: StatusCode::OK,
+        body: None,
+        listen: None,
+        stream: Some(CallStream(Box::pin(stream))),
+    }
+}
+
+/// The event-stream answer of a [`streamed_call`].
+fn call_stream(node: &Arc<Node>, CallStream(stream): CallStream) -> Response {
+    let keepalive = Duration::from_millis(node.config().tuning.sse_keepalive_ms.max(1000));
+    Sse::new(
+        stream.map(|m| {
+            Ok::<_, std::convert::Infallible>(SseEvent::default().event("message").data(m))
+        }),
+    )
+    .keep_alive(KeepAlive::new().interval(keepalive))
+    .into_response()
 }
 
 /// Releases a stream's sender when the stream is dropped, only while it holds its generation.

@@ -241,7 +241,7 @@ impl Metrics {
         self.upstream_failures.reset();
         for u in node.upstreams.status() {
             let name = u["name"].as_str().unwrap_or_default();
-            let ready = u["status"] == "ready";
+            let ready = u["status"] == "ready" || u["status"] == "degraded";
             self.upstream_up
                 .with_label_values(&[name])
                 .set(i64::from(ready));

@@ -178,7 +178,12 @@ impl HubTools {
             .fetch_add(coalesced, Ordering::Relaxed);
         params.insert("progressToken".into(), relay.token.clone());
         let msg = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
-        if node.mcp.sessions.push_to_session(&relay.mcp_session, &msg) {
+        if crate::mcp::features::streams::progress_out(
+            node,
+            Some(&relay.mcp_session),
+            &relay.token,
+            &msg,
+        ) {
             self.progress_relayed.fetch_add(1, Ordering::Relaxed);
         } else {
             self.progress_dropped.fetch_add(1, Ordering::Relaxed);

@@ -84,6 +84,9 @@ pub enum Transport {
     Http {
         /// The MCP endpoint.
         url: String,
+        /// Which protocol era to speak: `auto` (default), `legacy` or `modern`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        protocol: Option<String>,
     },
 }
 
@@ -213,13 +216,21 @@ impl UpstreamsFile {
                 Transport::Stdio { command, .. } if command.trim().is_empty() => {
                     return Err(format!("{}: must not be empty", at("transport.command")));
                 }
-                Transport::Http { url } if origin_of(url).is_none() => {
+                Transport::Http {
+                    protocol: Some(p), ..
+                } if !matches!(p.as_str(), "auto" | "legacy" | "modern") => {
+                    return Err(format!(
+                        "{}: {p:?} must be \"auto\", \"legacy\" or \"modern\"",
+                        at("transport.protocol")
+                    ));
+                }
+                Transport::Http { url, .. } if origin_of(url).is_none() => {
                     return Err(format!(
                         "{}: {url:?} is not an http(s) URL",
                         at("transport.url")
                     ));
                 }
-                Transport::Http { url } if url.contains('@') => {
+                Transport::Http { url, .. } if url.contains('@') => {
                     return Err(format!(
                         "{}: credentials do not belong in the URL; use auth",
                         at("transport.url")

@@ -15,7 +15,7 @@ impl Upstreams {
     ) -> anyhow::Result<()> {
         for c in creds {
             let origin = file.get(&c.id).and_then(|s| match &s.transport {
-                Transport::Http { url } => config::origin_of(url),
+                Transport::Http { url, .. } => config::origin_of(url),
                 Transport::Stdio { .. } => None,
             });
             let cred = Credential::bearer(origin, c.token.clone());
@@ -73,7 +73,7 @@ impl Upstreams {
             id: def.id.clone(),
             name: def.name.clone(),
             origin: match &def.transport {
-                Transport::Http { url } => config::origin_of(url),
+                Transport::Http { url, .. } => config::origin_of(url),
                 Transport::Stdio { .. } => None,
             },
             declared,
@@ -145,7 +145,7 @@ impl Upstreams {
         let e = self
             .by_name(name)
             .ok_or_else(|| oauth::OAuthError::NotFound(format!("no upstream named {name}")))?;
-        let Transport::Http { url } = &e.def.transport else {
+        let Transport::Http { url, .. } = &e.def.transport else {
             return Err(oauth::OAuthError::Invalid(format!(
                 "upstream {name} is a stdio upstream; only http upstreams authorize"
             )));

@@ -85,6 +85,8 @@ pub struct HttpClient {
     url: String,
     bearer: BearerSource,
     session: Mutex<Option<String>>,
+    /// Serializes re-initializing after the server forgot the session.
+    reinit: tokio::sync::Mutex<()>,
     era: Mutex<Era>,
     choice: EraChoice,
 }
@@ -108,8 +110,10 @@ enum Posted {
     Accepted,
     /// 401 with this challenge.
     Unauthorized(String),
-    /// 404 on a session request: the session expired.
-    SessionGone,
+    /// 404 or 400 on a session request: the session expired (the spec says 404; the
+    /// reference servers answer 400 for an id they do not know, e.g. after a restart). The
+    /// HTTP status and an excerpt of the body, for the error when a new session does not help.
+    SessionGone(String),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -141,6 +145,7 @@ impl HttpClient {
             url: url.to_owned(),
             bearer,
             session: Mutex::new(None),
+            reinit: tokio::sync::Mutex::new(()),
             era: Mutex::new(Era::Unknown),
             choice,
         })
@@ -290,6 +295,7 @@ impl HttpClient {
         loop {
             // Re-read per attempt: a completed re-authorization counts at once.
             let bearer = self.bearer.bearer().await?;
+            let sent = lock(&self.session).clone();
             match self.post(method, msg, bearer.as_deref(), &mut rx).await? {
                 Posted::Answer(a) => return a,
                 Posted::Accepted => return Ok(Value::Null),
@@ -307,13 +313,20 @@ impl HttpClient {
                         www_authenticate: www,
                     });
                 }
-                Posted::SessionGone if !reinitialized && method != "initialize" => {
+                Posted::SessionGone(why) if !reinitialized => {
                     reinitialized = true;
-                    tracing::info!(source = "upstream", upstream = %self.core.upstream, "upstream session expired; initializing again");
-                    self.reinitialize().await?;
+                    // One new session for all the requests that found the old one gone:
+                    // whoever comes second retries on the session the first one made.
+                    let _one = self.reinit.lock().await;
+                    if *lock(&self.session) == sent {
+                        tracing::info!(source = "upstream", upstream = %self.core.upstream, answer = %why, "upstream session unknown to the server; initializing again");
+                        self.reinitialize().await?;
+                    }
                 }
-                Posted::SessionGone => {
-                    return Err(UpstreamError::Closed("the upstream session ended".into()));
+                Posted::SessionGone(why) => {
+                    return Err(UpstreamError::Closed(format!(
+                        "the upstream refused its new session too ({why})"
+                    )));
                 }
             }
         }
@@ -377,8 +390,17 @@ impl HttpClient {
                 .to_owned();
             return Ok(Posted::Unauthorized(www));
         }
-        if status == reqwest::StatusCode::NOT_FOUND && had_session {
-            return Ok(Posted::SessionGone);
+        if had_session
+            && method != "initialize"
+            && (status == reqwest::StatusCode::NOT_FOUND
+                || status == reqwest::StatusCode::BAD_REQUEST)
+        {
+            let body = resp.text().await.unwrap_or_default();
+            return Ok(Posted::SessionGone(format!(
+                "HTTP {status} from {}: {}",
+                self.url,
+                excerpt(&body)
+            )));
         }
         if let Some(s) = resp
             .headers()

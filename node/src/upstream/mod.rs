@@ -100,6 +100,8 @@ struct Live {
     connected_at_ms: Option<u64>,
     /// The last 401's `WWW-Authenticate` challenge (OAuth discovery starts from it).
     challenge: Option<String>,
+    /// The breaker's bounds as the supervisor last read them (proxied calls count too).
+    btun: Option<breaker::Tuning>,
 }
 
 /// One configured upstream.
@@ -115,6 +117,14 @@ struct Entry {
     /// refused): the supervisor leaves `ready` for `needs_auth`.
     auth_lost: Mutex<Option<UpstreamError>>,
     auth_lost_signal: Notify,
+    /// Proxied calls failed past the breaker's threshold: the supervisor stops serving the
+    /// connection and reconnects as the verdict says.
+    broken: Mutex<Option<(UpstreamError, Verdict)>>,
+    broken_signal: Notify,
+    /// A call found the upstream down: the supervisor cuts its pause short and tries now.
+    probe: Notify,
+    /// Fires (to all waiters) after every connect attempt, whatever its outcome.
+    attempted: Notify,
 }
 
 use oauth::{Credential, vault_key};
@@ -140,6 +150,18 @@ pub struct Upstreams {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Live {
+    /// The status as shown: a `ready` upstream with failures since its last success is
+    /// `degraded` (still listed and called, probed sooner).
+    fn status_str(&self) -> &'static str {
+        if self.status == Status::Ready && self.breaker.failures() > 0 {
+            "degraded"
+        } else {
+            self.status.as_str()
+        }
+    }
 }
 
 impl Upstreams {
@@ -254,11 +276,16 @@ impl Upstreams {
                             next_retry_at_ms: None,
                             connected_at_ms: None,
                             challenge: None,
+                            btun: None,
                         }),
                         stop: node.shutdown.child_token(),
                         kick: Notify::new(),
                         auth_lost: Mutex::new(None),
                         auth_lost_signal: Notify::new(),
+                        broken: Mutex::new(None),
+                        broken_signal: Notify::new(),
+                        probe: Notify::new(),
+                        attempted: Notify::new(),
                     });
                     if def.enabled {
                         started.push(e.clone());
@@ -332,7 +359,7 @@ impl Upstreams {
                     "name": e.def.name,
                     "transport": match e.def.transport { Transport::Stdio { .. } => "stdio", Transport::Http { .. } => "http" },
                     "enabled": e.def.enabled,
-                    "status": l.status.as_str(),
+                    "status": l.status_str(),
                     "tools": listed,
                     "tools_total": l.tools.len(),
                     "failures": l.breaker.failures(),

@@ -43,19 +43,21 @@ impl ToolSource for Upstreams {
         args: Map<String, Value>,
     ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            let progress = match (&ctx.progress_token, &ctx.mcp_session) {
-                (Some(token), Some(sid)) => {
-                    let (node, sid) = (node.clone(), sid.clone());
-                    let sink: client::ProgressSink = Arc::new(move |params: Value| {
-                        node.mcp.sessions.push_to_session(
-                            &sid,
-                            &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}),
-                        );
-                    });
-                    Some((token.clone(), sink))
-                }
-                _ => None,
-            };
+            // The caller's token is restored in the params: the request's own stream when it
+            // has one, else the session's GET /mcp stream.
+            let progress = ctx.progress_token.as_ref().map(|token| {
+                let (node, sid) = (node.clone(), ctx.mcp_session.clone());
+                let sink: client::ProgressSink = Arc::new(move |params: Value| {
+                    let token = params.get("progressToken").cloned().unwrap_or(Value::Null);
+                    crate::mcp::features::streams::progress_out(
+                        &node,
+                        sid.as_deref(),
+                        &token,
+                        &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}),
+                    );
+                });
+                (token.clone(), sink)
+            });
             self.call_with(name, args, progress, None).await
         })
     }
@@ -86,32 +88,119 @@ impl Upstreams {
         deadline: Option<Duration>,
     ) -> Result<Value, ToolError> {
         let (e, tool) = self.resolve(name)?;
-        let client = {
-            let l = lock(&e.live);
-            if !l.tools.iter().any(|t| tool_name(t) == Some(tool)) && l.client.is_some() {
-                return Err(unknown_tool(&e.def.name, tool));
-            }
-            l.client.clone()
-        };
-        let client = client.ok_or_else(|| unavailable(&e))?;
-        let params = json!({"name": tool, "arguments": Value::Object(args)});
         let own = Duration::from_secs(e.def.timeout_secs);
         let timeout = deadline.map_or(own, |d| d.min(own));
-        client
+        let started = std::time::Instant::now();
+        let client = match self.client_of(&e, tool)? {
+            Some(c) => c,
+            None => {
+                // Down (circuit open, failed, reconnecting): ask for an attempt now and wait
+                // for its outcome within the call's deadline, so an upstream that is back is
+                // used at once instead of after the breaker's backoff.
+                self.await_attempt(&e, timeout).await;
+                self.client_of(&e, tool)?.ok_or_else(|| unavailable(&e))?
+            }
+        };
+        let params = json!({"name": tool, "arguments": Value::Object(args)});
+        let timeout = timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        let r = client
             .request("tools/call", params, timeout, progress)
-            .await
-            .map_err(|err| {
-                if matches!(
-                    err,
-                    UpstreamError::NeedsAuth { .. } | UpstreamError::AuthFailed(_)
-                ) {
-                    // A NeedsAuth on any request moves the upstream to needs_auth.
-                    *lock(&e.auth_lost) = Some(err.clone());
-                    e.auth_lost_signal.notify_one();
+            .await;
+        // The breaker counts proxied calls as it counts health checks: a success closes it, a
+        // failure of the connection (not an error the upstream answered) counts toward it.
+        // A timeout counts only when it was the upstream's own deadline, not a caller's
+        // shorter one.
+        let counts = match &r {
+            Ok(_) => false,
+            Err(UpstreamError::Timeout(_)) => timeout >= own,
+            Err(err) => matches!(
+                err,
+                UpstreamError::Transport(_) | UpstreamError::Closed(_) | UpstreamError::Protocol(_)
+            ),
+        };
+        match &r {
+            Ok(_) => {
+                let mut l = lock(&e.live);
+                if l.breaker.failures() > 0
+                    && l.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client))
+                {
+                    l.breaker.success();
                 }
-                ToolError::new(err.code(), format!("upstream {}: {err}", e.def.name))
-                    .with("upstream", json!(e.def.name))
-            })
+            }
+            Err(err) if counts => self.call_failed(&e, &client, err),
+            Err(_) => {}
+        }
+        r.map_err(|err| {
+            if matches!(
+                err,
+                UpstreamError::NeedsAuth { .. } | UpstreamError::AuthFailed(_)
+            ) {
+                // A NeedsAuth on any request moves the upstream to needs_auth.
+                *lock(&e.auth_lost) = Some(err.clone());
+                e.auth_lost_signal.notify_one();
+            }
+            ToolError::new(err.code(), format!("upstream {}: {err}", e.def.name))
+                .with("upstream", json!(e.def.name))
+        })
+    }
+
+    /// The connected client for a call of `tool`, `None` while the upstream is down.
+    fn client_of(&self, e: &Entry, tool: &str) -> Result<Option<Arc<Client>>, ToolError> {
+        let l = lock(&e.live);
+        if !l.tools.iter().any(|t| tool_name(t) == Some(tool)) && l.client.is_some() {
+            return Err(unknown_tool(&e.def.name, tool));
+        }
+        Ok(l.client.clone())
+    }
+
+    /// Asks the supervisor of a down upstream for a connect attempt now and waits (at most
+    /// `limit`) for its outcome. Not for `needs_auth`/`authorizing`/`disabled`: a retry does
+    /// not help those.
+    async fn await_attempt(&self, e: &Entry, limit: Duration) {
+        let attempted = e.attempted.notified();
+        tokio::pin!(attempted);
+        attempted.as_mut().enable();
+        {
+            let l = lock(&e.live);
+            if l.client.is_some()
+                || !matches!(
+                    l.status,
+                    Status::CircuitOpen | Status::Failed | Status::Connecting
+                )
+            {
+                return;
+            }
+            if l.status != Status::Connecting {
+                e.probe.notify_one();
+            }
+        }
+        let _ = tokio::time::timeout(limit, attempted).await;
+    }
+
+    /// A proxied call failed on the connection: counted, recorded, and when the breaker says
+    /// so the supervisor drops the connection and reconnects after its backoff.
+    fn call_failed(&self, e: &Entry, client: &Arc<Client>, err: &UpstreamError) {
+        let verdict = {
+            let mut l = lock(&e.live);
+            // A failure of a connection already replaced says nothing about the new one.
+            if !l.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+                return;
+            }
+            let btun = l
+                .btun
+                .unwrap_or_else(|| breaker::Tuning::from_config(&crate::config::Tuning::default()));
+            l.last_error = Some(err.to_string());
+            l.last_error_at_ms = Some(crate::logs::now_ms());
+            l.breaker.failure(&btun)
+        };
+        tracing::warn!(source = "upstream", upstream = %e.def.name, error = %err, ?verdict, "proxied call failed");
+        if !matches!(verdict, Verdict::Degraded { .. }) {
+            *lock(&e.broken) = Some((err.clone(), verdict));
+        }
+        // Wakes the serving loop either way: it re-reads the failures and probes sooner.
+        e.broken_signal.notify_one();
     }
 
     /// The upstream and its own tool name for `{name}__{tool}`, with the filter applied:

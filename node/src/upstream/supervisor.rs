@@ -21,6 +21,7 @@ impl Upstreams {
                     l.status = Status::Connecting;
                 }
                 l.next_retry_at_ms = None;
+                l.btun = Some(btun);
             }
             let connect_timeout = Duration::from_millis(tun.upstream_connect_timeout_ms.max(100));
             let attempt = tokio::select! {
@@ -41,6 +42,7 @@ impl Upstreams {
                     }
                     tracing::info!(source = "upstream", upstream = %name, protocol = %client.protocol(), tools = lock(&e.live).tools.len(), "upstream ready");
                     self.bump();
+                    e.attempted.notify_waiters();
                     let end = self.serve(&node, &e, &client, events).await;
                     {
                         let mut l = lock(&e.live);
@@ -82,6 +84,7 @@ impl Upstreams {
                         Status::Authorizing
                     };
                 }
+                e.attempted.notify_waiters();
                 tokio::select! {
                     _ = e.stop.cancelled() => break,
                     _ = e.kick.notified() => continue,
@@ -109,9 +112,14 @@ impl Upstreams {
                     health
                 }
             };
+            // Calls waiting for this attempt look again now that its outcome is published.
+            e.attempted.notify_waiters();
             tokio::select! {
                 _ = e.stop.cancelled() => break,
                 _ = e.kick.notified() => {}
+                _ = e.probe.notified() => {
+                    tracing::debug!(source = "upstream", upstream = %name, "a call asked for a retry now");
+                }
                 _ = tokio::time::sleep(pause) => {}
             }
         }
@@ -173,12 +181,12 @@ impl Upstreams {
                 c.notify("notifications/initialized", json!({})).await;
                 Arc::new(Client::Stdio(c))
             }
-            Transport::Http { url } => {
-                let choice = match e.def.extra.get("protocol").and_then(Value::as_str) {
-                    Some("legacy") => http::EraChoice::Legacy,
-                    Some("modern") => http::EraChoice::Modern,
-                    _ => http::EraChoice::Auto,
-                };
+            Transport::Http { url, .. } => {
+                let (choice, deprecated) = era_choice(&e.def);
+                if deprecated {
+                    tracing::warn!(source = "upstream", upstream = %e.def.name,
+                        "a server-level \"protocol\" is deprecated; move it to transport.protocol");
+                }
                 let c = http::HttpClient::new(
                     &e.def.name,
                     url,
@@ -210,7 +218,18 @@ impl Upstreams {
     ) -> Ended {
         loop {
             let tun = node.config().tuning.clone();
-            let health = Duration::from_millis(tun.upstream_health_interval_ms.max(10));
+            let btun = breaker::Tuning::from_config(&tun);
+            let mut health = Duration::from_millis(tun.upstream_health_interval_ms.max(10));
+            let degraded = {
+                let mut l = lock(&e.live);
+                l.btun = Some(btun);
+                l.breaker.failures() > 0
+            };
+            if degraded {
+                // Failed calls made it degraded: probe at the backoff base, not the slow tick,
+                // so a dead upstream opens the circuit and a restarted one is seen soon.
+                health = health.min(btun.base);
+            }
             let timeout = Duration::from_millis(tun.upstream_connect_timeout_ms.max(100));
             let refresh = tokio::select! {
                 _ = e.stop.cancelled() => return Ended::Stop,
@@ -218,6 +237,12 @@ impl Upstreams {
                 _ = e.auth_lost_signal.notified() => {
                     if let Some(err) = lock(&e.auth_lost).take() {
                         return Ended::Failed(err, Verdict::Failed);
+                    }
+                    continue;
+                }
+                _ = e.broken_signal.notified() => {
+                    if let Some((err, verdict)) = lock(&e.broken).take() {
+                        return Ended::Failed(err, verdict);
                     }
                     continue;
                 }
@@ -279,6 +304,27 @@ pub(super) enum Ended {
     Stop,
     Kick,
     Failed(UpstreamError, Verdict),
+}
+
+/// The era an HTTP upstream is to speak: `transport.protocol` (as documented), else the old
+/// server-level `protocol` (accepted; `true` asks for a deprecation warning), else `auto`.
+pub(super) fn era_choice(def: &ServerDef) -> (http::EraChoice, bool) {
+    let documented = match &def.transport {
+        Transport::Http { protocol, .. } => protocol.as_deref(),
+        Transport::Stdio { .. } => None,
+    };
+    let legacy_place = def.extra.get("protocol").and_then(Value::as_str);
+    let (value, deprecated) = match (documented, legacy_place) {
+        (Some(v), _) => (Some(v), false),
+        (None, Some(v)) => (Some(v), true),
+        (None, None) => (None, false),
+    };
+    let choice = match value {
+        Some("legacy") => http::EraChoice::Legacy,
+        Some("modern") => http::EraChoice::Modern,
+        _ => http::EraChoice::Auto,
+    };
+    (choice, deprecated)
 }
 
 pub(super) fn tool_name(t: &Value) -> Option<&str> {
@@ -445,4 +491,40 @@ pub fn spawn(node: &Arc<Node>) {
             n.mcp.notify_list_changed();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(v: Value) -> ServerDef {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_era_is_read_from_transport_protocol_and_the_old_place_still_works() {
+        let url = "http://127.0.0.1:9/mcp";
+        let documented = def(json!({"id": "a", "name": "a",
+            "transport": {"type": "http", "url": url, "protocol": "legacy"}}));
+        assert_eq!(era_choice(&documented), (http::EraChoice::Legacy, false));
+        // It survives a save (the file keeps it where the docs put it).
+        assert_eq!(
+            serde_json::to_value(&documented).unwrap()["transport"]["protocol"],
+            "legacy"
+        );
+        let old = def(json!({"id": "a", "name": "a", "protocol": "modern",
+            "transport": {"type": "http", "url": url}}));
+        assert_eq!(era_choice(&old), (http::EraChoice::Modern, true));
+        let both = def(json!({"id": "a", "name": "a", "protocol": "modern",
+            "transport": {"type": "http", "url": url, "protocol": "auto"}}));
+        assert_eq!(era_choice(&both), (http::EraChoice::Auto, false));
+        let none = def(json!({"id": "a", "name": "a", "transport": {"type": "http", "url": url}}));
+        assert_eq!(era_choice(&none), (http::EraChoice::Auto, false));
+        let bad: UpstreamsFile =
+            serde_json::from_value(json!({"servers": [{"id": "a", "name": "a",
+            "transport": {"type": "http", "url": url, "protocol": "newest"}}]}))
+            .unwrap();
+        let err = bad.validate().unwrap_err();
+        assert!(err.contains("servers[0].transport.protocol"), "{err}");
+    }
 }

@@ -54,7 +54,7 @@ Orchestrators: children report results with send; read them with inbox or wait, 
                 "command": {"type": "string"},
                 "cwd": {"type": "string"},
                 "keep_open": {"type": "boolean"},
-                "pty_description": {"type": ["string", "null"]}
+                "pty_description": {"anyOf": [{"type": "string"}, {"type": "null"}]}
             }),
         )
     },

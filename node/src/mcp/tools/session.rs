@@ -59,7 +59,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
                 "session_id": {"type": "string", "description": "PTY id, tuic_session or alias"},
                 "input": {"type": "string"},
                 "special_key": {"type": "string", "enum": ["enter", "tab", "escape", "ctrl-c", "ctrl-d", "ctrl-u", "up", "down", "left", "right", "backspace"]},
-                "pty_description": {"type": ["string", "null"]},
+                "pty_description": {"anyOf": [{"type": "string"}, {"type": "null"}]},
                 "timeout_ms": {"type": "integer", "minimum": 0},
                 "format": {"type": "string", "enum": ["text", "raw"]},
                 "limit": {"type": "integer", "minimum": 1},
