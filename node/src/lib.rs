@@ -35,6 +35,7 @@ pub mod peer;
 pub mod progress;
 mod repos;
 pub mod routes;
+pub mod secrets;
 mod server;
 pub mod share;
 pub mod session;

@@ -45,8 +45,8 @@ pub struct Node {
     config: RwLock<Arc<Config>>,
     /// Flag overrides for this run.
     pub overrides: Mutex<RunOverrides>,
-    /// Secrets.
-    pub vault: Vault,
+    /// Secrets (shared with the secret tool's service).
+    pub vault: Arc<Vault>,
     /// The embedded store.
     pub store: Arc<Store>,
     /// Event bus behind `GET /events` (shared with the session layer's environment).
@@ -105,6 +105,8 @@ pub struct Node {
     pub audit: Arc<crate::audit::Audit>,
     /// Scoped share links (`crate::share`).
     pub shares: Arc<crate::share::Shares>,
+    /// The secret tool's service (`crate::secrets`).
+    pub secrets: Arc<crate::secrets::Secrets>,
 }
 
 impl Node {
@@ -119,11 +121,11 @@ impl Node {
         paths.narrow_modes();
         let config_file = ConfigFile::new(paths.config_file());
         let config = config_file.load()?;
-        let vault = Vault::open(
+        let vault = Arc::new(Vault::open(
             &paths.config_dir,
             paths.secrets_file(),
             config.secret_store == SecretStore::Auto,
-        );
+        ));
         let node_token = vault
             .get_or_create(NODE_TOKEN, vault::random_token)
             .context("loading the node token")?;
@@ -157,6 +159,14 @@ impl Node {
         mcp.registry.add_source(upstreams.clone());
         mcp.registry.add_source(peer.hub_tools.clone());
         let bus = Arc::new(Bus::default());
+        let secrets = Arc::new(
+            crate::secrets::Secrets::open(crate::secrets::SecretsEnv {
+                vault: vault.clone(),
+                store: store.clone(),
+                bus: bus.clone(),
+            })
+            .context("opening the secret names")?,
+        );
         let tasks = TaskTracker::new();
         let shutdown = CancellationToken::new();
         let shares = Arc::new(
@@ -171,6 +181,7 @@ impl Node {
         let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
             audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
             shares,
+            secrets,
             sessions: Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),

@@ -13,6 +13,7 @@ mod oauth_callback;
 mod ops;
 mod progress;
 mod repos;
+mod secrets;
 mod sessions;
 mod share;
 pub mod stories;
@@ -98,6 +99,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
         .merge(share::routes())
+        .merge(secrets::routes())
         .merge(progress::routes())
         .merge(stories::routes())
         .merge(automations::routes())
