@@ -21,9 +21,12 @@ async fn pages_and_assets_carry_etags_and_revalidate_with_304() {
     let node = Node::start(None).await.unwrap();
     let mut tags = Vec::new();
     for (path, ct, needle) in [
-        ("/", "text/html", "/assets/app.js"),
-        ("/mobile", "text/html", "/assets/app.js"),
-        ("/mobile/s/x", "text/html", "/assets/app.js"),
+        ("/", "text/html", "/assets/entry.js"),
+        ("/mobile", "text/html", "/assets/entry.js"),
+        ("/mobile/s/x", "text/html", "/assets/entry.js"),
+        ("/index.html", "text/html", "/assets/entry.js"),
+        ("/assets/entry.js", "text/javascript", "/assets/app.js"),
+        ("/share.html", "text/html", "/assets/share.js"),
         ("/mobile/login", "text/html", "password"),
         ("/assets/app.js", "text/javascript", "SessionView"),
         ("/assets/view.js", "text/javascript", "ScreenClient"),

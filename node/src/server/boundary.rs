@@ -33,7 +33,8 @@ fn is_public(method: &Method, path: &str) -> bool {
     ) || (method == Method::GET
         && (path.starts_with("/assets/login")
             || path == "/share.html"
-            || path == "/assets/share.js"))
+            || path == "/assets/share.js"
+            || path == "/assets/app.css"))
 }
 
 /// The peer link: only the node token opens it. A person's login (cookie or Basic) is not a
@@ -392,7 +393,8 @@ fn unauthenticated(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/html"));
-    let app_page = path == "/" || path == "/mobile" || path.starts_with("/mobile/");
+    let app_page =
+        path == "/" || path == "/index.html" || path == "/mobile" || path.starts_with("/mobile/");
     if method == Method::GET && wants_html && app_page {
         let next = match query {
             Some(q) => format!("{path}?{q}"),
