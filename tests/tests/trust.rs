@@ -209,7 +209,7 @@ async fn each_act_writes_its_audit_entry_and_never_the_bytes_even_across_kill_9(
     let deadline = Instant::now() + Duration::from_secs(10);
     let entries = loop {
         let e = audit(&n.socket, "").await;
-        if e.iter().any(|x| x["kind"] == "detach") || Instant::now() > deadline {
+        if e.iter().any(|x| x["kind"] == "detach" && x["via"] == "tcp") || Instant::now() > deadline {
             break e;
         }
         tokio::task::yield_now().await;
@@ -226,12 +226,18 @@ async fn each_act_writes_its_audit_entry_and_never_the_bytes_even_across_kill_9(
     assert_eq!(input["who"], login_who);
     assert_eq!(input["session"], id.as_str());
     assert_eq!(input["detail"]["bytes"], typed.len());
-    let attach = find(&entries, "attach");
+    let over_tcp = |kind: &str| {
+        entries
+            .iter()
+            .find(|e| e["kind"] == kind && e["via"] == "tcp")
+            .unwrap_or_else(|| panic!("no {kind} over tcp in {entries:#?}"))
+    };
+    let attach = over_tcp("attach");
     assert_eq!(
         (&attach["who"], &attach["via"], &attach["detail"]["mode"]),
         (&login_who, &json!("tcp"), &json!("read_write"))
     );
-    let detach = find(&entries, "detach");
+    let detach = over_tcp("detach");
     assert_eq!(detach["detail"]["bytes_in"], "ws-typed-2718\n".len());
     let config = find(&entries, "config_changed");
     assert_eq!(config["detail"]["keys"], json!(["progress_tracking"]));
@@ -456,7 +462,7 @@ async fn a_share_token_opens_only_its_sessions_view_and_each_refusal_has_its_cod
         (json!({"session": "nope"}), 404),
         (json!({"session": id, "ttl": "soon"}), 400),
         (json!({"session": id, "ttl": "8d"}), 400),
-        (json!({"session": id, "scope": "admin"}), 400),
+        (json!({"session": id, "scope": "admin"}), 422),
     ] {
         assert_eq!(
             ipc(&n.socket, "POST", "/shares", Some(body.clone())).await.status,
@@ -527,7 +533,6 @@ async fn an_answer_only_link_answers_the_question_and_nothing_else() {
 #[tokio::test]
 async fn a_read_only_link_in_a_phone_browser_shows_the_live_screen_and_refuses_the_rest() {
     let (_d, n) = node();
-    let base = format!("http://{}", n.tcp.unwrap());
     let id = shell(&n.socket).await;
     let made = ipc_ok(
         &n.socket,

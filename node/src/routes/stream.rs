@@ -90,15 +90,14 @@ pub(super) async fn ws(
                     crate::logs::now_ms(),
                 )
             });
-            let run = opened.run(node.clone(), tx, rx);
-            match &grant {
+            match grant {
+                // The link's end ends the client's side of the stream: the service then
+                // stops as when a client leaves, and both halves of the socket close.
                 Some(g) => {
-                    tokio::select! {
-                        _ = run => {}
-                        _ = g.ended() => {}
-                    }
+                    let rx = rx.take_until(Box::pin(async move { g.ended().await }));
+                    opened.run(node.clone(), tx, rx).await;
                 }
-                None => run.await,
+                None => opened.run(node.clone(), tx, rx).await,
             }
             drop(viewer);
             let bytes = typed.load(std::sync::atomic::Ordering::Relaxed);
