@@ -191,6 +191,52 @@ enum Cmd {
         #[arg(long)]
         host: Option<String>,
     },
+    /// The audit log, newest first (GET /audit).
+    Audit {
+        /// Only these kinds (comma-separated: login,attach,input,...).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only entries on this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only entries at or after this time (unix ms).
+        #[arg(long)]
+        since_ms: Option<u64>,
+        /// Entries to show (100; at most 1,000).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Share one session with a link: read-only (default) or answer-only, until --ttl.
+    Share {
+        /// The session (any of its addresses).
+        session: Option<String>,
+        /// Screen and history only (the default).
+        #[arg(long, conflicts_with = "answer")]
+        read_only: bool,
+        /// Screen, history, and answering the questions it shows.
+        #[arg(long)]
+        answer: bool,
+        /// Lifetime: 90s, 15m, 1h (default), 2d; at most 7 days.
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// List links (of SESSION when given) with their viewers.
+        #[arg(long)]
+        list: bool,
+        /// Revoke link ID (its viewers are cut at once).
+        #[arg(long, value_name = "ID")]
+        revoke: Option<String>,
+    },
+    /// Secrets for agents' `secret` tool: list | set NAME | rm NAME | answer (values are
+    /// typed with echo off and never shown).
+    Secret {
+        /// list, set, rm or answer.
+        cmd: String,
+        /// The secret's name (set, rm).
+        name: Option<String>,
+    },
     /// Upstream MCP servers behind the node.
     Mcp {
         #[command(subcommand)]
@@ -980,6 +1026,36 @@ pub fn main() -> ExitCode {
         } => story(&ctx, json, project.as_deref(), session_id.as_deref()),
         Cmd::Cp { args } => cp(&ctx, args),
         Cmd::Mcp { cmd } => mcp_cmd(&ctx, cmd),
+        Cmd::Audit {
+            kind,
+            session,
+            since_ms,
+            limit,
+            json,
+        } => crate::trust::audit(
+            &ctx,
+            kind.as_deref(),
+            session.as_deref(),
+            *since_ms,
+            *limit,
+            *json,
+        ),
+        Cmd::Share {
+            session,
+            read_only: _,
+            answer,
+            ttl,
+            list,
+            revoke,
+        } => crate::trust::share(
+            &ctx,
+            session.as_deref(),
+            *answer,
+            ttl,
+            *list,
+            revoke.as_deref(),
+        ),
+        Cmd::Secret { cmd, name } => crate::trust::secret(&ctx, cmd, name.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -33,6 +33,7 @@ pub mod migrate;
 pub mod stdio;
 pub mod target;
 mod termcmd;
+mod trust;
 pub mod tty;
 
 /// Jitter for the workspace's one backoff ([`tuic_proto::peer::Backoff`]), which takes its

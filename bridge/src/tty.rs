@@ -51,6 +51,30 @@ impl Drop for RawMode {
     }
 }
 
+/// Echo off on stdin while held (a secret typed at a prompt is not shown); lines still
+/// arrive whole and `C-c` still interrupts.
+pub struct NoEcho {
+    saved: Termios,
+}
+
+impl NoEcho {
+    /// Turns echo off.
+    pub fn enter() -> std::io::Result<Self> {
+        let stdin = std::io::stdin();
+        let saved = termios::tcgetattr(&stdin)?;
+        let mut quiet = saved.clone();
+        quiet.local_modes.remove(termios::LocalModes::ECHO);
+        termios::tcsetattr(&stdin, OptionalActions::Now, &quiet)?;
+        Ok(Self { saved })
+    }
+}
+
+impl Drop for NoEcho {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(std::io::stdin(), OptionalActions::Now, &self.saved);
+    }
+}
+
 /// What `tuic attach` sends first, as tmux does: the alternate screen (saving the cursor and
 /// leaving the user's screen and scrollback untouched underneath), so that [`RESET`] can give
 /// them back exactly.

@@ -245,6 +245,11 @@ pub struct Tuning {
     /// How often at most the QUIC listener logs the datagrams it could not decode (10 s): a
     /// flood of garbage is one line per interval per batch, never one per datagram.
     pub quic_garbage_log_ms: u64,
+    /// Entries the audit log keeps (50,000; each ≤ 1 KiB, so ≤ ~50 MiB): past it the oldest
+    /// go, counted in `dropped` (`crate::audit`).
+    pub audit_max_entries: u64,
+    /// Audit entries older than this are dropped too (90 days).
+    pub audit_max_age_days: u64,
 }
 
 impl Default for Tuning {
@@ -294,6 +299,8 @@ impl Default for Tuning {
             hub_tools_grace_ms: 60_000,
             hub_tool_call_timeout_ms: 300_000,
             quic_garbage_log_ms: 10_000,
+            audit_max_entries: 50_000,
+            audit_max_age_days: 90,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! router and its body limit for the boundary tests; agent mail (`mail`) and MCP (`mcp`) are
 //! private.
 
+pub mod audit;
 mod auth;
 mod automations;
 mod beneath;
@@ -34,7 +35,9 @@ pub mod peer;
 pub mod progress;
 mod repos;
 pub mod routes;
+pub mod secrets;
 mod server;
+pub mod share;
 pub mod session;
 pub mod state;
 pub mod store;

@@ -45,8 +45,8 @@ pub struct Node {
     config: RwLock<Arc<Config>>,
     /// Flag overrides for this run.
     pub overrides: Mutex<RunOverrides>,
-    /// Secrets.
-    pub vault: Vault,
+    /// Secrets (shared with the secret tool's service).
+    pub vault: Arc<Vault>,
     /// The embedded store.
     pub store: Arc<Store>,
     /// Event bus behind `GET /events` (shared with the session layer's environment).
@@ -101,6 +101,12 @@ pub struct Node {
     pub upstreams: Arc<crate::upstream::Upstreams>,
     /// The hooks an extension installed before serving (`crate::ext`; none on a plain node).
     pub ext: crate::ext::Extensions,
+    /// The audit log (`crate::audit`).
+    pub audit: Arc<crate::audit::Audit>,
+    /// Scoped share links (`crate::share`).
+    pub shares: Arc<crate::share::Shares>,
+    /// The secret tool's service (`crate::secrets`).
+    pub secrets: Arc<crate::secrets::Secrets>,
 }
 
 impl Node {
@@ -115,11 +121,11 @@ impl Node {
         paths.narrow_modes();
         let config_file = ConfigFile::new(paths.config_file());
         let config = config_file.load()?;
-        let vault = Vault::open(
+        let vault = Arc::new(Vault::open(
             &paths.config_dir,
             paths.secrets_file(),
             config.secret_store == SecretStore::Auto,
-        );
+        ));
         let node_token = vault
             .get_or_create(NODE_TOKEN, vault::random_token)
             .context("loading the node token")?;
@@ -142,6 +148,7 @@ impl Node {
         );
         let automations = crate::automations::Automations::open(store.clone(), now)
             .context("opening the automations")?;
+        crate::audit::create_tables(&store).context("opening the audit log")?;
         let repos = Repos::new(store.clone());
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
@@ -152,11 +159,29 @@ impl Node {
         mcp.registry.add_source(upstreams.clone());
         mcp.registry.add_source(peer.hub_tools.clone());
         let bus = Arc::new(Bus::default());
+        let secrets = Arc::new(
+            crate::secrets::Secrets::open(crate::secrets::SecretsEnv {
+                vault: vault.clone(),
+                store: store.clone(),
+                bus: bus.clone(),
+            })
+            .context("opening the secret names")?,
+        );
         let tasks = TaskTracker::new();
         let shutdown = CancellationToken::new();
+        let shares = Arc::new(
+            crate::share::Shares::open(crate::share::ShareEnv {
+                store: store.clone(),
+                shutdown: shutdown.clone(),
+            })
+            .context("opening the share links")?,
+        );
         // The composition root: each layer gets what it uses of the node, and hooks into the
         // layers above it go through a weak reference to the node being built.
         let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
+            audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
+            shares,
+            secrets,
             sessions: Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
@@ -357,6 +382,24 @@ fn session_env(
             }
         })),
         cells: Arc::default(),
+    }
+}
+
+/// The audit log's environment: the store and the bounds of the current tuning.
+fn audit_env(node: &Weak<Node>, store: &Arc<Store>) -> crate::audit::AuditEnv {
+    let tuning = node.clone();
+    crate::audit::AuditEnv {
+        store: store.clone(),
+        bounds: Arc::new(move || {
+            let t = tuning
+                .upgrade()
+                .map(|n| n.config().tuning.clone())
+                .unwrap_or_default();
+            crate::audit::Bounds {
+                max_entries: t.audit_max_entries,
+                max_age_ms: t.audit_max_age_days.saturating_mul(86_400_000),
+            }
+        }),
     }
 }
 

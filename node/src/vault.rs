@@ -118,6 +118,32 @@ impl Vault {
         }
     }
 
+    /// Removes a secret; whether there was one.
+    pub fn remove(&self, name: &str) -> anyhow::Result<bool> {
+        match &self.backend {
+            Backend::Keyring { scope } => {
+                let user = format!("{scope}/{name}");
+                on_keyring_thread(move || {
+                    match keyring::Entry::new(KEYRING_SERVICE, &user)?.delete_credential() {
+                        Ok(()) => Ok(true),
+                        Err(keyring::Error::NoEntry) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })
+                .context("removing from the OS keyring")
+            }
+            Backend::File { path, guard } => {
+                let _g = guard.lock().unwrap_or_else(|p| p.into_inner());
+                let mut map = read_file(path)?;
+                let had = map.remove(name).is_some();
+                if had {
+                    write_file(path, &map)?;
+                }
+                Ok(had)
+            }
+        }
+    }
+
     /// Returns the secret `name`, creating it with `make` the first time.
     pub fn get_or_create(
         &self,

@@ -27,6 +27,22 @@ const CSS: &str = "text/css; charset=utf-8";
 const FILES: &[(&str, &str, &str)] = &[
     ("login.html", HTML, include_str!("../../web/login.html")),
     ("index.html", HTML, include_str!("../../web/index.html")),
+    ("share.html", HTML, include_str!("../../web/share.html")),
+    (
+        "assets/entry.js",
+        JS,
+        include_str!("../../web/assets/entry.js"),
+    ),
+    (
+        "assets/secret-form.js",
+        JS,
+        include_str!("../../web/assets/secret-form.js"),
+    ),
+    (
+        "assets/share.js",
+        JS,
+        include_str!("../../web/assets/share.js"),
+    ),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
     (
         "assets/upload.js",
@@ -188,6 +204,8 @@ pub(crate) fn routes() -> Router<Arc<Node>> {
     Router::new()
         .route("/mobile/login", get(login_page))
         .route("/", get(page("index.html")))
+        .route("/index.html", get(page("index.html")))
+        .route("/share.html", get(page("share.html")))
         .route("/mobile", get(page("index.html")))
         .route("/mobile/{*rest}", get(page("index.html")))
         .route(

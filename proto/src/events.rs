@@ -72,6 +72,15 @@ pub enum Event {
     },
     /// A confirmation was answered or timed out; UIs drop its dialog.
     McpConfirmResolved { request_id: String, confirmed: bool },
+    /// An agent asks the person for a secret (`secret action=request`): a UI opens the form at
+    /// `form_path` (`/index.html#/secret-form?nonce=…`), whose value the agent never sees.
+    SecretRequested {
+        name: String,
+        reason: String,
+        form_path: String,
+    },
+    /// A secret form was answered or withdrawn; UIs drop it.
+    SecretResolved { name: String, stored: bool },
     /// `session action=suspend` passed the busy check: a UI ends that session's PTY, keeps it
     /// restorable and answers with `POST /mcp/suspend-response {request_id, ok, reason}`.
     SessionSuspendRequested {
@@ -127,6 +136,8 @@ impl Event {
             Self::McpToast { .. } => "mcp-toast",
             Self::McpConfirm { .. } => "mcp-confirm",
             Self::McpConfirmResolved { .. } => "mcp-confirm-resolved",
+            Self::SecretRequested { .. } => "secret-requested",
+            Self::SecretResolved { .. } => "secret-resolved",
             Self::SessionSuspendRequested { .. } => "session-suspend-requested",
             Self::ConfigChanged { .. } => "config-changed",
             Self::TailscaleStatus { .. } => "tailscale-status",

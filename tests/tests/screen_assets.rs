@@ -21,9 +21,9 @@ async fn pages_and_assets_carry_etags_and_revalidate_with_304() {
     let node = Node::start(None).await.unwrap();
     let mut tags = Vec::new();
     for (path, ct, needle) in [
-        ("/", "text/html", "/assets/app.js"),
-        ("/mobile", "text/html", "/assets/app.js"),
-        ("/mobile/s/x", "text/html", "/assets/app.js"),
+        ("/", "text/html", "/assets/entry.js"),
+        ("/mobile", "text/html", "/assets/entry.js"),
+        ("/mobile/s/x", "text/html", "/assets/entry.js"),
         ("/mobile/login", "text/html", "password"),
         ("/assets/app.js", "text/javascript", "SessionView"),
         ("/assets/view.js", "text/javascript", "ScreenClient"),
@@ -34,6 +34,9 @@ async fn pages_and_assets_carry_etags_and_revalidate_with_304() {
         ),
         ("/assets/ansi.js", "text/javascript", "AnsiRenderer"),
         ("/assets/app.css", "text/css", ".screen"),
+        ("/index.html", "text/html", "/assets/entry.js"),
+        ("/assets/entry.js", "text/javascript", "/assets/app.js"),
+        ("/share.html", "text/html", "/assets/share.js"),
     ] {
         let r = get(&node, path, None).await;
         assert_eq!(r.status, 200, "{path}");

@@ -456,6 +456,23 @@ impl Registry {
         args: Map<String, Value>,
     ) -> Result<Dispatched, String> {
         let cfg = node.config();
+        // The spec's pre-call gate: while a secret form is open, native ui/debug, upstream
+        // tools and call_tool-wrapped calls of them are refused (nothing may watch the form).
+        let target = match (name, args.get("name").and_then(Value::as_str)) {
+            ("call_tool", Some(inner)) => inner,
+            _ => name,
+        };
+        if (matches!(target, "ui" | "debug") || self.owner(target).is_some())
+            && node.secrets.form_open(crate::logs::now_ms())
+        {
+            return Ok((
+                Err(ToolError::new(
+                    "secret_form_open",
+                    format!("{target} is paused while a secret form is open; retry once the person answered it"),
+                )),
+                false,
+            ));
+        }
         if META_TOOLS.contains(&name) {
             return Ok(self.call_meta(node, ctx, name, args).await);
         }

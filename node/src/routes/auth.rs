@@ -16,6 +16,8 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::audit::{actor, record};
+use crate::audit::{Actor, Event};
 use crate::auth::{self, Admission};
 use crate::error::ApiError;
 use crate::guard::{self, Transport};
@@ -34,6 +36,7 @@ struct LoginForm {
 pub(super) async fn login(
     State(node): State<Arc<Node>>,
     transport: Option<Extension<Transport>>,
+    who: Option<Extension<Actor>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -77,6 +80,13 @@ pub(super) async fn login(
     if !check_password(&cfg, &form.username, &form.password).await {
         node.auth.record_failure(ip, &form.username, now);
         tracing::info!(source = "auth", ip = %ip, "failed login");
+        let mut a = actor(who);
+        a.address = Some(ip.to_string());
+        record(
+            &node,
+            Event::new("login_failed", &a).with("user", form.username.as_str()),
+        )
+        .await;
         if is_json {
             return ApiError::unauthorized().into_response();
         }
@@ -112,6 +122,14 @@ pub(super) async fn login(
         return ApiError::internal("could not store the login session").into_response();
     }
     tracing::info!(source = "auth", ip = %ip, id = auth::login_id(&hash), "login");
+    let mut a = actor(who);
+    a.who = format!("login:{}", auth::login_id(&hash));
+    a.address = Some(ip.to_string());
+    record(
+        &node,
+        Event::new("login", &a).with("user", form.username.as_str()),
+    )
+    .await;
     node.auth.add_login_session(hash, session);
     let cookie = auth::session_cookie(&token, lifetime_ms / 1000, secure);
     if is_json {
@@ -152,6 +170,7 @@ fn request_cookie(headers: &HeaderMap) -> Option<&str> {
 pub(super) async fn logout(
     State(node): State<Arc<Node>>,
     transport: Option<Extension<Transport>>,
+    who: Option<Extension<Actor>>,
     headers: HeaderMap,
 ) -> Response {
     let transport = transport.map_or(Transport::Ipc, |Extension(t)| t);
@@ -159,6 +178,9 @@ pub(super) async fn logout(
     let was = revoked.is_some();
     if let Some(hash) = revoked {
         tracing::info!(source = "auth", id = auth::login_id(&hash), "logout");
+        let mut a = actor(who);
+        a.who = format!("login:{}", auth::login_id(&hash));
+        record(&node, Event::new("logout", &a)).await;
         node.forget_logins(vec![hash]);
     }
     let clear = auth::clear_cookie(guard::arrived_over_https(transport, &headers));
@@ -206,6 +228,7 @@ pub(super) async fn list_sessions(
 /// `DELETE /auth/sessions/{id}`: revokes one login.
 pub(super) async fn revoke_session(
     State(node): State<Arc<Node>>,
+    who: Option<Extension<Actor>>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let hash = node
@@ -213,15 +236,28 @@ pub(super) async fn revoke_session(
         .revoke_id(&id)
         .ok_or_else(|| ApiError::not_found(format!("no login {id}")))?;
     tracing::info!(source = "auth", id = %id, "login revoked");
+    record(
+        &node,
+        Event::new("login_revoked", &actor(who)).with("login", id.as_str()),
+    )
+    .await;
     node.forget_logins(vec![hash]);
     Ok(Json(json!({"ok": true, "revoked": 1})))
 }
 
 /// `DELETE /auth/sessions`: revokes every login (`tuic-node set-password` calls it too).
-pub(super) async fn revoke_all_sessions(State(node): State<Arc<Node>>) -> Json<serde_json::Value> {
+pub(super) async fn revoke_all_sessions(
+    State(node): State<Arc<Node>>,
+    who: Option<Extension<Actor>>,
+) -> Json<serde_json::Value> {
     let hashes = node.auth.revoke_all();
     let n = hashes.len();
     tracing::info!(source = "auth", revoked = n, "every login revoked");
+    record(
+        &node,
+        Event::new("login_revoked", &actor(who)).with("count", n),
+    )
+    .await;
     node.forget_logins(hashes);
     Json(json!({"ok": true, "revoked": n}))
 }
@@ -231,15 +267,18 @@ pub(super) async fn revoke_all_sessions(State(node): State<Arc<Node>>) -> Json<s
 pub(super) async fn rotate_token(
     State(node): State<Arc<Node>>,
     transport: Option<Extension<Transport>>,
+    who: Option<Extension<Actor>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     if !matches!(transport, Some(Extension(Transport::Ipc))) {
         return Err(ApiError::forbidden(
             "the node token is rotated on this machine only (`tuic-node token --rotate`)",
         ));
     }
-    let token = tokio::task::spawn_blocking(move || node.rotate_node_token())
+    let rotating = node.clone();
+    let token = tokio::task::spawn_blocking(move || rotating.rotate_node_token())
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(format!("{e:#}")))?;
+    record(&node, Event::new("token_rotated", &actor(who))).await;
     Ok(Json(json!({"token": token})))
 }

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::Value;
 use tuic_proto::events::Event;
@@ -24,6 +24,7 @@ pub(super) struct SaveBody {
 
 pub(super) async fn put_config(
     State(node): State<Arc<Node>>,
+    who: Option<Extension<crate::audit::Actor>>,
     JsonBody(body): JsonBody<SaveBody>,
 ) -> Result<Json<Value>, ApiError> {
     if !body.base.is_object() || !body.config.is_object() {
@@ -32,6 +33,8 @@ pub(super) async fn put_config(
         ));
     }
     let before = node.config();
+    let mut keys = Vec::new();
+    changed_keys("", &body.base, &body.config, &mut keys);
     let file = node.config_file.clone();
     let saved = tokio::task::spawn_blocking(move || file.save_delta(&body.base, &body.config))
         .await
@@ -51,9 +54,57 @@ pub(super) async fn put_config(
     }
     let remote = saved.remote_access_enabled;
     node.set_config(saved);
+    super::audit::record(
+        &node,
+        crate::audit::Event::new("config_changed", &super::audit::actor(who)).with("keys", keys),
+    )
+    .await;
     crate::server::apply_remote_access(&node).await;
     node.bus.publish(Event::ConfigChanged {
         remote_access_enabled: remote,
     });
     Ok(Json(node.config().redacted()))
+}
+
+/// The dotted paths whose values differ between `base` and `config` (names only, never
+/// values: a key's value may be a secret). Objects are compared member by member.
+fn changed_keys(prefix: &str, base: &Value, config: &Value, out: &mut Vec<String>) {
+    match (base, config) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+            names.sort();
+            names.dedup();
+            for k in names {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                let null = Value::Null;
+                changed_keys(
+                    &path,
+                    a.get(k).unwrap_or(&null),
+                    b.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        (a, b) if a != b => out.push(prefix.to_owned()),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn changed_keys_names_paths_not_values() {
+        let mut out = Vec::new();
+        super::changed_keys(
+            "",
+            &serde_json::json!({"a": 1, "t": {"x": 1, "y": 2}}),
+            &serde_json::json!({"a": 1, "t": {"x": 3, "y": 2}, "n": true}),
+            &mut out,
+        );
+        assert_eq!(out, ["n", "t.x"]);
+    }
 }

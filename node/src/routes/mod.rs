@@ -3,6 +3,7 @@
 //! The same router serves the IPC socket and the TCP listener; the boundary middleware
 //! decides per transport which guards apply.
 
+mod audit;
 mod auth;
 mod automations;
 mod config;
@@ -12,7 +13,9 @@ mod oauth_callback;
 mod ops;
 mod progress;
 mod repos;
+mod secrets;
 mod sessions;
+mod share;
 pub mod stories;
 pub mod stream;
 mod system;
@@ -68,6 +71,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
             axum::routing::delete(auth::revoke_session),
         )
         .route("/auth/token/rotate", post(auth::rotate_token))
+        .route("/audit", get(audit::list))
         .route("/events", get(events::sse))
         .route("/repos", get(repos::list).post(repos::add))
         .route(
@@ -94,6 +98,8 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         )
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
+        .merge(share::routes())
+        .merge(secrets::routes())
         .merge(progress::routes())
         .merge(stories::routes())
         .merge(automations::routes())

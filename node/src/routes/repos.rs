@@ -242,12 +242,18 @@ pub(super) struct BranchDeleteBody {
 /// `POST /repo/branch-delete`: `repo action=branch_delete`.
 pub(super) async fn branch_delete(
     State(node): State<Arc<Node>>,
+    who: Option<axum::Extension<crate::audit::Actor>>,
     JsonBody(b): JsonBody<BranchDeleteBody>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(&node, move |n| {
+    let ev = crate::audit::Event::new("branch_deleted", &super::audit::actor(who))
+        .with("path", b.path.as_str())
+        .with("branch", b.branch.as_str());
+    let out = blocking(&node, move |n| {
         crate::git::query::delete_branch(n, &b.path, &b.branch, b.archive)
     })
-    .await
+    .await?;
+    super::audit::record(&node, ev).await;
+    Ok(out)
 }
 
 #[derive(Debug, Deserialize)]

@@ -258,15 +258,38 @@ struct WriteBody {
 async fn write(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
+    who: Option<axum::Extension<crate::audit::Actor>>,
     JsonBody(body): JsonBody<WriteBody>,
 ) -> Result<Json<Value>, ApiError> {
     let s = find(&node, &id)?;
     let cap = node.sessions.capture.clone();
+    let (sid, bytes) = (s.id.clone(), body.data.len());
     tokio::task::spawn_blocking(move || s.write(body.data.as_bytes(), &cap))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(session_error)?;
+    audit_input(&node, who, &sid, bytes).await;
     Ok(Json(json!({"ok": true})))
+}
+
+/// Audits input a remote client wrote (who, session, byte count — never the bytes). Local
+/// (IPC) input is an agent's or the CLI's on this machine and is not audited.
+async fn audit_input(
+    node: &Arc<Node>,
+    who: Option<axum::Extension<crate::audit::Actor>>,
+    session: &str,
+    bytes: usize,
+) {
+    let who = super::audit::actor(who);
+    if who.is_remote() {
+        super::audit::record(
+            node,
+            crate::audit::Event::new("input", &who)
+                .session(session)
+                .with("bytes", bytes),
+        )
+        .await;
+    }
 }
 
 /// The REST form of the drive service's error: a status, and the same JSON object an MCP

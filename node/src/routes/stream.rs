@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use futures::{Sink, SinkExt, Stream, StreamExt};
@@ -18,7 +19,9 @@ use serde::Deserialize;
 use tuic_proto::events::Event;
 use tuic_proto::stream::StreamFrame;
 
+use crate::audit::{Actor, Event as AuditEvent};
 use crate::error::ApiError;
+use crate::share::Grant;
 use crate::session::Session;
 use crate::session::backlog::Read;
 use crate::session::cleanlog::Stripper;
@@ -49,21 +52,101 @@ pub struct StreamQuery {
     mode: Option<String>,
 }
 
-/// `GET /sessions/{id}/stream`: the WebSocket adapter.
+/// `GET /sessions/{id}/stream`: the WebSocket adapter. The attach and the detach (with the
+/// count of bytes the client typed, never the bytes) are audited; a share link's viewer is
+/// read-only, listed on the link while connected, and cut when the link is revoked or expires.
 pub(super) async fn ws(
     State(node): State<Arc<Node>>,
     Path(id): Path<String>,
     Query(q): Query<StreamQuery>,
+    who: Option<Extension<Actor>>,
+    grant: Option<Extension<Grant>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let opened = open(&node, &id, q)?;
     let ws = ws.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let who = super::audit::actor(who);
+    let grant = grant.map(|Extension(g)| g);
+    let read_only = grant.is_some();
+    let screen = matches!(opened.kind, Kind::Screen);
+    let session = opened.s.id.clone();
+    let mut attach = AuditEvent::new("attach", &who)
+        .session(&session)
+        .with("mode", if read_only { "read_only" } else { "read_write" })
+        .with("stream", if screen { "screen" } else { "bytes" });
+    if let Some(g) = &grant {
+        attach = attach.with("link", g.link.as_str());
+    }
+    super::audit::record(&node, attach).await;
     Ok(ws
-        .on_upgrade(move |sock| {
+        .on_upgrade(move |sock| async move {
             let (tx, rx) = sock.split();
-            opened.run(node, tx, rx)
+            let typed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let rx = client_filter(rx, read_only, screen, typed.clone());
+            let viewer = grant.as_ref().map(|g| {
+                node.shares.join(
+                    &g.link,
+                    who.address.clone().unwrap_or_default(),
+                    crate::logs::now_ms(),
+                )
+            });
+            match grant {
+                // The link's end ends the client's side of the stream: the service then
+                // stops as when a client leaves, and both halves of the socket close.
+                Some(g) => {
+                    let rx = rx.take_until(Box::pin(async move { g.ended().await }));
+                    opened.run(node.clone(), tx, rx).await;
+                }
+                None => opened.run(node.clone(), tx, rx).await,
+            }
+            drop(viewer);
+            let bytes = typed.load(std::sync::atomic::Ordering::Relaxed);
+            super::audit::record(
+                &node,
+                AuditEvent::new("detach", &who)
+                    .session(&session)
+                    .with("bytes_in", bytes),
+            )
+            .await;
         })
         .into_response())
+}
+
+/// The client's messages as the stream sees them: counted (bytes typed), and for a read-only
+/// viewer stripped of everything that would reach the PTY (input, paste, an applied resize):
+/// acks, view-only resizes and scrolls stay.
+fn client_filter<Rx, E>(
+    rx: Rx,
+    read_only: bool,
+    screen: bool,
+    typed: Arc<std::sync::atomic::AtomicU64>,
+) -> impl Stream<Item = Result<Message, E>> + Unpin + Send + 'static
+where
+    Rx: Stream<Item = Result<Message, E>> + Unpin + Send + 'static,
+    E: Send + 'static,
+{
+    use tuic_proto::screen::ClientFrame;
+    rx.filter(move |m| {
+        let (writes, n) = match m {
+            Ok(Message::Binary(b)) => (true, b.len()),
+            Ok(Message::Text(t)) if screen => {
+                match serde_json::from_str::<ClientFrame>(t.as_str()) {
+                    Ok(ClientFrame::Input { data } | ClientFrame::Paste { data }) => {
+                        (true, data.len())
+                    }
+                    Ok(ClientFrame::Resize { apply: true, .. }) => (true, 0),
+                    _ => (false, 0),
+                }
+            }
+            Ok(Message::Text(t)) => (true, t.len()),
+            _ => (false, 0),
+        };
+        let keep = !(read_only && writes);
+        if keep {
+            typed.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        futures::future::ready(keep)
+    })
 }
 
 /// Parses a stream's query string (`format=text&mode=screen`, ...).

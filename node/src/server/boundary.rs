@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::audit::Actor;
 use crate::auth::{self, Admission, COOKIE_NAME};
 use crate::error::ApiError;
 use crate::guard::{self, Transport};
@@ -29,7 +30,11 @@ fn is_public(method: &Method, path: &str) -> bool {
     matches!(
         path,
         "/health" | "/mobile/login" | "/auth/login" | "/auth/logout" | "/favicon.ico"
-    ) || (method == Method::GET && path.starts_with("/assets/login"))
+    ) || (method == Method::GET
+        && (path.starts_with("/assets/login")
+            || path == "/share.html"
+            || path == "/assets/share.js"
+            || path == "/assets/app.css"))
 }
 
 /// The peer link: only the node token opens it. A person's login (cookie or Basic) is not a
@@ -58,7 +63,11 @@ fn accepts_query_token(method: &Method, path: &str) -> bool {
 }
 
 /// The middleware. Apply with `middleware::from_fn_with_state(node, boundary)`.
-pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+pub(crate) async fn boundary(
+    State(node): State<Arc<Node>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     // A request without a transport did not come through a listener: treat it as remote.
     let transport = req
         .extensions()
@@ -76,6 +85,7 @@ pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: 
             {
                 return ApiError::forbidden(e.to_string()).into_response();
             }
+            req.extensions_mut().insert(Actor::local());
             return next.run(req).await;
         }
         Transport::Tcp { peer } => peer,
@@ -98,6 +108,37 @@ pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: 
     }
 
     let mut refresh_cookie = None;
+    let mut actor = Actor {
+        who: "anonymous".into(),
+        via: "tcp".into(),
+        address: Some(peer.ip().to_string()),
+    };
+    // A share token opens its session's view routes and nothing else (`crate::share`).
+    if let Some(tok) = query_param(req.uri().query(), "share") {
+        return match admit_share(&node, &tok, req.method(), req.uri().path()) {
+            Ok(grant) => {
+                actor.who = format!("share:{}", grant.link);
+                req.extensions_mut().insert(grant);
+                req.extensions_mut().insert(actor);
+                with_cors(next.run(req).await, origin.as_deref())
+            }
+            Err(refusal) => {
+                let status = match refusal {
+                    crate::share::Refusal::Scope(_) => StatusCode::FORBIDDEN,
+                    _ => StatusCode::UNAUTHORIZED,
+                };
+                let ev = crate::audit::Event::new("share_refused", &actor)
+                    .with("code", refusal.code())
+                    .with("route", req.uri().path());
+                let audit = node.audit.clone();
+                let _ = tokio::task::spawn_blocking(move || audit.record_or_warn(ev)).await;
+                with_cors(
+                    ApiError::new(status, refusal.code(), refusal.to_string()).into_response(),
+                    origin.as_deref(),
+                )
+            }
+        };
+    }
     if !is_public(req.method(), req.uri().path()) {
         let secure = guard::arrived_over_https(transport, req.headers());
         match authenticate(
@@ -110,10 +151,14 @@ pub(crate) async fn boundary(State(node): State<Arc<Node>>, req: Request, next: 
         )
         .await
         {
-            Ok(r) => refresh_cookie = r,
+            Ok((r, who)) => {
+                refresh_cookie = r;
+                actor.who = who;
+            }
             Err(resp) => return with_cors(resp, origin.as_deref()),
         }
     }
+    req.extensions_mut().insert(actor);
     let mut resp = next.run(req).await;
     if let Some(c) = refresh_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
         resp.headers_mut().append(SET_COOKIE, c);
@@ -156,8 +201,9 @@ fn with_cors(mut resp: Response, origin: Option<&str>) -> Response {
     resp
 }
 
-/// Checks the request's credentials. `Ok(Some(cookie))` asks to refresh the sliding cookie
-/// (`secure`: the request arrived over HTTPS, so the cookie gets `Secure`).
+/// Checks the request's credentials: who the caller is (the audit's `who`) and, when
+/// `Some(cookie)`, a request to refresh the sliding cookie (`secure`: the request arrived over
+/// HTTPS, so the cookie gets `Secure`).
 async fn authenticate(
     node: &Arc<Node>,
     method: &Method,
@@ -165,7 +211,7 @@ async fn authenticate(
     headers: &HeaderMap,
     ip: IpAddr,
     secure: bool,
-) -> Result<Option<String>, Response> {
+) -> Result<(Option<String>, String), Response> {
     let cfg = node.config();
     let lifetime_ms = u64::from(cfg.tuning.login_session_days) * 86_400_000;
     let path = uri.path();
@@ -177,7 +223,7 @@ async fn authenticate(
     let is_node_token = |t: &str| auth::secret_eq(t, &node.node_token());
     if peer_only(path) {
         return match cookie {
-            Some(tok) if is_node_token(tok) => Ok(None),
+            Some(tok) if is_node_token(tok) => Ok((None, "node-token".into())),
             _ => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "peer_credential_required",
@@ -196,12 +242,15 @@ async fn authenticate(
                 )
                 .into_response());
             }
-            return Ok(None);
+            return Ok((None, "node-token".into()));
         }
         if let Some(used) = check_login(node, tok, lifetime_ms) {
-            return Ok(used
-                .refresh_cookie
-                .then(|| auth::session_cookie(tok, lifetime_ms / 1000, secure)));
+            let who = format!("login:{}", auth::login_id(&auth::token_hash(tok)));
+            return Ok((
+                used.refresh_cookie
+                    .then(|| auth::session_cookie(tok, lifetime_ms / 1000, secure)),
+                who,
+            ));
         }
     }
     if cookie_only(method, path) {
@@ -214,9 +263,16 @@ async fn authenticate(
     }
     if accepts_query_token(method, path)
         && let Some(tok) = query_token(uri.query())
-        && (is_node_token(&tok) || check_login(node, &tok, lifetime_ms).is_some())
     {
-        return Ok(None);
+        if is_node_token(&tok) {
+            return Ok((None, "node-token".into()));
+        }
+        if check_login(node, &tok, lifetime_ms).is_some() {
+            return Ok((
+                None,
+                format!("login:{}", auth::login_id(&auth::token_hash(&tok))),
+            ));
+        }
     }
     if let Some((user, pass)) = headers
         .get(AUTHORIZATION)
@@ -225,7 +281,7 @@ async fn authenticate(
     {
         let now = Instant::now();
         if node.auth.basic_cached(&user, &pass, now) {
-            return Ok(None);
+            return Ok((None, format!("basic:{user}")));
         }
         if let Admission::Throttled { retry_after_secs } = node.auth.admit(
             ip,
@@ -243,7 +299,7 @@ async fn authenticate(
                 now,
                 Duration::from_secs(cfg.tuning.basic_cache_secs),
             );
-            return Ok(None);
+            return Ok((None, format!("basic:{user}")));
         }
         node.auth.record_failure(ip, &user, now);
         tracing::info!(source = "auth", ip = %ip, "rejected Basic credentials");
@@ -300,11 +356,29 @@ pub(crate) fn throttled(retry_after_secs: u64) -> Response {
 }
 
 fn query_token(query: Option<&str>) -> Option<String> {
+    query_param(query, "token")
+}
+
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     serde_urlencoded::from_str::<Vec<(String, String)>>(query?)
         .ok()?
         .into_iter()
-        .find(|(k, _)| k == "token")
+        .find(|(k, _)| k == name)
         .map(|(_, v)| v)
+}
+
+/// Checks a share token and its scope for `method path`.
+fn admit_share(
+    node: &Node,
+    token: &str,
+    method: &Method,
+    path: &str,
+) -> Result<crate::share::Grant, crate::share::Refusal> {
+    let grant = node.shares.check(token, crate::logs::now_ms())?;
+    crate::share::scope_allows(grant.scope, method, path, |id| {
+        node.shares.names_session(&grant.link, id)
+    })?;
+    Ok(grant)
 }
 
 /// HTML navigation to the apps goes to the login form; everything else gets 401 JSON.
@@ -319,7 +393,8 @@ fn unauthenticated(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/html"));
-    let app_page = path == "/" || path == "/mobile" || path.starts_with("/mobile/");
+    let app_page =
+        path == "/" || path == "/index.html" || path == "/mobile" || path.starts_with("/mobile/");
     if method == Method::GET && wants_html && app_page {
         let next = match query {
             Some(q) => format!("{path}?{q}"),

@@ -11,6 +11,7 @@ mod progress;
 mod remote;
 mod repo;
 mod repo_git;
+mod secret;
 pub(crate) mod session;
 mod story;
 pub(crate) mod task;
@@ -56,6 +57,7 @@ pub(crate) static NATIVE: &[&ToolDef] = &[
     &ui::TOOL,
     &plugin_dev_guide::TOOL,
     &voice::TOOL,
+    &secret::TOOL,
     &config::TOOL,
     &debug::TOOL,
 ];
@@ -85,6 +87,7 @@ mod tests {
                 "ui",
                 "plugin_dev_guide",
                 "voice",
+                "secret",
                 "config",
                 "debug"
             ]

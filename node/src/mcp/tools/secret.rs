@@ -1,0 +1,155 @@
+//! `secret`: credentials an agent uses without seeing them (`crate::secrets`). `request`
+//! asks the person through a form, `run` runs a command with the value in its environment
+//! and returns output masked of it, `remove` deletes it. No action returns a value.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use zeroize::Zeroizing;
+
+use crate::audit::{Actor, Event};
+use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::secrets::{DEFAULT_RUN_MS, SecretError};
+use crate::state::Node;
+
+const ACTIONS: &[&str] = &["request", "run", "remove"];
+
+/// Longest `timeout_ms` of a run (290 s, under the 301 s request deadline).
+const MAX_RUN_MS: u64 = 290_000;
+
+pub(super) static TOOL: ToolDef = ToolDef {
+    name: "secret",
+    summary: "Use a credential the person typed, without ever seeing it",
+    description: "Credentials you use but never see.\n\
+- request (name, reason): ask the person to type secret `name` into a form; returns at once (status pending, or stored).\n\
+- run (name, command, cwd?, timeout_ms?): run command (argv array, or a string for sh -c) with $name set; output has the value masked.\n\
+- remove (name).",
+    actions: ACTIONS,
+    schema: || {
+        schema(
+            ACTIONS,
+            json!({
+                "name": {"type": "string"},
+                "reason": {"type": "string"},
+                "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+                "cwd": {"type": "string"},
+                "timeout_ms": {"type": "integer"}
+            }),
+        )
+    },
+    handler,
+    blocking: &["request", "run", "remove"],
+    passthrough: false,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestArgs {
+    name: String,
+    #[serde(default)]
+    reason: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Command {
+    Shell(String),
+    Argv(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunArgs {
+    name: String,
+    command: Command,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveArgs {
+    name: String,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(a: &str, args: &Map<String, Value>) -> Result<T, ToolError> {
+    let mut m = args.clone();
+    m.remove("action");
+    serde_json::from_value(Value::Object(m))
+        .map_err(|e| ToolError::invalid(format!("secret action={a}: {e}")))
+}
+
+impl From<SecretError> for ToolError {
+    fn from(e: SecretError) -> Self {
+        ToolError::new(e.code(), e.to_string())
+    }
+}
+
+/// The caller as the audit names it.
+fn caller(ctx: &CallCtx) -> Actor {
+    Actor {
+        who: ctx
+            .tuic_session
+            .as_deref()
+            .map_or_else(|| "mcp".to_owned(), |s| format!("agent:{s}")),
+        via: if ctx.loopback { "ipc" } else { "tcp" }.into(),
+        address: None,
+    }
+}
+
+fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let a = action("secret", ACTIONS, args)?;
+    let now = crate::logs::now_ms();
+    let who = caller(ctx);
+    match a {
+        "request" => {
+            let r: RequestArgs = parse(a, args)?;
+            crate::secrets::check_name(&r.name)?;
+            if node.secrets.list()?.iter().any(|i| i.name == r.name) {
+                return Ok(json!({"status": "stored", "name": r.name}));
+            }
+            let form = node.secrets.request(&r.name, &r.reason, &who.who, now)?;
+            node.audit.record_or_warn(
+                Event::new("secret_requested", &who)
+                    .with("name", r.name.as_str())
+                    .with("reason", r.reason.as_str()),
+            );
+            Ok(json!({
+                "status": "pending",
+                "name": form.name,
+                "expires_ms": form.expires_ms,
+                "message": "the person was asked through the UI (or `tuic secret`); call run once they answered",
+            }))
+        }
+        "run" => {
+            let r: RunArgs = parse(a, args)?;
+            let argv = match r.command {
+                Command::Shell(s) => vec!["sh".into(), "-c".into(), s],
+                Command::Argv(v) => v,
+            };
+            let timeout = Duration::from_millis(r.timeout_ms.unwrap_or(DEFAULT_RUN_MS).min(MAX_RUN_MS));
+            let program = Zeroizing::new(argv.first().cloned().unwrap_or_default());
+            let out = node.secrets.run(&r.name, &argv, r.cwd.as_deref(), timeout)?;
+            node.audit.record_or_warn(
+                Event::new("secret_used", &who)
+                    .with("name", r.name.as_str())
+                    .with("program", program.as_str())
+                    .with("exit_code", out.exit_code.map_or(Value::Null, Value::from))
+                    .with("masked", out.masked),
+            );
+            Ok(json!(out))
+        }
+        _ => {
+            let r: RemoveArgs = parse(a, args)?;
+            let removed = node.secrets.remove(&r.name)?;
+            node.audit.record_or_warn(
+                Event::new("secret_removed", &who).with("name", r.name.as_str()),
+            );
+            Ok(json!({"ok": true, "removed": removed}))
+        }
+    }
+}
