@@ -241,13 +241,17 @@ pub fn body(r: &Record) -> String {
     format!("{}\n{}", r.context.line(), r.text)
 }
 
+/// What a session key escapes in a link (everything but RFC 3986's unreserved characters).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// Where tapping goes: the session in the web app.
 pub fn click_path(r: &Record) -> String {
     match r.context.session.as_ref().or(r.context.session_id.as_ref()) {
-        Some(s) => format!(
-            "/#/s/{}",
-            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC)
-        ),
+        Some(s) => format!("/#/s/{}", percent_encoding::utf8_percent_encode(s, SEGMENT)),
         None => "/".into(),
     }
 }
