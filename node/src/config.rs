@@ -39,6 +39,8 @@ pub struct Config {
     pub secret_store: SecretStore,
     /// Timeouts and TTLs; tests shorten these through the file, not hidden switches.
     pub tuning: Tuning,
+    /// Notification channels, coalescing, quiet hours and mutes (`crate::notify`).
+    pub notifications: crate::notify::config::NotifyConfig,
     /// Keys this version does not know, kept as they are.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -319,6 +321,7 @@ impl Default for Config {
             tailscale: Tailscale::default(),
             secret_store: SecretStore::Auto,
             tuning: Tuning::default(),
+            notifications: crate::notify::config::NotifyConfig::default(),
             extra: Map::new(),
         }
     }

@@ -29,6 +29,7 @@ pub mod guard;
 pub mod logs;
 mod mail;
 mod mcp;
+pub mod notify;
 pub mod ops;
 pub mod paths;
 pub mod peer;

@@ -107,6 +107,8 @@ pub struct Node {
     pub shares: Arc<crate::share::Shares>,
     /// The secret tool's service (`crate::secrets`).
     pub secrets: Arc<crate::secrets::Secrets>,
+    /// Notifications to the person: Web Push, ntfy, webhook (`crate::notify`).
+    pub notify: crate::notify::Notify,
 }
 
 impl Node {
@@ -178,6 +180,7 @@ impl Node {
         );
         // The composition root: each layer gets what it uses of the node, and hooks into the
         // layers above it go through a weak reference to the node being built.
+        let paths_for_notify = paths.clone();
         let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
             audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
             shares,
@@ -185,6 +188,13 @@ impl Node {
             sessions: Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
+            )),
+            notify: crate::notify::Notify::new(notify_env(
+                weak,
+                &paths_for_notify,
+                &bus,
+                &tasks,
+                &shutdown,
             )),
             name,
             paths,
@@ -400,6 +410,76 @@ fn audit_env(node: &Weak<Node>, store: &Arc<Store>) -> crate::audit::AuditEnv {
                 max_age_ms: t.audit_max_age_days.saturating_mul(86_400_000),
             }
         }),
+    }
+}
+
+/// The notification service's environment: the bus, tasks and shutdown, the config's
+/// `notifications` section, this host's name, session context and the vault, each reached
+/// through a weak reference to the node being built.
+fn notify_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::notify::NotifyEnv {
+    let config = node.clone();
+    crate::notify::NotifyEnv {
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        config: Arc::new(move || {
+            config
+                .upgrade()
+                .map(|n| n.config().notifications.clone())
+                .unwrap_or_default()
+        }),
+        host: rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+        sessions: Arc::new(NotifySessions(node.clone())),
+        secrets: Arc::new(NotifySecrets(node.clone())),
+        subscriptions_file: paths.config_dir.join("push-subscriptions.json"),
+    }
+}
+
+/// Session context for notifications: alias, name, agent, and the repository and branch of
+/// the session's directory. Holds the node weakly.
+struct NotifySessions(Weak<Node>);
+
+impl crate::notify::SessionLookup for NotifySessions {
+    fn context(&self, session_id: &str) -> Option<crate::notify::core::Context> {
+        let n = self.0.upgrade()?;
+        let s = n.sessions.resolve(session_id)?;
+        let row = s.row();
+        let (repo, branch) = crate::notify::repo_and_branch(std::path::Path::new(&row.cwd));
+        Some(crate::notify::core::Context {
+            host: n.notify.env().host.clone(),
+            session_id: Some(row.session_id),
+            session: Some(row.alias),
+            name: row.display_name,
+            repo,
+            branch,
+            agent: row.agent_type,
+        })
+    }
+}
+
+/// The vault as the notification service uses it. Holds the node weakly.
+struct NotifySecrets(Weak<Node>);
+
+impl crate::notify::Secrets for NotifySecrets {
+    fn get(&self, name: &str) -> anyhow::Result<Option<String>> {
+        match self.0.upgrade() {
+            Some(n) => n.vault.get(name),
+            None => Ok(None),
+        }
+    }
+
+    fn get_or_create(&self, name: &str, make: fn() -> String) -> anyhow::Result<String> {
+        let n = self.0.upgrade().context("the node is gone")?;
+        n.vault.get_or_create(name, make)
     }
 }
 

@@ -117,6 +117,9 @@ pub enum Event {
     OrphanCleanupRequested(Value),
     /// The orphan cleanup dialog was answered; UIs close it.
     OrphanCleanupResolved(Value),
+    /// A notification was raised, changed (delivery state) or cleared: the record as
+    /// `GET /notifications` lists it, plus `op` (`show`, `update` or `clear`).
+    Notification(Value),
     /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
     Lagged { missed: u64 },
 }
@@ -149,6 +152,7 @@ impl Event {
             Self::SessionWorktreeDeclared(_) => "session-worktree-declared",
             Self::OrphanCleanupRequested(_) => "orphan-cleanup-requested",
             Self::OrphanCleanupResolved(_) => "orphan-cleanup-resolved",
+            Self::Notification(_) => "notification",
             Self::Lagged { .. } => "lagged",
         }
     }

