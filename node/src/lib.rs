@@ -14,6 +14,7 @@
 //! router and its body limit for the boundary tests; agent mail (`mail`) and MCP (`mcp`) are
 //! private.
 
+pub mod acp;
 mod auth;
 mod automations;
 mod beneath;

@@ -101,6 +101,8 @@ pub struct Node {
     pub upstreams: Arc<crate::upstream::Upstreams>,
     /// The hooks an extension installed before serving (`crate::ext`; none on a plain node).
     pub ext: crate::ext::Extensions,
+    /// ACP connections to configured agents (`crate::acp`).
+    pub acp: Arc<crate::acp::Acp>,
 }
 
 impl Node {
@@ -161,6 +163,9 @@ impl Node {
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
             )),
+            acp: Arc::new(crate::acp::Acp::open(acp_env(
+                weak, &paths, &bus, &store, &tasks, &shutdown,
+            ))),
             name,
             paths,
             config_file,
@@ -357,6 +362,36 @@ fn session_env(
             }
         })),
         cells: Arc::default(),
+    }
+}
+
+/// The ACP service's environment: the bus, store, tasks and shutdown, the settings read from
+/// the current config's `acp_agents` / `ego_executable` / `acp` keys, and the registered
+/// roots.
+fn acp_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    store: &Arc<Store>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::acp::AcpEnv {
+    let settings = node.clone();
+    let roots = node.clone();
+    crate::acp::AcpEnv {
+        bus: bus.clone(),
+        store: store.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        settings: Arc::new(move || {
+            settings
+                .upgrade()
+                .map(|n| crate::acp::Settings::from_keys(&n.config().extra))
+                .unwrap_or_default()
+        }),
+        roots: Arc::new(move || roots.upgrade().map(|n| n.repos.roots()).unwrap_or_default()),
+        socket: paths.socket.clone(),
+        instance: paths.instance.id().map(str::to_owned),
     }
 }
 

@@ -108,6 +108,9 @@ pub enum Event {
     OrphanCleanupRequested(Value),
     /// The orphan cleanup dialog was answered; UIs close it.
     OrphanCleanupResolved(Value),
+    /// An ACP connection changed state (`crate::acp::Notice`): a wake signal, never a turn
+    /// frame.
+    AcpNotice(crate::acp::Notice),
     /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
     Lagged { missed: u64 },
 }
@@ -138,6 +141,7 @@ impl Event {
             Self::SessionWorktreeDeclared(_) => "session-worktree-declared",
             Self::OrphanCleanupRequested(_) => "orphan-cleanup-requested",
             Self::OrphanCleanupResolved(_) => "orphan-cleanup-resolved",
+            Self::AcpNotice(_) => "acp-notice",
             Self::Lagged { .. } => "lagged",
         }
     }

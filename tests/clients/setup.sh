@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the official MCP SDK clients the end-to-end tests drive, once, into a cache folder:
-#   Python `mcp` (PyPI) in a venv, and the TypeScript `@modelcontextprotocol/sdk` (npm).
+#   Python `mcp` (PyPI) in a venv, and the TypeScript `@modelcontextprotocol/sdk` (npm); the
+#   official ACP SDK (PyPI `agent-client-protocol`) in the same venv for the ACP test agent.
 # Prints two lines: PYTHON=<venv python> and TSDIR=<folder with node_modules>.
 set -euo pipefail
 cache=${TUIC_MCP_CLIENTS_CACHE:-$HOME/.cache/tuic-mcp-clients}
@@ -18,6 +19,10 @@ fi
 # The official Prometheus text-format parser, for the /metrics tests.
 if ! "$cache/venv/bin/python" -c "import prometheus_client.parser" 2>/dev/null; then
   "$cache/venv/bin/pip" install -q "prometheus_client==${TUIC_PROM_CLIENT_VERSION:-0.21.1}" >&2
+fi
+# The official ACP SDK (PyPI `agent-client-protocol`), for the ACP test agent (acp_test_agent.py).
+if ! "$cache/venv/bin/python" -c "import acp" 2>/dev/null; then
+  "$cache/venv/bin/pip" install -q "agent-client-protocol==${TUIC_ACP_PY_VERSION:-0.12.1}" >&2
 fi
 if [ ! -d "$cache/ts/node_modules/@modelcontextprotocol/sdk" ]; then
   mkdir -p "$cache/ts"

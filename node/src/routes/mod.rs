@@ -3,6 +3,7 @@
 //! The same router serves the IPC socket and the TCP listener; the boundary middleware
 //! decides per transport which guards apply.
 
+mod acp;
 mod auth;
 mod automations;
 mod config;
@@ -94,6 +95,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         )
         .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
         .merge(sessions::routes())
+        .merge(acp::routes())
         .merge(progress::routes())
         .merge(stories::routes())
         .merge(automations::routes())
