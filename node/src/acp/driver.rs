@@ -408,12 +408,11 @@ impl Conn {
     async fn write_file(&self, path: &str, content: String) -> Result<(), String> {
         let root = std::path::PathBuf::from(lock(&self.inner).rec.cwd.clone());
         let p = path.to_owned();
-        let r = tokio::task::spawn_blocking(move || {
-            crate::fs::write(&[root], &p, content.as_bytes())
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.message));
+        let r =
+            tokio::task::spawn_blocking(move || crate::fs::write(&[root], &p, content.as_bytes()))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.message));
         self.capability("fs/write_text_file", path, r.as_ref().err());
         r
     }

@@ -101,7 +101,9 @@ impl Settings {
             for a in list {
                 match serde_json::from_value::<AgentSpec>(a.clone()) {
                     Ok(spec) => s.agents.push(spec),
-                    Err(e) => tracing::warn!(source = "acp", error = %e, "skipping a malformed acp_agents entry"),
+                    Err(e) => {
+                        tracing::warn!(source = "acp", error = %e, "skipping a malformed acp_agents entry")
+                    }
                 }
             }
         }
@@ -250,8 +252,9 @@ struct Live {
 
 /// A held permission request.
 struct Held {
-    responder:
-        agent_client_protocol::v1::Responder<agent_client_protocol::v1::schema::RequestPermissionResponse>,
+    responder: agent_client_protocol::v1::Responder<
+        agent_client_protocol::v1::schema::RequestPermissionResponse,
+    >,
     options: Vec<String>,
 }
 
@@ -340,7 +343,10 @@ impl Acp {
                     let mut journal = Journal::restored(frames, last);
                     let mut plan = None;
                     let mut error = None;
-                    for k in journal.after(journal.first_seq().saturating_sub(1), usize::MAX).unwrap_or_default() {
+                    for k in journal
+                        .after(journal.first_seq().saturating_sub(1), usize::MAX)
+                        .unwrap_or_default()
+                    {
                         match &k.frame.body {
                             FrameBody::Update { update } if update["sessionUpdate"] == "plan" => {
                                 plan = Some(update["entries"].clone());
@@ -418,17 +424,22 @@ impl Acp {
     /// Launches a configured agent in `cwd` (`POST /acp/connections`).
     pub fn create(&self, req: tuic_proto::acp::NewConnection) -> Result<Arc<Conn>, AcpError> {
         let settings = self.shared.settings();
-        let spec = settings.agent(&req.agent).ok_or_else(|| AcpError::UnknownAgent {
-            name: req.agent.clone(),
-            configured: settings.names(),
-        })?;
+        let spec = settings
+            .agent(&req.agent)
+            .ok_or_else(|| AcpError::UnknownAgent {
+                name: req.agent.clone(),
+                configured: settings.names(),
+            })?;
         let cwd = self.shared.check_cwd(&req.cwd)?;
         if let Some(n) = &req.name {
             crate::session::registry::check_name(n).map_err(AcpError::BadInput)?;
         }
         let id = uuid::Uuid::new_v4().to_string();
         let rec = Record {
-            name: req.name.clone().unwrap_or_else(|| format!("{} · {}", spec.name, short(&cwd))),
+            name: req
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{} · {}", spec.name, short(&cwd))),
             id: id.clone(),
             agent: spec.name.clone(),
             cwd: cwd.display().to_string(),
@@ -478,7 +489,11 @@ impl Acp {
             i.state = ConnState::Starting;
             i.rec.ended = None;
             i.error = None;
-            let load = i.rec.load_session.then(|| i.rec.session_id.clone()).flatten();
+            let load = i
+                .rec
+                .load_session
+                .then(|| i.rec.session_id.clone())
+                .flatten();
             (i.rec.agent.clone(), load)
         };
         let Some(spec) = settings.agent(&agent) else {
@@ -525,8 +540,8 @@ impl Shared {
         if !p.is_absolute() {
             return Err(AcpError::BadInput(format!("cwd must be absolute: {cwd}")));
         }
-        let canon = std::fs::canonicalize(p)
-            .map_err(|e| AcpError::BadInput(format!("cwd {cwd}: {e}")))?;
+        let canon =
+            std::fs::canonicalize(p).map_err(|e| AcpError::BadInput(format!("cwd {cwd}: {e}")))?;
         if !canon.is_dir() {
             return Err(AcpError::BadInput(format!("cwd {cwd} is not a directory")));
         }
@@ -546,8 +561,11 @@ impl Shared {
     }
 
     fn persist_frame(&self, id: &str, a: &journal::Appended) {
-        self.writer
-            .send(Op::Frame(id.to_owned(), a.kept.frame.seq, a.kept.json.clone()));
+        self.writer.send(Op::Frame(
+            id.to_owned(),
+            a.kept.frame.seq,
+            a.kept.json.clone(),
+        ));
         if let Some((from, to)) = a.dropped {
             self.writer.send(Op::Trim(id.to_owned(), from, to));
         }
@@ -564,7 +582,11 @@ impl Conn {
             state: i.state,
             generation: i.rec.generation,
             last_seq: i.journal.last_seq(),
-            pending: i.interactions.iter().filter(|x| x.state == "pending").count(),
+            pending: i
+                .interactions
+                .iter()
+                .filter(|x| x.state == "pending")
+                .count(),
             session_id: i.rec.session_id.clone(),
             created_ms: i.rec.created_ms,
             ended: i.rec.ended.clone(),
@@ -626,9 +648,7 @@ impl Conn {
         {
             i.plan = Some(update["entries"].clone());
         }
-        let a = i
-            .journal
-            .append(body, now_ms(), max_bytes, max_age);
+        let a = i.journal.append(body, now_ms(), max_bytes, max_age);
         let seq = a.kept.frame.seq;
         drop(i);
         self.shared.persist_frame(&self.id, &a);
@@ -709,7 +729,10 @@ impl Conn {
                 }
             }
             let Some(live) = &i.live else {
-                return Err(AcpError::Conflict(format!("connection {} has no agent", self.id)));
+                return Err(AcpError::Conflict(format!(
+                    "connection {} has no agent",
+                    self.id
+                )));
             };
             let cx = live.cx.clone();
             let sid = live.session_id.clone();
@@ -776,13 +799,18 @@ impl Conn {
         let (cx, sid) = {
             let i = lock(&self.inner);
             let Some(live) = &i.live else {
-                return Err(AcpError::Conflict(format!("connection {} has no agent", self.id)));
+                return Err(AcpError::Conflict(format!(
+                    "connection {} has no agent",
+                    self.id
+                )));
             };
             (live.cx.clone(), live.session_id.clone())
         };
         self.cancel_all_held("cancel");
-        cx.send_notification(agent_client_protocol::v1::schema::CancelNotification::new(sid))
-            .map_err(|e| AcpError::Conflict(e.message))?;
+        cx.send_notification(agent_client_protocol::v1::schema::CancelNotification::new(
+            sid,
+        ))
+        .map_err(|e| AcpError::Conflict(e.message))?;
         Ok(())
     }
 
@@ -833,7 +861,12 @@ impl Conn {
             let mut i = lock(&self.inner);
             let mut out = None;
             if let Some(x) = i.interactions.iter_mut().find(|x| x.request_id == rid) {
-                x.state = if option_id.is_some() { "answered" } else { "cancelled" }.into();
+                x.state = if option_id.is_some() {
+                    "answered"
+                } else {
+                    "cancelled"
+                }
+                .into();
                 x.option_id = option_id;
                 x.by = Some(by.to_owned());
                 out = Some(x.clone());

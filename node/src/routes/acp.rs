@@ -204,9 +204,7 @@ async fn stream(
                             after: cursor,
                             first_seq,
                         };
-                        let _ = tx
-                            .send(Message::Text(json!(gap).to_string().into()))
-                            .await;
+                        let _ = tx.send(Message::Text(json!(gap).to_string().into())).await;
                         let _ = tx.close().await;
                         return;
                     }
