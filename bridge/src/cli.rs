@@ -196,6 +196,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: McpCmd,
     },
+    /// ACP connections: agents driven by the Agent Client Protocol (new, ls, attach, answer,
+    /// cancel).
+    Acp {
+        #[command(subcommand)]
+        cmd: crate::acpcmd::AcpCmd,
+    },
     /// Copy files to a registered repository on a connected node: SRC... CONN:/path, where
     /// /path is a directory inside a repository registered on that node.
     Cp {
@@ -296,7 +302,7 @@ impl Failure {
             Self::Unavailable(_) => EXIT_UNAVAILABLE,
         }
     }
-    fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             Self::NotRunning(m) | Self::Unavailable(m) | Self::Failed(m) | Self::Usage(m) => m,
         }
@@ -978,6 +984,7 @@ pub fn main() -> ExitCode {
         } => story(&ctx, json, project.as_deref(), session_id.as_deref()),
         Cmd::Cp { args } => cp(&ctx, args),
         Cmd::Mcp { cmd } => mcp_cmd(&ctx, cmd),
+        Cmd::Acp { cmd } => crate::acpcmd::run(&ctx, cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

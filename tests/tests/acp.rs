@@ -487,3 +487,87 @@ async fn over_authenticated_tcp_the_same_routes_work() {
             .any(|f| is(f, "permission_outcome") && f["by"] == "tcp")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_launches_lists_attaches_and_answers() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    use tuic_tests::bridge::{bin, clean_command};
+    let bed = Bed::start(json!({})).await;
+    let sandbox = tempfile::tempdir().unwrap();
+    let socket = bed.node.socket.display().to_string();
+    let tuic = |args: &[&str]| {
+        let mut c = clean_command(&bin("tuic"), sandbox.path());
+        c.args(args)
+            .env("TUIC_SOCKET", &socket)
+            .stdin(Stdio::null());
+        c.output().unwrap()
+    };
+    let repo = bed.repo.display().to_string();
+    let out = tuic(&["acp", "new", "--agent", "test", "--cwd", &repo]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let out = tuic(&["acp", "new", "--agent", "nope", "--cwd", &repo]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("configured agents"));
+
+    // attach: a line-mode chat; a number answers the permission request.
+    let mut child = clean_command(&bin("tuic"), sandbox.path())
+        .args(["acp", "attach", &id])
+        .env("TUIC_SOCKET", &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let mut seen = Vec::new();
+        loop {
+            let l = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{needle:?} not printed; got {seen:?}"));
+            if l.contains(needle) {
+                return;
+            }
+            seen.push(l);
+        }
+    };
+    wait_for("[ready]");
+    writeln!(stdin, "ask").unwrap();
+    wait_for("3) Reject");
+    let out = tuic(&["acp", "ls"]);
+    let ls = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(ls.contains(&id) && ls.contains("needs_you"), "{ls}");
+    writeln!(stdin, "2").unwrap();
+    wait_for("chose:always");
+    wait_for("[turn 1 ended: end_turn]");
+    // answer from another terminal while attached.
+    writeln!(stdin, "ask").unwrap();
+    wait_for("3) Reject");
+    let out = tuic(&["acp", "answer", &id, "reject"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("chose:reject");
+    wait_for("[turn 2 ended: end_turn]");
+    let out = tuic(&["acp", "answer", &id, "1"]);
+    assert_eq!(out.status.code(), Some(1), "nothing pending");
+    writeln!(stdin, "/quit").unwrap();
+    assert!(child.wait().unwrap().success());
+}
