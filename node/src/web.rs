@@ -28,6 +28,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("login.html", HTML, include_str!("../../web/login.html")),
     ("index.html", HTML, include_str!("../../web/index.html")),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
+    ("assets/acp.js", JS, include_str!("../../web/assets/acp.js")),
     (
         "assets/upload.js",
         JS,
