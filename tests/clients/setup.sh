@@ -28,5 +28,14 @@ if [ ! -d "$cache/ts/node_modules/@modelcontextprotocol/sdk" ]; then
   mkdir -p "$cache/ts"
   (cd "$cache/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund "@modelcontextprotocol/sdk@$ts_version" >&2)
 fi
+# The published ACP agents (npm), started without credentials by the ACP tests.
+acp_dir="$cache/acp-agents"
+if [ ! -x "$acp_dir/node_modules/.bin/codex-acp" ] || [ ! -x "$acp_dir/node_modules/.bin/claude-code-acp" ]; then
+  mkdir -p "$acp_dir"
+  (cd "$acp_dir" && npm init -y >/dev/null && npm install --no-audit --no-fund \
+    "@zed-industries/codex-acp@${TUIC_CODEX_ACP_VERSION:-0.16.0}" \
+    "@zed-industries/claude-code-acp@${TUIC_CLAUDE_CODE_ACP_VERSION:-0.16.2}" >&2)
+fi
 echo "PYTHON=$cache/venv/bin/python"
 echo "TSDIR=$cache/ts"
+echo "ACPDIR=$acp_dir"

@@ -176,3 +176,23 @@ pub fn said(frames: &[Value]) -> String {
         .filter_map(|f| f["update"]["content"]["text"].as_str())
         .collect()
 }
+
+/// The folder whose `node_modules/.bin` holds the published agents (`codex-acp`,
+/// `claude-code-acp`), installed once from npm by `clients/setup.sh`. Blocking.
+pub fn published_agents_dir() -> PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(clients_dir().join("setup.sh"))
+        .output()
+        .expect("running tests/clients/setup.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    PathBuf::from(
+        text.lines()
+            .find_map(|l| l.strip_prefix("ACPDIR="))
+            .expect("ACPDIR in setup.sh's output"),
+    )
+}
