@@ -378,6 +378,7 @@ fn acp_env(
 ) -> crate::acp::AcpEnv {
     let settings = node.clone();
     let roots = node.clone();
+    let sessions = node.clone();
     crate::acp::AcpEnv {
         bus: bus.clone(),
         store: store.clone(),
@@ -392,6 +393,7 @@ fn acp_env(
         roots: Arc::new(move || roots.upgrade().map(|n| n.repos.roots()).unwrap_or_default()),
         socket: paths.socket.clone(),
         instance: paths.instance.id().map(str::to_owned),
+        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
     }
 }
 

@@ -12,6 +12,10 @@ What a prompt's first word asks for:
   garbage  write a line that is not JSON, then say "survived".
   exit     send one chunk and exit with status 3 mid-turn.
   ask      ask permission (three options) and say what came back.
+  run      run `sh -c 'echo tuic-terminal-ok; exit 4'` through terminal/create, wait for its
+           exit, read its output, release it; say "term:<exit code>:<output>".
+  tools    start the MCP server the client offered in session/new (tuic-bridge) with the
+           official MCP SDK and call `session action=list`; say "mcp:<tool>:<is_error>".
   anything else: echo the text.
 """
 
@@ -43,6 +47,7 @@ class TestAgent:
     def __init__(self):
         self.conn = None
         self.cwd = {}
+        self.mcp = {}
 
     def on_connect(self, conn):
         self.conn = conn
@@ -57,6 +62,7 @@ class TestAgent:
     async def new_session(self, cwd, mcp_servers=None, **kw):
         sid = str(uuid.uuid4())
         self.cwd[sid] = cwd
+        self.mcp[sid] = list(mcp_servers or [])
         return NewSessionResponse(session_id=sid)
 
     async def load_session(self, cwd, session_id, mcp_servers=None, **kw):
@@ -121,6 +127,38 @@ class TestAgent:
         if word == "ask":
             chosen = await self.ask(sid, "t2", "Run something")
             await self.say(sid, f"chose:{chosen}")
+            return PromptResponse(stop_reason="end_turn")
+        if word == "run":
+            t = await self.conn.create_terminal(
+                session_id=sid, command="sh", args=["-c", "echo tuic-terminal-ok; exit 4"], cwd=cwd
+            )
+            done = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=t.terminal_id)
+            out = await self.conn.terminal_output(session_id=sid, terminal_id=t.terminal_id)
+            await self.conn.release_terminal(session_id=sid, terminal_id=t.terminal_id)
+            await self.say(sid, f"term:{done.exit_code}:{out.output.strip()}")
+            return PromptResponse(stop_reason="end_turn")
+        if word == "tools":
+            from mcp import ClientSession, StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            servers = self.mcp.get(sid) or []
+            if not servers:
+                await self.say(sid, "mcp:none")
+                return PromptResponse(stop_reason="end_turn")
+            srv = servers[0]
+            env = dict(os.environ)
+            for e in srv.env or []:
+                env[e.name] = e.value
+            params = StdioServerParameters(command=str(srv.command), args=list(srv.args or []), env=env)
+            try:
+                async with stdio_client(params) as (read, write):
+                    async with ClientSession(read, write) as s:
+                        await s.initialize()
+                        r = await s.call_tool("session", {"action": "list"})
+                failed = bool(getattr(r, "is_error", getattr(r, "isError", None)))
+                await self.say(sid, f"mcp:{srv.name}:{failed}")
+            except BaseException as e:  # noqa: BLE001 - reported to the test as text
+                await self.say(sid, f"mcp-error:{e!r}")
             return PromptResponse(stop_reason="end_turn")
         if word == "escape":
             tries = [

@@ -571,3 +571,34 @@ async fn the_cli_launches_lists_attaches_and_answers() {
     writeln!(stdin, "/quit").unwrap();
     assert!(child.wait().unwrap().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_runs_as_a_tuic_session_and_tuic_is_the_agent_s_mcp_server() {
+    let bed = Bed::start(json!({})).await;
+    let id = bed.launch().await;
+    let mut ws = bed.stream(&id, 0).await.unwrap();
+    until(&mut ws, |f| is(f, "ready")).await.unwrap();
+    bed.prompt(&id, "run").await;
+    let turn = until(&mut ws, |f| is(f, "turn_end")).await.unwrap();
+    assert_eq!(said(&turn), "term:4:tuic-terminal-ok", "{turn:?}");
+    let cap = turn
+        .iter()
+        .find(|f| is(f, "capability") && f["method"] == "terminal/create")
+        .expect("terminal/create journaled");
+    assert_eq!(cap["ok"], true, "{cap}");
+    let sid = cap["session_id"].as_str().unwrap();
+    // The command ran as a tuic PTY session: its output answers on the session routes.
+    let (s, out) = bed
+        .call("GET", &format!("/sessions/{sid}/output?format=text"), None)
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert!(
+        out["data"].as_str().unwrap().contains("tuic-terminal-ok"),
+        "{out}"
+    );
+
+    // tuic offered itself as the agent's MCP server (tuic-bridge over stdio): one tool call.
+    bed.prompt(&id, "tools").await;
+    let turn = until(&mut ws, |f| is(f, "turn_end")).await.unwrap();
+    assert_eq!(said(&turn), "mcp:tuic:False", "{turn:?}");
+}

@@ -12,9 +12,11 @@
 use std::sync::Arc;
 
 use agent_client_protocol::v1::schema::{
-    InitializeRequest, LoadSessionRequest, NewSessionRequest, ReadTextFileRequest,
-    ReadTextFileResponse, RequestPermissionRequest, SessionNotification, WriteTextFileRequest,
-    WriteTextFileResponse,
+    CreateTerminalRequest, CreateTerminalResponse, InitializeRequest, KillTerminalRequest,
+    KillTerminalResponse, LoadSessionRequest, NewSessionRequest, ReadTextFileRequest,
+    ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
+    RequestPermissionRequest, SessionNotification, TerminalOutputRequest, TerminalOutputResponse,
+    WaitForTerminalExitRequest, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agent_client_protocol::{Agent, Client, Lines};
 use futures::StreamExt;
@@ -154,6 +156,11 @@ async fn connect(
     let on_permission = conn.clone();
     let on_read = conn.clone();
     let on_write = conn.clone();
+    let on_term = conn.clone();
+    let on_output = conn.clone();
+    let on_wait = conn.clone();
+    let on_kill = conn.clone();
+    let on_release = conn.clone();
     Client
         .v1()
         .name("tuic")
@@ -214,6 +221,81 @@ async fn connect(
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            async move |req: CreateTerminalRequest, responder, _cx| {
+                let v = serde_json::to_value(&req).unwrap_or(Value::Null);
+                match on_term.create_terminal(&v) {
+                    Ok(id) => {
+                        let resp: CreateTerminalResponse =
+                            serde_json::from_value(json!({"terminalId": id}))
+                                .map_err(|_| agent_client_protocol::Error::internal_error())?;
+                        responder.respond(resp)
+                    }
+                    Err(msg) => responder.respond_with_error(refusal(msg)),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: TerminalOutputRequest, responder, _cx| {
+                let v = serde_json::to_value(&req).unwrap_or(Value::Null);
+                match on_output.terminal_output(&v) {
+                    Ok(out) => {
+                        let resp: TerminalOutputResponse = serde_json::from_value(out)
+                            .map_err(|_| agent_client_protocol::Error::internal_error())?;
+                        responder.respond(resp)
+                    }
+                    Err(msg) => responder.respond_with_error(refusal(msg)),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: WaitForTerminalExitRequest, responder, _cx| {
+                let v = serde_json::to_value(&req).unwrap_or(Value::Null);
+                match on_wait.terminal(&v) {
+                    Ok(s) => {
+                        tokio::spawn(wait_exit(s, responder));
+                        Ok(())
+                    }
+                    Err(msg) => responder.respond_with_error(refusal(msg)),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: KillTerminalRequest, responder, _cx| {
+                let v = serde_json::to_value(&req).unwrap_or(Value::Null);
+                match on_kill.terminal(&v) {
+                    Ok(s) => {
+                        s.kill();
+                        let resp: KillTerminalResponse = serde_json::from_value(json!({}))
+                            .map_err(|_| agent_client_protocol::Error::internal_error())?;
+                        responder.respond(resp)
+                    }
+                    Err(msg) => responder.respond_with_error(refusal(msg)),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: ReleaseTerminalRequest, responder, _cx| {
+                let v = serde_json::to_value(&req).unwrap_or(Value::Null);
+                let id = v["terminalId"].as_str().unwrap_or_default().to_owned();
+                match lock(&on_release.terminals).remove(&id) {
+                    Some(t) => {
+                        if t.session.exit().is_none() {
+                            t.session.kill();
+                        }
+                        let resp: ReleaseTerminalResponse = serde_json::from_value(json!({}))
+                            .map_err(|_| agent_client_protocol::Error::internal_error())?;
+                        responder.respond(resp)
+                    }
+                    None => responder.respond_with_error(refusal(format!("no terminal {id}"))),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .connect_with(transport, async move |cx| {
             start(&conn, cx, load).await?;
             stop.cancelled().await;
@@ -239,7 +321,7 @@ async fn start(
         "protocolVersion": 1,
         "clientCapabilities": {
             "fs": {"readTextFile": true, "writeTextFile": true},
-            "terminal": false
+            "terminal": true
         },
         "clientInfo": {"name": "tuic", "version": env!("CARGO_PKG_VERSION")}
     }))
@@ -428,5 +510,148 @@ impl Conn {
             error: error.cloned(),
             session_id: None,
         });
+    }
+}
+
+/// A `terminal/create` terminal: the tuic PTY session it runs in, and its output bound.
+pub(super) struct Terminal {
+    session: Arc<crate::session::Session>,
+    limit: Option<u64>,
+}
+
+fn terminal_error(msg: String) -> agent_client_protocol::Error {
+    refusal(msg)
+}
+
+impl Conn {
+    /// `terminal/create`: the command runs as a tuic PTY session (listed, attachable).
+    fn create_terminal(&self, v: &Value) -> Result<String, String> {
+        let Some(sessions) = (self.shared.env.sessions)() else {
+            return Err("the node is stopping".into());
+        };
+        let command = v["command"].as_str().unwrap_or_default().to_owned();
+        let root = lock(&self.inner).rec.cwd.clone();
+        let cwd = v["cwd"].as_str().map(str::to_owned).unwrap_or(root.clone());
+        let r = (|| {
+            if !std::path::Path::new(&cwd).starts_with(&root) {
+                return Err(format!(
+                    "cwd {cwd} is outside the connection's directory {root}"
+                ));
+            }
+            let args = v["args"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let env = v["env"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|e| {
+                            Some((
+                                e["name"].as_str()?.to_owned(),
+                                e["value"].as_str()?.to_owned(),
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let req = crate::session::CreateRequest {
+                shell: Some(command.clone()),
+                args,
+                cwd: Some(cwd.clone()),
+                env,
+                name: Some(format!("acp: {command}")),
+                ..Default::default()
+            };
+            let s = sessions.create(req).map_err(|e| e.to_string())?;
+            let id = s.id.clone();
+            lock(&self.terminals).insert(
+                id.clone(),
+                Terminal {
+                    session: s,
+                    limit: v["outputByteLimit"].as_u64(),
+                },
+            );
+            Ok(id)
+        })();
+        if let Err(e) = &r {
+            tracing::warn!(source = "acp", conn = %self.id, command = %command, error = %e, "agent terminal refused");
+        }
+        self.push(FrameBody::Capability {
+            method: "terminal/create".into(),
+            target: command,
+            ok: r.is_ok(),
+            error: r.as_ref().err().cloned(),
+            session_id: r.as_ref().ok().cloned(),
+        });
+        r
+    }
+
+    fn terminal(&self, v: &Value) -> Result<Arc<crate::session::Session>, String> {
+        let id = v["terminalId"].as_str().unwrap_or_default();
+        lock(&self.terminals)
+            .get(id)
+            .map(|t| t.session.clone())
+            .ok_or_else(|| format!("no terminal {id}"))
+    }
+
+    /// `terminal/output`: the retained output as text (escapes stripped), cut from the front to
+    /// the terminal's byte limit, and the exit status once it exited.
+    fn terminal_output(&self, v: &Value) -> Result<Value, String> {
+        let s = self.terminal(v)?;
+        let limit = lock(&self.terminals)
+            .get(&s.id)
+            .and_then(|t| t.limit)
+            .unwrap_or(1 << 20) as usize;
+        let raw = s.stream().ring();
+        let mut text = crate::session::cleanlog::Stripper::default().strip(&raw);
+        let truncated = text.len() > limit;
+        if truncated {
+            let mut cut = text.len() - limit;
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            text = text[cut..].to_owned();
+        }
+        let mut out = json!({"output": text, "truncated": truncated});
+        if let Some(e) = s.exit() {
+            out["exitStatus"] = json!({"exitCode": e.code, "signal": null});
+        }
+        Ok(out)
+    }
+}
+
+/// Waits for a terminal's exit off the dispatch loop, then answers.
+async fn wait_exit(
+    s: Arc<crate::session::Session>,
+    responder: agent_client_protocol::v1::Responder<
+        agent_client_protocol::v1::schema::WaitForTerminalExitResponse,
+    >,
+) {
+    let mut life = s.lifecycle();
+    loop {
+        life.borrow_and_update();
+        if let Some(e) = s.exit() {
+            let r = serde_json::from_value(json!({"exitCode": e.code, "signal": null}));
+            match r {
+                Ok(r) => {
+                    let _ = responder.respond(r);
+                }
+                Err(_) => {
+                    let _ = responder
+                        .respond_with_error(agent_client_protocol::Error::internal_error());
+                }
+            }
+            return;
+        }
+        if life.changed().await.is_err() {
+            let _ = responder
+                .respond_with_error(terminal_error("the terminal's session is gone".into()));
+            return;
+        }
     }
 }

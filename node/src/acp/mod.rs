@@ -131,15 +131,15 @@ impl Settings {
 
     /// The agent a request names.
     fn agent(&self, name: &str) -> Option<AgentSpec> {
-        if name == "ego" {
-            if let Some(exe) = &self.ego_executable {
-                return Some(AgentSpec {
-                    name: "ego".into(),
-                    command: exe.clone(),
-                    args: Vec::new(),
-                    env: BTreeMap::new(),
-                });
-            }
+        if name == "ego"
+            && let Some(exe) = &self.ego_executable
+        {
+            return Some(AgentSpec {
+                name: "ego".into(),
+                command: exe.clone(),
+                args: Vec::new(),
+                env: BTreeMap::new(),
+            });
         }
         self.agents.iter().find(|a| a.name == name).cloned()
     }
@@ -179,7 +179,12 @@ pub struct AcpEnv {
     pub socket: PathBuf,
     /// The named instance, for the bridge's `TUIC_APP_INSTANCE`.
     pub instance: Option<String>,
+    /// The PTY sessions `terminal/create` runs commands in (none while the node stops).
+    pub sessions: SessionsSource,
 }
+
+/// The node's session registry, when it still runs.
+pub type SessionsSource = Arc<dyn Fn() -> Option<Arc<crate::session::Registry>> + Send + Sync>;
 
 impl std::fmt::Debug for AcpEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -281,6 +286,8 @@ pub struct Conn {
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
     held: Mutex<HashMap<String, Held>>,
+    /// The agent's `terminal/create` terminals, by terminal id (the PTY session id).
+    terminals: Mutex<HashMap<String, driver::Terminal>>,
     /// The newest sequence; streams wait on it.
     seq: watch::Sender<u64>,
     next_request: std::sync::atomic::AtomicU64,
@@ -387,6 +394,7 @@ impl Acp {
                             turn_running: false,
                         }),
                         held: Mutex::new(HashMap::new()),
+                        terminals: Mutex::new(HashMap::new()),
                         seq: watch::Sender::new(last),
                         next_request: 1.into(),
                     });
@@ -466,6 +474,7 @@ impl Acp {
                 turn_running: false,
             }),
             held: Mutex::new(HashMap::new()),
+            terminals: Mutex::new(HashMap::new()),
             seq: watch::Sender::new(0),
             next_request: 1.into(),
         });
