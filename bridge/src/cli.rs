@@ -242,6 +242,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: McpCmd,
     },
+    /// ACP connections: agents driven by the Agent Client Protocol (new, ls, attach, answer,
+    /// cancel).
+    Acp {
+        #[command(subcommand)]
+        cmd: crate::acpcmd::AcpCmd,
+    },
     /// Copy files to a registered repository on a connected node: SRC... CONN:/path, where
     /// /path is a directory inside a repository registered on that node.
     Cp {
@@ -344,7 +350,7 @@ impl Failure {
             Self::Unavailable(_) => EXIT_UNAVAILABLE,
         }
     }
-    fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             Self::NotRunning(m) | Self::Unavailable(m) | Self::Failed(m) | Self::Usage(m) => m,
         }
@@ -1056,6 +1062,7 @@ pub fn main() -> ExitCode {
             revoke.as_deref(),
         ),
         Cmd::Secret { cmd, name } => crate::trust::secret(&ctx, cmd, name.as_deref()),
+        Cmd::Acp { cmd } => crate::acpcmd::run(&ctx, cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ macro_rules! outln {
     ($($t:tt)*) => { $crate::tty::stdout_text(&(format!($($t)*) + "\n")) };
 }
 
+mod acpcmd;
 pub mod attach;
 pub mod cli;
 pub mod cp;

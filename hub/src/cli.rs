@@ -115,6 +115,10 @@ fn federate(
                 fed.clone(),
                 crate::stories::intercept,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                fed.clone(),
+                crate::acp::intercept,
+            ))
     });
     Ok(Some(hook))
 }

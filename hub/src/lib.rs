@@ -6,6 +6,7 @@
 //! connection token, answering 503 while the connection is down. It never owns another host's
 //! PTYs and never asks a node to start a process.
 
+pub mod acp;
 pub mod cli;
 pub mod connections;
 pub mod federation;

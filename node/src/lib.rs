@@ -15,6 +15,7 @@
 //! private.
 
 pub mod audit;
+pub mod acp;
 mod auth;
 mod automations;
 mod beneath;

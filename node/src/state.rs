@@ -109,6 +109,8 @@ pub struct Node {
     pub secrets: Arc<crate::secrets::Secrets>,
     /// Notifications to the person: Web Push, ntfy, webhook (`crate::notify`).
     pub notify: crate::notify::Notify,
+    /// ACP connections to configured agents (`crate::acp`).
+    pub acp: Arc<crate::acp::Acp>,
 }
 
 impl Node {
@@ -196,6 +198,9 @@ impl Node {
                 &tasks,
                 &shutdown,
             )),
+            acp: Arc::new(crate::acp::Acp::open(acp_env(
+                weak, &paths, &bus, &store, &tasks, &shutdown,
+            ))),
             name,
             paths,
             config_file,
@@ -480,6 +485,38 @@ impl crate::notify::Secrets for NotifySecrets {
     fn get_or_create(&self, name: &str, make: fn() -> String) -> anyhow::Result<String> {
         let n = self.0.upgrade().context("the node is gone")?;
         n.vault.get_or_create(name, make)
+    }
+}
+
+/// The ACP service's environment: the bus, store, tasks and shutdown, the settings read from
+/// the current config's `acp_agents` / `ego_executable` / `acp` keys, and the registered
+/// roots.
+fn acp_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    store: &Arc<Store>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::acp::AcpEnv {
+    let settings = node.clone();
+    let roots = node.clone();
+    let sessions = node.clone();
+    crate::acp::AcpEnv {
+        bus: bus.clone(),
+        store: store.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        settings: Arc::new(move || {
+            settings
+                .upgrade()
+                .map(|n| crate::acp::Settings::from_keys(&n.config().extra))
+                .unwrap_or_default()
+        }),
+        roots: Arc::new(move || roots.upgrade().map(|n| n.repos.roots()).unwrap_or_default()),
+        socket: paths.socket.clone(),
+        instance: paths.instance.id().map(str::to_owned),
+        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
     }
 }
 

@@ -44,6 +44,7 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/share.js"),
     ),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
+    ("assets/acp.js", JS, include_str!("../../web/assets/acp.js")),
     (
         "assets/upload.js",
         JS,

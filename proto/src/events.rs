@@ -120,6 +120,9 @@ pub enum Event {
     /// A notification was raised, changed (delivery state) or cleared: the record as
     /// `GET /notifications` lists it, plus `op` (`show`, `update` or `clear`).
     Notification(Value),
+    /// An ACP connection changed state (`crate::acp::Notice`): a wake signal, never a turn
+    /// frame.
+    AcpNotice(crate::acp::Notice),
     /// Sent only to one SSE client: it fell behind and `missed` events were dropped for it.
     Lagged { missed: u64 },
 }
@@ -153,6 +156,7 @@ impl Event {
             Self::OrphanCleanupRequested(_) => "orphan-cleanup-requested",
             Self::OrphanCleanupResolved(_) => "orphan-cleanup-resolved",
             Self::Notification(_) => "notification",
+            Self::AcpNotice(_) => "acp-notice",
             Self::Lagged { .. } => "lagged",
         }
     }

@@ -13,6 +13,7 @@
 //! - [`peer`]: the hub↔node peer link, the cross-host outbox, dedupe rings and routing.
 //!   See `docs/mail-protocol.md`.
 
+pub mod acp;
 pub mod endpoint;
 pub mod events;
 pub mod ipc_http;

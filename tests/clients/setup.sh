@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the official MCP SDK clients the end-to-end tests drive, once, into a cache folder:
-#   Python `mcp` (PyPI) in a venv, and the TypeScript `@modelcontextprotocol/sdk` (npm).
+#   Python `mcp` (PyPI) in a venv, and the TypeScript `@modelcontextprotocol/sdk` (npm); the
+#   official ACP SDK (PyPI `agent-client-protocol`) in the same venv for the ACP test agent.
 # Prints two lines: PYTHON=<venv python> and TSDIR=<folder with node_modules>.
 set -euo pipefail
 cache=${TUIC_MCP_CLIENTS_CACHE:-$HOME/.cache/tuic-mcp-clients}
@@ -23,9 +24,22 @@ fi
 if ! "$cache/venv/bin/python" -c "import http_ece, cryptography" 2>/dev/null; then
   "$cache/venv/bin/pip" install -q "http_ece==${TUIC_HTTP_ECE_VERSION:-1.2.1}" >&2
 fi
+# The official ACP SDK (PyPI `agent-client-protocol`), for the ACP test agent (acp_test_agent.py).
+if ! "$cache/venv/bin/python" -c "import acp" 2>/dev/null; then
+  "$cache/venv/bin/pip" install -q "agent-client-protocol==${TUIC_ACP_PY_VERSION:-0.12.1}" >&2
+fi
 if [ ! -d "$cache/ts/node_modules/@modelcontextprotocol/sdk" ]; then
   mkdir -p "$cache/ts"
   (cd "$cache/ts" && npm init -y >/dev/null && npm install --no-audit --no-fund "@modelcontextprotocol/sdk@$ts_version" >&2)
 fi
+# The published ACP agents (npm), started without credentials by the ACP tests.
+acp_dir="$cache/acp-agents"
+if [ ! -x "$acp_dir/node_modules/.bin/codex-acp" ] || [ ! -x "$acp_dir/node_modules/.bin/claude-code-acp" ]; then
+  mkdir -p "$acp_dir"
+  (cd "$acp_dir" && npm init -y >/dev/null && npm install --no-audit --no-fund \
+    "@zed-industries/codex-acp@${TUIC_CODEX_ACP_VERSION:-0.16.0}" \
+    "@zed-industries/claude-code-acp@${TUIC_CLAUDE_CODE_ACP_VERSION:-0.16.2}" >&2)
+fi
 echo "PYTHON=$cache/venv/bin/python"
 echo "TSDIR=$cache/ts"
+echo "ACPDIR=$acp_dir"

@@ -4,6 +4,7 @@
 //! The binaries are the ones cargo built next to the test executables (`.ci/run` builds
 //! them with `cargo build --workspace --bins` before running the tests).
 
+pub mod acp;
 pub mod agent;
 pub mod bench_attach;
 pub mod bench_fed;

@@ -15,6 +15,7 @@ import { keysBar, lineInput, typingMode, scrollHints } from "/assets/input.js";
 import { refreshUpstreams } from "/assets/upstreams.js";
 import { bindUpload } from "/assets/upload.js";
 import { renderSuspended } from "/assets/suspend.js";
+import { refreshAcp, routeAcp } from "/assets/acp.js";
 
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -28,6 +29,7 @@ function route() {
   $("title").textContent = key ? (s ? `${s.alias ?? key}${s.display_name ? " — " + s.display_name : ""}` : key) : "tuic";
   if (key && !state.view) state.view = new SessionView(key);
   renderList();
+  routeAcp();
 }
 
 // The on-screen keyboard takes the bottom of the screen: Android Chrome (asked for
@@ -94,10 +96,11 @@ keysBar();
 typingMode();
 scrollHints(document.querySelector(".tabs"));
 bindUpload();
-refreshSessions().then(route);
+Promise.all([refreshSessions(), refreshAcp()]).then(route);
 renderSuspended(refreshSessions);
 startEvents();
 setInterval(refreshSessions, 3000);
+setInterval(refreshAcp, 3000);
 setInterval(renderList, 15000);
 refreshUpstreams();
 setInterval(refreshUpstreams, 5000);

@@ -7,6 +7,7 @@ import { refreshSessions } from "/assets/list.js";
 import { state } from "/assets/state.js";
 import { bindNotices } from "/assets/notices.js";
 import { onSuspendRequested } from "/assets/suspend.js";
+import { refreshAcp } from "/assets/acp.js";
 
 export function startEvents() {
   const es = new EventSource("/events");
@@ -21,6 +22,7 @@ export function startEvents() {
     if (state.view && state.view.key === d.session_id) state.view.onParsed(d.parsed);
   });
   es.addEventListener("lagged", bump);
+  es.addEventListener("acp-notice", () => refreshAcp());
   bindNotices(es);
   es.addEventListener("session-suspend-requested", (ev) => onSuspendRequested(JSON.parse(ev.data), refreshSessions));
   es.onerror = () => { $("conn").textContent = "reconnecting…"; };

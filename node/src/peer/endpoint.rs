@@ -37,6 +37,10 @@ use crate::guard::Transport;
 use crate::state::Node;
 
 /// Commands to a node link's task.
+// `serde_json::Map` is an `IndexMap` since the ACP crate turns on serde_json's
+// `preserve_order` for the whole build; a command is one per upstream call, so its size
+// does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Cmd {
     /// The outbox holds new mail.

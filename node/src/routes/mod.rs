@@ -4,6 +4,7 @@
 //! decides per transport which guards apply.
 
 mod audit;
+mod acp;
 mod auth;
 mod automations;
 mod config;
@@ -101,6 +102,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .merge(sessions::routes())
         .merge(share::routes())
         .merge(secrets::routes())
+        .merge(acp::routes())
         .merge(progress::routes())
         .merge(stories::routes())
         .merge(automations::routes())

@@ -59,7 +59,9 @@ fn cookie_only(method: &Method, path: &str) -> bool {
 /// Routes where browsers cannot set headers, so `?token=` is accepted. Nowhere else.
 fn accepts_query_token(method: &Method, path: &str) -> bool {
     method == Method::GET
-        && (path == "/events" || (path.starts_with("/sessions/") && path.ends_with("/stream")))
+        && (path == "/events"
+            || (path.starts_with("/sessions/") && path.ends_with("/stream"))
+            || (path.starts_with("/acp/connections/") && path.ends_with("/stream")))
 }
 
 /// The middleware. Apply with `middleware::from_fn_with_state(node, boundary)`.
