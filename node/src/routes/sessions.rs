@@ -220,6 +220,9 @@ async fn input(
         let s = node.sessions.drivable(&id)?;
         let req = InputRequest::from_args(&args)?;
         s.input(&req, &node.sessions.capture)?;
+        if let Some(d) = req.description {
+            node.sessions.describe(&s, d);
+        }
         Ok(json!({"ok": true, "session_id": s.id}))
     })
     .await;
@@ -245,7 +248,11 @@ async fn submit(
     let served = tokio::spawn(async move {
         let s = node.sessions.drivable(&id)?;
         let req = SubmitRequest::from_args(&args)?;
-        s.submit(&req, &node.sessions.capture).await
+        let receipt = s.submit(&req, &node.sessions.capture).await?;
+        if let Some(d) = req.description {
+            node.sessions.describe(&s, d);
+        }
+        Ok(receipt)
     })
     .await;
     match served {
