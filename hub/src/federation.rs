@@ -440,6 +440,24 @@ impl Federation {
             Event::SessionCreated { session_id, .. }
             | Event::PtyExit { session_id, .. }
             | Event::PtyParsed { session_id, .. } => self.refresh_row(conn, &session_id).await,
+            Event::PtyDescriptionChanged {
+                session_id,
+                pty_description,
+            } => {
+                let found = edit_row(conn, &session_id, |o| match &pty_description {
+                    Some(d) => {
+                        o.insert("pty_description".into(), json!(d));
+                    }
+                    None => {
+                        o.remove("pty_description");
+                    }
+                });
+                if found {
+                    Ok(())
+                } else {
+                    self.refresh_row(conn, &session_id).await
+                }
+            }
             Event::SessionClosed { session_id } => {
                 self.update(conn, |s| s.sessions.retain(|r| !row_is(r, &session_id)));
                 Ok(())

@@ -30,6 +30,14 @@ pub enum Event {
         name: String,
         is_custom: bool,
     },
+    /// The orchestrator's description of a session's work was set, replaced or cleared
+    /// (`pty_description` on spawn, `session action=submit|input` or their REST routes);
+    /// `pty_description` is absent once cleared.
+    PtyDescriptionChanged {
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pty_description: Option<String>,
+    },
     /// A session ended and left the session list.
     SessionClosed { session_id: String },
     /// The output parser recognised something (question, rate limit, error, agent state).
@@ -134,6 +142,7 @@ impl Event {
             Self::SessionCreated { .. } => "session-created",
             Self::TermAliasAssigned { .. } => "term-alias-assigned",
             Self::SessionRenamed { .. } => "session-renamed",
+            Self::PtyDescriptionChanged { .. } => "pty-description-changed",
             Self::SessionClosed { .. } => "session-closed",
             Self::PtyParsed { .. } => "pty-parsed",
             Self::PtyExit { .. } => "pty-exit",
@@ -181,6 +190,10 @@ mod tests {
                 session_id: "1".into(),
             },
             Event::Lagged { missed: 3 },
+            Event::PtyDescriptionChanged {
+                session_id: "1".into(),
+                pty_description: Some("build it".into()),
+            },
             Event::PtyExit {
                 session_id: "1".into(),
                 exit_code: None,

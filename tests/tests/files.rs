@@ -824,3 +824,377 @@ async fn resolve_markdown_link_answers_only_beneath_roots() {
     let unc = resolve(format!("{r}/README.md"), "//server/share/x".into()).await;
     assert_eq!(unc.status, 400);
 }
+
+/// A node with remote access on loopback and a password: TCP callers authenticate with Basic;
+/// a request carrying `x-forwarded-for` is a remote caller (the `tailscale serve` relay case).
+fn remote_bed() -> (tempfile::TempDir, NodeProc) {
+    let d = config_dir(json!({}));
+    tuic_tests::set_password(d.path(), "pw");
+    let node = tuic_tests::remote_node(d.path());
+    (d, node)
+}
+
+/// `GET`/`POST` over TCP with Basic auth; `remote` adds `x-forwarded-for`.
+async fn tcp(
+    node: &NodeProc,
+    method: reqwest::Method,
+    uri: &str,
+    body: Option<Value>,
+    remote: bool,
+) -> (u16, Value, usize) {
+    let mut r = reqwest::Client::new()
+        .request(method, format!("http://{}{uri}", node.tcp.unwrap()))
+        .basic_auth("admin", Some("pw"));
+    if remote {
+        r = r.header("x-forwarded-for", "203.0.113.9");
+    }
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap();
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, v, bytes.len())
+}
+
+#[tokio::test]
+async fn remote_callers_get_the_10_mb_cap_on_both_editor_reads() {
+    let (_d, node) = remote_bed();
+    let b = link_bed();
+    let root = &b.root;
+    register(&node, root).await;
+    let r = root.display();
+    // 11 MB: over the remote cap, under the loopback one; 9 MB: under both.
+    std::fs::write(root.join("big"), vec![b'x'; 11 * 1024 * 1024]).unwrap();
+    std::fs::write(root.join("nine"), vec![b'y'; 9 * 1024 * 1024]).unwrap();
+    let before = tree(root);
+    let get = reqwest::Method::GET;
+    for uri in [
+        format!("/fs/read-editor-external?path={r}/big"),
+        format!("/fs/read-editor?repoPath={r}&file=big"),
+    ] {
+        let (status, v, len) = tcp(&node, get.clone(), &uri, None, true).await;
+        assert_eq!(status, 413, "remote {uri}: {v}");
+        assert_eq!(v["code"], json!("too_large"), "{uri}");
+        // The refusal carries none of the file.
+        assert!(len < 4096, "{uri}: {len} bytes answered");
+        // The same read from this machine takes the large cap.
+        let (status, v, _) = tcp(&node, get.clone(), &uri, None, false).await;
+        assert_eq!(status, 200, "loopback {uri}");
+        assert_eq!(v["size"], json!(11 * 1024 * 1024));
+    }
+    for uri in [
+        format!("/fs/read-editor-external?path={r}/nine"),
+        format!("/fs/read-editor?repoPath={r}&file=nine"),
+    ] {
+        let (status, v, _) = tcp(&node, get.clone(), &uri, None, true).await;
+        assert_eq!(status, 200, "remote {uri}");
+        assert_eq!(v["size"], json!(9 * 1024 * 1024));
+    }
+    // The remote router keeps the traversal gate and the symlink refusal on both routes.
+    for (uri, code) in [
+        (format!("/fs/read-editor?repoPath={r}&file=../x"), 403),
+        (
+            format!("/fs/read-editor?repoPath={r}&file=etclink/secret"),
+            403,
+        ),
+        (format!("/fs/read-editor-external?path={r}/../x"), 403),
+        (
+            format!("/fs/read-editor-external?path={r}/etclink/secret"),
+            403,
+        ),
+        ("/fs/read-editor-external?path=etc/hostname".into(), 403),
+        ("/fs/read-editor-external?path=/etc/hostname".into(), 403),
+    ] {
+        let (status, v, _) = tcp(&node, get.clone(), &uri, None, true).await;
+        assert_eq!(status, code, "{uri}: {v}");
+        assert!(!v.to_string().contains("top secret"), "{uri}");
+    }
+    // Reads write nothing.
+    assert_eq!(tree(root), before);
+    assert_eq!(names(&b.outside), vec!["secret"]);
+}
+
+#[tokio::test]
+async fn transfer_copies_and_moves_into_a_root_and_gates_both_ends() {
+    let (_d, node) = remote_bed();
+    let b = link_bed();
+    let (root, outside) = (&b.root, &b.outside);
+    register(&node, root).await;
+    let r = root.display();
+    let sock = &node.socket;
+    let drop_dir = tempfile::tempdir().unwrap();
+    let src = drop_dir.path().canonicalize().unwrap();
+    std::fs::write(src.join("one.txt"), "one").unwrap();
+    std::fs::create_dir_all(src.join("folder/deep")).unwrap();
+    std::fs::write(src.join("folder/deep/f"), "deep").unwrap();
+
+    // A loopback caller copies from anywhere (a Finder drop) into a directory of a root.
+    let c = ipc(
+        sock,
+        "POST",
+        "/fs/transfer",
+        Some(json!({"paths": [src.join("one.txt"), src.join("folder")], "destDir": format!("{r}/sub")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.status, 200, "{}", String::from_utf8_lossy(&c.body));
+    assert_eq!(
+        c.json()["paths"],
+        json!([format!("{r}/sub/one.txt"), format!("{r}/sub/folder")])
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/one.txt")).unwrap(),
+        "one"
+    );
+    assert_eq!(tree(&root.join("sub/folder")), tree(&src.join("folder")));
+    assert!(src.join("one.txt").exists(), "copy keeps the source");
+    // The same name again: 409, never replaced.
+    std::fs::write(src.join("one.txt"), "changed").unwrap();
+    let again = ipc(
+        sock,
+        "POST",
+        "/fs/transfer",
+        Some(json!({"paths": [src.join("one.txt")], "destDir": format!("{r}/sub")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status, 409);
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/one.txt")).unwrap(),
+        "one"
+    );
+    // Move: the source is gone afterwards.
+    let m = ipc(
+        sock,
+        "POST",
+        "/fs/transfer",
+        Some(json!({"paths": [src.join("one.txt")], "destDir": r.to_string(), "mode": "move"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(m.status, 200, "{}", String::from_utf8_lossy(&m.body));
+    assert!(!src.join("one.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("one.txt")).unwrap(),
+        "changed"
+    );
+
+    // Refusals, each before anything is written.
+    std::fs::write(src.join("two.txt"), "two").unwrap();
+    let before = tree(root);
+    let two = src.join("two.txt").display().to_string();
+    for (body, status, what) in [
+        (
+            json!({"paths": [two], "destDir": format!("{r}/../escaped")}),
+            403,
+            "destDir with ..",
+        ),
+        (
+            json!({"paths": [two], "destDir": "relative/dir"}),
+            403,
+            "relative destDir",
+        ),
+        (
+            json!({"paths": [two], "destDir": format!("{r}/sub\u{0}x")}),
+            403,
+            "NUL in destDir",
+        ),
+        (
+            json!({"paths": [two], "destDir": outside}),
+            403,
+            "destDir outside every root",
+        ),
+        (
+            json!({"paths": [two], "destDir": format!("{r}/etclink")}),
+            403,
+            "destDir through a link out",
+        ),
+        (
+            json!({"paths": [format!("{}/../two.txt", src.join("folder").display())], "destDir": r.to_string()}),
+            403,
+            "source with ..",
+        ),
+        (
+            json!({"paths": ["two.txt"], "destDir": r.to_string()}),
+            403,
+            "relative source",
+        ),
+        (
+            json!({"paths": [two], "destDir": r.to_string(), "mode": "link"}),
+            400,
+            "unknown mode",
+        ),
+        (
+            json!({"paths": [two], "dest_dir": r.to_string()}),
+            422,
+            "snake_case field",
+        ),
+    ] {
+        let e = ipc(sock, "POST", "/fs/transfer", Some(body)).await.unwrap();
+        assert_eq!(
+            e.status,
+            status,
+            "{what}: {}",
+            String::from_utf8_lossy(&e.body)
+        );
+    }
+    assert_eq!(tree(root), before);
+    assert_eq!(names(outside), vec!["secret"]);
+
+    // A remote caller's sources must lie in roots and are read beneath them.
+    let post = reqwest::Method::POST;
+    for (paths, what) in [
+        (json!([two]), "a source outside every root"),
+        (
+            json!([outside.join("secret")]),
+            "a source in the stand-in /etc",
+        ),
+        (
+            json!([format!("{r}/etclink/secret")]),
+            "a source through a link out",
+        ),
+    ] {
+        let (status, v, _) = tcp(
+            &node,
+            post.clone(),
+            "/fs/transfer",
+            Some(json!({"paths": paths, "destDir": format!("{r}/sub")})),
+            true,
+        )
+        .await;
+        assert_eq!(status, 403, "remote, {what}: {v}");
+    }
+    assert_eq!(tree(root), before);
+    assert!(src.join("two.txt").exists());
+    let (status, v, _) = tcp(
+        &node,
+        post.clone(),
+        "/fs/transfer",
+        Some(
+            json!({"paths": [format!("{r}/a.txt")], "destDir": format!("{r}/sub"), "mode": "move"}),
+        ),
+        true,
+    )
+    .await;
+    assert_eq!(status, 200, "remote, a source inside: {v}");
+    assert!(!root.join("a.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/a.txt")).unwrap(),
+        "a"
+    );
+}
+
+#[tokio::test]
+async fn copy_move_and_link_resolution_refuse_lexical_escapes_remotely_too() {
+    let (_d, node) = remote_bed();
+    let b = link_bed();
+    let (root, outside) = (&b.root, &b.outside);
+    register(&node, root).await;
+    let r = root.display();
+    let before = tree(root);
+    let post = reqwest::Method::POST;
+    for route in ["/fs/copy-abs", "/fs/move-abs"] {
+        for (src, dest, what) in [
+            (format!("{r}/../x"), format!("{r}/y"), "src with .."),
+            (
+                format!("{r}/a.txt"),
+                format!("{r}/sub/../../y"),
+                "dest with ..",
+            ),
+            ("a.txt".to_owned(), format!("{r}/y"), "relative src"),
+            (format!("{r}/a.txt"), "y".to_owned(), "relative dest"),
+            (format!("{r}/a.txt\u{0}"), format!("{r}/y"), "NUL in src"),
+            (
+                outside.join("secret").display().to_string(),
+                format!("{r}/y"),
+                "src outside",
+            ),
+            (
+                format!("{r}/a.txt"),
+                outside.join("y").display().to_string(),
+                "dest outside",
+            ),
+            (
+                format!("{r}/etclink/secret"),
+                format!("{r}/y"),
+                "src through a link out",
+            ),
+            (
+                format!("{r}/a.txt"),
+                format!("{r}/etclink/y"),
+                "dest through a link out",
+            ),
+        ] {
+            for remote in [false, true] {
+                let (status, v, _) = tcp(
+                    &node,
+                    post.clone(),
+                    route,
+                    Some(json!({"src": src, "dest": dest})),
+                    remote,
+                )
+                .await;
+                assert_eq!(status, 403, "{route} {what} (remote {remote}): {v}");
+                assert!(!v.to_string().contains("top secret"));
+            }
+        }
+    }
+    // A dangling link out as the destination is an existing name: 409, never followed.
+    for route in ["/fs/copy-abs", "/fs/move-abs"] {
+        let (status, v, _) = tcp(
+            &node,
+            post.clone(),
+            route,
+            Some(json!({"src": format!("{r}/a.txt"), "dest": format!("{r}/dangling")})),
+            true,
+        )
+        .await;
+        assert_eq!(status, 409, "{route} onto a dangling link: {v}");
+    }
+    for (base, link, what, code) in [
+        (
+            "docs/x.md".to_owned(),
+            "a.txt".to_owned(),
+            "relative basePath",
+            400,
+        ),
+        (
+            format!("{r}/../x.md"),
+            "a.txt".to_owned(),
+            "basePath with ..",
+            403,
+        ),
+        (
+            format!("{r}/x.md"),
+            "../../../etc/hostname".to_owned(),
+            "link climbing out",
+            403,
+        ),
+        (
+            format!("{r}/x.md"),
+            "etclink/secret".to_owned(),
+            "link through a link out",
+            403,
+        ),
+    ] {
+        for remote in [false, true] {
+            let (status, v, _) = tcp(
+                &node,
+                post.clone(),
+                "/fs/resolve-markdown-link",
+                Some(json!({"basePath": base, "link": link})),
+                remote,
+            )
+            .await;
+            assert_eq!(status, code, "{what} (remote {remote}): {v}");
+            assert!(
+                v.get("exists").is_none() && v.get("size").is_none(),
+                "{what}: {v}"
+            );
+        }
+    }
+    assert_eq!(tree(root), before);
+    assert_eq!(names(outside), vec!["secret"]);
+}

@@ -129,6 +129,11 @@ pub struct Sent {
     pub receipt: SendReceipt,
     /// A `notifications/claude/channel` push reached the recipient's `GET /mcp` stream.
     pub channel: bool,
+    /// The recipient is a declared orchestrator (`register orchestrator=true`).
+    pub orchestrator: bool,
+    /// A PTY wake notice was already pending when this message arrived: it joined that
+    /// notice (the coalesced orchestrator wake) instead of earning its own.
+    pub coalesced: bool,
 }
 
 impl Mail {
@@ -254,8 +259,9 @@ impl Mail {
         };
         let server_authored = lifecycle.is_some();
         let body = message.clone();
-        let (receipt, orchestrator, actions) = {
+        let (receipt, orchestrator, coalesced, actions) = {
             let mut g = node.mail.lock();
+            let coalesced = g.inboxes.wake_pending(recipient);
             // Deadlines and cursors on the deadline clock, the timestamp on the wall clock.
             let r = g.inboxes.send_stamped(
                 mono_ms(),
@@ -271,7 +277,7 @@ impl Mail {
                 },
             )?;
             let orch = g.peers.get(recipient).is_some_and(|p| p.orchestrator);
-            (r, orch, Self::drain(&mut g))
+            (r, orch, coalesced, Self::drain(&mut g))
         };
         Self::act(node, actions);
         node.ops
@@ -290,6 +296,8 @@ impl Mail {
             recipient: recipient.to_owned(),
             receipt,
             channel,
+            orchestrator,
+            coalesced,
         })
     }
 

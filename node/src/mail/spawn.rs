@@ -200,6 +200,9 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
             ..Default::default()
         })
         .map_err(|e| e.to_string())?;
+    if description.is_some() {
+        node.sessions.describe(&session, description.clone());
+    }
     let child = session.tuic_session.clone();
     {
         let mut g = node.mail.lock();

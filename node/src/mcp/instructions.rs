@@ -34,7 +34,8 @@ const RULES: &str = "\nRules:\n\
 - Submit: to send a command to another agent's terminal use ONE call, session action=submit with the whole text; never split text and Enter across calls, never poll-type.\n\
 - Done: end a finished task with the marker line `suggest: [next step, ...]`; without it TUIC treats you as idle, not completed. Blocked on the user: ui action=toast sound=attention.\n\
 - Mail: a line starting with [TUIC] in your terminal is a mail notice; read it with agent action=inbox before continuing. Urgent mail outranks your current step.\n\
-- Progress: report each material phase change with progress (one line); report blockers at once.\n";
+- Progress: report each material phase change with progress (one line); report blockers at once.\n\
+- Intent: at the start of every user task and on each material phase change, print `intent: <what you now do>` on its own line (never on the TUIC connected line); TUIC journals it.\n";
 
 const CLASSIC_TOOLS: &str = "\nTools: session, agent, task, repo, ui, voice and friends are listed in tools/list with their actions; their descriptions are authoritative.\n";
 
@@ -157,6 +158,21 @@ mod tests {
             let s = render(&InstructionContext::default(), collapsed);
             assert!(s.contains("use ONE call, session action=submit with the whole text"));
             assert!(s.contains("never run git worktree add/remove"));
+            // The journal's observed intent kind depends on agents printing the marker alone
+            // on a line the parser reads (`progress::intent::marker`).
+            let rule = s
+                .lines()
+                .find(|l| l.starts_with("- Intent:"))
+                .expect("the intent rule");
+            assert!(
+                rule.contains("`intent: <what you now do>` on its own line"),
+                "{rule}"
+            );
+            assert!(rule.contains("start of every user task"), "{rule}");
+            assert_eq!(
+                crate::progress::intent::marker("intent: <what you now do>"),
+                Some("<what you now do>")
+            );
             // The per-action catalogue lives in tool descriptions only.
             assert!(!s.contains("keep_open"));
         }

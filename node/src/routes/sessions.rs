@@ -332,6 +332,9 @@ async fn input(
         let s = node.sessions.drivable(&id)?;
         let req = InputRequest::from_args(&args)?;
         s.input(&req, &node.sessions.capture)?;
+        if let Some(d) = req.description {
+            node.sessions.describe(&s, d);
+        }
         Ok(json!({"ok": true, "session_id": s.id}))
     })
     .await;
@@ -357,7 +360,11 @@ async fn submit(
     let served = tokio::spawn(async move {
         let s = node.sessions.drivable(&id)?;
         let req = SubmitRequest::from_args(&args)?;
-        s.submit(&req, &node.sessions.capture).await
+        let receipt = s.submit(&req, &node.sessions.capture).await?;
+        if let Some(d) = req.description {
+            node.sessions.describe(&s, d);
+        }
+        Ok(receipt)
     })
     .await;
     match served {

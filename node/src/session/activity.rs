@@ -386,6 +386,18 @@ fn children(pid: i32) -> Vec<i32> {
 }
 
 /// The foreground process group leader's name and arguments, from `/proc`.
+/// Whether process `pid` is stopped (`T`, job control: `session action=pause` sends
+/// SIGSTOP) — the row's `standby`.
+pub fn stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(|st| st == "T")
+        })
+        .unwrap_or(false)
+}
+
 pub fn foreground_process(pgid: i32) -> Option<(String, Vec<String>)> {
     let comm = std::fs::read_to_string(format!("/proc/{pgid}/comm")).ok()?;
     let argv = std::fs::read(format!("/proc/{pgid}/cmdline"))

@@ -249,9 +249,6 @@ impl Session {
         let plan = input::input_plan(&req.text, req.key, self.agent());
         self.write_parts(&plan, capture, || {})
             .map_err(|(_, e)| DriveError::from_session(self, e))?;
-        if let Some(d) = &req.description {
-            self.set_description(d.clone());
-        }
         Ok(())
     }
 
@@ -263,12 +260,7 @@ impl Session {
         capture: &Arc<Capture>,
     ) -> Result<Receipt, DriveError> {
         match submit::submit(self, &req.text, req.timeout, capture).await {
-            Ok(r) => {
-                if let Some(d) = &req.description {
-                    self.set_description(d.clone());
-                }
-                Ok(r)
-            }
+            Ok(r) => Ok(r),
             Err(Refusal::EmptyInput) => Err(DriveError::Invalid("input must not be empty".into())),
             Err(Refusal::Exited(_)) => Err(DriveError::Exited {
                 id: self.id.clone(),

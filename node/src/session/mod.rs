@@ -234,6 +234,10 @@ pub struct SessionRow {
     /// when true. It keeps `agent_state` at `working` while the agent itself sits idle.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub background_work: bool,
+    /// The foreground process is stopped (`session action=pause`, or SIGSTOP from anywhere)
+    /// and holds the terminal on standby until resumed; present only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
     /// Name of the foreground process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub foreground_process: Option<String>,
@@ -377,13 +381,27 @@ impl Session {
         lock(&self.agent).map(|(a, _)| a)
     }
 
-    /// Replaces (`Some`) or clears (`None`) the orchestrator's description of the work.
-    pub fn set_description(&self, d: Option<String>) {
+    /// The orchestrator's description of the work, when set.
+    pub fn description(&self) -> Option<String> {
+        lock(&self.description).clone()
+    }
+
+    /// Replaces (`Some`) or clears (`None`) the orchestrator's description of the work;
+    /// whether it changed. Callers publish `pty-description-changed` through
+    /// [`registry::Registry::describe`].
+    pub(crate) fn set_description(&self, d: Option<String>) -> bool {
         let d = d.filter(|d| !d.is_empty());
-        *lock(&self.description) = d.clone();
+        {
+            let mut cur = lock(&self.description);
+            if *cur == d {
+                return false;
+            }
+            cur.clone_from(&d);
+        }
         if let Some(p) = &self.persist {
             p.update(|r| r.description = d);
         }
+        true
     }
 
     /// The current turn epoch.
@@ -612,6 +630,7 @@ impl Session {
             parent_session: self.parent_session(),
             agent_type: agent.map(|(n, _)| n.to_owned()),
             background_work,
+            standby: p.standby,
             state,
             shell_state,
             agent_state,

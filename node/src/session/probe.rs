@@ -25,6 +25,8 @@ pub struct Probe {
     pub agent_in_foreground: bool,
     /// The foreground agent has a live descendant doing work (helpers excluded).
     pub background_work: bool,
+    /// The foreground process group leader is stopped (paused): the row's `standby`.
+    pub standby: bool,
     /// A question waits on screen (read for every session, for the row's `state`).
     pub question: bool,
     /// That question in full with its choices, kept while it shows (the row's `question`).
@@ -70,6 +72,7 @@ impl Session {
             foreground_process: fg.map(|(comm, _)| comm),
             agent_in_foreground: detected.is_some(),
             background_work,
+            standby: pgid.is_some_and(activity::stopped),
             command_running: pgid.is_some_and(|g| Some(g as u32) != self.pid),
             ..Probe::default()
         };

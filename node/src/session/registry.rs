@@ -498,6 +498,17 @@ impl Registry {
         Ok(())
     }
 
+    /// Sets or clears a session's `pty_description` and publishes `pty-description-changed`
+    /// when it changed.
+    pub fn describe(&self, s: &Session, d: Option<String>) {
+        if s.set_description(d) {
+            self.env.bus.publish(Event::PtyDescriptionChanged {
+                session_id: s.id.clone(),
+                pty_description: s.description(),
+            });
+        }
+    }
+
     /// Called by the waiter once the exit is recorded and all output fed. The move from the
     /// live table to the tombstones is one step: no reader finds the session in neither.
     fn on_exit(self: &Arc<Self>, s: &Arc<Session>) {

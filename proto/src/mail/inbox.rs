@@ -335,6 +335,14 @@ impl Inboxes {
         self.recipients.contains_key(recipient)
     }
 
+    /// Whether a PTY wake notice for `recipient` is queued or being written: mail sent now
+    /// coalesces into it rather than earning a notice of its own.
+    pub fn wake_pending(&self, recipient: &str) -> bool {
+        self.recipients
+            .get(recipient)
+            .is_some_and(|r| r.wake_pending)
+    }
+
     /// The recipient's agent just announced itself (`agent action=register`): it counts as
     /// reading for [`READER_ACTIVE_MS`], as if it had called `inbox`, so mail that crosses
     /// hosts between its registration and its first read waits instead of evicting.

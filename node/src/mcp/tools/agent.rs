@@ -26,7 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     description: "Agents talk through mail. Your identity is bound automatically when your terminal's TUIC_SESSION reaches the server; otherwise call register. register, list_peers, send, inbox: local clients only.\n\
 - register (name?, orchestrator?, path?, tuic_session?, replaces?): declare or rename this agent; returns tuic_session and mail_wake.\n\
 - list_peers (path?): registered agents: {tuic_session, name, orchestrator, alias?, session_id?}; with a hub, agents on other machines too, each with an address (<connection_id>/<tuic_session>, local/<tuic_session> for the hub's own).\n\
-- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub; the answer is delivered, accepted (held in an outbox and retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark.\n\
+- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub: delivered, accepted (outbox, retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, orchestrator_wake[_coalesced], inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark.\n\
 - inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}.\n\
 - wait (since?, timeout_ms up to 300000, default 60000): block until mail arrives; {met, timed_out, new_messages, next_since}.\n\
 - spawn (command, args?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id and a task_id to poll with task action=get.\n\
@@ -647,6 +647,12 @@ fn send_local(node: &Arc<Node>, send: LocalSend) -> Result<Value, ToolError> {
         Mail::post(node, &recipient, &me, from_name, message, None, None).map_err(mail_error)?;
     let path = match sent.receipt.delivery {
         DeliveryPath::Waiter => "waiter",
+        // An orchestrator's terminal gets the generic inbox wake; a message arriving while
+        // one is pending joins it (coalesced).
+        DeliveryPath::TerminalOrQueued if sent.orchestrator && sent.coalesced => {
+            "orchestrator_wake_coalesced"
+        }
+        DeliveryPath::TerminalOrQueued if sent.orchestrator => "orchestrator_wake",
         DeliveryPath::TerminalOrQueued => "terminal_or_queued",
         DeliveryPath::InboxOnly if sent.channel => "sse",
         DeliveryPath::InboxOnly => "inbox_only",

@@ -341,6 +341,9 @@ fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError
     let s = live(node, args)?;
     let req = InputRequest::from_args(args).map_err(drive_error)?;
     s.input(&req, &node.sessions.capture).map_err(drive_error)?;
+    if let Some(d) = req.description {
+        node.sessions.describe(&s, d);
+    }
     Ok(json!({"ok": true, "session_id": s.id}))
 }
 
@@ -353,6 +356,9 @@ async fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, To
         .submit(&req, &node.sessions.capture)
         .await
         .map_err(drive_error)?;
+    if let Some(d) = req.description {
+        node.sessions.describe(&s, d);
+    }
     Ok(json!(receipt))
 }
 
