@@ -22,9 +22,9 @@ const MAX_RUN_MS: u64 = 290_000;
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "secret",
     summary: "Use a credential the person typed, without ever seeing it",
-    description: "Credentials you use but never see.\n\
-- request (name, reason): ask the person to type secret `name` into a form; returns at once (status pending, or stored).\n\
-- run (name, command, cwd?, timeout_ms?): run command (argv array, or a string for sh -c) with $name set; output has the value masked.\n\
+    description: "Use credentials without seeing them.\n\
+- request (name, reason): ask the person (status pending|stored).\n\
+- run (name, command, cwd?, timeout_ms?): argv or sh -c string, with $name set; output masked.\n\
 - remove (name).",
     actions: ACTIONS,
     schema: || {
@@ -33,7 +33,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
             json!({
                 "name": {"type": "string"},
                 "reason": {"type": "string"},
-                "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+                "command": {"type": ["string", "array"], "items": {"type": "string"}},
                 "cwd": {"type": "string"},
                 "timeout_ms": {"type": "integer"}
             }),
