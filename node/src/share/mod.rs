@@ -353,9 +353,8 @@ impl Shares {
             .lock()
             .values()
             .filter(|l| {
-                session.is_none_or(|s| {
-                    l.link.session_id == s || l.link.aliases.iter().any(|a| a == s)
-                })
+                session
+                    .is_none_or(|s| l.link.session_id == s || l.link.aliases.iter().any(|a| a == s))
             })
             .map(|l| (l.link.clone(), l.viewers.values().cloned().collect()))
             .collect();
