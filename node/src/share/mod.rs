@@ -358,7 +358,7 @@ impl Shares {
             })
             .map(|l| (l.link.clone(), l.viewers.values().cloned().collect()))
             .collect();
-        v.sort_by(|a, b| b.0.created_ms.cmp(&a.0.created_ms));
+        v.sort_by_key(|l| std::cmp::Reverse(l.0.created_ms));
         v
     }
 
