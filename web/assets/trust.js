@@ -3,7 +3,9 @@
 // Mounted alone by entry.js, like the secret form.
 
 function el(tag, props = {}, ...kids) {
-  const e = Object.assign(document.createElement(tag), props);
+  const { dataset, ...rest } = props;
+  const e = Object.assign(document.createElement(tag), rest);
+  Object.assign(e.dataset, dataset ?? {});
   e.append(...kids);
   return e;
 }
