@@ -197,7 +197,11 @@ pub(crate) fn secret(ctx: &Ctx, cmd: &str, name: Option<&str>) -> Result<(), Fai
         ("list", _) => {
             let v = answer(&ctx.send(&Request::new("GET", "/secrets"))?, "GET /secrets")?;
             for s in v["secrets"].as_array().into_iter().flatten() {
-                outln!("{} stored_ms={}", s["name"].as_str().unwrap_or("?"), s["stored_ms"]);
+                outln!(
+                    "{} stored_ms={}",
+                    s["name"].as_str().unwrap_or("?"),
+                    s["stored_ms"]
+                );
             }
             for f in v["forms"].as_array().into_iter().flatten() {
                 outln!(

@@ -43,6 +43,11 @@ const FILES: &[(&str, &str, &str)] = &[
         JS,
         include_str!("../../web/assets/share.js"),
     ),
+    (
+        "assets/trust.js",
+        JS,
+        include_str!("../../web/assets/trust.js"),
+    ),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
     ("assets/acp.js", JS, include_str!("../../web/assets/acp.js")),
     (

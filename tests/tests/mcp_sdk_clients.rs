@@ -28,6 +28,7 @@ const FAMILY: &[&str] = &[
     "ui",
     "plugin_dev_guide",
     "voice",
+    "secret",
 ];
 
 fn check(report: &Value) {

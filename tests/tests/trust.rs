@@ -38,7 +38,12 @@ async fn ipc(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Re
 
 async fn ipc_ok(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Value {
     let r = ipc(socket, method, path, body).await;
-    assert_eq!(r.status, 200, "{method} {path}: {}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.status,
+        200,
+        "{method} {path}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
     r.json()
 }
 
@@ -173,8 +178,7 @@ async fn each_act_writes_its_audit_entry_and_never_the_bytes_even_across_kill_9(
         url.as_str(),
     )
     .unwrap();
-    req.headers_mut()
-        .insert("cookie", cookie.parse().unwrap());
+    req.headers_mut().insert("cookie", cookie.parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
     ws.send(tokio_tungstenite::tungstenite::Message::Text(
         "ws-typed-2718\n".into(),
@@ -209,7 +213,8 @@ async fn each_act_writes_its_audit_entry_and_never_the_bytes_even_across_kill_9(
     let deadline = Instant::now() + Duration::from_secs(10);
     let entries = loop {
         let e = audit(&n.socket, "").await;
-        if e.iter().any(|x| x["kind"] == "detach" && x["via"] == "tcp") || Instant::now() > deadline {
+        if e.iter().any(|x| x["kind"] == "detach" && x["via"] == "tcp") || Instant::now() > deadline
+        {
             break e;
         }
         tokio::task::yield_now().await;
@@ -279,7 +284,9 @@ async fn each_act_writes_its_audit_entry_and_never_the_bytes_even_across_kill_9(
     assert_eq!(page["max_entries"], 50_000);
     assert_eq!(page["dropped"], 0);
     assert_eq!(
-        ipc(&again.socket, "GET", "/audit?limit=x", None).await.status,
+        ipc(&again.socket, "GET", "/audit?limit=x", None)
+            .await
+            .status,
         400
     );
 }
@@ -377,7 +384,9 @@ async fn a_share_token_opens_only_its_sessions_view_and_each_refusal_has_its_cod
 
     // Revocation cuts an open viewer within 1 s, and the token stops working.
     let url = format!("ws://{tcp}/sessions/{id}/stream?share={token}");
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
     let hello = ws.next().await.unwrap().unwrap();
     assert!(hello.to_text().unwrap().contains("hello"));
     // A read-only viewer's typing never reaches the PTY.
@@ -428,9 +437,9 @@ async fn a_share_token_opens_only_its_sessions_view_and_each_refusal_has_its_cod
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "share_revoked");
     let used = audit(&n.socket, &format!("&session={id}")).await;
     assert!(
-        used.iter()
-            .any(|e| e["kind"] == "attach" && e["who"].as_str().unwrap().starts_with("share:")
-                && e["detail"]["mode"] == "read_only"),
+        used.iter().any(|e| e["kind"] == "attach"
+            && e["who"].as_str().unwrap().starts_with("share:")
+            && e["detail"]["mode"] == "read_only"),
         "{used:#?}"
     );
     find(&used, "share_revoked");
@@ -465,7 +474,9 @@ async fn a_share_token_opens_only_its_sessions_view_and_each_refusal_has_its_cod
         (json!({"session": id, "scope": "admin"}), 422),
     ] {
         assert_eq!(
-            ipc(&n.socket, "POST", "/shares", Some(body.clone())).await.status,
+            ipc(&n.socket, "POST", "/shares", Some(body.clone()))
+                .await
+                .status,
             status,
             "{body}"
         );
@@ -507,13 +518,19 @@ async fn an_answer_only_link_answers_the_question_and_nothing_else() {
             .json(&body)
             .send()
     };
-    let r = post(format!("/sessions/{id}/write"), json!({"data": "rm -rf /\n"}))
-        .await
-        .unwrap();
+    let r = post(
+        format!("/sessions/{id}/write"),
+        json!({"data": "rm -rf /\n"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 403);
-    let r = post(format!("/sessions/{id}/answer"), json!({"answer": "rm -rf /"}))
-        .await
-        .unwrap();
+    let r = post(
+        format!("/sessions/{id}/answer"),
+        json!({"answer": "rm -rf /"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "invalid_answer");
     let r = post(format!("/sessions/{id}/answer"), json!({"answer": "y"}))
@@ -544,9 +561,12 @@ async fn a_read_only_link_in_a_phone_browser_shows_the_live_screen_and_refuses_t
     let url = made["url"].as_str().unwrap().to_owned();
     let b = Browser::launch(390, 844).await.unwrap();
     b.goto(&url).await.unwrap();
-    b.wait_for("document.getElementById('state').textContent === 'live'", 15_000)
-        .await
-        .unwrap();
+    b.wait_for(
+        "document.getElementById('state').textContent === 'live'",
+        15_000,
+    )
+    .await
+    .unwrap();
     ipc_ok(
         &n.socket,
         "POST",
@@ -585,9 +605,12 @@ async fn a_read_only_link_in_a_phone_browser_shows_the_live_screen_and_refuses_t
         None,
     )
     .await;
-    b.wait_for("document.getElementById('state').dataset.ended === '1'", 1_500)
-        .await
-        .unwrap();
+    b.wait_for(
+        "document.getElementById('state').dataset.ended === '1'",
+        1_500,
+    )
+    .await
+    .unwrap();
     let overflow = b
         .eval(
             "return document.documentElement.scrollWidth > window.innerWidth",
@@ -618,7 +641,10 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
         .await;
     assert!(!err, "{v}");
     assert_eq!(v["status"], "pending");
-    assert!(v.get("nonce").is_none(), "the agent never gets the form's capability");
+    assert!(
+        v.get("nonce").is_none(),
+        "the agent never gets the form's capability"
+    );
     // Bad names are refused before anything opens.
     let (err, v) = agent
         .tool(
@@ -637,7 +663,10 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
     // The person's UI lists the open form with its nonce URL.
     let listed = ipc_ok(&n.socket, "GET", "/secrets", None).await;
     let path = listed["forms"][0]["path"].as_str().unwrap().to_owned();
-    assert!(path.starts_with("/index.html#/secret-form?nonce="), "{path}");
+    assert!(
+        path.starts_with("/index.html#/secret-form?nonce="),
+        "{path}"
+    );
     let nonce = path.rsplit('=').next().unwrap().to_owned();
 
     let b = Browser::launch(390, 844).await.unwrap();
@@ -726,14 +755,30 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
     assert_eq!(r.status, 413);
     assert_eq!(r.json()["code"], "secret_too_large");
     assert!(r.json()["error"].as_str().unwrap().contains("65536"));
-    let r = ipc(&n.socket, "PUT", "/secrets/a.b", Some(json!({"value": "v"}))).await;
+    let r = ipc(
+        &n.socket,
+        "PUT",
+        "/secrets/a.b",
+        Some(json!({"value": "v"})),
+    )
+    .await;
     assert_eq!(r.json()["code"], "invalid_name");
 
     // Nowhere: the log ring, the audit, the agent terminal's output pages and screen, the
     // store file, the node's stderr.
-    let mut places = Vec::new();
-    places.push(("logs", ipc(&n.socket, "GET", "/logs", None).await.body.to_vec()));
-    places.push(("audit", ipc(&n.socket, "GET", "/audit?limit=1000", None).await.body.to_vec()));
+    let mut places = vec![
+        (
+            "logs",
+            ipc(&n.socket, "GET", "/logs", None).await.body.to_vec(),
+        ),
+        (
+            "audit",
+            ipc(&n.socket, "GET", "/audit?limit=1000", None)
+                .await
+                .body
+                .to_vec(),
+        ),
+    ];
     for fmt in ["raw", "text", "log", "mcp"] {
         places.push((
             "output",
@@ -784,4 +829,83 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
             .unwrap()
             .is_empty()
     );
+}
+
+/// The phone's trust page: the audit log, a share link revoked with a tap, a secret deleted.
+#[tokio::test]
+async fn the_phone_trust_page_shows_the_audit_and_revokes_links_and_deletes_secrets() {
+    let (_d, n) = node();
+    let base = format!("http://{}", n.tcp.unwrap());
+    let id = shell(&n.socket).await;
+    let link = ipc_ok(
+        &n.socket,
+        "POST",
+        "/shares",
+        Some(json!({"session": id, "ttl": "1h"})),
+    )
+    .await;
+    ipc_ok(
+        &n.socket,
+        "PUT",
+        "/secrets/API_KEY",
+        Some(json!({"value": "v-123456789"})),
+    )
+    .await;
+    let b = Browser::launch(390, 844).await.unwrap();
+    b.goto(&format!("{base}/mobile/login")).await.unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+    b.goto(&format!("{base}/mobile#/trust")).await.unwrap();
+    b.wait_for(
+        "document.querySelector('#audit li[data-kind=share_created]') && document.querySelector('#secrets li[data-name=API_KEY]')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts_dir().join("trust-page-phone.png"))
+        .await
+        .unwrap();
+    let lid = link["id"].as_str().unwrap();
+    b.click(
+        &b.find(&format!("#shares li[data-id='{lid}'] button.revoke"))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.querySelector('#audit li[data-kind=share_revoked]') !== null",
+        10_000,
+    )
+    .await
+    .unwrap();
+    b.click(
+        &b.find("#secrets li[data-name=API_KEY] button.delete")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        "document.querySelector('#secrets li[data-name=API_KEY]') === null",
+        10_000,
+    )
+    .await
+    .unwrap();
+    let shares = ipc_ok(&n.socket, "GET", "/shares", None).await;
+    assert_eq!(shares["shares"][0]["state"], "revoked");
+    assert!(
+        ipc_ok(&n.socket, "GET", "/secrets", None).await["secrets"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let removed = audit(&n.socket, "&kind=secret_removed").await;
+    assert!(removed[0]["who"].as_str().unwrap().starts_with("login:"));
 }

@@ -392,6 +392,12 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
     let (code, page) = get_page(&back).await;
     assert_eq!(code, 200, "{page}");
     assert!(page.contains("authorized"), "{page}");
+    // The grant is audited (before the page answered) by upstream name, never a token.
+    let (_, audited) = req(&node, "GET", "/audit?kind=oauth_granted", None).await;
+    assert_eq!(
+        audited["entries"][0]["detail"]["upstream"], "prot",
+        "{audited}"
+    );
     let status = tokio::time::timeout(Duration::from_secs(30), cli.wait())
         .await
         .expect("the CLI returns after the callback")

@@ -90,6 +90,22 @@ api("/health").then((r) => r.json()).then((h) => {
 }).catch(() => {});
 
 $("back").onclick = () => { location.hash = ""; };
+// Share: a read-only link to this session for an hour, copied and shown; revoke it (and see
+// its viewers) on the trust page (#/trust).
+$("share").onclick = async () => {
+  if (!state.current) return;
+  const r = await api("/shares", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ session: state.current, scope: "read_only", ttl: "1h" }),
+  });
+  const link = await r.json();
+  const url = link.url ?? new URL(link.path, location.href).href;
+  try { await navigator.clipboard.writeText(url); } catch { /* shown below either way */ }
+  const b = $("banner");
+  b.hidden = false;
+  b.textContent = `Read-only link for 1 h (revoke on the ⚿ page): ${url}`;
+};
 window.addEventListener("hashchange", route);
 lineInput();
 keysBar();

@@ -2,10 +2,13 @@
 // no session list, event stream, terminal or logging starts (the spec's "Secret form
 // security boundary"); every other address starts the app.
 
-const isForm = () => location.hash.startsWith("#/secret-form");
+// `#/trust` (the audit log, share links, secrets) mounts alone the same way.
+const isForm = () => location.hash.startsWith("#/secret-form") || location.hash.startsWith("#/trust");
 const mountedForm = isForm();
-if (mountedForm) {
+if (location.hash.startsWith("#/secret-form")) {
   import("/assets/secret-form.js");
+} else if (location.hash.startsWith("#/trust")) {
+  import("/assets/trust.js");
 } else {
   import("/assets/app.js");
 }

@@ -226,8 +226,7 @@ impl Audit {
     /// Records one act, committed before it returns. Blocking (a `redb` commit).
     pub fn record(&self, ev: Event) -> anyhow::Result<u64> {
         let now = crate::logs::now_ms();
-        let last = self.record_many(std::iter::once(ev), now)?;
-        Ok(last)
+        self.record_many(std::iter::once(ev), now)
     }
 
     /// Records one act, logging (never failing) when the store refuses it: for acts whose
@@ -325,9 +324,10 @@ impl Audit {
                 break;
             }
             if q.until_ms.is_some_and(|u| e.at_ms >= u)
-                || kinds.as_ref().is_some_and(|ks| !ks.contains(&e.kind.as_str()))
-                || q
-                    .session
+                || kinds
+                    .as_ref()
+                    .is_some_and(|ks| !ks.contains(&e.kind.as_str()))
+                || q.session
                     .as_ref()
                     .is_some_and(|s| e.session.as_ref() != Some(s))
             {

@@ -71,10 +71,7 @@ fn entries_page_newest_first_with_filters() {
             ..Query::default()
         })
         .unwrap();
-    assert_eq!(
-        p2.entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        [2, 1]
-    );
+    assert_eq!(p2.entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 1]);
     assert_eq!(p2.next_before, None);
 }
 
@@ -122,7 +119,11 @@ fn a_million_entries_keep_the_bound_and_count_the_dropped() {
     };
     let total = 1_000_000u64;
     let batch = 10_000u64;
-    let size = || std::fs::metadata(d.path().join("state.redb")).unwrap().len();
+    let size = || {
+        std::fs::metadata(d.path().join("state.redb"))
+            .unwrap()
+            .len()
+    };
     let mut full_size = 0;
     for b in 0..total / batch {
         let evs = (0..batch).map(|i| {
@@ -174,4 +175,3 @@ fn a_million_entries_keep_the_bound_and_count_the_dropped() {
         .unwrap();
     assert!(live < 1024);
 }
-

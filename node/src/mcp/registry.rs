@@ -468,7 +468,9 @@ impl Registry {
             return Ok((
                 Err(ToolError::new(
                     "secret_form_open",
-                    format!("{target} is paused while a secret form is open; retry once the person answered it"),
+                    format!(
+                        "{target} is paused while a secret form is open; retry once the person answered it"
+                    ),
                 )),
                 false,
             ));

@@ -70,6 +70,11 @@ pub(crate) const COORDINATOR: Rule = Rule {
     id: "coordinator",
     why: "the coordinator tools act as a live managed terminal of this machine",
 };
+/// Credentials for this machine's agents (the `secret` tool).
+pub(crate) const SECRETS: Rule = Rule {
+    id: "secrets",
+    why: "secrets are asked for, used and removed by this machine's agents only",
+};
 /// An action the table does not name (fails closed).
 pub(crate) const UNLISTED: Rule = Rule {
     id: "unlisted",
@@ -148,6 +153,9 @@ pub(crate) static REMOTE_RIGHTS: &[(&str, &str, Right)] = &[
     ("voice", "status", Open),
     ("voice", "speak", Open),
     ("voice", "listen", Open),
+    ("secret", "request", Local(SECRETS)),
+    ("secret", "run", Local(SPAWN)),
+    ("secret", "remove", Local(SECRETS)),
     ("config", "get", Open),
     ("config", "save", Local(CONFIG)),
     ("debug", "help", Open),

@@ -397,7 +397,8 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
             "progress",
             "ui",
             "plugin_dev_guide",
-            "voice"
+            "voice",
+            "secret"
         ]
     );
     let a = rpc(&f.node, call("debug", json!({"action":"logs"})), &[]).await;
@@ -416,7 +417,7 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
     r.extensions_mut().insert(Transport::Ipc);
     let s = send(&f.node, r).await;
     let cat = s.body["native_tools"].as_array().unwrap();
-    assert_eq!(cat.len(), 17);
+    assert_eq!(cat.len(), 18);
     let debug = cat.iter().find(|t| t["name"] == "debug").unwrap();
     assert_eq!(debug["enabled"], false);
     assert!(
@@ -890,7 +891,7 @@ async fn request_meta_decides_the_surface_and_the_session_flag_is_the_fallback()
         &[("mcp-session-id", &sid)],
     )
     .await;
-    assert_eq!(names(&a), 15, "request _meta wins over the session");
+    assert_eq!(names(&a), 16, "request _meta wins over the session");
 }
 
 fn boom(
@@ -997,7 +998,7 @@ async fn conformance_fixtures_are_off_by_default_and_pass_call_tool_results_thro
             .as_array()
             .unwrap()
             .len(),
-        17
+        18
     );
 }
 

@@ -54,7 +54,24 @@ pub(super) fn spawn(node: &Arc<Node>, server: CallbackServer) {
         "/callback",
         get(move |Query(q): Query<CallbackQuery>| {
             let (n, f) = (n.clone(), f.clone());
-            async move { page(&oauth::callback(&n, &f, q).await) }
+            async move {
+                let p = oauth::callback(&n, &f, q).await;
+                if p.status == 200 {
+                    // The grant is audited by upstream name; tokens never are.
+                    let who = crate::audit::Actor {
+                        who: "browser".into(),
+                        via: "oauth-callback".into(),
+                        address: None,
+                    };
+                    super::audit::record(
+                        &n,
+                        crate::audit::Event::new("oauth_granted", &who)
+                            .with("upstream", f.upstream_name()),
+                    )
+                    .await;
+                }
+                page(&p)
+            }
         }),
     );
     let stop2 = stop.clone();

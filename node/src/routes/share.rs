@@ -86,7 +86,12 @@ async fn create(
     )
     .await;
     let path = format!("/share.html#{token}");
-    let url = node.tcp.lock().await.addr().map(|a| format!("http://{a}{path}"));
+    let url = node
+        .tcp
+        .lock()
+        .await
+        .addr()
+        .map(|a| format!("http://{a}{path}"));
     Ok(Json(json!({
         "id": link.id,
         "session_id": link.session_id,
@@ -110,10 +115,7 @@ struct ListQuery {
     session: Option<String>,
 }
 
-async fn list(
-    State(node): State<Arc<Node>>,
-    Query(q): Query<ListQuery>,
-) -> Json<Value> {
+async fn list(State(node): State<Arc<Node>>, Query(q): Query<ListQuery>) -> Json<Value> {
     let now = crate::logs::now_ms();
     let rows: Vec<Value> = node
         .shares

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{Message, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::Extension;
+use axum::extract::ws::{Message, WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use futures::{Sink, SinkExt, Stream, StreamExt};
@@ -21,11 +21,11 @@ use tuic_proto::stream::StreamFrame;
 
 use crate::audit::{Actor, Event as AuditEvent};
 use crate::error::ApiError;
-use crate::share::Grant;
 use crate::session::Session;
 use crate::session::backlog::Read;
 use crate::session::cleanlog::Stripper;
 use crate::session::utf8::StreamDecoder;
+use crate::share::Grant;
 use crate::state::Node;
 
 /// Largest output frame a stream sends, in bytes.

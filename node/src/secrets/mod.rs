@@ -376,11 +376,7 @@ impl Secrets {
     /// Removes secret `name`; whether it existed. Blocking.
     pub fn remove(&self, name: &str) -> Result<bool, SecretError> {
         check_name(name)?;
-        let had = self
-            .env
-            .vault
-            .remove(&vault_key(name))
-            .map_err(internal)?;
+        let had = self.env.vault.remove(&vault_key(name)).map_err(internal)?;
         let dropped = || -> anyhow::Result<bool> {
             let tx = self.env.store.database().begin_write()?;
             let had = tx.open_table(SECRET_NAMES)?.remove(name)?.is_some();
@@ -423,8 +419,16 @@ impl Secrets {
         let mut child = cmd
             .spawn()
             .map_err(|e| SecretError::BadCommand(format!("cannot start {program:?}: {e}")))?;
-        let out = child.stdout.take().context("stdout pipe").map_err(internal)?;
-        let err = child.stderr.take().context("stderr pipe").map_err(internal)?;
+        let out = child
+            .stdout
+            .take()
+            .context("stdout pipe")
+            .map_err(internal)?;
+        let err = child
+            .stderr
+            .take()
+            .context("stderr pipe")
+            .map_err(internal)?;
         let read_out = std::thread::spawn(move || read_capped(out));
         let read_err = std::thread::spawn(move || read_capped(err));
         let deadline = std::time::Instant::now() + timeout;

@@ -48,7 +48,10 @@ fn a_form_stores_once_and_a_run_sees_the_value_but_never_returns_it() {
     let form = s.request("TOKEN", "deploy", "agent:x", 1_000).unwrap();
     assert!(s.form_open(1_000));
     assert!(events.try_recv().is_ok(), "the request is announced");
-    assert_eq!(s.request("TOKEN", "again", "agent:x", 1_001).unwrap().nonce, form.nonce);
+    assert_eq!(
+        s.request("TOKEN", "again", "agent:x", 1_001).unwrap().nonce,
+        form.nonce
+    );
     assert_eq!(
         s.submit("forged", Zeroizing::new("v".into()), 1_002)
             .unwrap_err()
@@ -56,9 +59,13 @@ fn a_form_stores_once_and_a_run_sees_the_value_but_never_returns_it() {
         "bad_nonce"
     );
     assert_eq!(
-        s.submit(&form.nonce, Zeroizing::new("x".repeat(MAX_VALUE_BYTES + 1)), 1_002)
-            .unwrap_err()
-            .code(),
+        s.submit(
+            &form.nonce,
+            Zeroizing::new("x".repeat(MAX_VALUE_BYTES + 1)),
+            1_002
+        )
+        .unwrap_err()
+        .code(),
         "secret_too_large"
     );
     let value = "s3cr3t-value-0123456789";
@@ -75,9 +82,13 @@ fn a_form_stores_once_and_a_run_sees_the_value_but_never_returns_it() {
         "bad_nonce",
         "a nonce answers once"
     );
-    let argv: Vec<String> = ["sh", "-c", "printf %s \"$TOKEN\" | sha256sum; echo \"$TOKEN\""]
-        .map(String::from)
-        .to_vec();
+    let argv: Vec<String> = [
+        "sh",
+        "-c",
+        "printf %s \"$TOKEN\" | sha256sum; echo \"$TOKEN\"",
+    ]
+    .map(String::from)
+    .to_vec();
     let out = s
         .run("TOKEN", &argv, None, Duration::from_secs(10))
         .unwrap();
@@ -87,7 +98,11 @@ fn a_form_stores_once_and_a_run_sees_the_value_but_never_returns_it() {
     assert_eq!(out.masked, 1);
     assert_eq!(out.exit_code, Some(0));
     assert_eq!(
-        s.list().unwrap().iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+        s.list()
+            .unwrap()
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>(),
         ["TOKEN"]
     );
     assert!(s.remove("TOKEN").unwrap());

@@ -353,13 +353,12 @@ impl Shares {
             .lock()
             .values()
             .filter(|l| {
-                session.is_none_or(|s| {
-                    l.link.session_id == s || l.link.aliases.iter().any(|a| a == s)
-                })
+                session
+                    .is_none_or(|s| l.link.session_id == s || l.link.aliases.iter().any(|a| a == s))
             })
             .map(|l| (l.link.clone(), l.viewers.values().cloned().collect()))
             .collect();
-        v.sort_by(|a, b| b.0.created_ms.cmp(&a.0.created_ms));
+        v.sort_by_key(|l| std::cmp::Reverse(l.0.created_ms));
         v
     }
 

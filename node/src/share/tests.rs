@@ -16,7 +16,14 @@ async fn a_token_checks_until_revoked_or_expired() {
     let d = tempfile::tempdir().unwrap();
     let s = shares(d.path());
     let (link, token) = s
-        .create("pty-1", vec!["tu-1".into()], Scope::ReadOnly, 1_000, "local", 10)
+        .create(
+            "pty-1",
+            vec!["tu-1".into()],
+            Scope::ReadOnly,
+            1_000,
+            "local",
+            10,
+        )
         .unwrap();
     assert!(!token.contains(&link.token_hash));
     let g = s.check(&token, 500).unwrap();
@@ -75,7 +82,12 @@ fn the_scope_table() {
         (ReadOnly, &post, "/sessions/pty-1/submit", false),
         (ReadOnly, &post, "/sessions/pty-1/resize", false),
         (ReadOnly, &post, "/sessions/pty-1/answer", false),
-        (ReadOnly, &post, "/sessions/pty-1/terminal/scroll-to-offset", false),
+        (
+            ReadOnly,
+            &post,
+            "/sessions/pty-1/terminal/scroll-to-offset",
+            false,
+        ),
         (ReadOnly, &put, "/sessions/pty-1/name", false),
         (ReadOnly, &delete, "/sessions/pty-1", false),
         (ReadOnly, &get, "/sessions/pty-2/output", false),

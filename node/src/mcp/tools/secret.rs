@@ -22,9 +22,9 @@ const MAX_RUN_MS: u64 = 290_000;
 pub(super) static TOOL: ToolDef = ToolDef {
     name: "secret",
     summary: "Use a credential the person typed, without ever seeing it",
-    description: "Credentials you use but never see.\n\
-- request (name, reason): ask the person to type secret `name` into a form; returns at once (status pending, or stored).\n\
-- run (name, command, cwd?, timeout_ms?): run command (argv array, or a string for sh -c) with $name set; output has the value masked.\n\
+    description: "Use credentials without seeing them.\n\
+- request (name, reason): ask the person (status pending|stored).\n\
+- run (name, command, cwd?, timeout_ms?): argv or sh -c string, with $name set; output masked.\n\
 - remove (name).",
     actions: ACTIONS,
     schema: || {
@@ -33,7 +33,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
             json!({
                 "name": {"type": "string"},
                 "reason": {"type": "string"},
-                "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+                "command": {"type": ["string", "array"], "items": {"type": "string"}},
                 "cwd": {"type": "string"},
                 "timeout_ms": {"type": "integer"}
             }),
@@ -76,7 +76,10 @@ struct RemoveArgs {
     name: String,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(a: &str, args: &Map<String, Value>) -> Result<T, ToolError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    a: &str,
+    args: &Map<String, Value>,
+) -> Result<T, ToolError> {
     let mut m = args.clone();
     m.remove("action");
     serde_json::from_value(Value::Object(m))
@@ -131,9 +134,12 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
                 Command::Shell(s) => vec!["sh".into(), "-c".into(), s],
                 Command::Argv(v) => v,
             };
-            let timeout = Duration::from_millis(r.timeout_ms.unwrap_or(DEFAULT_RUN_MS).min(MAX_RUN_MS));
+            let timeout =
+                Duration::from_millis(r.timeout_ms.unwrap_or(DEFAULT_RUN_MS).min(MAX_RUN_MS));
             let program = Zeroizing::new(argv.first().cloned().unwrap_or_default());
-            let out = node.secrets.run(&r.name, &argv, r.cwd.as_deref(), timeout)?;
+            let out = node
+                .secrets
+                .run(&r.name, &argv, r.cwd.as_deref(), timeout)?;
             node.audit.record_or_warn(
                 Event::new("secret_used", &who)
                     .with("name", r.name.as_str())
@@ -146,9 +152,8 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         _ => {
             let r: RemoveArgs = parse(a, args)?;
             let removed = node.secrets.remove(&r.name)?;
-            node.audit.record_or_warn(
-                Event::new("secret_removed", &who).with("name", r.name.as_str()),
-            );
+            node.audit
+                .record_or_warn(Event::new("secret_removed", &who).with("name", r.name.as_str()));
             Ok(json!({"ok": true, "removed": removed}))
         }
     }

@@ -1,0 +1,71 @@
+// The owner's trust page (`#/trust`, phone and desktop): the audit log (newest first), share
+// links with their viewers (revoke), stored secret names (delete) and open secret forms.
+// Mounted alone by entry.js, like the secret form.
+
+function el(tag, props = {}, ...kids) {
+  const { dataset, ...rest } = props;
+  const e = Object.assign(document.createElement(tag), rest);
+  Object.assign(e.dataset, dataset ?? {});
+  e.append(...kids);
+  return e;
+}
+
+async function json(path, opts = {}) {
+  const r = await fetch(path, { credentials: "same-origin", ...opts });
+  if (r.status === 401) {
+    location.href = "/mobile/login?next=" + encodeURIComponent("/mobile");
+    throw new Error("unauthorized");
+  }
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error ?? `${path}: ${r.status}`);
+  return body;
+}
+
+const audit = el("ol", { id: "audit", className: "audit" });
+const shares = el("ul", { id: "shares", className: "sessions" });
+const secrets = el("ul", { id: "secrets", className: "sessions" });
+const forms = el("ul", { id: "secret-forms", className: "sessions" });
+const summary = el("p", { id: "audit-summary", className: "empty" });
+document.body.replaceChildren(
+  el("header", { className: "top" },
+    el("a", { href: "/mobile", className: "icon", ariaLabel: "Back to sessions", textContent: "‹" }),
+    el("h1", { textContent: "Audit and sharing" })),
+  el("main", { className: "trust" },
+    el("h2", { textContent: "Secret requests" }), forms,
+    el("h2", { textContent: "Secrets" }), secrets,
+    el("h2", { textContent: "Share links" }), shares,
+    el("h2", { textContent: "Audit log" }), summary, audit));
+
+function when(ms) {
+  return new Date(ms).toLocaleString();
+}
+
+async function refresh() {
+  const [a, s, k] = await Promise.all([json("/audit?limit=200"), json("/shares"), json("/secrets")]);
+  summary.textContent = `${a.total} entries held (bound ${a.max_entries}, ${a.max_age_days} days), ${a.dropped} dropped`;
+  audit.replaceChildren(...a.entries.map((e) => el("li", { className: "audit-entry", dataset: { kind: e.kind } },
+    `${when(e.at_ms)} ${e.kind} · ${e.who} (${e.via}${e.address ? " " + e.address : ""})${e.session ? " · " + e.session : ""}`,
+    e.detail ? el("code", { textContent: " " + JSON.stringify(e.detail) }) : "")));
+  shares.replaceChildren(...s.shares.map((l) => {
+    const li = el("li", { className: "share-link", dataset: { id: l.id } },
+      `${l.session_id} · ${l.scope} · ${l.state} · viewers ${l.viewers.length} `);
+    if (l.state === "active") {
+      li.append(el("button", {
+        type: "button", textContent: "Revoke", className: "revoke",
+        onclick: () => json(`/shares/${l.id}`, { method: "DELETE" }).then(refresh),
+      }));
+    }
+    return li;
+  }));
+  secrets.replaceChildren(...k.secrets.map((x) => el("li", { className: "secret-name", dataset: { name: x.name } },
+    `${x.name} · ${when(x.stored_ms)} `,
+    el("button", {
+      type: "button", textContent: "Delete", className: "delete",
+      onclick: () => json(`/secrets/${encodeURIComponent(x.name)}`, { method: "DELETE" }).then(refresh),
+    }))));
+  forms.replaceChildren(...k.forms.map((f) => el("li", {},
+    el("a", { href: f.path, textContent: `${f.name}: ${f.reason || "(no reason)"} — answer` }))));
+}
+
+refresh();
+setInterval(refresh, 3000);
