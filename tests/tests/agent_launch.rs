@@ -297,7 +297,7 @@ async fn run_configurations_select_compose_and_refuse() {
     assert_eq!(v["run_config"], "yolo", "{v}");
     assert!(v.get("prompt_delivery").is_none(), "{v}");
     let sid = v["session_id"].as_str().unwrap();
-    let t = until(node, sid, "the prompt", |t| at_prompt(t)).await;
+    let t = until(node, sid, "the prompt", at_prompt).await;
     assert_eq!(
         args_of(&t),
         [
