@@ -41,6 +41,8 @@ pub struct Config {
     pub tuning: Tuning,
     /// Notification channels, coalescing, quiet hours and mutes (`crate::notify`).
     pub notifications: crate::notify::config::NotifyConfig,
+    /// Agent launch settings: run configurations and per-agent options (`mail::launch`).
+    pub agents: Agents,
     /// Keys this version does not know, kept as they are.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -322,7 +324,58 @@ impl Default for Config {
             secret_store: SecretStore::Auto,
             tuning: Tuning::default(),
             notifications: crate::notify::config::NotifyConfig::default(),
+            agents: Agents::default(),
             extra: Map::new(),
+        }
+    }
+}
+
+/// `agents.*`: how `agent action=spawn` and `POST /sessions/agent` launch children.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Agents {
+    /// Named run configurations, selected by `run_config` or by a `command` equal to a name
+    /// (the literal `codex` selects the Codex configuration marked `default`).
+    pub run_configs: Vec<RunConfig>,
+    /// Claude Code children.
+    pub claude: AgentSettings,
+    /// Codex children.
+    pub codex: AgentSettings,
+}
+
+/// One run configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RunConfig {
+    /// The name callers select it by.
+    pub name: String,
+    /// The agent it runs (`claude` or `codex`) when `command` is a wrapper.
+    pub agent: Option<String>,
+    /// The executable.
+    pub command: String,
+    /// Its argv (`{prompt}` is substituted where authored, else the prompt is appended).
+    pub args: Vec<String>,
+    /// Environment (a caller's `env` overrides it).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Default model (a spawn's `model` overrides it).
+    pub model: Option<String>,
+    /// The configuration the literal `codex` selects.
+    pub default: bool,
+}
+
+/// Per-agent launch settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentSettings {
+    /// Answer (Claude) or avoid (Codex) the startup folder-trust screen for spawned children
+    /// (true).
+    pub skip_trust_dialog: bool,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        Self {
+            skip_trust_dialog: true,
         }
     }
 }

@@ -38,8 +38,9 @@ async fn deferred_prompt_is_typed_after_the_ready_prompt_and_the_receipt_records
         o.contains("task: fix the bug")
     })
     .await;
-    // Not on the argv: the TUI got it only through its composer.
-    assert!(o.contains("args: 0"), "{o}");
+    // Not on the argv: the TUI got it only through its composer. Its two arguments are the
+    // trust override Codex children get by default (`agents.codex.skip_trust_dialog`).
+    assert!(o.contains("args: 2"), "{o}");
 
     let receipt = eventually("the delivered receipt", Duration::from_secs(10), || {
         let node = &node;
@@ -54,7 +55,11 @@ async fn deferred_prompt_is_typed_after_the_ready_prompt_and_the_receipt_records
     assert_eq!(receipt["tuic_session"], child.as_str());
     assert_eq!(receipt["launch"]["prompt_delivery"], "deferred_pty");
     assert_eq!(receipt["launch"]["prompt"], "fix the bug");
-    assert_eq!(receipt["launch"]["args"], json!([]));
+    let trusted = format!(
+        "projects.\"{}\".trust_level=\"trusted\"",
+        dir.path().canonicalize().unwrap().display()
+    );
+    assert_eq!(receipt["launch"]["args"], json!(["-c", trusted]));
     assert_eq!(receipt["launch"]["parent_session_id"], tp.as_str());
     assert!(receipt["launch"]["delivered_at_ms"].as_u64().is_some());
     assert_eq!(receipt["mcp_instructions"], json!([]));

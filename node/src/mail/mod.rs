@@ -24,8 +24,10 @@
 //! (woken by [`Mail::timer`]) resolves it at its deadline. Nothing polls.
 
 pub(crate) mod channel;
+pub(crate) mod launch;
 pub(crate) mod receipt;
 pub(crate) mod spawn;
+pub(crate) mod trust;
 pub(crate) mod wake;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tuic_proto::mail::Lifecycle;
 
 use super::Mail;
+use super::launch::{self, SpawnArgs};
 use super::receipt::{self, Delivery, Launch, PromptState};
 use super::wake;
 use crate::session::activity::{self, ShellState};
@@ -52,6 +53,46 @@ pub(crate) struct SpawnRequest {
     pub owners: Vec<String>,
     /// Exempt from automatic idle closure.
     pub keep_open: bool,
+    /// A run configuration by name (`mail::launch`).
+    pub run_config: Option<String>,
+    /// The model, composed as `--model <m>`.
+    pub model: Option<String>,
+}
+
+impl SpawnRequest {
+    /// A request from the typed arguments; the caller fills in parent and owners.
+    pub(crate) fn from_args(a: SpawnArgs) -> Self {
+        Self {
+            command: a.command.unwrap_or_default(),
+            args: a.args,
+            cwd: a.cwd,
+            prompt: a.prompt,
+            env: a.env,
+            name: a.name,
+            pty_description: a.pty_description,
+            keep_open: a.keep_open,
+            run_config: a.run_config,
+            model: a.model,
+            ..Self::default()
+        }
+    }
+}
+
+/// Why a spawn failed: a stable code (`unknown_run_config`, `model_conflict`,
+/// `invalid_arguments`, `spawn_failed`) and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpawnFailure {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl SpawnFailure {
+    fn spawn(message: impl Into<String>) -> Self {
+        Self {
+            code: "spawn_failed",
+            message: message.into(),
+        }
+    }
 }
 
 /// The argv the child gets: `{prompt}` substituted where authored, else the prompt appended
@@ -167,7 +208,47 @@ pub(crate) fn derive_description(prompt: &str) -> Option<String> {
 
 /// Starts the child. Blocking (fork/exec): call off the async workers.
 pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
-    let mut env = req.env.clone();
+    spawn_checked(node, req).map_err(|e| e.message)
+}
+
+/// [`spawn`] with the failure's stable code.
+pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, SpawnFailure> {
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/".into());
+    let cwd = req
+        .cwd
+        .as_deref()
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| home.clone());
+    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    let composed = launch::compose(
+        &node.config().agents,
+        &SpawnArgs {
+            command: Some(req.command.clone()).filter(|c| !c.is_empty()),
+            run_config: req.run_config.clone(),
+            args: req.args.clone(),
+            env: req.env.clone(),
+            model: req.model.clone(),
+            ..SpawnArgs::default()
+        },
+        &cwd,
+        &home,
+        &|k| std::env::var(k).ok(),
+    )
+    .map_err(|e| SpawnFailure {
+        code: e.code(),
+        message: e.to_string(),
+    })?;
+    if let Some(dir) = &composed.create_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            SpawnFailure::spawn(format!(
+                "creating CLAUDE_CODE_TMPDIR {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    let mut env = composed.env.clone();
     env.remove("TUIC_SESSION");
     env.remove("TUIC_PARENT");
     if let Some(p) = &req.parent {
@@ -178,9 +259,14 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
         Some(_) => None,
         None => req.prompt.as_deref().and_then(derive_description),
     };
-    let placeholder = req.args.iter().any(|a| a.contains("{prompt}"));
-    let deferred = req.prompt.is_some() && !placeholder && prefill_only(&req.command, &req.args);
-    let base_args = with_channel_flag(&req.command, &req.args);
+    let command = composed.command.clone();
+    let placeholder = composed.args.iter().any(|a| a.contains("{prompt}"));
+    // A run configuration's argv is authoritative: substituted or appended, never deferred.
+    let deferred = req.prompt.is_some()
+        && !placeholder
+        && composed.run_config.is_none()
+        && prefill_only(&command, &composed.args);
+    let base_args = with_channel_flag(&command, &composed.args);
     let args = if deferred {
         base_args
     } else {
@@ -189,7 +275,7 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
     let session = node
         .sessions
         .create(CreateRequest {
-            shell: Some(req.command.clone()),
+            shell: Some(command.clone()),
             args: args.clone(),
             cwd: req.cwd.clone(),
             env,
@@ -199,9 +285,12 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
             parent_session: req.parent.clone(),
             ..Default::default()
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| SpawnFailure::spawn(e.to_string()))?;
     if description.is_some() {
         node.sessions.describe(&session, description.clone());
+    }
+    if composed.answer_claude_trust {
+        super::trust::answer_claude(node, session.clone());
     }
     let child = session.tuic_session.clone();
     {
@@ -234,7 +323,7 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
         &child,
         &session.id,
         Launch {
-            command: req.command.clone(),
+            command: command.clone(),
             args,
             prompt: req.prompt.clone(),
             prompt_delivery,
@@ -256,7 +345,7 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
         source = "agent_spawn",
         session = %session.id,
         child = %child,
-        command = %req.command,
+        command = %command,
         env_keys = ?req.env.keys().collect::<Vec<_>>(),
         "spawned a child agent"
     );
@@ -279,6 +368,12 @@ pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String
     }
     if deferred {
         v["prompt_delivery"] = json!("deferred_pty");
+    }
+    if let Some(rc) = &composed.run_config {
+        v["run_config"] = json!(rc);
+    }
+    if !composed.warnings.is_empty() {
+        v["launch_warning"] = json!(composed.warnings.join("; "));
     }
     match &req.parent {
         Some(p) => v["parent_session_id"] = json!(p),

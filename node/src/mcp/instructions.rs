@@ -108,13 +108,16 @@ mod tests {
                 // 14,000 before the story, automations and workflow tools (issue 19: +2.6 KB)
                 // and the git-backed repo actions; 18,500 before the coordinator's
                 // workflow_launch and workflow_story_create (+0.9 KB, 19,220 B measured);
-                // 20,100 with the spec's `secret` tool (issue 47: +0.8 KB, 20,007 B measured).
-                20_100,
+                // 20,100 with the spec's `secret` tool (issue 47: +0.8 KB, 20,007 B measured);
+                // spawn's spec parameters model and run_config (issue 45: +80 B after trimming
+                // send's text).
+                20_200,
             ),
             (
                 "tools_list.all_enabled",
                 serde_json::to_string(&reg.list(&all, false)).unwrap().len(),
-                21_000,
+                // 21,000 with `secret` (issue 47); spawn's model and run_config (issue 45, +80 B).
+                21_100,
             ),
             (
                 "tools_list.collapsed",

@@ -11,6 +11,7 @@ mod config;
 mod events;
 mod files;
 mod notify;
+mod github;
 mod oauth_callback;
 mod ops;
 mod progress;
@@ -86,6 +87,11 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .route("/repo/branch-integrations", get(repos::branch_integrations))
         .route("/repo/branch-delete", post(repos::branch_delete))
         .route("/repo/orphan-cleanup", post(repos::orphan_cleanup))
+        .route("/repo/prs", get(github::unavailable))
+        .route("/repo/issues", get(github::unavailable))
+        .route("/repo/issues/close", post(github::unavailable))
+        .route("/repo/issues/reopen", post(github::unavailable))
+        .route("/repo/ci-failure-logs", get(github::unavailable))
         .route("/fs/read-external", get(files::read_external))
         .route("/fs/read-editor", get(files::read_editor))
         .route("/fs/read-editor-external", get(files::read_editor_external))

@@ -27,6 +27,7 @@ use crate::state::Node;
 pub(super) fn routes() -> Router<Arc<Node>> {
     Router::new()
         .route("/sessions", get(list).post(create))
+        .route("/sessions/agent", post(launch_agent))
         .route("/sessions/{id}", get(row).delete(delete))
         .route("/sessions/{id}/write", post(write))
         .route("/sessions/{id}/input", post(input))
@@ -228,10 +229,51 @@ async fn row(
     Ok(Json(json!(row)))
 }
 
+/// The `POST /sessions` body: the flat [`CreateRequest`], or the desktop transport's
+/// `{config: CreateRequest}` (`invoke("create_pty", {config})`); nothing else beside `config`.
+fn create_body(body: Value) -> Result<CreateRequest, ApiError> {
+    let inner = match body {
+        Value::Object(mut m) if m.contains_key("config") => {
+            let config = m.remove("config").unwrap_or(Value::Null);
+            if let Some(k) = m.keys().next() {
+                return Err(ApiError::bad_request(format!(
+                    "{k} is not allowed beside config: put it inside config"
+                )));
+            }
+            config
+        }
+        other => other,
+    };
+    serde_json::from_value(inner).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            format!("session config: {e}"),
+        )
+    })
+}
+
+/// `POST /sessions/agent`: `agent action=spawn` over HTTP (the same typed arguments and
+/// launch semantics, `mail::launch`); the caller has no peer identity, so the child reports to
+/// nobody by mail (the answer's `warning` says so).
+async fn launch_agent(
+    State(node): State<Arc<Node>>,
+    JsonBody(args): JsonBody<crate::mail::launch::SpawnArgs>,
+) -> Result<Json<Value>, ApiError> {
+    let req = crate::mail::spawn::SpawnRequest::from_args(args);
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || crate::mail::spawn::spawn_checked(&n, req))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map(Json)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.code, e.message))
+}
+
 async fn create(
     State(node): State<Arc<Node>>,
-    JsonBody(req): JsonBody<CreateRequest>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
+    let req = create_body(body)?;
     let n = node.clone();
     let s = tokio::task::spawn_blocking(move || n.sessions.create(req))
         .await

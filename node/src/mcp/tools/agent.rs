@@ -2,7 +2,6 @@
 //! loopback-only rule, the identity-scoped refusals with their next step, the removed-action
 //! routes and the argument handling; the mail itself lives in `crate::mail`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +9,7 @@ use serde_json::{Map, Value, json};
 use tuic_proto::mail::{DeliveryPath, InboxError};
 
 use crate::logs::mono_ms;
-use crate::mail::{Mail, spawn, wake};
+use crate::mail::{Mail, launch, spawn, wake};
 use crate::mcp::registry::{
     CallCtx, ToolDef, ToolError, ToolFuture, action, on_blocking_pool, schema,
 };
@@ -29,7 +28,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub: delivered, accepted (outbox, retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, orchestrator_wake[_coalesced], inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark.\n\
 - inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}.\n\
 - wait (since?, timeout_ms up to 300000, default 60000): block until mail arrives; {met, timed_out, new_messages, next_since}.\n\
-- spawn (command, args?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id and a task_id to poll with task action=get.\n\
+- spawn (command or run_config, args?, model?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id, task_id (task action=get), launch_warning?.\n\
 Orchestrators: children report results with send; read them with inbox or wait, not with session output.",
     actions: ACTIONS,
     schema: || {
@@ -54,6 +53,8 @@ Orchestrators: children report results with send; read them with inbox or wait, 
                 "command": {"type": "string"},
                 "cwd": {"type": "string"},
                 "keep_open": {"type": "boolean"},
+                "model": {"type": "string"},
+                "run_config": {"type": "string"},
                 "pty_description": {"anyOf": [{"type": "string"}, {"type": "null"}]}
             }),
         )
@@ -772,38 +773,11 @@ fn spawn_child(
     ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let command = opt_str(args, "command")?
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| ToolError::invalid("command is required"))?
-        .to_owned();
-    let argv = match args.get("args") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| x.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| ToolError::invalid("args must be an array of strings"))?,
-        Some(_) => return Err(ToolError::invalid("args must be an array of strings")),
-    };
-    let env: HashMap<String, String> = match args.get("env") {
-        None | Some(Value::Null) => HashMap::new(),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
-            .collect::<Option<_>>()
-            .ok_or_else(|| ToolError::invalid("env values must be strings"))?,
-        Some(_) => return Err(ToolError::invalid("env must be an object of strings")),
-    };
-    let pty_description = match args.get("pty_description") {
-        None => None,
-        Some(Value::Null) => Some(None),
-        Some(Value::String(s)) => Some(Some(s.clone())),
-        Some(_) => {
-            return Err(ToolError::invalid(
-                "pty_description must be a string or null",
-            ));
-        }
-    };
+    // Typed: the same arguments as `POST /sessions/agent` (unknown fields are refused).
+    let mut fields = args.clone();
+    fields.remove("action");
+    let typed: launch::SpawnArgs = serde_json::from_value(Value::Object(fields))
+        .map_err(|e| ToolError::invalid(format!("spawn: {e}")))?;
     let parent = ctx.tuic_session.clone();
     if let Some(p) = &parent {
         let mut g = node.mail.lock();
@@ -814,20 +788,13 @@ fn spawn_child(
         .flatten()
         .collect();
     let req = spawn::SpawnRequest {
-        command,
-        args: argv,
-        cwd: opt_str(args, "cwd")?.map(str::to_owned),
-        prompt: opt_str(args, "prompt")?.map(str::to_owned),
-        env,
-        name: opt_str(args, "name")?.map(str::to_owned),
-        pty_description,
         pending_parent: match &parent {
             None => ctx.mcp_session.as_deref().map(spawn::pending_parent),
             Some(_) => None,
         },
         parent,
         owners,
-        keep_open: opt_bool(args, "keep_open")?.unwrap_or(false),
+        ..spawn::SpawnRequest::from_args(typed)
     };
-    spawn::spawn(node, req).map_err(|e| ToolError::new("spawn_failed", e))
+    spawn::spawn_checked(node, req).map_err(|e| ToolError::new(e.code, e.message))
 }
