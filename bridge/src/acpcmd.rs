@@ -20,7 +20,7 @@ use crate::mcp;
 pub(crate) enum AcpCmd {
     /// Launch a configured agent (POST /acp/connections) and, with PROMPT, chat with it.
     New {
-        /// On a hub: the connection whose node runs the agent (not yet relayed: refused).
+        /// On a hub: the connection whose node runs the agent (`--cwd` is then that host's path).
         #[arg(short = 'H', long)]
         host: Option<String>,
         /// A name from `acp_agents` in the node's config (`ego`: the `ego_executable` setting).
@@ -82,21 +82,26 @@ pub(crate) fn run(ctx: &Ctx, cmd: &AcpCmd) -> Result<(), Failure> {
             cwd,
             prompt,
         } => {
-            if let Some(h) = host {
-                return Err(Failure::Unavailable(format!(
-                    "launching on host {h} needs the hub's ACP relay, which this version lacks; run `tuic acp new` on that host"
-                )));
-            }
-            let cwd = match cwd {
-                Some(c) => c.clone(),
-                None => std::env::current_dir()
+            // On another host the directory is that host's path, taken as given.
+            let cwd = match (cwd, host) {
+                (Some(c), Some(_)) => c.clone(),
+                (Some(c), None) => std::fs::canonicalize(c)
+                    .map_err(|e| Failure::Failed(format!("{}: {e}", c.display())))?,
+                (None, Some(h)) => {
+                    return Err(Failure::Usage(format!(
+                        "--cwd is needed with -H {h}: a directory on that host"
+                    )));
+                }
+                (None, None) => std::env::current_dir()
                     .map_err(|e| Failure::Failed(format!("reading the current directory: {e}")))?,
             };
-            let cwd = std::fs::canonicalize(&cwd)
-                .map_err(|e| Failure::Failed(format!("{}: {e}", cwd.display())))?;
+            let path = match host {
+                Some(h) => format!("/acp/connections?host={}", enc(h)),
+                None => "/acp/connections".to_owned(),
+            };
             let row = checked(
                 ctx,
-                Request::new("POST", "/acp/connections")
+                Request::new("POST", &path)
                     .json(&json!({"agent": agent, "cwd": cwd.display().to_string()})),
                 "POST /acp/connections",
             )?;

@@ -9,6 +9,8 @@ What a prompt's first word asks for:
   escape   ask the client to read and write outside the cwd (`..`, absolute, a symlink out);
            say how many were refused ("refused:<n>/<tries>").
   flood N  stream N one-character chunks.
+  stamp N  stream N chunks, each "<unix ns>|" taken just before it is sent, 1 ms apart
+           (the benchmark's chunk → WebSocket latency), then "done".
   garbage  write a line that is not JSON, then say "survived".
   exit     send one chunk and exit with status 3 mid-turn.
   ask      ask permission (three options) and say what came back.
@@ -22,6 +24,7 @@ What a prompt's first word asks for:
 import asyncio
 import os
 import sys
+import time
 import uuid
 
 import acp
@@ -183,6 +186,13 @@ class TestAgent:
             n = int(text.split(" ")[1])
             for _ in range(n):
                 await self.say(sid, "x")
+            await self.say(sid, "done")
+            return PromptResponse(stop_reason="end_turn")
+        if word == "stamp":
+            n = int(text.split(" ")[1])
+            for _ in range(n):
+                await self.say(sid, f"{time.time_ns()}|")
+                await asyncio.sleep(0.001)
             await self.say(sid, "done")
             return PromptResponse(stop_reason="end_turn")
         if word == "garbage":

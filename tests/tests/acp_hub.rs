@@ -91,4 +91,26 @@ async fn a_remote_agent_is_launched_streamed_and_answered_through_the_hub() {
         std::fs::read_to_string(repo.join("out.txt")).unwrap(),
         "agent wrote: remote notes"
     );
+
+    // The CLI launches on the node through the hub (`tuic acp new -H`) and lists it.
+    let sandbox = tempfile::tempdir().unwrap();
+    let tuic = |args: &[&str]| {
+        let mut c =
+            tuic_tests::bridge::clean_command(&tuic_tests::bridge::bin("tuic"), sandbox.path());
+        c.args(args)
+            .env("TUIC_SOCKET", hub)
+            .stdin(std::process::Stdio::null());
+        c.output().unwrap()
+    };
+    let cwd = repo.display().to_string();
+    let out = tuic(&["acp", "new", "-H", &host, "--agent", "test", "--cwd", &cwd]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let launched = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(launched.starts_with(&format!("{host}/")), "{launched}");
+    let out = tuic(&["acp", "ls"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&launched));
 }

@@ -15,6 +15,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]
 //! cargo run -p tuic-tests --release --bin bench -- worktree-list [WORKTREES] [COMMITS] [CALLS]
 //! cargo run -p tuic-tests --release --bin bench -- branch-integrations [BRANCHES] [COMMITS] [CALLS]
+//! cargo run -p tuic-tests --release --bin bench -- acp-stream [CHUNKS] [STAMPED] [IDLE]
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -163,8 +164,14 @@ fn main() -> anyhow::Result<()> {
                 n, commits, calls,
             ))
         }
+        Some("acp-stream") => {
+            let chunks = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            let stamped = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(500);
+            let idle = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(20);
+            rt.block_on(tuic_tests::bench_acp::stream(chunks, stamped, idle))
+        }
         _ => bail!(
-            "usage: bench worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
