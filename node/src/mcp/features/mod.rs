@@ -54,11 +54,15 @@ pub struct Features {
     pub(crate) routes: streams::Routes,
 }
 
-/// The capabilities these features add to `initialize` / `server/discover`.
-pub(crate) fn capabilities(caps: &mut Value) {
-    caps["resources"] = json!({"subscribe": true, "listChanged": false});
+/// The capabilities these features add to `initialize` (legacy sessions) and
+/// `server/discover` (`stateless`: 2026-07-28 removed `resources/subscribe` and
+/// `logging/setLevel`, and tuic's `subscriptions/listen` carries no resource updates).
+pub(crate) fn capabilities(caps: &mut Value, stateless: bool) {
+    caps["resources"] = json!({"subscribe": !stateless, "listChanged": false});
     caps["prompts"] = json!({"listChanged": false});
-    caps["logging"] = json!({});
+    if !stateless {
+        caps["logging"] = json!({});
+    }
     caps["completions"] = json!({});
 }
 
