@@ -372,10 +372,10 @@ impl Subscriptions {
                     g.per_session.remove(sid);
                 }
             }
-            if let Some(u) = g.by_pty.get_mut(pty) {
-                if u.get(uri).is_some_and(HashSet::is_empty) {
-                    u.remove(uri);
-                }
+            if let Some(u) = g.by_pty.get_mut(pty)
+                && u.get(uri).is_some_and(HashSet::is_empty)
+            {
+                u.remove(uri);
             }
         }
         removed
