@@ -55,6 +55,8 @@ async fn python_sdk_subscribes_reads_logs_prompts_and_completes() {
         assert!(caps[c].is_object(), "{c} not declared: {r}");
     }
     let alias = r["alias"].as_str().unwrap();
+    assert_eq!(caps["resources"]["list_changed"], true, "{r}");
+    assert_eq!(r["list_changed"], true, "a new session is announced: {r}");
     let uris = strs(&r["uris"]);
     assert!(
         uris.contains(&format!("tuic://sessions/{alias}/screen")),

@@ -58,7 +58,8 @@ pub struct Features {
 /// `server/discover` (`stateless`: 2026-07-28 removed `resources/subscribe` and
 /// `logging/setLevel`, and tuic's `subscriptions/listen` carries no resource updates).
 pub(crate) fn capabilities(caps: &mut Value, stateless: bool) {
-    caps["resources"] = json!({"subscribe": !stateless, "listChanged": false});
+    // `list_changed` goes to `GET /mcp` streams, which only legacy sessions have.
+    caps["resources"] = json!({"subscribe": !stateless, "listChanged": !stateless});
     caps["prompts"] = json!({"listChanged": false});
     if !stateless {
         caps["logging"] = json!({});
