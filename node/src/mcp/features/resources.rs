@@ -508,6 +508,42 @@ fn watch(node: &Arc<Node>, s: Arc<Session>) {
     });
 }
 
+/// Announces `notifications/resources/list_changed` to every `GET /mcp` stream when sessions
+/// come, go or are renamed (the URIs name them); a burst within [`COALESCE`] is one message.
+pub(crate) fn spawn_list_changes(node: &Arc<Node>) {
+    use tuic_proto::events::Event;
+    let n = node.clone();
+    let mut rx = node.bus.subscribe();
+    node.tasks.spawn(async move {
+        loop {
+            let relevant = tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                r = rx.recv() => match r {
+                    Ok(env) => matches!(
+                        env.event,
+                        Event::SessionCreated { .. } | Event::SessionClosed { .. } | Event::SessionRenamed { .. }
+                    ),
+                    // Lagged: something may have changed.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(_) => break,
+                },
+            };
+            if !relevant {
+                continue;
+            }
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tokio::time::sleep(COALESCE) => {}
+            }
+            // What arrived meanwhile is covered by this one message.
+            while rx.try_recv().is_ok() {}
+            n.mcp.sessions.broadcast(
+                &json!({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}),
+            );
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,40 +596,4 @@ mod tests {
         assert_eq!(s.total(), 0);
         assert!(s.targets("p").is_none());
     }
-}
-
-/// Announces `notifications/resources/list_changed` to every `GET /mcp` stream when sessions
-/// come, go or are renamed (the URIs name them); a burst within [`COALESCE`] is one message.
-pub(crate) fn spawn_list_changes(node: &Arc<Node>) {
-    use tuic_proto::events::Event;
-    let n = node.clone();
-    let mut rx = node.bus.subscribe();
-    node.tasks.spawn(async move {
-        loop {
-            let relevant = tokio::select! {
-                _ = n.shutdown.cancelled() => break,
-                r = rx.recv() => match r {
-                    Ok(env) => matches!(
-                        env.event,
-                        Event::SessionCreated { .. } | Event::SessionClosed { .. } | Event::SessionRenamed { .. }
-                    ),
-                    // Lagged: something may have changed.
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
-                    Err(_) => break,
-                },
-            };
-            if !relevant {
-                continue;
-            }
-            tokio::select! {
-                _ = n.shutdown.cancelled() => break,
-                _ = tokio::time::sleep(COALESCE) => {}
-            }
-            // What arrived meanwhile is covered by this one message.
-            while rx.try_recv().is_ok() {}
-            n.mcp.sessions.broadcast(
-                &json!({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}),
-            );
-        }
-    });
 }
