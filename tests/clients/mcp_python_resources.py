@@ -26,15 +26,15 @@ async def main(url: str, cwd: str, rounds: int) -> None:
     got_update = asyncio.Event()
     logs: list = []
 
+    list_changed = asyncio.Event()
+
     async def on_message(m) -> None:
-        if isinstance(m, types.ServerNotification) and isinstance(m.root if hasattr(m, "root") else m,
-                                                                   types.ResourceUpdatedNotification):
-            n = m.root if hasattr(m, "root") else m
+        n = m.root if hasattr(m, "root") else m
+        if isinstance(n, types.ResourceUpdatedNotification):
             updated.append((time.monotonic(), n.params.uri))
             got_update.set()
-        elif isinstance(m, types.ResourceUpdatedNotification):
-            updated.append((time.monotonic(), m.params.uri))
-            got_update.set()
+        elif isinstance(n, types.ResourceListChangedNotification):
+            list_changed.set()
 
     async def on_log(p) -> None:
         logs.append({"level": p.level, "logger": p.logger, "data": p.data})
@@ -45,6 +45,12 @@ async def main(url: str, cwd: str, rounds: int) -> None:
             "session", {"action": "create", "shell": "/bin/sh", "cwd": cwd, "rows": 50, "cols": 200})
         made = json.loads(text_of(created))
         alias = made.get("alias") or made["session_id"]
+        # The new session's resources are announced.
+        try:
+            await asyncio.wait_for(list_changed.wait(), 10)
+            announced = True
+        except asyncio.TimeoutError:
+            announced = False
         resources = await c.list_resources()
         uris = [r.uri for r in resources.resources]
         templates = await c.list_resource_templates()
@@ -104,6 +110,7 @@ async def main(url: str, cwd: str, rounds: int) -> None:
         print(json.dumps({
             "capabilities": caps,
             "alias": alias,
+            "list_changed": announced,
             "uris": uris,
             "templates": [t.uri_template for t in templates.resource_templates],
             "latencies_ms": latencies,

@@ -55,6 +55,8 @@ async fn python_sdk_subscribes_reads_logs_prompts_and_completes() {
         assert!(caps[c].is_object(), "{c} not declared: {r}");
     }
     let alias = r["alias"].as_str().unwrap();
+    assert_eq!(caps["resources"]["list_changed"], true, "{r}");
+    assert_eq!(r["list_changed"], true, "a new session is announced: {r}");
     let uris = strs(&r["uris"]);
     assert!(
         uris.contains(&format!("tuic://sessions/{alias}/screen")),
@@ -70,7 +72,8 @@ async fn python_sdk_subscribes_reads_logs_prompts_and_completes() {
         [
             "tuic://sessions/{alias}/screen",
             "tuic://sessions/{alias}/output",
-            "tuic://repos/{name}"
+            "tuic://repos/{name}",
+            "tuic://repos/{name}/progress"
         ]
     );
     // Every round saw its update and then the marker on the screen; p50 within 100 ms.
@@ -231,6 +234,32 @@ async fn bad_input_is_refused_with_clear_errors() {
         json!({"uri": "tuic://sessions/nope/screen"})
     );
     assert_eq!(r["error"]["code"], -32002, "{r}");
+    let r = rpc!(
+        "resources/read",
+        json!({"uri": "tuic://repos/nope/progress?limit=3"})
+    );
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    // Capabilities per era: a stateless 2026-07-28 discover claims no subscriptions and no
+    // logging (those methods answer 404 there); a legacy session gets both.
+    let d = conn
+        .rpc(
+            &json!({"jsonrpc": "2.0", "id": 8, "method": "server/discover", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}}}),
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "server/discover"),
+            ],
+        )
+        .await
+        .json();
+    let caps = &d["result"]["capabilities"];
+    assert_eq!(caps["resources"]["subscribe"], false, "{d}");
+    assert!(caps.get("logging").is_none(), "{d}");
+    assert!(
+        caps["prompts"].is_object() && caps["completions"].is_object(),
+        "{d}"
+    );
     // A subscription flood: 10,000 subscribes over 10,000 distinct URIs of one session (its
     // output with different pages): the first 256 are held, every other one is refused.
     let created = rpc!(

@@ -218,6 +218,7 @@ pub(crate) fn routes() -> Router<Arc<Node>> {
 
 /// Starts the reaper and the tool-surface watcher; both end at shutdown.
 pub(crate) fn spawn_background(node: &Arc<Node>) {
+    features::resources::spawn_list_changes(node);
     let n = node.clone();
     node.tasks.spawn(async move {
         loop {

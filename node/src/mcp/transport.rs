@@ -553,9 +553,11 @@ fn check_modern(
     Ok(())
 }
 
-fn capabilities() -> Value {
+/// What the server offers: `stateless` for `server/discover` (2026-07-28 has no
+/// `resources/subscribe` and no `logging/setLevel`, so neither is claimed there).
+fn capabilities(stateless: bool) -> Value {
     let mut c = json!({"tools": {"listChanged": true}, "experimental": {"claude/channel": {}}});
-    super::features::capabilities(&mut c);
+    super::features::capabilities(&mut c, stateless);
     c
 }
 
@@ -573,7 +575,7 @@ fn discover(node: &Arc<Node>, ctx: &CallCtx) -> Value {
     let collapsed = ctx.collapsed(&node.config());
     let mut r = json!({
         "supportedVersions": p::SUPPORTED,
-        "capabilities": capabilities(),
+        "capabilities": capabilities(true),
         "instructions": super::current_instructions(node, collapsed),
         "serverInfo": server_info(),
         "_meta": {p::META_SERVER_INFO: server_info()},
@@ -632,7 +634,7 @@ fn initialize(
         id,
         json!({
             "protocolVersion": version,
-            "capabilities": capabilities(),
+            "capabilities": capabilities(false),
             "serverInfo": server_info(),
             "instructions": instructions,
         }),

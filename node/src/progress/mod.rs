@@ -403,7 +403,7 @@ pub fn list_input_schema() -> Value {
         "blockedOnly": {"type": "boolean"},
         "ptyId": {"type": "string"},
         "limit": {"type": "integer", "description": "1-100, default 8"},
-        "cursor": {"type": ["integer", "string"], "description": "nextCursor of the previous page"}
+        "cursor": {"type": "integer", "description": "the previous nextCursor"}
     }, "additionalProperties": false})
 }
 

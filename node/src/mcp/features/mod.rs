@@ -54,11 +54,16 @@ pub struct Features {
     pub(crate) routes: streams::Routes,
 }
 
-/// The capabilities these features add to `initialize` / `server/discover`.
-pub(crate) fn capabilities(caps: &mut Value) {
-    caps["resources"] = json!({"subscribe": true, "listChanged": false});
+/// The capabilities these features add to `initialize` (legacy sessions) and
+/// `server/discover` (`stateless`: 2026-07-28 removed `resources/subscribe` and
+/// `logging/setLevel`, and tuic's `subscriptions/listen` carries no resource updates).
+pub(crate) fn capabilities(caps: &mut Value, stateless: bool) {
+    // `list_changed` goes to `GET /mcp` streams, which only legacy sessions have.
+    caps["resources"] = json!({"subscribe": !stateless, "listChanged": !stateless});
     caps["prompts"] = json!({"listChanged": false});
-    caps["logging"] = json!({});
+    if !stateless {
+        caps["logging"] = json!({});
+    }
     caps["completions"] = json!({});
 }
 

@@ -10,8 +10,13 @@ use serde_json::{Map, Value, json};
 use super::{RpcError, parse};
 use crate::state::Node;
 
-/// The prompts: name, title, description, arguments (name, description, required).
-pub(crate) const PROMPTS: &[(&str, &str, &str, &[(&str, &str, bool)])] = &[
+/// One prompt argument: name, description, required.
+type Arg = (&'static str, &'static str, bool);
+/// One prompt: name, title, description, arguments.
+type Prompt = (&'static str, &'static str, &'static str, &'static [Arg]);
+
+/// The prompts.
+pub(crate) const PROMPTS: &[Prompt] = &[
     (
         "spawn_reviewer",
         "Spawn a reviewer for a worktree",

@@ -45,6 +45,8 @@ pub(crate) enum Target {
     Repos,
     /// One repository by name (or path).
     Repo(String),
+    /// A repository's progress journal, with the page query (`limit`, `cursor`).
+    Progress(String, String),
     /// An inbox: `None` is the caller's own.
     Inbox(Option<String>),
 }
@@ -68,7 +70,10 @@ pub(crate) fn target(uri: &str) -> Result<Target, RpcError> {
             Ok(Target::Output(decode(alias), query.to_owned()))
         }
         ["repos"] => Ok(Target::Repos),
-        ["repos", name] if !name.is_empty() => Ok(Target::Repo(decode(name))),
+        ["repos", name] if !name.is_empty() && query.is_empty() => Ok(Target::Repo(decode(name))),
+        ["repos", name, "progress"] if !name.is_empty() => {
+            Ok(Target::Progress(decode(name), query.to_owned()))
+        }
         ["inbox"] => Ok(Target::Inbox(None)),
         ["inbox", who] if !who.is_empty() => Ok(Target::Inbox(Some(decode(who)))),
         _ => Err(not_found()),
@@ -138,6 +143,11 @@ pub(crate) fn list(
         for r in repos {
             all.push(json!({"uri": format!("{SCHEME}repos/{}", encode(&r.name)), "name": format!("repo {}", r.name),
                 "mimeType": "application/json", "description": r.path}));
+            all.push(
+                json!({"uri": format!("{SCHEME}repos/{}/progress", encode(&r.name)),
+                "name": format!("progress {}", r.name), "mimeType": "application/json",
+                "description": format!("Progress journal of {}, newest first", r.path)}),
+            );
         }
     }
     if ctx.tuic_session.is_some() {
@@ -162,6 +172,9 @@ pub(crate) fn templates() -> Value {
          "description": "A session's recent output; query: limit, from_line, since_cursor, format=text|raw"},
         {"uriTemplate": "tuic://repos/{name}", "name": "repository", "mimeType": "application/json",
          "description": "A registered repository and its worktrees"},
+        {"uriTemplate": "tuic://repos/{name}/progress", "name": "progress journal",
+         "mimeType": "application/json",
+         "description": "A project's progress journal, newest first; query: limit (1-100), cursor"},
     ]})
 }
 
@@ -188,6 +201,30 @@ pub(crate) fn screen_text(s: &Session) -> String {
     }
     redact::mask_with(&mut doc, &spans, redact::SENTINEL);
     redact::sentinel_runs_to_redacted(&String::from_utf8_lossy(&doc))
+}
+
+/// The page query of a progress journal URI.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageQuery {
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    cursor: Option<u64>,
+}
+
+fn repo(node: &Node, name: &str) -> Result<crate::repos::Repo, RpcError> {
+    let repos = node
+        .repos
+        .list()
+        .map_err(|e| RpcError::invalid(format!("reading the repositories: {e}")))?;
+    repos
+        .into_iter()
+        .find(|r| r.name == name || r.path == name)
+        .ok_or_else(|| RpcError {
+            code: RESOURCE_NOT_FOUND,
+            message: format!("no registered repository {name}"),
+        })
 }
 
 /// `resources/read`.
@@ -227,19 +264,23 @@ pub(crate) fn read(
                 .map_err(|e| RpcError::invalid(format!("reading the repositories: {e}")))?;
             ("application/json", json!({"repos": repos}).to_string())
         }
-        Target::Repo(name) => {
-            let repos = node
-                .repos
-                .list()
-                .map_err(|e| RpcError::invalid(format!("reading the repositories: {e}")))?;
-            let r = repos
-                .into_iter()
-                .find(|r| r.name == name || r.path == name)
-                .ok_or_else(|| RpcError {
-                    code: RESOURCE_NOT_FOUND,
-                    message: format!("no registered repository {name}"),
-                })?;
-            ("application/json", json!(r).to_string())
+        Target::Repo(name) => ("application/json", json!(repo(node, &name)?).to_string()),
+        Target::Progress(name, query) => {
+            let r = repo(node, &name)?;
+            let q: PageQuery = serde_urlencoded::from_str(&query)
+                .map_err(|e| RpcError::invalid(format!("{uri}: {e}")))?;
+            let mut input = json!({});
+            if let Some(l) = q.limit {
+                input["limit"] = json!(l);
+            }
+            if let Some(c) = q.cursor {
+                input["cursor"] = json!(c);
+            }
+            let input = crate::progress::ListInput::from_value(Some(&input))
+                .map_err(|e| RpcError::invalid(format!("{uri}: {e}")))?;
+            let v = crate::progress::list(node, &r.path, &input)
+                .map_err(|e| RpcError::invalid(format!("{uri}: {e}")))?;
+            ("application/json", v.to_string())
         }
         Target::Inbox(who) => {
             let me = ctx.tuic_session.as_deref().ok_or_else(|| {
@@ -331,10 +372,10 @@ impl Subscriptions {
                     g.per_session.remove(sid);
                 }
             }
-            if let Some(u) = g.by_pty.get_mut(pty) {
-                if u.get(uri).is_some_and(HashSet::is_empty) {
-                    u.remove(uri);
-                }
+            if let Some(u) = g.by_pty.get_mut(pty)
+                && u.get(uri).is_some_and(HashSet::is_empty)
+            {
+                u.remove(uri);
             }
         }
         removed
@@ -467,6 +508,42 @@ fn watch(node: &Arc<Node>, s: Arc<Session>) {
     });
 }
 
+/// Announces `notifications/resources/list_changed` to every `GET /mcp` stream when sessions
+/// come, go or are renamed (the URIs name them); a burst within [`COALESCE`] is one message.
+pub(crate) fn spawn_list_changes(node: &Arc<Node>) {
+    use tuic_proto::events::Event;
+    let n = node.clone();
+    let mut rx = node.bus.subscribe();
+    node.tasks.spawn(async move {
+        loop {
+            let relevant = tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                r = rx.recv() => match r {
+                    Ok(env) => matches!(
+                        env.event,
+                        Event::SessionCreated { .. } | Event::SessionClosed { .. } | Event::SessionRenamed { .. }
+                    ),
+                    // Lagged: something may have changed.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(_) => break,
+                },
+            };
+            if !relevant {
+                continue;
+            }
+            tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                _ = tokio::time::sleep(COALESCE) => {}
+            }
+            // What arrived meanwhile is covered by this one message.
+            while rx.try_recv().is_ok() {}
+            n.mcp.sessions.broadcast(
+                &json!({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}),
+            );
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +560,10 @@ mod tests {
         );
         assert_eq!(target("tuic://inbox"), Ok(Target::Inbox(None)));
         assert_eq!(target("tuic://repos/x"), Ok(Target::Repo("x".into())));
+        assert_eq!(
+            target("tuic://repos/x/progress?limit=3"),
+            Ok(Target::Progress("x".into(), "limit=3".into()))
+        );
         for bad in [
             "file:///etc/passwd",
             "tuic://sessions//screen",

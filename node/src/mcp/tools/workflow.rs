@@ -22,7 +22,7 @@ pub(super) static RUN_TOOL: ToolDef = ToolDef {
                 "expected_revision": {"type": "integer"}, "definition_id": {"type": "string"},
                 "definition_revision": {"type": "integer"}, "request_id": {"type": "string"},
                 "limits": {"type": "object", "properties": {"max_repairs": {"type": "integer"}, "attempt_timeout_secs": {"type": "integer"}}},
-                "run_id": {"type": "string"}, "cursor": {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]}, "limit": {"type": "integer"},
+                "run_id": {"type": "string"}, "cursor": {"type": "integer"}, "limit": {"type": "integer"},
                 "expected_sequence": {"type": "integer"}, "execution_id": {"type": "string"},
                 "activation_id": {"type": "string"}, "resolution": {"type": "string"},
                 "project_path": {"type": "string", "description": "unbound local callers only"}
