@@ -203,6 +203,9 @@ enum Cmd {
         #[arg(required = true, num_args = 2..)]
         args: Vec<String>,
     },
+    /// Notifications: recent ones, a test, watch a session (`tuic notify ro-3 --on exit`),
+    /// mute, and the channel secrets.
+    Notify(crate::notifycmd::NotifyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -978,6 +981,7 @@ pub fn main() -> ExitCode {
         } => story(&ctx, json, project.as_deref(), session_id.as_deref()),
         Cmd::Cp { args } => cp(&ctx, args),
         Cmd::Mcp { cmd } => mcp_cmd(&ctx, cmd),
+        Cmd::Notify(args) => crate::notifycmd::run(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

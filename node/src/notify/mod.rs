@@ -158,6 +158,9 @@ impl Notify {
         {
             return;
         }
+        // The node's config could not be read while the node was being built: take it now.
+        let c = self.config();
+        lock(&self.0.core).set_intervals(c.coalesce_ms, c.clear_grace_ms);
         let me = self.clone();
         let mut rx = self.0.env.bus.subscribe();
         self.0.env.tasks.spawn(async move {
@@ -294,8 +297,11 @@ impl Notify {
         rec
     }
 
+    /// What gates a notice now; also takes the intervals in force (a hand edit of
+    /// `config.json` is reloaded without a `config-changed` event).
     fn gate(&self, ctx: &Context) -> Gate {
         let c = self.config();
+        lock(&self.0.core).set_intervals(c.coalesce_ms, c.clear_grace_ms);
         let muted_session = [&ctx.session_id, &ctx.session, &ctx.name]
             .iter()
             .filter_map(|s| s.as_deref())
