@@ -833,3 +833,200 @@ async fn bad_channels_subscriptions_and_endpoints_are_refused() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["code"], "bad_choice");
 }
+
+/// The real web app in headless Chromium: its service worker registers on load, the settings
+/// panel asks permission (and gets as far as the browser's push service, which headless
+/// Chromium here cannot reach), and the node's own push messages — captured at the local
+/// receiver and decrypted with `http_ece` — are delivered to the worker through the DevTools
+/// protocol (`ServiceWorker.deliverPushMessage`): it shows the notification with the title,
+/// body, tag and actions, the notification's answer link types into the PTY, and the "clear"
+/// message closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_worker_shows_answers_and_closes_the_notification() {
+    use tuic_tests::webdriver::Browser;
+    const PW: &str = "pw-notify-2";
+    let keys = python(&["keys"], None);
+    let mut rx = Receiver::start().await;
+    let d = config_dir(json!({"notifications": {"clear_grace_ms": 300}}));
+    tuic_tests::set_password(d.path(), PW);
+    let node = tuic_tests::remote_node(d.path());
+    let base = format!("http://{}", node.tcp.unwrap());
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/notifications/subscriptions",
+        Some(json!({"endpoint": rx.url("/push/d"), "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PW).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+    // Registered on load without asking anything.
+    let scope = b
+        .eval_async("const done = arguments[arguments.length - 1]; navigator.serviceWorker.ready.then(r => done(r.scope));", json!([]))
+        .await
+        .unwrap();
+    assert_eq!(scope, format!("{base}/"));
+    assert_eq!(
+        b.eval("return Notification.permission", json!([]))
+            .await
+            .unwrap(),
+        "default"
+    );
+
+    // Permission is asked from the settings panel; the subscription goes as far as the
+    // browser's push service (unreachable from headless Chromium here).
+    b.cdp(
+        "Browser.grantPermissions",
+        json!({"origin": base, "permissions": ["notifications"]}),
+    )
+    .await
+    .unwrap();
+    b.click(&b.find("#notify-toggle").await.unwrap())
+        .await
+        .unwrap();
+    b.click(&b.find("#notify-enable").await.unwrap())
+        .await
+        .unwrap();
+    let done =
+        "/refused|on for this device/.test(document.getElementById('notify-status').textContent)";
+    let waited = b.wait_for(done, 20_000).await;
+    let status = b
+        .eval(
+            "return document.getElementById('notify-status').textContent",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert!(waited.is_ok(), "settings say {status}");
+    assert_eq!(
+        b.eval("return Notification.permission", json!([]))
+            .await
+            .unwrap(),
+        "granted"
+    );
+    assert!(
+        status.as_str().unwrap().contains("push service refused")
+            || status.as_str().unwrap().contains("on for this device"),
+        "{status}"
+    );
+
+    // The node pushes a question; its decrypted bytes go to the worker.
+    let work = tempfile::tempdir().unwrap();
+    let cwd = repo(work.path());
+    let out = work.path().join("answer.txt");
+    let (sid, alias) = session(
+        &node,
+        &format!(
+            "printf '{QUESTION} '; read a; echo \"answer=$a\" > {}; sleep 60",
+            out.display()
+        ),
+        &cwd,
+    )
+    .await;
+    let hit = rx.next("/push/d", Duration::from_secs(15)).await;
+    let (msg, _) = decrypt(&keys, &hit, &format!("http://{}", rx.addr));
+    let deliver = |data: String| {
+        let b = &b;
+        let base = base.clone();
+        async move {
+            // Registration ids are small integers in a fresh profile; the one that exists takes it.
+            b.cdp("ServiceWorker.enable", json!({})).await.unwrap();
+            let mut errors = Vec::new();
+            for id in 0..8 {
+                let r = b
+                    .cdp(
+                        "ServiceWorker.deliverPushMessage",
+                        json!({"origin": base, "registrationId": id.to_string(), "data": data}),
+                    )
+                    .await;
+                match r {
+                    Ok(_) => return,
+                    Err(e) => errors.push(format!("{e:#}")),
+                }
+            }
+            panic!("no service worker registration took the push: {errors:?}");
+        }
+    };
+    deliver(msg.to_string()).await;
+    let shown_js = "const done = arguments[arguments.length - 1];
+        (async () => {
+          const reg = await navigator.serviceWorker.getRegistration('/');
+          for (let i = 0; i < 100; i++) {
+            const ns = await reg.getNotifications();
+            if (ns.length >= arguments[0]) return done(ns.map(n => ({title: n.title, body: n.body, tag: n.tag,
+              actions: n.actions.map(a => ({action: a.action, title: a.title})), data: n.data})));
+            await new Promise(r => setTimeout(r, 50));
+          }
+          done(null);
+        })();";
+    let shown = b.eval_async(shown_js, json!([1])).await.unwrap();
+    let n = &shown[0];
+    let host = ipc(&node.socket, "GET", "/health", None)
+        .await
+        .unwrap()
+        .json()["host_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(n["title"], format!("{alias} needs input"));
+    assert_eq!(
+        n["body"],
+        format!("{host} · demo-repo@feature-x · {alias}\n{QUESTION}")
+    );
+    assert_eq!(n["tag"], format!("tuic-{sid}"));
+    assert_eq!(
+        n["actions"],
+        json!([{"action": "1", "title": "Yes"}, {"action": "2", "title": "No"}])
+    );
+    assert_eq!(n["data"]["url"], format!("/#/s/{alias}"));
+
+    // The action's answer: the worker's request, from the notification's own data, with the
+    // page's login cookie.
+    let status = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(arguments[0].answer, {method: 'POST', credentials: 'same-origin',
+               headers: {'content-type': 'application/json'}, body: JSON.stringify({choice: Number(arguments[1])})})
+               .then(r => done(r.status));",
+            json!([n["data"], n["actions"][0]["action"]]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    wait_file(&out, "answer=y").await;
+
+    // The "clear" message closes it.
+    let hit = rx.next("/push/d", Duration::from_secs(15)).await;
+    let (msg, _) = decrypt(&keys, &hit, &format!("http://{}", rx.addr));
+    assert_eq!(msg["op"], "clear");
+    deliver(msg.to_string()).await;
+    let closed = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             (async () => {
+               const reg = await navigator.serviceWorker.getRegistration('/');
+               for (let i = 0; i < 100; i++) {
+                 if ((await reg.getNotifications()).length === 0) return done(true);
+                 await new Promise(r => setTimeout(r, 50));
+               }
+               done(false);
+             })();",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(closed, true);
+}

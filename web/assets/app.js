@@ -15,6 +15,7 @@ import { keysBar, lineInput, typingMode, scrollHints } from "/assets/input.js";
 import { refreshUpstreams } from "/assets/upstreams.js";
 import { bindUpload } from "/assets/upload.js";
 import { renderSuspended } from "/assets/suspend.js";
+import { registerWorker, bindNotifySettings } from "/assets/push.js";
 
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -101,3 +102,5 @@ setInterval(refreshSessions, 3000);
 setInterval(renderList, 15000);
 refreshUpstreams();
 setInterval(refreshUpstreams, 5000);
+registerWorker();
+bindNotifySettings();
