@@ -289,8 +289,8 @@ impl Notify {
     fn raise_now(&self, n: Notice) -> Option<Record> {
         let gate = self.gate(&n.context);
         let out = lock(&self.0.core).raise(now_ms(), n, gate);
-        let rec = out.iter().find_map(|o| match o {
-            Out::Send(r) | Out::Changed(r) | Out::Clear(r) => Some(r.clone()),
+        let rec = out.first().map(|o| match o {
+            Out::Send(r) | Out::Changed(r) | Out::Clear(r) => r.clone(),
         });
         self.emit(out);
         self.0.wake.notify_one();
@@ -308,7 +308,7 @@ impl Notify {
             .any(|s| c.muted_sessions.iter().any(|m| m == s));
         Gate {
             disabled: !c.enabled,
-            muted: muted_session || c.muted_hosts.iter().any(|h| *h == ctx.host),
+            muted: muted_session || c.muted_hosts.contains(&ctx.host),
             quiet: c.quiet_hours.as_ref().is_some_and(|q| q.contains(now_ms())),
         }
     }
