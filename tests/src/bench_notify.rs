@@ -73,12 +73,19 @@ pub async fn run(n: usize, flood: usize) -> anyhow::Result<()> {
         let r = ipc(&node.socket, "POST", "/notifications/test", None).await?;
         anyhow::ensure!(r.status == 200, "test notification: {}", r.status);
         let (at, _) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await?
+            .await
+            .with_context(|| {
+                format!(
+                    "sample {}: no webhook POST within 10 s; {}",
+                    ms.len(),
+                    String::from_utf8_lossy(&r.body)
+                )
+            })?
             .context("receiver closed")?;
         ms.push(at.duration_since(t).as_secs_f64() * 1000.0);
     }
-    let p50 = percentile(&mut ms, 50.0);
-    let p99 = percentile(&mut ms, 99.0);
+    let p50 = percentile(&mut ms, 0.50);
+    let p99 = percentile(&mut ms, 0.99);
     println!("notify event→webhook POST: n={n} p50={p50:.2} ms p99={p99:.2} ms");
     drop(node);
 
@@ -98,17 +105,36 @@ pub async fn run(n: usize, flood: usize) -> anyhow::Result<()> {
         let socket = node.socket.clone();
         async move {
             let start = Instant::now();
+            let mut tasks = Vec::with_capacity(count);
             for i in 0..count {
                 tokio::time::sleep_until(pace(i, start).into()).await;
-                ipc(&socket, "POST", "/notifications/test", None).await?;
+                let socket = socket.clone();
+                tasks.push(tokio::spawn(async move {
+                    ipc(&socket, "POST", "/notifications/test", None).await
+                }));
+            }
+            for t in tasks {
+                t.await??;
             }
             anyhow::Ok(start.elapsed())
         }
     };
-    round(1000).await?;
+    // A first round of the same size warms the allocator's arenas and the connection
+    // machinery; the second shows whether the coalescer itself grows.
+    round(flood).await?;
     let before = rss_bytes(node.pid());
-    let took = round(flood).await?;
-    let after = rss_bytes(node.pid());
+    let mut took = Duration::ZERO;
+    let mut after = before;
+    let mut trail = Vec::new();
+    for _ in 0..3 {
+        took = round(flood).await?;
+        after = rss_bytes(node.pid());
+        trail.push(format!("{:.1}", after as f64 / 1048576.0));
+    }
+    println!(
+        "notify flood: RSS after each further round: {} MiB",
+        trail.join(" → ")
+    );
     let mut sent = 0;
     while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
         sent += 1;

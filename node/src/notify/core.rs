@@ -20,6 +20,8 @@ use serde::Serialize;
 
 /// Records kept for `GET /notifications`.
 pub const RECENT: usize = 256;
+/// Held-back ids kept per coalescing group (the count covers any number).
+pub const MAX_HELD: usize = 64;
 /// Open (uncleared) keys kept before the oldest is forgotten.
 pub const MAX_OPEN: usize = 4096;
 
@@ -293,6 +295,10 @@ impl Core {
                 Some(t) if now < t.saturating_add(self.coalesce_ms) => {
                     g.held.push(id);
                     g.folded += 1;
+                    // Only the newest can be sent; the count keeps the rest.
+                    if g.held.len() > MAX_HELD {
+                        g.held.remove(0);
+                    }
                     State::Coalesced
                 }
                 _ => {
@@ -622,5 +628,13 @@ mod tests {
         assert!(c.records.len() <= RECENT);
         assert!(c.open_count() <= MAX_OPEN);
         assert!(c.group_count() <= 20, "{}", c.group_count());
+        // One group flooded within its window keeps a bounded list and the full count.
+        let mut c = Core::new(1_000_000, 0);
+        for i in 0..10_000u64 {
+            c.raise(i, q("s", &format!("{i}")), Gate::default());
+        }
+        assert!(c.groups.values().all(|g| g.held.len() <= MAX_HELD));
+        let out = c.handle_timeout(1_000_000);
+        assert!(matches!(&sends(&out)[..], [r] if r.count == 9_999));
     }
 }
