@@ -255,6 +255,9 @@ enum Cmd {
         #[arg(required = true, num_args = 2..)]
         args: Vec<String>,
     },
+    /// Notifications: recent ones, a test, watch a session (`tuic notify ro-3 --on exit`),
+    /// mute, and the channel secrets.
+    Notify(crate::notifycmd::NotifyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -1063,6 +1066,7 @@ pub fn main() -> ExitCode {
         ),
         Cmd::Secret { cmd, name } => crate::trust::secret(&ctx, cmd, name.as_deref()),
         Cmd::Acp { cmd } => crate::acpcmd::run(&ctx, cmd),
+        Cmd::Notify(args) => crate::notifycmd::run(&ctx, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -31,6 +31,7 @@ pub mod keys;
 pub mod locate;
 pub mod mcp;
 pub mod migrate;
+mod notifycmd;
 pub mod stdio;
 pub mod target;
 mod termcmd;

@@ -108,6 +108,12 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/ansi.js"),
     ),
     (
+        "assets/push.js",
+        JS,
+        include_str!("../../web/assets/push.js"),
+    ),
+    ("sw.js", JS, include_str!("../../web/sw.js")),
+    (
         "assets/app.css",
         CSS,
         include_str!("../../web/assets/app.css"),
@@ -214,6 +220,8 @@ pub(crate) fn routes() -> Router<Arc<Node>> {
         .route("/share.html", get(page("share.html")))
         .route("/mobile", get(page("index.html")))
         .route("/mobile/{*rest}", get(page("index.html")))
+        // The service worker at the root, so its scope is the whole app.
+        .route("/sw.js", get(page("sw.js")))
         .route(
             "/assets/{*file}",
             get(|Path(file): Path<String>, h: HeaderMap| async move {

@@ -389,3 +389,644 @@ async fn a_question_reaches_web_push_decrypted_by_http_ece_and_clears_when_answe
     assert_eq!(r.status, 409);
     assert_eq!(r.json()["code"], "already_answered");
 }
+
+/// Checks `X-Tuic-Signature` with Python's own `hmac` (not our code).
+fn webhook_signature_ok(key: &str, hit: &Hit) -> bool {
+    let check = "import hmac, hashlib, sys\n\
+                 key, ts, sig = sys.argv[1:4]\n\
+                 body = sys.stdin.buffer.read()\n\
+                 want = 'sha256=' + hmac.new(key.encode(), ts.encode() + b'.' + body, hashlib.sha256).hexdigest()\n\
+                 print(hmac.compare_digest(want, sig))";
+    let mut child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            check,
+            key,
+            &hit.header("x-tuic-timestamp"),
+            &hit.header("x-tuic-signature"),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&hit.body).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "True"
+}
+
+fn hook_json(hit: &Hit) -> Value {
+    serde_json::from_slice(&hit.body).unwrap()
+}
+
+/// Webhook requests about sessions `sid` (by the record's `session_id`).
+fn about<'a>(hits: &'a [Hit], sid: &str) -> Vec<&'a Hit> {
+    hits.iter()
+        .filter(|h| hook_json(h)["notification"]["session_id"] == sid)
+        .collect()
+}
+
+/// How long a keystroke takes to reach a program on a PTY: the program creates a file named
+/// after each line it reads.
+async fn keystroke_ms(node: &NodeProc, sid: &str, dir: &Path, token: &str) -> u128 {
+    let t = Instant::now();
+    let r = ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{sid}/input"),
+        Some(json!({"input": format!("{token}\n")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let f = dir.join(token);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f.exists() {
+        assert!(Instant::now() < deadline, "keystroke {token} never arrived");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    t.elapsed().as_millis()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ntfy_and_webhook_see_show_clear_flood_quiet_retry_and_a_hang_that_blocks_nothing() {
+    let mut ntfy = Receiver::start().await;
+    let mut hook = Receiver::start().await;
+    let d = config_dir(json!({"notifications": {
+        "coalesce_ms": 3000,
+        "clear_grace_ms": 200,
+        "public_url": "https://box.example.net:9876",
+        "ntfy": {"url": ntfy.url("/ntfy/tuic-alerts"), "tags": ["robot"]},
+        "webhook": {"url": hook.url("/hook")},
+        "delivery": {"attempts": 3, "backoff_ms": 100, "timeout_ms": 400},
+    }}));
+    let node = start(d.path());
+    let key = ipc(&node.socket, "GET", "/notifications/webhook-key", None)
+        .await
+        .unwrap()
+        .json()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let host = ipc(&node.socket, "GET", "/health", None)
+        .await
+        .unwrap()
+        .json()["host_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let work = tempfile::tempdir().unwrap();
+    let cwd = repo(work.path());
+
+    // A question: ntfy gets its documented headers; the webhook answers 500 once, is retried,
+    // and is delivered once, signed.
+    hook.script.lock().unwrap().push_back(Reply::Status(500));
+    let (sid, alias) = session(
+        &node,
+        &format!("printf '{QUESTION} '; read a; sleep 60"),
+        &cwd,
+    )
+    .await;
+    let n = ntfy
+        .next("/ntfy/tuic-alerts", Duration::from_secs(15))
+        .await;
+    assert_eq!(n.method, "POST");
+    assert_eq!(n.header("x-title"), format!("{alias} needs input"));
+    assert_eq!(n.header("x-priority"), "4");
+    assert_eq!(n.header("x-tags"), "robot,question");
+    let seq = n.header("x-sequence-id");
+    assert!(seq.starts_with("tuic-"), "{seq}");
+    let click = format!("https://box.example.net:9876/#/s/{alias}");
+    assert_eq!(n.header("x-click"), click);
+    assert_eq!(
+        n.header("x-actions"),
+        format!("view, Open session, {click}")
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&n.body),
+        format!("{host} · demo-repo@feature-x · {alias}\n{QUESTION}")
+    );
+    let first = hook.next("/hook", Duration::from_secs(5)).await;
+    let second = hook.next("/hook", Duration::from_secs(5)).await;
+    assert_eq!(first.body, second.body, "a retry sends the same event");
+    assert!(
+        webhook_signature_ok(&key, &second),
+        "signature does not verify"
+    );
+    assert!(!webhook_signature_ok("wrong key", &second));
+    let ev = hook_json(&second);
+    assert_eq!(ev["event"], "notification");
+    assert_eq!(ev["notification"]["text"], QUESTION);
+    assert_eq!(ev["notification"]["session"], alias.as_str());
+    assert_eq!(ev["notification"]["host"], host.as_str());
+    assert_eq!(ev["notification"]["url"], click);
+    assert_eq!(
+        ev["notification"]["choices"],
+        json!([{"label": "Yes"}, {"label": "No"}])
+    );
+    let id = ev["notification"]["id"].as_u64().unwrap();
+    assert_eq!(seq, format!("tuic-{id}"));
+    let rec = until_record(&node, "webhook delivered on the 2nd attempt", |r| {
+        r["id"] == id && r["deliveries"]["webhook"]["state"] == "sent"
+    })
+    .await;
+    assert_eq!(rec["deliveries"]["webhook"]["attempts"], 2);
+    assert_eq!(rec["deliveries"]["ntfy"]["state"], "sent");
+
+    // Answered (choice 2 types `n`): cleared on both.
+    let r = ipc(
+        &node.socket,
+        "POST",
+        &format!("/notifications/{id}/answer"),
+        Some(json!({"choice": 2})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let c = ntfy
+        .next("/ntfy/tuic-alerts", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        (c.method.as_str(), c.path.as_str()),
+        ("PUT", format!("/ntfy/tuic-alerts/tuic-{id}/clear").as_str())
+    );
+    let c = hook.next("/hook", Duration::from_secs(10)).await;
+    assert!(webhook_signature_ok(&key, &c));
+    assert_eq!(hook_json(&c)["event"], "cleared");
+    assert_eq!(hook_json(&c)["notification"]["id"], id);
+
+    // A flood: eight questions in under three seconds on one session (as fast as the PTY
+    // monitor tells them apart; the 100-in-a-second case is the core's unit test) → one
+    // notification now, one more when the interval ends carrying the count of the rest.
+    let flood = "for i in $(seq 1 8); do printf '\\nstep %s: continue? (y/n) ' $i; sleep 0.35; done; sleep 60";
+    let (fsid, _) = session(&node, flood, &cwd).await;
+    let hits = hook.drain(Duration::from_millis(5500)).await;
+    let shown: Vec<Value> = about(&hits, &fsid)
+        .into_iter()
+        .map(hook_json)
+        .filter(|e| e["event"] == "notification")
+        .collect();
+    assert_eq!(
+        shown.len(),
+        2,
+        "{shown:#?} {:#?}",
+        notifications(&node)
+            .await
+            .into_iter()
+            .filter(|r| r["session_id"] == fsid.as_str())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(shown[0]["notification"]["count"], 1);
+    let recs: Vec<Value> = notifications(&node)
+        .await
+        .into_iter()
+        .filter(|r| r["session_id"] == fsid.as_str())
+        .collect();
+    assert!(recs.len() >= 3, "the monitor saw {} questions", recs.len());
+    assert_eq!(
+        shown[1]["notification"]["count"],
+        recs.len() as u64 - 1,
+        "{recs:#?}"
+    );
+    assert_eq!(
+        recs.iter().filter(|r| r["state"] == "coalesced").count(),
+        recs.len() - 2,
+        "all but the two sent are coalesced"
+    );
+
+    // Quiet hours (the hour around now, UTC): recorded as suppressed, nothing sent.
+    let cfg = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    let mut next = cfg.clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let hm = |t: u64| format!("{:02}:{:02}", (t / 3600) % 24, (t / 60) % 60);
+    next["notifications"]["quiet_hours"] = json!({"from": hm(now - 3600), "to": hm(now + 3600)});
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": cfg, "config": next})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let (qsid, _) = session(
+        &node,
+        &format!("printf '{QUESTION} '; read a; sleep 60"),
+        &cwd,
+    )
+    .await;
+    let rec = until_record(&node, "suppressed", |r| r["session_id"] == qsid.as_str()).await;
+    assert_eq!(rec["state"], "suppressed");
+    let hits = hook.drain(Duration::from_millis(800)).await;
+    assert!(about(&hits, &qsid).is_empty());
+    let late = ntfy.drain(Duration::from_millis(10)).await;
+    assert!(
+        late.iter()
+            .all(|h| !String::from_utf8_lossy(&h.body).contains(&qsid))
+    );
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": next, "config": cfg})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+
+    // A webhook that hangs: bounded by the deadline, retried, recorded as failed; ntfy and a
+    // session's keystrokes are not slowed meanwhile.
+    let keys_dir = tempfile::tempdir().unwrap();
+    let (ksid, _) = session(
+        &node,
+        &format!(
+            "cd {}; while read l; do touch \"$l\"; done",
+            keys_dir.path().display()
+        ),
+        &cwd,
+    )
+    .await;
+    let mut before = Vec::new();
+    for i in 0..5 {
+        before.push(keystroke_ms(&node, &ksid, keys_dir.path(), &format!("a{i}")).await);
+    }
+    hook.script
+        .lock()
+        .unwrap()
+        .extend([Reply::Hang, Reply::Hang, Reply::Hang]);
+    let (hsid, _) = session(
+        &node,
+        &format!("printf '{QUESTION} '; read a; sleep 60"),
+        &cwd,
+    )
+    .await;
+    let _ = hook.next("/hook", Duration::from_secs(15)).await; // the first hanging attempt
+    let mut during = Vec::new();
+    for i in 0..5 {
+        during.push(keystroke_ms(&node, &ksid, keys_dir.path(), &format!("b{i}")).await);
+    }
+    before.sort();
+    during.sort();
+    let (b, w) = (before[2], during[2]);
+    assert!(
+        w <= b + 100,
+        "keystroke median {w} ms while the webhook hangs vs {b} ms before"
+    );
+    let rec = until_record(&node, "the hanging webhook recorded as failed", |r| {
+        r["session_id"] == hsid.as_str() && r["deliveries"]["webhook"]["state"] == "failed"
+    })
+    .await;
+    assert_eq!(rec["deliveries"]["webhook"]["attempts"], 3);
+    assert_eq!(rec["deliveries"]["webhook"]["error"], "timed out");
+    assert_eq!(rec["deliveries"]["ntfy"]["state"], "sent");
+    let _ = alias;
+    let _ = sid;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_channels_subscriptions_and_endpoints_are_refused() {
+    let keys = python(&["keys"], None);
+    let d = config_dir(json!({}));
+    tuic_tests::set_password(d.path(), "pw-notify-1");
+    let node = tuic_tests::remote_node(d.path());
+
+    // A channel URL that is not http(s) is refused at config time, naming the URL.
+    let cfg = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    for bad in ["ftp://ntfy.example.net/topic", "file:///etc/passwd"] {
+        let mut next = cfg.clone();
+        next["notifications"]["ntfy"] = json!({"url": bad});
+        let r = ipc(
+            &node.socket,
+            "PUT",
+            "/config",
+            Some(json!({"base": cfg, "config": next})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 400, "{bad}");
+        let e = r.json();
+        assert!(e["error"].as_str().unwrap().contains(bad), "{e}");
+    }
+    let mut next = cfg.clone();
+    next["notifications"]["webhook"] = json!({"url": "gopher://x"});
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": cfg, "config": next})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 400);
+
+    // Malformed subscriptions.
+    let good = json!({"p256dh": keys["p256dh"], "auth": keys["auth"]});
+    let cases = [
+        (
+            json!({"endpoint": "not a url", "keys": good}),
+            "bad_subscription",
+        ),
+        (
+            json!({"endpoint": "ftp://push.example.net/x", "keys": good}),
+            "bad_subscription",
+        ),
+        (
+            json!({"endpoint": "https://push.example.net/x", "keys": {"p256dh": "AAAA", "auth": keys["auth"]}}),
+            "bad_subscription",
+        ),
+        (
+            json!({"endpoint": "https://push.example.net/x", "keys": {"p256dh": keys["p256dh"], "auth": "AAAA"}}),
+            "bad_subscription",
+        ),
+    ];
+    for (body, code) in cases {
+        let r = ipc(
+            &node.socket,
+            "POST",
+            "/notifications/subscriptions",
+            Some(body.clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 400, "{body}");
+        assert_eq!(r.json()["code"], code, "{body}");
+    }
+    // A body without keys is refused by the JSON shape check.
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/notifications/subscriptions",
+        Some(json!({"endpoint": "https://x"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 422);
+
+    // A remote (TCP) client may not point the push sender at loopback or private addresses.
+    let tcp = node.tcp.expect("tcp listener");
+    let http = reqwest::Client::new();
+    for endpoint in [
+        "http://127.0.0.1:9/push",
+        "https://10.0.0.8/push",
+        "https://[::1]/push",
+        "https://localhost/push",
+    ] {
+        let r = http
+            .post(format!("http://{tcp}/notifications/subscriptions"))
+            .basic_auth("admin", Some("pw-notify-1"))
+            .json(&json!({"endpoint": endpoint, "keys": good}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{endpoint}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], "endpoint_refused", "{v}");
+    }
+    // Nor read the webhook key or set the ntfy token.
+    let r = http
+        .get(format!("http://{tcp}/notifications/webhook-key"))
+        .basic_auth("admin", Some("pw-notify-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Refused ones were not stored.
+    let subs = ipc(&node.socket, "GET", "/notifications/subscriptions", None)
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(subs["subscriptions"], json!([]));
+    // A bad answer.
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/notifications/999/answer",
+        Some(json!({"choice": 1})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 404);
+    let t = ipc(&node.socket, "POST", "/notifications/test", None)
+        .await
+        .unwrap()
+        .json();
+    let id = t["notification"]["id"].as_u64().unwrap();
+    let r = ipc(
+        &node.socket,
+        "POST",
+        &format!("/notifications/{id}/answer"),
+        Some(json!({"choice": 1})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["code"], "bad_choice");
+}
+
+/// The real web app in headless Chromium: its service worker registers on load, the settings
+/// panel asks permission (and gets as far as the browser's push service, which headless
+/// Chromium here cannot reach), and the node's own push messages — captured at the local
+/// receiver and decrypted with `http_ece` — are delivered to the worker through the DevTools
+/// protocol (`ServiceWorker.deliverPushMessage`): it shows the notification with the title,
+/// body, tag and actions, the notification's answer link types into the PTY, and the "clear"
+/// message closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_worker_shows_answers_and_closes_the_notification() {
+    use tuic_tests::webdriver::Browser;
+    const PW: &str = "pw-notify-2";
+    let keys = python(&["keys"], None);
+    let mut rx = Receiver::start().await;
+    let d = config_dir(json!({"notifications": {"clear_grace_ms": 300}}));
+    tuic_tests::set_password(d.path(), PW);
+    let node = tuic_tests::remote_node(d.path());
+    let base = format!("http://{}", node.tcp.unwrap());
+    let r = ipc(
+        &node.socket,
+        "POST",
+        "/notifications/subscriptions",
+        Some(json!({"endpoint": rx.url("/push/d"), "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PW).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+    // Registered on load without asking anything.
+    let scope = b
+        .eval_async("const done = arguments[arguments.length - 1]; navigator.serviceWorker.ready.then(r => done(r.scope));", json!([]))
+        .await
+        .unwrap();
+    assert_eq!(scope, format!("{base}/"));
+    assert_eq!(
+        b.eval("return Notification.permission", json!([]))
+            .await
+            .unwrap(),
+        "default"
+    );
+
+    // Permission is asked from the settings panel; the subscription goes as far as the
+    // browser's push service (unreachable from headless Chromium here).
+    b.cdp(
+        "Browser.grantPermissions",
+        json!({"origin": base, "permissions": ["notifications"]}),
+    )
+    .await
+    .unwrap();
+    b.click(&b.find("#notify-toggle").await.unwrap())
+        .await
+        .unwrap();
+    b.click(&b.find("#notify-enable").await.unwrap())
+        .await
+        .unwrap();
+    let done =
+        "/refused|on for this device/.test(document.getElementById('notify-status').textContent)";
+    let waited = b.wait_for(done, 20_000).await;
+    let status = b
+        .eval(
+            "return document.getElementById('notify-status').textContent",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert!(waited.is_ok(), "settings say {status}");
+    assert_eq!(
+        b.eval("return Notification.permission", json!([]))
+            .await
+            .unwrap(),
+        "granted"
+    );
+    assert!(
+        status.as_str().unwrap().contains("push service refused")
+            || status.as_str().unwrap().contains("on for this device"),
+        "{status}"
+    );
+
+    // The node pushes a question; its decrypted bytes go to the worker.
+    let work = tempfile::tempdir().unwrap();
+    let cwd = repo(work.path());
+    let out = work.path().join("answer.txt");
+    let (sid, alias) = session(
+        &node,
+        &format!(
+            "printf '{QUESTION} '; read a; echo \"answer=$a\" > {}; sleep 60",
+            out.display()
+        ),
+        &cwd,
+    )
+    .await;
+    let hit = rx.next("/push/d", Duration::from_secs(15)).await;
+    let (msg, _) = decrypt(&keys, &hit, &format!("http://{}", rx.addr));
+    let deliver = |data: String| {
+        let b = &b;
+        let base = base.clone();
+        async move {
+            // Registration ids are small integers in a fresh profile; the one that exists takes it.
+            b.cdp("ServiceWorker.enable", json!({})).await.unwrap();
+            let mut errors = Vec::new();
+            for id in 0..8 {
+                let r = b
+                    .cdp(
+                        "ServiceWorker.deliverPushMessage",
+                        json!({"origin": base, "registrationId": id.to_string(), "data": data}),
+                    )
+                    .await;
+                match r {
+                    Ok(_) => return,
+                    Err(e) => errors.push(format!("{e:#}")),
+                }
+            }
+            panic!("no service worker registration took the push: {errors:?}");
+        }
+    };
+    deliver(msg.to_string()).await;
+    let shown_js = "const done = arguments[arguments.length - 1];
+        (async () => {
+          const reg = await navigator.serviceWorker.getRegistration('/');
+          for (let i = 0; i < 100; i++) {
+            const ns = await reg.getNotifications();
+            if (ns.length >= arguments[0]) return done(ns.map(n => ({title: n.title, body: n.body, tag: n.tag,
+              actions: n.actions.map(a => ({action: a.action, title: a.title})), data: n.data})));
+            await new Promise(r => setTimeout(r, 50));
+          }
+          done(null);
+        })();";
+    let shown = b.eval_async(shown_js, json!([1])).await.unwrap();
+    let n = &shown[0];
+    let host = ipc(&node.socket, "GET", "/health", None)
+        .await
+        .unwrap()
+        .json()["host_name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(n["title"], format!("{alias} needs input"));
+    assert_eq!(
+        n["body"],
+        format!("{host} · demo-repo@feature-x · {alias}\n{QUESTION}")
+    );
+    assert_eq!(n["tag"], format!("tuic-{sid}"));
+    assert_eq!(
+        n["actions"],
+        json!([{"action": "1", "title": "Yes"}, {"action": "2", "title": "No"}])
+    );
+    assert_eq!(n["data"]["url"], format!("/#/s/{alias}"));
+
+    // The action's answer: the worker's request, from the notification's own data, with the
+    // page's login cookie.
+    let status = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(arguments[0].answer, {method: 'POST', credentials: 'same-origin',
+               headers: {'content-type': 'application/json'}, body: JSON.stringify({choice: Number(arguments[1])})})
+               .then(r => done(r.status));",
+            json!([n["data"], n["actions"][0]["action"]]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    wait_file(&out, "answer=y").await;
+
+    // The "clear" message closes it.
+    let hit = rx.next("/push/d", Duration::from_secs(15)).await;
+    let (msg, _) = decrypt(&keys, &hit, &format!("http://{}", rx.addr));
+    assert_eq!(msg["op"], "clear");
+    deliver(msg.to_string()).await;
+    let closed = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             (async () => {
+               const reg = await navigator.serviceWorker.getRegistration('/');
+               for (let i = 0; i < 100; i++) {
+                 if ((await reg.getNotifications()).length === 0) return done(true);
+                 await new Promise(r => setTimeout(r, 50));
+               }
+               done(false);
+             })();",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(closed, true);
+}

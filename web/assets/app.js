@@ -16,6 +16,7 @@ import { refreshUpstreams } from "/assets/upstreams.js";
 import { bindUpload } from "/assets/upload.js";
 import { renderSuspended } from "/assets/suspend.js";
 import { refreshAcp, routeAcp } from "/assets/acp.js";
+import { registerWorker, bindNotifySettings } from "/assets/push.js";
 
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -120,3 +121,5 @@ setInterval(refreshAcp, 3000);
 setInterval(renderList, 15000);
 refreshUpstreams();
 setInterval(refreshUpstreams, 5000);
+registerWorker();
+bindNotifySettings();

@@ -20,6 +20,8 @@ use serde::Serialize;
 
 /// Records kept for `GET /notifications`.
 pub const RECENT: usize = 256;
+/// Held-back ids kept per coalescing group (the count covers any number).
+pub const MAX_HELD: usize = 64;
 /// Open (uncleared) keys kept before the oldest is forgotten.
 pub const MAX_OPEN: usize = 4096;
 
@@ -203,8 +205,11 @@ pub struct Gate {
 struct Group {
     /// When the last notification of this group was sent.
     last_sent_ms: Option<u64>,
-    /// Ids held back since, oldest first.
+    /// Ids held back since, oldest first (answered ones leave it).
     held: Vec<u64>,
+    /// How many were held back since the last send, answered ones included: the count the
+    /// next send carries.
+    folded: u32,
 }
 
 /// The state machine.
@@ -289,6 +294,11 @@ impl Core {
             match g.last_sent_ms {
                 Some(t) if now < t.saturating_add(self.coalesce_ms) => {
                     g.held.push(id);
+                    g.folded += 1;
+                    // Only the newest can be sent; the count keeps the rest.
+                    if g.held.len() > MAX_HELD {
+                        g.held.remove(0);
+                    }
                     State::Coalesced
                 }
                 _ => {
@@ -438,8 +448,8 @@ impl Core {
                 continue;
             };
             let held = std::mem::take(&mut g.held);
+            let count = std::mem::take(&mut g.folded);
             g.last_sent_ms = Some(now);
-            let count = held.len() as u32;
             let Some(&newest) = held.last() else { continue };
             if let Some(r) = self.get_mut(newest) {
                 r.state = State::Pending;
@@ -454,6 +464,14 @@ impl Core {
     /// Drops coalescing groups that hold nothing and whose window has passed.
     fn prune(&mut self, now: u64) {
         let coalesce = self.coalesce_ms;
+        for g in self.groups.values_mut() {
+            if g.held.is_empty()
+                && g.last_sent_ms
+                    .is_some_and(|t| now >= t.saturating_add(coalesce))
+            {
+                g.folded = 0;
+            }
+        }
         self.groups.retain(|_, g| {
             !g.held.is_empty()
                 || g.last_sent_ms
@@ -542,8 +560,42 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].count, 99);
         assert_eq!(s[0].text, "q99");
+        // Questions that replace each other (each answered by the next) still count.
+        let mut c = Core::new(1000, 0);
+        for i in 0..10 {
+            c.clear_session(i, "s", "q:", true);
+            c.raise(i, q("s", &format!("r{i}")), Gate::default());
+        }
+        let out = c.handle_timeout(1000);
+        assert!(matches!(&sends(&out)[..], [r] if r.count == 9 && r.text == "r9"));
         // Another session is not held back by this one.
         assert_eq!(sends(&c.raise(1001, q("t", "x"), Gate::default())).len(), 1);
+    }
+
+    #[test]
+    fn replaced_questions_flush_with_their_count_at_the_end_of_the_window() {
+        let mut c = Core::new(3000, 200);
+        let mut sent = Vec::new();
+        let mut step = |c: &mut Core, t: u64, text: &str| {
+            sent.extend(c.handle_timeout(t));
+            let mut out = c.clear_session(t, "s", "q:", false);
+            out.extend(c.raise(t, q("s", text), Gate::default()));
+            sent.extend(out);
+        };
+        for (t, text) in [(0, "a"), (750, "b"), (1750, "c"), (2250, "d")] {
+            step(&mut c, t, text);
+        }
+        let mut t = 2250;
+        while let Some(due) = c.poll_timeout() {
+            t = due.max(t);
+            sent.extend(c.handle_timeout(t));
+            if t > 10_000 {
+                break;
+            }
+        }
+        let s = sends(&sent);
+        assert_eq!(s.len(), 2, "{sent:#?}");
+        assert_eq!((s[1].text.as_str(), s[1].count), ("d", 3));
     }
 
     #[test]
@@ -576,5 +628,13 @@ mod tests {
         assert!(c.records.len() <= RECENT);
         assert!(c.open_count() <= MAX_OPEN);
         assert!(c.group_count() <= 20, "{}", c.group_count());
+        // One group flooded within its window keeps a bounded list and the full count.
+        let mut c = Core::new(1_000_000, 0);
+        for i in 0..10_000u64 {
+            c.raise(i, q("s", &format!("{i}")), Gate::default());
+        }
+        assert!(c.groups.values().all(|g| g.held.len() <= MAX_HELD));
+        let out = c.handle_timeout(1_000_000);
+        assert!(matches!(&sends(&out)[..], [r] if r.count == 9_999));
     }
 }

@@ -342,11 +342,12 @@ async fn web_push(
     let mut retry = false;
     let mut last = String::new();
     for s in &subs {
-        if !s.trusted && !c.web_push.allow_private_endpoints {
-            if let Err(e) = webpush::check_endpoint(&s.endpoint).await {
-                last = e.to_string();
-                continue;
-            }
+        if !s.trusted
+            && !c.web_push.allow_private_endpoints
+            && let Err(e) = webpush::check_endpoint(&s.endpoint).await
+        {
+            last = e.to_string();
+            continue;
         }
         let req = webpush::build_request(
             s,

@@ -158,6 +158,9 @@ impl Notify {
         {
             return;
         }
+        // The node's config could not be read while the node was being built: take it now.
+        let c = self.config();
+        lock(&self.0.core).set_intervals(c.coalesce_ms, c.clear_grace_ms);
         let me = self.clone();
         let mut rx = self.0.env.bus.subscribe();
         self.0.env.tasks.spawn(async move {
@@ -286,23 +289,26 @@ impl Notify {
     fn raise_now(&self, n: Notice) -> Option<Record> {
         let gate = self.gate(&n.context);
         let out = lock(&self.0.core).raise(now_ms(), n, gate);
-        let rec = out.iter().find_map(|o| match o {
-            Out::Send(r) | Out::Changed(r) | Out::Clear(r) => Some(r.clone()),
+        let rec = out.first().map(|o| match o {
+            Out::Send(r) | Out::Changed(r) | Out::Clear(r) => r.clone(),
         });
         self.emit(out);
         self.0.wake.notify_one();
         rec
     }
 
+    /// What gates a notice now; also takes the intervals in force (a hand edit of
+    /// `config.json` is reloaded without a `config-changed` event).
     fn gate(&self, ctx: &Context) -> Gate {
         let c = self.config();
+        lock(&self.0.core).set_intervals(c.coalesce_ms, c.clear_grace_ms);
         let muted_session = [&ctx.session_id, &ctx.session, &ctx.name]
             .iter()
             .filter_map(|s| s.as_deref())
             .any(|s| c.muted_sessions.iter().any(|m| m == s));
         Gate {
             disabled: !c.enabled,
-            muted: muted_session || c.muted_hosts.iter().any(|h| *h == ctx.host),
+            muted: muted_session || c.muted_hosts.contains(&ctx.host),
             quiet: c.quiet_hours.as_ref().is_some_and(|q| q.contains(now_ms())),
         }
     }

@@ -10,6 +10,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- mail-latency [N]
 //! cargo run -p tuic-tests --release --bin bench -- outbox-store [N] [KiB]
 //! cargo run -p tuic-tests --release --bin bench -- upload-copy | upload-copy-netns
+//! cargo run -p tuic-tests --release --bin bench -- notify [N] [FLOOD]
 //! cargo run -p tuic-tests --release --bin bench -- progress-journal [N]
 //! cargo run -p tuic-tests --release --bin bench -- metrics-scrape [SESSIONS]
 //! cargo run -p tuic-tests --release --bin bench -- upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]
@@ -125,6 +126,11 @@ fn main() -> anyhow::Result<()> {
         Some("surface-bytes") => {
             let tools = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(180);
             rt.block_on(tuic_tests::bench_upstream::surface(tools))
+        }
+        Some("notify") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(500);
+            let flood = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            rt.block_on(tuic_tests::bench_notify::run(n, flood))
         }
         Some("upload-copy") => rt.block_on(tuic_tests::bench_upload::run(
             tuic_tests::bench_upload::TreeSpec::FULL,
