@@ -14,8 +14,8 @@
 //! router and its body limit for the boundary tests; agent mail (`mail`) and MCP (`mcp`) are
 //! private.
 
-pub mod audit;
 pub mod acp;
+pub mod audit;
 mod auth;
 mod automations;
 mod beneath;

@@ -3,15 +3,15 @@
 //! The same router serves the IPC socket and the TCP listener; the boundary middleware
 //! decides per transport which guards apply.
 
-mod audit;
 mod acp;
+mod audit;
 mod auth;
 mod automations;
 mod config;
 mod events;
 mod files;
-mod notify;
 mod github;
+mod notify;
 mod oauth_callback;
 mod ops;
 mod progress;

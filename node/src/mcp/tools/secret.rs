@@ -33,7 +33,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
             json!({
                 "name": {"type": "string"},
                 "reason": {"type": "string"},
-                "command": {"type": ["string", "array"], "items": {"type": "string"}},
+                "command": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
                 "cwd": {"type": "string"},
                 "timeout_ms": {"type": "integer"}
             }),
