@@ -341,6 +341,24 @@ pub struct Agents {
     pub claude: AgentSettings,
     /// Codex children.
     pub codex: AgentSettings,
+    /// Settings of other agent types (`agents.<type>.progress_tracking`), kept as written.
+    #[serde(flatten)]
+    pub others: Map<String, Value>,
+}
+
+impl Agents {
+    /// `agents.<agent>.progress_tracking` as written (`None`: not set).
+    pub fn progress_tracking(&self, agent: &str) -> Option<bool> {
+        match agent {
+            "claude" => self.claude.progress_tracking,
+            "codex" => self.codex.progress_tracking,
+            other => self
+                .others
+                .get(other)
+                .and_then(|s| s.get("progress_tracking"))
+                .and_then(Value::as_bool),
+        }
+    }
 }
 
 /// One run configuration.
@@ -370,12 +388,16 @@ pub struct AgentSettings {
     /// Answer (Claude) or avoid (Codex) the startup folder-trust screen for spawned children
     /// (true).
     pub skip_trust_dialog: bool,
+    /// Progress collection for this agent type (`progress_tracking`; absent: on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_tracking: Option<bool>,
 }
 
 impl Default for AgentSettings {
     fn default() -> Self {
         Self {
             skip_trust_dialog: true,
+            progress_tracking: None,
         }
     }
 }

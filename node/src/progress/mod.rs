@@ -214,12 +214,6 @@ fn clip(s: &str, max: usize) -> String {
     s.chars().take(max - 1).chain(['…']).collect()
 }
 
-/// Per-agent settings in `config.json`: `agents.<agent type>.progress_tracking`.
-#[derive(Debug, Default, Deserialize)]
-struct AgentSettings {
-    progress_tracking: Option<bool>,
-}
-
 /// Is collection on for this agent type? `global AND (agents.<type>.progress_tracking ?? true)`.
 pub fn tracking_enabled(cfg: &crate::config::Config, agent_type: Option<&str>) -> bool {
     tracking_gate(cfg, agent_type).is_ok()
@@ -235,13 +229,8 @@ fn tracking_gate(cfg: &crate::config::Config, agent_type: Option<&str>) -> Resul
     let Some(agent) = agent_type else {
         return Ok(());
     };
-    let off = cfg
-        .extra
-        .get("agents")
-        .and_then(|a| a.get(agent))
-        .and_then(|s| serde_json::from_value::<AgentSettings>(s.clone()).ok())
-        .and_then(|s| s.progress_tracking)
-        == Some(false);
+    // `agents.<agent type>.progress_tracking` (the typed `agents` section holds it).
+    let off = cfg.agents.progress_tracking(agent) == Some(false);
     if off {
         return Err(ReportError::Disabled {
             who: format!("agent {agent}"),
@@ -544,15 +533,18 @@ mod tests {
 
     #[test]
     fn the_flag_is_global_and_the_agent_override() {
-        let mut cfg = crate::config::Config::default();
+        let cfg = crate::config::Config::default();
         assert!(tracking_enabled(&cfg, None));
         assert!(tracking_enabled(&cfg, Some("claude")));
-        cfg.extra.insert(
-            "agents".into(),
-            json!({"claude": {"progress_tracking": false}, "codex": {}}),
-        );
+        // As config.json holds it: the typed `agents` section keeps every agent type's flag.
+        let mut cfg: crate::config::Config = serde_json::from_value(json!({"agents": {
+            "claude": {"progress_tracking": false}, "codex": {},
+            "gemini": {"progress_tracking": false},
+        }}))
+        .unwrap();
         assert!(!tracking_enabled(&cfg, Some("claude")));
         assert!(tracking_enabled(&cfg, Some("codex")));
+        assert!(!tracking_enabled(&cfg, Some("gemini")));
         assert!(tracking_enabled(&cfg, None));
         cfg.progress_tracking = false;
         assert!(!tracking_enabled(&cfg, None));
