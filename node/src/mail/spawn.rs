@@ -290,7 +290,15 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         node.sessions.describe(&session, description.clone());
     }
     if composed.answer_claude_trust {
-        super::trust::answer_claude(node, session.clone());
+        super::trust::answer_claude(
+            super::trust::TrustWatch {
+                tasks: node.tasks.clone(),
+                shutdown: node.shutdown.clone(),
+                capture: node.sessions.capture.clone(),
+                limit: Duration::from_millis(node.config().tuning.mail_prompt_delivery_timeout_ms),
+            },
+            session.clone(),
+        );
     }
     let child = session.tuic_session.clone();
     {

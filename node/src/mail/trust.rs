@@ -14,8 +14,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
 use crate::session::Session;
-use crate::state::Node;
+use crate::session::capture::Capture;
+
+/// What the watcher uses of its node: where its task runs, when it stops, how the Enter is
+/// written, and how long it watches.
+pub(crate) struct TrustWatch {
+    pub(crate) tasks: TaskTracker,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) capture: Arc<Capture>,
+    pub(crate) limit: Duration,
+}
 
 const TITLE: &str = "Accessing workspace:";
 const QUESTION: &str = "Quick safety check: Is this a project you created or one you trust? (Like your own code, a well-known open source project, or work from your team). If not, take a moment to review what's in this folder first.";
@@ -49,12 +61,16 @@ pub(crate) fn claude_trust_question(screen: &str) -> bool {
 }
 
 /// Watches a spawned Claude child's screen and answers the trust question once.
-pub(crate) fn answer_claude(node: &Arc<Node>, s: Arc<Session>) {
-    let n = node.clone();
+pub(crate) fn answer_claude(w: TrustWatch, s: Arc<Session>) {
     let rt = tokio::runtime::Handle::current();
     let _g = rt.enter();
-    node.tasks.spawn(async move {
-        let limit = Duration::from_millis(n.config().tuning.mail_prompt_delivery_timeout_ms);
+    let TrustWatch {
+        tasks,
+        shutdown,
+        capture,
+        limit,
+    } = w;
+    tasks.spawn(async move {
         let deadline = tokio::time::Instant::now() + limit;
         let mut out = s.wake();
         loop {
@@ -63,7 +79,7 @@ pub(crate) fn answer_claude(node: &Arc<Node>, s: Arc<Session>) {
             }
             let screen = s.screen().grid.screen().join("\n");
             if claude_trust_question(&screen) {
-                let (s2, cap) = (s.clone(), n.sessions.capture.clone());
+                let (s2, cap) = (s.clone(), capture.clone());
                 let r = tokio::task::spawn_blocking(move || s2.write(b"\r", &cap)).await;
                 match r {
                     Ok(Ok(())) => {
@@ -76,7 +92,7 @@ pub(crate) fn answer_claude(node: &Arc<Node>, s: Arc<Session>) {
                 return;
             }
             tokio::select! {
-                _ = n.shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => return,
                 r = out.changed() => if r.is_err() { return; },
             }
