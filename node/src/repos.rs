@@ -4,18 +4,23 @@
 //! CLI; a non-Git directory is a shell workspace), persists the record in the store under the
 //! registry lock, broadcasts `repositories-changed`, then starts a watcher. A repeat keeps the
 //! existing record. It deliberately does not run git work on async workers: every call here is
-//! blocking and async callers use `spawn_blocking`.
+//! blocking and async callers use `spawn_blocking`. The records are this module's own table in
+//! the node's store (`repositories`); `crate::store` only opens the database.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use tuic_proto::events::Event;
 
 use crate::events::Bus;
 use crate::store::Store;
+
+/// Repositories: canonical path → JSON record.
+const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositories");
 
 /// One registered repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,9 +88,47 @@ pub enum AddError {
     Persist(anyhow::Error),
 }
 
+/// The repository records in the store (the registry's own table).
+#[derive(Debug, Clone)]
+struct Table(Arc<Store>);
+
+impl Table {
+    /// All repositories, ordered by path.
+    fn all(&self) -> anyhow::Result<Vec<Repo>> {
+        let tx = self.0.database().begin_read()?;
+        let t = tx.open_table(REPOS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (_, v) = row?;
+            out.push(serde_json::from_slice(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// One repository by canonical path.
+    fn get(&self, path: &str) -> anyhow::Result<Option<Repo>> {
+        let tx = self.0.database().begin_read()?;
+        let t = tx.open_table(REPOS)?;
+        Ok(match t.get(path)? {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    /// Inserts or replaces a repository record.
+    fn put(&self, repo: &Repo) -> anyhow::Result<()> {
+        let bytes = serde_json::to_vec(repo)?;
+        let tx = self.0.database().begin_write()?;
+        tx.open_table(REPOS)?
+            .insert(repo.path.as_str(), bytes.as_slice())?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
 /// The registry of repositories.
 pub struct Repos {
-    store: Arc<Store>,
+    table: Table,
     /// Serializes read-modify-write of the registry (the spec's repositories lock); shared with
     /// the HEAD watchers, which rewrite records too.
     lock: Arc<Mutex<()>>,
@@ -100,18 +143,21 @@ impl std::fmt::Debug for Repos {
 }
 
 impl Repos {
-    /// The registry over `store`.
-    pub fn new(store: Arc<Store>) -> Self {
-        Self {
-            store,
+    /// The registry over `store`, creating its table when missing.
+    pub fn open(store: Arc<Store>) -> anyhow::Result<Self> {
+        let tx = store.database().begin_write()?;
+        tx.open_table(REPOS)?;
+        tx.commit()?;
+        Ok(Self {
+            table: Table(store),
             lock: Arc::new(Mutex::new(())),
             watchers: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     /// All registered repositories, by path.
     pub fn list(&self) -> anyhow::Result<Vec<Repo>> {
-        self.store.repos()
+        self.table.all()
     }
 
     /// The canonical roots that gate file routes.
@@ -137,13 +183,13 @@ impl Repos {
         f: impl FnOnce(&mut Repo) -> R,
     ) -> anyhow::Result<Option<R>> {
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(mut repo) = self.store.repo(key)? else {
+        let Some(mut repo) = self.table.get(key)? else {
             return Ok(None);
         };
         let before = repo.clone();
         let r = f(&mut repo);
         if repo != before {
-            self.store.put_repo(&repo)?;
+            self.table.put(&repo)?;
         }
         Ok(Some(r))
     }
@@ -168,11 +214,11 @@ impl Repos {
         let key = canon.to_string_lossy().into_owned();
         let (repo, created) = {
             let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            match self.store.repo(&key).map_err(AddError::Persist)? {
+            match self.table.get(&key).map_err(AddError::Persist)? {
                 Some(existing) => (existing, false),
                 None => {
                     let repo = read_metadata(&canon, now_ms);
-                    self.store.put_repo(&repo).map_err(AddError::Persist)?;
+                    self.table.put(&repo).map_err(AddError::Persist)?;
                     (repo, true)
                 }
             }
@@ -201,7 +247,7 @@ impl Repos {
         if w.contains_key(&key) {
             return Ok(());
         }
-        let store = self.store.clone();
+        let table = self.table.clone();
         let lock = self.lock.clone();
         let root_owned = root.to_path_buf();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -217,19 +263,19 @@ impl Repos {
                 return;
             }
             let key = root_owned.to_string_lossy();
-            let Ok(Some(seen)) = store.repo(&key) else {
+            let Ok(Some(seen)) = table.get(&key) else {
                 return;
             };
             // Git runs outside the lock; the write re-reads under it, so a declaration made
             // meanwhile is kept.
             let fresh = read_metadata(&root_owned, seen.added_ms);
             let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-            if let Ok(Some(mut repo)) = store.repo(&key)
+            if let Ok(Some(mut repo)) = table.get(&key)
                 && (fresh.branch != repo.branch || fresh.remotes != repo.remotes)
             {
                 repo.branch = fresh.branch;
                 repo.remotes = fresh.remotes;
-                let _ = store.put_repo(&repo);
+                let _ = table.put(&repo);
             }
         })
         .map_err(|e| e.to_string())?;
@@ -336,7 +382,7 @@ mod tests {
     fn add_is_idempotent_reads_git_and_rejects_bad_paths() {
         let d = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&d.path().join("s.redb")).unwrap());
-        let repos = Repos::new(store);
+        let repos = Repos::open(store).unwrap();
         let bus = Bus::default();
         let mut rx = bus.subscribe();
 

@@ -65,16 +65,16 @@ pub struct Node {
     pub started: Instant,
     /// Fired once at shutdown; streams end and listeners drain.
     pub shutdown: CancellationToken,
-    /// Hosts the TCP Host guard trusts besides literals.
-    pub host_trust: RwLock<HostTrust>,
-    /// What Tailscale detection found last ([`crate::tailscale`]).
-    pub tailscale: RwLock<crate::tailscale::Detected>,
+    /// Hosts the TCP Host guard trusts besides literals (shared with Tailscale detection).
+    pub host_trust: Arc<RwLock<HostTrust>>,
+    /// Tailscale detection and what it found last ([`crate::tailscale`]).
+    pub tailscale: Arc<crate::tailscale::Tailscale>,
     /// The TCP listener, when running.
     pub tcp: tokio::sync::Mutex<TcpControl>,
     /// Owner of every background task, so shutdown can wait for them.
     pub tasks: TaskTracker,
     /// Registered repositories (the roots of every file route).
-    pub repos: Repos,
+    pub repos: Arc<Repos>,
     /// The git service's bounded runner and open orphan dialogs (`crate::git`).
     pub git: crate::git::Git,
     /// Concurrent uploads allowed; a permit is held through extraction.
@@ -88,13 +88,15 @@ pub struct Node {
     /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory.
     pub peer: crate::peer::PeerState,
     /// The progress journal and the Progress Flow cursors.
-    pub progress: crate::progress::Progress,
+    pub progress: Arc<crate::progress::Progress>,
     /// Native stories, workflow definitions and runs (`crate::stories`).
     pub stories: Arc<crate::stories::Stories>,
     /// Workflow definitions and runs (`crate::stories::workflow`).
     pub workflows: Arc<crate::stories::workflow::Workflows>,
     /// Automation definitions, their scheduler's state and firing ledger.
-    pub automations: crate::automations::Automations,
+    pub automations: Arc<crate::automations::Automations>,
+    /// The automation scheduler (started with the node's background tasks).
+    pub scheduler: crate::automations::scheduler::Scheduler,
     /// Operations state: metrics collectors, process samples.
     pub ops: crate::ops::Ops,
     /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
@@ -141,7 +143,7 @@ impl Node {
         let store = Arc::new(store);
         let peer = crate::peer::PeerState::load(&store, &config.tuning)
             .context("loading cross-host mail state")?;
-        let progress = crate::progress::Progress::open(store.clone())
+        let journal = crate::progress::Journal::open(store.clone())
             .context("opening the progress journal")?;
         let stories = Arc::new(
             crate::stories::Stories::open(store.clone()).context("opening the story service")?,
@@ -150,10 +152,13 @@ impl Node {
             crate::stories::workflow::Workflows::open(store.clone())
                 .context("opening the workflow runs")?,
         );
-        let automations = crate::automations::Automations::open(store.clone(), now)
-            .context("opening the automations")?;
+        let automations = Arc::new(
+            crate::automations::Automations::open(store.clone(), now)
+                .context("opening the automations")?,
+        );
         crate::audit::create_tables(&store).context("opening the audit log")?;
-        let repos = Repos::new(store.clone());
+        let repos =
+            Arc::new(Repos::open(store.clone()).context("opening the repository registry")?);
         crate::fs::upload::sweep_staging(&repos.roots());
         let upload_permits = Arc::new(tokio::sync::Semaphore::new(
             config.tuning.upload_concurrency.max(1) as usize,
@@ -183,59 +188,81 @@ impl Node {
         // The composition root: each layer gets what it uses of the node, and hooks into the
         // layers above it go through a weak reference to the node being built.
         let paths_for_notify = paths.clone();
-        let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
-            audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
-            shares,
-            secrets,
-            sessions: Arc::new(crate::session::Registry::new(
+        let started = Instant::now();
+        let host_trust = Arc::new(RwLock::new(HostTrust {
+            interface_ips: crate::guard::interface_ips(),
+            tailscale_name,
+            tailscale_detected: None,
+        }));
+        let node = Arc::new_cyclic(|weak: &Weak<Self>| {
+            let sessions = Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
-            )),
-            notify: crate::notify::Notify::new(notify_env(
+            ));
+            let domain = Domain::new(
                 weak,
-                &paths_for_notify,
-                &bus,
-                &tasks,
-                &shutdown,
-            )),
-            acp: Arc::new(crate::acp::Acp::open(acp_env(
-                weak, &paths, &bus, &store, &tasks, &shutdown,
-            ))),
-            name,
-            paths,
-            config_file,
-            config: RwLock::new(Arc::new(config)),
-            overrides: Mutex::new(overrides),
-            vault,
-            store,
-            bus,
-            logs,
-            auth,
-            node_token: RwLock::new(node_token),
-            token_epoch: Mutex::new(shutdown.child_token()),
-            started: Instant::now(),
-            shutdown,
-            host_trust: RwLock::new(HostTrust {
-                interface_ips: crate::guard::interface_ips(),
-                tailscale_name,
-                tailscale_detected: None,
-            }),
-            tailscale: RwLock::new(crate::tailscale::Detected::Absent),
-            tcp: tokio::sync::Mutex::new(TcpControl::default()),
-            tasks,
-            repos,
-            git: crate::git::Git::default(),
-            upload_permits,
-            mcp,
-            mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
-            peer,
-            progress,
-            stories,
-            workflows,
-            automations,
-            ops: crate::ops::Ops::default(),
-            upstreams,
-            ext: crate::ext::Extensions::default(),
+                Shared {
+                    paths: &paths,
+                    bus: &bus,
+                    tasks: &tasks,
+                    shutdown: &shutdown,
+                    repos: &repos,
+                    sessions: &sessions,
+                },
+                journal,
+                automations,
+                &upstreams,
+                &host_trust,
+                started,
+            );
+            Self {
+                audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
+                shares,
+                secrets,
+                sessions,
+                notify: crate::notify::Notify::new(notify_env(
+                    weak,
+                    &paths_for_notify,
+                    &bus,
+                    &tasks,
+                    &shutdown,
+                )),
+                acp: Arc::new(crate::acp::Acp::open(acp_env(
+                    weak, &paths, &bus, &store, &tasks, &shutdown,
+                ))),
+                name,
+                paths,
+                config_file,
+                config: RwLock::new(Arc::new(config)),
+                overrides: Mutex::new(overrides),
+                vault,
+                store,
+                bus,
+                logs,
+                auth,
+                node_token: RwLock::new(node_token),
+                token_epoch: Mutex::new(shutdown.child_token()),
+                started,
+                shutdown,
+                host_trust,
+                tailscale: domain.tailscale,
+                tcp: tokio::sync::Mutex::new(TcpControl::default()),
+                tasks,
+                repos,
+                git: domain.git,
+                upload_permits,
+                mcp,
+                mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
+                peer,
+                progress: domain.progress,
+                stories,
+                workflows,
+                automations: domain.automations,
+                scheduler: domain.scheduler,
+                ops: domain.ops,
+                upstreams,
+                ext: domain.ext,
+            }
         });
         // Story and run commits publish their wake hints on the bus.
         let weak = Arc::downgrade(&node);
@@ -258,7 +285,7 @@ impl Node {
                         });
                 }
             }));
-        crate::git::placement::load(&node);
+        node.git.load_placements();
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
             Arc::new(Addressable(Arc::downgrade(&node)));
@@ -393,7 +420,7 @@ fn session_env(
         }),
         on_intent: Some(Arc::new(move |s, text| {
             if let Some(n) = intents.upgrade() {
-                crate::progress::observe_intent(&n, s, text);
+                n.progress.observe_intent(s, text);
             }
         })),
         cells: Arc::default(),
@@ -560,6 +587,134 @@ impl crate::mcp::sessions::IdentityLiveness for Addressable {
         self.0
             .upgrade()
             .is_some_and(|n| crate::mail::peer_identity_is_addressable(&n, tuic_session))
+    }
+}
+
+/// What every domain service's environment is cut from.
+struct Shared<'a> {
+    paths: &'a Paths,
+    bus: &'a Arc<Bus>,
+    tasks: &'a TaskTracker,
+    shutdown: &'a CancellationToken,
+    repos: &'a Arc<Repos>,
+    sessions: &'a Arc<crate::session::Registry>,
+}
+
+/// The domain services (`git`, `progress`, `ops`, `automations`, `tailscale`, `ext`), each
+/// built over its environment. Hooks into the layers above them (mail, the uplink, MCP, the
+/// config) go through a weak reference to the node being built.
+struct Domain {
+    git: crate::git::Git,
+    progress: Arc<crate::progress::Progress>,
+    ops: crate::ops::Ops,
+    automations: Arc<crate::automations::Automations>,
+    scheduler: crate::automations::scheduler::Scheduler,
+    tailscale: Arc<crate::tailscale::Tailscale>,
+    ext: crate::ext::Extensions,
+}
+
+impl Domain {
+    fn new(
+        node: &Weak<Node>,
+        sh: Shared<'_>,
+        journal: crate::progress::Journal,
+        automations: Arc<crate::automations::Automations>,
+        upstreams: &Arc<crate::upstream::Upstreams>,
+        host_trust: &Arc<RwLock<HostTrust>>,
+        started: Instant,
+    ) -> Self {
+        let git = crate::git::Git::new(crate::git::GitEnv {
+            repos: sh.repos.clone(),
+            sessions: sh.sessions.clone(),
+            bus: sh.bus.clone(),
+        });
+        let (config, peers) = (node.clone(), node.clone());
+        let progress = Arc::new(crate::progress::Progress::with_journal(
+            journal,
+            crate::progress::ProgressEnv {
+                repos: sh.repos.clone(),
+                sessions: sh.sessions.clone(),
+                bus: sh.bus.clone(),
+                config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),
+                peers: Arc::new(move |tuic| {
+                    let n = peers.upgrade()?;
+                    let g = n.mail.lock();
+                    let p = g.peers.get(tuic)?;
+                    Some(crate::progress::PeerFacts {
+                        name: p.name.clone(),
+                        path: p.path.clone(),
+                    })
+                }),
+            },
+        ));
+        let counts = node.clone();
+        let ops = crate::ops::Ops::new(crate::ops::OpsEnv {
+            sessions: sh.sessions.clone(),
+            progress: progress.clone(),
+            upstreams: upstreams.clone(),
+            config_dir: sh.paths.config_dir.clone(),
+            started,
+            counts: Arc::new(move || {
+                let Some(n) = counts.upgrade() else {
+                    return crate::ops::Counts::default();
+                };
+                let (mail_peers, mail_unread) = {
+                    let g = n.mail.lock();
+                    let unread = g.peers.keys().map(|p| g.inboxes.unread(p)).sum();
+                    (g.peers.len(), unread)
+                };
+                crate::ops::Counts {
+                    mail_peers,
+                    mail_unread,
+                    uplink: n.peer.uplink_status(),
+                    mcp_sessions: n.mcp.sessions.len(),
+                }
+            }),
+        });
+        let spawner = node.clone();
+        let scheduler = crate::automations::scheduler::Scheduler::new(
+            crate::automations::scheduler::SchedulerEnv {
+                automations: automations.clone(),
+                bus: sh.bus.clone(),
+                tasks: sh.tasks.clone(),
+                shutdown: sh.shutdown.clone(),
+                spawn_agent: Arc::new(move |req| {
+                    let n = spawner.upgrade().ok_or("the node is shutting down")?;
+                    crate::mail::spawn::spawn(&n, req)
+                }),
+            },
+        );
+        let settings = node.clone();
+        let tailscale = Arc::new(crate::tailscale::Tailscale::new(
+            crate::tailscale::TailscaleEnv {
+                bus: sh.bus.clone(),
+                tasks: sh.tasks.clone(),
+                shutdown: sh.shutdown.clone(),
+                settings: Arc::new(move || {
+                    let c = settings.upgrade().map(|n| n.config()).unwrap_or_default();
+                    crate::tailscale::Settings::of(&c)
+                }),
+                host_trust: host_trust.clone(),
+            },
+        ));
+        let registry = node.clone();
+        let ext = crate::ext::Extensions::new(crate::ext::ExtEnv {
+            sessions: sh.sessions.clone(),
+            install_tools: Arc::new(move |source| {
+                if let Some(n) = registry.upgrade() {
+                    n.mcp.registry.add_source(source);
+                }
+            }),
+        });
+        Self {
+            git,
+            progress,
+            ops,
+            automations,
+            scheduler,
+            tailscale,
+            ext,
+        }
     }
 }
 

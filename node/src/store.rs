@@ -1,10 +1,12 @@
 //! The node's embedded store: one `redb` file, `state.redb`, in the config dir.
 //!
-//! Durable records live here: login sessions (`logins`), repositories, and the cross-host outboxes and
-//! dedupe rings of federated mail (`crate::peer`); the progress journal
-//! (`crate::progress::journal`, which owns its tables); stories as that feature lands; the
-//! records of sessions kept by holder processes (`crate::session::held`). What the
-//! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
+//! It opens the database (`state.redb` backups and restores are `crate::ops::service`'s).
+//! Records still kept here: login sessions (`logins`), the cross-host outboxes and dedupe rings
+//! of federated mail (`crate::peer`) and the sessions kept by holder processes
+//! (`crate::session::held`). Services that own their tables open them through
+//! [`Store::database`]: repository records (`crate::repos`), the progress journal, stories,
+//! workflows, automations, audit, shares. What the spec keeps in memory (inboxes, tasks,
+//! protocol sessions) deliberately is not.
 //! Every call is blocking; async callers use `spawn_blocking`.
 
 use std::collections::BTreeMap;
@@ -20,9 +22,6 @@ const LOGIN_SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("log
 /// Login sessions: sha256(token) hex → JSON `auth::LoginSession` (creation, last use,
 /// expiry, address, user agent).
 const LOGINS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("logins");
-
-/// Repositories: canonical path → JSON record.
-const REPOS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("repositories");
 
 /// Cross-host outboxes as whole records (key → JSON `peer::Outbox`): written by earlier
 /// versions, read once and moved into [`PEER_OUTBOX_MESSAGES`].
@@ -108,7 +107,6 @@ impl Store {
         let tx = db.begin_write()?;
         migrate_logins(&tx)?;
         tx.open_table(LOGINS)?;
-        tx.open_table(REPOS)?;
         tx.open_table(PEER_OUTBOXES)?;
         tx.open_table(PEER_OUTBOX_MESSAGES)?;
         tx.open_table(PEER_DEDUPE)?;
@@ -117,8 +115,8 @@ impl Store {
         Ok(Self { db })
     }
 
-    /// The database, for services that own their tables (the progress journal,
-    /// `crate::progress::journal`).
+    /// The database, for services that own their tables (the repository registry, the
+    /// progress journal, the automations, ...).
     pub fn database(&self) -> &Database {
         &self.db
     }
@@ -278,38 +276,6 @@ impl Store {
     pub fn remove_held_session(&self, id: &str) -> anyhow::Result<()> {
         let tx = self.db.begin_write()?;
         tx.open_table(HELD_SESSIONS)?.remove(id)?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// All repositories, ordered by path.
-    pub fn repos(&self) -> anyhow::Result<Vec<crate::repos::Repo>> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(REPOS)?;
-        let mut out = Vec::new();
-        for row in t.iter()? {
-            let (_, v) = row?;
-            out.push(serde_json::from_slice(v.value())?);
-        }
-        Ok(out)
-    }
-
-    /// One repository by canonical path.
-    pub fn repo(&self, path: &str) -> anyhow::Result<Option<crate::repos::Repo>> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(REPOS)?;
-        Ok(match t.get(path)? {
-            Some(v) => Some(serde_json::from_slice(v.value())?),
-            None => None,
-        })
-    }
-
-    /// Inserts or replaces a repository record.
-    pub fn put_repo(&self, repo: &crate::repos::Repo) -> anyhow::Result<()> {
-        let bytes = serde_json::to_vec(repo)?;
-        let tx = self.db.begin_write()?;
-        tx.open_table(REPOS)?
-            .insert(repo.path.as_str(), bytes.as_slice())?;
         tx.commit()?;
         Ok(())
     }

@@ -5,9 +5,12 @@
 //! request, so a late tailscaled start, a rename or a stop changes trust without a restart.
 //! A probe that times out or fails publishes `unavailable` and the next cycle tries again; a
 //! machine without tailscaled is `absent`, which is a normal state, not an error.
+//!
+//! The service ([`Tailscale`]) holds its [`TailscaleEnv`] (bus, tasks, shutdown, the settings
+//! read from the current config, the Host guard's trust), built by the composition root.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -15,7 +18,11 @@ use tailscale_localapi::{BackendState, LocalApi};
 use tracing::info;
 use tuic_proto::events::Event;
 
-use crate::state::Node;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::events::Bus;
+use crate::guard::HostTrust;
 
 /// Where tailscaled listens on Linux.
 pub(crate) const DEFAULT_SOCKET: &str = "/var/run/tailscale/tailscaled.sock";
@@ -66,13 +73,62 @@ impl Detected {
     }
 }
 
-/// The socket detection asks.
-pub(crate) fn socket_path(node: &Node) -> PathBuf {
-    node.config()
-        .tailscale
-        .socket
-        .clone()
-        .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
+/// Detection's settings, read from the current config at each cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `tailscale.enabled`.
+    pub enabled: bool,
+    /// `tailscale.socket`, else [`DEFAULT_SOCKET`].
+    pub socket: PathBuf,
+    /// One probe's budget (`tuning.tailscale_probe_ms`).
+    pub probe: Duration,
+    /// The time between probes (`tuning.tailscale_refresh_ms`).
+    pub refresh: Duration,
+}
+
+impl Settings {
+    /// The settings of `config`.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self {
+            enabled: config.tailscale.enabled,
+            socket: config
+                .tailscale
+                .socket
+                .clone()
+                .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from),
+            probe: Duration::from_millis(config.tuning.tailscale_probe_ms.max(1)),
+            refresh: Duration::from_millis(config.tuning.tailscale_refresh_ms.max(50)),
+        }
+    }
+}
+
+/// What detection uses of the node. Cloning shares everything.
+#[derive(Clone)]
+pub struct TailscaleEnv {
+    /// `tailscale-status` goes here.
+    pub bus: Arc<Bus>,
+    /// Owner of the detection loop.
+    pub tasks: TaskTracker,
+    /// Ends the loop.
+    pub shutdown: CancellationToken,
+    /// The settings in force now.
+    pub settings: Arc<dyn Fn() -> Settings + Send + Sync>,
+    /// The Host guard's trust; detection sets its `tailscale_detected`.
+    pub host_trust: Arc<RwLock<HostTrust>>,
+}
+
+/// Tailscale detection: what it found last, and its environment.
+pub struct Tailscale {
+    detected: RwLock<Detected>,
+    env: TailscaleEnv,
+}
+
+impl std::fmt::Debug for Tailscale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tailscale")
+            .field("detected", &self.current())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One detection within `budget`.
@@ -104,48 +160,66 @@ pub(crate) async fn probe(socket: PathBuf, budget: Duration) -> Detected {
     }
 }
 
-/// Runs one detection now and applies it: the Host guard's trust, `GET /tailscale`, and a
-/// `tailscale-status` event when the state changed.
-pub(crate) async fn refresh(node: &Arc<Node>) {
-    let config = node.config();
-    let detected = if config.tailscale.enabled {
-        let budget = Duration::from_millis(config.tuning.tailscale_probe_ms.max(1));
-        probe(socket_path(node), budget).await
-    } else {
-        Detected::Disabled
-    };
-    let changed = {
-        let mut current = node.tailscale.write().unwrap_or_else(|p| p.into_inner());
-        let changed = *current != detected;
-        *current = detected.clone();
-        changed
-    };
-    node.host_trust
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .tailscale_detected = detected.dns_name().map(str::to_owned);
-    if changed {
-        info!(source = "tailscale", state = detected.name(), dns_name = ?detected.dns_name(), "tailscale state changed");
-        node.bus.publish(Event::TailscaleStatus {
-            state: detected.name().to_owned(),
-            dns_name: detected.dns_name().map(str::to_owned),
+impl Tailscale {
+    /// Nothing detected yet (`absent`).
+    pub fn new(env: TailscaleEnv) -> Self {
+        Self {
+            detected: RwLock::new(Detected::Absent),
+            env,
+        }
+    }
+
+    /// What the last detection found.
+    pub fn current(&self) -> Detected {
+        self.detected
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Runs one detection now and applies it: the Host guard's trust, `GET /tailscale`, and a
+    /// `tailscale-status` event when the state changed.
+    pub(crate) async fn refresh(&self) {
+        let settings = (self.env.settings)();
+        let detected = if settings.enabled {
+            probe(settings.socket, settings.probe).await
+        } else {
+            Detected::Disabled
+        };
+        let changed = {
+            let mut current = self.detected.write().unwrap_or_else(|p| p.into_inner());
+            let changed = *current != detected;
+            *current = detected.clone();
+            changed
+        };
+        self.env
+            .host_trust
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .tailscale_detected = detected.dns_name().map(str::to_owned);
+        if changed {
+            info!(source = "tailscale", state = detected.name(), dns_name = ?detected.dns_name(), "tailscale state changed");
+            self.env.bus.publish(Event::TailscaleStatus {
+                state: detected.name().to_owned(),
+                dns_name: detected.dns_name().map(str::to_owned),
+            });
+        }
+    }
+
+    /// The detection loop, until shutdown.
+    pub(crate) fn spawn(self: &Arc<Self>) {
+        let t = self.clone();
+        self.env.tasks.spawn(async move {
+            loop {
+                t.refresh().await;
+                let every = (t.env.settings)().refresh;
+                tokio::select! {
+                    _ = t.env.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+            }
         });
     }
-}
-
-/// The detection loop, until shutdown.
-pub(crate) fn spawn(node: &Arc<Node>) {
-    let n = node.clone();
-    node.tasks.spawn(async move {
-        loop {
-            refresh(&n).await;
-            let every = Duration::from_millis(n.config().tuning.tailscale_refresh_ms.max(50));
-            tokio::select! {
-                _ = n.shutdown.cancelled() => break,
-                _ = tokio::time::sleep(every) => {}
-            }
-        }
-    });
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //!
 //! A node by itself knows one host, its own. Every hook here is optional and installed at most
 //! once, before serving ([`Extensions`], `Node::ext`); with none installed the node answers as
-//! it always does. The node consults them at fixed points and never learns what is behind them:
+//! it always does. [`Extensions`] holds no node: its [`ExtEnv`] (the session registry, the tool
+//! registry's installer) is built by the composition root. The node consults the hooks at
+//! fixed points and never learns what is behind them:
 //!
 //! - [`SessionSource`]: more session rows. `GET /sessions` and MCP `session action=list` both
 //!   list the node's own rows, then the source's [`RemoteRow`]s (one list, two serializers).
@@ -34,7 +36,6 @@ pub use crate::peer::{PendingCustody, Queued, Refusal};
 pub use crate::routes::RouterHook;
 /// The process's descriptor budget, which the hub's dials consult too.
 pub use crate::server::fds;
-use crate::state::Node;
 
 /// A session row owned by another host, as its owner lists it, with where it lives.
 ///
@@ -159,15 +160,45 @@ pub trait MailRouter: Send + Sync + std::fmt::Debug {
     fn peers(&self) -> Vec<PeerEntry>;
 }
 
+/// Installs a tool source in the node's tool registry.
+pub type ToolInstaller = Arc<dyn Fn(Arc<dyn ToolSource>) + Send + Sync>;
+
+/// What the extension hooks use of the node: the session registry (to tell an address of
+/// another host from a local session id) and the tool registry's installer.
+#[derive(Clone)]
+pub struct ExtEnv {
+    /// The node's sessions.
+    pub sessions: Arc<crate::session::Registry>,
+    /// Adds a tool source to the node's tool registry.
+    pub install_tools: ToolInstaller,
+}
+
+impl std::fmt::Debug for ExtEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtEnv").finish_non_exhaustive()
+    }
+}
+
 /// The installed hooks of one node (none on a plain node).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Extensions {
     sessions: OnceLock<Arc<dyn SessionSource>>,
     router: OnceLock<Arc<dyn HostRouter>>,
     mail: OnceLock<Arc<dyn MailRouter>>,
+    env: ExtEnv,
 }
 
 impl Extensions {
+    /// No hooks installed yet, over `env`.
+    pub fn new(env: ExtEnv) -> Self {
+        Self {
+            sessions: OnceLock::new(),
+            router: OnceLock::new(),
+            mail: OnceLock::new(),
+            env,
+        }
+    }
+
     /// Installs the source of other hosts' session rows (once, before serving).
     pub fn set_session_source(&self, s: Arc<dyn SessionSource>) {
         let _ = self.sessions.set(s);
@@ -185,8 +216,8 @@ impl Extensions {
 
     /// Installs a tool source: its tools are listed after the native tools and the ones
     /// installed before it, under the same filters at listing and dispatch.
-    pub fn add_tools(&self, node: &Node, source: Arc<dyn ToolSource>) {
-        node.mcp.registry.add_source(source);
+    pub fn add_tools(&self, source: Arc<dyn ToolSource>) {
+        (self.env.install_tools)(source);
     }
 
     /// Other hosts' session rows (empty without a source).
@@ -205,51 +236,50 @@ impl Extensions {
     }
 }
 
-/// The address a `session` call names on another host, when a router must serve it: a router
-/// is installed and `session_id` has a `/` and names no session here. Read-only, no IO.
-pub fn session_address<'a>(node: &Node, args: &'a Map<String, Value>) -> Option<&'a str> {
-    node.ext.router()?;
-    let address = args.get("session_id").and_then(Value::as_str)?;
-    (address.contains('/') && node.sessions.resolve(address).is_none()).then_some(address)
-}
+impl Extensions {
+    /// The address a `session` call names on another host, when a router must serve it: a router
+    /// is installed and `session_id` has a `/` and names no session here. Read-only, no IO.
+    pub fn session_address<'a>(&self, args: &'a Map<String, Value>) -> Option<&'a str> {
+        self.router()?;
+        let address = args.get("session_id").and_then(Value::as_str)?;
+        (address.contains('/') && self.env.sessions.resolve(address).is_none()).then_some(address)
+    }
 
-/// Routes a `session` tool call: `None` when it is served here as given (no router, no
-/// address, or a session of this node whose id contains a `/`).
-pub async fn route_session(
-    node: &Node,
-    action: &str,
-    args: &Map<String, Value>,
-) -> Result<Option<Routed>, ToolError> {
-    let (Some(address), Some(router)) = (session_address(node, args), node.ext.router()) else {
-        return Ok(None);
-    };
-    router
-        .session(SessionCall {
-            action,
-            address,
-            args,
-        })
-        .await
-        .map(Some)
-}
+    /// Routes a `session` tool call: `None` when it is served here as given (no router, no
+    /// address, or a session of this node whose id contains a `/`).
+    pub async fn route_session(
+        &self,
+        action: &str,
+        args: &Map<String, Value>,
+    ) -> Result<Option<Routed>, ToolError> {
+        let (Some(address), Some(router)) = (self.session_address(args), self.router()) else {
+            return Ok(None);
+        };
+        router
+            .session(SessionCall {
+                action,
+                address,
+                args,
+            })
+            .await
+            .map(Some)
+    }
 
-/// A repository path addressed to another host: `(host, path)` when a router is installed
-/// and `path` is `<host>:/absolute` (a plain node refuses such a path as not absolute).
-pub fn repo_target<'a>(node: &Node, path: &'a str) -> Option<(&'a str, &'a str)> {
-    node.ext.router()?;
-    let (host, rest) = path.split_once(':')?;
-    (!host.is_empty() && !host.contains('/') && rest.starts_with('/')).then_some((host, rest))
-}
+    /// A repository path addressed to another host: `(host, path)` when a router is installed
+    /// and `path` is `<host>:/absolute` (a plain node refuses such a path as not absolute).
+    pub fn repo_target<'a>(&self, path: &'a str) -> Option<(&'a str, &'a str)> {
+        self.router()?;
+        let (host, rest) = path.split_once(':')?;
+        (!host.is_empty() && !host.contains('/') && rest.starts_with('/')).then_some((host, rest))
+    }
 
-/// Serves a repository action on another host through the installed router.
-pub async fn route_repo(node: &Node, call: RepoCall<'_>) -> Result<Value, GitError> {
-    match node.ext.router() {
-        Some(r) => r.repo(call).await,
-        None => Err(GitError::InvalidPath(
-            "repositories of other hosts need a router extension".into(),
-        )),
+    /// Serves a repository action on another host through the installed router.
+    pub async fn route_repo(&self, call: RepoCall<'_>) -> Result<Value, GitError> {
+        match self.router() {
+            Some(r) => r.repo(call).await,
+            None => Err(GitError::InvalidPath(
+                "repositories of other hosts need a router extension".into(),
+            )),
+        }
     }
 }
-
-#[cfg(test)]
-mod tests;

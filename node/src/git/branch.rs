@@ -19,7 +19,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{Git, GitError};
+use super::{GitError, Runner};
 
 /// How `github_pr` evidence is answered: this node has no GitHub access.
 pub(crate) const GITHUB_PR_UNAVAILABLE: &str = "unavailable: no GitHub access";
@@ -44,7 +44,7 @@ pub(crate) struct Targets {
 
 impl Targets {
     /// Resolves the targets of the repository at `root`.
-    pub(crate) fn resolve(git: &Git, root: &Path) -> Self {
+    pub(crate) fn resolve(git: &Runner, root: &Path) -> Self {
         let tip = |r: &str| {
             git.out(
                 root,
@@ -167,7 +167,7 @@ pub(crate) fn archive_refs(branch: &str, tip: &str) -> (String, String) {
 }
 
 /// The archive ref holding `tip` exactly, if any.
-pub(crate) fn archived_at(git: &Git, root: &Path, branch: &str, tip: &str) -> Option<String> {
+pub(crate) fn archived_at(git: &Runner, root: &Path, branch: &str, tip: &str) -> Option<String> {
     let (primary, variant) = archive_refs(branch, tip);
     [primary, variant].into_iter().find(|r| {
         git.out(root, &["rev-parse", "--verify", "--quiet", r])
@@ -176,7 +176,7 @@ pub(crate) fn archived_at(git: &Git, root: &Path, branch: &str, tip: &str) -> Op
 }
 
 /// Local branches and their tips, by name.
-pub(crate) fn local_branches(git: &Git, root: &Path) -> Result<Vec<(String, String)>, GitError> {
+pub(crate) fn local_branches(git: &Runner, root: &Path) -> Result<Vec<(String, String)>, GitError> {
     let out = git.out(
         root,
         &[
@@ -195,7 +195,7 @@ pub(crate) fn local_branches(git: &Git, root: &Path) -> Result<Vec<(String, Stri
 /// Classifies one branch against the targets; never fails (an error is a verdict of
 /// `unknown` with `error` set).
 pub(crate) fn classify(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     branch: &str,
     tip: &str,
@@ -245,7 +245,7 @@ struct Verdict {
     ahead: Option<u64>,
 }
 
-fn is_ancestor(git: &Git, root: &Path, a: &str, b: &str) -> Result<bool, GitError> {
+fn is_ancestor(git: &Runner, root: &Path, a: &str, b: &str) -> Result<bool, GitError> {
     let o = git.run(root, &["merge-base", "--is-ancestor", a, b])?;
     match o.status.code() {
         Some(0) => Ok(true),
@@ -254,7 +254,7 @@ fn is_ancestor(git: &Git, root: &Path, a: &str, b: &str) -> Result<bool, GitErro
     }
 }
 
-fn prove(git: &Git, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict, GitError> {
+fn prove(git: &Runner, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict, GitError> {
     let Some((_, dtip)) = &targets.default else {
         return Err(GitError::UnknownRef(
             "the repository has no default branch to prove integration against".into(),
@@ -310,7 +310,7 @@ fn prove(git: &Git, root: &Path, tip: &str, targets: &Targets) -> Result<Verdict
         .out(root, &["merge-base", dtip, tip])
         .unwrap_or_default();
     let mut theirs: Option<Vec<(String, String, String)>> = None;
-    let mut target_log = |git: &Git| -> Result<Vec<(String, String, String)>, GitError> {
+    let mut target_log = |git: &Runner| -> Result<Vec<(String, String, String)>, GitError> {
         if theirs.is_none() {
             theirs = Some(target_commits(git, root, dtip, &base)?);
         }
@@ -350,7 +350,7 @@ struct OwnCommit {
 
 /// A virtual merge of `tip` into `target` is clean and its tree is the target's own tree.
 fn noop_merge(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     target: &str,
     tip: &str,
@@ -379,7 +379,7 @@ fn noop_merge(
 
 /// Target commits since the merge base (newest first, bounded): `(sha, subject, body)`.
 fn target_commits(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     target: &str,
     tip: &str,
@@ -434,7 +434,7 @@ fn squash_listed(theirs: &[(String, String, String)], subjects: &[&str]) -> bool
 
 /// The changed lines of one commit without context or hunk coordinates: file headers and
 /// `+`/`-` lines only.
-fn bare_patch(git: &Git, root: &Path, sha: &str) -> Result<Vec<String>, GitError> {
+fn bare_patch(git: &Runner, root: &Path, sha: &str) -> Result<Vec<String>, GitError> {
     Ok(git
         .out(
             root,
@@ -460,7 +460,7 @@ fn bare_patch(git: &Git, root: &Path, sha: &str) -> Result<Vec<String>, GitError
 
 /// Every own commit has a target commit with the same subject and the same bare patch.
 fn twin_patches(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     own: &[OwnCommit],
     theirs: &[(String, String, String)],
@@ -493,7 +493,7 @@ fn twin_patches(
 /// same regular file at the target tip. Deletions, mode changes, binary files and incomplete
 /// final lines disqualify.
 fn added_lines_present(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     target: &str,
     base: &str,
@@ -584,7 +584,7 @@ pub(crate) struct Deleted {
 /// `archive` opts into), and unmoved since the proof. The tip is always captured under an
 /// archive ref first, so every deletion is restorable (`git branch <name> <archive_ref>`).
 pub(crate) fn delete(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     branch: &str,
     archive: bool,
@@ -679,7 +679,7 @@ pub(crate) fn delete(
 /// An archive ref at exactly `tip`: an existing one, else the primary when free, else the
 /// tip-suffixed variant.
 pub(crate) fn ensure_archive(
-    git: &Git,
+    git: &Runner,
     root: &Path,
     branch: &str,
     tip: &str,

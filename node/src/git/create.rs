@@ -4,7 +4,6 @@
 //! `worktree-created` event. The Claude Code hint is the MCP adapter's.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -13,8 +12,7 @@ use tuic_proto::events::Event;
 use super::worktree::{
     WARM_FILE, admin_dir, commit_of, dir_name, entries, warm_report, worktrees_dir,
 };
-use super::{Git, GitError, RepoRef, resolve_repo};
-use crate::state::Node;
+use super::{Git, GitError, RepoRef, Runner};
 
 /// Ignored directories copied into a new worktree at most.
 pub(crate) const MAX_WARM_DIRS: usize = 64;
@@ -43,7 +41,7 @@ pub(crate) struct CreateRequest {
 }
 
 /// Validates a branch name with Git's own rule.
-pub(crate) fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitError> {
+pub(crate) fn check_branch(git: &Runner, root: &Path, b: &str) -> Result<(), GitError> {
     if b.is_empty() || b.starts_with('-') || !git.ok(root, &["check-ref-format", "--branch", b])? {
         return Err(GitError::InvalidBranch(format!(
             "{b:?} is not a valid branch name (git check-ref-format --branch)"
@@ -52,239 +50,233 @@ pub(crate) fn check_branch(git: &Git, root: &Path, b: &str) -> Result<(), GitErr
     Ok(())
 }
 
-/// `worktree_create` = `POST /worktrees`.
-pub(crate) fn create(node: &Arc<Node>, req: &CreateRequest) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, &req.repo)?;
-    let branch = match &req.branch {
-        Some(b) => {
-            check_branch(git, &r.root, b)?;
-            b.clone()
-        }
-        None => generated_branch(git, &r.root),
-    };
-    let base_commit = match &req.base {
-        Some(b) => {
-            if b.starts_with('-') {
-                return Err(GitError::UnknownRef(format!("base {b:?} is not a ref")));
+impl Git {
+    /// `worktree_create` = `POST /worktrees`.
+    pub(crate) fn create(&self, req: &CreateRequest) -> Result<Value, GitError> {
+        let git = self;
+        let r = self.resolve_repo(&req.repo)?;
+        let branch = match &req.branch {
+            Some(b) => {
+                check_branch(git, &r.root, b)?;
+                b.clone()
             }
-            commit_of(git, &r.root, b).ok_or_else(|| {
+            None => generated_branch(git, &r.root),
+        };
+        let base_commit = match &req.base {
+            Some(b) => {
+                if b.starts_with('-') {
+                    return Err(GitError::UnknownRef(format!("base {b:?} is not a ref")));
+                }
+                commit_of(git, &r.root, b).ok_or_else(|| {
+                    GitError::UnknownRef(format!(
+                        "base branch {b} does not exist in {}; nothing was created",
+                        r.key
+                    ))
+                })?
+            }
+            None => commit_of(git, &r.root, "HEAD").ok_or_else(|| {
                 GitError::UnknownRef(format!(
-                    "base branch {b} does not exist in {}; nothing was created",
+                    "{} has no commits yet: a worktree needs a base commit",
                     r.key
                 ))
-            })?
-        }
-        None => commit_of(git, &r.root, "HEAD").ok_or_else(|| {
-            GitError::UnknownRef(format!(
-                "{} has no commits yet: a worktree needs a base commit",
-                r.key
-            ))
-        })?,
-    };
-    let parent = worktrees_dir(&r.root);
-    if let Ok(m) = std::fs::symlink_metadata(&parent)
-        && !m.is_dir()
-    {
-        return Err(GitError::refused(
-            "path_escape",
-            format!(
-                "{} exists and is not a plain directory (a symlink would place worktrees outside the repository's parent)",
-                parent.display()
-            ),
-        ));
-    }
-    let target = parent.join(dir_name(&branch));
-    let lock = git.repo_lock(&r.key);
-    let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-    let mut es = entries(git, &r.root)?;
-    // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
-    if es.iter().any(|e| e.prunable && e.locked.is_none()) {
-        git.out(&r.root, &["worktree", "prune"])?;
-        es = entries(git, &r.root)?;
-    }
-    if let Some(e) = es
-        .iter()
-        .find(|e| e.branch.as_deref() == Some(branch.as_str()))
-    {
-        if e.path == target && target.is_dir() {
-            // A retry of the same creation answers the existing worktree.
-            drop(guard);
-            return finish(node, &r, &branch, &target, req, false, None, None);
-        }
-        return Err(GitError::refused(
-            "checked_out",
-            format!(
-                "branch {branch} is already checked out at {}",
-                e.path.display()
-            ),
-        ));
-    }
-    if let Some(e) = es.iter().find(|e| e.path == target) {
-        return Err(GitError::refused(
-            "path_exists",
-            format!(
-                "{} is already the worktree of {}",
-                target.display(),
-                e.branch.as_deref().unwrap_or("a detached HEAD")
-            ),
-        ));
-    }
-    if target.exists() {
-        // A leftover empty directory (a crashed earlier create) is recovered; content never is.
-        let empty = std::fs::read_dir(&target)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(false);
-        if empty && std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
-            std::fs::remove_dir(&target).map_err(|e| GitError::Io(e.to_string()))?;
-        } else {
+            })?,
+        };
+        let parent = worktrees_dir(&r.root);
+        if let Ok(m) = std::fs::symlink_metadata(&parent)
+            && !m.is_dir()
+        {
             return Err(GitError::refused(
-                "path_exists",
+                "path_escape",
                 format!(
-                    "{} exists and is not a worktree; move it away first",
-                    target.display()
+                    "{} exists and is not a plain directory (a symlink would place worktrees outside the repository's parent)",
+                    parent.display()
                 ),
             ));
         }
-    }
-    let made_parent = !parent.exists();
-    let exists = commit_of(git, &r.root, &format!("refs/heads/{branch}")).is_some();
-    let t = target.to_string_lossy().into_owned();
-    let res = if exists {
-        git.out(&r.root, &["worktree", "add", "--quiet", &t, &branch])
-    } else {
-        git.out(
-            &r.root,
-            &[
-                "worktree",
-                "add",
-                "--quiet",
-                "-b",
-                &branch,
-                &t,
-                &base_commit,
-            ],
-        )
-    };
-    if let Err(e) = res {
-        if made_parent {
-            let _ = std::fs::remove_dir(&parent);
+        let target = parent.join(dir_name(&branch));
+        let lock = git.repo_lock(&r.key);
+        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut es = entries(git, &r.root)?;
+        // Stale-worktree recovery: a registration whose checkout is gone is pruned first.
+        if es.iter().any(|e| e.prunable && e.locked.is_none()) {
+            git.out(&r.root, &["worktree", "prune"])?;
+            es = entries(git, &r.root)?;
         }
-        return Err(e);
+        if let Some(e) = es
+            .iter()
+            .find(|e| e.branch.as_deref() == Some(branch.as_str()))
+        {
+            if e.path == target && target.is_dir() {
+                // A retry of the same creation answers the existing worktree.
+                drop(guard);
+                return self.finish(&r, &branch, &target, req, false, None, None);
+            }
+            return Err(GitError::refused(
+                "checked_out",
+                format!(
+                    "branch {branch} is already checked out at {}",
+                    e.path.display()
+                ),
+            ));
+        }
+        if let Some(e) = es.iter().find(|e| e.path == target) {
+            return Err(GitError::refused(
+                "path_exists",
+                format!(
+                    "{} is already the worktree of {}",
+                    target.display(),
+                    e.branch.as_deref().unwrap_or("a detached HEAD")
+                ),
+            ));
+        }
+        if target.exists() {
+            // A leftover empty directory (a crashed earlier create) is recovered; content never is.
+            let empty = std::fs::read_dir(&target)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
+            if empty && std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                std::fs::remove_dir(&target).map_err(|e| GitError::Io(e.to_string()))?;
+            } else {
+                return Err(GitError::refused(
+                    "path_exists",
+                    format!(
+                        "{} exists and is not a worktree; move it away first",
+                        target.display()
+                    ),
+                ));
+            }
+        }
+        let made_parent = !parent.exists();
+        let exists = commit_of(git, &r.root, &format!("refs/heads/{branch}")).is_some();
+        let t = target.to_string_lossy().into_owned();
+        let res = if exists {
+            git.out(&r.root, &["worktree", "add", "--quiet", &t, &branch])
+        } else {
+            git.out(
+                &r.root,
+                &[
+                    "worktree",
+                    "add",
+                    "--quiet",
+                    "-b",
+                    &branch,
+                    &t,
+                    &base_commit,
+                ],
+            )
+        };
+        if let Err(e) = res {
+            if made_parent {
+                let _ = std::fs::remove_dir(&parent);
+            }
+            return Err(e);
+        }
+        drop(guard);
+        let warm = warm_artifacts(git, &r.root, &target);
+        let setup = run_setup(&target, &r.root);
+        let mut v = self.finish(&r, &branch, &target, req, true, Some((warm, exists)), setup)?;
+        if exists && let Some(b) = &req.base {
+            v["warnings"] = json!([format!(
+                "branch {branch} already existed and was checked out as it is; base {b} was not used"
+            )]);
+        }
+        Ok(v)
     }
-    drop(guard);
-    let warm = warm_artifacts(git, &r.root, &target);
-    let setup = run_setup(&target, &r.root);
-    let mut v = finish(
-        node,
-        &r,
-        &branch,
-        &target,
-        req,
-        true,
-        Some((warm, exists)),
-        setup,
-    )?;
-    if exists && let Some(b) = &req.base {
-        v["warnings"] = json!([format!(
-            "branch {branch} already existed and was checked out as it is; base {b} was not used"
-        )]);
-    }
-    Ok(v)
-}
 
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    node: &Arc<Node>,
-    r: &RepoRef,
-    branch: &str,
-    target: &Path,
-    req: &CreateRequest,
-    created: bool,
-    fresh: Option<(Value, bool)>,
-    setup: Option<Value>,
-) -> Result<Value, GitError> {
-    let path = target.to_string_lossy().into_owned();
-    let head = commit_of(&node.git, target, "HEAD");
-    let warm = match &fresh {
-        Some((w, _)) => w.clone(),
-        None => warm_report(&node.git, target).unwrap_or(json!({"warmed_directories": 0})),
-    };
-    let mut spawned = None;
-    if created && req.spawn_session {
-        let s = node
-            .sessions
-            .create(crate::session::CreateRequest {
-                cwd: Some(path.clone()),
-                ..Default::default()
-            })
-            .map_err(|e| {
-                GitError::Io(format!(
-                    "the worktree was created but its shell did not start: {e}"
-                ))
-            })?;
-        spawned = Some(s);
-    }
-    // Only the creator, when it already works in this repository, moves into the new workspace.
-    let creator_moves = req.creator_session.as_deref().and_then(|t| {
-        let own = node.sessions.live(t)?;
-        Path::new(&own.cwd).starts_with(&r.root).then_some(t)
-    });
-    if created
-        && !req.spawn_session
-        && let Some(t) = creator_moves
-    {
-        let _ = super::placement::record(node, r, t, &path, Some(branch));
-    }
-    if let Some(s) = &spawned {
-        let _ = super::placement::record(node, r, &s.tuic_session, &path, Some(branch));
-    }
-    let mut v = json!({
-        "ok": true,
-        "created": created,
-        "worktree_path": path,
-        "branch": branch,
-        "workspace_id": branch,
-        "base_repo": r.key,
-        "head": head,
-        "spawn_session": req.spawn_session,
-        "warm_artifacts": warm,
-        "instructions": {
-            "cd": format!("cd {path}"),
-            "note": "Work in the worktree with absolute paths; Git refs and objects are shared with the parent repository, the parent's uncommitted changes are not copied.",
-            "warm_artifacts": warm,
-        },
-    });
-    if let Some((_, existed)) = fresh {
-        v["branch_existed"] = json!(existed);
-    }
-    if let Some(s) = setup {
-        v["setup_script"] = s;
-    }
-    if let Some(s) = &spawned {
-        v["session_id"] = json!(s.id);
-        v["tuic_session"] = json!(s.tuic_session);
-    }
-    if created {
-        let mut ev = json!({
-            "repo_path": r.key,
-            "branch": branch,
-            "worktree_path": path,
-            "kind": "worktree",
-            "spawn_session": req.spawn_session,
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        r: &RepoRef,
+        branch: &str,
+        target: &Path,
+        req: &CreateRequest,
+        created: bool,
+        fresh: Option<(Value, bool)>,
+        setup: Option<Value>,
+    ) -> Result<Value, GitError> {
+        let path = target.to_string_lossy().into_owned();
+        let head = commit_of(self, target, "HEAD");
+        let warm = match &fresh {
+            Some((w, _)) => w.clone(),
+            None => warm_report(self, target).unwrap_or(json!({"warmed_directories": 0})),
+        };
+        let mut spawned = None;
+        if created && req.spawn_session {
+            let s = self
+                .env
+                .sessions
+                .create(crate::session::CreateRequest {
+                    cwd: Some(path.clone()),
+                    ..Default::default()
+                })
+                .map_err(|e| {
+                    GitError::Io(format!(
+                        "the worktree was created but its shell did not start: {e}"
+                    ))
+                })?;
+            spawned = Some(s);
+        }
+        // Only the creator, when it already works in this repository, moves into the new workspace.
+        let creator_moves = req.creator_session.as_deref().and_then(|t| {
+            let own = self.env.sessions.live(t)?;
+            Path::new(&own.cwd).starts_with(&r.root).then_some(t)
         });
-        if let Some(c) = &req.creator_session {
-            ev["creator_session"] = json!(c);
+        if created
+            && !req.spawn_session
+            && let Some(t) = creator_moves
+        {
+            let _ = self.record_placement(r, t, &path, Some(branch));
         }
         if let Some(s) = &spawned {
-            ev["session_id"] = json!(s.id);
+            let _ = self.record_placement(r, &s.tuic_session, &path, Some(branch));
         }
-        node.bus.publish(Event::WorktreeCreated(ev));
+        let mut v = json!({
+            "ok": true,
+            "created": created,
+            "worktree_path": path,
+            "branch": branch,
+            "workspace_id": branch,
+            "base_repo": r.key,
+            "head": head,
+            "spawn_session": req.spawn_session,
+            "warm_artifacts": warm,
+            "instructions": {
+                "cd": format!("cd {path}"),
+                "note": "Work in the worktree with absolute paths; Git refs and objects are shared with the parent repository, the parent's uncommitted changes are not copied.",
+                "warm_artifacts": warm,
+            },
+        });
+        if let Some((_, existed)) = fresh {
+            v["branch_existed"] = json!(existed);
+        }
+        if let Some(s) = setup {
+            v["setup_script"] = s;
+        }
+        if let Some(s) = &spawned {
+            v["session_id"] = json!(s.id);
+            v["tuic_session"] = json!(s.tuic_session);
+        }
+        if created {
+            let mut ev = json!({
+                "repo_path": r.key,
+                "branch": branch,
+                "worktree_path": path,
+                "kind": "worktree",
+                "spawn_session": req.spawn_session,
+            });
+            if let Some(c) = &req.creator_session {
+                ev["creator_session"] = json!(c);
+            }
+            if let Some(s) = &spawned {
+                ev["session_id"] = json!(s.id);
+            }
+            self.env.bus.publish(Event::WorktreeCreated(ev));
+        }
+        Ok(v)
     }
-    Ok(v)
 }
 
-fn generated_branch(git: &Git, root: &Path) -> String {
+fn generated_branch(git: &Runner, root: &Path) -> String {
     loop {
         let b = format!("wt-{:06x}", rand::random::<u32>() & 0xff_ffff);
         if commit_of(git, root, &format!("refs/heads/{b}")).is_none() {
@@ -296,7 +288,7 @@ fn generated_branch(git: &Git, root: &Path) -> String {
 /// Copies the parent checkout's Git-ignored directories into the new worktree, reflinking where
 /// the filesystem can (`cp --reflink=auto`), best effort and bounded. Tracked changes are never
 /// copied. The report is kept in the worktree's Git admin directory for `worktree_list`.
-fn warm_artifacts(git: &Git, root: &Path, wt: &Path) -> Value {
+fn warm_artifacts(git: &Runner, root: &Path, wt: &Path) -> Value {
     let listed = git
         .out(
             root,

@@ -7,7 +7,12 @@
 //! `session action=declare_worktree` and the `/worktrees`, `/repo/*` routes are thin adapters
 //! over it. It deliberately does not register repositories (`crate::repos` does) and never runs
 //! on an async worker: every function is blocking, and each `git` process takes one of a bounded
-//! number of slots ([`Git::run`]), so a burst of callers queues instead of forking without limit.
+//! number of slots ([`Runner::run`]), so a burst of callers queues instead of forking without
+//! limit.
+//!
+//! The service ([`Git`]) holds its [`GitEnv`], built by the composition root: the repository
+//! registry it resolves against and records placements in, the session registry (shells it
+//! spawns, sessions inside a worktree, the placement mirror) and the bus. It holds no node.
 
 pub(crate) mod branch;
 pub(crate) mod create;
@@ -21,9 +26,11 @@ mod tests;
 
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
-use crate::state::Node;
+use crate::events::Bus;
+use crate::repos::Repos;
+use crate::session::Registry;
 
 /// Concurrent `git` processes per node. Git work is IO- and fork-bound; on the 2-core machines
 /// the node targets, more than this only adds contention on the object store.
@@ -126,13 +133,25 @@ impl GitError {
     }
 }
 
-/// The bounded `git` runner.
+/// What the git service uses of the node. Cloning shares everything.
+#[derive(Debug, Clone)]
+pub struct GitEnv {
+    /// The registered repositories: what `resolve_repo` accepts, where placements are stored.
+    pub repos: Arc<Repos>,
+    /// Live sessions: shells spawned into new worktrees, sessions inside a worktree (removal
+    /// gates), the placement mirror `GET /sessions` reads.
+    pub sessions: Arc<Registry>,
+    /// `worktree-created`, `worktree-removed`, `session-worktree-declared` and the orphan
+    /// dialog's events go here.
+    pub bus: Arc<Bus>,
+}
+
+/// The git service: its bounded runner, open orphan dialogs, per-repository mutation locks and
+/// its environment.
 #[derive(Debug)]
 pub struct Git {
-    /// Free process slots.
-    free: Mutex<usize>,
-    /// Signalled when a slot is returned.
-    returned: Condvar,
+    /// The bounded `git` process runner (also reached through `Deref`).
+    runner: Runner,
     /// Open orphan cleanup dialogs.
     pub orphans: orphans::Orphans,
     /// Per repository, serializes the check-then-act of worktree creation and removal (two
@@ -140,42 +159,24 @@ pub struct Git {
     /// half-made pair). Held only around the Git mutation, never across warming or the setup
     /// script; other repositories are never blocked by a long removal.
     mutate: Mutex<std::collections::HashMap<String, std::sync::Arc<Mutex<()>>>>,
-}
-
-impl Default for Git {
-    fn default() -> Self {
-        Self::new(GIT_CONCURRENCY)
-    }
-}
-
-/// A held process slot; returns itself on drop.
-struct Slot<'a>(&'a Git);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.0.returned.notify_one();
-    }
+    /// What the service uses of the node.
+    env: GitEnv,
 }
 
 impl Git {
-    /// A runner allowing `max` concurrent processes.
-    pub fn new(max: usize) -> Self {
+    /// The service over `env`, allowing [`GIT_CONCURRENCY`] concurrent `git` processes.
+    pub fn new(env: GitEnv) -> Self {
         Self {
-            free: Mutex::new(max.max(1)),
-            returned: Condvar::new(),
+            runner: Runner::new(GIT_CONCURRENCY),
             orphans: orphans::Orphans::default(),
             mutate: Mutex::default(),
+            env,
         }
     }
 
-    fn slot(&self) -> Slot<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.returned.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-        *free -= 1;
-        Slot(self)
+    /// The service's environment.
+    pub fn env(&self) -> &GitEnv {
+        &self.env
     }
 
     /// The mutation lock of one repository (see the `mutate` field).
@@ -186,6 +187,60 @@ impl Git {
             .entry(key.to_owned())
             .or_default()
             .clone()
+    }
+}
+
+/// The service runs `git` through its bounded runner: `git.out(..)`, and `&Git` wherever a
+/// `&Runner` is asked for.
+impl std::ops::Deref for Git {
+    type Target = Runner;
+
+    fn deref(&self) -> &Runner {
+        &self.runner
+    }
+}
+
+/// The bounded `git` runner.
+#[derive(Debug)]
+pub struct Runner {
+    /// Free process slots.
+    free: Mutex<usize>,
+    /// Signalled when a slot is returned.
+    returned: Condvar,
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Self::new(GIT_CONCURRENCY)
+    }
+}
+
+/// A held process slot; returns itself on drop.
+struct Slot<'a>(&'a Runner);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.returned.notify_one();
+    }
+}
+
+impl Runner {
+    /// A runner allowing `max` concurrent processes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            free: Mutex::new(max.max(1)),
+            returned: Condvar::new(),
+        }
+    }
+
+    fn slot(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.returned.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Slot(self)
     }
 
     /// Runs `git -C dir args...` to completion in one slot. Blocking.
@@ -268,40 +323,42 @@ pub(crate) struct RepoRef {
     pub key: String,
 }
 
-/// Resolves `raw` to a registered Git repository root: the lexical checks of [`check_path`],
-/// canonicalisation (a symlink resolving outside every registered root is named as such),
-/// registration, and Git itself (the directory must be the main checkout of a repository).
-pub(crate) fn resolve_repo(node: &Node, raw: &str) -> Result<RepoRef, GitError> {
-    let p = check_path(raw, "path")?;
-    let canon = p
-        .canonicalize()
-        .map_err(|e| GitError::InvalidPath(format!("path {raw}: {e}")))?;
-    let roots = node.repos.roots();
-    if !roots.contains(&canon) {
-        let lexical_inside = roots.iter().any(|r| p.starts_with(r));
-        return Err(GitError::NotRegistered(if canon != p && lexical_inside {
-            format!(
-                "path {raw} resolves through a symlink to {}, outside the registered repositories",
-                canon.display()
-            )
-        } else if roots.iter().any(|r| canon.starts_with(r)) {
-            format!(
-                "path {raw} is inside a registered repository but is not its root; pass the repository root"
-            )
-        } else {
-            format!(
-                "path {raw} is not a registered repository; register it with repo action=add (POST /repos)"
-            )
-        }));
+impl Git {
+    /// Resolves `raw` to a registered Git repository root: the lexical checks of [`check_path`],
+    /// canonicalisation (a symlink resolving outside every registered root is named as such),
+    /// registration, and Git itself (the directory must be the main checkout of a repository).
+    pub(crate) fn resolve_repo(&self, raw: &str) -> Result<RepoRef, GitError> {
+        let p = check_path(raw, "path")?;
+        let canon = p
+            .canonicalize()
+            .map_err(|e| GitError::InvalidPath(format!("path {raw}: {e}")))?;
+        let roots = self.env.repos.roots();
+        if !roots.contains(&canon) {
+            let lexical_inside = roots.iter().any(|r| p.starts_with(r));
+            return Err(GitError::NotRegistered(if canon != p && lexical_inside {
+                format!(
+                    "path {raw} resolves through a symlink to {}, outside the registered repositories",
+                    canon.display()
+                )
+            } else if roots.iter().any(|r| canon.starts_with(r)) {
+                format!(
+                    "path {raw} is inside a registered repository but is not its root; pass the repository root"
+                )
+            } else {
+                format!(
+                    "path {raw} is not a registered repository; register it with repo action=add (POST /repos)"
+                )
+            }));
+        }
+        let key = canon.to_string_lossy().into_owned();
+        check_main_checkout(self, &canon)?;
+        Ok(RepoRef { root: canon, key })
     }
-    let key = canon.to_string_lossy().into_owned();
-    check_main_checkout(&node.git, &canon)?;
-    Ok(RepoRef { root: canon, key })
 }
 
 /// The directory must be the main checkout of a Git repository (not a shell workspace, not a
 /// subdirectory, not a linked worktree).
-pub(crate) fn check_main_checkout(git: &Git, root: &Path) -> Result<(), GitError> {
+pub(crate) fn check_main_checkout(git: &Runner, root: &Path) -> Result<(), GitError> {
     let not_git = || {
         GitError::NotGit(format!(
             "{} is not a Git repository (registered as a shell workspace); worktrees and branches need Git",
@@ -363,7 +420,7 @@ pub(crate) fn main_checkout_of_worktree(dir: &Path) -> Option<PathBuf> {
 
 /// The main checkout of the repository holding `dir` (through Git's common dir), if `dir` is
 /// inside a Git work tree.
-pub(crate) fn main_checkout_of(git: &Git, dir: &Path) -> Option<PathBuf> {
+pub(crate) fn main_checkout_of(git: &Runner, dir: &Path) -> Option<PathBuf> {
     let common = git
         .out(
             dir,

@@ -7,94 +7,96 @@ use serde_json::{Value, json};
 
 use super::branch::{self, Integration, Targets};
 use super::worktree::{count_paths, entries, fan_out, status, worktrees_dir};
-use super::{GitError, resolve_repo};
-use crate::state::Node;
+use super::{Git, GitError};
 
-/// `branch_integrations` (all local branches) or `branch_integration` (one).
-pub(crate) fn integrations(node: &Node, repo: &str, only: Option<&str>) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let es = entries(git, &r.root)?;
-    let mut paths: HashMap<String, Vec<String>> = HashMap::new();
-    for e in &es {
-        if let Some(b) = &e.branch {
-            paths
-                .entry(b.clone())
-                .or_default()
-                .push(e.path.to_string_lossy().into_owned());
+impl Git {
+    /// `branch_integrations` (all local branches) or `branch_integration` (one).
+    pub(crate) fn integrations(&self, repo: &str, only: Option<&str>) -> Result<Value, GitError> {
+        let git = self;
+        let r = self.resolve_repo(repo)?;
+        let es = entries(git, &r.root)?;
+        let mut paths: HashMap<String, Vec<String>> = HashMap::new();
+        for e in &es {
+            if let Some(b) = &e.branch {
+                paths
+                    .entry(b.clone())
+                    .or_default()
+                    .push(e.path.to_string_lossy().into_owned());
+            }
         }
-    }
-    let mut bs = branch::local_branches(git, &r.root)?;
-    if let Some(b) = only {
-        bs.retain(|(n, _)| n == b);
-        if bs.is_empty() {
-            return Err(GitError::UnknownRef(format!(
-                "branch {b} does not exist in {}",
-                r.key
-            )));
+        let mut bs = branch::local_branches(git, &r.root)?;
+        if let Some(b) = only {
+            bs.retain(|(n, _)| n == b);
+            if bs.is_empty() {
+                return Err(GitError::UnknownRef(format!(
+                    "branch {b} does not exist in {}",
+                    r.key
+                )));
+            }
         }
+        let targets = Targets::resolve(git, &r.root);
+        let v: Vec<Integration> = fan_out(&bs, super::GIT_CONCURRENCY, |(b, tip)| {
+            branch::classify(
+                git,
+                &r.root,
+                b,
+                tip,
+                &targets,
+                paths.get(b).cloned().unwrap_or_default(),
+            )
+        });
+        Ok(match only {
+            Some(_) => json!(v[0]),
+            None => json!(v),
+        })
     }
-    let targets = Targets::resolve(git, &r.root);
-    let v: Vec<Integration> = fan_out(&bs, super::GIT_CONCURRENCY, |(b, tip)| {
-        branch::classify(
-            git,
-            &r.root,
-            b,
-            tip,
-            &targets,
-            paths.get(b).cloned().unwrap_or_default(),
-        )
-    });
-    Ok(match only {
-        Some(_) => json!(v[0]),
-        None => json!(v),
-    })
-}
 
-/// `branch_delete`.
-pub(crate) fn delete_branch(
-    node: &Node,
-    repo: &str,
-    b: &str,
-    archive: bool,
-) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let checkouts: Vec<(String, Option<String>)> = entries(git, &r.root)?
-        .into_iter()
-        .map(|e| (e.path.to_string_lossy().into_owned(), e.branch))
-        .collect();
-    let d = branch::delete(git, &r.root, b, archive, &checkouts)?;
-    Ok(json!(d))
-}
+    /// `branch_delete`.
+    pub(crate) fn delete_branch(
+        &self,
+        repo: &str,
+        b: &str,
+        archive: bool,
+    ) -> Result<Value, GitError> {
+        let git = self;
+        let r = self.resolve_repo(repo)?;
+        let checkouts: Vec<(String, Option<String>)> = entries(git, &r.root)?
+            .into_iter()
+            .map(|e| (e.path.to_string_lossy().into_owned(), e.branch))
+            .collect();
+        let d = branch::delete(git, &r.root, b, archive, &checkouts)?;
+        Ok(json!(d))
+    }
 
-/// `GET /repo/info`: the repository's Git facts in one call.
-pub(crate) fn info(node: &Node, repo: &str) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, repo)?;
-    let targets = Targets::resolve(git, &r.root);
-    let branch = git
-        .out(&r.root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .ok();
-    let head = super::worktree::commit_of(git, &r.root, "HEAD");
-    let st = status(git, &r.root)?;
-    let es = entries(git, &r.root)?;
-    let record = node
-        .repos
-        .list()
-        .ok()
-        .and_then(|l| l.into_iter().find(|x| x.path == r.key));
-    Ok(json!({
-        "path": r.key,
-        "name": r.root.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "is_git_repo": true,
-        "branch": branch,
-        "head": head,
-        "default_branch": targets.default_name(),
-        "is_dirty": count_paths(&st.raw) > 0,
-        "dirty_files": count_paths(&st.raw),
-        "worktree_count": es.len().saturating_sub(1),
-        "worktrees_dir": worktrees_dir(&r.root),
-        "remotes": record.map(|x| x.remotes).unwrap_or_default(),
-    }))
+    /// `GET /repo/info`: the repository's Git facts in one call.
+    pub(crate) fn info(&self, repo: &str) -> Result<Value, GitError> {
+        let git = self;
+        let r = self.resolve_repo(repo)?;
+        let targets = Targets::resolve(git, &r.root);
+        let branch = git
+            .out(&r.root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
+            .ok();
+        let head = super::worktree::commit_of(git, &r.root, "HEAD");
+        let st = status(git, &r.root)?;
+        let es = entries(git, &r.root)?;
+        let record = self
+            .env
+            .repos
+            .list()
+            .ok()
+            .and_then(|l| l.into_iter().find(|x| x.path == r.key));
+        Ok(json!({
+            "path": r.key,
+            "name": r.root.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "is_git_repo": true,
+            "branch": branch,
+            "head": head,
+            "default_branch": targets.default_name(),
+            "is_dirty": count_paths(&st.raw) > 0,
+            "dirty_files": count_paths(&st.raw),
+            "worktree_count": es.len().saturating_sub(1),
+            "worktrees_dir": worktrees_dir(&r.root),
+            "remotes": record.map(|x| x.remotes).unwrap_or_default(),
+        }))
+    }
 }

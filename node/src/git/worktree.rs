@@ -11,11 +11,10 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tuic_proto::events::Event;
 
-pub(crate) use super::create::{CreateRequest, create};
+pub(crate) use super::create::CreateRequest;
 
 use super::branch::{self, Targets};
-use super::{Git, GitError, RepoRef, resolve_repo};
-use crate::state::Node;
+use super::{Git, GitError, RepoRef, Runner};
 
 /// Where the warm-artifacts report of a worktree is kept, inside its Git admin directory (it
 /// goes when the worktree goes).
@@ -39,7 +38,7 @@ pub(crate) struct Entry {
 }
 
 /// The repository's worktrees, main checkout first.
-pub(crate) fn entries(git: &Git, root: &Path) -> Result<Vec<Entry>, GitError> {
+pub(crate) fn entries(git: &Runner, root: &Path) -> Result<Vec<Entry>, GitError> {
     let out = git.out(root, &["worktree", "list", "--porcelain", "-z"])?;
     let mut v = Vec::new();
     let mut cur: Option<Entry> = None;
@@ -149,7 +148,7 @@ pub(super) struct Status {
     pub(super) raw: Vec<u8>,
 }
 
-pub(super) fn status(git: &Git, wt: &Path) -> Result<Status, GitError> {
+pub(super) fn status(git: &Runner, wt: &Path) -> Result<Status, GitError> {
     let args = [
         "status",
         "--porcelain=v2",
@@ -195,7 +194,7 @@ pub(super) fn status(git: &Git, wt: &Path) -> Result<Status, GitError> {
 }
 
 /// Initialized submodules of a checkout: `(path, HEAD)`.
-fn submodules(git: &Git, wt: &Path) -> Vec<(String, String)> {
+fn submodules(git: &Runner, wt: &Path) -> Vec<(String, String)> {
     if !wt.join(".gitmodules").is_file() {
         return vec![];
     }
@@ -213,7 +212,7 @@ fn submodules(git: &Git, wt: &Path) -> Vec<(String, String)> {
 
 /// Inspects one worktree (the function behind `lifecycle_status` and `worktree_lifecycle`).
 /// Never fails: an error leaves `unknown` verdicts and sets `error`.
-pub(crate) fn inspect(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Lifecycle {
+pub(crate) fn inspect(git: &Runner, root: &Path, e: &Entry, targets: &Targets) -> Lifecycle {
     let mut l = Lifecycle {
         dirty_files: 0,
         staged: 0,
@@ -341,7 +340,7 @@ fn key_of(e: &Entry) -> String {
 }
 
 /// A linked worktree's Git admin directory, from its `.git` file (no process), else Git.
-pub(super) fn admin_dir(git: &Git, wt: &Path) -> Option<PathBuf> {
+pub(super) fn admin_dir(git: &Runner, wt: &Path) -> Option<PathBuf> {
     if let Ok(text) = std::fs::read_to_string(wt.join(".git"))
         && let Some(p) = text.trim().strip_prefix("gitdir: ")
     {
@@ -357,13 +356,13 @@ pub(super) fn admin_dir(git: &Git, wt: &Path) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-pub(super) fn warm_report(git: &Git, wt: &Path) -> Option<Value> {
+pub(super) fn warm_report(git: &Runner, wt: &Path) -> Option<Value> {
     let bytes = std::fs::read(admin_dir(git, wt)?.join(WARM_FILE)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
 /// One listed worktree with its lifecycle payload.
-fn listed(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Value {
+fn listed(git: &Runner, root: &Path, e: &Entry, targets: &Targets) -> Value {
     let mut v = json!({
         "branch": e.branch,
         "path": e.path.to_string_lossy(),
@@ -382,15 +381,222 @@ fn listed(git: &Git, root: &Path, e: &Entry, targets: &Targets) -> Value {
     v
 }
 
-/// `worktree_list`: every worktree of the repository keyed by branch (a detached one by its
-/// path), each with its lifecycle status, inspected concurrently within the git bound.
-pub(crate) fn list(node: &Node, repo: &str) -> Result<Value, GitError> {
-    let r = resolve_repo(node, repo)?;
-    list_at(&node.git, &r.root)
+impl Git {
+    /// `worktree_list`: every worktree of the repository keyed by branch (a detached one by its
+    /// path), each with its lifecycle status, inspected concurrently within the git bound.
+    pub(crate) fn list(&self, repo: &str) -> Result<Value, GitError> {
+        let r = self.resolve_repo(repo)?;
+        list_at(self, &r.root)
+    }
+
+    /// `worktree_lifecycle`: the fresh verdict of one branch's worktree, with its fingerprint.
+    pub(crate) fn lifecycle(&self, repo: &str, branch: &str) -> Result<Value, GitError> {
+        let r = self.resolve_repo(repo)?;
+        let (e, _) = find_linked(self, &r, branch)?;
+        let targets = Targets::resolve(self, &r.root);
+        Ok(self.payload(&r, &e, &targets))
+    }
+
+    /// The worktree lifecycle payload shared by the events and `declare_worktree`.
+    pub(crate) fn payload(&self, r: &RepoRef, e: &Entry, targets: &Targets) -> Value {
+        let mut v = listed(self, &r.root, e, targets);
+        v["repo_path"] = json!(r.key);
+        v["worktree_path"] = json!(e.path.to_string_lossy());
+        v["live_sessions"] = json!(self.sessions_inside(&e.path));
+        v
+    }
+
+    /// Live sessions whose start directory or declared placement lies inside `dir`.
+    pub(crate) fn sessions_inside(&self, dir: &Path) -> Vec<String> {
+        self.env
+            .sessions
+            .rows()
+            .into_iter()
+            .filter(|r| {
+                Path::new(&r.cwd).starts_with(dir)
+                    || r.worktree_path
+                        .as_deref()
+                        .is_some_and(|p| Path::new(p).starts_with(dir))
+            })
+            .map(|r| r.session_id)
+            .collect()
+    }
+
+    /// `worktree_remove`.
+    pub(crate) fn remove(&self, req: &RemoveRequest) -> Result<Value, GitError> {
+        let git = self;
+        let r = self.resolve_repo(&req.repo)?;
+        if req.branch.is_empty() {
+            return Err(GitError::InvalidBranch("branch is required".into()));
+        }
+        let lock = git.repo_lock(&r.key);
+        let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (e, es) = find_linked(git, &r, &req.branch)?;
+        let targets = Targets::resolve(git, &r.root);
+        let l = inspect(git, &r.root, &e, &targets);
+        if req.force && req.expected_fingerprint.is_none() && !l.missing_checkout {
+            return Err(GitError::refused(
+                "fingerprint_required",
+                "force=true needs expected_fingerprint from a fresh repo action=worktree_lifecycle, so only the state you saw is discarded",
+            ));
+        }
+        if let Some(want) = &req.expected_fingerprint
+            && l.fingerprint.as_deref() != Some(want.as_str())
+        {
+            return Err(GitError::refused(
+                "stale_fingerprint",
+                format!(
+                    "the worktree of {} changed since the fingerprint {want} (now {}): its status, HEAD or a submodule ref moved; inspect it again",
+                    req.branch,
+                    l.fingerprint.as_deref().unwrap_or("unavailable")
+                ),
+            ));
+        }
+        if l.locked && !req.override_lock {
+            return Err(GitError::refused(
+                "locked",
+                format!(
+                    "the worktree {} is locked{}; removing it needs override_lock=true (confirmed by the user)",
+                    e.path.display(),
+                    l.lock_reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        if l.dirty_files > 0 && !req.force {
+            return Err(GitError::refused(
+                "dirty",
+                format!(
+                    "the worktree {} has {} changed path(s) ({} staged, {} unstaged, {} untracked); commit or stash them, or pass force=true with expected_fingerprint to discard them",
+                    e.path.display(),
+                    l.dirty_files,
+                    l.staged,
+                    l.unstaged,
+                    l.untracked
+                ),
+            ));
+        }
+        let mut warnings = Vec::new();
+        let live = self.sessions_inside(&e.path);
+        if !live.is_empty() {
+            warnings.push(format!(
+                "{} live session(s) run inside the worktree: {}",
+                live.len(),
+                live.join(", ")
+            ));
+        }
+        if l.commit_status == "unmerged" {
+            warnings.push(format!(
+                "branch {} has {} commit(s) not in {}",
+                req.branch,
+                l.ahead.unwrap_or(0),
+                targets.default_name().unwrap_or("the default branch")
+            ));
+        }
+        let ignored = if e.path.is_dir() {
+            git.out(
+                &e.path,
+                &["status", "--porcelain", "--ignored=matching", "-z"],
+            )
+            .map(|s| s.split('\0').filter(|f| f.starts_with("!! ")).count())
+            .unwrap_or(0)
+        } else {
+            0
+        };
+        if ignored > 0 {
+            warnings.push(format!(
+                "{ignored} ignored local file(s) or folder(s) are deleted with the worktree"
+            ));
+        }
+        // Initialized submodule refs are kept in the parent repository before Git removes the
+        // checkout that holds their only copy.
+        let subs = if e.path.is_dir() {
+            submodules(git, &e.path)
+        } else {
+            vec![]
+        };
+        let mut preserved = Vec::new();
+        for (p, sha) in &subs {
+            let name = format!(
+                "refs/tuic/submodules/{}/{}",
+                dir_name(&req.branch),
+                p.trim_matches('/')
+            );
+            let root_s = r.root.to_string_lossy().into_owned();
+            let pushed = git
+                .ok(
+                    &e.path.join(p),
+                    &[
+                        "push",
+                        "--quiet",
+                        "--no-verify",
+                        &root_s,
+                        &format!("{sha}:{name}"),
+                    ],
+                )
+                .unwrap_or(false);
+            if pushed {
+                preserved.push(json!({"path": p, "commit": sha, "ref": name}));
+            } else {
+                warnings.push(format!("submodule {p} at {sha} could not be preserved"));
+            }
+        }
+        let path = e.path.to_string_lossy().into_owned();
+        let mut args = vec!["worktree", "remove"];
+        if req.override_lock && l.locked {
+            args.extend(["--force", "--force"]);
+        } else if req.force || !subs.is_empty() || l.missing_checkout {
+            args.push("--force");
+        }
+        args.push(&path);
+        if l.missing_checkout {
+            git.out(&r.root, &["worktree", "prune"])?;
+            if entries(git, &r.root)?.iter().any(|x| x.path == e.path) {
+                git.out(&r.root, &args)?;
+            }
+        } else {
+            git.out(&r.root, &args)?;
+        }
+        let parent = worktrees_dir(&r.root);
+        let _ = std::fs::remove_dir(&parent);
+        self.forget_placements(&r, &path);
+        let mut v =
+            json!({"ok": true, "warnings": warnings, "worktree_path": path, "branch": req.branch});
+        if !preserved.is_empty() {
+            v["preserved_submodules"] = json!(preserved);
+        }
+        let delete_branch = req.delete_branch.unwrap_or(!req.force);
+        if delete_branch {
+            let checkouts: Vec<(String, Option<String>)> = es
+                .iter()
+                .filter(|x| x.path != e.path)
+                .map(|x| (x.path.to_string_lossy().into_owned(), x.branch.clone()))
+                .collect();
+            match branch::delete(git, &r.root, &req.branch, false, &checkouts) {
+                Ok(d) => {
+                    v["branch_deleted"] = json!(true);
+                    v["branch_delete"] = json!(d);
+                }
+                Err(err) => {
+                    v["branch_deleted"] = json!(false);
+                    v["branch_delete_warning"] = json!(format!(
+                        "the worktree was removed but branch {} was kept: {err}",
+                        req.branch
+                    ));
+                }
+            }
+        }
+        self.env.bus.publish(Event::WorktreeRemoved(json!({
+            "repo_path": r.key, "branch": req.branch, "worktree_path": path,
+        })));
+        Ok(v)
+    }
 }
 
 /// [`list`] on a resolved root (the bench and tests call it directly).
-pub(crate) fn list_at(git: &Git, root: &Path) -> Result<Value, GitError> {
+pub(crate) fn list_at(git: &Runner, root: &Path) -> Result<Value, GitError> {
     let es = entries(git, root)?;
     let targets = Targets::resolve(git, root);
     let rows = fan_out(&es, super::GIT_CONCURRENCY, |e| {
@@ -404,7 +610,7 @@ pub(crate) fn list_at(git: &Git, root: &Path) -> Result<Value, GitError> {
 }
 
 /// The linked worktree of `branch` (never the main checkout).
-fn find_linked(git: &Git, r: &RepoRef, branch: &str) -> Result<(Entry, Vec<Entry>), GitError> {
+fn find_linked(git: &Runner, r: &RepoRef, branch: &str) -> Result<(Entry, Vec<Entry>), GitError> {
     let es = entries(git, &r.root)?;
     match es.iter().find(|e| e.branch.as_deref() == Some(branch)) {
         Some(e) if e.main => Err(GitError::refused(
@@ -420,38 +626,6 @@ fn find_linked(git: &Git, r: &RepoRef, branch: &str) -> Result<(Entry, Vec<Entry
             r.key
         ))),
     }
-}
-
-/// `worktree_lifecycle`: the fresh verdict of one branch's worktree, with its fingerprint.
-pub(crate) fn lifecycle(node: &Node, repo: &str, branch: &str) -> Result<Value, GitError> {
-    let r = resolve_repo(node, repo)?;
-    let (e, _) = find_linked(&node.git, &r, branch)?;
-    let targets = Targets::resolve(&node.git, &r.root);
-    Ok(payload(node, &r, &e, &targets))
-}
-
-/// The worktree lifecycle payload shared by the events and `declare_worktree`.
-pub(crate) fn payload(node: &Node, r: &RepoRef, e: &Entry, targets: &Targets) -> Value {
-    let mut v = listed(&node.git, &r.root, e, targets);
-    v["repo_path"] = json!(r.key);
-    v["worktree_path"] = json!(e.path.to_string_lossy());
-    v["live_sessions"] = json!(sessions_inside(node, &e.path));
-    v
-}
-
-/// Live sessions whose start directory or declared placement lies inside `dir`.
-pub(crate) fn sessions_inside(node: &Node, dir: &Path) -> Vec<String> {
-    node.sessions
-        .rows()
-        .into_iter()
-        .filter(|r| {
-            Path::new(&r.cwd).starts_with(dir)
-                || r.worktree_path
-                    .as_deref()
-                    .is_some_and(|p| Path::new(p).starts_with(dir))
-        })
-        .map(|r| r.session_id)
-        .collect()
 }
 
 /// A `worktree_remove` request.
@@ -471,179 +645,7 @@ pub(crate) struct RemoveRequest {
     pub override_lock: bool,
 }
 
-/// `worktree_remove`.
-pub(crate) fn remove(node: &Node, req: &RemoveRequest) -> Result<Value, GitError> {
-    let git = &node.git;
-    let r = resolve_repo(node, &req.repo)?;
-    if req.branch.is_empty() {
-        return Err(GitError::InvalidBranch("branch is required".into()));
-    }
-    let lock = git.repo_lock(&r.key);
-    let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-    let (e, es) = find_linked(git, &r, &req.branch)?;
-    let targets = Targets::resolve(git, &r.root);
-    let l = inspect(git, &r.root, &e, &targets);
-    if req.force && req.expected_fingerprint.is_none() && !l.missing_checkout {
-        return Err(GitError::refused(
-            "fingerprint_required",
-            "force=true needs expected_fingerprint from a fresh repo action=worktree_lifecycle, so only the state you saw is discarded",
-        ));
-    }
-    if let Some(want) = &req.expected_fingerprint
-        && l.fingerprint.as_deref() != Some(want.as_str())
-    {
-        return Err(GitError::refused(
-            "stale_fingerprint",
-            format!(
-                "the worktree of {} changed since the fingerprint {want} (now {}): its status, HEAD or a submodule ref moved; inspect it again",
-                req.branch,
-                l.fingerprint.as_deref().unwrap_or("unavailable")
-            ),
-        ));
-    }
-    if l.locked && !req.override_lock {
-        return Err(GitError::refused(
-            "locked",
-            format!(
-                "the worktree {} is locked{}; removing it needs override_lock=true (confirmed by the user)",
-                e.path.display(),
-                l.lock_reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            ),
-        ));
-    }
-    if l.dirty_files > 0 && !req.force {
-        return Err(GitError::refused(
-            "dirty",
-            format!(
-                "the worktree {} has {} changed path(s) ({} staged, {} unstaged, {} untracked); commit or stash them, or pass force=true with expected_fingerprint to discard them",
-                e.path.display(),
-                l.dirty_files,
-                l.staged,
-                l.unstaged,
-                l.untracked
-            ),
-        ));
-    }
-    let mut warnings = Vec::new();
-    let live = sessions_inside(node, &e.path);
-    if !live.is_empty() {
-        warnings.push(format!(
-            "{} live session(s) run inside the worktree: {}",
-            live.len(),
-            live.join(", ")
-        ));
-    }
-    if l.commit_status == "unmerged" {
-        warnings.push(format!(
-            "branch {} has {} commit(s) not in {}",
-            req.branch,
-            l.ahead.unwrap_or(0),
-            targets.default_name().unwrap_or("the default branch")
-        ));
-    }
-    let ignored = if e.path.is_dir() {
-        git.out(
-            &e.path,
-            &["status", "--porcelain", "--ignored=matching", "-z"],
-        )
-        .map(|s| s.split('\0').filter(|f| f.starts_with("!! ")).count())
-        .unwrap_or(0)
-    } else {
-        0
-    };
-    if ignored > 0 {
-        warnings.push(format!(
-            "{ignored} ignored local file(s) or folder(s) are deleted with the worktree"
-        ));
-    }
-    // Initialized submodule refs are kept in the parent repository before Git removes the
-    // checkout that holds their only copy.
-    let subs = if e.path.is_dir() {
-        submodules(git, &e.path)
-    } else {
-        vec![]
-    };
-    let mut preserved = Vec::new();
-    for (p, sha) in &subs {
-        let name = format!(
-            "refs/tuic/submodules/{}/{}",
-            dir_name(&req.branch),
-            p.trim_matches('/')
-        );
-        let root_s = r.root.to_string_lossy().into_owned();
-        let pushed = git
-            .ok(
-                &e.path.join(p),
-                &[
-                    "push",
-                    "--quiet",
-                    "--no-verify",
-                    &root_s,
-                    &format!("{sha}:{name}"),
-                ],
-            )
-            .unwrap_or(false);
-        if pushed {
-            preserved.push(json!({"path": p, "commit": sha, "ref": name}));
-        } else {
-            warnings.push(format!("submodule {p} at {sha} could not be preserved"));
-        }
-    }
-    let path = e.path.to_string_lossy().into_owned();
-    let mut args = vec!["worktree", "remove"];
-    if req.override_lock && l.locked {
-        args.extend(["--force", "--force"]);
-    } else if req.force || !subs.is_empty() || l.missing_checkout {
-        args.push("--force");
-    }
-    args.push(&path);
-    if l.missing_checkout {
-        git.out(&r.root, &["worktree", "prune"])?;
-        if entries(git, &r.root)?.iter().any(|x| x.path == e.path) {
-            git.out(&r.root, &args)?;
-        }
-    } else {
-        git.out(&r.root, &args)?;
-    }
-    let parent = worktrees_dir(&r.root);
-    let _ = std::fs::remove_dir(&parent);
-    super::placement::forget_path(node, &r, &path);
-    let mut v =
-        json!({"ok": true, "warnings": warnings, "worktree_path": path, "branch": req.branch});
-    if !preserved.is_empty() {
-        v["preserved_submodules"] = json!(preserved);
-    }
-    let delete_branch = req.delete_branch.unwrap_or(!req.force);
-    if delete_branch {
-        let checkouts: Vec<(String, Option<String>)> = es
-            .iter()
-            .filter(|x| x.path != e.path)
-            .map(|x| (x.path.to_string_lossy().into_owned(), x.branch.clone()))
-            .collect();
-        match branch::delete(git, &r.root, &req.branch, false, &checkouts) {
-            Ok(d) => {
-                v["branch_deleted"] = json!(true);
-                v["branch_delete"] = json!(d);
-            }
-            Err(err) => {
-                v["branch_deleted"] = json!(false);
-                v["branch_delete_warning"] = json!(format!(
-                    "the worktree was removed but branch {} was kept: {err}",
-                    req.branch
-                ));
-            }
-        }
-    }
-    node.bus.publish(Event::WorktreeRemoved(json!({
-        "repo_path": r.key, "branch": req.branch, "worktree_path": path,
-    })));
-    Ok(v)
-}
-
-pub(super) fn commit_of(git: &Git, root: &Path, rev: &str) -> Option<String> {
+pub(super) fn commit_of(git: &Runner, root: &Path, rev: &str) -> Option<String> {
     git.out(
         root,
         &[

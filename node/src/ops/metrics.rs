@@ -12,10 +12,9 @@ use prometheus::{
     Registry, TextEncoder,
 };
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 
+use super::OpsEnv;
 use crate::progress::Kind;
-use crate::state::Node;
 
 /// The content type of the text exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -197,49 +196,42 @@ impl Metrics {
         self.http.with_label_values(&[route, method]).observe(secs);
     }
 
-    /// The text exposition of `node` now.
-    pub fn render(&self, node: &Node) -> String {
+    /// The text exposition now, of the services in `env` and `mail_posted` messages.
+    pub fn render(&self, env: &OpsEnv, mail_posted: u64) -> String {
         let _g = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
-        let s = node.sessions.stats();
+        let s = env.sessions.stats();
         self.sessions.set(s.live as i64);
         self.tombstones.set(s.tombstoned as i64);
         catch_up(&self.sessions_created, s.created_total);
         catch_up(&self.output_bytes, s.output_bytes_total);
         catch_up(&self.wait_checks, s.wait_checks_total);
-        catch_up(
-            &self.mail_posted,
-            node.ops.mail_posted.load(Ordering::Relaxed),
-        );
-        {
-            let g = node.mail.lock();
-            self.mail_peers.set(g.peers.len() as i64);
-            let unread: usize = g.peers.keys().map(|p| g.inboxes.unread(p)).sum();
-            self.mail_unread.set(unread as i64);
-        }
-        let up = node.peer.uplink_status();
+        catch_up(&self.mail_posted, mail_posted);
+        let counts = (env.counts)();
+        self.mail_peers.set(counts.mail_peers as i64);
+        self.mail_unread.set(counts.mail_unread as i64);
+        let up = &counts.uplink;
         let held = up["held"].as_i64().unwrap_or(0);
         self.outbox_held.with_label_values(&["hub"]).set(held);
         self.outbox_bytes
             .with_label_values(&["hub"])
             .set(up["bytes"].as_i64().unwrap_or(0));
-        self.mcp_sessions.set(node.mcp.sessions.len() as i64);
+        self.mcp_sessions.set(counts.mcp_sessions as i64);
         self.open_fds.set(crate::server::fds::used() as i64);
         self.open_fds_limit
             .set(i64::try_from(crate::server::fds::limit()).unwrap_or(i64::MAX));
         catch_up(&self.fd_refusals, crate::server::fds::refused_total());
-        self.progress_entries
-            .set(node.progress.journal.len() as i64);
+        self.progress_entries.set(env.progress.journal.len() as i64);
         for k in [Kind::Done, Kind::Blocked, Kind::Intent] {
             catch_up(
                 &self.progress_appended.with_label_values(&[k.as_str()]),
-                node.progress.appended(k),
+                env.progress.appended(k),
             );
         }
         // Upstreams come and go with the config file: only the current ones are exposed.
         self.upstream_up.reset();
         self.upstream_tools.reset();
         self.upstream_failures.reset();
-        for u in node.upstreams.status() {
+        for u in env.upstreams.status() {
             let name = u["name"].as_str().unwrap_or_default();
             let ready = u["status"] == "ready" || u["status"] == "degraded";
             self.upstream_up

@@ -8,6 +8,8 @@
 //! redaction, is committed to `redb`, and is then published as `progress-recorded`. The MCP
 //! tool and the routes are adapters over [`Progress`]; they map [`ReportError`] and
 //! [`ListError`]. This module does not know other hosts (the hub merges lists, see `tuic-hub`).
+//! The service holds its [`ProgressEnv`] (registered roots, sessions, bus, config, mail's
+//! peer facts), built by the composition root; it holds no node.
 
 pub mod flow;
 pub mod intent;
@@ -23,7 +25,10 @@ use tuic_proto::events::Event;
 
 pub use journal::{Entry, Filter, Journal, Kind, NewEntry, Origin, Page};
 
-use crate::state::Node;
+use crate::config::Config;
+use crate::events::Bus;
+use crate::repos::Repos;
+use crate::session::Registry;
 
 /// Longest `text`, in characters.
 pub const MAX_TEXT_CHARS: usize = 500;
@@ -34,6 +39,42 @@ pub const DEFAULT_LIMIT: usize = 8;
 /// Largest page.
 pub const MAX_LIMIT: usize = 100;
 
+/// What a caller is known as in agent mail (the peer registered under its identity).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerFacts {
+    /// The peer's display name.
+    pub name: Option<String>,
+    /// The directory the peer registered with.
+    pub path: Option<String>,
+}
+
+/// Looks up the mail peer registered under a TUIC identity.
+pub type PeerLookup = Arc<dyn Fn(&str) -> Option<PeerFacts> + Send + Sync>;
+
+/// Reads the config in force now (the tracking gate).
+pub type ConfigSource = Arc<dyn Fn() -> Arc<Config> + Send + Sync>;
+
+/// What the progress service uses of the node. Cloning shares everything.
+#[derive(Clone)]
+pub struct ProgressEnv {
+    /// The registered roots a report's project is found in.
+    pub repos: Arc<Repos>,
+    /// Live sessions: a caller's terminal, directory and agent type.
+    pub sessions: Arc<Registry>,
+    /// `progress-recorded` goes here.
+    pub bus: Arc<Bus>,
+    /// The current config (`progress_tracking`, `agents.<type>.progress_tracking`).
+    pub config: ConfigSource,
+    /// Agent mail's peer facts (name, registered path) of an identity.
+    pub peers: PeerLookup,
+}
+
+impl std::fmt::Debug for ProgressEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressEnv").finish_non_exhaustive()
+    }
+}
+
 /// The progress service of a node.
 #[derive(Debug)]
 pub struct Progress {
@@ -43,20 +84,23 @@ pub struct Progress {
     pub flow: flow::Cache,
     /// Entries appended since start, per kind (`/metrics`).
     appended: [AtomicU64; 3],
+    /// What the service uses of the node.
+    env: ProgressEnv,
 }
 
 impl Progress {
     /// Opens the journal in the node's store.
-    pub fn open(store: Arc<crate::store::Store>) -> anyhow::Result<Self> {
-        Ok(Self::with_journal(Journal::open(store)?))
+    pub fn open(store: Arc<crate::store::Store>, env: ProgressEnv) -> anyhow::Result<Self> {
+        Ok(Self::with_journal(Journal::open(store)?, env))
     }
 
     /// A service over an opened journal.
-    pub fn with_journal(journal: Journal) -> Self {
+    pub fn with_journal(journal: Journal, env: ProgressEnv) -> Self {
         Self {
             journal,
             flow: flow::Cache::default(),
             appended: Default::default(),
+            env,
         }
     }
 
@@ -240,63 +284,56 @@ fn tracking_gate(cfg: &crate::config::Config, agent_type: Option<&str>) -> Resul
     Ok(())
 }
 
-/// The registered project holding `dir`: the innermost registered repository root, else —
-/// for a linked worktree (`<repo>__wt/<branch>`) — the registered repository owning it.
-pub fn project_of(node: &Node, dir: &str) -> Option<String> {
-    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| PathBuf::from(dir));
-    let roots = node.repos.roots();
-    roots
-        .iter()
-        .filter(|r| canon.starts_with(r))
-        .max_by_key(|r| r.as_os_str().len())
-        .or_else(|| {
-            let main = crate::git::main_checkout_of_worktree(&canon)?;
-            roots.iter().find(|r| **r == main)
-        })
-        .map(|r| r.to_string_lossy().into_owned())
-}
-
-/// The identity facts of a caller: terminal, directory, names.
-struct Caller {
-    tuic_session: String,
-    pty_id: Option<String>,
-    dir: Option<String>,
-    agent_name: Option<String>,
-    agent_type: Option<String>,
-}
-
-fn caller(node: &Node, tuic: &str) -> Caller {
-    let pty = node
-        .sessions
-        .live(tuic)
-        .filter(|s| s.tuic_session == tuic && s.exit().is_none());
-    let peer = node.mail.lock().peers.get(tuic).cloned();
-    let agent_name = peer
-        .as_ref()
-        .and_then(|p| p.name.clone())
-        .or_else(|| pty.as_ref().and_then(|s| s.display_name()));
-    Caller {
-        tuic_session: tuic.to_owned(),
-        pty_id: pty.as_ref().map(|s| s.id.clone()),
-        dir: pty
-            .as_ref()
-            .map(|s| s.cwd.clone())
-            .or_else(|| peer.and_then(|p| p.path)),
-        agent_name,
-        agent_type: pty.as_ref().and_then(|s| s.agent()).map(str::to_owned),
+impl Progress {
+    /// The registered project holding `dir`: the innermost registered repository root, else —
+    /// for a linked worktree (`<repo>__wt/<branch>`) — the registered repository owning it.
+    pub fn project_of(&self, dir: &str) -> Option<String> {
+        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| PathBuf::from(dir));
+        let roots = self.env.repos.roots();
+        roots
+            .iter()
+            .filter(|r| canon.starts_with(r))
+            .max_by_key(|r| r.as_os_str().len())
+            .or_else(|| {
+                let main = crate::git::main_checkout_of_worktree(&canon)?;
+                roots.iter().find(|r| **r == main)
+            })
+            .map(|r| r.to_string_lossy().into_owned())
     }
-}
 
-/// Journals an agent's report. Blocking (a `redb` commit).
-pub fn report(node: &Node, who: &Reporter, r: Report) -> Result<Entry, ReportError> {
-    let tuic = who.tuic_session.as_deref().ok_or(ReportError::NotBound)?;
-    let c = caller(node, tuic);
-    tracking_gate(&node.config(), c.agent_type.as_deref())?;
-    let dir = c.dir.ok_or(ReportError::NotBound)?;
-    let project = project_of(node, &dir).ok_or(ReportError::NoProject { dir })?;
-    append(
-        node,
-        NewEntry {
+    fn caller(&self, tuic: &str) -> Caller {
+        let pty = self
+            .env
+            .sessions
+            .live(tuic)
+            .filter(|s| s.tuic_session == tuic && s.exit().is_none());
+        let peer = (self.env.peers)(tuic);
+        let agent_name = peer
+            .as_ref()
+            .and_then(|p| p.name.clone())
+            .or_else(|| pty.as_ref().and_then(|s| s.display_name()));
+        Caller {
+            tuic_session: tuic.to_owned(),
+            pty_id: pty.as_ref().map(|s| s.id.clone()),
+            dir: pty
+                .as_ref()
+                .map(|s| s.cwd.clone())
+                .or_else(|| peer.and_then(|p| p.path)),
+            agent_name,
+            agent_type: pty.as_ref().and_then(|s| s.agent()).map(str::to_owned),
+        }
+    }
+
+    /// Journals an agent's report. Blocking (a `redb` commit).
+    pub fn report(&self, who: &Reporter, r: Report) -> Result<Entry, ReportError> {
+        let tuic = who.tuic_session.as_deref().ok_or(ReportError::NotBound)?;
+        let c = self.caller(tuic);
+        tracking_gate(&(self.env.config)(), c.agent_type.as_deref())?;
+        let dir = c.dir.ok_or(ReportError::NotBound)?;
+        let project = self
+            .project_of(&dir)
+            .ok_or(ReportError::NoProject { dir })?;
+        self.append(NewEntry {
             project,
             kind: r.kind,
             text: crate::session::redact::replace_redacted(&r.text),
@@ -307,33 +344,26 @@ pub fn report(node: &Node, who: &Reporter, r: Report) -> Result<Entry, ReportErr
             agent_name: c.agent_name,
             agent_type: c.agent_type,
             run_id: None,
-        },
-    )
-}
-
-/// Journals an `intent:` marker seen in a session's output (the observed kind). Returns
-/// `None` when collection is off for that agent or the terminal is in no registered project.
-/// Blocking.
-pub fn observe_intent(node: &Node, s: &crate::session::Session, text: &str) -> Option<Entry> {
-    let agent_type = s.agent();
-    if !tracking_enabled(&node.config(), agent_type) {
-        return None;
+        })
     }
-    let project = project_of(node, &s.cwd)?;
-    let text = clip(
-        &crate::session::redact::replace_redacted(text.trim()),
-        MAX_TEXT_CHARS,
-    );
-    let agent_name = node
-        .mail
-        .lock()
-        .peers
-        .get(&s.tuic_session)
-        .and_then(|p| p.name.clone())
-        .or_else(|| s.display_name());
-    let r = append(
-        node,
-        NewEntry {
+
+    /// Journals an `intent:` marker seen in a session's output (the observed kind). Returns
+    /// `None` when collection is off for that agent or the terminal is in no registered project.
+    /// Blocking.
+    pub fn observe_intent(&self, s: &crate::session::Session, text: &str) -> Option<Entry> {
+        let agent_type = s.agent();
+        if !tracking_enabled(&(self.env.config)(), agent_type) {
+            return None;
+        }
+        let project = self.project_of(&s.cwd)?;
+        let text = clip(
+            &crate::session::redact::replace_redacted(text.trim()),
+            MAX_TEXT_CHARS,
+        );
+        let agent_name = (self.env.peers)(&s.tuic_session)
+            .and_then(|p| p.name)
+            .or_else(|| s.display_name());
+        let r = self.append(NewEntry {
             project,
             kind: Kind::Intent,
             text,
@@ -344,28 +374,62 @@ pub fn observe_intent(node: &Node, s: &crate::session::Session, text: &str) -> O
             agent_name,
             agent_type: agent_type.map(str::to_owned),
             run_id: None,
-        },
-    );
-    match r {
-        Ok(e) => Some(e),
-        Err(e) => {
-            tracing::warn!(session = %s.id, error = %e, "intent not journaled");
-            None
+        });
+        match r {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!(session = %s.id, error = %e, "intent not journaled");
+                None
+            }
         }
+    }
+
+    /// The one write path: bounds the text, commits, counts, publishes `progress-recorded`.
+    /// Workflow runs call this with [`Origin::Workflow`] and their `run_id`. Blocking.
+    pub fn append(&self, mut new: NewEntry) -> Result<Entry, ReportError> {
+        new.text = clip(&new.text, MAX_TEXT_CHARS);
+        new.step = new.step.map(|s| clip(&s, MAX_STEP_CHARS));
+        let e = self.journal.append(new, crate::logs::now_ms())?;
+        self.appended[e.kind as usize].fetch_add(1, Ordering::Relaxed);
+        self.env.bus.publish(Event::ProgressRecorded(
+            serde_json::to_value(&e).unwrap_or(Value::Null),
+        ));
+        Ok(e)
+    }
+
+    /// One page of a project's journal, as `{project, entries, total, nextCursor}`.
+    pub fn list(&self, path: &str, input: &ListInput) -> Result<Value, ListError> {
+        let project = project_key(path)?;
+        let pty_id = input.pty_id.as_deref().filter(|p| !p.is_empty()).map(|p| {
+            self.env
+                .sessions
+                .resolve(p)
+                .map(|s| s.id.clone())
+                .unwrap_or_else(|| p.to_owned())
+        });
+        let filter = Filter {
+            blocked_only: input.blocked_only.unwrap_or(false),
+            pty_id,
+        };
+        let page = self
+            .journal
+            .list(&project, &filter, input.limit(), input.cursor_id()?)?;
+        Ok(json!({
+            "project": project,
+            "entries": page.entries,
+            "total": page.total,
+            "nextCursor": page.next_cursor,
+        }))
     }
 }
 
-/// The one write path: bounds the text, commits, counts, publishes `progress-recorded`.
-/// Workflow runs call this with [`Origin::Workflow`] and their `run_id`. Blocking.
-pub fn append(node: &Node, mut new: NewEntry) -> Result<Entry, ReportError> {
-    new.text = clip(&new.text, MAX_TEXT_CHARS);
-    new.step = new.step.map(|s| clip(&s, MAX_STEP_CHARS));
-    let e = node.progress.journal.append(new, crate::logs::now_ms())?;
-    node.progress.appended[e.kind as usize].fetch_add(1, Ordering::Relaxed);
-    node.bus.publish(Event::ProgressRecorded(
-        serde_json::to_value(&e).unwrap_or(Value::Null),
-    ));
-    Ok(e)
+/// The identity facts of a caller: terminal, directory, names.
+struct Caller {
+    tuic_session: String,
+    pty_id: Option<String>,
+    dir: Option<String>,
+    agent_name: Option<String>,
+    agent_type: Option<String>,
 }
 
 /// The list input shared by `repo action=progress_list` (`input`) and `POST /progress/list`.
@@ -457,31 +521,6 @@ fn project_key(path: &str) -> Result<String, ListError> {
     Ok(std::fs::canonicalize(path)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| path.trim_end_matches('/').to_owned()))
-}
-
-/// One page of a project's journal, as `{project, entries, total, nextCursor}`.
-pub fn list(node: &Node, path: &str, input: &ListInput) -> Result<Value, ListError> {
-    let project = project_key(path)?;
-    let pty_id = input.pty_id.as_deref().filter(|p| !p.is_empty()).map(|p| {
-        node.sessions
-            .resolve(p)
-            .map(|s| s.id.clone())
-            .unwrap_or_else(|| p.to_owned())
-    });
-    let filter = Filter {
-        blocked_only: input.blocked_only.unwrap_or(false),
-        pty_id,
-    };
-    let page = node
-        .progress
-        .journal
-        .list(&project, &filter, input.limit(), input.cursor_id()?)?;
-    Ok(json!({
-        "project": project,
-        "entries": page.entries,
-        "total": page.total,
-        "nextCursor": page.next_cursor,
-    }))
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ mod auth;
 mod automations;
 mod config;
 mod events;
+#[cfg(test)]
+mod ext_tests;
 mod files;
 mod github;
 mod notify;

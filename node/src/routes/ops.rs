@@ -35,28 +35,28 @@ pub(super) fn routes() -> axum::Router<Arc<Node>> {
 
 /// `GET /agents`: agent detection over the live sessions (the foreground process of each).
 async fn agents(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(ops::agents(&node)))).await
+    blocking(move || Ok(Json(node.ops.agents()))).await
 }
 
 /// `GET /stats`: one object of the node's counts.
 async fn stats(State(node): State<Arc<Node>>) -> Json<Value> {
-    Json(ops::stats(&node))
+    Json(node.ops.stats())
 }
 
 /// `GET /process/stats`: per live session, its process tree's CPU and resident memory.
 async fn process_stats(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(ops::process_stats(&node)))).await
+    blocking(move || Ok(Json(node.ops.process_stats()))).await
 }
 
 /// `GET /metrics`: the Prometheus text exposition.
 async fn metrics_text(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {
-    let text = blocking(move || Ok(node.ops.metrics.render(&node))).await?;
+    let text = blocking(move || Ok(node.ops.metrics_text())).await?;
     Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
 }
 
 /// `GET /config/activity`: the persisted Activity array (`[]` before anything was saved).
 async fn get_activity(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {
-    blocking(move || ops::read_activity(&node).map(Json)).await
+    blocking(move || node.ops.read_activity().map(Json)).await
 }
 
 /// `PUT /config/activity`: replaces the persisted array (objects only, at most
@@ -64,7 +64,7 @@ async fn get_activity(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiE
 async fn put_activity(State(node): State<Arc<Node>>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let items = ops::activity_items(&body)?;
     blocking(move || {
-        ops::write_activity(&node, &items)?;
+        node.ops.write_activity(&items)?;
         Ok(Json(json!({"ok": true, "count": items.len()})))
     })
     .await

@@ -67,7 +67,7 @@ async fn list(
     let path = q
         .path
         .ok_or_else(|| ApiError::bad_request("path is required: ?path=<repository root>"))?;
-    blocking(move || crate::progress::list(&node, &path, &input).map_err(list_error))
+    blocking(move || node.progress.list(&path, &input).map_err(list_error))
         .await
         .map(Json)
 }

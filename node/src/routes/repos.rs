@@ -86,10 +86,7 @@ async fn routed(
         action,
         args,
     };
-    crate::ext::route_repo(node, call)
-        .await
-        .map(Json)
-        .map_err(git_error)
+    node.ext.route_repo(call).await.map(Json).map_err(git_error)
 }
 
 #[derive(Debug, Deserialize)]
@@ -109,7 +106,7 @@ pub(super) async fn create_worktree(
     State(node): State<Arc<Node>>,
     JsonBody(b): JsonBody<CreateBody>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &b.base_repo) {
+    if let Some((host, path)) = node.ext.repo_target(&b.base_repo) {
         let mut args = serde_json::Map::new();
         if let Some(br) = b.branch.as_ref().filter(|s| !s.is_empty()) {
             args.insert("branch".into(), json!(br));
@@ -121,16 +118,13 @@ pub(super) async fn create_worktree(
         return routed(&node, host, path, "worktree_create", &args).await;
     }
     blocking(&node, move |n| {
-        crate::git::worktree::create(
-            n,
-            &crate::git::worktree::CreateRequest {
-                repo: b.base_repo,
-                branch: b.branch.filter(|s| !s.is_empty()),
-                base: b.base,
-                spawn_session: b.spawn_session,
-                creator_session: None,
-            },
-        )
+        n.git.create(&crate::git::worktree::CreateRequest {
+            repo: b.base_repo,
+            branch: b.branch.filter(|s| !s.is_empty()),
+            base: b.base,
+            spawn_session: b.spawn_session,
+            creator_session: None,
+        })
     })
     .await
 }
@@ -147,12 +141,12 @@ pub(super) async fn list_worktrees(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+    if let Some((host, path)) = node.ext.repo_target(&q.path) {
         return routed(&node, host, path, "worktree_list", &Default::default()).await;
     }
     blocking(&node, move |n| {
-        let v = crate::git::worktree::list(n, &q.path)?;
-        let _ = crate::git::orphans::scan(n, &q.path);
+        let v = n.git.list(&q.path)?;
+        let _ = n.git.orphan_scan(&q.path);
         Ok(v)
     })
     .await
@@ -167,10 +161,7 @@ pub(super) async fn worktree_lifecycle(
         .branch
         .clone()
         .ok_or_else(|| ApiError::bad_request("branch is required"))?;
-    blocking(&node, move |n| {
-        crate::git::worktree::lifecycle(n, &q.path, &branch)
-    })
-    .await
+    blocking(&node, move |n| n.git.lifecycle(&q.path, &branch)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -193,17 +184,14 @@ pub(super) async fn remove_worktree(
     JsonBody(b): JsonBody<RemoveBody>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        crate::git::worktree::remove(
-            n,
-            &crate::git::worktree::RemoveRequest {
-                repo: b.path,
-                branch: b.branch,
-                force: b.force,
-                expected_fingerprint: b.expected_fingerprint,
-                delete_branch: b.delete_branch,
-                override_lock: b.override_lock,
-            },
-        )
+        n.git.remove(&crate::git::worktree::RemoveRequest {
+            repo: b.path,
+            branch: b.branch,
+            force: b.force,
+            expected_fingerprint: b.expected_fingerprint,
+            delete_branch: b.delete_branch,
+            override_lock: b.override_lock,
+        })
     })
     .await
 }
@@ -213,10 +201,10 @@ pub(super) async fn repo_info(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+    if let Some((host, path)) = node.ext.repo_target(&q.path) {
         return routed(&node, host, path, "info", &Default::default()).await;
     }
-    blocking(&node, move |n| crate::git::query::info(n, &q.path)).await
+    blocking(&node, move |n| n.git.info(&q.path)).await
 }
 
 /// `GET /repo/branch-integrations?path=[&branch=]`: `repo action=branch_integrations`
@@ -226,7 +214,7 @@ pub(super) async fn branch_integrations(
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(&node, move |n| {
-        crate::git::query::integrations(n, &q.path, q.branch.as_deref())
+        n.git.integrations(&q.path, q.branch.as_deref())
     })
     .await
 }
@@ -249,7 +237,7 @@ pub(super) async fn branch_delete(
         .with("path", b.path.as_str())
         .with("branch", b.branch.as_str());
     let out = blocking(&node, move |n| {
-        crate::git::query::delete_branch(n, &b.path, &b.branch, b.archive)
+        n.git.delete_branch(&b.path, &b.branch, b.archive)
     })
     .await?;
     super::audit::record(&node, ev).await;
@@ -267,8 +255,5 @@ pub(super) async fn orphan_cleanup(
     State(node): State<Arc<Node>>,
     JsonBody(b): JsonBody<OrphanBody>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(&node, move |n| {
-        crate::git::orphans::answer(n, &b.path, &b.decision)
-    })
-    .await
+    blocking(&node, move |n| n.git.orphan_answer(&b.path, &b.decision)).await
 }

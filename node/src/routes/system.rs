@@ -48,11 +48,7 @@ fn host_name() -> String {
 
 /// What Tailscale detection found last (`{state, dns_name?|backend_state?|reason?}`).
 pub(super) async fn tailscale(State(node): State<Arc<Node>>) -> Json<Value> {
-    let d = node
-        .tailscale
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let d = node.tailscale.current();
     Json(serde_json::to_value(d).unwrap_or(Value::Null))
 }
 

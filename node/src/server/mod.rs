@@ -566,8 +566,8 @@ fn spawn_background(node: &Arc<Node>) {
     crate::mcp::spawn_background(node);
     crate::upstream::spawn(node);
     crate::mail::spawn_background(node);
-    crate::tailscale::spawn(node);
-    crate::automations::scheduler::spawn(node);
+    node.tailscale.spawn();
+    node.scheduler.spawn();
     crate::stories::runner::spawn(node);
     node.notify.start();
     // Hand edits and `set-password` change config.json under a running node: reload it.

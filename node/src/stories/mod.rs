@@ -228,7 +228,7 @@ fn identity_dir(node: &crate::state::Node, tuic: &str) -> Option<String> {
 
 /// The registered project of an identity or an explicit path.
 fn project_for(node: &crate::state::Node, dir: &str) -> Result<String, StoryError> {
-    crate::progress::project_of(node, dir).ok_or_else(|| {
+    node.progress.project_of(dir).ok_or_else(|| {
         StoryError::NoProject(format!(
             "{dir} is not inside a registered repository; register it with repo action=add"
         ))

@@ -553,28 +553,25 @@ fn journal(node: &Node, run: &Run, r: &AttemptReport) {
         Outcome::Completed => crate::progress::Kind::Done,
         _ => crate::progress::Kind::Blocked,
     };
-    let e = crate::progress::append(
-        node,
-        crate::progress::NewEntry {
-            project: run.project.clone(),
-            kind,
-            text: r.summary.clone(),
-            step: run
-                .step_ids
-                .get(
-                    run.step_index
-                        .saturating_sub(1)
-                        .min(run.step_ids.len().saturating_sub(1)),
-                )
-                .cloned(),
-            origin: crate::progress::Origin::Workflow,
-            pty_id: None,
-            tuic_session: None,
-            agent_name: None,
-            agent_type: None,
-            run_id: Some(run.run_id.clone()),
-        },
-    );
+    let e = node.progress.append(crate::progress::NewEntry {
+        project: run.project.clone(),
+        kind,
+        text: r.summary.clone(),
+        step: run
+            .step_ids
+            .get(
+                run.step_index
+                    .saturating_sub(1)
+                    .min(run.step_ids.len().saturating_sub(1)),
+            )
+            .cloned(),
+        origin: crate::progress::Origin::Workflow,
+        pty_id: None,
+        tuic_session: None,
+        agent_name: None,
+        agent_type: None,
+        run_id: Some(run.run_id.clone()),
+    });
     if let Err(e) = e {
         tracing::debug!(run = %run.run_id, error = %e, "workflow report not journaled");
     }

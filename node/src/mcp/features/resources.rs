@@ -278,7 +278,9 @@ pub(crate) fn read(
             }
             let input = crate::progress::ListInput::from_value(Some(&input))
                 .map_err(|e| RpcError::invalid(format!("{uri}: {e}")))?;
-            let v = crate::progress::list(node, &r.path, &input)
+            let v = node
+                .progress
+                .list(&r.path, &input)
                 .map_err(|e| RpcError::invalid(format!("{uri}: {e}")))?;
             ("application/json", v.to_string())
         }

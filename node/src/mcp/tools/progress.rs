@@ -49,7 +49,7 @@ pub(super) fn record_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Valu
             tuic_session: ctx.tuic_session.clone(),
         };
         let entry = on_blocking_pool("progress", move || {
-            crate::progress::report(&node, &who, report).map_err(tool_error)
+            node.progress.report(&who, report).map_err(tool_error)
         })
         .await?;
         Ok(json!({"ok": true, "entry": entry}))
@@ -62,6 +62,6 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     let who = Reporter {
         tuic_session: ctx.tuic_session.clone(),
     };
-    let entry = crate::progress::report(node, &who, report).map_err(tool_error)?;
+    let entry = node.progress.report(&who, report).map_err(tool_error)?;
     Ok(json!({"ok": true, "entry": entry}))
 }

@@ -144,7 +144,7 @@ fn progress_list(node: &Node, args: &Map<String, Value>) -> Result<Value, ToolEr
         e => ToolError::new("store_error", e.to_string()),
     };
     let input = crate::progress::ListInput::from_value(args.get("input")).map_err(err)?;
-    crate::progress::list(node, path, &input).map_err(err)
+    node.progress.list(path, &input).map_err(err)
 }
 
 pub(super) fn path_arg(args: &Map<String, Value>) -> Result<&str, ToolError> {

@@ -8,9 +8,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::git::worktree::{self, CreateRequest, RemoveRequest};
-use crate::git::{GitError, placement};
-use crate::git::{orphans, query};
+use crate::git::GitError;
+use crate::git::worktree::{CreateRequest, RemoveRequest};
 use crate::mcp::registry::{CallCtx, ToolError};
 use crate::state::Node;
 
@@ -65,14 +64,14 @@ pub(super) async fn route(
         return None;
     }
     let path = super::repo::path_arg(args).ok()?;
-    let (host, remote_path) = crate::ext::repo_target(node, path)?;
+    let (host, remote_path) = node.ext.repo_target(path)?;
     let call = crate::ext::RepoCall {
         host,
         path: remote_path,
         action: a,
         args,
     };
-    Some(crate::ext::route_repo(node, call).await.map_err(tool_error))
+    Some(node.ext.route_repo(call).await.map_err(tool_error))
 }
 
 /// Dispatches one git-backed `repo` action.
@@ -101,21 +100,22 @@ pub(super) fn handle(
                 spawn_session: bool_arg(args, "spawn_session")?.unwrap_or(false),
                 creator_session: ctx.tuic_session.clone(),
             };
-            let mut v = worktree::create(node, &req).map_err(tool_error)?;
+            let mut v = node.git.create(&req).map_err(tool_error)?;
             if ctx.claude_code() {
                 v["cc_agent_hint"] = cc_agent_hint(&v);
             }
             Ok(v)
         }
         "worktree_list" => {
-            let v = worktree::list(node, path).map_err(tool_error)?;
+            let v = node.git.list(path).map_err(tool_error)?;
             // Listing is where orphaned worktrees are noticed: it opens the cleanup dialog.
-            let _ = orphans::scan(node, path);
+            let _ = node.git.orphan_scan(path);
             Ok(v)
         }
-        "worktree_lifecycle" => {
-            worktree::lifecycle(node, path, branch_arg(args, a)?).map_err(tool_error)
-        }
+        "worktree_lifecycle" => node
+            .git
+            .lifecycle(path, branch_arg(args, a)?)
+            .map_err(tool_error),
         "worktree_remove" => {
             let req = RemoveRequest {
                 repo: path.to_owned(),
@@ -125,23 +125,25 @@ pub(super) fn handle(
                 delete_branch: bool_arg(args, "delete_branch")?,
                 override_lock: bool_arg(args, "override_lock")?.unwrap_or(false),
             };
-            worktree::remove(node, &req).map_err(tool_error)
+            node.git.remove(&req).map_err(tool_error)
         }
-        "branch_integrations" => query::integrations(node, path, None).map_err(tool_error),
-        "branch_integration" => {
-            query::integrations(node, path, Some(branch_arg(args, a)?)).map_err(tool_error)
-        }
-        "branch_delete" => query::delete_branch(
-            node,
-            path,
-            branch_arg(args, a)?,
-            bool_arg(args, "archive")?.unwrap_or(false),
-        )
-        .map_err(tool_error),
+        "branch_integrations" => node.git.integrations(path, None).map_err(tool_error),
+        "branch_integration" => node
+            .git
+            .integrations(path, Some(branch_arg(args, a)?))
+            .map_err(tool_error),
+        "branch_delete" => node
+            .git
+            .delete_branch(
+                path,
+                branch_arg(args, a)?,
+                bool_arg(args, "archive")?.unwrap_or(false),
+            )
+            .map_err(tool_error),
         "orphan_cleanup_answer" => {
             let d = str_arg(args, "decision")?
                 .ok_or_else(|| ToolError::invalid("decision is required (remove or keep)"))?;
-            orphans::answer(node, path, d).map_err(tool_error)
+            node.git.orphan_answer(path, d).map_err(tool_error)
         }
         _ => Err(ToolError::invalid(format!("unknown repo action {a}"))),
     }
@@ -167,6 +169,7 @@ pub(crate) fn declare(
     launch_dir: &str,
     worktree_path: &str,
 ) -> Result<Value, ToolError> {
-    placement::declare(node, tuic_session, session_id, launch_dir, worktree_path)
+    node.git
+        .declare(tuic_session, session_id, launch_dir, worktree_path)
         .map_err(tool_error)
 }

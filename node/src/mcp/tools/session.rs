@@ -119,7 +119,7 @@ async fn prelude(
     // the router may name a session of this host under another name.
     Ok((
         a,
-        match crate::ext::route_session(node, a, args).await? {
+        match node.ext.route_session(a, args).await? {
             Some(crate::ext::Routed::Answered(v)) => Prelude::Answered(v),
             Some(crate::ext::Routed::Local(rewritten)) => Prelude::Here(rewritten),
             None => Prelude::Here(args.clone()),
@@ -274,7 +274,7 @@ pub(super) fn list_rendered(
 ) -> Option<Result<String, ToolError>> {
     // An address of another host in session_id goes through the router like every action
     // (`serve`, which may wait for the owner); the plain list is a read of ready rows.
-    if crate::ext::session_address(node, args).is_some() {
+    if node.ext.session_address(args).is_some() {
         return None;
     }
     Some(Ok(list_json(node, ctx)))

@@ -1,4 +1,4 @@
-//! The extension hooks on a real node, its router called in-process: what an extension
+//! The extension hooks (`crate::ext`) on a real node, its router called in-process: what an extension
 //! installs is what `GET /sessions`, MCP `session` and `repo` serve. The extensions here are
 //! test clients of the API (fixed rows, recorded calls); the hub's are tested end to end in
 //! `tests/tests/hub*.rs` and `federation_mail.rs`.
@@ -11,11 +11,13 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::*;
+use serde_json::Map;
+
+use crate::ext::*;
 use crate::guard::Transport;
 use crate::logs::LogRing;
 use crate::paths::{LocationEnv, Paths};
-use crate::state::RunOverrides;
+use crate::state::{Node, RunOverrides};
 
 fn open_node() -> (tempfile::TempDir, Arc<Node>) {
     let dir = tempfile::tempdir().unwrap();
@@ -306,7 +308,7 @@ impl ToolSource for Echo {
 #[tokio::test]
 async fn an_extensions_tools_are_listed_after_the_native_ones_and_called_through_the_registry() {
     let (_dir, node) = open_node();
-    node.ext.add_tools(&node, Arc::new(Echo));
+    node.ext.add_tools(Arc::new(Echo));
     let msg = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
     let req = Request::post("/mcp")
         .header("content-type", "application/json")
