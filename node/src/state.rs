@@ -93,6 +93,8 @@ pub struct Node {
     pub stories: Arc<crate::stories::Stories>,
     /// Workflow definitions and runs (`crate::stories::workflow`).
     pub workflows: Arc<crate::stories::workflow::Workflows>,
+    /// What the planning layer's entry points take (`crate::stories::StoriesEnv`).
+    pub planning: crate::stories::StoriesEnv,
     /// Automation definitions, their scheduler's state and firing ledger.
     pub automations: Arc<crate::automations::Automations>,
     /// The automation scheduler (started with the node's background tasks).
@@ -164,9 +166,6 @@ impl Node {
             config.tuning.upload_concurrency.max(1) as usize,
         ));
         let mcp = crate::mcp::McpState::new(&config);
-        let upstreams = Arc::new(crate::upstream::Upstreams::new(paths.upstreams_file()));
-        mcp.registry.add_source(upstreams.clone());
-        mcp.registry.add_source(peer.hub_tools.clone());
         let bus = Arc::new(Bus::default());
         let secrets = Arc::new(
             crate::secrets::Secrets::open(crate::secrets::SecretsEnv {
@@ -199,6 +198,21 @@ impl Node {
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
             ));
+            let planning = crate::stories::StoriesEnv {
+                stories: stories.clone(),
+                workflows: workflows.clone(),
+                sessions: sessions.clone(),
+                bus: bus.clone(),
+                tasks: tasks.clone(),
+                shutdown: shutdown.clone(),
+                host: Arc::new(PlanningHost(weak.clone())),
+            };
+            let upstreams = Arc::new(crate::upstream::Upstreams::new(
+                paths.upstreams_file(),
+                upstream_env(weak, &vault, &tasks, &shutdown),
+            ));
+            mcp.registry.add_source(upstreams.clone());
+            mcp.registry.add_source(peer.hub_tools.clone());
             let domain = Domain::new(
                 weak,
                 Shared {
@@ -220,6 +234,7 @@ impl Node {
                 shares,
                 secrets,
                 sessions,
+                planning,
                 notify: crate::notify::Notify::new(notify_env(
                     weak,
                     &paths_for_notify,
@@ -715,6 +730,116 @@ impl Domain {
             tailscale,
             ext,
         }
+/// The upstream service's environment: the vault, tasks and shutdown, and the tuning read
+/// from the current config.
+fn upstream_env(
+    node: &Weak<Node>,
+    vault: &Arc<Vault>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::upstream::UpstreamEnv {
+    let tuning = node.clone();
+    crate::upstream::UpstreamEnv {
+        vault: vault.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        tuning: Arc::new(move || {
+            tuning
+                .upgrade()
+                .map(|n| n.config().tuning.clone())
+                .unwrap_or_default()
+        }),
+    }
+}
+
+/// What the planning layer asks of mail, progress and git. Holds the node weakly: the node
+/// owns the planning environment that owns this.
+struct PlanningHost(Weak<Node>);
+
+impl PlanningHost {
+    fn node(&self) -> Result<Arc<Node>, String> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| "the node is shutting down".to_owned())
+    }
+}
+
+impl crate::stories::env::Host for PlanningHost {
+    fn identity_path(&self, tuic: &str) -> Option<String> {
+        let n = self.0.upgrade()?;
+        n.mail.lock().peers.get(tuic).and_then(|p| p.path.clone())
+    }
+
+    fn is_managed(&self, tuic: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mail.lock().peers.get(tuic).is_some_and(|p| p.managed))
+    }
+
+    fn project_of(&self, dir: &str) -> Option<String> {
+        self.0.upgrade()?.progress.project_of(dir)
+    }
+
+    fn linked_worktrees(&self, main: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
+        let n = self.node()?;
+        let entries = crate::git::worktree::entries(&n.git, main).map_err(|e| e.to_string())?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| !e.main)
+            .map(|e| e.path)
+            .collect())
+    }
+
+    fn spawn_agent(
+        &self,
+        w: crate::stories::env::WorkerSpawn,
+    ) -> Result<serde_json::Value, String> {
+        let owners = w.parent.iter().cloned().collect();
+        crate::mail::spawn::spawn(
+            &self.node()?,
+            crate::mail::spawn::SpawnRequest {
+                command: w.command,
+                args: w.args,
+                cwd: Some(w.cwd),
+                prompt: Some(w.prompt),
+                env: w.env,
+                name: Some(w.name),
+                parent: w.parent,
+                owners,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn journal(&self, entry: crate::progress::NewEntry) -> Result<(), String> {
+        self.node()?.progress.append(entry)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn post_system(
+        &self,
+        recipient: &str,
+        from_name: &str,
+        body: String,
+        kind: &str,
+    ) -> Result<(), String> {
+        let n = self.node()?;
+        {
+            let mut g = n.mail.lock();
+            crate::mail::Mail::ensure(&n, &mut g, recipient);
+        }
+        crate::mail::Mail::post(
+            &n,
+            recipient,
+            "tuic",
+            Some(from_name.to_owned()),
+            body,
+            Some(kind.to_owned()),
+            None,
+        )
+        .map(drop)
+        .map_err(|e| e.to_string())
     }
 }
 

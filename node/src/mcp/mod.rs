@@ -20,6 +20,7 @@ mod tests;
 mod tool_tests;
 pub(crate) mod tools;
 pub(crate) mod transport;
+pub(crate) mod upstreams;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};

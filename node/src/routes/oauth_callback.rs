@@ -55,7 +55,7 @@ pub(super) fn spawn(node: &Arc<Node>, server: CallbackServer) {
         get(move |Query(q): Query<CallbackQuery>| {
             let (n, f) = (n.clone(), f.clone());
             async move {
-                let p = oauth::callback(&n, &f, q).await;
+                let p = oauth::callback(&n.upstreams, &f, q).await;
                 if p.status == 200 {
                     // The grant is audited by upstream name; tokens never are.
                     let who = crate::audit::Actor {

@@ -92,7 +92,7 @@ fn caller(
     lowered: bool,
 ) -> Result<(String, Actor), StoryError> {
     let (project, actor) = crate::stories::http_caller(
-        node,
+        &node.planning,
         transport,
         env.project.as_deref(),
         env.session.as_deref(),
@@ -149,7 +149,7 @@ async fn definition_action(
     let transport = transport.map(|t| t.0);
     blocking(move || {
         let (project, actor) = caller(&node, transport, &env, lowered)?;
-        crate::stories::workflow::definition_action(&node, &project, &actor, &env.input)
+        crate::stories::workflow::definition_action(&node.planning, &project, &actor, &env.input)
     })
     .await
 }
@@ -165,7 +165,7 @@ async fn run_action(
     let transport = transport.map(|t| t.0);
     blocking(move || {
         let (project, actor) = caller(&node, transport, &env, lowered)?;
-        crate::stories::workflow::run_action(&node, &project, &actor, &env.input)
+        crate::stories::workflow::run_action(&node.planning, &project, &actor, &env.input)
     })
     .await
 }

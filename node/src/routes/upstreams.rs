@@ -40,7 +40,7 @@ async fn oauth_start(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let up = node.upstreams.clone();
-    let (started, server) = up.start_oauth(&node, &name).await.map_err(oauth_error)?;
+    let (started, server) = up.start_oauth(&name).await.map_err(oauth_error)?;
     super::oauth_callback::spawn(&node, server);
     Ok(Json(serde_json::to_value(started).unwrap_or_default()))
 }
@@ -49,10 +49,7 @@ async fn oauth_cancel(
     State(node): State<Arc<Node>>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let n = node
-        .upstreams
-        .cancel_oauth(&node, &name)
-        .map_err(oauth_error)?;
+    let n = node.upstreams.cancel_oauth(&name).map_err(oauth_error)?;
     let status = node.upstreams.oauth_status(&name);
     Ok(Json(serde_json::json!({"cancelled": n, "status": status})))
 }
@@ -85,7 +82,7 @@ async fn put_upstreams(
     JsonBody(body): JsonBody<SaveBody>,
 ) -> Result<Json<Value>, ApiError> {
     let up = node.upstreams.clone();
-    up.save(&node, body.base, body.config)
+    up.save(body.base, body.config)
         .await
         .map(Json)
         .map_err(|e| match e {

@@ -564,11 +564,12 @@ fn serve_conn<I>(
 
 fn spawn_background(node: &Arc<Node>) {
     crate::mcp::spawn_background(node);
-    crate::upstream::spawn(node);
+    crate::upstream::spawn(&node.upstreams);
+    crate::mcp::upstreams::announce_changes(node);
     crate::mail::spawn_background(node);
     node.tailscale.spawn();
     node.scheduler.spawn();
-    crate::stories::runner::spawn(node);
+    crate::stories::runner::spawn(&node.planning);
     node.notify.start();
     // Hand edits and `set-password` change config.json under a running node: reload it.
     let n = node.clone();

@@ -17,15 +17,14 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::env::StoriesEnv;
 use super::service::{Ctx, StoryAction, StoryOrigin};
 use super::workflow::{Launch, MAX_LAUNCHES, MAX_PROPOSALS, Proposal, Run, RunChange, RunStatus};
 use super::{Actor, StoryError, payload_hash};
-use crate::state::Node;
 
 /// `workflow_launch`'s input.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -86,7 +85,7 @@ fn forbidden(action: &str, has: &'static str) -> StoryError {
 
 /// The caller's identity when it is a bound, local, managed PTY.
 fn bound_caller(
-    node: &Node,
+    env: &StoriesEnv,
     caller: Option<&str>,
     loopback: bool,
     tool: &str,
@@ -95,8 +94,8 @@ fn bound_caller(
     if !loopback {
         return Err(forbidden(tool, "a remote caller"));
     }
-    let managed = node.mail.lock().peers.get(c).is_some_and(|p| p.managed);
-    if !node.sessions.owns_live_pty(c) || !managed {
+    let managed = env.host.is_managed(c);
+    if !env.sessions.owns_live_pty(c) || !managed {
         return Err(forbidden(
             tool,
             "an identity without a live managed terminal",
@@ -130,8 +129,13 @@ fn check_coordinator(run: &Run, me: &str, tool: &str) -> Result<(), StoryError> 
     Ok(())
 }
 
-fn coordinator_run(node: &Node, run_id: &str, me: &str, tool: &str) -> Result<Run, StoryError> {
-    let run = node
+fn coordinator_run(
+    env: &StoriesEnv,
+    run_id: &str,
+    me: &str,
+    tool: &str,
+) -> Result<Run, StoryError> {
+    let run = env
         .workflows
         .run(run_id)
         .ok_or_else(|| StoryError::UnknownRecord {
@@ -158,7 +162,7 @@ fn check_key(field: &str, v: &str, max: usize) -> Result<(), StoryError> {
 
 /// The canonical path of a linked worktree of `project`; the main checkout and unknown
 /// directories are refused.
-fn check_worktree(node: &Node, project: &str, path: &str) -> Result<String, StoryError> {
+fn check_worktree(env: &StoriesEnv, project: &str, path: &str) -> Result<String, StoryError> {
     let p = std::fs::canonicalize(path)
         .map_err(|e| StoryError::Invalid(format!("worktreePath {path}: {e}")))?;
     let main = Path::new(project);
@@ -168,12 +172,13 @@ fn check_worktree(node: &Node, project: &str, path: &str) -> Result<String, Stor
             p.display()
         )));
     }
-    let entries = crate::git::worktree::entries(&node.git, main)
+    let linked = env
+        .host
+        .linked_worktrees(main)
         .map_err(|e| StoryError::Invalid(format!("listing the worktrees of {project}: {e}")))?;
-    let known = entries
+    let known = linked
         .iter()
-        .filter(|e| !e.main)
-        .any(|e| e.path.canonicalize().ok().as_deref() == Some(p.as_path()));
+        .any(|w| w.canonicalize().ok().as_deref() == Some(p.as_path()));
     if !known {
         return Err(StoryError::Invalid(format!(
             "worktreePath {} is not a linked worktree of {project} (repo action=worktree_list)",
@@ -185,7 +190,7 @@ fn check_worktree(node: &Node, project: &str, path: &str) -> Result<String, Stor
 
 /// `workflow_launch`. `caller` is the MCP binding's identity. Blocking (it spawns).
 pub fn launch(
-    node: &Arc<Node>,
+    env: &StoriesEnv,
     caller: Option<&str>,
     loopback: bool,
     input: &Value,
@@ -193,7 +198,7 @@ pub fn launch(
     const TOOL: &str = "workflow_launch";
     let i: LaunchInput = serde_json::from_value(input.clone())
         .map_err(|e| StoryError::Invalid(format!("input: {e}")))?;
-    let me = bound_caller(node, caller, loopback, TOOL)?;
+    let me = bound_caller(env, caller, loopback, TOOL)?;
     check_key("attemptId", &i.attempt_id, 64)?;
     if i.skills.len() > 16 || i.skills.iter().any(|s| s.is_empty() || s.len() > 64) {
         return Err(StoryError::Invalid(
@@ -203,9 +208,9 @@ pub fn launch(
     if i.feedback.as_ref().is_some_and(|f| f.len() > 8_000) {
         return Err(StoryError::Invalid("feedback: at most 8,000 bytes".into()));
     }
-    let run = coordinator_run(node, &i.run_id, &me, TOOL)?;
+    let run = coordinator_run(env, &i.run_id, &me, TOOL)?;
     let coord = run.active_coordinator().cloned().expect("checked");
-    let def = node
+    let def = env
         .workflows
         .definition(&run.project, &run.definition_id, run.definition_revision)
         .ok_or_else(|| StoryError::UnknownRecord {
@@ -225,7 +230,7 @@ pub fn launch(
             step.launches.keys().cloned().collect::<Vec<_>>().join(", ")
         ))
     })?;
-    let worktree = check_worktree(node, &run.project, &i.worktree_path)?;
+    let worktree = check_worktree(env, &run.project, &i.worktree_path)?;
     let hash = payload_hash(
         &Actor::Agent {
             session: me.clone(),
@@ -235,7 +240,7 @@ pub fn launch(
     let now = crate::logs::now_ms();
     // Reserve the spawn effect (durable) before spawning.
     let mut replay = None;
-    node.workflows.update(&run.run_id, now, |cur| {
+    env.workflows.update(&run.run_id, now, |cur| {
         check_coordinator(cur, &me, TOOL)?;
         if let Some(l) = cur.launches.get(&i.attempt_id) {
             if l.hash != hash {
@@ -301,7 +306,7 @@ pub fn launch(
         return Ok(json!({"ok": true, "replayed": true, "launch": l}));
     }
     let busy_key = format!("{}/{}", run.run_id, i.attempt_id);
-    if !node
+    if !env
         .workflows
         .launching
         .lock()
@@ -314,7 +319,7 @@ pub fn launch(
         )));
     }
     let story_id = run.target["id"].as_str().unwrap_or_default().to_owned();
-    let title = node
+    let title = env
         .stories
         .get(&run.project, &story_id)
         .map(|s| s.title)
@@ -335,7 +340,7 @@ pub fn launch(
             ("skills", i.skills.join(", ")),
         ],
     );
-    let env: HashMap<String, String> = [
+    let vars: HashMap<String, String> = [
         ("TUIC_RUN_ID", run.run_id.clone()),
         ("TUIC_ATTEMPT_ID", i.attempt_id.clone()),
         ("TUIC_ATTEMPT_GENERATION", "1".to_owned()),
@@ -345,21 +350,16 @@ pub fn launch(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let spawned = crate::mail::spawn::spawn(
-        node,
-        crate::mail::spawn::SpawnRequest {
-            command: ld.agent.command.clone(),
-            args: ld.agent.args.clone(),
-            cwd: Some(worktree.clone()),
-            prompt: Some(prompt),
-            env,
-            name: Some(format!("{}-{}", run.run_id, i.attempt_id)),
-            parent: Some(me.clone()),
-            owners: vec![me.clone()],
-            ..Default::default()
-        },
-    );
-    node.workflows
+    let spawned = env.host.spawn_agent(super::env::WorkerSpawn {
+        command: ld.agent.command.clone(),
+        args: ld.agent.args.clone(),
+        cwd: worktree.clone(),
+        prompt,
+        env: vars,
+        name: format!("{}-{}", run.run_id, i.attempt_id),
+        parent: Some(me.clone()),
+    });
+    env.workflows
         .launching
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -367,7 +367,7 @@ pub fn launch(
     let now = crate::logs::now_ms();
     match spawned {
         Ok(v) => {
-            let r = node.workflows.update(&run.run_id, now, |cur| {
+            let r = env.workflows.update(&run.run_id, now, |cur| {
                 let mut n = cur.clone();
                 let Some(l) = n.launches.get_mut(&i.attempt_id) else {
                     return Ok(None);
@@ -390,11 +390,11 @@ pub fn launch(
                     events: vec![("attempt_launched".into(), ev)],
                 }))
             })?;
-            node.workflows.timer.notify_one();
+            env.workflows.timer.notify_one();
             Ok(json!({"ok": true, "launch": r.launches.get(&i.attempt_id)}))
         }
         Err(e) => {
-            let _ = node.workflows.update(&run.run_id, now, |cur| {
+            let _ = env.workflows.update(&run.run_id, now, |cur| {
                 let mut n = cur.clone();
                 if n.launches.remove(&i.attempt_id).is_none() {
                     return Ok(None);
@@ -416,7 +416,7 @@ pub fn launch(
 
 /// `workflow_story_create`. Blocking (it commits).
 pub fn story_create(
-    node: &Arc<Node>,
+    env: &StoriesEnv,
     caller: Option<&str>,
     loopback: bool,
     input: &Value,
@@ -424,11 +424,11 @@ pub fn story_create(
     const TOOL: &str = "workflow_story_create";
     let i: StoryCreateInput = serde_json::from_value(input.clone())
         .map_err(|e| StoryError::Invalid(format!("input: {e}")))?;
-    let me = bound_caller(node, caller, loopback, TOOL)?;
+    let me = bound_caller(env, caller, loopback, TOOL)?;
     check_key("proposalKey", &i.proposal_key, 128)?;
-    let run = coordinator_run(node, &i.run_id, &me, TOOL)?;
+    let run = coordinator_run(env, &i.run_id, &me, TOOL)?;
     let target = run.target["id"].as_str().unwrap_or_default();
-    let plan = node
+    let plan = env
         .stories
         .get(&run.project, target)
         .and_then(|s| s.plan_source)
@@ -443,7 +443,7 @@ pub fn story_create(
     let hash = payload_hash(&Actor::LocalApi, &i.story);
     let now = crate::logs::now_ms();
     let mut done = None;
-    node.workflows.update(&run.run_id, now, |cur| {
+    env.workflows.update(&run.run_id, now, |cur| {
         check_coordinator(cur, &me, TOOL)?;
         if let Some(p) = cur.proposals.get(&i.proposal_key) {
             if p.hash != hash {
@@ -479,14 +479,14 @@ pub fn story_create(
         }))
     })?;
     if let Some(id) = done {
-        let s = node
+        let s = env
             .stories
             .get(&run.project, &id)
             .ok_or_else(|| StoryError::NotFound(id.clone()))?;
         return Ok(json!({"story": s, "replayed": true}));
     }
     let st = i.story.clone();
-    let created = node.stories.create_proposed(
+    let created = env.stories.create_proposed(
         &Ctx {
             project: run.project.clone(),
             // The story's author is the run (independent of any reviewer session).
@@ -513,7 +513,7 @@ pub fn story_create(
     match created {
         Ok(v) => {
             let id = v["story"]["id"].as_str().unwrap_or_default().to_owned();
-            node.workflows.update(&run.run_id, now, |cur| {
+            env.workflows.update(&run.run_id, now, |cur| {
                 let mut n = cur.clone();
                 let Some(p) = n.proposals.get_mut(&i.proposal_key) else {
                     return Ok(None);
@@ -534,7 +534,7 @@ pub fn story_create(
         }
         Err(e) => {
             let msg = e.to_string();
-            let _ = node.workflows.update(&run.run_id, now, |cur| {
+            let _ = env.workflows.update(&run.run_id, now, |cur| {
                 let mut n = cur.clone();
                 if n.proposals.remove(&i.proposal_key).is_none() {
                     return Ok(None);
@@ -555,7 +555,7 @@ pub fn story_create(
 /// After a committed report of a launched worker: the active coordinator's inbox gets a
 /// `workflow_event` cursor (a system message from `tuic`). The coordinator replays the run
 /// log from it (`workflow_run action=events`); the mail is never the outcome itself.
-pub fn notify(node: &Arc<Node>, run: &Run, story_id: &str, sequence: u64) {
+pub fn notify(env: &StoriesEnv, run: &Run, story_id: &str, sequence: u64) {
     let Some(c) = run
         .active_coordinator()
         .and_then(|a| a.tuic_session.clone())
@@ -563,19 +563,10 @@ pub fn notify(node: &Arc<Node>, run: &Run, story_id: &str, sequence: u64) {
         return;
     };
     let body = json!({"type": "workflow_event", "runId": run.run_id, "storyId": story_id, "sequence": sequence});
+    if let Err(e) = env
+        .host
+        .post_system(&c, "TUIC workflow", body.to_string(), "workflow_event")
     {
-        let mut g = node.mail.lock();
-        crate::mail::Mail::ensure(node, &mut g, &c);
-    }
-    if let Err(e) = crate::mail::Mail::post(
-        node,
-        &c,
-        "tuic",
-        Some("TUIC workflow".into()),
-        body.to_string(),
-        Some("workflow_event".into()),
-        None,
-    ) {
         tracing::warn!(run = %run.run_id, coordinator = %c, error = %e, "workflow_event not delivered");
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod coordinator;
 pub mod db;
+pub mod env;
 pub mod plan;
 pub mod runner;
 pub mod service;
@@ -24,6 +25,7 @@ pub mod workflow;
 
 use serde::{Deserialize, Serialize};
 
+pub use env::StoriesEnv;
 pub use service::{Stories, StoryAction};
 
 /// Who is acting, selected by the host from the transport and the MCP binding. Request JSON
@@ -215,20 +217,16 @@ pub(crate) fn payload_hash(actor: &Actor, payload: &impl Serialize) -> String {
 }
 
 /// The directory a TUIC identity works in: its live PTY's cwd, else its registered path.
-fn identity_dir(node: &crate::state::Node, tuic: &str) -> Option<String> {
-    if let Some(s) = node.sessions.live(tuic).filter(|s| s.exit().is_none()) {
+fn identity_dir(env: &StoriesEnv, tuic: &str) -> Option<String> {
+    if let Some(s) = env.sessions.live(tuic).filter(|s| s.exit().is_none()) {
         return Some(s.cwd.clone());
     }
-    node.mail
-        .lock()
-        .peers
-        .get(tuic)
-        .and_then(|p| p.path.clone())
+    env.host.identity_path(tuic)
 }
 
 /// The registered project of an identity or an explicit path.
-fn project_for(node: &crate::state::Node, dir: &str) -> Result<String, StoryError> {
-    node.progress.project_of(dir).ok_or_else(|| {
+fn project_for(env: &StoriesEnv, dir: &str) -> Result<String, StoryError> {
+    env.host.project_of(dir).ok_or_else(|| {
         StoryError::NoProject(format!(
             "{dir} is not inside a registered repository; register it with repo action=add"
         ))
@@ -243,33 +241,33 @@ fn project_for(node: &crate::state::Node, dir: &str) -> Result<String, StoryErro
 /// agent with `session_id`; otherwise it is `local_api` on loopback and `human` over
 /// authenticated remote TCP.
 pub fn resolve_caller(
-    node: &crate::state::Node,
+    env: &StoriesEnv,
     bound: Option<&str>,
     loopback: bool,
     project_path: Option<&str>,
     session_id: Option<&str>,
 ) -> Result<(String, Actor), StoryError> {
     if let Some(t) = bound {
-        let dir = identity_dir(node, t).ok_or_else(|| {
+        let dir = identity_dir(env, t).ok_or_else(|| {
             StoryError::NoProject(
                 "this caller has no working directory: call from a TUIC terminal or agent action=register with path".into(),
             )
         })?;
         return Ok((
-            project_for(node, &dir)?,
+            project_for(env, &dir)?,
             Actor::Agent {
                 session: t.to_owned(),
             },
         ));
     }
     if let Some(sid) = session_id.filter(|s| !s.is_empty()) {
-        let s = node
+        let s = env
             .sessions
             .live(sid)
             .ok_or_else(|| StoryError::Invalid(format!("session_id {sid}: no live terminal")))?;
         let project = match project_path {
-            Some(p) => project_for(node, p)?,
-            None => project_for(node, &s.cwd)?,
+            Some(p) => project_for(env, p)?,
+            None => project_for(env, &s.cwd)?,
         };
         return Ok((
             project,
@@ -289,17 +287,17 @@ pub fn resolve_caller(
     } else {
         Actor::Human
     };
-    Ok((project_for(node, p)?, actor))
+    Ok((project_for(env, p)?, actor))
 }
 
 /// Resolves an HTTP caller: `sessionId` acts as that terminal's agent; otherwise verified
 /// TCP credentials are `human` and the IPC socket is `local_api`.
 pub fn http_caller(
-    node: &crate::state::Node,
+    env: &StoriesEnv,
     transport: Option<crate::guard::Transport>,
     project_path: Option<&str>,
     session_id: Option<&str>,
 ) -> Result<(String, Actor), StoryError> {
     let loopback = matches!(transport, Some(crate::guard::Transport::Ipc));
-    resolve_caller(node, None, loopback, project_path, session_id)
+    resolve_caller(env, None, loopback, project_path, session_id)
 }

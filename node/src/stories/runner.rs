@@ -7,17 +7,20 @@
 //! bind leaves a reserved attempt, which recovery launches again.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tuic_proto::events::Event;
 
+use super::env::StoriesEnv;
 use super::workflow::{
     Attempt, CONTRACT_VERSION, Launch, PendingInput, Role, Run, RunChange, RunStatus,
 };
 use super::{StoryError, payload_hash};
-use crate::state::Node;
+
+mod report;
+
+pub use report::*;
 
 /// The next attempt at the run's current step: generation + 1 when it retries the same step.
 pub fn next_attempt(run: &Run, feedback: Option<String>) -> Attempt {
@@ -96,15 +99,15 @@ pub(super) fn render(template: &str, vars: &[(&str, String)]) -> String {
 
 /// Launches the run's reserved attempt, if it has one and is running. Returns at once; the
 /// spawn runs on the blocking pool.
-pub fn kick(node: &Arc<Node>, run_id: &str) {
-    let n = node.clone();
+pub fn kick(env: &StoriesEnv, run_id: &str) {
+    let n = env.clone();
     let run_id = run_id.to_owned();
-    node.tasks.spawn_blocking(move || launch(&n, &run_id));
+    env.tasks.spawn_blocking(move || launch(&n, &run_id));
 }
 
-fn launch(node: &Arc<Node>, run_id: &str) {
-    let w = &node.workflows;
-    reconcile(node, run_id);
+fn launch(env: &StoriesEnv, run_id: &str) {
+    let w = &env.workflows;
+    reconcile(env, run_id);
     let Some(run) = w.run(run_id) else { return };
     if run.status != RunStatus::Running {
         return;
@@ -123,7 +126,7 @@ fn launch(node: &Arc<Node>, run_id: &str) {
     {
         return;
     }
-    let r = spawn_worker(node, &run, &att);
+    let r = spawn_worker(env, &run, &att);
     let now = crate::logs::now_ms();
     let res = match r {
         Ok(v) => w.update(run_id, now, |cur| {
@@ -161,7 +164,7 @@ fn launch(node: &Arc<Node>, run_id: &str) {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&att.attempt_id);
             if r.is_ok() {
-                kick(node, run_id);
+                kick(env, run_id);
             }
             return;
         }
@@ -176,8 +179,8 @@ fn launch(node: &Arc<Node>, run_id: &str) {
     }
 }
 
-fn spawn_worker(node: &Arc<Node>, run: &Run, att: &Attempt) -> Result<Value, String> {
-    let def = node
+fn spawn_worker(env: &StoriesEnv, run: &Run, att: &Attempt) -> Result<Value, String> {
+    let def = env
         .workflows
         .definition(&run.project, &run.definition_id, run.definition_revision)
         .ok_or("the pinned definition revision is gone")?;
@@ -187,7 +190,7 @@ fn spawn_worker(node: &Arc<Node>, run: &Run, att: &Attempt) -> Result<Value, Str
         .find(|s| s.id == att.step_id)
         .ok_or("the step is not in the pinned definition")?;
     let story_id = run.target["id"].as_str().unwrap_or_default().to_owned();
-    let title = node
+    let title = env
         .stories
         .get(&run.project, &story_id)
         .map(|s| s.title)
@@ -205,7 +208,7 @@ fn spawn_worker(node: &Arc<Node>, run: &Run, att: &Attempt) -> Result<Value, Str
             ("feedback", att.feedback.clone().unwrap_or_default()),
         ],
     );
-    let env: HashMap<String, String> = [
+    let vars: HashMap<String, String> = [
         ("TUIC_RUN_ID", run.run_id.clone()),
         ("TUIC_ATTEMPT_ID", att.attempt_id.clone()),
         ("TUIC_ATTEMPT_GENERATION", att.generation.to_string()),
@@ -215,365 +218,26 @@ fn spawn_worker(node: &Arc<Node>, run: &Run, att: &Attempt) -> Result<Value, Str
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    crate::mail::spawn::spawn(
-        node,
-        crate::mail::spawn::SpawnRequest {
-            command: step.agent.command.clone(),
-            args: step.agent.args.clone(),
-            cwd: Some(run.project.clone()),
-            prompt: Some(prompt),
-            env,
-            name: Some(format!("{}-{}", run.run_id, att.step_id)),
-            ..Default::default()
-        },
-    )
+    env.host.spawn_agent(super::env::WorkerSpawn {
+        command: step.agent.command.clone(),
+        args: step.agent.args.clone(),
+        cwd: run.project.clone(),
+        prompt,
+        env: vars,
+        name: format!("{}-{}", run.run_id, att.step_id),
+        parent: None,
+    })
 }
 
 /// Closes the worker of a cancelled run.
-pub fn stop_worker(node: &Node, run: &Run) {
+pub fn stop_worker(env: &StoriesEnv, run: &Run) {
     if let Some(s) = run
         .attempt
         .as_ref()
         .and_then(|a| a.session_id.as_deref())
-        .and_then(|id| node.sessions.live(id))
+        .and_then(|id| env.sessions.live(id))
     {
         s.kill();
-    }
-}
-
-/// `workflow_report`'s input (`{input: AttemptReport}`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct AttemptReport {
-    /// Must be [`CONTRACT_VERSION`].
-    pub contract_version: u64,
-    /// The run.
-    pub run_id: String,
-    /// The run's story.
-    pub story_id: String,
-    /// The pinned story revision.
-    pub story_revision: u64,
-    /// The reporting attempt.
-    pub attempt_id: String,
-    /// Its generation.
-    pub generation: u64,
-    /// `completed`, `failed` or `needs_input`.
-    pub outcome: Outcome,
-    /// One paragraph.
-    pub summary: String,
-    /// Per-criterion results.
-    #[serde(default)]
-    pub criterion_results: Vec<Value>,
-    /// Durable evidence (commands run, files, digests).
-    #[serde(default)]
-    pub evidence: Vec<Value>,
-    /// Required with `needs_input`.
-    #[serde(default)]
-    pub input_request: Option<InputRequest>,
-    /// A reviewer's decision (durable evidence; never promotes the story).
-    #[serde(default)]
-    pub review: Option<ReviewEvidence>,
-}
-
-/// A reviewer's evidence: required on a completed report of a reviewer attempt.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReviewEvidence {
-    /// `approve` or `changes_requested`.
-    pub decision: super::service::Decision,
-    /// The digest of the artifact reviewed (a commit, a tree hash, a file's sha256).
-    pub artifact_digest: String,
-    /// One finding per criterion checked, indexed into the story's acceptance criteria.
-    pub findings: Vec<super::service::Finding>,
-}
-
-/// A report's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The step is done.
-    Completed,
-    /// The step failed (costs a repair).
-    Failed,
-    /// The worker needs an answer (`resume_graph`).
-    NeedsInput,
-}
-
-/// What a `needs_input` report asks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InputRequest {
-    /// The question.
-    pub question: String,
-    /// The options (required; may be empty for a free-text answer).
-    pub options: Vec<String>,
-}
-
-/// The evidence rules of the spec, checked before anything is recorded: a completed report
-/// of a reviewer attempt carries `review` whose findings index the story's `criteria`
-/// acceptance criteria (each at most once); a `review` on any report is held to the same
-/// shape.
-fn check_evidence(r: &AttemptReport, role: Role, criteria: usize) -> Result<(), StoryError> {
-    if r.outcome == Outcome::NeedsInput
-        && r.input_request
-            .as_ref()
-            .is_none_or(|q| q.question.trim().is_empty())
-    {
-        return Err(StoryError::Invalid(
-            "a needs_input report requires inputRequest {question, options} with a question".into(),
-        ));
-    }
-    let Some(rv) = &r.review else {
-        if role == Role::Reviewer && r.outcome == Outcome::Completed {
-            return Err(StoryError::Invalid(format!(
-                "{} is a reviewer attempt: a completed report requires review {{decision, artifactDigest, findings}}",
-                r.attempt_id
-            )));
-        }
-        return Ok(());
-    };
-    if rv.artifact_digest.trim().is_empty() {
-        return Err(StoryError::Invalid(
-            "review.artifactDigest must name the artifact reviewed".into(),
-        ));
-    }
-    if rv.findings.is_empty() {
-        return Err(StoryError::Invalid(
-            "review.findings must hold at least one criterion-indexed finding".into(),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for f in &rv.findings {
-        if f.criterion >= criteria {
-            return Err(StoryError::Invalid(format!(
-                "review finding for criterion {}: the story has {criteria} acceptance criteria (indexed from 0)",
-                f.criterion
-            )));
-        }
-        if !seen.insert(f.criterion) {
-            return Err(StoryError::Invalid(format!(
-                "review has two findings for criterion {}",
-                f.criterion
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Records a worker's report (idempotent per attempt and generation) and advances the graph.
-/// `caller` is the reporting identity from the MCP binding. Blocking.
-pub fn report(node: &Arc<Node>, caller: Option<&str>, input: &Value) -> Result<Value, StoryError> {
-    let r: AttemptReport = serde_json::from_value(input.clone())
-        .map_err(|e| StoryError::Invalid(format!("input: {e}")))?;
-    let caller = caller.ok_or_else(|| StoryError::Forbidden {
-        action: "workflow_report".into(),
-        needs: "the attempt's bound worker session",
-        has: "an unbound caller",
-    })?;
-    if r.contract_version != CONTRACT_VERSION {
-        return Err(StoryError::Invalid(format!(
-            "contractVersion {} is not supported; this node speaks {CONTRACT_VERSION}",
-            r.contract_version
-        )));
-    }
-    // The story's criteria index review findings.
-    let criteria = node
-        .workflows
-        .run(&r.run_id)
-        .and_then(|run| node.stories.get(&run.project, &r.story_id))
-        .map_or(0, |s| s.acceptance_criteria.len());
-    let key = format!("{}#{}", r.attempt_id, r.generation);
-    let hash = payload_hash(
-        &super::Actor::Agent {
-            session: caller.to_owned(),
-        },
-        &r,
-    );
-    let now = crate::logs::now_ms();
-    let mut replay = None;
-    let mut launched = false;
-    let run = node.workflows.update(&r.run_id, now, |cur| {
-        if let Some((h, seq)) = cur.reports.get(&key) {
-            if *h == hash {
-                replay = Some(*seq);
-                return Ok(None);
-            }
-            return Err(StoryError::IdempotencyConflict { key: key.clone() });
-        }
-        if cur.target["id"].as_str() != Some(r.story_id.as_str())
-            || cur.story_revision != r.story_revision
-        {
-            return Err(StoryError::StaleRevision {
-                id: format!("{} (story {})", cur.run_id, r.story_id),
-                expected: r.story_revision,
-                current: cur.story_revision,
-            });
-        }
-        if let Some(l) = cur.launches.get(&r.attempt_id) {
-            // A worker the coordinator launched: its report is durable evidence for the
-            // coordinator (mailed as a `workflow_event`); the coordinator's own report is
-            // what advances the graph.
-            if l.generation != r.generation {
-                return Err(StoryError::StaleRevision {
-                    id: r.attempt_id.clone(),
-                    expected: r.generation,
-                    current: l.generation,
-                });
-            }
-            if l.tuic_session.as_deref() != Some(caller) {
-                return Err(StoryError::Forbidden {
-                    action: format!("reporting for {}", r.attempt_id),
-                    needs: "the attempt's own worker session",
-                    has: "another session",
-                });
-            }
-            if l.timed_out {
-                return Err(StoryError::Transition(format!(
-                    "{} timed out (no report by its deadline); it takes no more reports",
-                    r.attempt_id
-                )));
-            }
-            if cur.status.terminal() || l.reported {
-                return Err(StoryError::Transition(format!(
-                    "{} takes no more reports ({:?})",
-                    r.attempt_id, cur.status
-                )));
-            }
-            check_evidence(&r, l.role, criteria)?;
-            let mut n = cur.clone();
-            if let Some(l) = n.launches.get_mut(&r.attempt_id) {
-                l.reported = true;
-            }
-            if let Some(d) = cur.timeout_from(now) {
-                n.hold_coordinator(d);
-            }
-            n.reports
-                .insert(key.clone(), (hash.clone(), cur.sequence + 1));
-            launched = true;
-            return Ok(Some(RunChange {
-                run: n,
-                events: vec![(
-                    "report".into(),
-                    serde_json::to_value(&r).unwrap_or_default(),
-                )],
-            }));
-        }
-        let Some(a) = cur.attempt.as_ref().filter(|a| a.attempt_id == r.attempt_id) else {
-            return Err(StoryError::Transition(format!(
-                "{} is not the active attempt of {}",
-                r.attempt_id, cur.run_id
-            )));
-        };
-        if a.generation != r.generation {
-            return Err(StoryError::StaleRevision {
-                id: r.attempt_id.clone(),
-                expected: r.generation,
-                current: a.generation,
-            });
-        }
-        if a.tuic_session.as_deref() != Some(caller) {
-            return Err(StoryError::Forbidden {
-                action: format!("reporting for {}", r.attempt_id),
-                needs: "the attempt's own worker session",
-                has: "another session",
-            });
-        }
-        check_evidence(&r, a.role, criteria)?;
-        if !matches!(cur.status, RunStatus::Running | RunStatus::Paused) {
-            return Err(StoryError::Transition(format!(
-                "{} is {:?}; it takes no reports",
-                cur.run_id, cur.status
-            )));
-        }
-        let mut ch = RunChange {
-            run: cur.clone(),
-            events: vec![(
-                "report".into(),
-                serde_json::to_value(&r).unwrap_or_default(),
-            )],
-        };
-        ch.run
-            .reports
-            .insert(key.clone(), (hash.clone(), cur.sequence + 1));
-        match r.outcome {
-            Outcome::Completed => {
-                let n = &mut ch.run;
-                ch.events.push((
-                    "step_completed".into(),
-                    json!({"step_id": a.step_id, "attempt_id": a.attempt_id}),
-                ));
-                n.step_index += 1;
-                if n.step_index >= n.step_ids.len() {
-                    n.status = RunStatus::Completed;
-                    n.attempt = None;
-                    ch.events.push(("completed".into(), json!({"steps": n.step_ids.len()})));
-                } else {
-                    let next = next_attempt(n, None);
-                    n.attempts_made += 1;
-                    ch.events.push(reserved_event(&next));
-                    n.attempt = Some(next);
-                }
-            }
-            Outcome::Failed => {
-                let rep = repair(&ch.run, &format!("attempt reported failed: {}", r.summary), true);
-                ch.run = rep.run;
-                ch.events.extend(rep.events);
-            }
-            Outcome::NeedsInput => {
-                let q = r.input_request.clone().expect("checked");
-                ch.run.status = RunStatus::AwaitingInput;
-                ch.run.pending_input = Some(PendingInput {
-                    activation_id: a.attempt_id.clone(),
-                    question: q.question.clone(),
-                    options: q.options.clone(),
-                });
-                ch.events.push((
-                    "awaiting_input".into(),
-                    json!({"activation_id": a.attempt_id, "question": q.question, "options": q.options}),
-                ));
-            }
-        }
-        Ok(Some(ch))
-    })?;
-    if let Some(seq) = replay {
-        return Ok(json!({"ok": true, "run_id": r.run_id, "sequence": seq, "replayed": true}));
-    }
-    journal(node, &run, &r);
-    let seq = run.reports.get(&key).map(|x| x.1).unwrap_or(run.sequence);
-    if launched {
-        super::coordinator::notify(node, &run, &r.story_id, seq);
-    }
-    kick(node, &run.run_id);
-    Ok(json!({"ok": true, "run_id": r.run_id, "sequence": seq, "status": run.status}))
-}
-
-/// Reports go to the progress journal too (origin `workflow`), best effort.
-fn journal(node: &Node, run: &Run, r: &AttemptReport) {
-    let kind = match r.outcome {
-        Outcome::Completed => crate::progress::Kind::Done,
-        _ => crate::progress::Kind::Blocked,
-    };
-    let e = node.progress.append(crate::progress::NewEntry {
-        project: run.project.clone(),
-        kind,
-        text: r.summary.clone(),
-        step: run
-            .step_ids
-            .get(
-                run.step_index
-                    .saturating_sub(1)
-                    .min(run.step_ids.len().saturating_sub(1)),
-            )
-            .cloned(),
-        origin: crate::progress::Origin::Workflow,
-        pty_id: None,
-        tuic_session: None,
-        agent_name: None,
-        agent_type: None,
-        run_id: Some(run.run_id.clone()),
-    });
-    if let Err(e) = e {
-        tracing::debug!(run = %run.run_id, error = %e, "workflow report not journaled");
     }
 }
 
@@ -582,9 +246,9 @@ const MAX_TIMER_SLEEP: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The attempt timer: sleeps until the earliest deadline of a running run's launched,
 /// unreported attempt (or until a launch sets a new one), then times the overdue out.
-fn spawn_timer(node: &Arc<Node>) {
-    let n = node.clone();
-    node.tasks.spawn(async move {
+fn spawn_timer(env: &StoriesEnv) {
+    let n = env.clone();
+    env.tasks.spawn(async move {
         loop {
             let now = crate::logs::now_ms();
             let next = n
@@ -620,16 +284,16 @@ fn spawn_timer(node: &Arc<Node>) {
 /// `attempt_timed_out` and a repair (the next generation, or the run fails when repairs run
 /// out); the overdue worker is closed. Coordinator-launched workers past their deadline are
 /// timed out too (see [`time_out_launches`]).
-fn time_out_due(node: &Arc<Node>, now: u64) {
-    time_out_launches(node, now);
-    for run in node.workflows.live_runs() {
+fn time_out_due(env: &StoriesEnv, now: u64) {
+    time_out_launches(env, now);
+    for run in env.workflows.live_runs() {
         let Some(a) = run.attempt.clone() else {
             continue;
         };
         if run.status != RunStatus::Running || a.deadline_ms.is_none_or(|d| d > now) {
             continue;
         }
-        let r = node.workflows.update(&run.run_id, now, |cur| {
+        let r = env.workflows.update(&run.run_id, now, |cur| {
             let Some(c) = cur
                 .attempt
                 .as_ref()
@@ -659,14 +323,10 @@ fn time_out_due(node: &Arc<Node>, now: u64) {
         });
         match r {
             Ok(after) if after.attempt.as_ref().map(|x| &x.attempt_id) != Some(&a.attempt_id) => {
-                if let Some(s) = a
-                    .session_id
-                    .as_deref()
-                    .and_then(|id| node.sessions.live(id))
-                {
+                if let Some(s) = a.session_id.as_deref().and_then(|id| env.sessions.live(id)) {
                     s.kill();
                 }
-                kick(node, &run.run_id);
+                kick(env, &run.run_id);
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(run = %run.run_id, error = %e, "timing out an attempt failed"),
@@ -678,8 +338,8 @@ fn time_out_due(node: &Arc<Node>, now: u64) {
 /// `attempt_timed_out` (with `launched: true`), is closed, and the active coordinator's inbox
 /// gets a `workflow_event` cursor at that event, as after a worker's report: the coordinator
 /// decides what follows (a relaunch is a new `attemptId`); no repair is counted for it.
-fn time_out_launches(node: &Arc<Node>, now: u64) {
-    for run in node.workflows.live_runs() {
+fn time_out_launches(env: &StoriesEnv, now: u64) {
+    for run in env.workflows.live_runs() {
         if run.status != RunStatus::Running {
             continue;
         }
@@ -691,7 +351,7 @@ fn time_out_launches(node: &Arc<Node>, now: u64) {
             .collect();
         for l in due {
             let mut timed_out = false;
-            let r = node.workflows.update(&run.run_id, now, |cur| {
+            let r = env.workflows.update(&run.run_id, now, |cur| {
                 let Some(c) = cur.launches.get(&l.attempt_id) else {
                     return Ok(None);
                 };
@@ -722,16 +382,12 @@ fn time_out_launches(node: &Arc<Node>, now: u64) {
             });
             match r {
                 Ok(after) if timed_out => {
-                    if let Some(s) = l
-                        .session_id
-                        .as_deref()
-                        .and_then(|id| node.sessions.live(id))
-                    {
+                    if let Some(s) = l.session_id.as_deref().and_then(|id| env.sessions.live(id)) {
                         s.kill();
                     }
                     tracing::info!(run = %after.run_id, attempt = %l.attempt_id, "launched worker timed out");
                     let story = after.target["id"].as_str().unwrap_or_default().to_owned();
-                    super::coordinator::notify(node, &after, &story, after.sequence);
+                    super::coordinator::notify(env, &after, &story, after.sequence);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -743,11 +399,11 @@ fn time_out_launches(node: &Arc<Node>, now: u64) {
 }
 
 /// Starts the executor: recovers live runs, then watches worker exits; and the attempt timer.
-pub fn spawn(node: &Arc<Node>) {
-    spawn_timer(node);
-    let n = node.clone();
-    let mut rx = node.bus.subscribe();
-    node.tasks.spawn(async move {
+pub fn spawn(env: &StoriesEnv) {
+    spawn_timer(env);
+    let n = env.clone();
+    let mut rx = env.bus.subscribe();
+    env.tasks.spawn(async move {
         let r = n.clone();
         let _ = tokio::task::spawn_blocking(move || recover(&r)).await;
         loop {
@@ -775,8 +431,8 @@ pub fn spawn(node: &Arc<Node>) {
 
 /// A worker's PTY exited: if its attempt is still active (it never reported), that is an
 /// observation that costs a repair.
-fn worker_exited(node: &Arc<Node>, session_id: &str) {
-    for run in node.workflows.live_runs() {
+fn worker_exited(env: &StoriesEnv, session_id: &str) {
+    for run in env.workflows.live_runs() {
         let Some(a) = &run.attempt else { continue };
         if a.session_id.as_deref() != Some(session_id) {
             continue;
@@ -786,7 +442,7 @@ fn worker_exited(node: &Arc<Node>, session_id: &str) {
             continue;
         }
         let att = a.attempt_id.clone();
-        let r = node
+        let r = env
             .workflows
             .update(&run.run_id, crate::logs::now_ms(), |cur| {
                 if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att)
@@ -801,17 +457,17 @@ fn worker_exited(node: &Arc<Node>, session_id: &str) {
                 )))
             });
         if r.is_ok() {
-            kick(node, &run.run_id);
+            kick(env, &run.run_id);
         }
     }
 }
 
 /// Live runs after a start (or a lagged event stream): every running run is kicked, and a
 /// kick first reconciles (see [`reconcile`]).
-fn recover(node: &Arc<Node>) {
-    for run in node.workflows.live_runs() {
+fn recover(env: &StoriesEnv) {
+    for run in env.workflows.live_runs() {
         if run.status == RunStatus::Running {
-            kick(node, &run.run_id);
+            kick(env, &run.run_id);
         }
     }
 }
@@ -819,8 +475,8 @@ fn recover(node: &Arc<Node>) {
 /// A running run whose launched, unreported attempt has no live worker PTY (the node
 /// restarted, or a paused run's worker died meanwhile) records `attempt_lost` and reserves
 /// the next generation.
-fn reconcile(node: &Arc<Node>, run_id: &str) {
-    let Some(run) = node.workflows.run(run_id) else {
+fn reconcile(env: &StoriesEnv, run_id: &str) {
+    let Some(run) = env.workflows.run(run_id) else {
         return;
     };
     if run.status != RunStatus::Running {
@@ -830,7 +486,7 @@ fn reconcile(node: &Arc<Node>, run_id: &str) {
     let gone = a
         .session_id
         .as_deref()
-        .is_some_and(|s| node.sessions.live(s).is_none_or(|x| x.exit().is_some()));
+        .is_some_and(|s| env.sessions.live(s).is_none_or(|x| x.exit().is_some()));
     if !gone
         || run
             .reports
@@ -839,7 +495,7 @@ fn reconcile(node: &Arc<Node>, run_id: &str) {
         return;
     }
     let att = a.attempt_id.clone();
-    let _ = node.workflows.update(run_id, crate::logs::now_ms(), |cur| {
+    let _ = env.workflows.update(run_id, crate::logs::now_ms(), |cur| {
         if cur.attempt.as_ref().map(|a| &a.attempt_id) != Some(&att)
             || cur.status != RunStatus::Running
         {

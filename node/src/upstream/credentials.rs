@@ -9,7 +9,6 @@ impl Upstreams {
     /// credential. Blocking (vault).
     pub(super) fn store_credentials(
         &self,
-        node: &Node,
         file: &UpstreamsFile,
         creds: &[config::NewCredential],
     ) -> anyhow::Result<()> {
@@ -19,7 +18,8 @@ impl Upstreams {
                 Transport::Stdio { .. } => None,
             });
             let cred = Credential::bearer(origin, c.token.clone());
-            node.vault
+            self.env
+                .vault
                 .set(&vault_key(&c.id), &serde_json::to_string(&cred)?)?;
             lock(&self.creds).insert(c.id.clone(), cred);
         }
@@ -27,7 +27,7 @@ impl Upstreams {
     }
 
     /// Loads the vault credentials of `file`'s servers. Blocking.
-    pub(super) fn load_credentials(&self, node: &Node, file: &UpstreamsFile) {
+    pub(super) fn load_credentials(&self, file: &UpstreamsFile) {
         for s in &file.servers {
             // Every HTTP upstream: an OAuth token set may exist without auth metadata (an
             // upstream authorized after a 401).
@@ -36,7 +36,7 @@ impl Upstreams {
             {
                 continue;
             }
-            match node.vault.get(&vault_key(&s.id)) {
+            match self.env.vault.get(&vault_key(&s.id)) {
                 Ok(Some(raw)) => match serde_json::from_str::<Credential>(&raw) {
                     Ok(c) => {
                         lock(&self.creds).insert(s.id.clone(), c);
@@ -55,11 +55,7 @@ impl Upstreams {
 
     /// The credential resolver of one HTTP upstream: checks the origin binding before every
     /// request and refresh; a mismatch sends nothing.
-    pub(super) fn bearer_source(
-        &self,
-        node: std::sync::Weak<Node>,
-        def: &ServerDef,
-    ) -> http::BearerSource {
+    pub(super) fn bearer_source(&self, def: &ServerDef) -> http::BearerSource {
         let declared = def
             .auth
             .as_ref()
@@ -69,7 +65,7 @@ impl Upstreams {
         Arc::new(oauth::Resolver {
             creds: self.creds.clone(),
             oauth: self.oauth.clone(),
-            node,
+            env: self.env.clone(),
             id: def.id.clone(),
             name: def.name.clone(),
             origin: match &def.transport {
@@ -139,7 +135,6 @@ impl Upstreams {
     /// never serialized with each other.
     pub async fn start_oauth(
         self: &Arc<Self>,
-        node: &Arc<Node>,
         name: &str,
     ) -> Result<(oauth::Started, oauth::CallbackServer), oauth::OAuthError> {
         let e = self
@@ -159,7 +154,7 @@ impl Upstreams {
         let (started, server) = self
             .oauth
             .start(
-                node,
+                &self.env,
                 &e.def.id,
                 name,
                 url,
@@ -177,13 +172,13 @@ impl Upstreams {
 
     /// Cancels the pending authorizations of upstream `name`; the status goes back to what
     /// it was before the attempt. Returns how many flows were dropped.
-    pub fn cancel_oauth(&self, node: &Node, name: &str) -> Result<usize, oauth::OAuthError> {
+    pub fn cancel_oauth(&self, name: &str) -> Result<usize, oauth::OAuthError> {
         let e = self
             .by_name(name)
             .ok_or_else(|| oauth::OAuthError::NotFound(format!("no upstream named {name}")))?;
         let n = self.oauth.cancel(
             &e.def.id,
-            node.config().tuning.upstream_oauth_callback_grace_ms,
+            self.env.tuning().upstream_oauth_callback_grace_ms,
         );
         if n > 0 {
             tracing::info!(source = "upstream", upstream = %name, "OAuth authorization cancelled");
@@ -205,15 +200,10 @@ impl Upstreams {
 
     /// Stores a token set from a completed authorization, bound to its origin, in one vault
     /// write.
-    pub(super) async fn store_oauth(
-        &self,
-        node: &Arc<Node>,
-        id: &str,
-        cred: Credential,
-    ) -> Result<(), String> {
+    pub(super) async fn store_oauth(&self, id: &str, cred: Credential) -> Result<(), String> {
         let raw = serde_json::to_string(&cred).map_err(|e| e.to_string())?;
-        let (n, key) = (node.clone(), vault_key(id));
-        match tokio::task::spawn_blocking(move || n.vault.set(&key, &raw)).await {
+        let (vault, key) = (self.env.vault.clone(), vault_key(id));
+        match tokio::task::spawn_blocking(move || vault.set(&key, &raw)).await {
             Ok(Ok(())) => {
                 lock(&self.creds).insert(id.to_owned(), cred);
                 Ok(())

@@ -10,12 +10,13 @@
 //! invalidates the search index. Saves (`PUT /mcp/upstreams`) and hand edits of the file
 //! restart exactly the upstreams whose definition changed.
 //!
-//! It does not speak MCP to agents (the `mcp` module does, through [`ToolSource`]) and it
+//! It does not speak MCP to agents (the `mcp` module does, through its `ToolSource` in `mcp/upstreams.rs`) and it
 //! holds no secret in the file: bearer tokens live in the vault, bound to their origin.
 
 pub mod breaker;
 pub mod client;
 pub mod config;
+pub mod env;
 pub mod http;
 pub mod oauth;
 pub mod search;
@@ -25,6 +26,7 @@ mod credentials;
 mod source;
 mod supervisor;
 
+pub use env::UpstreamEnv;
 pub use supervisor::spawn;
 
 use std::collections::HashMap;
@@ -37,8 +39,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ConfigFile;
-use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
-use crate::state::Node;
+use crate::mcp::registry::ToolError;
 use breaker::{Breaker, Verdict};
 use client::{Client, ClientEvent, UpstreamError};
 use config::{ServerDef, Transport, UpstreamsFile};
@@ -146,6 +147,8 @@ pub struct Upstreams {
     creds: Arc<Mutex<HashMap<String, Credential>>>,
     /// Pending OAuth flows, refresh semaphores, authorization errors.
     oauth: Arc<oauth::OAuth>,
+    /// What the service uses of the node.
+    env: UpstreamEnv,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -166,7 +169,7 @@ impl Live {
 
 impl Upstreams {
     /// The service for the file at `path`; nothing starts until [`spawn`].
-    pub fn new(path: std::path::PathBuf) -> Self {
+    pub fn new(path: std::path::PathBuf, env: UpstreamEnv) -> Self {
         Self {
             file: ConfigFile::new(path),
             entries: RwLock::new(Vec::new()),
@@ -176,6 +179,7 @@ impl Upstreams {
             changed: tokio::sync::watch::channel(0).0,
             creds: Arc::new(Mutex::new(HashMap::new())),
             oauth: Arc::new(oauth::OAuth::default()),
+            env,
         }
     }
 
@@ -235,7 +239,7 @@ impl Upstreams {
     /// Applies `next` to the running set: stops removed and changed upstreams, starts added
     /// and changed ones, kicks those in `kicked` (a new credential). Unchanged ones keep
     /// running untouched.
-    async fn apply(self: &Arc<Self>, node: &Arc<Node>, next: UpstreamsFile, kicked: &[String]) {
+    async fn apply(self: &Arc<Self>, next: UpstreamsFile, kicked: &[String]) {
         let _g = self.apply.lock().await;
         let prev = lock(&self.applied).clone();
         let old: HashMap<String, Arc<Entry>> = self
@@ -278,7 +282,7 @@ impl Upstreams {
                             challenge: None,
                             btun: None,
                         }),
-                        stop: node.shutdown.child_token(),
+                        stop: self.env.shutdown.child_token(),
                         kick: Notify::new(),
                         auth_lost: Mutex::new(None),
                         auth_lost_signal: Notify::new(),
@@ -307,8 +311,8 @@ impl Upstreams {
         }
         for e in started {
             tracing::info!(source = "upstream", upstream = %e.def.name, id = %e.def.id, "starting upstream");
-            let (n, s) = (node.clone(), self.clone());
-            node.tasks.spawn(async move { s.supervise(n, e).await });
+            let s = self.clone();
+            self.env.tasks.spawn(async move { s.supervise(e).await });
         }
         if !stopped.is_empty() {
             self.bump();
@@ -318,22 +322,21 @@ impl Upstreams {
     /// Saves `{base, config}` and applies the result. Returns the redacted saved file.
     pub async fn save(
         self: &Arc<Self>,
-        node: &Arc<Node>,
         base: Value,
         desired: Value,
     ) -> Result<Value, config::UpstreamSaveError> {
-        let (n, s) = (node.clone(), self.clone());
+        let s = self.clone();
         let (after, creds) = tokio::task::spawn_blocking(move || {
             let (_before, after, creds) = config::save_delta(&s.file, &base, &desired)?;
-            s.store_credentials(&n, &after, &creds)
+            s.store_credentials(&after, &creds)
                 .map_err(config::UpstreamSaveError::Io)?;
-            s.load_credentials(&n, &after);
+            s.load_credentials(&after);
             Ok::<_, config::UpstreamSaveError>((after, creds))
         })
         .await
         .map_err(|e| config::UpstreamSaveError::Io(anyhow::anyhow!("save task: {e}")))??;
         let kicked: Vec<String> = creds.into_iter().map(|c| c.id).collect();
-        self.apply(node, after.clone(), &kicked).await;
+        self.apply(after.clone(), &kicked).await;
         Ok(self.redacted(&after))
     }
 
@@ -421,12 +424,16 @@ mod tests {
 
     #[tokio::test]
     async fn bearer_is_sent_only_to_the_origin_it_was_saved_for() {
-        let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
+        let dir = tempfile::tempdir().unwrap();
+        let up = Upstreams::new(
+            dir.path().join("unused-upstreams.json"),
+            UpstreamEnv::standalone(dir.path()),
+        );
         lock(&up.creds).insert(
             "h".into(),
             Credential::bearer(Some("http://127.0.0.1:8000".into()), "t1".into()),
         );
-        let src = |def: &ServerDef| up.bearer_source(std::sync::Weak::new(), def);
+        let src = |def: &ServerDef| up.bearer_source(def);
         let same = src(&http_def("http://127.0.0.1:8000/other/path"));
         assert_eq!(
             same.bearer().await.unwrap().as_deref(),
@@ -458,7 +465,11 @@ mod tests {
 
     #[test]
     fn the_redacted_file_shows_token_presence_only() {
-        let up = Upstreams::new(std::env::temp_dir().join("unused-upstreams.json"));
+        let dir = tempfile::tempdir().unwrap();
+        let up = Upstreams::new(
+            dir.path().join("unused-upstreams.json"),
+            UpstreamEnv::standalone(dir.path()),
+        );
         lock(&up.creds).insert(
             "h".into(),
             Credential::bearer(Some("http://127.0.0.1:8000".into()), "s3cret".into()),

@@ -1,15 +1,18 @@
-//! The upstreams as a registry [`ToolSource`]: listing the ready upstreams' filtered tools
-//! and dispatching `{name}__{tool}` calls (also relayed for a node over the peer link).
+//! What the registry's `ToolSource` (in `mcp/upstreams.rs`) serves of the upstreams: the
+//! ready upstreams' filtered tools and the dispatch of `{name}__{tool}` calls (also relayed
+//! for a node over the peer link).
 
 use super::supervisor::{qualified, tool_name};
 use super::*;
 
-impl ToolSource for Upstreams {
-    fn generation(&self) -> u64 {
+impl Upstreams {
+    /// Changes whenever the listed tool set changes (`ToolSource::generation`).
+    pub(crate) fn tool_generation(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)
     }
 
-    fn listings(&self) -> Vec<Value> {
+    /// The ready upstreams' filtered tools, named `{name}__{tool}`.
+    pub(crate) fn tool_listings(&self) -> Vec<Value> {
         let mut out = Vec::new();
         for e in self.entries() {
             let l = lock(&e.live);
@@ -21,11 +24,13 @@ impl ToolSource for Upstreams {
         out
     }
 
-    fn owns(&self, name: &str) -> bool {
+    /// Whether `name` is in an upstream's namespace.
+    pub(crate) fn owns_tool(&self, name: &str) -> bool {
         config::split_name(name).is_some_and(|(n, _)| self.by_name(n).is_some())
     }
 
-    fn schema(&self, name: &str) -> Result<Value, ToolError> {
+    /// The listing of one callable upstream tool, or why it cannot be called.
+    pub(crate) fn tool_schema(&self, name: &str) -> Result<Value, ToolError> {
         let (e, tool) = self.resolve(name)?;
         let l = lock(&e.live);
         l.tools
@@ -33,33 +38,6 @@ impl ToolSource for Upstreams {
             .find(|t| tool_name(t) == Some(tool))
             .and_then(|t| qualified(&e, t))
             .ok_or_else(|| unknown_tool(&e.def.name, tool))
-    }
-
-    fn call<'a>(
-        &'a self,
-        node: &'a Arc<Node>,
-        ctx: &'a CallCtx,
-        name: &'a str,
-        args: Map<String, Value>,
-    ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            // The caller's token is restored in the params: the request's own stream when it
-            // has one, else the session's GET /mcp stream.
-            let progress = ctx.progress_token.as_ref().map(|token| {
-                let (node, sid) = (node.clone(), ctx.mcp_session.clone());
-                let sink: client::ProgressSink = Arc::new(move |params: Value| {
-                    let token = params.get("progressToken").cloned().unwrap_or(Value::Null);
-                    crate::mcp::features::streams::progress_out(
-                        &node,
-                        sid.as_deref(),
-                        &token,
-                        &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}),
-                    );
-                });
-                (token.clone(), sink)
-            });
-            self.call_with(name, args, progress, None).await
-        })
     }
 }
 
@@ -80,7 +58,7 @@ impl Upstreams {
         self.call_with(name, args, progress, Some(deadline)).await
     }
 
-    pub(super) async fn call_with(
+    pub(crate) async fn call_with(
         &self,
         name: &str,
         args: Map<String, Value>,

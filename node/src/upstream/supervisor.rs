@@ -7,13 +7,13 @@ use super::*;
 
 impl Upstreams {
     /// The supervisor of one upstream: connect, serve, reconnect as the breaker says.
-    pub(super) async fn supervise(self: Arc<Self>, node: Arc<Node>, e: Arc<Entry>) {
+    pub(super) async fn supervise(self: Arc<Self>, e: Arc<Entry>) {
         let name = e.def.name.clone();
         loop {
             if e.stop.is_cancelled() {
                 break;
             }
-            let tun = node.config().tuning.clone();
+            let tun = self.env.tuning();
             let btun = breaker::Tuning::from_config(&tun);
             {
                 let mut l = lock(&e.live);
@@ -26,7 +26,7 @@ impl Upstreams {
             let connect_timeout = Duration::from_millis(tun.upstream_connect_timeout_ms.max(100));
             let attempt = tokio::select! {
                 _ = e.stop.cancelled() => break,
-                r = self.connect(&node, &e, connect_timeout) => r,
+                r = self.connect(&e, connect_timeout) => r,
             };
             let failure = match attempt {
                 Ok((client, tools, note, events)) => {
@@ -43,7 +43,7 @@ impl Upstreams {
                     tracing::info!(source = "upstream", upstream = %name, protocol = %client.protocol(), tools = lock(&e.live).tools.len(), "upstream ready");
                     self.bump();
                     e.attempted.notify_waiters();
-                    let end = self.serve(&node, &e, &client, events).await;
+                    let end = self.serve(&e, &client, events).await;
                     {
                         let mut l = lock(&e.live);
                         l.client = None;
@@ -129,7 +129,6 @@ impl Upstreams {
     /// Connects and lists the tools.
     pub(super) async fn connect(
         &self,
-        node: &Arc<Node>,
         e: &Entry,
         timeout: Duration,
     ) -> Result<
@@ -191,7 +190,7 @@ impl Upstreams {
                     &e.def.name,
                     url,
                     choice,
-                    self.bearer_source(Arc::downgrade(node), &e.def),
+                    self.bearer_source(&e.def),
                     tx,
                 )?;
                 c.connect(timeout).await?;
@@ -211,13 +210,12 @@ impl Upstreams {
     /// `list_changed`, until it dies, fails, is kicked or stopped.
     pub(super) async fn serve(
         &self,
-        node: &Arc<Node>,
         e: &Entry,
         client: &Arc<Client>,
         mut events: tokio::sync::mpsc::Receiver<ClientEvent>,
     ) -> Ended {
         loop {
-            let tun = node.config().tuning.clone();
+            let tun = self.env.tuning();
             let btun = breaker::Tuning::from_config(&tun);
             let mut health = Duration::from_millis(tun.upstream_health_interval_ms.max(10));
             let degraded = {
@@ -393,26 +391,27 @@ pub(super) fn qualified(e: &Entry, t: &Value) -> Option<Value> {
     Some(v)
 }
 
-/// Loads the file, starts the upstreams, announces tool-set changes to MCP clients, and
-/// watches the file for hand edits. Called once when the node starts serving.
-pub fn spawn(node: &Arc<Node>) {
-    let up = node.upstreams.clone();
-    let n = node.clone();
-    node.tasks.spawn(async move {
+/// Loads the file, starts the upstreams and watches the file for hand edits; sweeps abandoned
+/// OAuth flows. Called once when the node starts serving (the MCP side announces tool-set
+/// changes from [`Upstreams::subscribe`]).
+pub fn spawn(up: &Arc<Upstreams>) {
+    let u = up.clone();
+    up.env.tasks.spawn(async move {
+        let up = u;
         let file = up.file.clone();
         let first = {
-            let (n2, up2) = (n.clone(), up.clone());
+            let up2 = up.clone();
             tokio::task::spawn_blocking(move || {
                 let f = config::load(&file);
                 if let Ok(f) = &f {
-                    up2.load_credentials(&n2, f);
+                    up2.load_credentials(f);
                 }
                 f
             })
             .await
         };
         match first {
-            Ok(Ok(f)) => up.apply(&n, f, &[]).await,
+            Ok(Ok(f)) => up.apply(f, &[]).await,
             Ok(Err(e)) => {
                 tracing::warn!(source = "upstream", error = %format!("{e:#}"), "mcp-upstreams.json is invalid; no upstream started")
             }
@@ -429,7 +428,7 @@ pub fn spawn(node: &Arc<Node>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = n.shutdown.cancelled() => break,
+                _ = up.env.shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
             let now = stamp(&path);
@@ -437,11 +436,11 @@ pub fn spawn(node: &Arc<Node>) {
                 continue;
             }
             last = now;
-            let (file, n2, up2) = (up.file.clone(), n.clone(), up.clone());
+            let (file, up2) = (up.file.clone(), up.clone());
             let loaded = tokio::task::spawn_blocking(move || {
                 let f = config::load(&file);
                 if let Ok(f) = &f {
-                    up2.load_credentials(&n2, f);
+                    up2.load_credentials(f);
                 }
                 f
             })
@@ -449,7 +448,7 @@ pub fn spawn(node: &Arc<Node>) {
             match loaded {
                 Ok(Ok(f)) if f != *lock(&up.applied) => {
                     tracing::info!(source = "upstream", "mcp-upstreams.json changed on disk; applying");
-                    up.apply(&n, f, &[]).await;
+                    up.apply(f, &[]).await;
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
@@ -460,35 +459,19 @@ pub fn spawn(node: &Arc<Node>) {
         }
     });
     // The expiry sweep of abandoned OAuth flows: each rolls its upstream back to needs_auth.
-    let n = node.clone();
-    node.tasks.spawn(async move {
+    let up = up.clone();
+    up.env.tasks.clone().spawn(async move {
         loop {
-            let tun = n.config().tuning.clone();
+            let tun = up.env.tuning();
             let every =
                 Duration::from_millis((tun.upstream_oauth_flow_timeout_ms / 4).clamp(50, 1_000));
             tokio::select! {
-                _ = n.shutdown.cancelled() => break,
+                _ = up.env.shutdown.cancelled() => break,
                 _ = tokio::time::sleep(every) => {}
             }
-            for id in n
-                .upstreams
-                .oauth
-                .sweep(tun.upstream_oauth_callback_grace_ms)
-            {
-                n.upstreams.oauth_ended(&id, false);
+            for id in up.oauth.sweep(tun.upstream_oauth_callback_grace_ms) {
+                up.oauth_ended(&id, false);
             }
-        }
-    });
-    // Every tool-set change reaches every GET /mcp stream.
-    let n = node.clone();
-    let mut rx = node.upstreams.changed.subscribe();
-    node.tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                _ = n.shutdown.cancelled() => break,
-                r = rx.changed() => if r.is_err() { break },
-            }
-            n.mcp.notify_list_changed();
         }
     });
 }

@@ -45,7 +45,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     let action = StoryAction::from_value(input).map_err(ToolError::from)?;
     let s = |k: &str| args.get(k).and_then(Value::as_str);
     let (project, actor) = crate::stories::resolve_caller(
-        node,
+        &node.planning,
         ctx.tuic_session.as_deref(),
         ctx.loopback,
         s("project_path"),

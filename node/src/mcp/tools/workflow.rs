@@ -52,14 +52,14 @@ fn run_handler(
         .remove("project_path")
         .and_then(|v| v.as_str().map(str::to_owned));
     let (project, actor) = crate::stories::resolve_caller(
-        node,
+        &node.planning,
         ctx.tuic_session.as_deref(),
         ctx.loopback,
         project_path.as_deref(),
         None,
     )
     .map_err(ToolError::from)?;
-    crate::stories::workflow::run_action(node, &project, &actor, &Value::Object(input))
+    crate::stories::workflow::run_action(&node.planning, &project, &actor, &Value::Object(input))
         .map_err(ToolError::from)
 }
 
@@ -91,7 +91,7 @@ fn report_handler(
     let input = args
         .get("input")
         .ok_or_else(|| ToolError::invalid("workflow_report: input is required"))?;
-    crate::stories::runner::report(node, ctx.tuic_session.as_deref(), input)
+    crate::stories::runner::report(&node.planning, ctx.tuic_session.as_deref(), input)
         .map_err(ToolError::from)
 }
 
@@ -121,8 +121,13 @@ fn launch_handler(
     let input = args
         .get("input")
         .ok_or_else(|| ToolError::invalid("workflow_launch: input is required"))?;
-    crate::stories::coordinator::launch(node, ctx.tuic_session.as_deref(), ctx.loopback, input)
-        .map_err(ToolError::from)
+    crate::stories::coordinator::launch(
+        &node.planning,
+        ctx.tuic_session.as_deref(),
+        ctx.loopback,
+        input,
+    )
+    .map_err(ToolError::from)
 }
 
 pub(super) static STORY_CREATE_TOOL: ToolDef = ToolDef {
@@ -151,7 +156,7 @@ fn story_create_handler(
         .get("input")
         .ok_or_else(|| ToolError::invalid("workflow_story_create: input is required"))?;
     crate::stories::coordinator::story_create(
-        node,
+        &node.planning,
         ctx.tuic_session.as_deref(),
         ctx.loopback,
         input,

@@ -36,7 +36,6 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::config::origin_of;
-use crate::state::Node;
 
 mod credential;
 mod discovery;
@@ -241,14 +240,14 @@ impl OAuth {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         self: &Arc<Self>,
-        node: &Arc<Node>,
+        env: &crate::upstream::UpstreamEnv,
         id: &str,
         name: &str,
         url: &str,
         auth: Option<&Value>,
         challenge: Option<&str>,
     ) -> Result<(Started, CallbackServer), OAuthError> {
-        let tun = node.config().tuning.clone();
+        let tun = env.tuning();
         let http = http_client();
         let origin = origin_of(url)
             .ok_or_else(|| OAuthError::Invalid(format!("{url} is not an http URL")))?;
@@ -333,7 +332,7 @@ impl OAuth {
             issuer: ep.issuer.clone(),
             scopes: ep.scopes.clone(),
             expires_at_ms,
-            server: node.shutdown.child_token(),
+            server: env.shutdown.child_token(),
         });
         // Recorded before anyone is told "authorizing".
         lock(&self.flows).insert(flow.state.clone(), flow.clone());
@@ -464,10 +463,13 @@ pub struct CallbackQuery {
 
 /// Serves one redirect of the browser to flow `flow`'s callback: exchanges the code and
 /// stores the token set, or says why nothing was changed. The page to show.
-pub(crate) async fn callback(node: &Arc<Node>, flow: &Arc<Flow>, q: CallbackQuery) -> Page {
-    let up = node.upstreams.clone();
+pub(crate) async fn callback(
+    up: &Arc<super::Upstreams>,
+    flow: &Arc<Flow>,
+    q: CallbackQuery,
+) -> Page {
     let oauth = up.oauth().clone();
-    let grace = node.config().tuning.upstream_oauth_callback_grace_ms;
+    let grace = up.env.tuning().upstream_oauth_callback_grace_ms;
     let Some(state) = q.state.filter(|s| !s.is_empty()) else {
         return Page::new(
             400,
@@ -528,7 +530,7 @@ pub(crate) async fn callback(node: &Arc<Node>, flow: &Arc<Flow>, q: CallbackQuer
     };
     match oauth.exchange(&flow, code).await {
         Ok(cred) => {
-            let stored = up.store_oauth(node, &flow.upstream_id, cred).await;
+            let stored = up.store_oauth(&flow.upstream_id, cred).await;
             oauth.finish(&state, &flow.upstream_name, "completed", grace);
             let stop = flow.server.clone();
             tokio::spawn(async move {

@@ -1,7 +1,7 @@
 //! The credential resolver of one HTTP upstream and the token refresh it drives.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use oauth2::basic::BasicClient;
@@ -9,7 +9,6 @@ use oauth2::{ClientId, ClientSecret, RefreshToken, TokenResponse, TokenUrl};
 
 use super::discovery::{auth_type, http_client, token_error};
 use super::{Credential, OAuth, lock, now_ms, vault_key};
-use crate::state::Node;
 use crate::upstream::client::UpstreamError;
 
 /// Refreshes `cur` at its token endpoint. `Err((refused, message))`: `refused` when the
@@ -62,7 +61,7 @@ pub(super) async fn refresh(cur: &Credential) -> Result<Credential, (bool, Strin
 pub struct Resolver {
     pub(crate) creds: Arc<Mutex<HashMap<String, Credential>>>,
     pub(crate) oauth: Arc<OAuth>,
-    pub(crate) node: Weak<Node>,
+    pub(crate) env: crate::upstream::UpstreamEnv,
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) origin: Option<String>,
@@ -93,10 +92,7 @@ impl Resolver {
     }
 
     fn margin(&self) -> u64 {
-        self.node
-            .upgrade()
-            .map(|n| n.config().tuning.upstream_oauth_refresh_margin_ms)
-            .unwrap_or(60_000)
+        self.env.tuning().upstream_oauth_refresh_margin_ms
     }
 
     /// Under the semaphore: the credential to use now, refreshing unless storage already
@@ -124,13 +120,13 @@ impl Resolver {
         match refresh(&cur).await {
             Ok(next) => {
                 let token = next.token.clone();
-                if let Some(node) = self.node.upgrade() {
-                    let (key, raw) = (
+                {
+                    let (vault, key, raw) = (
+                        self.env.vault.clone(),
                         vault_key(&self.id),
                         serde_json::to_string(&next).unwrap_or_default(),
                     );
-                    let stored =
-                        tokio::task::spawn_blocking(move || node.vault.set(&key, &raw)).await;
+                    let stored = tokio::task::spawn_blocking(move || vault.set(&key, &raw)).await;
                     if !matches!(stored, Ok(Ok(()))) {
                         tracing::warn!(source = "upstream", upstream = %self.name, "the refreshed token could not be stored in the vault; it is used until the node restarts");
                     }
