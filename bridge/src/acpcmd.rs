@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tuic_proto::ipc_http::Request;
 
-use crate::cli::{Ctx, Failure};
+use crate::ctx::{Ctx, Failure};
 use crate::mcp;
 
 #[derive(Debug, Subcommand)]

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use tuic_proto::ipc_http::Request;
 
-use crate::cli::{Ctx, Failure};
+use crate::ctx::{Ctx, Failure};
 use crate::mcp;
 
 /// `tuic notify …`.

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tuic_proto::ipc_http::Request;
 
 use crate::attach::{self, Outcome, encode_id};
-use crate::cli::{Ctx, Failure};
+use crate::ctx::{Ctx, Failure};
 use crate::keys::{self, DetachKey};
 use crate::target::{self, Resolved};
 use crate::tty;

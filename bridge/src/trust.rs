@@ -8,7 +8,7 @@ use std::io::{BufRead, Write};
 use serde_json::{Value, json};
 use tuic_proto::ipc_http::{Request, Response};
 
-use crate::cli::{Ctx, Failure};
+use crate::ctx::{Ctx, Failure};
 
 fn answer(resp: &Response, what: &str) -> Result<Value, Failure> {
     let v = resp.json().unwrap_or(Value::Null);

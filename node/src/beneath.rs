@@ -383,7 +383,7 @@ pub(crate) fn move_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::StatusCode;
+    use http::StatusCode;
 
     #[test]
     fn gate_table() {

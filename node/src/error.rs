@@ -1,13 +1,11 @@
 //! The HTTP edge's one error type: a status, a stable code and a human message.
 //!
 //! Handlers return `Result<_, ApiError>`; logging happens in middleware, not here. A message
-//! never carries a secret, a token or a URL with credentials.
+//! never carries a secret, a token or a URL with credentials. The axum side of it (the
+//! response, the JSON-body rejection, the `JsonBody` extractor) lives with the handlers, in
+//! `routes/body.rs`.
 
-use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use http::StatusCode;
 
 /// An error answered as `{error, code}` JSON with a fitting status.
 #[derive(Debug, Clone)]
@@ -71,35 +69,8 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": self.message, "code": self.code})),
-        )
-            .into_response()
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(r: JsonRejection) -> Self {
-        let status = r.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "too_large"
-        } else {
-            "bad_request"
-        };
-        Self::new(status, code, r.body_text())
-    }
-}
-
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> Self {
         Self::internal(format!("{e:#}"))
     }
 }
-
-/// A JSON body extractor whose rejections are [`ApiError`]s (JSON, stable code).
-#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
-pub struct JsonBody<T>(pub T);

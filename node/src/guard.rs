@@ -7,8 +7,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use axum::http::HeaderMap;
-use axum::http::header::{HOST, ORIGIN};
+use http::HeaderMap;
+use http::header::{HOST, ORIGIN};
 
 /// How a request reached the node; inserted into every request's extensions by the listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,7 +275,7 @@ pub fn interface_ips() -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use http::HeaderValue;
 
     fn hosts(values: &[&str]) -> HeaderMap {
         let mut h = HeaderMap::new();

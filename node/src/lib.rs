@@ -15,6 +15,7 @@
 //! private.
 
 pub mod acp;
+mod args;
 pub mod audit;
 mod auth;
 mod automations;

@@ -67,7 +67,7 @@ macro_rules! fixture {
             actions: &[],
             schema: empty_schema,
             handler: h,
-            blocking: &[],
+            exec: &[],
             passthrough: true,
         }
     }};
@@ -93,7 +93,7 @@ pub(crate) fn register(registry: &super::registry::Registry) {
         actions: &[],
         schema: empty_schema,
         handler: trigger,
-        blocking: &[],
+        exec: &[],
         passthrough: true,
     }));
 }

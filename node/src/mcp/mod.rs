@@ -279,7 +279,7 @@ struct ConfirmAnswer {
 /// `POST /mcp/confirm-response {request_id, confirmed}`: a UI answers an open confirm dialog.
 async fn confirm_response(
     State(node): State<Arc<Node>>,
-    crate::error::JsonBody(a): crate::error::JsonBody<ConfirmAnswer>,
+    crate::routes::JsonBody(a): crate::routes::JsonBody<ConfirmAnswer>,
 ) -> Result<Json<Value>, ApiError> {
     let tx = node
         .mcp
@@ -312,7 +312,7 @@ struct SuspendAnswer {
 /// a suspend answers the waiting `session action=suspend`; the first answer wins.
 async fn suspend_response(
     State(node): State<Arc<Node>>,
-    crate::error::JsonBody(a): crate::error::JsonBody<SuspendAnswer>,
+    crate::routes::JsonBody(a): crate::routes::JsonBody<SuspendAnswer>,
 ) -> Result<Json<Value>, ApiError> {
     let tx = node
         .mcp

@@ -108,9 +108,9 @@ impl ToolError {
     }
 }
 
-/// A synchronous tool handler. The registry decides where it runs: actions named in
-/// [`ToolDef::blocking`] on the blocking pool, the rest inline (they only read memory); a
-/// panic becomes a tool error either way.
+/// A synchronous tool handler. The registry decides where it runs: actions whose
+/// [`ToolDef::exec`] says [`Exec::Blocking`] on the blocking pool, the rest inline (they only
+/// read memory); a panic becomes a tool error either way.
 pub(crate) type Handler = fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Result<Value, ToolError>;
 
 /// The future an [`AsyncHandler`] returns.
@@ -124,7 +124,7 @@ pub(crate) type AsyncHandler = fn(Arc<Node>, CallCtx, Map<String, Value>) -> Too
 
 /// Runs blocking tool work (PTY writes, commits, spawns, git, a hub's routed call) on the
 /// blocking pool and awaits it; a panic there is the tool error `internal` naming the tool.
-/// The registry runs every [`ToolDef::blocking`] action through it, and async handlers use it
+/// The registry runs every [`Exec::Blocking`] action through it, and async handlers use it
 /// for their blocking steps, so no tool code parks an async worker (`block_in_place`,
 /// `block_on`).
 pub(crate) async fn on_blocking_pool<T: Send + 'static>(
@@ -143,8 +143,23 @@ fn panicked(tool: &str) -> ToolError {
     ToolError::new("internal", format!("tool {tool} failed unexpectedly"))
 }
 
+/// How one action runs; the registry reads it from [`ToolDef::exec`].
+#[derive(Debug, Clone, Copy)]
+pub enum Exec {
+    /// In place on the async worker: it only reads memory (an action not named runs so).
+    Inline,
+    /// May sleep, spawn, write PTYs or touch disk: on the blocking pool ([`on_blocking_pool`]).
+    Blocking,
+    /// A future that sleeps on events (or a hub's router) instead of holding a thread; it may
+    /// hand the call back to [`run_here`], which then takes the inline/blocking split.
+    Async(AsyncHandler),
+    /// A hot listing answered as rendered JSON text; `None` from the handler sends the call
+    /// down the value path (async, then blocking/inline).
+    Rendered(RenderedHandler),
+}
+
 /// One native tool.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ToolDef {
     /// Public name (contract: never renamed).
     pub name: &'static str,
@@ -158,9 +173,10 @@ pub struct ToolDef {
     pub schema: fn() -> Value,
     /// The handler.
     pub handler: Handler,
-    /// Actions that may sleep, spawn, write PTYs or touch disk: run on the blocking pool
-    /// ([`on_blocking_pool`]). `""` names a tool without an `action` field as a whole.
-    pub blocking: &'static [&'static str],
+    /// How its actions run: `(action, mode)`, `""` for a tool without an `action` field as a
+    /// whole, `"*"` for every action (an async front such as a hub's router). An action not
+    /// named runs [`Exec::Inline`]. Rendered is tried first, then async, then blocking.
+    pub exec: &'static [(&'static str, Exec)],
     /// Upstream-style tool: a returned object with a `content` array *is* the MCP
     /// `CallToolResult` and becomes the JSON-RPC result unchanged (native tools: false, their
     /// values travel as compact JSON text).
@@ -188,7 +204,7 @@ impl Answer {
 }
 
 /// A handler whose answer is rendered JSON text (see [`Answer::Json`]); `None` when this call
-/// is not one it renders (it then goes the value path, [`ASYNC_ACTIONS`](crate::mcp::tools::ASYNC_ACTIONS) first).
+/// is not one it renders (it then goes the value path, [`Exec::Async`] first).
 pub(crate) type RenderedHandler =
     fn(&Arc<Node>, &CallCtx, &Map<String, Value>) -> Option<Result<String, ToolError>>;
 
@@ -196,6 +212,29 @@ pub(crate) type RenderedHandler =
 pub(crate) type Dispatched = (Result<Answer, ToolError>, bool);
 
 impl ToolDef {
+    /// The rendered handler of this action, if it has one.
+    fn rendered(&self, action: &str) -> Option<RenderedHandler> {
+        self.exec.iter().find_map(|(a, m)| match m {
+            Exec::Rendered(h) if *a == action => Some(*h),
+            _ => None,
+        })
+    }
+
+    /// The async handler of this action (its own, or the tool's `"*"` front).
+    fn asynchronous(&self, action: &str) -> Option<AsyncHandler> {
+        self.exec.iter().find_map(|(a, m)| match m {
+            Exec::Async(h) if *a == action || *a == "*" => Some(*h),
+            _ => None,
+        })
+    }
+
+    /// Whether this action runs on the blocking pool.
+    pub(crate) fn blocking(&self, action: &str) -> bool {
+        self.exec
+            .iter()
+            .any(|(a, m)| *a == action && matches!(m, Exec::Blocking))
+    }
+
     /// The MCP `Tool` object.
     pub fn listing(&self) -> Value {
         json!({"name": self.name, "description": self.description, "inputSchema": (self.schema)()})
@@ -344,7 +383,7 @@ impl Registry {
             .native
             .iter()
             .filter(|t| Self::enabled(cfg, t.name))
-            .map(|t| Arc::new(clone_def(t)))
+            .map(|t| Arc::new((*t).clone()))
             .collect();
         out.extend(
             self.dynamic
@@ -359,7 +398,7 @@ impl Registry {
     /// The callable tool of that name: an enabled native one, else a run-time one.
     fn find(&self, cfg: &crate::config::Config, name: &str) -> Option<Arc<ToolDef>> {
         if let Some(t) = self.native.iter().find(|t| t.name == name) {
-            return Self::enabled(cfg, name).then(|| Arc::new(clone_def(t)));
+            return Self::enabled(cfg, name).then(|| Arc::new((*t).clone()));
         }
         self.dynamic
             .read()
@@ -594,19 +633,6 @@ impl Registry {
     }
 }
 
-fn clone_def(t: &ToolDef) -> ToolDef {
-    ToolDef {
-        name: t.name,
-        summary: t.summary,
-        description: t.description,
-        actions: t.actions,
-        schema: t.schema,
-        handler: t.handler,
-        blocking: t.blocking,
-        passthrough: t.passthrough,
-    }
-}
-
 /// Inputs that were renamed or removed: a caller still sending one is told what replaced it
 /// instead of getting a bare "unknown property" (spec "MCP Native Tools": the old `project` and
 /// `workspace_id` names are rejected; `agent spawn` rejects the removed alt-screen switches).
@@ -694,10 +720,7 @@ async fn run(
     } else if def.actions.contains(&action) {
         crate::mcp::rights::check(ctx, def.name, action)?;
     }
-    if let Some((_, _, h)) = crate::mcp::tools::RENDERED_ACTIONS
-        .iter()
-        .find(|(t, a, _)| *t == def.name && *a == action)
-    {
+    if let Some(h) = def.rendered(action) {
         let rendered =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(node, ctx, &args)))
                 .unwrap_or_else(|_| Some(Err(panicked(def.name))));
@@ -716,10 +739,7 @@ async fn run_value(
     args: Map<String, Value>,
 ) -> Result<Value, ToolError> {
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
-    if let Some((_, _, h)) = crate::mcp::tools::ASYNC_ACTIONS
-        .iter()
-        .find(|(t, a, _)| *t == def.name && (*a == action || *a == "*"))
-    {
+    if let Some(h) = def.asynchronous(action) {
         use futures::FutureExt;
         let fut = h(node.clone(), ctx.clone(), args);
         return std::panic::AssertUnwindSafe(fut)
@@ -730,7 +750,7 @@ async fn run_value(
     run_here(node, ctx, &def, args).await
 }
 
-/// Runs `def`'s synchronous handler for one call: an action named in [`ToolDef::blocking`] on
+/// Runs `def`'s synchronous handler for one call: an [`Exec::Blocking`] action on
 /// the blocking pool, the rest inline; a panic becomes a tool error either way. An async
 /// handler that first decided where a call is served (a hub's router) ends here too.
 pub(crate) async fn run_here(
@@ -740,7 +760,7 @@ pub(crate) async fn run_here(
     args: Map<String, Value>,
 ) -> Result<Value, ToolError> {
     let action = args.get("action").and_then(Value::as_str).unwrap_or("");
-    if def.blocking.contains(&action) {
+    if def.blocking(action) {
         let (n, c, h) = (node.clone(), ctx.clone(), def.handler);
         on_blocking_pool(def.name, move || h(&n, &c, &args)).await
     } else {
@@ -784,6 +804,24 @@ pub(crate) fn action<'a>(
             )))
         }
     })
+}
+
+/// The typed arguments of one call: the `action` checked against the tool's list
+/// ([`action`]), then read into the tool's action enum `T` (one argument struct per action,
+/// `crate::args::action`). A refused field is `invalid_arguments` naming it.
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(
+    def_name: &str,
+    actions: &[&str],
+    args: &Map<String, Value>,
+) -> Result<T, ToolError> {
+    let a = action(def_name, actions, args)?;
+    Ok(crate::args::action(a, args)?)
+}
+
+impl From<crate::args::ArgError> for ToolError {
+    fn from(e: crate::args::ArgError) -> Self {
+        ToolError::invalid(e.0)
+    }
 }
 
 /// Standard schema: an `action` enum plus the given properties.

@@ -912,7 +912,7 @@ static BOOM: crate::mcp::registry::ToolDef = crate::mcp::registry::ToolDef {
     actions: &["inline", "blocking", "fine"],
     schema: || json!({"type": "object"}),
     handler: boom,
-    blocking: &["blocking"],
+    exec: &[("blocking", crate::mcp::registry::Exec::Blocking)],
     passthrough: false,
 };
 
@@ -957,16 +957,7 @@ async fn run_time_tools_come_and_go_with_list_changed_and_panics_become_tool_err
 }
 
 fn clone_boom() -> crate::mcp::registry::ToolDef {
-    crate::mcp::registry::ToolDef {
-        name: BOOM.name,
-        summary: BOOM.summary,
-        description: BOOM.description,
-        actions: BOOM.actions,
-        schema: BOOM.schema,
-        handler: BOOM.handler,
-        blocking: BOOM.blocking,
-        passthrough: BOOM.passthrough,
-    }
+    BOOM.clone()
 }
 
 #[tokio::test]

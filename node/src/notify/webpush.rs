@@ -280,7 +280,7 @@ pub fn build_request(
     let (mut parts, body) = req.into_parts();
     parts.headers.insert("authorization", authz.parse()?);
     parts.headers.insert("urgency", urgency.parse()?);
-    let req = axum::http::Request::from_parts(parts, body);
+    let req = http::Request::from_parts(parts, body);
     Ok(reqwest::Request::try_from(req)?)
 }
 

@@ -19,8 +19,9 @@ use serde_json::{Value, json};
 use tuic_proto::acp::{AnswerBody, NewConnection, PromptBody};
 
 use crate::acp::{AcpError, Conn};
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
 use crate::guard::Transport;
+use crate::routes::JsonBody;
 use crate::state::Node;
 
 /// Most frames one stream read takes from the journal before sending (then coalesced).

@@ -9,7 +9,8 @@ use serde_json::Value;
 use tuic_proto::events::Event;
 
 use crate::config::SaveError;
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
+use crate::routes::JsonBody;
 use crate::state::Node;
 
 pub(super) async fn get_config(State(node): State<Arc<Node>>) -> Json<Value> {

@@ -19,10 +19,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::blocking;
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
 use crate::fs::upload::{self, UploadError};
 use crate::fs::{self, LARGE_READ_CAP, STANDARD_READ_CAP};
 use crate::guard::{self, Transport};
+use crate::routes::JsonBody;
 use crate::state::Node;
 
 fn loopback(transport: Option<Extension<Transport>>, headers: &HeaderMap) -> bool {

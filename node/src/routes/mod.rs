@@ -7,6 +7,7 @@ mod acp;
 mod audit;
 mod auth;
 mod automations;
+mod body;
 mod config;
 mod events;
 #[cfg(test)]
@@ -39,6 +40,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::error::ApiError;
 use crate::state::Node;
+pub(crate) use body::JsonBody;
 
 /// The request body bound: deliberately equal to axum's own default, stated so a test pins it.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;

@@ -13,10 +13,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::blocking;
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
 use crate::guard::Transport;
 use crate::notify::core::Answer;
 use crate::notify::{AnswerError, WatchOn, config, webpush};
+use crate::routes::JsonBody;
 use crate::state::Node;
 
 /// The notification routes.

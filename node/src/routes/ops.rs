@@ -81,7 +81,7 @@ struct BackupBody {
 async fn backup(
     State(node): State<Arc<Node>>,
     transport: Option<axum::Extension<crate::guard::Transport>>,
-    crate::error::JsonBody(b): crate::error::JsonBody<BackupBody>,
+    crate::routes::JsonBody(b): crate::routes::JsonBody<BackupBody>,
 ) -> Result<Json<Value>, ApiError> {
     if !matches!(
         transport.map(|axum::Extension(t)| t),

@@ -11,8 +11,9 @@ use axum::extract::{Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
 use crate::repos::AddError;
+use crate::routes::JsonBody;
 use crate::state::Node;
 
 pub(super) async fn list(State(node): State<Arc<Node>>) -> Result<Json<Value>, ApiError> {

@@ -15,7 +15,8 @@ use zeroize::Zeroizing;
 
 use super::audit::{actor, record};
 use crate::audit::{Actor, Event};
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
+use crate::routes::JsonBody;
 use crate::secrets::SecretError;
 use crate::state::Node;
 

@@ -17,7 +17,8 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
+use crate::routes::JsonBody;
 use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self, OutputQuery};
 use crate::session::{CreateError, CreateRequest, Session, SessionError};

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use super::audit::{actor, record};
 use crate::audit::{Actor, Event};
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
+use crate::routes::JsonBody;
 use crate::share::{Grant, Scope};
 use crate::state::Node;
 

@@ -13,7 +13,8 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
+use crate::routes::JsonBody;
 use crate::state::Node;
 use crate::upstream::config::UpstreamSaveError;
 use crate::upstream::oauth::OAuthError;

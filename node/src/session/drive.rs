@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
 use super::capture::Capture;
@@ -17,6 +18,7 @@ use super::input;
 use super::registry::Registry;
 use super::submit::{self, Receipt, Refusal};
 use super::{Session, SessionError};
+use crate::args;
 
 /// Why driving a session failed. Every variant says whether anything reached the PTY: only
 /// [`DriveError::Pty`] may follow a partial write.
@@ -155,47 +157,55 @@ pub struct SubmitRequest {
     pub description: Option<Option<String>>,
 }
 
-fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, DriveError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(DriveError::Invalid(format!("{k} must be a string"))),
-    }
+/// `input`'s fields, typed (`crate::args`).
+#[derive(Debug, Deserialize)]
+struct InputArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    input: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    special_key: Option<String>,
+    #[serde(default, deserialize_with = "description")]
+    pty_description: Option<Option<String>>,
 }
 
-fn u64_arg(args: &Map<String, Value>, k: &str) -> Result<Option<u64>, DriveError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| DriveError::Invalid(format!("{k} must be a non-negative integer"))),
-    }
+/// `submit`'s fields, typed (`crate::args`).
+#[derive(Debug, Deserialize)]
+struct SubmitArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    input: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "description")]
+    pty_description: Option<Option<String>>,
 }
 
-/// `pty_description`: absent keeps the current one, a string replaces it, null or "" clears it.
-fn description_arg(args: &Map<String, Value>) -> Result<Option<Option<String>>, DriveError> {
-    match args.get("pty_description") {
-        None => Ok(None),
-        Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(d)) if d.chars().count() <= 256 && !d.chars().any(char::is_control) => {
-            Ok(Some(Some(d.clone())))
+/// `pty_description`: absent keeps the current one (the field's default), a string replaces
+/// it, null or "" clears it.
+fn description<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(Some(None)),
+        Value::String(d) if d.chars().count() <= 256 && !d.chars().any(char::is_control) => {
+            Ok(Some(Some(d)))
         }
-        Some(_) => Err(DriveError::Invalid(
-            "pty_description must be null or one line of at most 256 characters".into(),
+        _ => Err(serde::de::Error::custom(
+            "must be null or one line of at most 256 characters",
         )),
     }
+}
+
+fn read<T: serde::de::DeserializeOwned>(args: &Map<String, Value>) -> Result<T, DriveError> {
+    args::parse(args).map_err(|e| DriveError::Invalid(e.0))
 }
 
 impl InputRequest {
     /// Reads `input`, `special_key` and `pty_description` from the arguments.
     pub fn from_args(args: &Map<String, Value>) -> Result<Self, DriveError> {
-        let description = description_arg(args)?;
-        let text = str_arg(args, "input")?.unwrap_or("");
-        let key = match str_arg(args, "special_key")? {
+        let a: InputArgs = read(args)?;
+        let text = a.input.unwrap_or_default();
+        let key = match a.special_key {
             None => None,
             Some(k) => Some(
-                input::special_key(k)
+                input::special_key(&k)
                     .ok_or_else(|| DriveError::Invalid(format!("unknown special_key {k}")))?,
             ),
         };
@@ -205,9 +215,9 @@ impl InputRequest {
             ));
         }
         Ok(Self {
-            text: text.to_owned(),
+            text,
             key,
-            description,
+            description: a.pty_description,
         })
     }
 }
@@ -215,15 +225,14 @@ impl InputRequest {
 impl SubmitRequest {
     /// Reads `input`, `timeout_ms` (clamped to the spec's range) and `pty_description`.
     pub fn from_args(args: &Map<String, Value>) -> Result<Self, DriveError> {
-        let text = str_arg(args, "input")?.ok_or_else(|| {
+        let a: SubmitArgs = read(args)?;
+        let text = a.input.ok_or_else(|| {
             DriveError::Invalid("input is required: the command to submit".into())
         })?;
-        let timeout = submit::ack_timeout(u64_arg(args, "timeout_ms")?);
-        let description = description_arg(args)?;
         Ok(Self {
-            text: text.to_owned(),
-            timeout,
-            description,
+            text,
+            timeout: submit::ack_timeout(a.timeout_ms),
+            description: a.pty_description,
         })
     }
 }

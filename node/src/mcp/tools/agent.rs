@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tuic_proto::mail::{DeliveryPath, InboxError};
 
+use crate::args;
 use crate::logs::mono_ms;
 use crate::mail::{Mail, launch, spawn, wake};
 use crate::mcp::registry::{
-    CallCtx, ToolDef, ToolError, ToolFuture, action, on_blocking_pool, schema,
+    CallCtx, Exec, ToolDef, ToolError, ToolFuture, action, on_blocking_pool, schema,
 };
 use crate::state::Node;
 
@@ -60,17 +62,103 @@ Orchestrators: children report results with send; read them with inbox or wait, 
         )
     },
     handler,
-    blocking: &["spawn"],
+    exec: &[
+        ("wait", Exec::Async(wait_async)),
+        ("send", Exec::Async(send_async)),
+        ("spawn", Exec::Blocking),
+    ],
     passthrough: false,
 };
 
+/// The typed arguments of every `agent` action (`crate::args`); `spawn` reads its own
+/// (`launch::SpawnArgs`, shared with `POST /sessions/agent`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    Register(RegisterArgs),
+    ListPeers(ListPeersArgs),
+    Send(SendArgs),
+    Inbox(InboxArgs),
+    Wait(WaitArgs),
+    Spawn {},
+}
+
+#[derive(Debug, Deserialize)]
+struct RegisterArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    orchestrator: Option<bool>,
+    #[serde(default, deserialize_with = "args::string")]
+    path: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    tuic_session: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    replaces: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListPeersArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SendArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    tuic_session: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    from: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    to: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    message: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    urgency: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    keep_open: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct InboxArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    tuic_session: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    from: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    since: Option<u64>,
+    #[serde(default, deserialize_with = "args::uint")]
+    limit: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WaitArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    tuic_session: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    from: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    since: Option<u64>,
+    #[serde(default, deserialize_with = "args::uint")]
+    timeout_ms: Option<u64>,
+}
+
+impl Call {
+    /// The identities a mail action names as its caller (`tuic_session`, `from`).
+    fn who(&self) -> Option<[(&'static str, Option<&str>); 2]> {
+        let (t, f) = match self {
+            Call::Send(a) => (&a.tuic_session, &a.from),
+            Call::Inbox(a) => (&a.tuic_session, &a.from),
+            Call::Wait(a) => (&a.tuic_session, &a.from),
+            _ => return None,
+        };
+        Some([("tuic_session", t.as_deref()), ("from", f.as_deref())])
+    }
+}
+
 /// The checks every action passes first: removed actions, the action enum, loopback-only and
-/// the protocol-session requirement.
-fn precheck<'a>(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &'a Map<String, Value>,
-) -> Result<&'a str, ToolError> {
+/// the protocol-session requirement, then the typed arguments and the own-identity rule.
+fn precheck(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Call, ToolError> {
     match args.get("action").and_then(Value::as_str) {
         Some("detect") => return Err(ToolError::removed("agent", "detect", "GET /agents")),
         Some("stats") => return Err(ToolError::removed("agent", "stats", "GET /stats")),
@@ -92,24 +180,24 @@ fn precheck<'a>(
         )
         .with("next_step", json!(next)));
     }
-    if matches!(a, "send" | "inbox" | "wait") {
-        own_identity_only(node, ctx, a, args)?;
+    let call: Call = args::action(a, args)?;
+    if let Some(who) = call.who() {
+        own_identity_only(node, ctx, a, who)?;
     }
-    Ok(a)
+    Ok(call)
 }
 
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let a = precheck(node, ctx, args)?;
-    match a {
-        "register" => register(node, ctx, args),
-        "list_peers" => list_peers(node, args),
-        "inbox" => inbox(node, ctx, args),
-        "spawn" => spawn_child(node, ctx, args),
+    match precheck(node, ctx, args)? {
+        Call::Register(r) => register(node, ctx, r),
+        Call::ListPeers(l) => list_peers(node, l.path.as_deref()),
+        Call::Inbox(i) => inbox(node, ctx, i),
+        Call::Spawn {} => spawn_child(node, ctx, args),
         // `wait` and `send` are dispatched to `wait_async`/`send_async` by the registry;
         // reaching here is a bug.
-        _ => Err(ToolError::new(
+        Call::Wait(_) | Call::Send(_) => Err(ToolError::new(
             "internal",
-            format!("agent action={a} runs asynchronously"),
+            "agent action=wait|send runs asynchronously",
         )),
     }
 }
@@ -117,11 +205,11 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
 /// `agent action=wait`, run as a future: it sleeps on the inbox, not on a thread.
 pub(super) fn wait_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
-        precheck(&node, &ctx, &args)?;
+        let Call::Wait(w) = precheck(&node, &ctx, &args)? else {
+            return Err(ToolError::invalid("agent action=wait expected"));
+        };
         let me = caller(&node, &ctx)?;
-        let since = opt_u64(&args, "since")?;
-        let timeout = opt_u64(&args, "timeout_ms")?;
-        let o = Mail::wait(&node, &me, since, timeout)
+        let o = Mail::wait(&node, &me, w.since, w.timeout_ms)
             .await
             .map_err(mail_error)?;
         Ok(serde_json::to_value(o).unwrap_or(Value::Null))
@@ -133,32 +221,6 @@ fn mail_error(e: InboxError) -> ToolError {
         InboxError::UnknownRecipient { .. } => ToolError::new("not_registered", e.to_string()),
         InboxError::TooLarge { .. } => ToolError::new("too_large", e.to_string()),
         _ => ToolError::invalid(e.to_string()),
-    }
-}
-
-fn opt_str<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ToolError::invalid(format!("{k} must be a string"))),
-    }
-}
-
-fn opt_u64(args: &Map<String, Value>, k: &str) -> Result<Option<u64>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ToolError::invalid(format!("{k} must be a non-negative integer"))),
-    }
-}
-
-fn opt_bool(args: &Map<String, Value>, k: &str) -> Result<Option<bool>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ToolError::invalid(format!("{k} must be a boolean"))),
     }
 }
 
@@ -294,10 +356,10 @@ fn own_identity_only(
     node: &Arc<Node>,
     ctx: &CallCtx,
     a: &str,
-    args: &Map<String, Value>,
+    who: [(&str, Option<&str>); 2],
 ) -> Result<(), ToolError> {
-    for k in ["tuic_session", "from"] {
-        let Some(v) = opt_str(args, k)? else { continue };
+    for (k, v) in who {
+        let Some(v) = v else { continue };
         if ctx.tuic_session.as_deref() == Some(v) {
             continue;
         }
@@ -316,25 +378,21 @@ fn own_identity_only(
     Ok(())
 }
 
-fn register(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
+fn register(node: &Arc<Node>, ctx: &CallCtx, args: RegisterArgs) -> Result<Value, ToolError> {
     let sid = ctx.mcp_session.clone().unwrap_or_default();
-    let name = opt_str(args, "name")?.map(str::trim).map(str::to_owned);
+    let name = args.name.as_deref().map(str::trim).map(str::to_owned);
     if name.as_deref() == Some("") {
         return Err(ToolError::invalid("name must not be empty"));
     }
-    let orchestrator = opt_bool(args, "orchestrator")?;
-    let path = opt_str(args, "path")?.map(str::to_owned);
-    let announced = opt_str(args, "tuic_session")?.map(str::to_owned);
+    let orchestrator = args.orchestrator;
+    let path = args.path;
+    let announced = args.tuic_session;
     if let Some(a) = &announced
         && uuid::Uuid::parse_str(a).is_err()
     {
         return Err(ToolError::invalid("tuic_session must be a UUID"));
     }
-    let replaces = opt_str(args, "replaces")?.map(str::to_owned);
+    let replaces = args.replaces;
     let current = ctx.tuic_session.clone();
     let now = Instant::now();
     let grace = Duration::from_millis(node.config().tuning.mcp_identity_grace_ms);
@@ -446,8 +504,7 @@ fn register(
     Ok(Value::Object(out))
 }
 
-fn list_peers(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let path = opt_str(args, "path")?;
+fn list_peers(node: &Arc<Node>, path: Option<&str>) -> Result<Value, ToolError> {
     let peers: Vec<(String, crate::mail::Peer)> = node
         .mail
         .lock()
@@ -541,8 +598,10 @@ struct LocalSend {
 /// `agent action=send`, run as a future (see [`SendPlan`]).
 pub(super) fn send_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {
-        precheck(&node, &ctx, &args)?;
-        match plan_send(&node, &ctx, &args)? {
+        let Call::Send(send) = precheck(&node, &ctx, &args)? else {
+            return Err(ToolError::invalid("agent action=send expected"));
+        };
+        match plan_send(&node, &ctx, send)? {
             SendPlan::Remote {
                 me,
                 to,
@@ -566,22 +625,21 @@ pub(super) fn send_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>
     })
 }
 
-fn plan_send(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Result<SendPlan, ToolError> {
+fn plan_send(node: &Arc<Node>, ctx: &CallCtx, args: SendArgs) -> Result<SendPlan, ToolError> {
     let me = caller(node, ctx)?;
-    let to = opt_str(args, "to")?.ok_or_else(|| ToolError::invalid("to is required"))?;
-    let message = opt_str(args, "message")?
-        .ok_or_else(|| ToolError::invalid("message is required"))?
-        .to_owned();
-    let urgent = match opt_str(args, "urgency")? {
+    let to = args
+        .to
+        .as_deref()
+        .ok_or_else(|| ToolError::invalid("to is required"))?;
+    let message = args
+        .message
+        .ok_or_else(|| ToolError::invalid("message is required"))?;
+    let urgent = match args.urgency.as_deref() {
         None | Some("normal") => false,
         Some("urgent") => true,
         Some(u) => return Err(ToolError::invalid(format!("unknown urgency {u}"))),
     };
-    let keep_open = opt_bool(args, "keep_open")?;
+    let keep_open = args.keep_open;
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
     // Federation hook (`crate::peer`): a `to` that is no local recipient but an address
     // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
@@ -743,10 +801,10 @@ fn urgent_notice(
     Ok(())
 }
 
-fn inbox(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
+fn inbox(node: &Arc<Node>, ctx: &CallCtx, args: InboxArgs) -> Result<Value, ToolError> {
     let me = caller(node, ctx)?;
-    let since = opt_u64(args, "since")?;
-    let limit = opt_u64(args, "limit")?.map(|l| l as usize);
+    let since = args.since;
+    let limit = args.limit.map(|l| l as usize);
     let page = Mail::inbox(node, &me, since, limit).map_err(mail_error)?;
     let ids: Vec<&str> = page
         .messages

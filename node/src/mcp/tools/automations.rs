@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::automations::{TOOL_ACTIONS, parse_action};
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
 pub(super) static TOOL: ToolDef = ToolDef {
@@ -25,7 +25,13 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &["create", "update", "pause", "resume", "delete"],
+    exec: &[
+        ("create", Exec::Blocking),
+        ("update", Exec::Blocking),
+        ("pause", Exec::Blocking),
+        ("resume", Exec::Blocking),
+        ("delete", Exec::Blocking),
+    ],
     passthrough: false,
 };
 

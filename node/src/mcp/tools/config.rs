@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use tuic_proto::events::Event;
 
 use crate::config::SaveError;
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["get", "save"];
@@ -26,7 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &["save"],
+    exec: &[("save", Exec::Blocking)],
     passthrough: false,
 };
 

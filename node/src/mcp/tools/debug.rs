@@ -27,7 +27,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &[],
+    exec: &[],
     passthrough: false,
 };
 

@@ -19,26 +19,7 @@ mod ui;
 mod voice;
 mod workflow;
 
-use crate::mcp::registry::{AsyncHandler, RenderedHandler, ToolDef};
-
-/// Actions that run as futures on the async workers (they sleep on events, not on a thread;
-/// their blocking steps go through `registry::on_blocking_pool`): `(tool, action, handler)`,
-/// `"*"` for every action of the tool. Checked by the registry before the blocking/inline
-/// split. `session` and `repo` are async as a whole: a hub's router may first wait for
-/// another host (`ext::HostRouter`), then a local call takes the usual split
-/// (`registry::run_here`).
-pub(crate) static ASYNC_ACTIONS: &[(&str, &str, AsyncHandler)] = &[
-    ("session", "*", session::serve_async),
-    ("repo", "*", repo::serve_async),
-    ("agent", "wait", agent::wait_async),
-    ("agent", "send", agent::send_async),
-    ("progress", "", progress::record_async),
-];
-
-/// Actions whose answer is rendered JSON text (hot listings serialized from typed rows):
-/// `(tool, action, handler)`. Checked by the registry first.
-pub(crate) static RENDERED_ACTIONS: &[(&str, &str, RenderedHandler)] =
-    &[("session", "list", session::list_rendered)];
+use crate::mcp::registry::ToolDef;
 
 /// Every native tool, in catalogue order.
 pub(crate) static NATIVE: &[&ToolDef] = &[
@@ -65,6 +46,7 @@ pub(crate) static NATIVE: &[&ToolDef] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::registry::Exec;
 
     #[test]
     fn family_names_summaries_and_actions_are_consistent() {
@@ -119,11 +101,14 @@ mod tests {
                     }
                 }
             }
-            for b in t.blocking {
-                // `""` is a tool without an action field, blocking as a whole.
+            for (a, mode) in t.exec {
+                // `""` is a tool without an action field as a whole; `"*"` an async front
+                // over every action.
                 assert!(
-                    t.actions.contains(b) || (b.is_empty() && t.actions.is_empty()),
-                    "{} blocking {b}",
+                    t.actions.contains(a)
+                        || (a.is_empty() && t.actions.is_empty())
+                        || (*a == "*" && matches!(mode, Exec::Async(_))),
+                    "{} exec {a}",
                     t.name
                 );
             }

@@ -25,7 +25,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     actions: &[],
     schema: || json!({"type": "object", "properties": {}}),
     handler,
-    blocking: &[],
+    exec: &[],
     passthrough: false,
 };
 

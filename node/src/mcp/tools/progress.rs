@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, on_blocking_pool};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, ToolFuture, on_blocking_pool};
 use crate::progress::{MAX_STEP_CHARS, MAX_TEXT_CHARS, Report, ReportError, Reporter};
 use crate::state::Node;
 
@@ -24,7 +24,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
         }, "required": ["type", "text"], "additionalProperties": false})
     },
     handler,
-    blocking: &[],
+    exec: &[("", Exec::Async(record_async))],
     passthrough: false,
 };
 
@@ -40,7 +40,7 @@ pub(crate) fn tool_error(e: ReportError) -> ToolError {
     t
 }
 
-/// The registry runs this one as a future (`ASYNC_ACTIONS`): the arguments are checked
+/// The registry runs this one as a future (`Exec::Async` in its `TOOL`): the arguments are checked
 /// inline, the journal commit goes to the blocking pool, never onto an async worker.
 pub(super) fn record_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(async move {

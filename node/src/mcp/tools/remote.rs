@@ -18,7 +18,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     actions: ACTIONS,
     schema: || schema(ACTIONS, json!({"connection_id": {"type": "string"}})),
     handler,
-    blocking: &[],
+    exec: &[],
     passthrough: false,
 };
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, action, schema};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, ToolFuture, action, schema};
 use crate::repos::{AddError, Repo};
 use crate::state::Node;
 
@@ -70,19 +70,20 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &[
-        "add",
-        "list",
-        "status",
-        "active",
-        "worktree_create",
-        "worktree_list",
-        "worktree_remove",
-        "worktree_lifecycle",
-        "branch_integrations",
-        "branch_integration",
-        "branch_delete",
-        "orphan_cleanup_answer",
+    exec: &[
+        ("*", Exec::Async(serve_async)),
+        ("add", Exec::Blocking),
+        ("list", Exec::Blocking),
+        ("status", Exec::Blocking),
+        ("active", Exec::Blocking),
+        ("worktree_create", Exec::Blocking),
+        ("worktree_list", Exec::Blocking),
+        ("worktree_remove", Exec::Blocking),
+        ("worktree_lifecycle", Exec::Blocking),
+        ("branch_integrations", Exec::Blocking),
+        ("branch_integration", Exec::Blocking),
+        ("branch_delete", Exec::Blocking),
+        ("orphan_cleanup_answer", Exec::Blocking),
     ],
     passthrough: false,
 };
@@ -91,7 +92,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 /// the git service's (`repo_git.rs`), and routable to another host.
 pub(super) const REGISTRY_ACTIONS: &[&str] = &["add", "list", "status", "active", "progress_list"];
 
-/// Every `repo` call (`tools::ASYNC_ACTIONS`): a git action on another host's repository is
+/// Every `repo` call (`Exec::Async` in `TOOL`): a git action on another host's repository is
 /// awaited through the router (`repo_git::route`); the rest is served here by [`handler`]
 /// (blocking actions on the blocking pool).
 pub(super) fn serve_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {

@@ -6,8 +6,10 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::args;
 use crate::git::GitError;
 use crate::git::worktree::{CreateRequest, RemoveRequest};
 use crate::mcp::registry::{CallCtx, ToolError};
@@ -25,25 +27,68 @@ pub(crate) fn tool_error(e: GitError) -> ToolError {
     }
 }
 
-fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ToolError::invalid(format!("{k} must be a string"))),
-    }
+/// The typed arguments of the git-backed `repo` actions (`crate::args`); `path` is read by
+/// `repo.rs` for every action.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum GitCall {
+    WorktreeCreate(CreateArgs),
+    WorktreeList {},
+    WorktreeRemove(RemoveArgs),
+    WorktreeLifecycle(BranchArgs),
+    BranchIntegrations {},
+    BranchIntegration(BranchArgs),
+    BranchDelete(DeleteArgs),
+    OrphanCleanupAnswer(AnswerArgs),
 }
 
-fn bool_arg(args: &Map<String, Value>, k: &str) -> Result<Option<bool>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ToolError::invalid(format!("{k} must be a boolean"))),
-    }
+#[derive(Debug, Deserialize)]
+struct CreateArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    branch: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    base: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    spawn_session: Option<bool>,
 }
 
-fn branch_arg<'a>(args: &'a Map<String, Value>, a: &str) -> Result<&'a str, ToolError> {
-    str_arg(args, "branch")?
-        .filter(|b| !b.is_empty())
+#[derive(Debug, Deserialize)]
+struct BranchArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    branch: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RemoveArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    branch: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    force: Option<bool>,
+    #[serde(default, deserialize_with = "args::string")]
+    expected_fingerprint: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    delete_branch: Option<bool>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    override_lock: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeleteArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    branch: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    archive: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AnswerArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    decision: Option<String>,
+}
+
+/// The required, non-empty `branch` of action `a`.
+fn branch(b: Option<String>, a: &str) -> Result<String, ToolError> {
+    b.filter(|b| !b.is_empty())
         .ok_or_else(|| ToolError::invalid(format!("repo action={a} needs branch")))
 }
 
@@ -89,15 +134,13 @@ pub(super) fn handle(
         }
     }
     let path = super::repo::path_arg(args)?;
-    match a {
-        "worktree_create" => {
+    match args::action(a, args)? {
+        GitCall::WorktreeCreate(c) => {
             let req = CreateRequest {
                 repo: path.to_owned(),
-                branch: str_arg(args, "branch")?
-                    .filter(|b| !b.is_empty())
-                    .map(str::to_owned),
-                base: str_arg(args, "base")?.map(str::to_owned),
-                spawn_session: bool_arg(args, "spawn_session")?.unwrap_or(false),
+                branch: c.branch.filter(|b| !b.is_empty()),
+                base: c.base,
+                spawn_session: c.spawn_session.unwrap_or(false),
                 creator_session: ctx.tuic_session.clone(),
             };
             let mut v = node.git.create(&req).map_err(tool_error)?;
@@ -106,46 +149,42 @@ pub(super) fn handle(
             }
             Ok(v)
         }
-        "worktree_list" => {
+        GitCall::WorktreeList {} => {
             let v = node.git.list(path).map_err(tool_error)?;
             // Listing is where orphaned worktrees are noticed: it opens the cleanup dialog.
             let _ = node.git.orphan_scan(path);
             Ok(v)
         }
-        "worktree_lifecycle" => node
-            .git
-            .lifecycle(path, branch_arg(args, a)?)
-            .map_err(tool_error),
-        "worktree_remove" => {
+        GitCall::WorktreeLifecycle(b) => {
+            node.git.lifecycle(path, &branch(b.branch, a)?).map_err(tool_error)
+        }
+        GitCall::WorktreeRemove(r) => {
             let req = RemoveRequest {
                 repo: path.to_owned(),
-                branch: branch_arg(args, a)?.to_owned(),
-                force: bool_arg(args, "force")?.unwrap_or(false),
-                expected_fingerprint: str_arg(args, "expected_fingerprint")?.map(str::to_owned),
-                delete_branch: bool_arg(args, "delete_branch")?,
-                override_lock: bool_arg(args, "override_lock")?.unwrap_or(false),
+                branch: branch(r.branch, a)?,
+                force: r.force.unwrap_or(false),
+                expected_fingerprint: r.expected_fingerprint,
+                delete_branch: r.delete_branch,
+                override_lock: r.override_lock.unwrap_or(false),
             };
             node.git.remove(&req).map_err(tool_error)
         }
-        "branch_integrations" => node.git.integrations(path, None).map_err(tool_error),
-        "branch_integration" => node
-            .git
-            .integrations(path, Some(branch_arg(args, a)?))
-            .map_err(tool_error),
-        "branch_delete" => node
-            .git
-            .delete_branch(
-                path,
-                branch_arg(args, a)?,
-                bool_arg(args, "archive")?.unwrap_or(false),
-            )
-            .map_err(tool_error),
-        "orphan_cleanup_answer" => {
-            let d = str_arg(args, "decision")?
-                .ok_or_else(|| ToolError::invalid("decision is required (remove or keep)"))?;
-            node.git.orphan_answer(path, d).map_err(tool_error)
+        GitCall::BranchIntegrations {} => node.git.integrations(path, None).map_err(tool_error),
+        GitCall::BranchIntegration(b) => {
+            node.git.integrations(path, Some(&branch(b.branch, a)?)).map_err(tool_error)
         }
-        _ => Err(ToolError::invalid(format!("unknown repo action {a}"))),
+        GitCall::BranchDelete(d) => node.git.delete_branch(
+            path,
+            &branch(d.branch, a)?,
+            d.archive.unwrap_or(false),
+        )
+        .map_err(tool_error),
+        GitCall::OrphanCleanupAnswer(o) => {
+            let d = o
+                .decision
+                .ok_or_else(|| ToolError::invalid("decision is required (remove or keep)"))?;
+            node.git.orphan_answer(path, &d).map_err(tool_error)
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use zeroize::Zeroizing;
 
 use crate::audit::{Actor, Event};
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::secrets::{DEFAULT_RUN_MS, SecretError};
 use crate::state::Node;
 
@@ -40,7 +40,11 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &["request", "run", "remove"],
+    exec: &[
+        ("request", Exec::Blocking),
+        ("run", Exec::Blocking),
+        ("remove", Exec::Blocking),
+    ],
     passthrough: false,
 };
 

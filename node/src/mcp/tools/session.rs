@@ -9,9 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, ToolFuture, action, schema};
+use crate::args;
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, ToolFuture, action, schema, typed};
 use crate::session::drive::{DriveError, InputRequest, SubmitRequest};
 use crate::session::output::{self as session_output, OutputQuery};
 use crate::session::submit;
@@ -78,18 +80,135 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &[
-        "create",
-        "input",
-        "close",
-        "kill",
-        "resize",
-        "pause",
-        "resume",
-        "declare_worktree",
+    exec: &[
+        ("*", Exec::Async(serve_async)),
+        ("list", Exec::Rendered(list_rendered)),
+        ("create", Exec::Blocking),
+        ("input", Exec::Blocking),
+        ("close", Exec::Blocking),
+        ("kill", Exec::Blocking),
+        ("resize", Exec::Blocking),
+        ("pause", Exec::Blocking),
+        ("resume", Exec::Blocking),
+        ("declare_worktree", Exec::Blocking),
     ],
     passthrough: false,
 };
+
+/// The typed arguments of every `session` action (`crate::args`): one struct per action, only
+/// that action's fields read. `input` and `submit` bodies are the drive service's own typed
+/// requests (`InputRequest`, `SubmitRequest`), shared with the REST routes.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    List {},
+    Create(CreateArgs),
+    Input(Target),
+    Submit(Target),
+    Output(OutputArgs),
+    Status(Target),
+    Wait(WaitArgs),
+    Resize(ResizeArgs),
+    Rename(RenameArgs),
+    Close(Target),
+    Kill(Target),
+    Suspend(Target),
+    KeepOpen(KeepOpenArgs),
+    DeclareWorktree(DeclareArgs),
+    Pause(Target),
+    Resume(Target),
+}
+
+/// An action on one session.
+#[derive(Debug, Deserialize)]
+struct Target {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateArgs {
+    #[serde(default, deserialize_with = "args::dim")]
+    rows: Option<u16>,
+    #[serde(default, deserialize_with = "args::dim")]
+    cols: Option<u16>,
+    #[serde(default, deserialize_with = "args::string")]
+    shell: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    cwd: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OutputArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    format: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    limit: Option<u64>,
+    #[serde(default, deserialize_with = "args::uint")]
+    from_line: Option<u64>,
+    #[serde(default, deserialize_with = "args::uint")]
+    from_byte: Option<u64>,
+    #[serde(default, deserialize_with = "args::uint")]
+    since_cursor: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WaitArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    until: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResizeArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+    #[serde(default, deserialize_with = "args::dim")]
+    rows: Option<u16>,
+    #[serde(default, deserialize_with = "args::dim")]
+    cols: Option<u16>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RenameArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct KeepOpenArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+    /// Anything but a boolean is refused as missing (`enabled (boolean) is required`).
+    #[serde(default, deserialize_with = "required_bool")]
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeclareArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    worktree_path: Option<String>,
+}
+
+/// `keep_open`'s `enabled`: a boolean, else the refusal names the type.
+fn required_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        Some(Value::Bool(b)) => Ok(Some(b)),
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => Err(serde::de::Error::custom("(boolean) is required")),
+    }
+}
 
 /// Where a call is served, after the checks every action shares.
 enum Prelude {
@@ -140,14 +259,21 @@ async fn serve(
         (a, Prelude::Here(args)) => (a, args),
     };
     match a {
-        "submit" => submit(&node, &args).await,
-        "wait" => wait(&node, &args).await,
-        "suspend" => suspend(&node, &ctx, &args).await,
-        _ => crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await,
+        "submit" | "wait" | "suspend" => {}
+        _ => return crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await,
+    }
+    match typed("session", ACTIONS, &args)? {
+        Call::Submit(t) => submit(&node, &t, &args).await,
+        Call::Wait(w) => wait(&node, w).await,
+        Call::Suspend(t) => suspend(&node, &ctx, &t).await,
+        _ => Err(ToolError::new(
+            "internal",
+            format!("session action={a} runs synchronously"),
+        )),
     }
 }
 
-/// The registry's entry for every `session` action (`tools::ASYNC_ACTIONS`).
+/// The registry's entry for every `session` action (`Exec::Async` in `TOOL`).
 pub(super) fn serve_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>) -> ToolFuture {
     Box::pin(serve(node, ctx, args))
 }
@@ -155,55 +281,31 @@ pub(super) fn serve_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value
 /// One action served here, after [`serve`]'s checks and routing (`args` already rewritten
 /// for a `local/<id>` address).
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let a = action("session", ACTIONS, args)?;
-    let a = ACTIONS.iter().copied().find(|x| *x == a).unwrap_or("list");
-    match a {
-        "list" => Ok(list(node, ctx)),
-        "create" => create(node, args),
-        "input" => input(node, args),
-        "output" => output(node, args),
-        "status" => status(node, ctx, args),
-        "resize" => resize(node, args),
-        "rename" => rename(node, args),
-        "close" | "kill" => close(node, ctx, args, a),
-        "pause" | "resume" => pause(node, args, a == "pause"),
-        "keep_open" => keep_open(node, args),
-        "declare_worktree" => declare_worktree(node, ctx, args),
-        // `submit`, `wait` and `suspend` sleep on events: `serve` runs them as futures, never through
-        // this synchronous handler.
-        _ => Err(ToolError::new(
+    match typed("session", ACTIONS, args)? {
+        Call::List {} => Ok(list(node, ctx)),
+        Call::Create(c) => create(node, c),
+        Call::Input(t) => input(node, &t, args),
+        Call::Output(o) => output(node, o),
+        Call::Status(t) => status(node, ctx, &t),
+        Call::Resize(r) => resize(node, r),
+        Call::Rename(r) => rename(node, r),
+        Call::Close(t) => close(node, ctx, &t, "close"),
+        Call::Kill(t) => close(node, ctx, &t, "kill"),
+        Call::Pause(t) => pause(node, &t, true),
+        Call::Resume(t) => pause(node, &t, false),
+        Call::KeepOpen(k) => keep_open(node, k),
+        Call::DeclareWorktree(d) => declare_worktree(node, ctx, d),
+        // `submit`, `wait` and `suspend` sleep on events: `serve` runs them as futures, never
+        // through this synchronous handler.
+        Call::Submit(_) | Call::Wait(_) | Call::Suspend(_) => Err(ToolError::new(
             "internal",
-            format!("session action={a} runs asynchronously"),
+            "session action=submit|wait|suspend runs asynchronously",
         )),
     }
 }
 
-fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> Result<Option<&'a str>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(ToolError::invalid(format!("{k} must be a string"))),
-    }
-}
-
-fn u64_arg(args: &Map<String, Value>, k: &str) -> Result<Option<u64>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ToolError::invalid(format!("{k} must be a non-negative integer"))),
-    }
-}
-
-fn dim_arg(args: &Map<String, Value>, k: &str) -> Result<Option<u16>, ToolError> {
-    u64_arg(args, k)?
-        .map(|v| u16::try_from(v).map_err(|_| ToolError::invalid(format!("{k} is too large"))))
-        .transpose()
-}
-
-fn session_id(args: &Map<String, Value>) -> Result<&str, ToolError> {
-    str_arg(args, "session_id")?
+fn session_id(id: &Option<String>) -> Result<&str, ToolError> {
+    id.as_deref()
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ToolError::invalid("session_id is required (PTY id, tuic_session or alias)"))
 }
@@ -217,16 +319,14 @@ fn unknown(r: &str) -> ToolError {
 }
 
 /// A live session or one in its tombstone period (output, status, wait read those).
-fn resolve(node: &Node, args: &Map<String, Value>) -> Result<Arc<Session>, ToolError> {
-    let r = session_id(args)?;
+fn resolve(node: &Node, id: &Option<String>) -> Result<Arc<Session>, ToolError> {
+    let r = session_id(id)?;
     node.sessions.resolve(r).ok_or_else(|| unknown(r))
 }
 
 /// A live session (writes, resize, rename need the process).
-fn live(node: &Node, args: &Map<String, Value>) -> Result<Arc<Session>, ToolError> {
-    node.sessions
-        .drivable(session_id(args)?)
-        .map_err(drive_error)
+fn live(node: &Node, id: &Option<String>) -> Result<Arc<Session>, ToolError> {
+    node.sessions.drivable(session_id(id)?).map_err(drive_error)
 }
 
 /// The MCP form of the drive service's error: the same code and fields, as a tool error.
@@ -318,13 +418,13 @@ fn list_json(node: &Arc<Node>, ctx: &CallCtx) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
+fn create(node: &Arc<Node>, c: CreateArgs) -> Result<Value, ToolError> {
     let req = CreateRequest {
-        rows: dim_arg(args, "rows")?,
-        cols: dim_arg(args, "cols")?,
-        shell: str_arg(args, "shell")?.map(str::to_owned),
-        cwd: str_arg(args, "cwd")?.map(str::to_owned),
-        name: str_arg(args, "name")?.map(str::to_owned),
+        rows: c.rows,
+        cols: c.cols,
+        shell: c.shell,
+        cwd: c.cwd,
+        name: c.name,
         ..CreateRequest::default()
     };
     let s = node.sessions.create(req).map_err(|e| match e {
@@ -337,8 +437,8 @@ fn create(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
 
 /// `input`; the drive service's `Session::input`, which `POST /sessions/{id}/input` (a hub's
 /// remote `input`) adapts too.
-fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = live(node, args)?;
+fn input(node: &Arc<Node>, t: &Target, args: &Map<String, Value>) -> Result<Value, ToolError> {
+    let s = live(node, &t.session_id)?;
     let req = InputRequest::from_args(args).map_err(drive_error)?;
     s.input(&req, &node.sessions.capture).map_err(drive_error)?;
     if let Some(d) = req.description {
@@ -349,8 +449,12 @@ fn input(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError
 
 /// `submit`; the drive service's `Session::submit`, which `POST /sessions/{id}/submit` (a
 /// hub's remote `submit`) adapts too.
-async fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = live(node, args)?;
+async fn submit(
+    node: &Arc<Node>,
+    t: &Target,
+    args: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    let s = live(node, &t.session_id)?;
     let req = SubmitRequest::from_args(args).map_err(drive_error)?;
     let receipt = s
         .submit(&req, &node.sessions.capture)
@@ -362,9 +466,9 @@ async fn submit(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, To
     Ok(json!(receipt))
 }
 
-fn output(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = resolve(node, args)?;
-    let format = match str_arg(args, "format")? {
+fn output(node: &Arc<Node>, o: OutputArgs) -> Result<Value, ToolError> {
+    let s = resolve(node, &o.session_id)?;
+    let format = match o.format.as_deref() {
         None | Some("text" | "mcp") => "mcp",
         Some("raw" | "mcp_raw") => "mcp_raw",
         Some(f) => {
@@ -375,17 +479,17 @@ fn output(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolErro
     };
     let q = OutputQuery {
         format: Some(format.into()),
-        limit: u64_arg(args, "limit")?,
+        limit: o.limit,
         offset: None,
-        from_line: u64_arg(args, "from_line")?,
-        from_byte: u64_arg(args, "from_byte")?,
-        since_cursor: u64_arg(args, "since_cursor")?,
+        from_line: o.from_line,
+        from_byte: o.from_byte,
+        since_cursor: o.since_cursor,
     };
     session_output::render(&s, &q).map_err(|e| ToolError::invalid(e.0))
 }
 
-fn status(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = resolve(node, args)?;
+fn status(node: &Arc<Node>, ctx: &CallCtx, t: &Target) -> Result<Value, ToolError> {
+    let s = resolve(node, &t.session_id)?;
     let mut v = row_json(node, &s, ctx);
     v["turn_epoch"] = json!(s.turn_epoch());
     if s.exit().is_some() {
@@ -394,9 +498,9 @@ fn status(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<
     Ok(v)
 }
 
-async fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = resolve(node, args)?;
-    let until = match str_arg(args, "until")?.unwrap_or("idle") {
+async fn wait(node: &Arc<Node>, w: WaitArgs) -> Result<Value, ToolError> {
+    let s = resolve(node, &w.session_id)?;
+    let until = match w.until.as_deref().unwrap_or("idle") {
         "idle" => submit::Until::Idle,
         "exited" => submit::Until::Exited,
         u => {
@@ -407,7 +511,7 @@ async fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, Tool
     };
     // The shared rule: 60 s by default, a request at or above the 300,000 ms cap runs
     // 295,000 ms (the bridge computes its deadline from the same function).
-    let timeout_ms = tuic_proto::mcp::wait_ms(u64_arg(args, "timeout_ms")?);
+    let timeout_ms = tuic_proto::mcp::wait_ms(w.timeout_ms);
     let started = std::time::Instant::now();
     let waited = submit::wait(&s, until, std::time::Duration::from_millis(timeout_ms)).await;
     node.sessions.count_wait_checks(waited.checks);
@@ -437,31 +541,28 @@ async fn wait(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, Tool
     Ok(v)
 }
 
-fn resize(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = live(node, args)?;
-    let (Some(rows), Some(cols)) = (dim_arg(args, "rows")?, dim_arg(args, "cols")?) else {
+fn resize(node: &Arc<Node>, r: ResizeArgs) -> Result<Value, ToolError> {
+    let s = live(node, &r.session_id)?;
+    let (Some(rows), Some(cols)) = (r.rows, r.cols) else {
         return Err(ToolError::invalid("rows and cols are required"));
     };
     s.resize(rows, cols).map_err(|e| session_error(&s, e))?;
     Ok(json!({"ok": true, "session_id": s.id, "rows": rows, "cols": cols}))
 }
 
-fn rename(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = live(node, args)?;
-    let name = str_arg(args, "name")?.ok_or_else(|| ToolError::invalid("name is required"))?;
+fn rename(node: &Arc<Node>, r: RenameArgs) -> Result<Value, ToolError> {
+    let s = live(node, &r.session_id)?;
+    let name = r
+        .name
+        .ok_or_else(|| ToolError::invalid("name is required"))?;
     node.sessions
-        .rename(&s, name.to_owned())
+        .rename(&s, name.clone())
         .map_err(ToolError::invalid)?;
     Ok(json!({"ok": true, "session_id": s.id, "name": name}))
 }
 
-fn close(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-    a: &str,
-) -> Result<Value, ToolError> {
-    let s = resolve(node, args)?;
+fn close(node: &Arc<Node>, ctx: &CallCtx, t: &Target, a: &str) -> Result<Value, ToolError> {
+    let s = resolve(node, &t.session_id)?;
     let was_live = s.close();
     let mut v = json!({"ok": true, "session_id": s.id, "was_running": was_live});
     if ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()) {
@@ -471,8 +572,8 @@ fn close(
     Ok(v)
 }
 
-fn pause(node: &Arc<Node>, args: &Map<String, Value>, stop: bool) -> Result<Value, ToolError> {
-    let s = live(node, args)?;
+fn pause(node: &Arc<Node>, t: &Target, stop: bool) -> Result<Value, ToolError> {
+    let s = live(node, &t.session_id)?;
     let sig = if stop {
         rustix::process::Signal::STOP
     } else {
@@ -486,12 +587,8 @@ fn pause(node: &Arc<Node>, args: &Map<String, Value>, stop: bool) -> Result<Valu
 /// restorable, then answers through `POST /mcp/suspend-response`); the call returns the tab's
 /// verdict. Refused while the session is busy, for an exited session, for the caller's own
 /// session, with no UI attached, and when no tab answers within the window (20 s).
-async fn suspend(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
-    let s = resolve(node, args)?;
+async fn suspend(node: &Arc<Node>, ctx: &CallCtx, t: &Target) -> Result<Value, ToolError> {
+    let s = resolve(node, &t.session_id)?;
     let refuse = |reason: String| {
         ToolError::new("cannot_suspend", format!("Cannot suspend: {reason}"))
             .with("session_id", json!(s.id))
@@ -532,9 +629,9 @@ async fn suspend(
     }
 }
 
-fn keep_open(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let s = resolve(node, args)?;
-    let Some(Value::Bool(enabled)) = args.get("enabled") else {
+fn keep_open(node: &Arc<Node>, k: KeepOpenArgs) -> Result<Value, ToolError> {
+    let s = resolve(node, &k.session_id)?;
+    let Some(enabled) = k.enabled else {
         return Err(ToolError::invalid("enabled (boolean) is required"));
     };
     // Managed children come from agent action=spawn; the mark lives with their peer entry.
@@ -545,7 +642,7 @@ fn keep_open(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolE
         .get_mut(&s.tuic_session)
         .filter(|p| p.managed)
     {
-        p.keep_open = *enabled;
+        p.keep_open = enabled;
         return Ok(json!({"session_id": s.id, "keep_open": enabled}));
     }
     Err(ToolError::new(
@@ -558,12 +655,8 @@ fn keep_open(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolE
     .with("session_id", json!(s.id)))
 }
 
-fn declare_worktree(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
-    if let Some(r) = str_arg(args, "session_id")? {
+fn declare_worktree(node: &Arc<Node>, ctx: &CallCtx, d: DeclareArgs) -> Result<Value, ToolError> {
+    if let Some(r) = d.session_id.as_deref() {
         let own = ctx
             .tuic_session
             .as_deref()
@@ -589,7 +682,9 @@ fn declare_worktree(
             format!("the caller's identity {t} owns no live PTY on this node"),
         ));
     };
-    let path = str_arg(args, "worktree_path")?
+    let path = d
+        .worktree_path
+        .as_deref()
         .ok_or_else(|| ToolError::invalid("worktree_path is required (an absolute path)"))?;
     super::repo_git::declare(node, t, &own.id, &own.cwd, path)
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError};
 use crate::state::Node;
 use crate::stories::StoryAction;
 use crate::stories::service::{ACTION_NAMES, Ctx};
@@ -26,7 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
         }, "required": ["input"], "additionalProperties": false})
     },
     handler,
-    blocking: &[""], // it commits: the whole tool on the blocking pool
+    exec: &[("", Exec::Blocking)], // it commits: the whole tool on the blocking pool
     passthrough: false,
 };
 

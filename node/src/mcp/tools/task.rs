@@ -173,7 +173,7 @@ Only the agent that spawned a task can see it. Tasks are kept in memory for 24 h
     actions: ACTIONS,
     schema: || schema(ACTIONS, json!({"task_id": {"type": "string"}})),
     handler,
-    blocking: &[],
+    exec: &[],
     passthrough: false,
 };
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tuic_proto::events::Event;
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
 const ACTIONS: &[&str] = &["toast", "confirm", "tab"];
@@ -41,7 +41,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
         )
     },
     handler,
-    blocking: &["confirm"],
+    exec: &[("confirm", Exec::Blocking)],
     passthrough: false,
 };
 

@@ -27,7 +27,7 @@ Notices arrive as terminal input: a mode entry notice when hands-free starts and
         )
     },
     handler,
-    blocking: &[],
+    exec: &[],
     passthrough: false,
 };
 

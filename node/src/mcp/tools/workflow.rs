@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
+use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 use crate::stories::workflow::RUN_ACTIONS;
 
@@ -30,13 +30,13 @@ pub(super) static RUN_TOOL: ToolDef = ToolDef {
         )
     },
     handler: run_handler,
-    blocking: &[
-        "start_graph",
-        "pause",
-        "resume",
-        "cancel",
-        "resume_graph",
-        "events",
+    exec: &[
+        ("start_graph", Exec::Blocking),
+        ("pause", Exec::Blocking),
+        ("resume", Exec::Blocking),
+        ("cancel", Exec::Blocking),
+        ("resume_graph", Exec::Blocking),
+        ("events", Exec::Blocking),
     ],
     passthrough: false,
 };
@@ -79,7 +79,7 @@ pub(super) static REPORT_TOOL: ToolDef = ToolDef {
         "required": ["input"], "additionalProperties": false})
     },
     handler: report_handler,
-    blocking: &[""], // it commits: the whole tool on the blocking pool
+    exec: &[("", Exec::Blocking)], // it commits: the whole tool on the blocking pool
     passthrough: false,
 };
 
@@ -109,7 +109,7 @@ pub(super) static LAUNCH_TOOL: ToolDef = ToolDef {
         "required": ["input"], "additionalProperties": false})
     },
     handler: launch_handler,
-    blocking: &[""], // it spawns and commits
+    exec: &[("", Exec::Blocking)], // it spawns and commits
     passthrough: false,
 };
 
@@ -143,7 +143,7 @@ pub(super) static STORY_CREATE_TOOL: ToolDef = ToolDef {
         "required": ["input"], "additionalProperties": false})
     },
     handler: story_create_handler,
-    blocking: &[""], // it commits
+    exec: &[("", Exec::Blocking)], // it commits
     passthrough: false,
 };
 
