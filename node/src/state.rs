@@ -730,6 +730,9 @@ impl Domain {
             tailscale,
             ext,
         }
+    }
+}
+
 /// The upstream service's environment: the vault, tasks and shutdown, and the tuning read
 /// from the current config.
 fn upstream_env(
