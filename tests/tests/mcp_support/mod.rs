@@ -200,3 +200,24 @@ pub fn tool_value(r: &Resp) -> Value {
     let v = r.json();
     serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
 }
+
+/// A raw `tools/call` over the IPC socket (no protocol session needed); the whole answer.
+pub async fn call(node: &NodeProc, name: &str, args: Value) -> Value {
+    node.connect()
+        .await
+        .rpc(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": args}}),
+            &[],
+        )
+        .await
+        .json()
+}
+
+/// The first text content of a `tools/call` answer (empty when there is none).
+pub fn text(r: &Value) -> String {
+    r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
