@@ -135,6 +135,35 @@ pub async fn create_shell(node: &NodeProc) -> String {
     create(node, json!({"rows": 30, "cols": 60, "shell": "/bin/sh"})).await
 }
 
+/// The node's visible screen rows of session `id` (`terminal/lines` over the bottom
+/// `screen_lines` rows).
+pub async fn screen_lines(socket: &Path, id: &str) -> Vec<String> {
+    let info = crate::ipc(
+        socket,
+        "GET",
+        &format!("/sessions/{id}/terminal/scroll-info"),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    let total = info["total_lines"].as_u64().unwrap();
+    let rows = info["screen_lines"].as_u64().unwrap();
+    let v = crate::ipc(
+        socket,
+        "GET",
+        &format!(
+            "/sessions/{id}/terminal/lines?start={}&end={total}",
+            total - rows
+        ),
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    serde_json::from_value(v["lines"].clone()).unwrap()
+}
+
 /// `@modelcontextprotocol/server-everything`, installed once from the npm registry into a
 /// cache under `target/` (shared by every upstream test).
 pub fn npm_everything() -> PathBuf {

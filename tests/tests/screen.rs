@@ -12,6 +12,7 @@ use tokio::net::UnixStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tuic_proto::screen::{ClientFrame, Hello, Mirror, ServerFrame, Snapshot};
+use tuic_tests::bed::screen_lines;
 use tuic_tests::term::{Node, Ws, read_until};
 
 const T: Duration = Duration::from_secs(60);
@@ -146,39 +147,6 @@ impl ScreenClient {
         let t = serde_json::to_string(f).unwrap();
         self.ws.send(Message::Text(t.into())).await.unwrap();
     }
-}
-
-/// The node's visible screen rows (`terminal/lines` over the bottom `screen_lines` rows).
-async fn screen_lines(socket: &Path, id: &str) -> Vec<String> {
-    let info = tuic_tests::ipc(
-        socket,
-        "GET",
-        &format!("/sessions/{id}/terminal/scroll-info"),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    let total = info["total_lines"].as_u64().unwrap();
-    let rows = info["screen_lines"].as_u64().unwrap();
-    let v = tuic_tests::ipc(
-        socket,
-        "GET",
-        &format!(
-            "/sessions/{id}/terminal/lines?start={}&end={total}",
-            total - rows
-        ),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    v["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// Waits until the mirror shows exactly the node's screen rows (frames keep coming until the

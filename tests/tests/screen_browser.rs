@@ -14,30 +14,7 @@ use tuic_tests::bed::{self, create, login, phone_node as remote_node};
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 
 async fn node_screen(node: &NodeProc, id: &str) -> Vec<String> {
-    let info = tuic_tests::ipc(
-        &node.socket,
-        "GET",
-        &format!("/sessions/{id}/terminal/scroll-info"),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    let total = info["total_lines"].as_u64().unwrap();
-    let rows = info["screen_lines"].as_u64().unwrap();
-    let v = tuic_tests::ipc(
-        &node.socket,
-        "GET",
-        &format!(
-            "/sessions/{id}/terminal/lines?start={}&end={total}",
-            total - rows
-        ),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    serde_json::from_value(v["lines"].clone()).unwrap()
+    bed::screen_lines(&node.socket, id).await
 }
 
 async fn page_rows(b: &Browser) -> Vec<String> {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mcp_support::{NodeProc, call, text};
+use mcp_support::{NodeProc, call, get, text, wait_status};
 use serde_json::{Value, json};
 use tuic_tests::bed::{free_port, npm_everything};
 
@@ -53,10 +53,6 @@ async fn start(config: Value, upstreams: Value) -> NodeProc {
     NodeProc::start_in(dir, config).await
 }
 
-async fn get(node: &NodeProc, path: &str) -> Value {
-    node.connect().await.send("GET", path, &[], "").await.json()
-}
-
 async fn put(node: &NodeProc, path: &str, body: &Value) -> (u16, Value) {
     let r = node
         .connect()
@@ -78,28 +74,6 @@ fn upstream<'a>(status: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|u| u["name"] == name)
         .unwrap_or_else(|| panic!("no upstream {name} in {}", status["upstreams"]))
-}
-
-/// Waits (bounded) until `pred` holds for `GET /mcp/status`.
-async fn wait_status(
-    node: &NodeProc,
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = get(node, "/mcp/status").await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {limit:?}; status: {:#}",
-            s["upstreams"]
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn is(status: &Value, name: &str, want: &str) -> bool {

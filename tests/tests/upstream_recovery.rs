@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mcp_support::{NodeProc, call, text};
+use mcp_support::{NodeProc, call, get, text, wait_status};
 use serde_json::{Value, json};
 use tuic_tests::bed::{free_port, npm_everything};
 
@@ -60,37 +60,11 @@ async fn kill(mut child: tokio::process::Child, port: u16) {
     }
 }
 
-async fn get(node: &NodeProc, path: &str) -> Value {
-    node.connect().await.send("GET", path, &[], "").await.json()
-}
-
 fn row<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["upstreams"]
         .as_array()
         .and_then(|a| a.iter().find(|u| u["name"] == name))
         .unwrap_or(&Value::Null)
-}
-
-/// Waits (bounded) until `pred` holds for `GET /mcp/status`; returns the status.
-async fn wait_status(
-    node: &NodeProc,
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = get(node, "/mcp/status").await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {limit:?}; status: {:#}",
-            s["upstreams"]
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn echoed(r: &Value, msg: &str) -> bool {

@@ -221,3 +221,30 @@ pub fn text(r: &Value) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// `GET path` over the IPC socket; the JSON body.
+pub async fn get(node: &NodeProc, path: &str) -> Value {
+    node.connect().await.send("GET", path, &[], "").await.json()
+}
+
+/// Waits (bounded) until `pred` holds for `GET /mcp/status`; returns the status.
+pub async fn wait_status(
+    node: &NodeProc,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let s = get(node, "/mcp/status").await;
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {limit:?}; status: {:#}",
+            s["upstreams"]
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
