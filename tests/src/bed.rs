@@ -21,11 +21,22 @@ pub fn remote_proc(
     port: &str,
     extra: &[&str],
 ) -> (tempfile::TempDir, NodeProc) {
+    remote_proc_as(binary, config, PASSWORD, port, extra)
+}
+
+/// [`remote_proc`] with its own `password`.
+pub fn remote_proc_as(
+    binary: &str,
+    config: Value,
+    password: &str,
+    port: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, NodeProc) {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("config.json"), config.to_string()).unwrap();
     let dir = d.path().to_str().unwrap().to_owned();
     let (code, _, err) =
-        run_with_stdin(binary, &["set-password", "--config-dir", &dir], PASSWORD).unwrap();
+        run_with_stdin(binary, &["set-password", "--config-dir", &dir], password).unwrap();
     assert_eq!(code, 0, "{err}");
     let args: Vec<&str> = [
         "--config-dir",
@@ -61,20 +72,27 @@ pub fn hub_connected_to(
     node: &NodeProc,
     id: &str,
 ) -> (tempfile::TempDir, NodeProc) {
+    let (hd, hub) = remote_proc("tuic-hub", json!({"secret_store": "file"}), "0", &[]);
+    connect_hub(hd.path(), node_dir, node, id);
+    (hd, hub)
+}
+
+/// `tuic-hub connect` on the hub config dir `hub_dir`: `node` (config dir `node_dir`) as
+/// `id`, with the node's token.
+pub fn connect_hub(hub_dir: &Path, node_dir: &Path, node: &NodeProc, id: &str) {
     let (_, token, _) = run_with_stdin(
         "tuic-node",
         &["token", "--config-dir", node_dir.to_str().unwrap()],
         "",
     )
     .unwrap();
-    let (hd, hub) = remote_proc("tuic-hub", json!({"secret_store": "file"}), "0", &[]);
     let url = format!("http://{}", node.tcp.unwrap());
     let (code, _, err) = run_with_stdin(
         "tuic-hub",
         &[
             "connect",
             "--config-dir",
-            hd.path().to_str().unwrap(),
+            hub_dir.to_str().unwrap(),
             "--id",
             id,
             "--url",
@@ -85,7 +103,6 @@ pub fn hub_connected_to(
     )
     .unwrap();
     assert_eq!(code, 0, "{err}");
-    (hd, hub)
 }
 
 /// Opens `url`, types `password` into the login form, submits, and waits until `until` (a
