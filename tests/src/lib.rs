@@ -6,6 +6,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod bed;
 pub mod bench_acp;
 pub mod bench_attach;
 pub mod bench_fed;

@@ -5,27 +5,18 @@
 
 use serde_json::json;
 use tuic_tests::acp::{Bed, agent_config, start_node};
+use tuic_tests::bed::{PASSWORD, login_via};
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{config_dir, set_password};
 
-const PASSWORD: &str = "phone pass";
-
 async fn login(b: &Browser, base: &str) {
-    b.goto(&format!("{base}/mobile")).await.unwrap();
-    b.wait_for("!!document.getElementById('password')", 10_000)
-        .await
-        .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for(
+    login_via(
+        b,
+        &format!("{base}/mobile"),
+        PASSWORD,
         "location.pathname === '/mobile' && !!document.getElementById('sessions')",
-        10_000,
     )
-    .await
-    .unwrap();
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,10 +1,9 @@
 //! Browser tests: Debian's headless Chromium, phone-sized, against a real node over TCP.
 
 use serde_json::json;
+use tuic_tests::NodeProc;
+use tuic_tests::bed::{self, PASSWORD, login, login_to};
 use tuic_tests::webdriver::{Browser, artifacts_dir};
-use tuic_tests::{NodeProc, run_with_stdin};
-
-const PASSWORD: &str = "phone pass";
 
 fn remote_node() -> (tempfile::TempDir, NodeProc) {
     remote_node_on("0", &[])
@@ -12,39 +11,7 @@ fn remote_node() -> (tempfile::TempDir, NodeProc) {
 
 /// A node with remote access on loopback, asked for `port`, with `extra` flags.
 fn remote_node_on(port: &str, extra: &[&str]) -> (tempfile::TempDir, NodeProc) {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let dir = d.path().to_str().unwrap().to_owned();
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir],
-        PASSWORD,
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let node = NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &dir,
-            "--remote-access",
-            "--port",
-            port,
-            "--bind",
-            "127.0.0.1",
-        ]
-        .iter()
-        .chain(extra)
-        .copied()
-        .collect::<Vec<_>>(),
-        &[],
-    )
-    .unwrap();
-    (d, node)
+    bed::remote_proc("tuic-node", json!({"secret_store": "file"}), port, extra)
 }
 
 #[tokio::test]
@@ -162,37 +129,8 @@ async fn a_taken_port_and_the_node_are_named_on_the_login_page_and_in_every_head
     drop(taken);
 }
 
-/// Logs in through the form and waits for the page `next` (`/mobile` or `/`).
-async fn login_to(b: &Browser, base: &str, next: &str) {
-    let enc = if next == "/" { "%2F" } else { "%2Fmobile" };
-    b.goto(&format!("{base}/mobile/login?next={enc}"))
-        .await
-        .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for(&format!("location.pathname === '{next}'"), 10_000)
-        .await
-        .unwrap();
-}
-
-async fn login(b: &Browser, base: &str) {
-    login_to(b, base, "/mobile").await;
-}
-
 async fn create_session(node: &NodeProc) -> String {
-    let r = tuic_tests::ipc(
-        &node.socket,
-        "POST",
-        "/sessions",
-        Some(json!({"rows": 30, "cols": 60, "shell": "/bin/sh"})),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.json()["session_id"].as_str().unwrap().to_owned()
+    bed::create_shell(node).await
 }
 
 /// Waits until the session view shows and its history has loaded.
@@ -354,19 +292,8 @@ async fn desktop_layout_shows_list_and_session_side_by_side() {
 
 #[tokio::test]
 async fn view_reconnects_after_the_node_restarts() {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
+    let (d, mut node) = remote_node();
     let dir = d.path().to_str().unwrap().to_owned();
-    run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir],
-        PASSWORD,
-    )
-    .unwrap();
     let start = |port: &str| {
         NodeProc::start(
             "tuic-node",
@@ -383,7 +310,6 @@ async fn view_reconnects_after_the_node_restarts() {
         )
         .unwrap()
     };
-    let mut node = start("0");
     let port = node.tcp.unwrap().port().to_string();
     let base = format!("http://127.0.0.1:{port}");
     let sid = create_session(&node).await;
@@ -520,56 +446,7 @@ async fn approval_menu_shows_the_whole_question_and_large_choices_and_the_answer
 async fn hub_shows_a_remote_nodes_session_and_streams_it() {
     // Node B with remote access on loopback; the hub connects to it with B's token.
     let (nd, node) = remote_node();
-    let (_, token, _) = run_with_stdin(
-        "tuic-node",
-        &["token", "--config-dir", nd.path().to_str().unwrap()],
-        "",
-    )
-    .unwrap();
-    let hd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        hd.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let hdir = hd.path().to_str().unwrap().to_owned();
-    run_with_stdin(
-        "tuic-hub",
-        &["set-password", "--config-dir", &hdir],
-        PASSWORD,
-    )
-    .unwrap();
-    let hub = NodeProc::start(
-        "tuic-hub",
-        &[
-            "--config-dir",
-            &hdir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    let url = format!("http://{}", node.tcp.unwrap());
-    let (code, _, err) = run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &hdir,
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        token.trim(),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
+    let (_hd, hub) = bed::hub_connected_to(nd.path(), &node, "boxb");
     let sid = create_session(&node).await;
     let address = format!("boxb/{sid}");
     let b = Browser::launch(390, 844).await.unwrap();

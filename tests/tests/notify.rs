@@ -189,6 +189,32 @@ async fn session(node: &NodeProc, script: &str, cwd: &Path) -> (String, String) 
     }
 }
 
+/// Answers notification `id` with `choice` through the node's REST route.
+async fn answer(node: &NodeProc, id: u64, choice: u64) -> tuic_tests::Reply {
+    ipc(
+        &node.socket,
+        "POST",
+        &format!("/notifications/{id}/answer"),
+        Some(json!({ "choice": choice })),
+    )
+    .await
+    .unwrap()
+}
+
+/// Subscribes the Web Push `endpoint` with the receiver's `keys` (`p256dh`, `auth`).
+async fn subscribe(node: &NodeProc, endpoint: &str, keys: &Value) -> tuic_tests::Reply {
+    ipc(
+        &node.socket,
+        "POST",
+        "/notifications/subscriptions",
+        Some(
+            json!({"endpoint": endpoint, "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}}),
+        ),
+    )
+    .await
+    .unwrap()
+}
+
 async fn notifications(node: &NodeProc) -> Vec<Value> {
     let v = ipc(&node.socket, "GET", "/notifications", None)
         .await
@@ -278,16 +304,7 @@ async fn a_question_reaches_web_push_decrypted_by_http_ece_and_clears_when_answe
     }}));
     let node = start(d.path());
     let endpoint = rx.url("/push/device-1");
-    let r = ipc(
-        &node.socket,
-        "POST",
-        "/notifications/subscriptions",
-        Some(
-            json!({"endpoint": endpoint, "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}}),
-        ),
-    )
-    .await
-    .unwrap();
+    let r = subscribe(&node, &endpoint, &keys).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let vapid = ipc(&node.socket, "GET", "/notifications/vapid", None)
         .await
@@ -353,14 +370,7 @@ async fn a_question_reaches_web_push_decrypted_by_http_ece_and_clears_when_answe
     assert_eq!(rec["text"], QUESTION);
 
     // Answered from the notification's action: the bytes reach the PTY.
-    let r = ipc(
-        &node.socket,
-        "POST",
-        &format!("/notifications/{id}/answer"),
-        Some(json!({"choice": 1})),
-    )
-    .await
-    .unwrap();
+    let r = answer(&node, id, 1).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     wait_file(&out, "answer=y").await;
 
@@ -378,14 +388,7 @@ async fn a_question_reaches_web_push_decrypted_by_http_ece_and_clears_when_answe
     // Once: nothing else was pushed for it, and a second answer is refused.
     let more = rx.drain(Duration::from_millis(800)).await;
     assert!(more.is_empty(), "{more:?}");
-    let r = ipc(
-        &node.socket,
-        "POST",
-        &format!("/notifications/{id}/answer"),
-        Some(json!({"choice": 1})),
-    )
-    .await
-    .unwrap();
+    let r = answer(&node, id, 1).await;
     assert_eq!(r.status, 409);
     assert_eq!(r.json()["code"], "already_answered");
 }
@@ -536,14 +539,7 @@ async fn ntfy_and_webhook_see_show_clear_flood_quiet_retry_and_a_hang_that_block
     assert_eq!(rec["deliveries"]["ntfy"]["state"], "sent");
 
     // Answered (choice 2 types `n`): cleared on both.
-    let r = ipc(
-        &node.socket,
-        "POST",
-        &format!("/notifications/{id}/answer"),
-        Some(json!({"choice": 2})),
-    )
-    .await
-    .unwrap();
+    let r = answer(&node, id, 2).await;
     assert_eq!(r.status, 200);
     let c = ntfy
         .next("/ntfy/tuic-alerts", Duration::from_secs(10))
@@ -808,28 +804,14 @@ async fn bad_channels_subscriptions_and_endpoints_are_refused() {
         .json();
     assert_eq!(subs["subscriptions"], json!([]));
     // A bad answer.
-    let r = ipc(
-        &node.socket,
-        "POST",
-        "/notifications/999/answer",
-        Some(json!({"choice": 1})),
-    )
-    .await
-    .unwrap();
+    let r = answer(&node, 999, 1).await;
     assert_eq!(r.status, 404);
     let t = ipc(&node.socket, "POST", "/notifications/test", None)
         .await
         .unwrap()
         .json();
     let id = t["notification"]["id"].as_u64().unwrap();
-    let r = ipc(
-        &node.socket,
-        "POST",
-        &format!("/notifications/{id}/answer"),
-        Some(json!({"choice": 1})),
-    )
-    .await
-    .unwrap();
+    let r = answer(&node, id, 1).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["code"], "bad_choice");
 }
@@ -851,28 +833,17 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
     tuic_tests::set_password(d.path(), PW);
     let node = tuic_tests::remote_node(d.path());
     let base = format!("http://{}", node.tcp.unwrap());
-    let r = ipc(
-        &node.socket,
-        "POST",
-        "/notifications/subscriptions",
-        Some(json!({"endpoint": rx.url("/push/d"), "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}})),
-    )
-    .await
-    .unwrap();
+    let r = subscribe(&node, &rx.url("/push/d"), &keys).await;
     assert_eq!(r.status, 200);
 
     let b = Browser::launch(390, 844).await.unwrap();
-    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
-        .await
-        .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PW).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
-        .await
-        .unwrap();
+    tuic_tests::bed::login_via(
+        &b,
+        &format!("{base}/mobile/login?next=%2Fmobile"),
+        PW,
+        "location.pathname === '/mobile'",
+    )
+    .await;
     // Registered on load without asking anything.
     let scope = b
         .eval_async("const done = arguments[arguments.length - 1]; navigator.serviceWorker.ready.then(r => done(r.scope));", json!([]))

@@ -12,6 +12,7 @@ use tokio::net::UnixStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tuic_proto::screen::{ClientFrame, Hello, Mirror, ServerFrame, Snapshot};
+use tuic_tests::bed::screen_lines;
 use tuic_tests::term::{Node, Ws, read_until};
 
 const T: Duration = Duration::from_secs(60);
@@ -146,39 +147,6 @@ impl ScreenClient {
         let t = serde_json::to_string(f).unwrap();
         self.ws.send(Message::Text(t.into())).await.unwrap();
     }
-}
-
-/// The node's visible screen rows (`terminal/lines` over the bottom `screen_lines` rows).
-async fn screen_lines(socket: &Path, id: &str) -> Vec<String> {
-    let info = tuic_tests::ipc(
-        socket,
-        "GET",
-        &format!("/sessions/{id}/terminal/scroll-info"),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    let total = info["total_lines"].as_u64().unwrap();
-    let rows = info["screen_lines"].as_u64().unwrap();
-    let v = tuic_tests::ipc(
-        socket,
-        "GET",
-        &format!(
-            "/sessions/{id}/terminal/lines?start={}&end={total}",
-            total - rows
-        ),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    v["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// Waits until the mirror shows exactly the node's screen rows (frames keep coming until the
@@ -454,53 +422,12 @@ async fn a_burst_sends_a_small_fraction_of_the_raw_bytes_and_a_silent_client_no_
 #[tokio::test]
 async fn screen_mode_works_for_a_remote_session_through_the_hub() {
     let pw = "screen pass";
-    let nd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        nd.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let ndir = nd.path().to_str().unwrap().to_owned();
-    let (code, _, err) =
-        tuic_tests::run_with_stdin("tuic-node", &["set-password", "--config-dir", &ndir], pw)
-            .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let node = tuic_tests::NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &ndir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    let (_, token, _) =
-        tuic_tests::run_with_stdin("tuic-node", &["token", "--config-dir", &ndir], "").unwrap();
+    let (nd, node) =
+        tuic_tests::bed::remote_proc_as("tuic-node", json!({"secret_store": "file"}), pw, "0", &[]);
     let hd = tuic_tests::config_dir(json!({}));
     let hdir = hd.path().to_str().unwrap().to_owned();
     let hub = tuic_tests::NodeProc::start("tuic-hub", &["--config-dir", &hdir], &[]).unwrap();
-    let url = format!("http://{}", node.tcp.unwrap());
-    let (code, _, err) = tuic_tests::run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &hdir,
-            "--id",
-            "boxs",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        token.trim(),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
+    tuic_tests::bed::connect_hub(hd.path(), nd.path(), &node, "boxs");
     let r = tuic_tests::ipc(&node.socket, "POST", "/sessions", Some(sh(10, 40, DRAW)))
         .await
         .unwrap();

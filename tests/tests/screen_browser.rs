@@ -9,90 +9,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tuic_tests::NodeProc;
+use tuic_tests::bed::{self, create, login, phone_node as remote_node};
 use tuic_tests::webdriver::{Browser, artifacts_dir};
-use tuic_tests::{NodeProc, run_with_stdin};
-
-const PASSWORD: &str = "phone pass";
-
-fn remote_node() -> (tempfile::TempDir, NodeProc) {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let dir = d.path().to_str().unwrap().to_owned();
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir],
-        PASSWORD,
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let node = NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &dir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    (d, node)
-}
-
-async fn login(b: &Browser, base: &str) {
-    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
-        .await
-        .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
-        .await
-        .unwrap();
-}
-
-async fn create(node: &NodeProc, body: Value) -> String {
-    let r = tuic_tests::ipc(&node.socket, "POST", "/sessions", Some(body))
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.json()["session_id"].as_str().unwrap().to_owned()
-}
 
 async fn node_screen(node: &NodeProc, id: &str) -> Vec<String> {
-    let info = tuic_tests::ipc(
-        &node.socket,
-        "GET",
-        &format!("/sessions/{id}/terminal/scroll-info"),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    let total = info["total_lines"].as_u64().unwrap();
-    let rows = info["screen_lines"].as_u64().unwrap();
-    let v = tuic_tests::ipc(
-        &node.socket,
-        "GET",
-        &format!(
-            "/sessions/{id}/terminal/lines?start={}&end={total}",
-            total - rows
-        ),
-        None,
-    )
-    .await
-    .unwrap()
-    .json();
-    serde_json::from_value(v["lines"].clone()).unwrap()
+    bed::screen_lines(&node.socket, id).await
 }
 
 async fn page_rows(b: &Browser) -> Vec<String> {
@@ -1076,56 +998,7 @@ async fn phone_finds_text_in_older_history_and_copies_the_screen() {
 #[tokio::test]
 async fn hub_list_groups_sessions_by_host_and_shows_a_remote_screen() {
     let (nd, node) = remote_node();
-    let (_, token, _) = run_with_stdin(
-        "tuic-node",
-        &["token", "--config-dir", nd.path().to_str().unwrap()],
-        "",
-    )
-    .unwrap();
-    let hd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        hd.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let hdir = hd.path().to_str().unwrap().to_owned();
-    run_with_stdin(
-        "tuic-hub",
-        &["set-password", "--config-dir", &hdir],
-        PASSWORD,
-    )
-    .unwrap();
-    let hub = NodeProc::start(
-        "tuic-hub",
-        &[
-            "--config-dir",
-            &hdir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    let url = format!("http://{}", node.tcp.unwrap());
-    let (code, _, err) = run_with_stdin(
-        "tuic-hub",
-        &[
-            "connect",
-            "--config-dir",
-            &hdir,
-            "--id",
-            "boxb",
-            "--url",
-            &url,
-            "--token-stdin",
-        ],
-        token.trim(),
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
+    let (_hd, hub) = bed::hub_connected_to(nd.path(), &node, "boxb");
     let draw = "stty -echo; printf '\\033[?1049h\\033[2J\\033[3;4Hremote-drawn'; read x";
     let remote = create(
         &node,

@@ -15,61 +15,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use tuic_tests::bed::{
+    PASSWORD, login, phone_node as remote_node, phone_node_with as remote_node_with,
+};
 use tuic_tests::fed::FedBed;
 use tuic_tests::netns::Door;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
-use tuic_tests::{NodeProc, bin, run_with_stdin};
-
-const PASSWORD: &str = "phone pass";
+use tuic_tests::{NodeProc, bin};
 
 /// Each change must be seen everywhere within this.
 const BOUND: Duration = Duration::from_secs(2);
-
-fn remote_node() -> (tempfile::TempDir, NodeProc) {
-    remote_node_with(json!({"secret_store": "file"}))
-}
-
-fn remote_node_with(config: Value) -> (tempfile::TempDir, NodeProc) {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("config.json"), config.to_string()).unwrap();
-    let dir = d.path().to_str().unwrap().to_owned();
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir],
-        PASSWORD,
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let node = NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &dir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
-    (d, node)
-}
-
-async fn login(b: &Browser, base: &str) {
-    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
-        .await
-        .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
-        .await
-        .unwrap();
-}
 
 /// The `tuic ls` line of `alias`, if listed (stdin not a terminal).
 fn cli_line(socket: &Path, alias: &str) -> Option<String> {

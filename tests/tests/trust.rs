@@ -11,6 +11,7 @@ use hyper::body::Bytes;
 use serde_json::{Value, json};
 use sha2::Digest;
 use tuic_tests::agent::Agent;
+use tuic_tests::bed::login_via;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{NodeProc, Reply, config_dir, ipc_request, remote_node, set_password};
 
@@ -670,15 +671,13 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
     let nonce = path.rsplit('=').next().unwrap().to_owned();
 
     let b = Browser::launch(390, 844).await.unwrap();
-    b.goto(&format!("{base}/mobile/login")).await.unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
-        .await
-        .unwrap();
+    login_via(
+        &b,
+        &format!("{base}/mobile/login"),
+        PASSWORD,
+        "location.pathname === '/mobile'",
+    )
+    .await;
     // A forged nonce: the form says so and cannot be sent.
     b.goto(&format!("{base}/index.html#/secret-form?nonce=forged"))
         .await
@@ -852,15 +851,13 @@ async fn the_phone_trust_page_shows_the_audit_and_revokes_links_and_deletes_secr
     )
     .await;
     let b = Browser::launch(390, 844).await.unwrap();
-    b.goto(&format!("{base}/mobile/login")).await.unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
-        .await
-        .unwrap();
+    login_via(
+        &b,
+        &format!("{base}/mobile/login"),
+        PASSWORD,
+        "location.pathname === '/mobile'",
+    )
+    .await;
     b.goto(&format!("{base}/mobile#/trust")).await.unwrap();
     b.wait_for(
         "document.querySelector('#audit li[data-kind=share_created]') && document.querySelector('#secrets li[data-name=API_KEY]')",

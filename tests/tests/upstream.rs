@@ -10,43 +10,12 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mcp_support::NodeProc;
+use mcp_support::{NodeProc, call, get, text, wait_status};
 use serde_json::{Value, json};
+use tuic_tests::bed::{free_port, npm_everything};
 
 fn clients() -> PathBuf {
     tuic_tests::clients_dir()
-}
-
-/// `@modelcontextprotocol/server-everything`, installed once from the npm registry into a
-/// cache under `target/`.
-fn npm_everything() -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/upstream-npm");
-    let entry = target.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.exists() {
-        std::fs::create_dir_all(&target).unwrap();
-        let ok = std::process::Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                target.to_str().unwrap(),
-                "@modelcontextprotocol/server-everything@2026.8.31",
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .expect("running npm");
-        assert!(ok.success(), "npm install server-everything failed");
-    }
-    entry
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The SDK server over Streamable HTTP on `port`, killed on drop; returns once it accepts.
@@ -84,10 +53,6 @@ async fn start(config: Value, upstreams: Value) -> NodeProc {
     NodeProc::start_in(dir, config).await
 }
 
-async fn get(node: &NodeProc, path: &str) -> Value {
-    node.connect().await.send("GET", path, &[], "").await.json()
-}
-
 async fn put(node: &NodeProc, path: &str, body: &Value) -> (u16, Value) {
     let r = node
         .connect()
@@ -111,48 +76,12 @@ fn upstream<'a>(status: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no upstream {name} in {}", status["upstreams"]))
 }
 
-/// Waits (bounded) until `pred` holds for `GET /mcp/status`.
-async fn wait_status(
-    node: &NodeProc,
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = get(node, "/mcp/status").await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {limit:?}; status: {:#}",
-            s["upstreams"]
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn is(status: &Value, name: &str, want: &str) -> bool {
     // Before the file is loaded the list is empty: not yet, rather than an error.
     status["upstreams"]
         .as_array()
         .and_then(|a| a.iter().find(|u| u["name"] == name))
         .is_some_and(|u| u["status"] == want)
-}
-
-/// A raw `tools/call` over the IPC socket (no protocol session needed).
-async fn call(node: &NodeProc, name: &str, args: Value) -> Value {
-    let r = node
-        .connect()
-        .await
-        .rpc(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": name, "arguments": args}}),
-            &[],
-        )
-        .await;
-    r.json()
 }
 
 async fn tool_names(node: &NodeProc) -> Vec<String> {
@@ -171,13 +100,6 @@ async fn tool_names(node: &NodeProc) -> Vec<String> {
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect()
-}
-
-fn text(r: &Value) -> String {
-    r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn stdio(python: &str, script: &str, args: &[&str]) -> Value {

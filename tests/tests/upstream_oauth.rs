@@ -13,20 +13,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mcp_support::NodeProc;
+use mcp_support::{NodeProc, call, text};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tuic_tests::bed::free_port;
 
 fn clients() -> std::path::PathBuf {
     tuic_tests::clients_dir()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn listening(port: u16, what: &str) {
@@ -165,25 +158,6 @@ async fn wait_row(node: &NodeProc, name: &str, what: &str, pred: impl Fn(&Value)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn call(node: &NodeProc, name: &str, args: Value) -> Value {
-    node.connect()
-        .await
-        .rpc(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": name, "arguments": args}}),
-            &[],
-        )
-        .await
-        .json()
-}
-
-fn text(r: &Value) -> String {
-    r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn browser() -> reqwest::Client {

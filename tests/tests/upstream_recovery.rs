@@ -17,40 +17,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mcp_support::NodeProc;
+use mcp_support::{NodeProc, call, get, text, wait_status};
 use serde_json::{Value, json};
-
-/// `@modelcontextprotocol/server-everything`, installed once from the npm registry into a
-/// cache under `target/` (the same cache `tests/upstream.rs` uses).
-fn npm_everything() -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/upstream-npm");
-    let entry = target.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.exists() {
-        std::fs::create_dir_all(&target).unwrap();
-        let ok = std::process::Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                target.to_str().unwrap(),
-                "@modelcontextprotocol/server-everything@2026.8.31",
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .expect("running npm");
-        assert!(ok.success(), "npm install server-everything failed");
-    }
-    entry
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use tuic_tests::bed::{free_port, npm_everything};
 
 /// server-everything over Streamable HTTP on `port` (loopback), killed on drop; returns once
 /// it accepts connections, with the instant it did.
@@ -91,57 +60,11 @@ async fn kill(mut child: tokio::process::Child, port: u16) {
     }
 }
 
-async fn get(node: &NodeProc, path: &str) -> Value {
-    node.connect().await.send("GET", path, &[], "").await.json()
-}
-
 fn row<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["upstreams"]
         .as_array()
         .and_then(|a| a.iter().find(|u| u["name"] == name))
         .unwrap_or(&Value::Null)
-}
-
-/// Waits (bounded) until `pred` holds for `GET /mcp/status`; returns the status.
-async fn wait_status(
-    node: &NodeProc,
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = get(node, "/mcp/status").await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {limit:?}; status: {:#}",
-            s["upstreams"]
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A raw `tools/call` over the IPC socket.
-async fn call(node: &NodeProc, name: &str, args: Value) -> Value {
-    node.connect()
-        .await
-        .rpc(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": name, "arguments": args}}),
-            &[],
-        )
-        .await
-        .json()
-}
-
-fn text(r: &Value) -> String {
-    r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn echoed(r: &Value, msg: &str) -> bool {

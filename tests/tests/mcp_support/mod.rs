@@ -200,3 +200,51 @@ pub fn tool_value(r: &Resp) -> Value {
     let v = r.json();
     serde_json::from_str(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
 }
+
+/// A raw `tools/call` over the IPC socket (no protocol session needed); the whole answer.
+pub async fn call(node: &NodeProc, name: &str, args: Value) -> Value {
+    node.connect()
+        .await
+        .rpc(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": args}}),
+            &[],
+        )
+        .await
+        .json()
+}
+
+/// The first text content of a `tools/call` answer (empty when there is none).
+pub fn text(r: &Value) -> String {
+    r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `GET path` over the IPC socket; the JSON body.
+pub async fn get(node: &NodeProc, path: &str) -> Value {
+    node.connect().await.send("GET", path, &[], "").await.json()
+}
+
+/// Waits (bounded) until `pred` holds for `GET /mcp/status`; returns the status.
+pub async fn wait_status(
+    node: &NodeProc,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let s = get(node, "/mcp/status").await;
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {limit:?}; status: {:#}",
+            s["upstreams"]
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
