@@ -1,7 +1,7 @@
 //! The node's embedded store: one `redb` file, `state.redb`, in the config dir.
 //!
 //! Durable records live here: login sessions (`logins`), repositories, and the cross-host outboxes and
-//! dedupe rings of federated mail (`crate::peer`); the progress journal
+//! dedupe rings of federated mail (`crate::mail`); the progress journal
 //! (`crate::progress::journal`, which owns its tables); stories as that feature lands; the
 //! records of sessions kept by holder processes (`crate::session::held`). What the
 //! spec keeps in memory (inboxes, tasks, protocol sessions) deliberately is not.
@@ -182,7 +182,7 @@ impl Store {
     }
 
     /// Applies a group of outbox-record and dedupe-ring writes in one transaction, committed
-    /// (durable) before it returns: the group committer's one write (`crate::peer::commit`).
+    /// (durable) before it returns: the group committer's one write (`crate::link::commit`).
     /// Nothing is written when any part fails.
     pub fn apply_peer_ops(&self, ops: &[PeerOp]) -> anyhow::Result<()> {
         let tx = self.db.begin_write()?;

@@ -17,6 +17,7 @@ pub mod breaker;
 pub mod client;
 pub mod config;
 pub mod http;
+pub mod hubtools;
 pub mod oauth;
 pub mod search;
 pub mod stdio;

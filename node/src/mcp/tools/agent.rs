@@ -470,7 +470,7 @@ fn list_peers(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, Tool
             v
         })
         // Federation hook: peers behind the peer link, with their addresses.
-        .chain(crate::peer::remote_peers(node, path))
+        .chain(crate::mail::remote_peers(node, path))
         .collect();
     Ok(json!({"peers": list}))
 }
@@ -583,14 +583,14 @@ fn plan_send(
     };
     let keep_open = opt_bool(args, "keep_open")?;
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
-    // Federation hook (`crate::peer`): a `to` that is no local recipient but an address
+    // Federation hook (`crate::mail`): a `to` that is no local recipient but an address
     // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
     let recipient = match resolve(node, to) {
         Ok(r) => r,
-        Err(e) => match crate::peer::route(node, to)? {
-            crate::peer::Route::NotAnAddress => return Err(e),
-            crate::peer::Route::Local(peer) => resolve(node, &peer)?,
-            crate::peer::Route::Remote if keep_open.is_none() => {
+        Err(e) => match crate::mail::route(node, to)? {
+            crate::mail::Route::NotAnAddress => return Err(e),
+            crate::mail::Route::Local(peer) => resolve(node, &peer)?,
+            crate::mail::Route::Remote if keep_open.is_none() => {
                 return Ok(SendPlan::Remote {
                     me,
                     to: to.to_owned(),
@@ -599,7 +599,7 @@ fn plan_send(
                     urgent,
                 });
             }
-            crate::peer::Route::Remote => {
+            crate::mail::Route::Remote => {
                 return Err(ToolError::new(
                     "user_session",
                     format!(
