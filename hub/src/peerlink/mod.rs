@@ -491,8 +491,8 @@ pub async fn drive(hub: Arc<PeerHub>, conn: Arc<Conn>) {
     .await;
 }
 
-/// Records a fingerprint as this connection's pin (trust on first use) in memory and in
-/// `config.json`.
+/// Saves the fingerprint a dial pinned (trust on first use; `link::dial` already holds it in
+/// memory) as the connection's `quic_fingerprint` in `config.json`.
 fn pin_first(hub: &PeerHub, conn: &Conn, fingerprint: &str) {
     let saved = hub.node.config_file.update(|doc| {
         crate::connections::set_fingerprint(doc, &conn.id, fingerprint);
