@@ -22,9 +22,10 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as TMsg;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tuic_node::error::ApiError;
+use tuic_node::ext::ApiError;
 
-use crate::federation::{Conn, Federation, describe};
+use crate::connections::{Conn, describe};
+use crate::federation::Federation;
 
 /// Largest relayed request body (the node's own limit).
 const MAX_BODY: usize = 2 * 1024 * 1024;

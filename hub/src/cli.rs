@@ -7,9 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::routing::{get, post};
 use clap::{Parser, Subcommand};
-use tuic_node::cli::{Location, NodeCommand, ServeArgs};
-use tuic_node::config::{ConfigFile, SecretStore};
-use tuic_node::vault::Vault;
+use tuic_node::ext::host::{ConfigFile, Location, NodeCommand, SecretStore, ServeArgs, Vault};
 
 use crate::connections::{self, ConnectionConfig};
 use crate::federation::Federation;
@@ -48,7 +46,7 @@ enum Cmd {
         /// The peer link's carrier: auto (QUIC when the node offers it, else the WebSocket),
         /// quic or websocket.
         #[arg(long)]
-        transport: Option<crate::quic::TransportPref>,
+        transport: Option<crate::connections::TransportPref>,
     },
     /// Remove a node connection.
     Disconnect {
@@ -73,11 +71,11 @@ pub fn main() -> ExitCode {
     let cmd = match cli.cmd {
         None => Cmd::Node(NodeCommand::Serve(cli.serve)),
         Some(Cmd::Node(c)) => Cmd::Node(cli.serve.before(c).unwrap_or_else(|m| refuse(m))),
-        Some(_) if cli.serve.has_own() => refuse(tuic_node::cli::SERVE_ONLY),
+        Some(_) if cli.serve.has_own() => refuse(tuic_node::ext::host::SERVE_ONLY),
         Some(other) => other,
     };
     let result = match cmd {
-        Cmd::Node(cmd) => tuic_node::cli::run_command(name, cmd, federate),
+        Cmd::Node(cmd) => tuic_node::ext::host::run_command(name, cmd, federate),
         Cmd::Connect {
             loc,
             id,
@@ -87,12 +85,12 @@ pub fn main() -> ExitCode {
         } => connect(&loc, id, url, transport),
         Cmd::Disconnect { loc, id } => disconnect(&loc, &id),
     };
-    tuic_node::cli::exit(name, result)
+    tuic_node::ext::host::exit(name, result)
 }
 
 /// Starts federation on the opened node and returns the router hook that serves it.
 fn federate(
-    node: &Arc<tuic_node::state::Node>,
+    node: &Arc<tuic_node::ext::Node>,
 ) -> anyhow::Result<Option<tuic_node::ext::RouterHook>> {
     let fed = Federation::new(node.clone())?;
     fed.reconcile();
@@ -124,7 +122,7 @@ fn federate(
 }
 
 fn vault_for(loc: &Location) -> anyhow::Result<(ConfigFile, Vault, std::path::PathBuf)> {
-    let p = tuic_node::cli::paths(loc)?;
+    let p = tuic_node::ext::host::paths(loc)?;
     p.ensure_dir()?;
     let file = ConfigFile::new(p.config_file());
     let cfg = file.load()?;
@@ -140,7 +138,7 @@ fn connect(
     loc: &Location,
     id: String,
     url: String,
-    transport: Option<crate::quic::TransportPref>,
+    transport: Option<crate::connections::TransportPref>,
 ) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin()
@@ -174,7 +172,7 @@ fn connect(
 }
 
 /// The node's QUIC offer from its `/health`, when it answers within a few seconds.
-fn quic_offer(url: &str) -> Option<crate::quic::Advertised> {
+fn quic_offer(url: &str) -> Option<crate::link::Advertised> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -182,7 +180,7 @@ fn quic_offer(url: &str) -> Option<crate::quic::Advertised> {
     rt.block_on(async {
         tokio::time::timeout(
             std::time::Duration::from_secs(5),
-            crate::quic::advertised(url),
+            crate::link::advertised(url),
         )
         .await
         .ok()?
@@ -200,7 +198,7 @@ fn disconnect(loc: &Location, id: &str) -> anyhow::Result<()> {
 
 /// Asks a running hub to apply the saved connections now (no hub running is fine).
 fn tell_running_hub(socket: &std::path::Path) {
-    let _ = tuic_node::cli::ask_running(
+    let _ = tuic_node::ext::host::ask_running(
         socket,
         "POST",
         "/hub/reload",

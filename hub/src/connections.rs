@@ -1,10 +1,15 @@
 //! Configured connections: `hub.connections` in `config.json` (id and base URL) and each
-//! connection's token in the node's secret store (never in the config file).
+//! connection's token in the node's secret store (never in the config file) — and each
+//! running connection ([`Conn`]: its mirrored state, pin, carrier preference and the signals
+//! its two drivers share). A leaf: it imports no other module of the hub.
+
+use std::sync::RwLock;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tuic_node::config::{ConfigFile, SaveError};
-use tuic_node::vault::Vault;
+use tokio_util::sync::CancellationToken;
+use tuic_node::ext::host::{ConfigFile, SaveError, Vault};
 
 /// One configured node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,7 +20,7 @@ pub struct ConnectionConfig {
     pub url: String,
     /// The peer link's carrier (`auto`, `quic`, `websocket`); unset: `hub.transport`, else auto.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transport: Option<crate::quic::TransportPref>,
+    pub transport: Option<TransportPref>,
     /// The pinned fingerprint of the node's QUIC certificate (`sha256:<hex>`); unset until the
     /// node first shows one (trust on first use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -24,7 +29,7 @@ pub struct ConnectionConfig {
 
 /// The hub-wide transport default, `hub.transport` in `config.json` (auto when unset or
 /// unknown).
-pub fn default_transport(extra: &serde_json::Map<String, Value>) -> crate::quic::TransportPref {
+pub fn default_transport(extra: &serde_json::Map<String, Value>) -> TransportPref {
     extra
         .get("hub")
         .and_then(|h| h.get("transport"))
@@ -158,9 +163,182 @@ fn connections_mut(doc: &mut Value) -> Result<&mut Vec<Value>, SaveError> {
     Ok(conns.as_array_mut().expect("array"))
 }
 
+/// Which carrier a connection's link uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportPref {
+    /// QUIC when the node advertises it and it answers, else the WebSocket.
+    #[default]
+    Auto,
+    /// QUIC only (a failed dial is an error, never a fallback).
+    Quic,
+    /// The WebSocket only.
+    Websocket,
+}
+
+impl std::str::FromStr for TransportPref {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "quic" => Ok(Self::Quic),
+            "websocket" => Ok(Self::Websocket),
+            other => Err(format!(
+                "unknown transport {other:?} (auto, quic or websocket)"
+            )),
+        }
+    }
+}
+
+/// Live state of one connection.
+#[derive(Debug, Default, Clone)]
+pub struct ConnState {
+    /// Whether the node answers.
+    pub up: bool,
+    /// The node's session rows (as the node reports them).
+    pub sessions: Vec<Value>,
+    /// The last failure, without URL or token.
+    pub last_error: Option<String>,
+    /// Whether the peer link (`/mcp/peer`, cross-host mail) is up.
+    pub peer_up: bool,
+    /// The peer link's last failure, without URL or token.
+    pub peer_error: Option<String>,
+    /// Whole `GET /sessions` reads (connect, reconnect, `lagged`).
+    pub full_refreshes: u64,
+    /// Single-row reads (`GET /sessions/{id}`) for events that lack the row's fields.
+    pub row_fetches: u64,
+    /// The carrier of the last peer link dialed: `"quic"` or `"websocket"`.
+    pub transport: Option<&'static str>,
+    /// Times the peer link came up: a link that survives a change of path (QUIC migration)
+    /// does not count again.
+    pub peer_link_ups: u64,
+    /// Relayed session streams opened on their own QUIC stream of the link.
+    pub quic_session_streams: u64,
+}
+
+/// One connection and its driver.
+#[derive(Debug)]
+pub struct Conn {
+    /// Connection id.
+    pub id: String,
+    /// Base URL.
+    pub url: String,
+    /// The node's connection token, sent as the `tui-session` cookie.
+    pub(crate) token: String,
+    /// Mirrored state.
+    pub state: RwLock<ConnState>,
+    /// Stops the drivers (mirror and peer link).
+    pub(crate) stop: CancellationToken,
+    /// Counts the times the node was found down: relayed streams end on a change, so a silent
+    /// partition (no reset reaches the hub) does not leave them hanging with the screen they
+    /// follow unstored.
+    pub(crate) downs: tokio::sync::watch::Sender<u64>,
+    /// Counts the times the session link came up: the mail link's driver waits on it during
+    /// its backoff, so both carriers come back together (one liveness per host).
+    pub(crate) ups: tokio::sync::watch::Sender<u64>,
+    /// When the drivers first dial: spread over `federation::spread_window` after a (re)start, so a hub
+    /// with many nodes does not dial them all at the same instant.
+    pub(crate) first_dial: tokio::time::Instant,
+    /// The pinned fingerprint of the node's QUIC certificate (trust on first use).
+    pub(crate) pin: std::sync::Mutex<Option<String>>,
+    /// Which carrier the peer link may use.
+    pub(crate) transport: TransportPref,
+    /// The QUIC connection of the current link, when it is QUIC: relayed session streams open
+    /// their own streams on it.
+    pub(crate) quic: std::sync::Mutex<Option<quinn::Connection>>,
+}
+
+impl Conn {
+    /// A connection to `config`'s node authenticated with `token`, its drivers stopped by
+    /// `stop` and dialing first at `first_dial`; its pin is the configured fingerprint.
+    pub fn new(
+        config: &ConnectionConfig,
+        token: String,
+        transport: TransportPref,
+        stop: CancellationToken,
+        first_dial: tokio::time::Instant,
+    ) -> Self {
+        Self {
+            id: config.id.clone(),
+            url: config.url.clone(),
+            token,
+            state: RwLock::new(ConnState::default()),
+            stop,
+            downs: tokio::sync::watch::Sender::new(0),
+            ups: tokio::sync::watch::Sender::new(0),
+            first_dial,
+            pin: std::sync::Mutex::new(config.quic_fingerprint.clone()),
+            transport,
+            quic: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// A snapshot of the state.
+    pub fn snapshot(&self) -> ConnState {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set(&self, f: impl FnOnce(&mut ConnState)) {
+        f(&mut self.state.write().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// The link's QUIC connection while it lives.
+    pub(crate) fn quic_link(&self) -> Option<quinn::Connection> {
+        self.quic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|c| c.close_reason().is_none())
+    }
+
+    /// The cookie header value that authenticates the hub to this node.
+    pub(crate) fn cookie(&self) -> String {
+        format!("tui-session={}", self.token)
+    }
+}
+
+/// A client error without the URL (which may carry a query) or any credential.
+pub(crate) fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection refused or unreachable"
+    } else if e.is_decode() {
+        "unreadable answer"
+    } else {
+        "request failed"
+    };
+    match e.status() {
+        Some(s) => format!("{kind} ({s})"),
+        None => kind.to_owned(),
+    }
+}
+
+/// The pauses between reconnect attempts to a node: the workspace's one backoff
+/// ([`tuic_proto::peer::Backoff`]), 1 s doubling up to `max_ms` (`tuning.peer_reconnect_max_ms`), each with
+/// a random jitter of up to a quarter of its length, without end. Both of a connection's tasks
+/// (sessions and mail) start a fresh one after a link that was up ends.
+pub(crate) fn reconnect_backoff(max_ms: u64) -> impl Iterator<Item = Duration> + use<> {
+    let max = Duration::from_millis(max_ms.max(1_000));
+    let mut delays = tuic_proto::peer::Backoff::with_limits(Duration::from_secs(1), max);
+    std::iter::from_fn(move || Some(delays.next(rand::random())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transport_names_parse_and_bad_ones_are_clear() {
+        assert_eq!("quic".parse::<TransportPref>(), Ok(TransportPref::Quic));
+        assert_eq!(
+            "websocket".parse::<TransportPref>(),
+            Ok(TransportPref::Websocket)
+        );
+        assert_eq!("auto".parse::<TransportPref>(), Ok(TransportPref::Auto));
+        let e = "udp".parse::<TransportPref>().unwrap_err();
+        assert!(e.contains("auto, quic or websocket"), "{e}");
+    }
 
     #[test]
     fn connect_disconnect_roundtrip_keeps_token_out_of_config() {
@@ -211,9 +389,9 @@ mod tests {
         let got = from_config(&extra);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].id, "b");
-        assert_eq!(got[0].transport, Some(crate::quic::TransportPref::Quic));
+        assert_eq!(got[0].transport, Some(TransportPref::Quic));
         assert_eq!(got[0].quic_fingerprint.as_deref(), Some("sha256:ab"));
-        assert_eq!(default_transport(&extra), crate::quic::TransportPref::Auto);
+        assert_eq!(default_transport(&extra), TransportPref::Auto);
         let mut doc = json!({"hub": {"connections": [{"id": "b", "url": "http://b:1"}]}});
         set_fingerprint(&mut doc, "b", "sha256:cd");
         assert_eq!(

@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-use tuic_node::state::Node;
+use tuic_node::ext::Node;
 
-use crate::connections::{self, ConnectionConfig};
+use crate::connections::{self, Conn, ConnState, ConnectionConfig, describe};
 use crate::peerlink::PeerHub;
 use tuic_node::ext::RemoteRow;
 use tuic_proto::events::Event;
@@ -29,89 +28,6 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 const PING_EVERY: Duration = Duration::from_secs(5);
 /// Consecutive missed probes before a connection is down.
 const MISSES_DOWN: u32 = 3;
-
-/// Live state of one connection.
-#[derive(Debug, Default, Clone)]
-pub struct ConnState {
-    /// Whether the node answers.
-    pub up: bool,
-    /// The node's session rows (as the node reports them).
-    pub sessions: Vec<Value>,
-    /// The last failure, without URL or token.
-    pub last_error: Option<String>,
-    /// Whether the peer link (`/mcp/peer`, cross-host mail) is up.
-    pub peer_up: bool,
-    /// The peer link's last failure, without URL or token.
-    pub peer_error: Option<String>,
-    /// Whole `GET /sessions` reads (connect, reconnect, `lagged`).
-    pub full_refreshes: u64,
-    /// Single-row reads (`GET /sessions/{id}`) for events that lack the row's fields.
-    pub row_fetches: u64,
-    /// The carrier of the last peer link dialed: `"quic"` or `"websocket"`.
-    pub transport: Option<&'static str>,
-    /// Times the peer link came up: a link that survives a change of path (QUIC migration)
-    /// does not count again.
-    pub peer_link_ups: u64,
-    /// Relayed session streams opened on their own QUIC stream of the link.
-    pub quic_session_streams: u64,
-}
-
-/// One connection and its driver.
-#[derive(Debug)]
-pub struct Conn {
-    /// Connection id.
-    pub id: String,
-    /// Base URL.
-    pub url: String,
-    /// The node's connection token, sent as the `tui-session` cookie.
-    pub(crate) token: String,
-    /// Mirrored state.
-    pub state: RwLock<ConnState>,
-    /// Stops the drivers (mirror and peer link).
-    pub(crate) stop: CancellationToken,
-    /// Counts the times the node was found down: relayed streams end on a change, so a silent
-    /// partition (no reset reaches the hub) does not leave them hanging with the screen they
-    /// follow unstored.
-    pub(crate) downs: tokio::sync::watch::Sender<u64>,
-    /// Counts the times the session link came up: the mail link's driver waits on it during
-    /// its backoff, so both carriers come back together (one liveness per host).
-    pub(crate) ups: tokio::sync::watch::Sender<u64>,
-    /// When the drivers first dial: spread over [`spread_window`] after a (re)start, so a hub
-    /// with many nodes does not dial them all at the same instant.
-    pub(crate) first_dial: tokio::time::Instant,
-    /// The pinned fingerprint of the node's QUIC certificate (trust on first use).
-    pub(crate) pin: std::sync::Mutex<Option<String>>,
-    /// Which carrier the peer link may use.
-    pub(crate) transport: crate::quic::TransportPref,
-    /// The QUIC connection of the current link, when it is QUIC: relayed session streams open
-    /// their own streams on it.
-    pub(crate) quic: std::sync::Mutex<Option<quinn::Connection>>,
-}
-
-impl Conn {
-    /// A snapshot of the state.
-    pub fn snapshot(&self) -> ConnState {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    pub(crate) fn set(&self, f: impl FnOnce(&mut ConnState)) {
-        f(&mut self.state.write().unwrap_or_else(|p| p.into_inner()));
-    }
-
-    /// The link's QUIC connection while it lives.
-    pub(crate) fn quic_link(&self) -> Option<quinn::Connection> {
-        self.quic
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .filter(|c| c.close_reason().is_none())
-    }
-
-    /// The cookie header value that authenticates the hub to this node.
-    pub(crate) fn cookie(&self) -> String {
-        format!("tui-session={}", self.token)
-    }
-}
 
 /// The hub's federation state.
 #[derive(Debug)]
@@ -217,27 +133,23 @@ impl Federation {
                     continue;
                 }
             };
-            let conn = Arc::new(Conn {
-                id: w.id.clone(),
-                url: w.url.clone(),
+            let conn = Arc::new(Conn::new(
+                &w,
                 token,
-                state: RwLock::new(ConnState::default()),
-                stop: self.node.shutdown.child_token(),
-                downs: tokio::sync::watch::Sender::new(0),
-                ups: tokio::sync::watch::Sender::new(0),
-                first_dial: now + window.mul_f64(rand::random::<f64>()),
-                pin: std::sync::Mutex::new(w.quic_fingerprint.clone()),
-                transport: w.transport.unwrap_or(default_transport),
-                quic: std::sync::Mutex::new(None),
-            });
+                w.transport.unwrap_or(default_transport),
+                self.node.shutdown.child_token(),
+                now + window.mul_f64(rand::random::<f64>()),
+            ));
             conns.insert(w.id.clone(), conn.clone());
             self.mail.ensure_outbox(&w.id);
             self.node
                 .tasks
-                .spawn(crate::quic::drive(self.mail.clone(), conn.clone()));
-            self.node
-                .tasks
-                .spawn(crate::ops::relay_progress(self.clone(), conn.clone()));
+                .spawn(crate::peerlink::drive(self.mail.clone(), conn.clone()));
+            self.node.tasks.spawn(crate::progress_relay::relay_progress(
+                self.http.clone(),
+                self.node.clone(),
+                conn.clone(),
+            ));
             let fed = self.clone();
             self.node.tasks.spawn(async move { fed.drive(conn).await });
         }
@@ -320,7 +232,8 @@ impl Federation {
     }
 
     async fn drive(self: Arc<Self>, conn: Arc<Conn>) {
-        let mut backoff = crate::peerlink::reconnect_backoff(&self.node);
+        let mut backoff =
+            crate::connections::reconnect_backoff(self.node.config().tuning.peer_reconnect_max_ms);
         tokio::select! {
             _ = conn.stop.cancelled() => return,
             _ = tokio::time::sleep_until(conn.first_dial) => {}
@@ -344,7 +257,9 @@ impl Federation {
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
-                backoff = crate::peerlink::reconnect_backoff(&self.node);
+                backoff = crate::connections::reconnect_backoff(
+                    self.node.config().tuning.peer_reconnect_max_ms,
+                );
             }
             // While the host is down it is probed at a short capped interval, so a node that
             // returns after a long outage has its sessions back within about a second.
@@ -657,23 +572,6 @@ fn edit_row(
         }
     });
     found
-}
-
-/// A client error without the URL (which may carry a query) or any credential.
-pub(crate) fn describe(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection refused or unreachable"
-    } else if e.is_decode() {
-        "unreadable answer"
-    } else {
-        "request failed"
-    };
-    match e.status() {
-        Some(s) => format!("{kind} ({s})"),
-        None => kind.to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! outbox of the relay ([`PeerHub`], `peerlink.rs`) instead of an uplink, and `list_peers`
 //! shows the peers each connected node registered over its link.
 
+use tuic_node::ext::now_ms;
 use tuic_node::ext::{MailRouter, Queued, Refusal};
-use tuic_node::session::now_ms;
 use tuic_proto::peer::{
     ErrorCode, LOCAL as LINK_LOCAL, PeerEntry, Response, WireMessage, format_address,
 };

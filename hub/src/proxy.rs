@@ -2,7 +2,7 @@
 //! `<connection_id>/<session_id>` (URL-encoded) goes to the owning node with that node's token
 //! in place of the caller's credential; 503 names the connection when it is down. A live
 //! stream rides its own QUIC stream of the peer link when the link is QUIC
-//! (`tuic_node::peer::quic_stream`), else a WebSocket of its own. Also `GET /hub/connections` and `POST /hub/reload`. (`GET /sessions` lists the
+//! (`tuic_node::link::quic_stream`), else a WebSocket of its own. Also `GET /hub/connections` and `POST /hub/reload`. (`GET /sessions` lists the
 //! remote rows through the node's own route: `remote.rs` is its `ext::SessionSource`.)
 
 use std::sync::Arc;
@@ -19,9 +19,10 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as TMsg;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tuic_node::error::ApiError;
+use tuic_node::ext::ApiError;
 
-use crate::federation::{Conn, Federation, describe};
+use crate::connections::{Conn, describe};
+use crate::federation::Federation;
 
 /// Largest proxied request body (the node's own limit).
 const MAX_PROXY_BODY: usize = 2 * 1024 * 1024;
@@ -226,7 +227,33 @@ async fn last_screen(req: Request, last: crate::lastscreen::LastScreen) -> Respo
 }
 
 /// A relayed stream's upstream: the node's messages both ways, whichever carrier.
-type Upstream = tuic_node::peer::quic_stream::Carrier;
+type Upstream = (
+    std::pin::Pin<Box<dyn futures::Sink<AxMsg, Error = std::io::Error> + Send>>,
+    std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<AxMsg>> + Send>>,
+);
+
+/// A session stream on its own QUIC stream of the link, as axum messages.
+fn from_link(carrier: tuic_node::link::quic_stream::Carrier) -> Upstream {
+    use tuic_node::link::quic_stream::Frame;
+    let (tx, rx) = carrier;
+    let tx = tx.with(|m: AxMsg| {
+        futures::future::ready(Ok::<_, std::io::Error>(match m {
+            AxMsg::Text(t) => Frame::Text(t.as_str().to_owned()),
+            AxMsg::Binary(b) => Frame::Binary(b),
+            AxMsg::Close(_) => Frame::Close,
+            AxMsg::Ping(_) | AxMsg::Pong(_) => Frame::Other,
+        }))
+    });
+    let rx = rx.map(|r| {
+        r.map(|f| match f {
+            Frame::Text(t) => AxMsg::Text(t.into()),
+            Frame::Binary(b) => AxMsg::Binary(b),
+            Frame::Close => AxMsg::Close(None),
+            Frame::Other => AxMsg::Pong(Default::default()),
+        })
+    });
+    (Box::pin(tx), Box::pin(rx))
+}
 
 /// Opens the upstream of a relayed stream: its own stream on the link's QUIC connection when
 /// the link is QUIC (so a flooding session never delays the link's mail or another session),
@@ -238,7 +265,7 @@ async fn open_upstream(
     rest: &str,
     query: Option<&str>,
 ) -> Result<Upstream, Response> {
-    use tuic_node::peer::quic_stream::{self, OpenError, Request as StreamRequest};
+    use tuic_node::link::quic_stream::{self, OpenError, Request as StreamRequest};
     if rest == "/stream"
         && let Some(link) = conn.quic_link()
     {
@@ -249,7 +276,7 @@ async fn open_upstream(
         match quic_stream::open(&link, req).await {
             Ok(up) => {
                 conn.set(|s| s.quic_session_streams += 1);
-                return Ok(up);
+                return Ok(from_link(up));
             }
             Err(OpenError::Refused { status, body }) => {
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -443,13 +470,13 @@ pub struct UploadQuery {
 /// refused: no HTTP caller may make this machine send data to another host.
 pub async fn upload(
     State(fed): State<Arc<Federation>>,
-    transport: Option<axum::Extension<tuic_node::guard::Transport>>,
+    transport: Option<axum::Extension<tuic_node::ext::Transport>>,
     axum::extract::Query(q): axum::extract::Query<UploadQuery>,
     body: Body,
 ) -> Response {
     if !matches!(
         transport.map(|axum::Extension(t)| t),
-        Some(tuic_node::guard::Transport::Ipc)
+        Some(tuic_node::ext::Transport::Ipc)
     ) {
         return ApiError::forbidden(
             "uploads to other hosts start only from this machine's IPC socket",

@@ -20,7 +20,8 @@ use tuic_node::ext::{
 };
 use tuic_proto::peer::{Address, LOCAL, parse_address};
 
-use crate::federation::{Federation, describe};
+use crate::connections::describe;
+use crate::federation::Federation;
 
 /// Longest remote session call (a submit waits up to 10 s for its acknowledgement).
 const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(30);

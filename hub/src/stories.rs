@@ -23,11 +23,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use serde_json::{Map, Value};
-use tuic_node::error::ApiError;
-use tuic_node::guard::Transport;
-use tuic_node::routes::stories::FORWARDED_ACTOR_HEADER;
+use tuic_node::ext::ApiError;
+use tuic_node::ext::FORWARDED_ACTOR_HEADER;
+use tuic_node::ext::Transport;
 
-use crate::federation::{Federation, describe};
+use crate::connections::describe;
+use crate::federation::Federation;
 
 /// Longest wait for the owning node's answer (story actions commit once; a start spawns).
 const NODE_TIMEOUT: Duration = Duration::from_secs(30);

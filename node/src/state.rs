@@ -86,7 +86,7 @@ pub struct Node {
     /// Agent mail: inboxes, peers, waits and PTY wake notices.
     pub mail: crate::mail::Mail,
     /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory.
-    pub peer: crate::peer::PeerState,
+    pub peer: crate::mail::PeerState,
     /// The progress journal and the Progress Flow cursors.
     pub progress: Arc<crate::progress::Progress>,
     /// Native stories, workflow definitions and runs (`crate::stories`).
@@ -143,7 +143,7 @@ impl Node {
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
         let store = Arc::new(store);
-        let peer = crate::peer::PeerState::load(&store, &config.tuning)
+        let peer = crate::mail::PeerState::load(&store, &config.tuning)
             .context("loading cross-host mail state")?;
         let journal = crate::progress::Journal::open(store.clone())
             .context("opening the progress journal")?;
@@ -853,4 +853,52 @@ fn tailscale_name(c: &Config) -> Option<String> {
         .flatten()
         .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
         .filter(|h| !h.is_empty())
+}
+
+// ---- link wiring (the carrier room's handles; `crate::link` never sees the node) ----
+
+/// The node as the QUIC listener's host: the token check against this node's auth state and
+/// token, and the node's end of the link (`mail::endpoint`).
+struct LinkHost(Arc<Node>);
+
+impl crate::link::quic::LinkHost for LinkHost {
+    fn admit(&self, ip: std::net::IpAddr, now: std::time::Instant) -> bool {
+        let tuning = self.0.config().tuning.clone();
+        // A token has no user name: the peer link's failures are keyed by address alone.
+        !matches!(
+            self.0.auth.admit(
+                ip,
+                "",
+                now,
+                tuning.login_failures_per_minute,
+                tuning.login_failures_global_per_minute,
+            ),
+            crate::auth::Admission::Throttled { .. }
+        )
+    }
+
+    fn token_matches(&self, token: &str) -> bool {
+        crate::auth::secret_eq(token, &self.0.node_token())
+    }
+
+    fn record_failure(&self, ip: std::net::IpAddr, now: std::time::Instant) {
+        self.0.auth.record_failure(ip, "", now);
+    }
+
+    fn serve_link(&self, io: crate::link::quic::QuicIo) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(crate::mail::endpoint::serve_on(self.0.clone(), io))
+    }
+}
+
+impl Node {
+    /// The QUIC listener's handles (`crate::link::quic::listen`).
+    pub(crate) fn link_env(self: &Arc<Self>) -> crate::link::quic::LinkEnv {
+        crate::link::quic::LinkEnv {
+            tasks: self.tasks.clone(),
+            shutdown: self.shutdown.clone(),
+            garbage_log: std::time::Duration::from_millis(self.config().tuning.quic_garbage_log_ms),
+            host: Arc::new(LinkHost(self.clone())),
+            streams: Arc::new(crate::routes::stream::QuicStreams(self.clone())),
+        }
+    }
 }

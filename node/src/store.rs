@@ -2,7 +2,7 @@
 //!
 //! It opens the database (`state.redb` backups and restores are `crate::ops::service`'s).
 //! Records still kept here: login sessions (`logins`), the cross-host outboxes and dedupe rings
-//! of federated mail (`crate::peer`) and the sessions kept by holder processes
+//! of federated mail (`crate::mail`) and the sessions kept by holder processes
 //! (`crate::session::held`). Services that own their tables open them through
 //! [`Store::database`]: repository records (`crate::repos`), the progress journal, stories,
 //! workflows, automations, audit, shares. What the spec keeps in memory (inboxes, tasks,
@@ -180,7 +180,7 @@ impl Store {
     }
 
     /// Applies a group of outbox-record and dedupe-ring writes in one transaction, committed
-    /// (durable) before it returns: the group committer's one write (`crate::peer::commit`).
+    /// (durable) before it returns: the group committer's one write (`crate::link::commit`).
     /// Nothing is written when any part fails.
     pub fn apply_peer_ops(&self, ops: &[PeerOp]) -> anyhow::Result<()> {
         let tx = self.db.begin_write()?;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tuic_node::peer::persist_outbox;
+use tuic_node::ext::mail::persist_outbox;
 use tuic_node::store::Store;
 use tuic_proto::peer::{AckOutcome, Outbox, OutboxLimits, WireMessage};
 

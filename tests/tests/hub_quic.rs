@@ -472,7 +472,7 @@ fn loopback_node() -> (
     .unwrap();
     let (_, token, _) =
         run_with_stdin("tuic-node", &["token", "--config-dir", &s(&d)], "").unwrap();
-    let fp = tuic_node::tls::load_or_create(d.path())
+    let fp = tuic_node::link::tls::load_or_create(d.path())
         .unwrap()
         .fingerprint;
     let addr = std::net::SocketAddr::new(
@@ -484,7 +484,8 @@ fn loopback_node() -> (
 
 #[tokio::test]
 async fn garbage_wrong_pins_wrong_tokens_and_stream_floods_leave_the_node_serving() {
-    use tuic_node::peer::quic::{DialError, MAX_BIDI_STREAMS, STOP_BAD_STREAM, connect};
+    use tuic_hub::link::{DialError, connect_quic as connect};
+    use tuic_node::link::quic::{MAX_BIDI_STREAMS, STOP_BAD_STREAM};
     let (_d, node, addr, fp, token) = loopback_node();
     let h = health(&node).await;
     assert_eq!(h["quic"]["fingerprint"], fp.as_str(), "{h}");

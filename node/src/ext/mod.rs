@@ -31,8 +31,8 @@ use serde_json::{Map, Value};
 use tuic_proto::peer::PeerEntry;
 
 pub use crate::git::GitError;
+pub use crate::mail::{PendingCustody, Queued, Refusal};
 pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
-pub use crate::peer::{PendingCustody, Queued, Refusal};
 pub use crate::routes::RouterHook;
 /// The process's descriptor budget, which the hub's dials consult too.
 pub use crate::server::fds;
@@ -283,3 +283,68 @@ impl Extensions {
         }
     }
 }
+
+
+// ==== hub surface (l41-link) ====================================================================
+// What `tuic-hub` reaches of the node besides the hooks above; the hub imports only `ext` and
+// `link` (docs/ARCHITECTURE.md). Additive only: re-exports and thin functions, grouped here.
+
+/// The node's JSON error answer (`{"error", "code"}` with a status).
+pub use crate::error::ApiError;
+/// Which listener a request came in on (IPC or TCP), set by the request boundary.
+pub use crate::guard::Transport;
+/// The node's deadline clock (monotonic ms) and wall clock (ms since the epoch).
+pub use crate::logs::mono_ms;
+/// The content type of `GET /metrics` (Prometheus text exposition).
+pub use crate::ops::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
+/// The header a forwarding process sets to lower the actor a story call runs as.
+pub use crate::routes::stories::FORWARDED_ACTOR_HEADER;
+pub use crate::session::now_ms;
+/// The node a process built on it extends (installed hooks, its store-backed services, its
+/// configuration and tasks); an extension holds it as `Arc<Node>`.
+pub use crate::state::Node;
+/// Where an upstream tool call's progress notifications go.
+pub use crate::upstream::client::ProgressSink;
+
+/// Cross-host mail pieces a relay runs on its own side of its links (the hub's relay keeps
+/// per-connection outboxes in the same store, through the same group committer, and delivers
+/// `local/<peer>` mail into this node's inboxes).
+pub mod mail {
+    use super::Node;
+    use crate::link::commit::Committer;
+    use tuic_proto::peer::{Outbox, OutboxLimits};
+
+    pub use crate::mail::{
+        LateRefusal, OutcomeTx, deliver_local, local_entries, local_id, notify_waiter, outbox_ops,
+        persist_outbox, post_refusals_later,
+    };
+    pub use crate::store::{PeerOp, UPLINK_KEY};
+
+    /// The outbox bounds of `node`'s tuning.
+    pub fn limits(node: &Node) -> OutboxLimits {
+        crate::mail::limits(&node.config().tuning)
+    }
+
+    /// Every outbox stored in `node`'s store, by key (`UPLINK_KEY` or a connection id).
+    pub fn load_outboxes(
+        node: &Node,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, Outbox>> {
+        crate::mail::load_outboxes(&node.store, limits(node))
+    }
+
+    /// The group committer of `node`'s link state (a relay adds its outboxes as a source).
+    pub fn committer(node: &Node) -> &Committer {
+        node.peer.committer()
+    }
+}
+
+/// The process around a node: its command line (shared by `tuic-node` and `tuic-hub`), its
+/// configuration file and its secret store. A binary built on a node enters through here.
+pub mod host {
+    pub use crate::cli::{
+        Location, NodeCommand, SERVE_ONLY, ServeArgs, ask_running, exit, paths, run_command,
+    };
+    pub use crate::config::{ConfigFile, SaveError, SecretStore};
+    pub use crate::vault::Vault;
+}
+// ==== end hub surface ===========================================================================

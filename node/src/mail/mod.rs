@@ -19,16 +19,35 @@
 //! Time: every `now` handed to the core is [`mono_ms`] (the node's deadline clock), so a wall
 //! clock step never moves a wait's deadline; message timestamps are [`now_ms`].
 //!
+//! Cross-host mail is the same room: [`uplink`] holds the node's durable link state (its
+//! outbox towards the hub, the dedupe rings, the pushed directory), [`endpoint`] is the node's
+//! end of a hub's link (`WS /mcp/peer`, and the QUIC link the `link` room accepts), [`deliver`]
+//! puts forwarded mail into local inboxes, [`send`] carries an agent's send to an address.
+//! The carriers themselves (driver, group committer, QUIC, TLS) are `crate::link`.
+//!
 //! Waits are event-driven: a pending `agent action=wait` holds the receiving end of a oneshot
 //! channel; the core resolves it in the same step that assigns it mail, or the timer task
 //! (woken by [`Mail::timer`]) resolves it at its deadline. Nothing polls.
 
 pub(crate) mod channel;
+pub(crate) mod deliver;
+pub(crate) mod endpoint;
 pub(crate) mod launch;
 pub(crate) mod receipt;
+pub(crate) mod send;
 pub(crate) mod spawn;
 pub(crate) mod trust;
+pub(crate) mod uplink;
 pub(crate) mod wake;
+
+pub use deliver::{LateRefusal, deliver_local, local_id, persist_outbox, post_refusals_later};
+pub(crate) use deliver::{
+    Route, deliver_batch, error_code, load_outboxes, post_refusals, recipient_retired, route,
+};
+pub use send::local_entries;
+pub(crate) use send::remote_peers;
+pub use uplink::{OutcomeTx, PendingCustody, Queued, Refusal, notify_waiter, outbox_ops};
+pub(crate) use uplink::{PeerState, UPLINK, limits};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -384,8 +403,8 @@ impl Mail {
     /// `register replaces=` / identity repair: moves `old`'s mail to `new`, retires `old`.
     pub fn carry_over(node: &Arc<Node>, g: &mut Inner, old: &str, new: &str) -> usize {
         let n = g.inboxes.carry_over(mono_ms(), old, new).unwrap_or(0);
-        // A retired recipient's dedupe ring goes with it (cross-host mail, `crate::peer`).
-        crate::peer::recipient_retired(node, old);
+        // A retired recipient's dedupe ring goes with it (cross-host mail, `deliver`).
+        recipient_retired(node, old);
         if let Some(p) = g.peers.remove(old) {
             let e = g.peers.entry(new.to_owned()).or_default();
             if e.name.is_none() {

@@ -17,6 +17,7 @@ mod github;
 mod notify;
 mod oauth_callback;
 mod ops;
+mod peer;
 mod progress;
 mod repos;
 mod secrets;
@@ -108,7 +109,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
             "/fs/resolve-markdown-link",
             post(files::resolve_markdown_link),
         )
-        .route("/mcp/peer", get(crate::peer::endpoint::peer_ws))
+        .route("/mcp/peer", get(peer::peer_ws))
         .merge(sessions::routes())
         .merge(share::routes())
         .merge(secrets::routes())

@@ -5,7 +5,7 @@
 //! [`open`] checks the request and subscribes (so every byte after the answer reaches the
 //! client); [`Opened::run`] serves it on a message sink and a message stream. The WebSocket
 //! route here is one adapter; a session stream on its own QUIC stream of a peer link
-//! (`crate::peer::quic_stream`) is the other. The service itself is written once. It does not
+//! (`crate::link::quic_stream`, through [`QuicStreams`], its hook) is the other. The service itself is written once. It does not
 //! authenticate: each carrier admits only what its own boundary authenticated.
 
 use std::sync::Arc;
@@ -27,6 +27,48 @@ use crate::session::cleanlog::Stripper;
 use crate::session::utf8::StreamDecoder;
 use crate::share::Grant;
 use crate::state::Node;
+
+/// The session-stream hook of the node's QUIC streams (`crate::link::quic_stream::StreamHook`):
+/// the same [`open`] and [`Opened::run`] as the WebSocket route, over the link's frames.
+pub struct QuicStreams(pub Arc<Node>);
+
+impl crate::link::quic_stream::StreamHook for QuicStreams {
+    fn open(
+        &self,
+        request: &crate::link::quic_stream::Request,
+    ) -> Result<crate::link::quic_stream::Serve, crate::link::quic_stream::Refused> {
+        use crate::link::quic_stream::{Carrier, Frame, Refused};
+        let opened = parse_query(request.query.as_deref())
+            .and_then(|q| open(&self.0, &request.session, q))
+            .map_err(|e| Refused {
+                status: e.status.as_u16(),
+                code: e.code.to_owned(),
+                message: e.message,
+            })?;
+        let node = self.0.clone();
+        Ok(Box::new(move |(tx, rx): Carrier| {
+            Box::pin(async move {
+                let tx = tx.with(|m: Message| {
+                    futures::future::ready(Ok::<_, std::io::Error>(match m {
+                        Message::Text(t) => Frame::Text(t.as_str().to_owned()),
+                        Message::Binary(b) => Frame::Binary(b),
+                        Message::Close(_) => Frame::Close,
+                        Message::Ping(_) | Message::Pong(_) => Frame::Other,
+                    }))
+                });
+                let rx = rx.map(|r| {
+                    r.map(|f| match f {
+                        Frame::Text(t) => Message::Text(t.into()),
+                        Frame::Binary(b) => Message::Binary(b),
+                        Frame::Close => Message::Close(None),
+                        Frame::Other => Message::Pong(Default::default()),
+                    })
+                });
+                opened.run(node, tx, rx).await;
+            })
+        }))
+    }
+}
 
 /// Largest output frame a stream sends, in bytes.
 const FRAME_MAX: usize = 256 * 1024;

@@ -48,8 +48,8 @@ struct RunningTcp {
     want: (String, u16),
     stop: CancellationToken,
     done: JoinHandle<()>,
-    /// The QUIC peer-link listener beside it (`crate::peer::quic`), when it runs.
-    quic: Option<crate::peer::quic::QuicListener>,
+    /// The QUIC peer-link listener beside it (`crate::link::quic`), when it runs.
+    quic: Option<crate::link::quic::QuicListener>,
 }
 
 impl TcpControl {
@@ -320,7 +320,7 @@ fn start_quic(
     node: &Arc<Node>,
     server: &crate::config::Server,
     tcp: SocketAddr,
-) -> Option<crate::peer::quic::QuicListener> {
+) -> Option<crate::link::quic::QuicListener> {
     if !server.quic_enabled {
         info!(
             listener = "quic",
@@ -329,8 +329,8 @@ fn start_quic(
         return None;
     }
     let addr = SocketAddr::new(tcp.ip(), server.quic_port.unwrap_or(tcp.port()));
-    let started = crate::tls::load_or_create(&node.paths.config_dir)
-        .and_then(|cert| crate::peer::quic::listen(node, &cert, addr));
+    let started = crate::link::tls::load_or_create(&node.paths.config_dir)
+        .and_then(|cert| crate::link::quic::listen(node.link_env(), &cert, addr));
     match started {
         Ok(q) => Some(q),
         Err(e) => {

@@ -18,6 +18,7 @@ pub mod client;
 pub mod config;
 pub mod env;
 pub mod http;
+pub mod hubtools;
 pub mod oauth;
 pub mod search;
 pub mod stdio;

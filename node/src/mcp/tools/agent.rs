@@ -527,7 +527,7 @@ fn list_peers(node: &Arc<Node>, path: Option<&str>) -> Result<Value, ToolError> 
             v
         })
         // Federation hook: peers behind the peer link, with their addresses.
-        .chain(crate::peer::remote_peers(node, path))
+        .chain(crate::mail::remote_peers(node, path))
         .collect();
     Ok(json!({"peers": list}))
 }
@@ -641,14 +641,14 @@ fn plan_send(node: &Arc<Node>, ctx: &CallCtx, args: SendArgs) -> Result<SendPlan
     };
     let keep_open = args.keep_open;
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
-    // Federation hook (`crate::peer`): a `to` that is no local recipient but an address
+    // Federation hook (`crate::mail`): a `to` that is no local recipient but an address
     // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
     let recipient = match resolve(node, to) {
         Ok(r) => r,
-        Err(e) => match crate::peer::route(node, to)? {
-            crate::peer::Route::NotAnAddress => return Err(e),
-            crate::peer::Route::Local(peer) => resolve(node, &peer)?,
-            crate::peer::Route::Remote if keep_open.is_none() => {
+        Err(e) => match crate::mail::route(node, to)? {
+            crate::mail::Route::NotAnAddress => return Err(e),
+            crate::mail::Route::Local(peer) => resolve(node, &peer)?,
+            crate::mail::Route::Remote if keep_open.is_none() => {
                 return Ok(SendPlan::Remote {
                     me,
                     to: to.to_owned(),
@@ -657,7 +657,7 @@ fn plan_send(node: &Arc<Node>, ctx: &CallCtx, args: SendArgs) -> Result<SendPlan
                     urgent,
                 });
             }
-            crate::peer::Route::Remote => {
+            crate::mail::Route::Remote => {
                 return Err(ToolError::new(
                     "user_session",
                     format!(

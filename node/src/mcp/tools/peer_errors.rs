@@ -1,4 +1,4 @@
-//! The MCP renderings of the peer layer's typed outcomes: `crate::peer` answers
+//! The MCP renderings of the peer layer's typed outcomes: `crate::mail` answers
 //! [`AddressError`], [`SendError`] and [`peer::Sent`]; the `agent` tool shows them here as tool
 //! errors with stable codes (the peer layer itself knows nothing of MCP).
 
@@ -10,7 +10,8 @@ use crate::mcp::registry::ToolError;
 use tuic_proto::mail::MAX_MESSAGE_BYTES;
 use tuic_proto::peer::AddressError;
 
-use crate::peer::{self, Refusal, SendError, error_code};
+use crate::mail::send::{self as peer, SendError};
+use crate::mail::{Refusal, error_code};
 use crate::state::Node;
 
 /// The MCP rendering of an address that does not parse.

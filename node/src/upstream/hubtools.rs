@@ -279,7 +279,7 @@ impl ToolSource for HubTools {
                 }),
                 _ => None,
             };
-            let cmd = super::endpoint::Cmd::CallUpstream {
+            let cmd = crate::mail::endpoint::Cmd::CallUpstream {
                 name: inner,
                 arguments: args,
                 timeout_ms,

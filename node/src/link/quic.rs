@@ -2,9 +2,9 @@
 //! use.
 //!
 //! While remote access is on, the node listens for QUIC (quinn, rustls with the ring provider,
-//! ALPN [`crate::tls::ALPN`]) beside its TCP listener, on the same port number by default
+//! ALPN [`super::tls::ALPN`]) beside its TCP listener, on the same port number by default
 //! (`services.server.quic_port`, `services.server.quic_enabled`). It presents its self-signed
-//! certificate ([`crate::tls`]); the hub pins its fingerprint.
+//! certificate ([`super::tls`]); the hub pins its fingerprint.
 //!
 //! A link is one bidirectional stream of length-delimited frames (a 4-byte big-endian length,
 //! then that many bytes of UTF-8: one JSON peer frame each, as WebSocket text frames carry them).
@@ -12,7 +12,8 @@
 //! in a URL — and the node answers `{"ok": true}` before the link's own frames start. A wrong
 //! token closes the connection with [`CLOSE_WRONG_TOKEN`] and the reason `wrong token`, and is
 //! logged (and counted against the address like a failed login). The stream then is a
-//! [`QuicIo`] handed to [`super::endpoint::serve_on`], exactly as a WebSocket is.
+//! [`QuicIo`] handed to the host's [`LinkHost::serve_link`] (the node's end of the link,
+//! `crate::mail::endpoint`), exactly as a WebSocket is.
 //!
 //! Every further bidirectional stream the hub opens on an authenticated connection carries one
 //! relayed session stream ([`super::quic_stream`]); a stream whose first frame is not a
@@ -37,9 +38,12 @@ use futures::{SinkExt, StreamExt};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
+use futures::future::BoxFuture;
+use tokio_util::task::TaskTracker;
+
 use super::driver::FrameIo;
-use crate::state::Node;
-use crate::tls::NodeCert;
+use super::quic_stream::StreamHook;
+use super::tls::NodeCert;
 
 /// Most concurrent bidirectional streams a peer may have open on one connection: the link's
 /// own and relayed session streams (a hub relaying more waits for credit, then falls back to
@@ -175,103 +179,6 @@ impl FrameIo for QuicIo {
     }
 }
 
-/// Why a dial did not give a link.
-#[derive(Debug)]
-pub enum DialError {
-    /// The node refused it (token), or its certificate is not the pinned one: a fallback to
-    /// another transport would bypass the check, so none is tried.
-    Refused(String),
-    /// No QUIC path (UDP blocked, no answer in time): another transport may be tried.
-    Unreachable(String),
-}
-
-/// The error of a changed certificate, naming both fingerprints.
-pub fn changed_error(pinned: &str, presented: &str) -> String {
-    format!(
-        "the node's QUIC certificate changed: pinned {pinned}, presented {presented}; link refused (run `tuic-hub connect` again to trust the new certificate)"
-    )
-}
-
-/// The hub's UDP socket for every QUIC link it dials, one per address family: quinn
-/// multiplexes connections on one endpoint, so a link costs no descriptor of its own. Made
-/// on first use (inside the runtime); a failed bind is not kept, so the next dial tries again.
-pub fn client_endpoint(v6: bool) -> Result<quinn::Endpoint, DialError> {
-    static V4: std::sync::Mutex<Option<quinn::Endpoint>> = std::sync::Mutex::new(None);
-    static V6: std::sync::Mutex<Option<quinn::Endpoint>> = std::sync::Mutex::new(None);
-    let slot = if v6 { &V6 } else { &V4 };
-    let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = g.as_ref() {
-        return Ok(e.clone());
-    }
-    let bind: SocketAddr = if v6 {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    let e = quinn::Endpoint::client(bind)
-        .map_err(|e| DialError::Unreachable(format!("binding a UDP socket: {e}")))?;
-    *g = Some(e.clone());
-    Ok(e)
-}
-
-/// The hub's side: dials the node's QUIC listener at `addr` from the shared
-/// [`client_endpoint`], accepts only the certificate with fingerprint `pin`, opens the link's
-/// stream and authenticates with `token` (first frame), all within `limit`.
-pub async fn connect(
-    addr: SocketAddr,
-    pin: &str,
-    token: &str,
-    limit: Duration,
-) -> Result<(QuicIo, quinn::Endpoint), DialError> {
-    use DialError::{Refused, Unreachable};
-    let (tls, verifier) =
-        crate::tls::client_config(pin).map_err(|e| Unreachable(format!("TLS config: {e:#}")))?;
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-        .map_err(|e| Unreachable(format!("QUIC TLS config: {e}")))?;
-    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config(Some(KEEP_ALIVE))));
-    let endpoint = client_endpoint(addr.is_ipv6())?;
-    let attempt = async {
-        let connecting = endpoint
-            .connect_with(cfg, addr, "tuic-node")
-            .map_err(|e| Unreachable(format!("QUIC connect: {e}")))?;
-        let conn = match connecting.await {
-            Ok(c) => c,
-            Err(e) => {
-                return Err(match verifier.presented() {
-                    Some(s) if s != pin => Refused(changed_error(pin, &s)),
-                    _ => Unreachable(format!("QUIC handshake: {e}")),
-                });
-            }
-        };
-        let (send, recv) = conn
-            .open_bi()
-            .await
-            .map_err(|e| Unreachable(describe_close(&e)))?;
-        let mut io = QuicIo::new(conn, send, recv);
-        let hello = serde_json::json!({ "token": token }).to_string();
-        if !io.write_frame(hello).await {
-            return Err(Unreachable("writing the token frame failed".into()));
-        }
-        let answer = io.read_frame().await.map_err(Refused)?;
-        let ok = serde_json::from_str::<serde_json::Value>(&answer)
-            .ok()
-            .and_then(|v| v.get("ok").and_then(serde_json::Value::as_bool));
-        if ok == Some(true) {
-            Ok(io)
-        } else {
-            Err(Refused(
-                "the node answered the token frame with something else".into(),
-            ))
-        }
-    };
-    match tokio::time::timeout(limit, attempt).await {
-        Err(_) => Err(Unreachable("QUIC dial timed out".into())),
-        Ok(Err(e)) => Err(e),
-        Ok(Ok(io)) => Ok((io, endpoint)),
-    }
-}
-
 /// A running QUIC listener.
 #[derive(Debug)]
 pub struct QuicListener {
@@ -298,9 +205,46 @@ impl Drop for QuicListener {
     }
 }
 
+/// What the listener needs of the process it runs in, supplied by the composition root: the
+/// token check's state and the service that runs on an authenticated link.
+pub trait LinkHost: Send + Sync + 'static {
+    /// Whether `ip` may try a token now (failed attempts are throttled like logins).
+    fn admit(&self, ip: IpAddr, now: Instant) -> bool;
+    /// Whether `token` is the node token (compared in constant time).
+    fn token_matches(&self, token: &str) -> bool;
+    /// Counts a wrong token against `ip`.
+    fn record_failure(&self, ip: IpAddr, now: Instant);
+    /// Runs the node's end of an authenticated link until it ends.
+    fn serve_link(&self, io: QuicIo) -> BoxFuture<'static, ()>;
+}
+
+/// The listener's handles: where its tasks run, when it stops, how often garbage datagrams
+/// are logged, the host and the session-stream hook.
+#[derive(Clone)]
+pub struct LinkEnv {
+    /// Tasks of the process (drained at shutdown).
+    pub tasks: TaskTracker,
+    /// The process's shutdown.
+    pub shutdown: CancellationToken,
+    /// How often a burst of undecodable datagrams is logged (`tuning.quic_garbage_log_ms`).
+    pub garbage_log: Duration,
+    /// Token checks and the link's service.
+    pub host: Arc<dyn LinkHost>,
+    /// The session-stream service behind every further stream.
+    pub streams: Arc<dyn StreamHook>,
+}
+
+impl std::fmt::Debug for LinkEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkEnv")
+            .field("garbage_log", &self.garbage_log)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Binds the QUIC listener on `addr` and serves peer links on it until stopped.
-pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Result<QuicListener> {
-    let tls = crate::tls::server_config(cert)?;
+pub fn listen(env: LinkEnv, cert: &NodeCert, addr: SocketAddr) -> anyhow::Result<QuicListener> {
+    let tls = super::tls::server_config(cert)?;
     let crypto =
         quinn::crypto::rustls::QuicServerConfig::try_from(tls).context("the QUIC TLS config")?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -320,7 +264,7 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
     let socket = std::net::UdpSocket::bind(addr)
         .with_context(|| format!("binding the QUIC listener on udp {addr}"))?;
     let runtime = quinn::default_runtime().context("no async runtime for QUIC")?;
-    let interval = Duration::from_millis(node.config().tuning.quic_garbage_log_ms.max(1));
+    let interval = env.garbage_log.max(Duration::from_millis(1));
     let garbage = Arc::new(super::quic_udp::Garbage::new(cid_key, interval));
     let watched = super::quic_udp::WatchedSocket::new(
         runtime
@@ -338,10 +282,10 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
     let bound = endpoint
         .local_addr()
         .context("the QUIC listener's address")?;
-    let stop = node.shutdown.child_token();
+    let stop = env.shutdown.child_token();
     // A burst of garbage that stopped is still reported once its interval is over.
     let st = stop.clone();
-    node.tasks.spawn(async move {
+    env.tasks.spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
             tokio::select! {
@@ -351,9 +295,9 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
         }
     });
     let ep = endpoint.clone();
-    let n = node.clone();
+    let n = Arc::new(env);
     let st = stop.clone();
-    node.tasks.spawn(async move {
+    n.clone().tasks.spawn(async move {
         loop {
             let incoming = tokio::select! {
                 _ = st.cancelled() => break,
@@ -382,7 +326,7 @@ pub fn listen(node: &Arc<Node>, cert: &NodeCert, addr: SocketAddr) -> anyhow::Re
 }
 
 /// One incoming connection: handshake, token, then the link and its session streams.
-async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
+async fn serve_connection(env: Arc<LinkEnv>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
     let ip = remote.ip();
     let conn = match incoming.await {
@@ -414,7 +358,7 @@ async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
         }
         Ok(Ok(x)) => x,
     };
-    if let Err((code, reason)) = check_token(&node, ip, &first) {
+    if let Err((code, reason)) = check_token(&*env.host, ip, &first) {
         tracing::warn!(listener = "quic", %remote, reason, "peer link refused");
         conn.close(quinn::VarInt::from_u32(code), reason.as_bytes());
         return;
@@ -423,9 +367,9 @@ async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
         return;
     }
     tracing::info!(listener = "quic", %remote, "peer link over QUIC authenticated");
-    let streams = serve_streams(node.clone(), conn.clone(), remote);
+    let streams = serve_streams(env.clone(), conn.clone(), remote);
     tokio::select! {
-        _ = super::endpoint::serve_on(node, io) => {}
+        _ = env.host.serve_link(io) => {}
         _ = streams => {}
     }
     // The session streams live on the link's connection: they end with it.
@@ -433,17 +377,9 @@ async fn serve_connection(node: Arc<Node>, incoming: quinn::Incoming) {
 }
 
 /// Checks the token frame; `Err` is the close code and reason.
-fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'static str)> {
+fn check_token(host: &dyn LinkHost, ip: IpAddr, first: &str) -> Result<(), (u32, &'static str)> {
     let now = Instant::now();
-    let tuning = node.config().tuning.clone();
-    // A token has no user name: the peer link's failures are keyed by address alone.
-    if let crate::auth::Admission::Throttled { .. } = node.auth.admit(
-        ip,
-        "",
-        now,
-        tuning.login_failures_per_minute,
-        tuning.login_failures_global_per_minute,
-    ) {
+    if !host.admit(ip, now) {
         return Err((CLOSE_THROTTLED, "too many failed attempts; try later"));
     }
     let token = serde_json::from_str::<serde_json::Value>(first)
@@ -454,9 +390,9 @@ fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'stati
             CLOSE_BAD_HELLO,
             "the first frame must be {\"token\": \"<node token>\"}",
         )),
-        Some(t) if crate::auth::secret_eq(&t, &node.node_token()) => Ok(()),
+        Some(t) if host.token_matches(&t) => Ok(()),
         Some(_) => {
-            node.auth.record_failure(ip, "", now);
+            host.record_failure(ip, now);
             Err((CLOSE_WRONG_TOKEN, "wrong token"))
         }
     }
@@ -466,13 +402,13 @@ fn check_token(node: &Node, ip: IpAddr, first: &str) -> Result<(), (u32, &'stati
 /// ([`super::quic_stream::serve`]); one that is not a request is refused with
 /// [`STOP_BAD_STREAM`], the first logged and the count when the connection ends. Never returns
 /// while the connection lives.
-async fn serve_streams(node: Arc<Node>, conn: quinn::Connection, remote: SocketAddr) {
+async fn serve_streams(env: Arc<LinkEnv>, conn: quinn::Connection, remote: SocketAddr) {
     use std::sync::atomic::{AtomicU64, Ordering};
     let refused = Arc::new(AtomicU64::new(0));
     while let Ok((send, recv)) = conn.accept_bi().await {
-        let (n, refused) = (node.clone(), refused.clone());
-        node.tasks.spawn(async move {
-            if let Err(mut bad) = super::quic_stream::serve(n, send, recv).await {
+        let (hook, refused) = (env.streams.clone(), refused.clone());
+        env.tasks.spawn(async move {
+            if let Err(mut bad) = super::quic_stream::serve(&*hook, send, recv).await {
                 if refused.fetch_add(1, Ordering::Relaxed) == 0 {
                     tracing::warn!(listener = "quic", %remote, reason = %bad.why, "refused a stream on a peer link: not a session-stream request");
                 }

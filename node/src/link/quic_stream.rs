@@ -13,25 +13,58 @@
 //! - then both ways, WebSocket messages as frames tagged by their first byte: `T` text, `B`
 //!   binary, `C` close; anything else is ignored. Finishing the stream ends the session stream.
 //!
-//! The node serves it with the same service as the WebSocket route
-//! ([`crate::routes::stream::Opened::run`]); this module is only the carrier's adapter. It does
+//! The node serves it through a [`StreamHook`] its composition root supplies (the routes'
+//! stream service, the same one the WebSocket route runs); this module is only the carrier's
+//! adapter and knows no HTTP framework: its messages are [`Frame`]s. It does
 //! not limit how many streams run: QUIC's stream credit does
 //! ([`super::quic::MAX_BIDI_STREAMS`]). A stream whose first frame is not a request is refused
 //! with [`super::quic::STOP_BAD_STREAM`] by the caller.
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::Message;
 use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::quic::codec;
-use crate::state::Node;
+
+/// One WebSocket-shaped message of a session stream, as the stream carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A text message.
+    Text(String),
+    /// A binary message.
+    Binary(Bytes),
+    /// The end of the session stream.
+    Close,
+    /// A keep-alive or an unknown tag: ignored by both ends.
+    Other,
+}
+
+/// A session stream's refusal, as the HTTP route would answer it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// HTTP status.
+    pub status: u16,
+    /// Stable code.
+    pub code: String,
+    /// Detail.
+    pub message: String,
+}
+
+/// Serves an accepted session stream over its carrier until either side ends.
+pub type Serve = Box<dyn FnOnce(Carrier) -> BoxFuture<'static, ()> + Send>;
+
+/// The session-stream service behind the node's QUIC streams, supplied by the composition
+/// root (the routes' stream service): opens the stream a [`Request`] names, or refuses it.
+pub trait StreamHook: Send + Sync + 'static {
+    /// Opens `request`'s session stream; `Err` is the answer the hub relays.
+    fn open(&self, request: &Request) -> Result<Serve, Refused>;
+}
 
 /// Longest wait for a stream's request (node) or its answer (hub).
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -73,13 +106,13 @@ impl Answer {
     }
 }
 
-fn encode(m: Message) -> Bytes {
+fn encode(m: Frame) -> Bytes {
     let (tag, body): (u8, &[u8]) = match &m {
-        Message::Text(t) => (TEXT, t.as_bytes()),
-        Message::Binary(b) => (BINARY, b),
-        Message::Close(_) => (CLOSE, &[]),
+        Frame::Text(t) => (TEXT, t.as_bytes()),
+        Frame::Binary(b) => (BINARY, b),
+        Frame::Close => (CLOSE, &[]),
         // Keep-alive is QUIC's business; a ping travels as an ignored frame.
-        Message::Ping(_) | Message::Pong(_) => (b'P', &[]),
+        Frame::Other => (b'P', &[]),
     };
     let mut out = BytesMut::with_capacity(1 + body.len());
     out.extend_from_slice(&[tag]);
@@ -87,32 +120,32 @@ fn encode(m: Message) -> Bytes {
     out.freeze()
 }
 
-fn decode(mut b: BytesMut) -> io::Result<Message> {
+fn decode(mut b: BytesMut) -> io::Result<Frame> {
     if b.is_empty() {
-        return Ok(Message::Pong(Bytes::new()));
+        return Ok(Frame::Other);
     }
     let body = b.split_off(1).freeze();
     match b[0] {
         TEXT => String::from_utf8(body.to_vec())
-            .map(|t| Message::Text(t.into()))
+            .map(Frame::Text)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a text frame is not UTF-8")),
-        BINARY => Ok(Message::Binary(body)),
-        CLOSE => Ok(Message::Close(None)),
-        _ => Ok(Message::Pong(Bytes::new())),
+        BINARY => Ok(Frame::Binary(body)),
+        CLOSE => Ok(Frame::Close),
+        _ => Ok(Frame::Other),
     }
 }
 
 /// The message sink and stream over one QUIC stream (after its request and answer).
 pub type Carrier = (
-    std::pin::Pin<Box<dyn Sink<Message, Error = io::Error> + Send>>,
-    std::pin::Pin<Box<dyn Stream<Item = io::Result<Message>> + Send>>,
+    std::pin::Pin<Box<dyn Sink<Frame, Error = io::Error> + Send>>,
+    std::pin::Pin<Box<dyn Stream<Item = io::Result<Frame>> + Send>>,
 );
 
 fn carrier(
     send: FramedWrite<quinn::SendStream, tokio_util::codec::LengthDelimitedCodec>,
     recv: FramedRead<quinn::RecvStream, tokio_util::codec::LengthDelimitedCodec>,
 ) -> Carrier {
-    let tx = send.with(|m: Message| futures::future::ready(Ok::<_, io::Error>(encode(m))));
+    let tx = send.with(|m: Frame| futures::future::ready(Ok::<_, io::Error>(encode(m))));
     let rx = recv.map(|r| r.and_then(decode));
     (Box::pin(tx), Box::pin(rx))
 }
@@ -192,7 +225,7 @@ pub(super) struct NotARequest {
 /// serves the session stream until it ends. `Err` when the first frame is not a request (the
 /// caller refuses the stream).
 pub(super) async fn serve(
-    node: Arc<Node>,
+    hook: &dyn StreamHook,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
 ) -> Result<(), NotARequest> {
@@ -227,17 +260,15 @@ pub(super) async fn serve(
             recv,
         ));
     };
-    let opened = crate::routes::stream::parse_query(req.query.as_deref())
-        .and_then(|q| crate::routes::stream::open(&node, &req.session, q));
-    let opened = match opened {
+    let opened = match hook.open(&req) {
         Ok(o) => o,
         Err(e) => {
             tracing::debug!(session = %req.session, error = %e.message, "session stream over QUIC refused");
             let answer = Answer {
                 ok: false,
-                status: Some(e.status.as_u16()),
-                code: Some(e.code.to_string()),
-                error: Some(e.message.clone()),
+                status: Some(e.status),
+                code: Some(e.code),
+                error: Some(e.message),
             };
             let _ = send.send(answer.to_bytes()).await;
             let _ = SinkExt::<Bytes>::close(&mut send).await;
@@ -253,8 +284,7 @@ pub(super) async fn serve(
     if send.send(ok.to_bytes()).await.is_err() {
         return Ok(());
     }
-    let (tx, rx) = carrier(send, recv);
-    opened.run(node, tx, rx).await;
+    opened(carrier(send, recv)).await;
     Ok(())
 }
 
@@ -265,16 +295,16 @@ mod tests {
     #[test]
     fn messages_round_trip_through_their_tags() {
         for m in [
-            Message::Text("héllo".into()),
-            Message::Binary(Bytes::from_static(b"\x00\xff")),
-            Message::Close(None),
+            Frame::Text("héllo".into()),
+            Frame::Binary(Bytes::from_static(b"\x00\xff")),
+            Frame::Close,
         ] {
             assert_eq!(decode(BytesMut::from(&encode(m.clone())[..])).unwrap(), m);
         }
         assert!(decode(BytesMut::from(&b"T\xff"[..])).is_err());
         assert!(matches!(
             decode(BytesMut::from(&b"?x"[..])).unwrap(),
-            Message::Pong(_)
+            Frame::Other
         ));
     }
 

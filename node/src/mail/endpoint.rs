@@ -1,6 +1,7 @@
-//! `WS /mcp/peer`: the node's end of the link a hub dials.
+//! The node's end of the link a hub dials (`WS /mcp/peer`, whose route is
+//! `crate::routes::peer`, or a QUIC link the `crate::link::quic` listener authenticated).
 //!
-//! Served on the TCP listener only, behind the request boundary (Host and Origin guards, then
+//! The WebSocket is served on the TCP listener only, behind the request boundary (Host and Origin guards, then
 //! the node token as the `tui-session` cookie or Basic; `?token=` is refused there). On the IPC
 //! socket the route answers 403: a hub never reaches a node through its local socket.
 //!
@@ -10,7 +11,7 @@
 //! own requests: its `register` (re-sent whenever the local peer set changes, and before any
 //! mail) and its outbox towards the hub. Besides mail, it asks the hub for its upstream tools
 //! (`list_upstream_tools` at link up and on the hub's `upstream_tools_changed` hint) and
-//! carries agents' calls to them (`call_upstream_tool`, see [`super::hubtools`]); nothing here
+//! carries agents' calls to them (`call_upstream_tool`, see [`crate::upstream::hubtools`]); nothing here
 //! creates a process. `inbox`/`wait` are refused: a node's agents never register over the link,
 //! so no token holder on it reads their mail (issue 40, finding 7). A second link never knocks
 //! off a live one: it is refused with `unavailable` (logged) unless the current link is proven
@@ -19,22 +20,17 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{
-    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
-};
-use axum::extract::{Extension, State};
-use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 use tuic_proto::peer::{
     ErrorCode, LinkConfig, LinkEvent, LinkRole, PeerLink, Request, RequestId, SenderOutcome,
     Settled, Uplink, UplinkOutput,
 };
 
-use super::driver::{self, End, FrameIo};
+use super::uplink::{Attach, LinkHealth, REPLACE_AFTER_MISSED_PINGS};
 use super::{LateRefusal, UPLINK, local_entries, post_refusals, post_refusals_later};
-use crate::error::ApiError;
-use crate::guard::Transport;
+use crate::link::driver::{self, End, FrameIo};
 use crate::state::Node;
+use crate::upstream::hubtools;
 
 /// Commands to a node link's task.
 // `serde_json::Map` is an `IndexMap` since the ACP crate turns on serde_json's
@@ -56,66 +52,22 @@ pub enum Cmd {
         /// The caller's deadline, passed to the hub.
         timeout_ms: u64,
         /// Where the upstream's progress goes, when the caller asked for it.
-        progress: Option<super::hubtools::ProgressRelay>,
+        progress: Option<hubtools::ProgressRelay>,
         /// Where the answer goes.
-        reply: super::hubtools::CallReply,
+        reply: hubtools::CallReply,
     },
 }
 
-/// `GET /mcp/peer` (WebSocket upgrade).
-pub async fn peer_ws(
-    State(node): State<Arc<Node>>,
-    transport: Option<Extension<Transport>>,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    if !matches!(transport, Some(Extension(Transport::Tcp { .. }))) {
-        return ApiError::forbidden(
-            "the peer link is served on the TCP listener only (a hub dials http://host:port/mcp/peer with the node token)",
-        )
-        .into_response();
-    }
-    let ws = match ws {
-        Ok(ws) => ws,
-        Err(e) => return ApiError::bad_request(e.body_text()).into_response(),
-    };
-    ws.on_upgrade(move |sock| serve(node, sock)).into_response()
-}
-
-/// axum's WebSocket messages, for the peer driver's one adapter ([`driver::WsIo`]).
-struct Axum;
-
-impl driver::MessageKind<Message> for Axum {
-    fn text(text: String) -> Message {
-        Message::Text(text.into())
-    }
-
-    fn close() -> Message {
-        Message::Close(None)
-    }
-
-    fn read(message: Message) -> driver::Incoming {
-        match message {
-            Message::Text(t) => driver::Incoming::Text(t.as_str().to_owned()),
-            Message::Close(_) => driver::Incoming::Close,
-            _ => driver::Incoming::Other,
-        }
-    }
-}
-
-async fn serve(node: Arc<Node>, sock: WebSocket) {
-    serve_on(node, driver::WsIo::<_, Axum>::new(sock)).await;
-}
-
 /// Runs the node's end of a link a hub opened, over any frame transport.
-pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
+pub(crate) async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let health = Arc::new(super::LinkHealth::default());
+    let health = Arc::new(LinkHealth::default());
     let attached = node.peer.lock().attach(tx, health.clone());
     let generation = match attached {
-        super::Attach::Refused { live } => {
+        Attach::Refused { live } => {
             let message = format!(
                 "a live peer link (generation {live}) holds this node's hub connection and answers its pings; a second link replaces it only after {} unanswered pings",
-                super::REPLACE_AFTER_MISSED_PINGS
+                REPLACE_AFTER_MISSED_PINGS
             );
             tracing::warn!(live, "refused a second peer link: {message}");
             // No hello: the far side's link goes down on this error with the reason.
@@ -129,7 +81,7 @@ pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
             io.close().await;
             return;
         }
-        super::Attach::Attached {
+        Attach::Attached {
             generation,
             replaced,
         } => {
@@ -173,7 +125,7 @@ pub async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
 /// (inbox delivery, commits, waiting senders, the hub's upstream tools).
 struct NodeEnd {
     /// This link's liveness, published for a second link that claims the slot.
-    health: Arc<super::LinkHealth>,
+    health: Arc<LinkHealth>,
     node: Arc<Node>,
     /// This node's name in refusals.
     me: String,
@@ -187,10 +139,7 @@ struct NodeEnd {
     /// progress goes), by request id.
     calls: std::collections::HashMap<
         RequestId,
-        (
-            super::hubtools::CallReply,
-            Option<super::hubtools::ProgressRelay>,
-        ),
+        (hubtools::CallReply, Option<hubtools::ProgressRelay>),
     >,
     /// The `list_upstream_tools` request in flight.
     listing: Option<RequestId>,
@@ -292,7 +241,7 @@ impl NodeEnd {
                 response,
             } => {
                 if let Some((reply, _)) = self.calls.remove(&id) {
-                    super::hubtools::answer(reply, response, &self.hub_name);
+                    hubtools::answer(reply, response, &self.hub_name);
                 }
             }
             other => tracing::debug!(?other, "unexpected event on the peer link"),
@@ -312,7 +261,7 @@ impl NodeEnd {
     /// `refused`), anything else at once — under the lock that changed it. Removals nobody
     /// waits for ride with the next group (custody commits, or the next tick): a removal lost
     /// to a crash only resends mail the destination's ring answers `duplicate`.
-    fn hand_on(&self, mut p: std::sync::MutexGuard<'_, super::Inner>, s: Settled) {
+    fn hand_on(&self, mut p: std::sync::MutexGuard<'_, super::uplink::Inner>, s: Settled) {
         let mut late = Vec::new();
         let Settled {
             now,
@@ -408,7 +357,7 @@ impl End for NodeEnd {
                 // link ending never wipes a newer one's.
                 self.hand_on(p, settled);
                 for (_, (reply, _)) in self.calls.drain() {
-                    super::hubtools::lost(reply, &self.hub_name);
+                    hubtools::lost(reply, &self.hub_name);
                 }
                 self.node
                     .peer
