@@ -36,6 +36,7 @@ pub mod paths;
 pub mod peer;
 pub mod progress;
 mod repos;
+pub mod review;
 pub mod routes;
 pub mod secrets;
 mod server;

@@ -111,6 +111,8 @@ pub struct Node {
     pub notify: crate::notify::Notify,
     /// ACP connections to configured agents (`crate::acp`).
     pub acp: Arc<crate::acp::Acp>,
+    /// Stored reviews, their delivery and landing (`crate::review`).
+    pub reviews: Arc<crate::review::Reviews>,
 }
 
 impl Node {
@@ -183,59 +185,73 @@ impl Node {
         // The composition root: each layer gets what it uses of the node, and hooks into the
         // layers above it go through a weak reference to the node being built.
         let paths_for_notify = paths.clone();
-        let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
-            audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
-            shares,
-            secrets,
-            sessions: Arc::new(crate::session::Registry::new(
+        crate::review::create_tables(&store).context("opening the reviews")?;
+        let node = Arc::new_cyclic(|weak: &Weak<Self>| {
+            let audit = Arc::new(crate::audit::Audit::new(audit_env(weak, &store)));
+            let sessions = Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
-            )),
-            notify: crate::notify::Notify::new(notify_env(
-                weak,
-                &paths_for_notify,
-                &bus,
-                &tasks,
-                &shutdown,
-            )),
-            acp: Arc::new(crate::acp::Acp::open(acp_env(
+            ));
+            let acp = Arc::new(crate::acp::Acp::open(acp_env(
                 weak, &paths, &bus, &store, &tasks, &shutdown,
-            ))),
-            name,
-            paths,
-            config_file,
-            config: RwLock::new(Arc::new(config)),
-            overrides: Mutex::new(overrides),
-            vault,
-            store,
-            bus,
-            logs,
-            auth,
-            node_token: RwLock::new(node_token),
-            token_epoch: Mutex::new(shutdown.child_token()),
-            started: Instant::now(),
-            shutdown,
-            host_trust: RwLock::new(HostTrust {
-                interface_ips: crate::guard::interface_ips(),
-                tailscale_name,
-                tailscale_detected: None,
-            }),
-            tailscale: RwLock::new(crate::tailscale::Detected::Absent),
-            tcp: tokio::sync::Mutex::new(TcpControl::default()),
-            tasks,
-            repos,
-            git: crate::git::Git::default(),
-            upload_permits,
-            mcp,
-            mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
-            peer,
-            progress,
-            stories,
-            workflows,
-            automations,
-            ops: crate::ops::Ops::default(),
-            upstreams,
-            ext: crate::ext::Extensions::default(),
+            )));
+            let reviews = Arc::new(crate::review::Reviews::new(crate::review::ReviewEnv {
+                store: store.clone(),
+                sessions: sessions.clone(),
+                acp: acp.clone(),
+                mail: Arc::new(ReviewMail(weak.clone())),
+                audit: audit.clone(),
+            }));
+            Self {
+                audit,
+                reviews,
+                shares,
+                secrets,
+                sessions,
+                notify: crate::notify::Notify::new(notify_env(
+                    weak,
+                    &paths_for_notify,
+                    &bus,
+                    &tasks,
+                    &shutdown,
+                )),
+                acp,
+                name,
+                paths,
+                config_file,
+                config: RwLock::new(Arc::new(config)),
+                overrides: Mutex::new(overrides),
+                vault,
+                store,
+                bus,
+                logs,
+                auth,
+                node_token: RwLock::new(node_token),
+                token_epoch: Mutex::new(shutdown.child_token()),
+                started: Instant::now(),
+                shutdown,
+                host_trust: RwLock::new(HostTrust {
+                    interface_ips: crate::guard::interface_ips(),
+                    tailscale_name,
+                    tailscale_detected: None,
+                }),
+                tailscale: RwLock::new(crate::tailscale::Detected::Absent),
+                tcp: tokio::sync::Mutex::new(TcpControl::default()),
+                tasks,
+                repos,
+                git: crate::git::Git::default(),
+                upload_permits,
+                mcp,
+                mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
+                peer,
+                progress,
+                stories,
+                workflows,
+                automations,
+                ops: crate::ops::Ops::default(),
+                upstreams,
+                ext: crate::ext::Extensions::default(),
+            }
         });
         // Story and run commits publish their wake hints on the bus.
         let weak = Arc::downgrade(&node);
@@ -517,6 +533,32 @@ fn acp_env(
         socket: paths.socket.clone(),
         instance: paths.instance.id().map(str::to_owned),
         sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+    }
+}
+
+/// Agent mail as reviews use it. Holds the node weakly: the node owns the reviews.
+struct ReviewMail(Weak<Node>);
+
+impl crate::review::Mailer for ReviewMail {
+    fn registered(&self, identity: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mail.lock().inboxes.is_registered(identity))
+    }
+
+    fn send(&self, identity: &str, text: String) -> Result<String, String> {
+        let n = self.0.upgrade().ok_or("the node is gone")?;
+        crate::mail::Mail::post(
+            &n,
+            identity,
+            "tuic-review",
+            Some("review".into()),
+            text,
+            None,
+            None,
+        )
+        .map(|s| s.message_id)
+        .map_err(|e| e.to_string())
     }
 }
 

@@ -16,6 +16,7 @@ mod oauth_callback;
 mod ops;
 mod progress;
 mod repos;
+mod review;
 mod secrets;
 mod sessions;
 mod share;
@@ -116,6 +117,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .merge(crate::mcp::routes())
         .merge(upstreams::routes())
         .merge(notify::routes())
+        .merge(review::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(node.clone(), ops::track));
