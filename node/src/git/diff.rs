@@ -938,3 +938,7 @@ mod tests {
         assert!(v[1].binary);
     }
 }
+
+#[cfg(test)]
+#[path = "diff/real_git.rs"]
+mod real_git;
