@@ -941,4 +941,4 @@ mod tests {
 
 #[cfg(test)]
 #[path = "diff/real_git.rs"]
-mod real_git;
+pub(crate) mod real_git;
