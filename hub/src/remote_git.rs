@@ -37,6 +37,10 @@ const CODES: &[&str] = &[
     "unsafe_cleanup",
     "invalid_decision",
     "bad_request",
+    "behind",
+    "conflicted",
+    "detached",
+    "nothing_to_land",
 ];
 
 fn enc(s: &str) -> String {
@@ -162,6 +166,30 @@ pub(crate) async fn action(fed: &Federation, req: RepoCall<'_>) -> Result<Value,
             )
         }
         "info" => ("GET", format!("/repo/info?{}", q("")), None),
+        "diff_summary" | "diff_file" => {
+            let mut extra = String::new();
+            for k in ["file", "branch", "base", "uncommitted", "offset", "limit"] {
+                match args.get(k) {
+                    Some(Value::String(v)) => extra.push_str(&format!("&{k}={}", enc(v))),
+                    Some(v @ (Value::Bool(_) | Value::Number(_))) => {
+                        extra.push_str(&format!("&{k}={v}"))
+                    }
+                    _ => {}
+                }
+            }
+            let route = if a == "diff_summary" {
+                "/repo/diff-summary"
+            } else {
+                "/repo/diff-file"
+            };
+            ("GET", format!("{route}?{}", q(&extra)), None)
+        }
+        "merge_state" => ("GET", format!("/repo/merge?{}", q("")), None),
+        "merge" => {
+            let mut b = pick(args, &["method", "message"]);
+            b.insert("path".into(), Value::from(path));
+            ("POST", "/repo/merge".to_owned(), Some(Value::Object(b)))
+        }
         other => {
             return Err(GitError::InvalidPath(format!(
                 "repo action={other} is not routed to remote repositories"

@@ -37,6 +37,7 @@ pub mod ops;
 pub mod paths;
 pub mod progress;
 mod repos;
+pub mod review;
 pub mod routes;
 pub mod secrets;
 mod server;

@@ -115,6 +115,8 @@ pub struct Node {
     pub notify: crate::notify::Notify,
     /// ACP connections to configured agents (`crate::acp`).
     pub acp: Arc<crate::acp::Acp>,
+    /// Stored reviews, their delivery and landing (`crate::review`).
+    pub reviews: Arc<crate::review::Reviews>,
 }
 
 impl Node {
@@ -193,7 +195,9 @@ impl Node {
             tailscale_name,
             tailscale_detected: None,
         }));
+        crate::review::create_tables(&store).context("opening the reviews")?;
         let node = Arc::new_cyclic(|weak: &Weak<Self>| {
+            let audit = Arc::new(crate::audit::Audit::new(audit_env(weak, &store)));
             let sessions = Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
@@ -229,8 +233,19 @@ impl Node {
                 &host_trust,
                 started,
             );
+            let acp = Arc::new(crate::acp::Acp::open(acp_env(
+                weak, &paths, &bus, &store, &tasks, &shutdown,
+            )));
+            let reviews = Arc::new(crate::review::Reviews::new(crate::review::ReviewEnv {
+                store: store.clone(),
+                sessions: sessions.clone(),
+                acp: acp.clone(),
+                mail: Arc::new(ReviewMail(weak.clone())),
+                audit: audit.clone(),
+            }));
             Self {
-                audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
+                audit,
+                reviews,
                 shares,
                 secrets,
                 sessions,
@@ -242,9 +257,7 @@ impl Node {
                     &tasks,
                     &shutdown,
                 )),
-                acp: Arc::new(crate::acp::Acp::open(acp_env(
-                    weak, &paths, &bus, &store, &tasks, &shutdown,
-                ))),
+                acp,
                 name,
                 paths,
                 config_file,
@@ -559,6 +572,32 @@ fn acp_env(
         socket: paths.socket.clone(),
         instance: paths.instance.id().map(str::to_owned),
         sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+    }
+}
+
+/// Agent mail as reviews use it. Holds the node weakly: the node owns the reviews.
+struct ReviewMail(Weak<Node>);
+
+impl crate::review::Mailer for ReviewMail {
+    fn registered(&self, identity: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mail.lock().inboxes.is_registered(identity))
+    }
+
+    fn send(&self, identity: &str, text: String) -> Result<String, String> {
+        let n = self.0.upgrade().ok_or("the node is gone")?;
+        crate::mail::Mail::post(
+            &n,
+            identity,
+            "tuic-review",
+            Some("review".into()),
+            text,
+            None,
+            None,
+        )
+        .map(|s| s.message_id)
+        .map_err(|e| e.to_string())
     }
 }
 

@@ -49,6 +49,16 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/trust.js"),
     ),
     ("assets/app.js", JS, include_str!("../../web/assets/app.js")),
+    (
+        "assets/changes.js",
+        JS,
+        include_str!("../../web/assets/changes.js"),
+    ),
+    (
+        "assets/tabview.js",
+        JS,
+        include_str!("../../web/assets/tabview.js"),
+    ),
     ("assets/acp.js", JS, include_str!("../../web/assets/acp.js")),
     (
         "assets/upload.js",

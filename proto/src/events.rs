@@ -117,6 +117,9 @@ pub enum Event {
     WorktreeCreated(Value),
     /// A linked worktree was removed (`repo action=worktree_remove`).
     WorktreeRemoved(Value),
+    /// An agent opened a tab in every attached UI (`ui action=tab`): `{tab_id, kind:
+    /// file|edit|url, url, path?, title, focus, repo_path?, switch_repo?, origin_session_id?}`.
+    McpTab(Value),
     /// An agent declared the worktree its tab belongs to (`session action=declare_worktree`):
     /// the worktree lifecycle payload with `creator_session` and `spawn_session: false`.
     SessionWorktreeDeclared(Value),
@@ -161,6 +164,7 @@ impl Event {
             Self::AutomationFired(_) => "automation-fired",
             Self::WorktreeCreated(_) => "worktree-created",
             Self::WorktreeRemoved(_) => "worktree-removed",
+            Self::McpTab(_) => "mcp-tab",
             Self::SessionWorktreeDeclared(_) => "session-worktree-declared",
             Self::OrphanCleanupRequested(_) => "orphan-cleanup-requested",
             Self::OrphanCleanupResolved(_) => "orphan-cleanup-resolved",
@@ -200,6 +204,7 @@ mod tests {
             },
             Event::ProgressRecorded(serde_json::json!({"a": 1})),
             Event::WorktreeCreated(serde_json::json!({"branch": "b"})),
+            Event::McpTab(serde_json::json!({"kind": "file"})),
             Event::SessionWorktreeDeclared(serde_json::json!({"branch": "b"})),
             Event::OrphanCleanupResolved(serde_json::json!({"decision": "keep"})),
             Event::SessionSuspendRequested {

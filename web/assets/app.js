@@ -107,6 +107,9 @@ $("share").onclick = async () => {
   b.hidden = false;
   b.textContent = `Read-only link for 1 h (revoke on the ⚿ page): ${url}`;
 };
+$("changes").onclick = () => {
+  if (state.current) location.hash = `#/changes/${encodeURIComponent(state.current)}`;
+};
 window.addEventListener("hashchange", route);
 lineInput();
 keysBar();

@@ -3,12 +3,19 @@
 // security boundary"); every other address starts the app.
 
 // `#/trust` (the audit log, share links, secrets) mounts alone the same way.
-const isForm = () => location.hash.startsWith("#/secret-form") || location.hash.startsWith("#/trust");
+// `#/changes/<session>` (review an agent's changes) and `#/tab?…` (a tab an agent opened with
+// `ui action=tab`) mount alone too.
+const alone = ["#/secret-form", "#/trust", "#/changes/", "#/tab"];
+const isForm = () => alone.some((p) => location.hash.startsWith(p));
 const mountedForm = isForm();
 if (location.hash.startsWith("#/secret-form")) {
   import("/assets/secret-form.js");
 } else if (location.hash.startsWith("#/trust")) {
   import("/assets/trust.js");
+} else if (location.hash.startsWith("#/changes/")) {
+  import("/assets/changes.js");
+} else if (location.hash.startsWith("#/tab")) {
+  import("/assets/tabview.js");
 } else {
   import("/assets/app.js");
 }

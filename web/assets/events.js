@@ -26,5 +26,17 @@ export function startEvents() {
   bindNotices(es);
   es.addEventListener("session-suspend-requested", (ev) => onSuspendRequested(JSON.parse(ev.data), refreshSessions));
   es.onerror = () => { $("conn").textContent = "reconnecting…"; };
-  es.onopen = () => { $("conn").textContent = ""; };
+  es.onopen = () => { $("conn").textContent = ""; document.body.dataset.events = "open"; };
+  // An agent's `ui action=tab`: a focused tab opens here at once; a background one is offered.
+  es.addEventListener("mcp-tab", (ev) => {
+    const t = JSON.parse(ev.data);
+    const q = new URLSearchParams({ kind: t.kind });
+    if (t.path) q.set("path", t.path);
+    if (t.url && t.kind === "url") q.set("url", t.url);
+    const href = `#/tab?${q}`;
+    if (t.focus) { location.hash = href; return; }
+    const b = $("banner");
+    b.hidden = false;
+    b.replaceChildren(Object.assign(document.createElement("a"), { href, textContent: `Agent opened ${t.title}` }));
+  });
 }

@@ -16,6 +16,7 @@
 
 pub(crate) mod branch;
 pub(crate) mod create;
+pub(crate) mod diff;
 pub(crate) mod orphans;
 pub(crate) mod placement;
 pub(crate) mod query;

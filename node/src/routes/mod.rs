@@ -20,6 +20,7 @@ mod ops;
 mod peer;
 mod progress;
 mod repos;
+mod review;
 mod secrets;
 mod sessions;
 mod share;
@@ -121,6 +122,7 @@ pub(crate) fn router_with(node: Arc<Node>, hook: Option<RouterHook>) -> Router {
         .merge(crate::mcp::routes())
         .merge(upstreams::routes())
         .merge(notify::routes())
+        .merge(review::routes())
         .merge(crate::web::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(node.clone(), ops::track));

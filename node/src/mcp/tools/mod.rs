@@ -10,12 +10,14 @@ mod plugin_dev_guide;
 mod progress;
 mod remote;
 mod repo;
+mod repo_diff;
 mod repo_git;
 mod secret;
 pub(crate) mod session;
 mod story;
 pub(crate) mod task;
 mod ui;
+mod ui_tab;
 mod voice;
 mod workflow;
 

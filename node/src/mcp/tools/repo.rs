@@ -28,6 +28,8 @@ const ACTIONS: &[&str] = &[
     "branch_delete",
     "progress_list",
     "orphan_cleanup_answer",
+    "diff_summary",
+    "diff_file",
 ];
 
 const REMOVED: &[(&str, &str)] = &[
@@ -52,7 +54,9 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - branch_integrations (path) / branch_integration (path, branch): proofs ancestry, integration_ancestry, patch_equivalence, squash_message, noop_merge, content_superset; github_pr is unavailable.\n\
 - branch_delete (path, branch, archive?): deletes an integrated local branch not checked out anywhere, keeping its tip under refs/archive/<branch>; archive=true also deletes an unmerged one recoverably.\n\
 - progress_list (path, input?: {blockedOnly?, ptyId?, limit? 1-100 default 8, cursor?}): the project's progress journal, newest first: {entries, total, nextCursor} (nextCursor null on the final page).\n\
-- orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.",
+- orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.\n\
+- diff_summary (path: worktree or repository root, branch?, base?, offset?, limit?): changed files against the merge-base with the default branch (or base) with status and +/- counts, the commits, and uncommitted changes apart.\n\
+- diff_file (path, file, branch?, base?, uncommitted?, offset?, limit?): one file's unified diff (renames followed, word highlights); binary and huge files summarised; paged by line.",
     actions: ACTIONS,
     schema: || {
         schema(
@@ -66,6 +70,10 @@ pub(super) static TOOL: ToolDef = ToolDef {
                    "override_lock": {"type": "boolean"},
                    "archive": {"type": "boolean"},
                    "decision": {"type": "string", "enum": ["remove", "keep"]},
+                   "file": {"type": "string"},
+                   "uncommitted": {"type": "boolean"},
+                   "offset": {"type": "integer", "minimum": 0},
+                   "limit": {"type": "integer", "minimum": 1},
                    "input": crate::progress::list_input_schema()}),
         )
     },
@@ -84,6 +92,8 @@ pub(super) static TOOL: ToolDef = ToolDef {
         ("branch_integration", Exec::Blocking),
         ("branch_delete", Exec::Blocking),
         ("orphan_cleanup_answer", Exec::Blocking),
+        ("diff_summary", Exec::Blocking),
+        ("diff_file", Exec::Blocking),
     ],
     passthrough: false,
 };
@@ -133,6 +143,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         }
         "active" => active(node, ctx),
         "progress_list" => progress_list(node, args),
+        "diff_summary" | "diff_file" => super::repo_diff::handle(node, a, args),
         _ => super::repo_git::handle(node, ctx, a, args),
     }
 }

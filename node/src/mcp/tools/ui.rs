@@ -26,7 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     description: "Reach the user through the connected UIs.\n\
 - toast (message, title?, level=info|warn|error, sound?): sound is true/false or one of question, completion, error, warning, info, attention; true follows the level. Use attention when you are blocked on the user.\n\
 - confirm (message, title?): a yes/no dialog; blocks up to 300 s.\n\
-- tab (url, title?): open a URL in a UI tab (http/https only; no custom schemes).",
+- tab (url, title?, focus?=true, id?, pinned?): open a tab in every attached UI: tuic://open/<abs path> (file view), tuic://edit/<abs path> (editor saving through the root-gated write route), or an http(s) URL; the path must be inside a registered repository; a focused file tab switches to the repository owning it. Other tuic:// actions and custom schemes are refused (use repo action=add for tuic://open-repo).",
     actions: ACTIONS,
     schema: || {
         schema(
@@ -36,7 +36,10 @@ pub(super) static TOOL: ToolDef = ToolDef {
                 "title": {"type": "string"},
                 "level": {"type": "string", "enum": LEVELS},
                 "sound": {"oneOf": [{"type": "boolean"}, {"type": "string", "enum": SOUNDS}]},
-                "url": {"type": "string"}
+                "url": {"type": "string"},
+                "focus": {"type": "boolean"},
+                "pinned": {"type": "boolean"},
+                "id": {"type": "string"}
             }),
         )
     },
@@ -100,11 +103,10 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             Ok(out)
         }
         "confirm" => confirm(node, ctx, args),
-        _ => Err(ToolError::not_available(
-            "ui",
-            "tab",
-            "a UI with tabs, not built yet",
-        )),
+        _ => {
+            let o = caller_origin(node, ctx);
+            super::ui_tab::tab(node, args, o.repo_path, o.session_id)
+        }
     }
 }
 

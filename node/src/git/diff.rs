@@ -1,0 +1,944 @@
+//! Change views (issue 43): what a worktree or branch changed against its base, and one
+//! file's unified diff.
+//!
+//! The base is the merge-base with the default branch (or a named base). Commits and
+//! uncommitted work are answered separately: `files` are the committed changes
+//! `merge-base..HEAD`, `uncommitted` the working tree against `HEAD` (tracked changes and
+//! untracked files). A file diff follows renames, summarises binary files (`binary, N bytes`)
+//! and files over [`HUGE_BYTES`] (counts only: the diff is never produced, so a 50 MB file
+//! costs no memory here), carries word-level highlights for paired `-`/`+` lines, and is paged
+//! by line. Every answer is bounded ([`MAX_FILES_PAGE`], [`MAX_LINES_PAGE`], [`MAX_COMMITS`]).
+//!
+//! It takes a [`DiffEnv`] (the bounded git runner and the registered roots), never the node.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Git, GitError, check_path};
+
+/// A file whose either side is bigger than this is summarised, not diffed.
+pub(crate) const HUGE_BYTES: u64 = 4 * 1024 * 1024;
+/// Files per summary page at most (default [`DEFAULT_FILES_PAGE`]).
+pub(crate) const MAX_FILES_PAGE: usize = 5000;
+/// Default files per summary page.
+pub(crate) const DEFAULT_FILES_PAGE: usize = 1000;
+/// Diff lines per page at most (default [`DEFAULT_LINES_PAGE`]).
+pub(crate) const MAX_LINES_PAGE: usize = 20_000;
+/// Default diff lines per page.
+pub(crate) const DEFAULT_LINES_PAGE: usize = 5000;
+/// Commits listed at most in a summary.
+pub(crate) const MAX_COMMITS: usize = 500;
+
+/// What the change views use: the git runner and the registered repository roots.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DiffEnv<'a> {
+    /// The bounded `git` runner.
+    pub(crate) git: &'a Git,
+    /// Registered repository roots (canonical).
+    pub(crate) roots: &'a [PathBuf],
+}
+
+/// Which checkout or branch to look at.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Target {
+    /// A worktree or repository root (absolute).
+    pub(crate) path: String,
+    /// A local branch of that repository to look at instead of the checkout's `HEAD`.
+    pub(crate) branch: Option<String>,
+    /// The base to compare against (default: the default branch; the merge-base is used).
+    pub(crate) base: Option<String>,
+}
+
+/// A resolved target.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    /// Where git runs (the worktree, or the main checkout for a branch).
+    pub(crate) dir: PathBuf,
+    /// The repository's main checkout.
+    pub(crate) root: PathBuf,
+    /// The head commit.
+    pub(crate) head: String,
+    /// The branch looked at (the checkout's branch, or the named one).
+    pub(crate) branch: Option<String>,
+    /// The base ref name.
+    pub(crate) base_ref: String,
+    /// The merge-base of base and head.
+    pub(crate) merge_base: String,
+    /// Whether uncommitted changes apply (a checkout, not a named branch).
+    pub(crate) checkout: bool,
+}
+
+/// One changed file.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct FileChange {
+    /// Path (new side).
+    pub(crate) path: String,
+    /// The old path of a rename or copy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) old_path: Option<String>,
+    /// `added`, `modified`, `deleted`, `renamed`, `copied`, `type_changed`, `untracked`.
+    pub(crate) status: &'static str,
+    /// Added lines (0 for binary).
+    pub(crate) added: u64,
+    /// Removed lines (0 for binary).
+    pub(crate) removed: u64,
+    /// Git treats the file as binary.
+    pub(crate) binary: bool,
+    #[serde(skip)]
+    old_blob: String,
+    #[serde(skip)]
+    new_blob: String,
+}
+
+/// One commit of the range.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Commit {
+    /// Full sha.
+    pub(crate) sha: String,
+    /// Subject line.
+    pub(crate) subject: String,
+    /// Author name.
+    pub(crate) author: String,
+    /// Author time, unix seconds.
+    pub(crate) time: i64,
+}
+
+/// `diff_summary`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Summary {
+    /// The checkout (or main checkout for a branch).
+    pub(crate) path: String,
+    /// The repository's main checkout.
+    pub(crate) repo: String,
+    /// The branch looked at.
+    pub(crate) branch: Option<String>,
+    /// Head commit.
+    pub(crate) head: String,
+    /// Base ref.
+    pub(crate) base: String,
+    /// Merge-base commit.
+    pub(crate) merge_base: String,
+    /// Commits `merge_base..head`, newest first (at most [`MAX_COMMITS`]).
+    pub(crate) commits: Vec<Commit>,
+    /// More commits than listed.
+    pub(crate) commits_truncated: bool,
+    /// Committed changes, this page.
+    pub(crate) files: Vec<FileChange>,
+    /// All committed changed files.
+    pub(crate) total_files: usize,
+    /// Offset of the next page, when there is one.
+    pub(crate) next_offset: Option<usize>,
+    /// Totals over every committed file.
+    pub(crate) added: u64,
+    /// Totals over every committed file.
+    pub(crate) removed: u64,
+    /// Working tree against `HEAD` (tracked and untracked; none for a named branch).
+    pub(crate) uncommitted: Vec<FileChange>,
+}
+
+/// One line of a parsed diff.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Line {
+    /// `meta` (headers), `hunk` (`@@`), `ctx`, `add`, `del`, `note` (`\ No newline`).
+    pub(crate) kind: &'static str,
+    /// The text without its trailing newline.
+    pub(crate) text: String,
+    /// Old-side line number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) old: Option<u64>,
+    /// New-side line number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) new: Option<u64>,
+    /// Word-level highlights: `[start, end)` in characters of `text` (after the `+`/`-`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) hl: Vec<[usize; 2]>,
+}
+
+/// `diff_file`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FileDiff {
+    /// The file (new side).
+    pub(crate) file: String,
+    /// The old path of a rename.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) old_path: Option<String>,
+    /// Change status (see [`FileChange::status`]), `unchanged` when the file has none.
+    pub(crate) status: &'static str,
+    /// Whether this is the uncommitted view.
+    pub(crate) uncommitted: bool,
+    /// Head commit.
+    pub(crate) head: String,
+    /// Merge-base commit (the compared base).
+    pub(crate) merge_base: String,
+    /// Added lines.
+    pub(crate) added: u64,
+    /// Removed lines.
+    pub(crate) removed: u64,
+    /// `binary, N bytes` or `huge, N bytes, +A -R`: the diff was not produced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) summary: Option<String>,
+    /// Binary file.
+    pub(crate) binary: bool,
+    /// Bigger than [`HUGE_BYTES`].
+    pub(crate) huge: bool,
+    /// Size of the larger side, bytes.
+    pub(crate) bytes: u64,
+    /// This page's diff text exactly as `git diff` prints it (the whole diff when it fits).
+    pub(crate) text: String,
+    /// This page's lines, parsed.
+    pub(crate) lines: Vec<Line>,
+    /// Lines in the whole diff.
+    pub(crate) total_lines: usize,
+    /// Offset of the next page.
+    pub(crate) next_offset: Option<usize>,
+}
+
+fn unknown_ref(msg: String) -> GitError {
+    GitError::UnknownRef(msg)
+}
+
+/// Resolves a target: the path must be a registered repository root or one of its linked
+/// worktrees; a named branch must still exist; the base must exist.
+pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError> {
+    let git = env.git;
+    let p = check_path(&t.path, "path")?;
+    let canon = p.canonicalize().map_err(|e| {
+        GitError::InvalidPath(format!(
+            "path {} does not exist (a worktree removed meanwhile?): {e}",
+            t.path
+        ))
+    })?;
+    let dot = canon.join(".git");
+    let meta = std::fs::symlink_metadata(&dot).map_err(|_| {
+        GitError::InvalidPath(format!(
+            "path {} is not a worktree or repository root (no .git)",
+            t.path
+        ))
+    })?;
+    let root = if meta.is_dir() {
+        canon.clone()
+    } else {
+        super::main_checkout_of_worktree(&canon)
+            .and_then(|m| m.canonicalize().ok())
+            .ok_or_else(|| {
+                GitError::InvalidPath(format!(
+                    "path {} is not a linked worktree of a repository",
+                    t.path
+                ))
+            })?
+    };
+    if !env.roots.contains(&root) {
+        return Err(GitError::NotRegistered(format!(
+            "path {} does not belong to a registered repository; register it with repo action=add (POST /repos)",
+            t.path
+        )));
+    }
+    let verify = |dir: &Path, r: &str| -> Option<String> {
+        git.out(
+            dir,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &format!("{r}^{{commit}}"),
+            ],
+        )
+        .ok()
+        .filter(|s| !s.is_empty())
+    };
+    let (dir, head, branch, checkout) = match t.branch.as_deref().filter(|b| !b.is_empty()) {
+        Some(b) => {
+            if b.starts_with('-') || b.contains("..") {
+                return Err(GitError::InvalidBranch(format!("branch {b} is not valid")));
+            }
+            let head = verify(&root, &format!("refs/heads/{b}")).ok_or_else(|| {
+                unknown_ref(format!(
+                    "branch {b} does not exist in {} (deleted meanwhile?)",
+                    root.display()
+                ))
+            })?;
+            (root.clone(), head, Some(b.to_owned()), false)
+        }
+        None => {
+            let branch = git
+                .out(&canon, &["symbolic-ref", "--quiet", "--short", "HEAD"])
+                .ok()
+                .filter(|s| !s.is_empty());
+            let head = verify(&canon, "HEAD").ok_or_else(|| {
+                unknown_ref(match &branch {
+                    Some(b) => format!(
+                        "the branch {b} of {} has no commit (deleted meanwhile?)",
+                        canon.display()
+                    ),
+                    None => format!("{} has no HEAD commit", canon.display()),
+                })
+            })?;
+            (canon.clone(), head, branch, true)
+        }
+    };
+    let base_ref = match t.base.as_deref().filter(|b| !b.is_empty()) {
+        Some(b) => {
+            if b.starts_with('-') {
+                return Err(GitError::UnknownRef(format!("base {b} is not a ref")));
+            }
+            b.to_owned()
+        }
+        None => default_branch(git, &root)?,
+    };
+    let base_commit = verify(&dir, &base_ref).ok_or_else(|| {
+        unknown_ref(format!(
+            "base {base_ref} does not exist in {}",
+            root.display()
+        ))
+    })?;
+    let merge_base = if base_commit == head {
+        head.clone()
+    } else {
+        git.out(&dir, &["merge-base", &base_commit, &head])
+            .map_err(|_| {
+                unknown_ref(format!(
+                    "{} and {base_ref} share no history",
+                    branch.as_deref().unwrap_or("HEAD")
+                ))
+            })?
+    };
+    Ok(Resolved {
+        dir,
+        root,
+        head,
+        branch,
+        base_ref,
+        merge_base,
+        checkout,
+    })
+}
+
+/// The default branch: `origin/HEAD`'s branch, else `main`, `master`, `trunk`, else the main
+/// checkout's branch. One `git` process.
+pub(crate) fn default_branch(git: &Git, root: &Path) -> Result<String, GitError> {
+    let out = git.out(
+        root,
+        &[
+            "for-each-ref",
+            "--format=%(refname)%00%(symref)",
+            "refs/remotes/origin/HEAD",
+            "refs/heads/main",
+            "refs/heads/master",
+            "refs/heads/trunk",
+        ],
+    )?;
+    let mut heads = Vec::new();
+    for l in out.lines() {
+        let (r, sym) = l.split_once('\0').unwrap_or((l, ""));
+        if r == "refs/remotes/origin/HEAD" {
+            if let Some(b) = sym.strip_prefix("refs/remotes/origin/")
+                && git
+                    .ok(
+                        root,
+                        &[
+                            "rev-parse",
+                            "--verify",
+                            "--quiet",
+                            &format!("refs/heads/{b}"),
+                        ],
+                    )
+                    .unwrap_or(false)
+            {
+                return Ok(b.to_owned());
+            }
+        } else if let Some(b) = r.strip_prefix("refs/heads/") {
+            heads.push(b.to_owned());
+        }
+    }
+    for want in ["main", "master", "trunk"] {
+        if heads.iter().any(|h| h == want) {
+            return Ok(want.to_owned());
+        }
+    }
+    git.out(root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
+        .map_err(|_| {
+            unknown_ref(format!(
+                "{} has no default branch (main, master, trunk or origin/HEAD); pass base",
+                root.display()
+            ))
+        })
+}
+
+fn status_name(c: u8) -> &'static str {
+    match c {
+        b'A' => "added",
+        b'D' => "deleted",
+        b'R' => "renamed",
+        b'C' => "copied",
+        b'T' => "type_changed",
+        b'U' => "unmerged",
+        _ => "modified",
+    }
+}
+
+/// Parses `git diff -z --raw --numstat` output: raw records first, then numstat records.
+fn parse_raw_numstat(out: &[u8]) -> Vec<FileChange> {
+    let mut fields = out.split(|b| *b == 0).peekable();
+    let mut v: Vec<FileChange> = Vec::new();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    // Raw records: ":old new oldsha newsha STATUS\0path\0[path2\0]"
+    while let Some(f) = fields.peek() {
+        if !f.starts_with(b":") {
+            break;
+        }
+        let f = fields.next().unwrap_or_default();
+        let meta = String::from_utf8_lossy(&f[1..]).into_owned();
+        let parts: Vec<&str> = meta.split(' ').collect();
+        let st = parts.get(4).and_then(|x| x.bytes().next()).unwrap_or(b'M');
+        let a = fields.next().map(s).unwrap_or_default();
+        let (path, old_path) = if st == b'R' || st == b'C' {
+            (fields.next().map(s).unwrap_or_default(), Some(a))
+        } else {
+            (a, None)
+        };
+        v.push(FileChange {
+            path,
+            old_path,
+            status: status_name(st),
+            added: 0,
+            removed: 0,
+            binary: false,
+            old_blob: parts.get(2).map(|x| (*x).to_owned()).unwrap_or_default(),
+            new_blob: parts.get(3).map(|x| (*x).to_owned()).unwrap_or_default(),
+        });
+    }
+    // Numstat records, same order: "A\tR\tpath\0" or "A\tR\t\0old\0new\0" for renames.
+    let mut i = 0;
+    while let Some(f) = fields.next() {
+        if f.is_empty() {
+            continue;
+        }
+        let t = String::from_utf8_lossy(f);
+        let mut it = t.splitn(3, '\t');
+        let (a, r, p) = (
+            it.next().unwrap_or(""),
+            it.next().unwrap_or(""),
+            it.next().unwrap_or(""),
+        );
+        if p.is_empty() {
+            fields.next();
+            fields.next();
+        }
+        if let Some(c) = v.get_mut(i) {
+            c.binary = a == "-";
+            c.added = a.parse().unwrap_or(0);
+            c.removed = r.parse().unwrap_or(0);
+        }
+        i += 1;
+    }
+    v
+}
+
+fn run_bytes(git: &Git, dir: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
+    let o = git.run(dir, args)?;
+    if o.status.success() {
+        Ok(o.stdout)
+    } else {
+        Err(super::failed(args, &o))
+    }
+}
+
+fn changes(
+    git: &Git,
+    dir: &Path,
+    range: &[&str],
+    file: &[&str],
+) -> Result<Vec<FileChange>, GitError> {
+    let mut args = vec![
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "-z",
+        "--raw",
+        "--numstat",
+        "-M",
+        "--abbrev=40",
+    ];
+    args.extend_from_slice(range);
+    args.push("--");
+    args.extend_from_slice(file);
+    Ok(parse_raw_numstat(&run_bytes(git, dir, &args)?))
+}
+
+fn untracked(git: &Git, dir: &Path) -> Result<Vec<String>, GitError> {
+    let out = run_bytes(
+        git,
+        dir,
+        &["ls-files", "--others", "--exclude-standard", "-z"],
+    )?;
+    Ok(out
+        .split(|b| *b == 0)
+        .filter(|f| !f.is_empty())
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .collect())
+}
+
+/// `diff_summary`: committed changes against the merge-base (paged), the commits, and the
+/// uncommitted changes of a checkout.
+pub(crate) fn summary(
+    env: DiffEnv<'_>,
+    t: &Target,
+    offset: usize,
+    limit: Option<usize>,
+) -> Result<Summary, GitError> {
+    let git = env.git;
+    let r = resolve(env, t)?;
+    let mut files = changes(git, &r.dir, &[&r.merge_base, &r.head], &[])?;
+    let total_files = files.len();
+    let added = files.iter().map(|f| f.added).sum();
+    let removed = files.iter().map(|f| f.removed).sum();
+    let limit = limit.unwrap_or(DEFAULT_FILES_PAGE).clamp(1, MAX_FILES_PAGE);
+    let end = offset.saturating_add(limit).min(total_files);
+    let page: Vec<FileChange> = if offset < total_files {
+        files.drain(offset..end).collect()
+    } else {
+        vec![]
+    };
+    let n = (MAX_COMMITS + 1).to_string();
+    let log = run_bytes(
+        git,
+        &r.dir,
+        &[
+            "log",
+            "-z",
+            "--no-color",
+            "--format=%H%x1f%s%x1f%an%x1f%at",
+            "-n",
+            &n,
+            &format!("{}..{}", r.merge_base, r.head),
+        ],
+    )?;
+    let mut commits: Vec<Commit> = log
+        .split(|b| *b == 0)
+        .filter(|f| !f.is_empty())
+        .map(|f| {
+            let t = String::from_utf8_lossy(f);
+            let mut it = t.trim_start_matches('\n').split('\x1f');
+            Commit {
+                sha: it.next().unwrap_or("").to_owned(),
+                subject: it.next().unwrap_or("").to_owned(),
+                author: it.next().unwrap_or("").to_owned(),
+                time: it.next().and_then(|x| x.parse().ok()).unwrap_or(0),
+            }
+        })
+        .collect();
+    let commits_truncated = commits.len() > MAX_COMMITS;
+    commits.truncate(MAX_COMMITS);
+    let mut uncommitted = Vec::new();
+    if r.checkout {
+        uncommitted = changes(git, &r.dir, &["HEAD"], &[])?;
+        for p in untracked(git, &r.dir)? {
+            let lines = std::fs::read(r.dir.join(&p))
+                .ok()
+                .filter(|b| (b.len() as u64) <= HUGE_BYTES)
+                .map(|b| (b.contains(&0), bytecount_lines(&b)));
+            uncommitted.push(FileChange {
+                path: p,
+                old_path: None,
+                status: "untracked",
+                added: lines.map(|l| l.1).unwrap_or(0),
+                removed: 0,
+                binary: lines.is_some_and(|l| l.0),
+                old_blob: String::new(),
+                new_blob: String::new(),
+            });
+        }
+        uncommitted.truncate(MAX_FILES_PAGE);
+    }
+    Ok(Summary {
+        path: r.dir.to_string_lossy().into_owned(),
+        repo: r.root.to_string_lossy().into_owned(),
+        branch: r.branch,
+        head: r.head,
+        base: r.base_ref,
+        merge_base: r.merge_base,
+        commits,
+        commits_truncated,
+        files: page,
+        total_files,
+        next_offset: (end < total_files).then_some(end),
+        added,
+        removed,
+        uncommitted,
+    })
+}
+
+fn bytecount_lines(b: &[u8]) -> u64 {
+    let n = b.iter().filter(|c| **c == b'\n').count() as u64;
+    if b.last().is_some_and(|c| *c != b'\n') {
+        n + 1
+    } else {
+        n
+    }
+}
+
+/// Options of [`file`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FileOpts {
+    /// The working tree against `HEAD` instead of the committed range.
+    pub(crate) uncommitted: bool,
+    /// First line of the page.
+    pub(crate) offset: usize,
+    /// Lines per page.
+    pub(crate) limit: Option<usize>,
+}
+
+const NULL_BLOB: &str = "0000000000000000000000000000000000000000";
+
+/// `diff_file`: one file's unified diff (renames followed), summarised when binary or huge.
+pub(crate) fn file(
+    env: DiffEnv<'_>,
+    t: &Target,
+    name: &str,
+    o: FileOpts,
+) -> Result<FileDiff, GitError> {
+    let git = env.git;
+    if name.is_empty() || name.contains('\0') || name.starts_with('/') {
+        return Err(GitError::InvalidPath(
+            "file must be a path relative to the repository root".into(),
+        ));
+    }
+    if Path::new(name)
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(GitError::InvalidPath(format!(
+            "file {name} contains a `..` component"
+        )));
+    }
+    let r = resolve(env, t)?;
+    if o.uncommitted && !r.checkout {
+        return Err(GitError::InvalidPath(
+            "uncommitted changes exist only for a checkout, not a named branch".into(),
+        ));
+    }
+    let range: Vec<&str> = if o.uncommitted {
+        vec!["HEAD"]
+    } else {
+        vec![&r.merge_base, &r.head]
+    };
+    // The file alone first; an add or delete may be half of a rename, so then look at all.
+    let mut found = changes(git, &r.dir, &range, &[name])?
+        .into_iter()
+        .find(|c| c.path == name);
+    if found
+        .as_ref()
+        .is_none_or(|c| c.status == "added" || c.status == "deleted")
+        && let Some(c) = changes(git, &r.dir, &range, &[])?
+            .into_iter()
+            .find(|c| c.path == name || c.old_path.as_deref() == Some(name))
+    {
+        found = Some(c);
+    }
+    let mut untracked_file = false;
+    if found.is_none() && o.uncommitted && untracked(git, &r.dir)?.iter().any(|p| p == name) {
+        untracked_file = true;
+        found = Some(FileChange {
+            path: name.to_owned(),
+            old_path: None,
+            status: "untracked",
+            added: 0,
+            removed: 0,
+            binary: false,
+            old_blob: NULL_BLOB.into(),
+            new_blob: String::new(),
+        });
+    }
+    let mut out = FileDiff {
+        file: name.to_owned(),
+        old_path: None,
+        status: "unchanged",
+        uncommitted: o.uncommitted,
+        head: r.head.clone(),
+        merge_base: r.merge_base.clone(),
+        added: 0,
+        removed: 0,
+        summary: None,
+        binary: false,
+        huge: false,
+        bytes: 0,
+        text: String::new(),
+        lines: vec![],
+        total_lines: 0,
+        next_offset: None,
+    };
+    let Some(c) = found else {
+        return Ok(out);
+    };
+    out.file = c.path.clone();
+    out.old_path = c.old_path.clone();
+    out.status = c.status;
+    out.added = c.added;
+    out.removed = c.removed;
+    // Sizes without reading contents: blobs through cat-file, the working tree's side by stat.
+    let mut sizes = Vec::new();
+    for (blob, is_new) in [(&c.old_blob, false), (&c.new_blob, true)] {
+        if blob == NULL_BLOB || blob.is_empty() {
+            if o.uncommitted
+                && is_new
+                && let Ok(m) = std::fs::metadata(r.dir.join(&c.path))
+            {
+                sizes.push(m.len());
+            }
+            continue;
+        }
+        let s = git
+            .out(&r.dir, &["cat-file", "-s", blob])
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok());
+        sizes.extend(s);
+    }
+    out.bytes = sizes.iter().copied().max().unwrap_or(0);
+    if out.bytes > HUGE_BYTES {
+        out.huge = true;
+        // Numstat of a huge file still costs git a diff: counts only when it is cheap enough.
+        out.summary = Some(format!(
+            "huge, {} bytes{}: the diff is not shown",
+            out.bytes,
+            if c.binary {
+                String::new()
+            } else {
+                format!(", +{} -{}", c.added, c.removed)
+            }
+        ));
+        out.binary = c.binary;
+        return Ok(out);
+    }
+    let diff_args: Vec<String> = if untracked_file {
+        vec![
+            "diff".into(),
+            "--no-color".into(),
+            "--no-ext-diff".into(),
+            "--no-index".into(),
+            "--".into(),
+            "/dev/null".into(),
+            name.into(),
+        ]
+    } else {
+        let mut a: Vec<String> = ["diff", "--no-color", "--no-ext-diff", "-M"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        a.extend(range.iter().map(|s| (*s).to_owned()));
+        a.push("--".into());
+        if let Some(op) = &c.old_path {
+            a.push(op.clone());
+        }
+        a.push(c.path.clone());
+        a
+    };
+    let refs: Vec<&str> = diff_args.iter().map(String::as_str).collect();
+    let o2 = git.run(&r.dir, &refs)?;
+    // `--no-index` exits 1 when the files differ.
+    if !(o2.status.success() || (untracked_file && o2.status.code() == Some(1))) {
+        return Err(super::failed(&refs, &o2));
+    }
+    let text = String::from_utf8_lossy(&o2.stdout).into_owned();
+    if untracked_file {
+        out.binary = text.contains("\nBinary files ");
+        out.added = text
+            .lines()
+            .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+            .count() as u64;
+    }
+    if c.binary || out.binary || text.lines().any(|l| l.starts_with("Binary files ")) {
+        out.binary = true;
+        out.summary = Some(format!("binary, {} bytes", out.bytes));
+        out.text = text;
+        return Ok(out);
+    }
+    let all = parse_lines(&text);
+    out.total_lines = all.len();
+    let limit = o
+        .limit
+        .unwrap_or(DEFAULT_LINES_PAGE)
+        .clamp(1, MAX_LINES_PAGE);
+    let end = o.offset.saturating_add(limit).min(all.len());
+    if o.offset == 0 && end == all.len() {
+        out.text = text;
+        out.lines = all;
+    } else if o.offset < all.len() {
+        let page: Vec<Line> = all[o.offset..end].to_vec();
+        let mut t = String::new();
+        for l in &page {
+            t.push_str(&l.text);
+            t.push('\n');
+        }
+        out.text = t;
+        out.lines = page;
+        out.next_offset = (end < out.total_lines).then_some(end);
+    }
+    Ok(out)
+}
+
+/// Parses unified diff text into numbered lines with word highlights.
+pub(crate) fn parse_lines(text: &str) -> Vec<Line> {
+    let mut v: Vec<Line> = Vec::new();
+    let (mut old, mut new) = (0u64, 0u64);
+    let mut in_hunk = false;
+    for raw in text.split_inclusive('\n') {
+        let l = raw.strip_suffix('\n').unwrap_or(raw);
+        let (kind, o, n) = if l.starts_with("@@") {
+            in_hunk = true;
+            let (a, b) = hunk_starts(l);
+            old = a;
+            new = b;
+            ("hunk", None, None)
+        } else if l.starts_with("diff --git") {
+            in_hunk = false;
+            ("meta", None, None)
+        } else if !in_hunk {
+            ("meta", None, None)
+        } else if let Some(_rest) = l.strip_prefix('+') {
+            new += 1;
+            ("add", None, Some(new))
+        } else if l.starts_with('-') {
+            old += 1;
+            ("del", Some(old), None)
+        } else if l.starts_with('\\') {
+            ("note", None, None)
+        } else {
+            old += 1;
+            new += 1;
+            ("ctx", Some(old), Some(new))
+        };
+        v.push(Line {
+            kind,
+            text: l.to_owned(),
+            old: o,
+            new: n,
+            hl: vec![],
+        });
+    }
+    highlight(&mut v);
+    v
+}
+
+fn hunk_starts(l: &str) -> (u64, u64) {
+    // "@@ -a,b +c,d @@"
+    let mut it = l.split(' ').skip(1);
+    let num = |s: Option<&str>| -> u64 {
+        s.and_then(|x| x.get(1..))
+            .and_then(|x| x.split(',').next())
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(1)
+    };
+    let a = num(it.next());
+    let c = num(it.next());
+    (a.saturating_sub(1), c.saturating_sub(1))
+}
+
+/// Word-level highlights: each run of `del` lines followed by a run of `add` lines is paired
+/// line by line; the differing middle (between the common token prefix and suffix) is marked.
+fn highlight(v: &mut [Line]) {
+    let mut i = 0;
+    while i < v.len() {
+        if v[i].kind != "del" {
+            i += 1;
+            continue;
+        }
+        let ds = i;
+        while i < v.len() && v[i].kind == "del" {
+            i += 1;
+        }
+        let as_ = i;
+        while i < v.len() && v[i].kind == "add" {
+            i += 1;
+        }
+        let pairs = (as_ - ds).min(i - as_);
+        for k in 0..pairs {
+            let (d, a) = (ds + k, as_ + k);
+            if let Some((hd, ha)) = word_diff(&v[d].text[1..], &v[a].text[1..]) {
+                v[d].hl = vec![[hd[0] + 1, hd[1] + 1]];
+                v[a].hl = vec![[ha[0] + 1, ha[1] + 1]];
+            }
+        }
+    }
+}
+
+fn tokens(s: &str) -> Vec<(usize, usize)> {
+    // (start char, end char) of word runs and single other chars.
+    let mut out = Vec::new();
+    let cs: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    while i < cs.len() {
+        let w = |c: char| c.is_alphanumeric() || c == '_';
+        let st = i;
+        if w(cs[i]) {
+            while i < cs.len() && w(cs[i]) {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+        out.push((st, i));
+    }
+    out
+}
+
+fn word_diff(a: &str, b: &str) -> Option<([usize; 2], [usize; 2])> {
+    let (ca, cb): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (ta, tb) = (tokens(a), tokens(b));
+    let tok = |cs: &[char], t: (usize, usize)| cs[t.0..t.1].iter().collect::<String>();
+    let mut p = 0;
+    while p < ta.len() && p < tb.len() && tok(&ca, ta[p]) == tok(&cb, tb[p]) {
+        p += 1;
+    }
+    let mut s = 0;
+    while s < ta.len() - p.min(ta.len())
+        && s < tb.len() - p.min(tb.len())
+        && tok(&ca, ta[ta.len() - 1 - s]) == tok(&cb, tb[tb.len() - 1 - s])
+    {
+        s += 1;
+    }
+    if p == 0 && s == 0 {
+        return None;
+    }
+    let span = |t: &[(usize, usize)], n: usize| -> [usize; 2] {
+        let st = t.get(p).map(|x| x.0).unwrap_or(n);
+        let en = if s == 0 {
+            n
+        } else {
+            t.get(t.len() - s).map(|x| x.0).unwrap_or(n)
+        };
+        [st, en.max(st)]
+    };
+    Some((span(&ta, ca.len()), span(&tb, cb.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_highlights_mark_the_changed_middle() {
+        let v = parse_lines("@@ -1 +1 @@\n-let x = 1;\n+let x = 42;\n");
+        assert_eq!(v[1].hl, vec![[9, 10]]);
+        assert_eq!(v[2].hl, vec![[9, 11]]);
+        assert_eq!(v[1].old, Some(1));
+        assert_eq!(v[2].new, Some(1));
+    }
+
+    #[test]
+    fn raw_numstat_parses_renames_and_binary() {
+        let raw = b":100644 100644 aaa bbb R090\0old.txt\0new.txt\0:100644 100644 ccc ddd M\0bin\0\x33\t1\t\0old.txt\0new.txt\0-\t-\tbin\0";
+        let v = parse_raw_numstat(raw);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].status, "renamed");
+        assert_eq!(v[0].old_path.as_deref(), Some("old.txt"));
+        assert_eq!(v[0].path, "new.txt");
+        assert_eq!((v[0].added, v[0].removed), (3, 1));
+        assert!(v[1].binary);
+    }
+}
+
+#[cfg(test)]
+#[path = "diff/real_git.rs"]
+pub(crate) mod real_git;
