@@ -854,7 +854,9 @@ impl crate::stories::env::Host for PlanningHost {
     }
 
     fn journal(&self, entry: crate::progress::NewEntry) -> Result<(), String> {
-        self.node()?.progress.append(entry)
+        self.node()?
+            .progress
+            .append(entry)
             .map(drop)
             .map_err(|e| e.to_string())
     }

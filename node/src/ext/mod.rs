@@ -284,7 +284,6 @@ impl Extensions {
     }
 }
 
-
 // ==== hub surface (l41-link) ====================================================================
 // What `tuic-hub` reaches of the node besides the hooks above; the hub imports only `ext` and
 // `link` (docs/ARCHITECTURE.md). Additive only: re-exports and thin functions, grouped here.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{Git, GitError, check_path};
+use super::{GitError, Runner as Git, check_path};
 
 /// A file whose either side is bigger than this is summarised, not diffed.
 pub(crate) const HUGE_BYTES: u64 = 4 * 1024 * 1024;

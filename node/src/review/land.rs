@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::git::diff::{self, DiffEnv, Target};
-use crate::git::{Git, GitError};
+use crate::git::{GitError, Runner as Git};
 
 /// Commits named in an audit entry at most.
 const AUDIT_COMMITS: usize = 50;

@@ -59,7 +59,7 @@ mod landing {
     use std::path::Path;
     use std::sync::Arc;
 
-    use crate::git::Git;
+    use crate::git::Runner as Git;
     use crate::git::diff::real_git::{commit_all, fixture, sh_git};
     use crate::review::land::{self, LandRequest, Method};
 
@@ -89,7 +89,7 @@ mod landing {
 
     #[test]
     fn squash_lands_one_commit_with_the_worktrees_tree_and_refusals_keep_everything() {
-        let git = Git::default();
+        let git = Git::new(crate::git::GIT_CONCURRENCY);
         let (d, root, wt) = fixture();
         let roots = vec![root.clone()];
         let audit = audit(d.path());

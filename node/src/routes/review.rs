@@ -17,11 +17,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::audit::Actor;
-use crate::error::{ApiError, JsonBody};
+use crate::error::ApiError;
 use crate::git::GitError;
 use crate::git::diff::{self, DiffEnv, FileOpts, Target};
 use crate::review::land::{self, LandRequest, Method};
 use crate::review::{Comment, ReviewError};
+use crate::routes::JsonBody;
 use crate::state::Node;
 
 pub(super) fn routes() -> Router<Arc<Node>> {
@@ -94,10 +95,7 @@ async fn routed(
         action,
         args: &args,
     };
-    crate::ext::route_repo(node, call)
-        .await
-        .map(Json)
-        .map_err(git_error)
+    node.ext.route_repo(call).await.map(Json).map_err(git_error)
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -148,7 +146,7 @@ async fn repo_summary(
     State(node): State<Arc<Node>>,
     Query(q): Query<DiffQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+    if let Some((host, path)) = node.ext.repo_target(&q.path) {
         return routed(&node, host, path, "diff_summary", q.args()).await;
     }
     on_pool(move || {
@@ -165,7 +163,7 @@ async fn repo_file(
     State(node): State<Arc<Node>>,
     Query(q): Query<DiffQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+    if let Some((host, path)) = node.ext.repo_target(&q.path) {
         return routed(&node, host, path, "diff_file", q.args()).await;
     }
     on_pool(move || file_view(&node, &q, q.path.clone())).await
@@ -196,7 +194,7 @@ async fn repo_merge_state(
     State(node): State<Arc<Node>>,
     Query(q): Query<PathQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &q.path) {
+    if let Some((host, path)) = node.ext.repo_target(&q.path) {
         return routed(&node, host, path, "merge_state", Default::default()).await;
     }
     on_pool(move || {
@@ -222,7 +220,7 @@ async fn repo_merge(
     who: Option<Extension<Actor>>,
     JsonBody(b): JsonBody<MergeBody>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((host, path)) = crate::ext::repo_target(&node, &b.path) {
+    if let Some((host, path)) = node.ext.repo_target(&b.path) {
         let mut args = serde_json::Map::new();
         args.insert("method".into(), json!(b.method));
         if let Some(m) = &b.message {

@@ -73,7 +73,7 @@ fn target(p: &Path) -> Target {
 
 #[test]
 fn summary_and_file_diff_match_git() {
-    let git = Git::default();
+    let git = Git::new(crate::git::GIT_CONCURRENCY);
     let (_d, root, wt) = fixture();
     let roots = vec![root.clone()];
     let env = DiffEnv {
@@ -245,7 +245,7 @@ fn vm_hwm_kib() -> u64 {
 
 #[test]
 fn binary_huge_deleted_branch_and_bad_input() {
-    let git = Git::default();
+    let git = Git::new(crate::git::GIT_CONCURRENCY);
     let (d, root, wt) = fixture();
     let roots = vec![root.clone()];
     let env = DiffEnv {
