@@ -18,20 +18,26 @@
 //! A call that asked for progress gets `upstream_progress` frames while it is pending on the
 //! hub's end ([`PeerLink::upstream_progress`] refuses once it was answered); the node's end
 //! surfaces them only for its own pending call that asked, so no progress follows a result.
+//!
+//! The parts, one noun each: `handshake.rs` (the `hello` exchange), `liveness.rs` (pings and
+//! deadlines), `request.rs` (requests, answers and matching them by id) and `provenance.rs`
+//! (who a frame may speak for). This file holds the link, its events and the frame dispatch.
+
+mod handshake;
+mod liveness;
+mod provenance;
+mod request;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::mail::{InboxMessage, InboxPage, MAX_MESSAGE_BYTES, WaitOutcome};
 
 use super::frame::{
-    AckOutcome, ErrorCode, Frame, LinkRole, PEER_PROTOCOL_VERSION, PeerEntry, Receipt, RequestId,
-    WireMessage,
+    ErrorCode, Frame, LinkRole, PEER_PROTOCOL_VERSION, Receipt, RequestId, WireMessage,
 };
 
-/// Ping interval (API "Federation": every 5 s).
-pub const PING_INTERVAL_MS: u64 = 5_000;
-/// Unanswered pings after which the link is down (API: down after 3 misses).
-pub const MAX_MISSED_PINGS: u32 = 3;
+pub use liveness::{MAX_MISSED_PINGS, PING_INTERVAL_MS};
+pub use request::{Request, Response};
 
 /// How a link is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,92 +103,6 @@ pub enum DownReason {
     },
     /// This side closed it.
     Closed,
-}
-
-/// A request the far side made of us (or we of it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
-    /// The far side's complete peer set.
-    Register {
-        /// Its peers.
-        peers: Vec<PeerEntry>,
-    },
-    /// List routable peers.
-    ListPeers {
-        /// Optional project filter.
-        path: Option<String>,
-    },
-    /// Deliver or relay mail. Inbound, `from` is already stamped by provenance.
-    Send(WireMessage),
-    /// Read an inbox.
-    Inbox {
-        /// Whose inbox; inbound, stamped like a sender.
-        recipient: String,
-        /// Cursor.
-        since: Option<u64>,
-        /// Page size.
-        limit: Option<u32>,
-    },
-    /// Wait for mail.
-    Wait {
-        /// Whose inbox; inbound, stamped like a sender.
-        recipient: String,
-        /// Cursor.
-        since: Option<u64>,
-        /// Timeout.
-        timeout_ms: Option<u64>,
-    },
-    /// The hub's upstream tool catalogue (node → hub).
-    ListUpstreamTools,
-    /// Calls one of the hub's upstream tools (node → hub).
-    CallUpstreamTool {
-        /// `{upstream}__{tool}` as the hub names it.
-        name: String,
-        /// Arguments.
-        arguments: serde_json::Map<String, serde_json::Value>,
-        /// The caller's deadline.
-        timeout_ms: u64,
-        /// Relay the upstream's progress for this call.
-        progress: bool,
-    },
-}
-
-/// An answer to a [`Request`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Response {
-    /// `register` applied.
-    RegisterAck,
-    /// Peers for `list_peers`.
-    Peers(Vec<PeerEntry>),
-    /// `send` taken.
-    SendAck {
-        /// The mail's id.
-        message_id: String,
-        /// How it was taken.
-        outcome: AckOutcome,
-    },
-    /// An inbox page.
-    InboxPage(InboxPage),
-    /// A wait's result.
-    WaitResult(WaitOutcome),
-    /// The hub's upstream tools.
-    UpstreamTools {
-        /// The hub's catalogue generation.
-        generation: u64,
-        /// MCP `Tool` objects named as the hub lists them.
-        tools: Vec<serde_json::Value>,
-    },
-    /// A `CallToolResult` as it came.
-    UpstreamResult(serde_json::Value),
-    /// The request failed.
-    Error {
-        /// Stable code.
-        code: ErrorCode,
-        /// The connection the error is about.
-        connection: String,
-        /// Detail.
-        message: String,
-    },
 }
 
 /// Something the owner of a link must act on.
@@ -345,54 +265,7 @@ impl PeerLink {
         }
         self.heard();
         if self.state == LinkState::Handshaking {
-            match frame {
-                Frame::Hello {
-                    protocol_version,
-                    node_id,
-                    role,
-                } => {
-                    if role == self.config.role {
-                        self.send_error(
-                            None,
-                            ErrorCode::Malformed,
-                            "both ends of a peer link claim the same role",
-                        );
-                        self.go_down(DownReason::ProtocolViolation(format!(
-                            "far side is also a {role:?}"
-                        )));
-                        return;
-                    }
-                    if protocol_version != PEER_PROTOCOL_VERSION {
-                        self.send_error(
-                            None,
-                            ErrorCode::VersionMismatch,
-                            &format!(
-                                "peer protocol {protocol_version} not supported, this side speaks {PEER_PROTOCOL_VERSION}"
-                            ),
-                        );
-                        self.go_down(DownReason::VersionMismatch {
-                            remote: protocol_version,
-                        });
-                        return;
-                    }
-                    self.state = LinkState::Up;
-                    self.remote_id = Some(node_id.clone());
-                    self.events.push_back(LinkEvent::Up { remote_id: node_id });
-                }
-                Frame::Error { code, message, .. } => {
-                    self.go_down(DownReason::RemoteError { code, message });
-                }
-                other => {
-                    self.send_error(
-                        other.request_id(),
-                        ErrorCode::HandshakeRequired,
-                        "hello must be the first frame",
-                    );
-                    self.go_down(DownReason::ProtocolViolation(
-                        "frame before hello".to_owned(),
-                    ));
-                }
-            }
+            self.handshake(frame);
             return;
         }
         if frame.is_request()
@@ -613,42 +486,6 @@ impl PeerLink {
         }
     }
 
-    /// Advances time: sends pings, declares the link down after missed pings or a slow
-    /// handshake.
-    pub fn handle_timeout(&mut self, now: u64) {
-        match self.state {
-            LinkState::Down => {}
-            LinkState::Handshaking => {
-                if now >= self.handshake_deadline {
-                    self.go_down(DownReason::HandshakeTimeout);
-                }
-            }
-            LinkState::Up => {
-                while now >= self.next_ping && self.state == LinkState::Up {
-                    if self.unanswered_pings >= self.config.max_missed_pings {
-                        self.go_down(DownReason::PingTimeout);
-                        return;
-                    }
-                    self.ping_nonce += 1;
-                    self.transmit.push_back(Frame::Ping {
-                        nonce: self.ping_nonce,
-                    });
-                    self.unanswered_pings += 1;
-                    self.next_ping += self.config.ping_interval_ms;
-                }
-            }
-        }
-    }
-
-    /// When [`PeerLink::handle_timeout`] must next run.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        match self.state {
-            LinkState::Down => None,
-            LinkState::Handshaking => Some(self.handshake_deadline),
-            LinkState::Up => Some(self.next_ping),
-        }
-    }
-
     /// The next frame to write to the transport.
     pub fn poll_transmit(&mut self) -> Option<Frame> {
         self.transmit.pop_front()
@@ -657,128 +494,6 @@ impl PeerLink {
     /// The next event to act on.
     pub fn poll_event(&mut self) -> Option<LinkEvent> {
         self.events.pop_front()
-    }
-
-    /// Sends a request; its answer arrives as [`LinkEvent::Response`] (or it comes back
-    /// unanswered in [`LinkEvent::Down`]).
-    pub fn request(&mut self, request: Request) -> Result<RequestId, LinkError> {
-        if self.state != LinkState::Up {
-            return Err(LinkError::NotUp {
-                connection: self.config.connection_id.clone(),
-            });
-        }
-        let id = self.next_request;
-        self.next_request += 1;
-        let frame = match &request {
-            Request::Register { peers } => Frame::Register {
-                id,
-                peers: peers.clone(),
-            },
-            Request::ListPeers { path } => Frame::ListPeers {
-                id,
-                path: path.clone(),
-            },
-            Request::Send(m) => Frame::Send {
-                id,
-                message: m.clone(),
-            },
-            Request::Inbox {
-                recipient,
-                since,
-                limit,
-            } => Frame::Inbox {
-                id,
-                recipient: recipient.clone(),
-                since: *since,
-                limit: *limit,
-            },
-            Request::Wait {
-                recipient,
-                since,
-                timeout_ms,
-            } => Frame::Wait {
-                id,
-                recipient: recipient.clone(),
-                since: *since,
-                timeout_ms: *timeout_ms,
-            },
-            Request::ListUpstreamTools => Frame::ListUpstreamTools { id },
-            Request::CallUpstreamTool {
-                name,
-                arguments,
-                timeout_ms,
-                progress,
-            } => Frame::CallUpstreamTool {
-                id,
-                name: name.clone(),
-                arguments: arguments.clone(),
-                timeout_ms: *timeout_ms,
-                progress: *progress,
-            },
-        };
-        self.transmit.push_back(frame);
-        self.outgoing.insert(id, request);
-        Ok(id)
-    }
-
-    /// Answers a request the far side made.
-    pub fn respond(&mut self, id: RequestId, response: Response) -> Result<(), LinkError> {
-        if self.state != LinkState::Up {
-            return Err(LinkError::NotUp {
-                connection: self.config.connection_id.clone(),
-            });
-        }
-        if !self.incoming.remove(&id) {
-            return Err(LinkError::UnknownRequest {
-                id,
-                connection: self.config.connection_id.clone(),
-            });
-        }
-        let frame = match response {
-            Response::RegisterAck => Frame::RegisterAck { id },
-            Response::Peers(peers) => Frame::Peers { id, peers },
-            Response::SendAck {
-                message_id,
-                outcome,
-            } => Frame::SendAck {
-                id,
-                message_id,
-                outcome,
-            },
-            Response::InboxPage(p) => Frame::InboxPage {
-                id,
-                messages: p.messages,
-                has_more: p.has_more,
-                next_since: p.next_since,
-                missed_count: p.missed_count,
-            },
-            Response::WaitResult(w) => Frame::WaitResult {
-                id,
-                met: w.met,
-                timed_out: w.timed_out,
-                new_messages: w.new_messages,
-                next_since: w.next_since,
-                missed_count: w.missed_count,
-            },
-            Response::UpstreamTools { generation, tools } => Frame::UpstreamTools {
-                id,
-                generation,
-                tools,
-            },
-            Response::UpstreamResult(result) => Frame::UpstreamResult { id, result },
-            Response::Error {
-                code,
-                connection,
-                message,
-            } => Frame::Error {
-                id: Some(id),
-                code,
-                connection,
-                message,
-            },
-        };
-        self.transmit.push_back(frame);
-        Ok(())
     }
 
     /// Sends a delivery receipt towards the original sender's node (hub end).
@@ -839,105 +554,6 @@ impl PeerLink {
     /// Closes the link from this side.
     pub fn close(&mut self) {
         self.go_down(DownReason::Closed);
-    }
-
-    /// Pings sent since anything was last heard from the far side: a live link answers each
-    /// within its round trip, so two or more mean a full ping interval of silence.
-    pub fn missed_pings(&self) -> u32 {
-        self.unanswered_pings
-    }
-
-    /// Peers the far side registered over this link (hub end only).
-    pub fn registered(&self) -> impl Iterator<Item = &str> {
-        self.registered.iter().map(String::as_str)
-    }
-
-    fn heard(&mut self) {
-        self.unanswered_pings = 0;
-    }
-
-    fn inbound(&mut self, id: RequestId, request: Request) {
-        self.incoming.insert(id);
-        self.events.push_back(LinkEvent::Request { id, request });
-    }
-
-    fn answered(&mut self, id: RequestId, response: Response) {
-        if let Some(request) = self.outgoing.remove(&id) {
-            self.events.push_back(LinkEvent::Response {
-                id,
-                request,
-                response,
-            });
-        }
-    }
-
-    /// Applies provenance to a claimed sender (or inbox owner).
-    fn stamp(&self, claimed: &str) -> Result<String, (ErrorCode, String)> {
-        match self.config.role {
-            LinkRole::Hub => {
-                if claimed.contains('/') {
-                    return Err((
-                        ErrorCode::SenderForged,
-                        format!(
-                            "'{claimed}' is an address; connection '{}' speaks only for its own peers",
-                            self.config.connection_id
-                        ),
-                    ));
-                }
-                if !self.registered.contains(claimed) {
-                    return Err((
-                        ErrorCode::SenderNotRegistered,
-                        format!(
-                            "'{claimed}' is not registered on connection '{}'",
-                            self.config.connection_id
-                        ),
-                    ));
-                }
-                Ok(format!("{}/{claimed}", self.config.connection_id))
-            }
-            LinkRole::Node => {
-                let valid = claimed
-                    .split_once('/')
-                    .is_some_and(|(c, p)| !c.is_empty() && !p.is_empty());
-                if valid {
-                    Ok(claimed.to_owned())
-                } else {
-                    Err((
-                        ErrorCode::SenderForged,
-                        format!("'{claimed}' is not a federation address"),
-                    ))
-                }
-            }
-        }
-    }
-
-    /// Applies provenance to the owner of an inbox being read or waited on: only an identity
-    /// the far side registered over this link (issue 40, finding 7). On the hub end that is
-    /// the sender rule (a peer this node registered, stamped). On a node's end nothing
-    /// qualifies: a node's agents register on the node itself, never over the link (the hub's
-    /// `register` is its directory, kept for `list_peers`), so every `inbox`/`wait` naming one
-    /// of them is refused here and never surfaces — a token holder on the link cannot read or
-    /// consume a local agent's mail.
-    fn owner(&self, claimed: &str) -> Result<String, (ErrorCode, String)> {
-        match self.config.role {
-            LinkRole::Hub => self.stamp(claimed),
-            LinkRole::Node => {
-                if claimed.is_empty() || claimed.contains('/') {
-                    Err((
-                        ErrorCode::UnknownRecipient,
-                        format!("'{claimed}' is not a peer of this node"),
-                    ))
-                } else {
-                    Err((
-                        ErrorCode::SenderNotRegistered,
-                        format!(
-                            "'{claimed}' did not register over this link: a node's agents read their mail on their own node, never over connection '{}'",
-                            self.config.connection_id
-                        ),
-                    ))
-                }
-            }
-        }
     }
 
     fn send_error(&mut self, id: Option<RequestId>, code: ErrorCode, message: &str) {
