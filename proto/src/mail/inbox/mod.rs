@@ -26,10 +26,24 @@
 //!
 //! It deliberately does not write to terminals, apply the composer-safety gate, run the wake
 //! budget or log: it emits [`InboxEvent`]s and the node acts on them.
+//!
+//! The parts: `wait.rs` (blocking waits, their answers and the fate of an answer),
+//! `lease.rs` (the wake owner of each message) and `wake.rs` (the PTY: its wake notice,
+//! re-queue when it goes, acknowledgement). This file holds the inbox, its messages, events
+//! and retention.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+mod lease;
+mod wait;
+mod wake;
+
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+
+pub use lease::{DeliveryPath, WakeOwner};
+pub(crate) use wait::is_zero;
+use wait::{Answer, Reach};
+pub use wait::{WaitId, WaitOutcome, WaitStart};
 
 /// Messages retained per recipient (spec "Limits").
 pub const INBOX_CAPACITY: usize = 100;
@@ -42,9 +56,6 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 pub use crate::mcp::{WAIT_CAP_MS, WAIT_CLAMPED_MS, WAIT_DEFAULT_MS};
 /// The `awaiting_input` lifecycle state, exempt from replacement.
 const AWAITING_INPUT: &str = "awaiting_input";
-
-/// Identifies one `agent action=wait` call; chosen by the caller and unique while pending.
-pub type WaitId = u64;
 
 /// One inbox entry as MCP returns it (`inbox` and `wait`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,27 +104,6 @@ pub struct NewMessage {
     pub lifecycle: Option<Lifecycle>,
 }
 
-/// Who is responsible for waking the recipient about a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WakeOwner {
-    /// A blocking `wait` call; it was resolved with the message.
-    Waiter(WaitId),
-    /// The recipient's managed PTY, through the payload-free wake notice.
-    Pty,
-}
-
-/// The route a send took, reported to the sender as `delivery_path`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryPath {
-    /// An active waiter received it.
-    Waiter,
-    /// The PTY owns it: a wake notice is queued or already pending.
-    TerminalOrQueued,
-    /// Nobody owns it; it waits in the inbox for a read.
-    InboxOnly,
-}
-
 /// What a successful send did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendReceipt {
@@ -138,42 +128,6 @@ pub struct InboxPage {
     pub next_since: u64,
     /// Unread messages evicted since the previous inbox read.
     pub missed_count: u64,
-}
-
-/// The result of `agent action=wait`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WaitOutcome {
-    /// New mail arrived (or was already there).
-    pub met: bool,
-    /// The deadline passed with nothing new.
-    pub timed_out: bool,
-    /// Every retained fresh message, oldest first.
-    pub new_messages: Vec<InboxMessage>,
-    /// The cursor to continue from; present even on timeout.
-    pub next_since: u64,
-    /// Unread messages evicted since the previous read (inbox or wait), omitted when none.
-    /// The spec reports evictions on inbox reads only; a caller that only ever waits would
-    /// never learn of them, so a wait reports them too and whichever read comes first clears
-    /// the count.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub missed_count: u64,
-}
-
-/// `skip_serializing_if` for counts omitted when zero (here and in peer-link frames).
-pub(crate) fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// What [`Inboxes::wait`] did at once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaitStart {
-    /// Fresh mail was already there; the wait is over.
-    Resolved(WaitOutcome),
-    /// Registered; a [`InboxEvent::WaitResolved`] will follow by the deadline.
-    Pending {
-        /// Unix ms at which the wait times out.
-        deadline: u64,
-    },
 }
 
 /// Something the node must act on.
@@ -258,18 +212,6 @@ struct Entry {
     reach: Reach,
 }
 
-/// How far an entry has got towards its reader, so a lost wait answer hands back only mail
-/// that no other answer carried to the recipient.
-#[derive(Debug, Clone, Copy, Default)]
-struct Reach {
-    /// Resolved wait answers carrying it whose fate the node has not reported yet
-    /// ([`Inboxes::wait_answered`] or [`Inboxes::wait_undelivered`]).
-    in_flight: u32,
-    /// A read carrying it reached its caller: an inbox page, a wait answered at once, or a
-    /// wait answer the node confirmed.
-    delivered: bool,
-}
-
 #[derive(Debug, Clone)]
 struct Waiter {
     id: WaitId,
@@ -335,14 +277,6 @@ impl Inboxes {
         self.recipients.contains_key(recipient)
     }
 
-    /// Whether a PTY wake notice for `recipient` is queued or being written: mail sent now
-    /// coalesces into it rather than earning a notice of its own.
-    pub fn wake_pending(&self, recipient: &str) -> bool {
-        self.recipients
-            .get(recipient)
-            .is_some_and(|r| r.wake_pending)
-    }
-
     /// The recipient's agent just announced itself (`agent action=register`): it counts as
     /// reading for [`READER_ACTIVE_MS`], as if it had called `inbox`, so mail that crosses
     /// hosts between its registration and its first read waits instead of evicting.
@@ -393,88 +327,6 @@ impl Inboxes {
         r.entries.into_iter().map(|e| e.msg).collect()
     }
 
-    /// Marks that `recipient` runs in a managed PTY that can receive wake notices.
-    pub fn attach_pty(&mut self, recipient: &str) -> Result<(), InboxError> {
-        let r = self.get_mut(recipient)?;
-        r.pty = true;
-        Ok(())
-    }
-
-    /// The recipient's PTY is gone: its unread PTY-owned mail is re-queued at the end of the
-    /// inbox with fresh cursors and unchanged ids, and goes to a waiter if one is pending.
-    /// Returns how many messages were re-queued.
-    pub fn detach_pty(&mut self, now: u64, recipient: &str) -> Result<usize, InboxError> {
-        let r = self.get_mut(recipient)?;
-        r.pty = false;
-        r.wake_pending = false;
-        let read = r.read_cursor;
-        let (requeue, keep): (Vec<Entry>, Vec<Entry>) = r
-            .entries
-            .drain(..)
-            .partition(|e| e.owner == Some(WakeOwner::Pty) && e.cursor > read);
-        r.entries = keep.into();
-        let n = requeue.len();
-        for mut e in requeue {
-            e.cursor = next_cursor(r, now);
-            e.owner = None;
-            r.entries.push_back(e);
-        }
-        if n > 0 {
-            self.assign_unowned(recipient);
-            self.settle_pty(recipient);
-        }
-        Ok(n)
-    }
-
-    /// A resolved wait's answer reached its caller (the node took it from the event): its
-    /// messages count as read, so a concurrent answer that is lost does not hand them back.
-    pub fn wait_answered(&mut self, recipient: &str, answered: &WaitOutcome) {
-        let Some(r) = self.recipients.get_mut(recipient) else {
-            return;
-        };
-        let ids = carried_ids(answered);
-        for e in r.entries.iter_mut().filter(|e| carries(&ids, e)) {
-            e.reach.in_flight = e.reach.in_flight.saturating_sub(1);
-            e.reach.delivered = true;
-        }
-    }
-
-    /// A resolved wait's answer never reached its caller (the MCP call or stream went away):
-    /// each listed message that is still retained and that no other answer carried to the
-    /// recipient (none returned or confirmed, none still in flight) is handed back, re-queued
-    /// at the end with a fresh cursor and its unchanged id, and assigned to the next waiter or
-    /// the PTY. The recipient dedupes a replay by `message_id`. The answer's `missed_count` is
-    /// owed again (the next read reports it). Returns how many were re-queued.
-    pub fn wait_undelivered(
-        &mut self,
-        now: u64,
-        recipient: &str,
-        lost: &WaitOutcome,
-    ) -> Result<usize, InboxError> {
-        let r = self.get_mut(recipient)?;
-        r.missed += lost.missed_count;
-        let ids = carried_ids(lost);
-        for e in r.entries.iter_mut().filter(|e| carries(&ids, e)) {
-            e.reach.in_flight = e.reach.in_flight.saturating_sub(1);
-        }
-        let (requeue, keep): (Vec<Entry>, Vec<Entry>) = r
-            .entries
-            .drain(..)
-            .partition(|e| carries(&ids, e) && !e.reach.delivered && e.reach.in_flight == 0);
-        r.entries = keep.into();
-        let n = requeue.len();
-        for mut e in requeue {
-            e.cursor = next_cursor(r, now);
-            e.owner = None;
-            r.entries.push_back(e);
-        }
-        if n > 0 {
-            self.assign_unowned(recipient);
-            self.settle_pty(recipient);
-        }
-        Ok(n)
-    }
-
     /// `register replaces=<old>`: moves `old`'s retained mail to `new` (appended with fresh
     /// cursors, ids unchanged, order kept) and retires `old`. Both must be registered. Returns
     /// how many messages moved (`mail_migrated`).
@@ -511,61 +363,6 @@ impl Inboxes {
         self.assign_unowned(new);
         self.settle_pty(new);
         Ok(n)
-    }
-
-    /// The unread mail the PTY owns, oldest first, with cursors: the window a wake notice
-    /// covers. The node uses it to decide the lifecycle-summary exception (every entry
-    /// server-authored, summary ≤ 240 characters) before writing the notice.
-    pub fn pty_window(&self, recipient: &str) -> Vec<(u64, InboxMessage)> {
-        let Some(r) = self.recipients.get(recipient) else {
-            return Vec::new();
-        };
-        r.entries
-            .iter()
-            .filter(|e| e.owner == Some(WakeOwner::Pty) && e.cursor > r.read_cursor)
-            .map(|e| (e.cursor, e.msg.clone()))
-            .collect()
-    }
-
-    /// Acknowledges mail through `up_to` as observed (a lifecycle summary typed into the PTY
-    /// acknowledges its own window). The stored cursor only moves forward; mail after `up_to`
-    /// stays unread and keeps its owner, so it earns its own notice.
-    pub fn acknowledge(&mut self, recipient: &str, up_to: u64) -> Result<(), InboxError> {
-        let r = self.get_mut(recipient)?;
-        r.read_cursor = r.read_cursor.max(up_to.min(r.last_cursor));
-        self.settle_pty(recipient);
-        Ok(())
-    }
-
-    /// The wake notice requested by [`InboxEvent::PtyWake`] was written or given up; mail that
-    /// arrives from now on earns a new notice.
-    pub fn pty_wake_done(&mut self, recipient: &str) {
-        if let Some(r) = self.recipients.get_mut(recipient) {
-            r.wake_pending = false;
-        }
-    }
-
-    /// Asks again for a wake notice if the PTY still owns unread mail (a BUSY→IDLE edge re-arms).
-    pub fn rearm_pty_wake(&mut self, recipient: &str) {
-        let Some(r) = self.recipients.get_mut(recipient) else {
-            return;
-        };
-        if r.pty && !r.wake_pending {
-            let read = r.read_cursor;
-            if let Some(up_to) = r
-                .entries
-                .iter()
-                .filter(|e| e.owner == Some(WakeOwner::Pty) && e.cursor > read)
-                .map(|e| e.cursor)
-                .max()
-            {
-                r.wake_pending = true;
-                self.events.push_back(InboxEvent::PtyWake {
-                    recipient: recipient.to_owned(),
-                    up_to,
-                });
-            }
-        }
     }
 
     /// Buffers a message for its recipient and assigns its wake owner, stamped with `now`
@@ -687,96 +484,6 @@ impl Inboxes {
         })
     }
 
-    /// `agent action=wait`: resolves at once when mail after `since` (the stored cursor when
-    /// absent) is retained, else registers a waiter until `now + timeout` (default 60 s, a
-    /// request at or above 300 s runs 295 s). A successful observation advances the stored
-    /// cursor like an inbox read.
-    pub fn wait(
-        &mut self,
-        now: u64,
-        recipient: &str,
-        wait_id: WaitId,
-        since: Option<u64>,
-        timeout_ms: Option<u64>,
-    ) -> Result<WaitStart, InboxError> {
-        let r = self.get_mut(recipient)?;
-        if r.waiters.iter().any(|w| w.id == wait_id) {
-            return Err(InboxError::DuplicateWait { wait_id });
-        }
-        r.last_read_call = Some(now);
-        let since = since.unwrap_or(r.read_cursor);
-        if r.entries.iter().any(|e| e.cursor > since) {
-            // Answered at once: it reaches the caller with this return.
-            let outcome = observe(r, since, Answer::Returned);
-            self.settle_pty(recipient);
-            return Ok(WaitStart::Resolved(outcome));
-        }
-        let deadline = now.saturating_add(clamp_wait(timeout_ms));
-        r.waiters.push(Waiter {
-            id: wait_id,
-            since,
-            deadline,
-        });
-        Ok(WaitStart::Pending { deadline })
-    }
-
-    /// Cancels a pending wait (the MCP call went away). Waits own no mail while pending, so
-    /// nothing needs handing back.
-    pub fn cancel_wait(&mut self, recipient: &str, wait_id: WaitId) -> bool {
-        let Some(r) = self.recipients.get_mut(recipient) else {
-            return false;
-        };
-        let before = r.waiters.len();
-        r.waiters.retain(|w| w.id != wait_id);
-        before != r.waiters.len()
-    }
-
-    /// Times out every wait whose deadline is at or before `now`, with a final check of the
-    /// inbox in the same step.
-    pub fn handle_timeout(&mut self, now: u64) {
-        let names: Vec<String> = self
-            .recipients
-            .iter()
-            .filter(|(_, r)| r.waiters.iter().any(|w| w.deadline <= now))
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in names {
-            let Some(r) = self.recipients.get_mut(&name) else {
-                continue;
-            };
-            let (due, keep): (Vec<Waiter>, Vec<Waiter>) =
-                r.waiters.drain(..).partition(|w| w.deadline <= now);
-            r.waiters = keep;
-            for w in due {
-                let outcome = if r.entries.iter().any(|e| e.cursor > w.since) {
-                    observe(r, w.since, Answer::Pending)
-                } else {
-                    WaitOutcome {
-                        met: false,
-                        timed_out: true,
-                        new_messages: Vec::new(),
-                        next_since: w.since.max(r.read_cursor),
-                        missed_count: std::mem::take(&mut r.missed),
-                    }
-                };
-                self.events.push_back(InboxEvent::WaitResolved {
-                    recipient: name.clone(),
-                    wait_id: w.id,
-                    outcome,
-                });
-            }
-            self.settle_pty(&name);
-        }
-    }
-
-    /// The earliest pending wait deadline, when [`Inboxes::handle_timeout`] must next run.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        self.recipients
-            .values()
-            .flat_map(|r| r.waiters.iter().map(|w| w.deadline))
-            .min()
-    }
-
     /// The next thing for the node to do.
     pub fn poll_event(&mut self) -> Option<InboxEvent> {
         self.events.pop_front()
@@ -790,16 +497,6 @@ impl Inboxes {
             .unwrap_or_default()
     }
 
-    /// The wake owner currently holding a retained message, if any.
-    pub fn owner_of(&self, recipient: &str, message_id: &str) -> Option<WakeOwner> {
-        self.recipients
-            .get(recipient)?
-            .entries
-            .iter()
-            .find(|e| e.msg.message_id == message_id)?
-            .owner
-    }
-
     fn get_mut(&mut self, recipient: &str) -> Result<&mut Recipient, InboxError> {
         self.recipients
             .get_mut(recipient)
@@ -807,149 +504,10 @@ impl Inboxes {
                 recipient: recipient.to_owned(),
             })
     }
-
-    /// Assigns unread, unowned mail to the first waiter (resolving every waiter it satisfies)
-    /// or to the PTY. Returns the owner of the newest message.
-    fn assign_unowned(&mut self, recipient: &str) -> Option<WakeOwner> {
-        let r = self.recipients.get_mut(recipient)?;
-        let read = r.read_cursor;
-        let mut newest_owner = None;
-        let mut newest = None;
-        let mut pty_up_to = None;
-        for e in r.entries.iter_mut() {
-            if e.owner.is_some() || e.cursor <= read {
-                continue;
-            }
-            let owner = match r.waiters.iter().find(|w| w.since < e.cursor) {
-                Some(w) => WakeOwner::Waiter(w.id),
-                None if r.pty => WakeOwner::Pty,
-                None => continue,
-            };
-            e.owner = Some(owner);
-            newest_owner = Some(owner);
-            newest = Some(e.cursor);
-            if owner == WakeOwner::Pty {
-                pty_up_to = Some(e.cursor);
-            }
-            self.events.push_back(InboxEvent::LeaseAssigned {
-                recipient: recipient.to_owned(),
-                message_id: e.msg.message_id.clone(),
-                cursor: e.cursor,
-                owner,
-            });
-        }
-        if let Some(newest) = newest {
-            let (met, keep): (Vec<Waiter>, Vec<Waiter>) =
-                r.waiters.drain(..).partition(|w| w.since < newest);
-            r.waiters = keep;
-            for w in met {
-                let outcome = observe(r, w.since, Answer::Pending);
-                self.events.push_back(InboxEvent::WaitResolved {
-                    recipient: recipient.to_owned(),
-                    wait_id: w.id,
-                    outcome,
-                });
-            }
-        }
-        if let Some(up_to) = pty_up_to
-            && !r.wake_pending
-        {
-            r.wake_pending = true;
-            self.events.push_back(InboxEvent::PtyWake {
-                recipient: recipient.to_owned(),
-                up_to,
-            });
-        }
-        newest_owner
-    }
-
-    /// Read mail settles its claim; when no PTY-owned unread mail is left, a pending notice is
-    /// withdrawn.
-    fn settle_pty(&mut self, recipient: &str) {
-        let Some(r) = self.recipients.get_mut(recipient) else {
-            return;
-        };
-        let read = r.read_cursor;
-        for e in r.entries.iter_mut() {
-            if e.cursor <= read {
-                e.owner = None;
-            }
-        }
-        let outstanding = r
-            .entries
-            .iter()
-            .any(|e| e.owner == Some(WakeOwner::Pty) && e.cursor > read);
-        if r.wake_pending && !outstanding {
-            r.wake_pending = false;
-            self.events.push_back(InboxEvent::PtyWakeWithdrawn {
-                recipient: recipient.to_owned(),
-            });
-        }
-    }
 }
 
 /// A strictly increasing logical unix-ms cursor: the clock when it moved on, else last + 1.
 fn next_cursor(r: &mut Recipient, now: u64) -> u64 {
     r.last_cursor = now.max(r.last_cursor + 1);
     r.last_cursor
-}
-
-fn clamp_wait(timeout_ms: Option<u64>) -> u64 {
-    crate::mcp::wait_ms(timeout_ms)
-}
-
-/// The ids a wait answer carried, looked up once per retained entry.
-fn carried_ids(answer: &WaitOutcome) -> BTreeSet<&str> {
-    answer
-        .new_messages
-        .iter()
-        .map(|m| m.message_id.as_str())
-        .collect()
-}
-
-/// Whether an answer with these ids carried this entry.
-fn carries(ids: &BTreeSet<&str>, e: &Entry) -> bool {
-    ids.contains(e.msg.message_id.as_str())
-}
-
-/// Whether a read answer is in its caller's hands when it is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
-    /// Returned by the call itself (an inbox page, a wait answered at once).
-    Returned,
-    /// Handed to the node in an event; it reports the fate later.
-    Pending,
-}
-
-impl Reach {
-    fn carried(&mut self, answer: Answer) {
-        match answer {
-            Answer::Returned => self.delivered = true,
-            Answer::Pending => self.in_flight += 1,
-        }
-    }
-}
-
-/// A successful wait observation: every fresh message after `since`, acknowledging the cursor.
-fn observe(r: &mut Recipient, since: u64, answer: Answer) -> WaitOutcome {
-    let mut new_messages = Vec::new();
-    for e in r.entries.iter_mut().filter(|e| e.cursor > since) {
-        e.reach.carried(answer);
-        new_messages.push(e.msg.clone());
-    }
-    let next_since = r
-        .entries
-        .iter()
-        .filter(|e| e.cursor > since)
-        .map(|e| e.cursor)
-        .max()
-        .unwrap_or(since.max(r.read_cursor));
-    r.read_cursor = r.read_cursor.max(next_since);
-    WaitOutcome {
-        met: !new_messages.is_empty(),
-        timed_out: false,
-        new_messages,
-        next_since,
-        missed_count: std::mem::take(&mut r.missed),
-    }
 }
