@@ -182,79 +182,66 @@ impl Node {
         // The composition root: each layer gets what it uses of the node, and hooks into the
         // layers above it go through a weak reference to the node being built.
         let paths_for_notify = paths.clone();
-        let node = Arc::new_cyclic(|weak: &Weak<Self>| {
-            let sessions = Arc::new(crate::session::Registry::new(
+        let node = Arc::new_cyclic(|weak: &Weak<Self>| Self {
+            audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
+            shares,
+            secrets,
+            sessions: Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
-            ));
-            let planning = crate::stories::StoriesEnv {
-                stories: stories.clone(),
-                workflows: workflows.clone(),
-                sessions: sessions.clone(),
-                bus: bus.clone(),
-                tasks: tasks.clone(),
-                shutdown: shutdown.clone(),
-                host: Arc::new(PlanningHost(weak.clone())),
-            };
-            let upstreams = Arc::new(crate::upstream::Upstreams::new(
+            )),
+            planning: planning_env(weak, &stories, &workflows, &bus, &tasks, &shutdown),
+            upstreams: Arc::new(crate::upstream::Upstreams::new(
                 paths.upstreams_file(),
                 upstream_env(weak, &vault, &tasks, &shutdown),
-            ));
-            mcp.registry.add_source(upstreams.clone());
-            mcp.registry.add_source(peer.hub_tools.clone());
-            Self {
-                audit: Arc::new(crate::audit::Audit::new(audit_env(weak, &store))),
-                shares,
-                secrets,
-                sessions,
-                planning,
-                notify: crate::notify::Notify::new(notify_env(
-                    weak,
-                    &paths_for_notify,
-                    &bus,
-                    &tasks,
-                    &shutdown,
-                )),
-                acp: Arc::new(crate::acp::Acp::open(acp_env(
-                    weak, &paths, &bus, &store, &tasks, &shutdown,
-                ))),
-                name,
-                paths,
-                config_file,
-                config: RwLock::new(Arc::new(config)),
-                overrides: Mutex::new(overrides),
-                vault,
-                store,
-                bus,
-                logs,
-                auth,
-                node_token: RwLock::new(node_token),
-                token_epoch: Mutex::new(shutdown.child_token()),
-                started: Instant::now(),
-                shutdown,
-                host_trust: RwLock::new(HostTrust {
-                    interface_ips: crate::guard::interface_ips(),
-                    tailscale_name,
-                    tailscale_detected: None,
-                }),
-                tailscale: RwLock::new(crate::tailscale::Detected::Absent),
-                tcp: tokio::sync::Mutex::new(TcpControl::default()),
-                tasks,
-                repos,
-                git: crate::git::Git::default(),
-                upload_permits,
-                mcp,
-                mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
-                peer,
-                progress,
-                stories,
-                workflows,
-                automations,
-                ops: crate::ops::Ops::default(),
-                upstreams,
-                ext: crate::ext::Extensions::default(),
-            }
+            )),
+            notify: crate::notify::Notify::new(notify_env(
+                weak,
+                &paths_for_notify,
+                &bus,
+                &tasks,
+                &shutdown,
+            )),
+            acp: Arc::new(crate::acp::Acp::open(acp_env(
+                weak, &paths, &bus, &store, &tasks, &shutdown,
+            ))),
+            name,
+            paths,
+            config_file,
+            config: RwLock::new(Arc::new(config)),
+            overrides: Mutex::new(overrides),
+            vault,
+            store,
+            bus,
+            logs,
+            auth,
+            node_token: RwLock::new(node_token),
+            token_epoch: Mutex::new(shutdown.child_token()),
+            started: Instant::now(),
+            shutdown,
+            host_trust: RwLock::new(HostTrust {
+                interface_ips: crate::guard::interface_ips(),
+                tailscale_name,
+                tailscale_detected: None,
+            }),
+            tailscale: RwLock::new(crate::tailscale::Detected::Absent),
+            tcp: tokio::sync::Mutex::new(TcpControl::default()),
+            tasks,
+            repos,
+            git: crate::git::Git::default(),
+            upload_permits,
+            mcp,
+            mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
+            peer,
+            progress,
+            stories,
+            workflows,
+            automations,
+            ops: crate::ops::Ops::default(),
+            ext: crate::ext::Extensions::default(),
         });
+        node.mcp.registry.add_source(node.upstreams.clone());
+        node.mcp.registry.add_source(node.peer.hub_tools.clone());
         // Story and run commits publish their wake hints on the bus.
         let weak = Arc::downgrade(&node);
         node.stories.set_notify(Arc::new(move |project, seq| {
@@ -578,6 +565,29 @@ impl crate::mcp::sessions::IdentityLiveness for Addressable {
         self.0
             .upgrade()
             .is_some_and(|n| crate::mail::peer_identity_is_addressable(&n, tuic_session))
+    }
+}
+
+/// The planning layer's environment: its two services, the bus, tasks and shutdown, the
+/// session registry and the services beside it, each reached through a weak reference to the
+/// node being built.
+fn planning_env(
+    node: &Weak<Node>,
+    stories: &Arc<crate::stories::Stories>,
+    workflows: &Arc<crate::stories::workflow::Workflows>,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::stories::StoriesEnv {
+    let sessions = node.clone();
+    crate::stories::StoriesEnv {
+        stories: stories.clone(),
+        workflows: workflows.clone(),
+        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        host: Arc::new(PlanningHost(node.clone())),
     }
 }
 
