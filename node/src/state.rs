@@ -202,21 +202,11 @@ impl Node {
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown),
             ));
-            let planning = crate::stories::StoriesEnv {
-                stories: stories.clone(),
-                workflows: workflows.clone(),
-                sessions: sessions.clone(),
-                bus: bus.clone(),
-                tasks: tasks.clone(),
-                shutdown: shutdown.clone(),
-                host: Arc::new(PlanningHost(weak.clone())),
-            };
+            let planning = planning_env(weak, &stories, &workflows, &bus, &tasks, &shutdown);
             let upstreams = Arc::new(crate::upstream::Upstreams::new(
                 paths.upstreams_file(),
                 upstream_env(weak, &vault, &tasks, &shutdown),
             ));
-            mcp.registry.add_source(upstreams.clone());
-            mcp.registry.add_source(peer.hub_tools.clone());
             let domain = Domain::new(
                 weak,
                 Shared {
@@ -292,6 +282,8 @@ impl Node {
                 ext: domain.ext,
             }
         });
+        node.mcp.registry.add_source(node.upstreams.clone());
+        node.mcp.registry.add_source(node.peer.hub_tools.clone());
         // Story and run commits publish their wake hints on the bus.
         let weak = Arc::downgrade(&node);
         node.stories.set_notify(Arc::new(move |project, seq| {

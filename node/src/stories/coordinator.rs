@@ -95,7 +95,7 @@ fn bound_caller(
         return Err(forbidden(tool, "a remote caller"));
     }
     let managed = env.host.is_managed(c);
-    if !env.sessions.owns_live_pty(c) || !managed {
+    if !env.owns_live_pty(c) || !managed {
         return Err(forbidden(
             tool,
             "an identity without a live managed terminal",

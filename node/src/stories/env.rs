@@ -1,8 +1,9 @@
 //! What the planning layer (stories, workflow definitions and runs, the runner and the
 //! coordinator's tools) uses of the node it runs in, handed to it by the composition root
-//! (`state.rs`): its own two services, the session registry whose PTYs its workers are, the
-//! bus it watches for worker exits, the task tracker and shutdown token its executor lives
-//! under, and one [`Host`] for what it asks of the services beside it (mail, progress, git).
+//! (`state.rs`): its own two services, the session registry its workers' PTYs live in
+//! (reached when needed), the bus it watches for worker exits, the task tracker and shutdown
+//! token its executor lives under, and one [`Host`] for what it asks of the services beside it
+//! (mail, progress, git).
 //!
 //! It deliberately holds no node: nothing under `stories/` imports the node's state.
 
@@ -44,6 +45,9 @@ pub trait Host: Send + Sync {
     ) -> Result<(), String>;
 }
 
+/// The session registry, reached when needed.
+pub type SessionsSource = Arc<dyn Fn() -> Option<Arc<crate::session::Registry>> + Send + Sync>;
+
 /// A worker (or coordinator-launched agent) to spawn: what the runner and the coordinator's
 /// `workflow_launch` decide; the rest of a managed spawn takes its defaults.
 #[derive(Debug, Clone, Default)]
@@ -71,8 +75,8 @@ pub struct StoriesEnv {
     pub stories: Arc<Stories>,
     /// Workflow definitions and runs.
     pub workflows: Arc<Workflows>,
-    /// The live terminals (workers and coordinators are PTYs).
-    pub sessions: Arc<crate::session::Registry>,
+    /// The live terminals (workers and coordinators are PTYs); `None` once the node is gone.
+    pub sessions: SessionsSource,
     /// Worker exits (`pty-exit`) are read from here.
     pub bus: Arc<Bus>,
     /// Owner of the executor, the attempt timer and the launches, so shutdown waits for them.
@@ -81,6 +85,18 @@ pub struct StoriesEnv {
     pub shutdown: CancellationToken,
     /// The services beside this one.
     pub host: Arc<dyn Host>,
+}
+
+impl StoriesEnv {
+    /// The live session (PTY) with this id or TUIC identity.
+    pub fn live_session(&self, id: &str) -> Option<Arc<crate::session::Session>> {
+        (self.sessions)()?.live(id)
+    }
+
+    /// Whether the TUIC identity owns a live PTY.
+    pub fn owns_live_pty(&self, tuic: &str) -> bool {
+        (self.sessions)().is_some_and(|r| r.owns_live_pty(tuic))
+    }
 }
 
 impl std::fmt::Debug for StoriesEnv {

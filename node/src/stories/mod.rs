@@ -218,7 +218,7 @@ pub(crate) fn payload_hash(actor: &Actor, payload: &impl Serialize) -> String {
 
 /// The directory a TUIC identity works in: its live PTY's cwd, else its registered path.
 fn identity_dir(env: &StoriesEnv, tuic: &str) -> Option<String> {
-    if let Some(s) = env.sessions.live(tuic).filter(|s| s.exit().is_none()) {
+    if let Some(s) = env.live_session(tuic).filter(|s| s.exit().is_none()) {
         return Some(s.cwd.clone());
     }
     env.host.identity_path(tuic)
@@ -262,8 +262,7 @@ pub fn resolve_caller(
     }
     if let Some(sid) = session_id.filter(|s| !s.is_empty()) {
         let s = env
-            .sessions
-            .live(sid)
+            .live_session(sid)
             .ok_or_else(|| StoryError::Invalid(format!("session_id {sid}: no live terminal")))?;
         let project = match project_path {
             Some(p) => project_for(env, p)?,

@@ -235,7 +235,7 @@ pub fn stop_worker(env: &StoriesEnv, run: &Run) {
         .attempt
         .as_ref()
         .and_then(|a| a.session_id.as_deref())
-        .and_then(|id| env.sessions.live(id))
+        .and_then(|id| env.live_session(id))
     {
         s.kill();
     }
@@ -323,7 +323,7 @@ fn time_out_due(env: &StoriesEnv, now: u64) {
         });
         match r {
             Ok(after) if after.attempt.as_ref().map(|x| &x.attempt_id) != Some(&a.attempt_id) => {
-                if let Some(s) = a.session_id.as_deref().and_then(|id| env.sessions.live(id)) {
+                if let Some(s) = a.session_id.as_deref().and_then(|id| env.live_session(id)) {
                     s.kill();
                 }
                 kick(env, &run.run_id);
@@ -382,7 +382,7 @@ fn time_out_launches(env: &StoriesEnv, now: u64) {
             });
             match r {
                 Ok(after) if timed_out => {
-                    if let Some(s) = l.session_id.as_deref().and_then(|id| env.sessions.live(id)) {
+                    if let Some(s) = l.session_id.as_deref().and_then(|id| env.live_session(id)) {
                         s.kill();
                     }
                     tracing::info!(run = %after.run_id, attempt = %l.attempt_id, "launched worker timed out");
@@ -486,7 +486,7 @@ fn reconcile(env: &StoriesEnv, run_id: &str) {
     let gone = a
         .session_id
         .as_deref()
-        .is_some_and(|s| env.sessions.live(s).is_none_or(|x| x.exit().is_some()));
+        .is_some_and(|s| env.live_session(s).is_none_or(|x| x.exit().is_some()));
     if !gone
         || run
             .reports
