@@ -64,7 +64,7 @@ pub struct McpState {
     pub(crate) suspends: Mutex<std::collections::HashMap<String, SuspendReply>>,
     /// (claimant protocol session, identity) pairs already warned about a refused identity
     /// claim: the spec throttles the WARN to one per claimant pair (bounded, see
-    /// `tools::agent::CLAIM_WARNINGS`).
+    /// `tools::agent::identity::CLAIM_WARNINGS`).
     pub(crate) claim_warnings: Mutex<std::collections::HashSet<(String, String)>>,
     /// Resources, prompts, logging and completion state (subscriptions, levels).
     pub features: features::Features,

@@ -589,3 +589,63 @@ async fn suspend_asks_an_attached_ui_and_returns_its_verdict() {
     drop(ui);
     assert_eq!(f.node.bus.uis_attached(), 0);
 }
+
+/// Typed arguments (`crate::args`): a field of the wrong type is refused with the field named,
+/// before anything runs, in the words the hand-written readers used; only the called action's
+/// own fields are read.
+#[tokio::test]
+async fn typed_arguments_refuse_a_wrong_type_by_name() {
+    let f = fixture();
+    let s = shell(&f).await;
+    let id = s["session_id"].as_str().unwrap().to_owned();
+    let cases = [
+        (
+            "session",
+            json!({"action": "output", "session_id": id, "limit": "10"}),
+            "limit must be a non-negative integer",
+        ),
+        (
+            "session",
+            json!({"action": "resize", "session_id": id, "rows": 70000, "cols": 80}),
+            "rows is too large",
+        ),
+        (
+            "session",
+            json!({"action": "status", "session_id": 7}),
+            "session_id must be a string",
+        ),
+        (
+            "session",
+            json!({"action": "keep_open", "session_id": id, "enabled": "yes"}),
+            "enabled (boolean) is required",
+        ),
+        (
+            "session",
+            json!({"action": "input", "session_id": id, "input": 3}),
+            "input must be a string",
+        ),
+        (
+            "repo",
+            json!({"action": "worktree_remove", "path": f.dir.path(), "branch": "b", "force": "yes"}),
+            "force must be a boolean",
+        ),
+        (
+            "agent",
+            json!({"action": "list_peers", "path": 1}),
+            "path must be a string",
+        ),
+    ];
+    for (name, args, want) in cases {
+        let e = tool(&f, &local(), name, args.clone()).await.unwrap_err();
+        assert_eq!(e.code, "invalid_arguments", "{args}");
+        assert_eq!(e.message, want, "{args}");
+    }
+    // Another action's field is not read: `status` ignores a bad `limit`.
+    let v = ok(
+        &f,
+        "session",
+        json!({"action": "status", "session_id": id, "limit": "x"}),
+    )
+    .await;
+    assert_eq!(v["session_id"], json!(id));
+}

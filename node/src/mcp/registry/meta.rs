@@ -1,0 +1,175 @@
+//! The collapsed surface: `search_tools` (BM25 over every callable tool, the index rebuilt
+//! only when the tool set changed), `get_tool_schema` and `call_tool`, which dispatches with
+//! the same filters and identity as a direct call.
+
+use super::*;
+
+impl Registry {
+    /// `search_tools`: the BM25 ranking over every callable tool (native, run-time and
+    /// proxied), best first, at most `limit` rows `{name, summary}`. The index is rebuilt
+    /// only when the tool set changed since it was built.
+    pub fn search(&self, cfg: &crate::config::Config, query: &str, limit: usize) -> Vec<Value> {
+        let corpus = self.corpus(cfg);
+        corpus
+            .index
+            .search(query, limit)
+            .into_iter()
+            .filter_map(|(name, _)| corpus.rows.get(name).cloned())
+            .collect()
+    }
+
+    fn corpus(&self, cfg: &crate::config::Config) -> Arc<Corpus> {
+        use crate::upstream::search::{Doc, Index};
+        let key: IndexKey = (
+            surface_fingerprint(cfg),
+            self.dynamic_generation.load(Ordering::Relaxed),
+            self.sources().iter().map(|s| s.generation()).collect(),
+        );
+        let mut g = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, c)) = g.as_ref()
+            && *k == key
+        {
+            return c.clone();
+        }
+        let mut docs = Vec::new();
+        let mut rows = std::collections::HashMap::new();
+        for t in self.visible(cfg) {
+            let listing = t.listing();
+            if let Some(d) = Doc::from_listing(&listing) {
+                rows.insert(
+                    d.name.clone(),
+                    json!({"name": t.name, "summary": t.summary}),
+                );
+                docs.push(d);
+            }
+        }
+        for src in self.sources() {
+            for l in src.listings() {
+                if let Some(d) = Doc::from_listing(&l) {
+                    let summary: String = d
+                        .description
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(120)
+                        .collect();
+                    rows.insert(d.name.clone(), json!({"name": d.name, "summary": summary}));
+                    docs.push(d);
+                }
+            }
+        }
+        let corpus = Arc::new(Corpus {
+            index: Index::build(&docs),
+            rows,
+        });
+        *g = Some((key, corpus.clone()));
+        corpus
+    }
+
+    pub(super) async fn call_meta(
+        &self,
+        node: &Arc<Node>,
+        ctx: &CallCtx,
+        name: &str,
+        args: Map<String, Value>,
+    ) -> Dispatched {
+        match self.call_meta_inner(node, ctx, name, args).await {
+            Ok((v, p)) => (v, p),
+            Err(e) => (Err(e), false),
+        }
+    }
+
+    async fn call_meta_inner(
+        &self,
+        node: &Arc<Node>,
+        ctx: &CallCtx,
+        name: &str,
+        args: Map<String, Value>,
+    ) -> Result<Dispatched, ToolError> {
+        let cfg = node.config();
+        let tool_arg = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| ToolError::invalid(format!("{k} is required")))
+        };
+        match name {
+            "search_tools" => {
+                let q = tool_arg("query")?;
+                let limit = match args.get("limit") {
+                    None | Some(Value::Null) => 10,
+                    Some(v) => v
+                        .as_u64()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| ToolError::invalid("limit must be an integer 1..=100"))?
+                        as usize,
+                };
+                let hits = if q.trim().is_empty() {
+                    // No keywords: the catalogue's first rows, so the agent sees what exists.
+                    let mut all: Vec<Value> = self
+                        .visible(&cfg)
+                        .iter()
+                        .map(|t| json!({"name": t.name, "summary": t.summary}))
+                        .collect();
+                    all.truncate(limit);
+                    all
+                } else {
+                    self.search(&cfg, &q, limit)
+                };
+                Ok((Ok(Answer::Value(json!({"tools": hits}))), false))
+            }
+            "get_tool_schema" => {
+                let n = tool_arg("name")?;
+                if META_TOOLS.contains(&n.as_str()) {
+                    return Err(ToolError::invalid(format!("{n} is a meta-tool")));
+                }
+                if let Some(src) = self.owner(&n) {
+                    return src.schema(&n).map(|l| (Ok(Answer::Value(l)), false));
+                }
+                self.find(&cfg, &n)
+                    .map(|t| (Ok(Answer::Value(t.listing())), false))
+                    .ok_or_else(|| ToolError::invalid(format!("no such tool: {n}")))
+            }
+            _ => {
+                let n = tool_arg("name")?;
+                if META_TOOLS.contains(&n.as_str()) {
+                    return Err(ToolError::invalid("call_tool cannot call a meta-tool"));
+                }
+                let inner = match args.get("arguments") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(m)) => m.clone(),
+                    Some(_) => return Err(ToolError::invalid("arguments must be an object")),
+                };
+                // The proxied tools' filters apply here too: discovery does not gate dispatch.
+                if let Some(src) = self.owner(&n) {
+                    return Ok((
+                        src.call(node, ctx, &n, inner).await.map(Answer::Value),
+                        true,
+                    ));
+                }
+                let Some(def) = self.find(&cfg, &n) else {
+                    return Err(ToolError::invalid(format!(
+                        "no such tool (or disabled): {n}"
+                    )));
+                };
+                let passthrough = def.passthrough;
+                Ok((run(node, ctx, def, inner).await, passthrough))
+            }
+        }
+    }
+}
+
+pub(super) fn meta_listings() -> Vec<Value> {
+    vec![
+        json!({"name": "search_tools",
+            "description": "Search the TUIC tool catalogue by keywords. Returns matching tool names with one-line summaries; fetch a schema with get_tool_schema, then invoke with call_tool.",
+            "inputSchema": {"type": "object", "properties": {"query": {"type": "string", "description": "keywords"}, "limit": {"type": "integer", "description": "most results (10)"}}, "required": ["query"]}}),
+        json!({"name": "get_tool_schema",
+            "description": "Return the full description and input schema of one tool found with search_tools.",
+            "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}),
+        json!({"name": "call_tool",
+            "description": "Call a tool by name with its arguments object (same filters and identity as a direct call).",
+            "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}}, "required": ["name"]}}),
+    ]
+}
