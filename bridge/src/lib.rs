@@ -32,6 +32,7 @@ pub mod locate;
 pub mod mcp;
 pub mod migrate;
 mod notifycmd;
+mod review;
 pub mod stdio;
 pub mod target;
 mod termcmd;
