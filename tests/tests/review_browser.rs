@@ -113,9 +113,7 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
     let changed = body
         .replace("fn line_3() {", "fn line_three() -> u32 {")
         .replace(
-            &format!(
-                "fn line_20() {{ let value_20 = \"a fairly long string literal number 20\"; }}\n"
-            ),
+            "fn line_20() { let value_20 = \"a fairly long string literal number 20\"; }\n",
             "",
         );
     std::fs::write(wt.join("lib.rs"), changed).unwrap();
