@@ -222,6 +222,45 @@ enum Cmd {
         #[arg(long, value_name = "ID")]
         revoke: Option<String>,
     },
+    /// What a session or worktree changed against its base (`[host/]SESSION` or an absolute
+    /// worktree path); with FILE, its diff (coloured on a terminal, plain when piped).
+    Diff {
+        /// `[host/]SESSION` or a worktree path.
+        target: String,
+        /// One file (repository-relative).
+        file: Option<String>,
+        /// Compare against this ref instead of the default branch.
+        #[arg(long)]
+        base: Option<String>,
+        /// The file's uncommitted changes instead of its committed ones.
+        #[arg(long)]
+        uncommitted: bool,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Review a session's changes: the diff in $PAGER, comments in $EDITOR, sent as one message.
+    Review {
+        /// `[host/]SESSION`.
+        session: String,
+    },
+    /// Land a worktree's (or session's) branch on the default branch.
+    Merge {
+        /// A worktree path or `[host/]SESSION`.
+        target: String,
+        /// One commit with the branch's tree.
+        #[arg(long, conflicts_with_all = ["ff", "rebase"])]
+        squash: bool,
+        /// Fast-forward.
+        #[arg(long, conflicts_with = "rebase")]
+        ff: bool,
+        /// Rebase onto the default branch, then fast-forward.
+        #[arg(long)]
+        rebase: bool,
+        /// The squash commit's message.
+        #[arg(long, short)]
+        message: Option<String>,
+    },
     /// Secrets for agents' `secret` tool: list | set NAME | rm NAME | answer (values are
     /// typed with echo off and never shown).
     Secret {
@@ -670,6 +709,35 @@ pub fn main() -> ExitCode {
             revoke.as_deref(),
         ),
         Cmd::Secret { cmd, name } => crate::trust::secret(&ctx, cmd, name.as_deref()),
+        Cmd::Diff {
+            target,
+            file,
+            base,
+            uncommitted,
+            json,
+        } => crate::review::diff(
+            &ctx,
+            target,
+            file.as_deref(),
+            base.as_deref(),
+            *uncommitted,
+            *json,
+        ),
+        Cmd::Review { session } => crate::review::review(&ctx, session),
+        Cmd::Merge {
+            target,
+            squash,
+            ff,
+            rebase,
+            message,
+        } => match (*squash, *ff, *rebase) {
+            (true, _, _) => crate::review::merge(&ctx, target, "squash", message.as_deref()),
+            (_, true, _) => crate::review::merge(&ctx, target, "ff", message.as_deref()),
+            (_, _, true) => crate::review::merge(&ctx, target, "rebase", message.as_deref()),
+            _ => Err(Failure::Usage(
+                "tuic merge needs --squash, --ff or --rebase".into(),
+            )),
+        },
         Cmd::Acp { cmd } => crate::acpcmd::run(&ctx, cmd),
         Cmd::Notify(args) => crate::notifycmd::run(&ctx, args),
     };

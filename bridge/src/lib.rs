@@ -34,6 +34,7 @@ pub mod mcp;
 mod mcpcmd;
 pub mod migrate;
 mod notifycmd;
+mod review;
 pub mod stdio;
 pub mod target;
 mod termcmd;

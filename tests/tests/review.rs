@@ -392,3 +392,110 @@ async fn changes_review_to_pty_and_mail_squash_merge_and_mcp() {
         assert!(v.to_string().contains(says), "{url}: {v}");
     }
 }
+
+fn tuic(node: &NodeProc, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let o = Command::new(tuic_tests::bin("tuic"))
+        .args(args)
+        .env("TUIC_SOCKET", &node.socket)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn cli_diff_review_and_merge() {
+    let cfg = config_dir(json!({}));
+    let node = NodeProc::start("tuic-node", &["--config-dir", &s(cfg.path())], &[]).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (root, wt) = setup(work.path());
+    let (st, v) = call(&node, "POST", "/repos", Some(json!({"path": s(&root)}))).await;
+    assert_eq!(st, 200, "{v}");
+    let received = work.path().join("received.bin");
+    let (_, sess) = call(
+        &node,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": s(&wt)})),
+    )
+    .await;
+    let id = sess["session_id"].as_str().unwrap().to_owned();
+    call(
+        &node,
+        "POST",
+        &format!("/sessions/{id}/write"),
+        Some(json!({"data": format!("exec cat > {}\r", s(&received))})),
+    )
+    .await;
+
+    // diff: the list, then one file — plain when piped, equal to `git diff`.
+    let (code, out, err) = tuic(&node, &["diff", &s(&wt)], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("lib.rs  +1 -2") && out.contains("new.txt  +1 -0"),
+        "{out}"
+    );
+    assert!(out.contains("agent: rename line 3"), "{out}");
+    let mb = git(&wt, &["merge-base", "main", "HEAD"]).trim().to_owned();
+    let (code, out, err) = tuic(&node, &["diff", &id, "lib.rs"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, git(&wt, &["diff", &mb, "HEAD", "--", "lib.rs"]));
+    assert!(!out.contains('\u{1b}'), "no colour when piped");
+    let (code, _, err) = tuic(&node, &["diff", "no-such-session"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no session"), "{err}");
+
+    // review: $EDITOR writes the review file; every comment goes as one message.
+    let editor = work.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'Looks close.\\nlib.rs:3: return a u64\\nlib.rs:-20: keep line 20\\n' >> \"$1\"\n",
+    )
+    .unwrap();
+    let mut perm = std::fs::metadata(&editor).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&editor, perm).unwrap();
+    let (code, out, err) = tuic(&node, &["review", &id], &[("EDITOR", &s(&editor))]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sent via pty (2 comment(s))"), "{out}");
+    wait_for(
+        "the review at the PTY",
+        Duration::from_secs(10),
+        async || {
+            std::fs::read(&received)
+                .map(|b| b.windows(7).any(|w| w == b"\x1b[201~\n"))
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    let text = String::from_utf8_lossy(&std::fs::read(&received).unwrap()).into_owned();
+    assert!(text.contains("lib.rs:3: return a u64"), "{text:?}");
+    assert!(text.contains("lib.rs:20 (old): keep line 20"), "{text:?}");
+    assert!(text.contains("Looks close."), "{text:?}");
+
+    // merge: needs a method; squash lands one commit with the worktree's tree.
+    let (code, _, err) = tuic(&node, &["merge", &s(&wt)], &[]);
+    assert_eq!(code, 2, "{err}");
+    let before = git(&root, &["rev-parse", "main"]).trim().to_owned();
+    let (code, out, err) = tuic(&node, &["merge", &s(&wt), "--squash", "-m", "Land it"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("landed 2 commit(s) of feat on main by squash"),
+        "{out}"
+    );
+    assert_eq!(git(&root, &["rev-parse", "main^"]).trim(), before);
+    assert_eq!(
+        git(&root, &["rev-parse", "main^{tree}"]),
+        git(&wt, &["rev-parse", "HEAD^{tree}"])
+    );
+    let (code, _, err) = tuic(&node, &["merge", &s(&wt), "--ff"], &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("nothing_to_land") || err.contains("behind"),
+        "{err}"
+    );
+}

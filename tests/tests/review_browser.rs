@@ -1,0 +1,356 @@
+//! Browser tests of the review loop (issue 43): Debian's headless Chromium at 390×844 against a
+//! real node over TCP — the phone opens Changes for an agent's session, sees the files and a
+//! diff whose text equals `git diff` without sideways scrolling, comments on two lines and
+//! sends (asserted at the agent's PTY); then an agent's `ui action=tab` opens a file view
+//! (markdown rendered) and an editor whose save goes through the root-gated write route.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tuic_tests::progress::Mcp;
+use tuic_tests::webdriver::{Browser, artifacts_dir};
+use tuic_tests::{NodeProc, ipc, run_with_stdin};
+
+const PASSWORD: &str = "phone pass";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_owned()
+}
+
+async fn call(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let r = ipc(&node.socket, method, path, body).await.unwrap();
+    (r.status, r.json())
+}
+
+async fn login(b: &Browser, base: &str) {
+    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
+        .await
+        .unwrap();
+    let pw = b.find("#password").await.unwrap();
+    b.type_text(&pw, PASSWORD).await.unwrap();
+    b.click(&b.find("button[type=submit]").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("location.pathname === '/mobile'", 10_000)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn phone_reviews_changes_and_opens_agent_tabs() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        json!({"secret_store": "file"}).to_string(),
+    )
+    .unwrap();
+    let dir = s(d.path());
+    let (code, _, err) = run_with_stdin(
+        "tuic-node",
+        &["set-password", "--config-dir", &dir],
+        PASSWORD,
+    )
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let node = NodeProc::start(
+        "tuic-node",
+        &[
+            "--config-dir",
+            &dir,
+            "--remote-access",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+        ],
+        &[],
+    )
+    .unwrap();
+    let base = format!("http://{}", node.tcp.unwrap());
+
+    // A repository and an agent's worktree with two commits.
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    let body: String = (1..=30)
+        .map(|i| {
+            format!(
+                "fn line_{i}() {{ let value_{i} = \"a fairly long string literal number {i}\"; }}\n"
+            )
+        })
+        .collect();
+    std::fs::write(root.join("lib.rs"), &body).unwrap();
+    std::fs::write(
+        root.join("notes.md"),
+        "# Notes\n\nSome *text* here.\n\n- one\n- two\n",
+    )
+    .unwrap();
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "base"]);
+    let root = root.canonicalize().unwrap();
+    let wt = work.path().join("repo__wt").join("feat");
+    git(&root, &["worktree", "add", "-q", "-b", "feat", &s(&wt)]);
+    let wt = wt.canonicalize().unwrap();
+    let changed = body
+        .replace("fn line_3() {", "fn line_three() -> u32 {")
+        .replace(
+            "fn line_20() { let value_20 = \"a fairly long string literal number 20\"; }\n",
+            "",
+        );
+    std::fs::write(wt.join("lib.rs"), changed).unwrap();
+    git(&wt, &["commit", "-qam", "agent: rename"]);
+    std::fs::write(wt.join("new.txt"), "fresh\n").unwrap();
+    git(&wt, &["add", "new.txt"]);
+    git(&wt, &["commit", "-qm", "agent: add new.txt"]);
+    let (st, v) = call(&node, "POST", "/repos", Some(json!({"path": s(&root)}))).await;
+    assert_eq!(st, 200, "{v}");
+
+    // The agent's terminal hands everything typed into it to a file.
+    let received = work.path().join("received.bin");
+    let (st, sess) = call(
+        &node,
+        "POST",
+        "/sessions",
+        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": s(&wt)})),
+    )
+    .await;
+    assert_eq!(st, 200, "{sess}");
+    let id = sess["session_id"].as_str().unwrap().to_owned();
+    call(
+        &node,
+        "POST",
+        &format!("/sessions/{id}/write"),
+        Some(json!({"data": format!("exec cat > {}\r", s(&received))})),
+    )
+    .await;
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.goto(&format!("{base}/mobile#/changes/{id}"))
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.querySelectorAll('#files .file').length === 2",
+        10_000,
+    )
+    .await
+    .unwrap();
+    let files = b.text(&b.find("#files").await.unwrap()).await.unwrap();
+    assert!(
+        files.contains("lib.rs") && files.contains("+1 −2"),
+        "{files}"
+    );
+    assert!(files.contains("new.txt"), "{files}");
+    let commits = b.text(&b.find("#commits").await.unwrap()).await.unwrap();
+    assert!(
+        commits.contains("agent: rename") && commits.contains("agent: add new.txt"),
+        "{commits}"
+    );
+    assert!(
+        b.text(&b.find("#delivery").await.unwrap())
+            .await
+            .unwrap()
+            .contains("pty")
+    );
+
+    // The diff: the text equals `git diff`, wrapped (no sideways scrolling).
+    b.click(&b.find("#files .file[data-file='lib.rs']").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("document.querySelectorAll('#diff .dl').length > 5", 10_000)
+        .await
+        .unwrap();
+    let shown = b
+        .eval(
+            "return Array.from(document.querySelectorAll('#diff .dl .code')).map(e => e.textContent).join('\\n') + '\\n';",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let mb = git(&wt, &["merge-base", "main", "HEAD"]).trim().to_owned();
+    assert_eq!(
+        shown.as_str().unwrap(),
+        git(&wt, &["diff", &mb, "HEAD", "--", "lib.rs"])
+    );
+    let widths = b
+        .eval(
+            "const m = document.querySelector('.changes'); return [document.documentElement.scrollWidth, innerWidth, m.scrollWidth, m.clientWidth];",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        widths[0].as_u64() <= widths[1].as_u64(),
+        "page scrolls sideways: {widths}"
+    );
+    assert!(
+        widths[2].as_u64() <= widths[3].as_u64(),
+        "changes scroll sideways: {widths}"
+    );
+    assert!(
+        b.eval(
+            "return document.querySelectorAll('#diff .dl.add mark').length",
+            json!([])
+        )
+        .await
+        .unwrap()
+        .as_u64()
+            > Some(0),
+        "word highlight"
+    );
+    b.screenshot(&artifacts_dir().join("review-diff-phone.png"))
+        .await
+        .unwrap();
+
+    // Comment on two lines (an added one and a removed one), then send.
+    for (sel, text, n) in [
+        (
+            "#diff .dl.add[data-new='3']",
+            "call it line_three_fn",
+            "1 comment",
+        ),
+        ("#diff .dl.del[data-old='20']", "keep line 20", "2 comments"),
+    ] {
+        b.click(&b.find(sel).await.unwrap()).await.unwrap();
+        let ta = b.find(".comment-form textarea").await.unwrap();
+        b.type_text(&ta, text).await.unwrap();
+        b.click(&b.find(".comment-add").await.unwrap())
+            .await
+            .unwrap();
+        b.wait_for(
+            &format!("document.getElementById('comment-count').textContent === '{n}'"),
+            10_000,
+        )
+        .await
+        .unwrap();
+    }
+    b.click(&b.find("#send-review").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('review-status').textContent.includes('sent via pty')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let got =
+            String::from_utf8_lossy(&std::fs::read(&received).unwrap_or_default()).into_owned();
+        if got.contains("\u{1b}[201~") {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "no review at the PTY: {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        text.matches("Review of your changes").count(),
+        1,
+        "{text:?}"
+    );
+    assert!(text.contains("lib.rs:3: call it line_three_fn"), "{text:?}");
+    assert!(text.contains("lib.rs:20 (old): keep line 20"), "{text:?}");
+    // The merge panel shows the proof state.
+    b.wait_for("document.getElementById('proof') && document.getElementById('proof').textContent.includes('2 ahead')", 10_000)
+        .await
+        .unwrap();
+
+    // ui action=tab from an MCP client: the attached page opens the file view.
+    let mcp = Mcp::start(&node.socket, None).await;
+    let notes = root.join("notes.md");
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for("document.body.dataset.events === 'open'", 10_000)
+        .await
+        .unwrap();
+    let (err, v) = mcp
+        .tool(
+            "ui",
+            json!({"action": "tab", "url": format!("tuic://open{}", s(&notes))}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    b.wait_for("document.querySelector('#file-view h1') && document.querySelector('#file-view h1').textContent === 'Notes'", 10_000)
+        .await
+        .unwrap();
+    let view = b.text(&b.find("#file-view").await.unwrap()).await.unwrap();
+    assert!(view.contains("Some text here."), "{view}");
+    assert_eq!(
+        b.eval(
+            "return document.querySelector('#file-view em').textContent",
+            json!([])
+        )
+        .await
+        .unwrap(),
+        "text"
+    );
+    b.screenshot(&artifacts_dir().join("review-tab-file-phone.png"))
+        .await
+        .unwrap();
+
+    // An edit tab saves through the gate.
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for("document.body.dataset.events === 'open'", 10_000)
+        .await
+        .unwrap();
+    let (err, v) = mcp
+        .tool(
+            "ui",
+            json!({"action": "tab", "url": format!("tuic://edit{}", s(&notes))}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    b.wait_for("document.getElementById('editor') && document.getElementById('editor').value.startsWith('# Notes')", 10_000)
+        .await
+        .unwrap();
+    let ed = b.find("#editor").await.unwrap();
+    b.clear(&ed).await.unwrap();
+    b.type_text(&ed, "# Edited on the phone\n").await.unwrap();
+    b.click(&b.find("#save").await.unwrap()).await.unwrap();
+    b.wait_for(
+        "document.getElementById('save-status').textContent === 'Saved'",
+        10_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&notes).unwrap(),
+        "# Edited on the phone\n"
+    );
+
+    // Refusals: a path outside the roots, another tuic:// action.
+    let outside = work.path().join("outside.md");
+    std::fs::write(&outside, "x").unwrap();
+    let (err, v) = mcp
+        .tool(
+            "ui",
+            json!({"action": "tab", "url": format!("tuic://edit{}", s(&outside))}),
+        )
+        .await;
+    assert!(err && v.to_string().contains("outside"), "{v}");
+    let (err, v) = mcp
+        .tool(
+            "ui",
+            json!({"action": "tab", "url": format!("tuic://open-repo{}", s(&root))}),
+        )
+        .await;
+    assert!(err && v.to_string().contains("repo action=add"), "{v}");
+}
