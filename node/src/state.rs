@@ -115,6 +115,8 @@ pub struct Node {
     pub notify: crate::notify::Notify,
     /// ACP connections to configured agents (`crate::acp`).
     pub acp: Arc<crate::acp::Acp>,
+    /// Pull requests, issues, CI logs and the `github_pr` proof (`crate::github`).
+    pub github: Arc<crate::github::Github>,
 }
 
 impl Node {
@@ -213,6 +215,7 @@ impl Node {
             ));
             mcp.registry.add_source(upstreams.clone());
             mcp.registry.add_source(peer.hub_tools.clone());
+            let github = Arc::new(crate::github::Github::new(github_env(weak, &vault, &repos)));
             let domain = Domain::new(
                 weak,
                 Shared {
@@ -222,6 +225,7 @@ impl Node {
                     shutdown: &shutdown,
                     repos: &repos,
                     sessions: &sessions,
+                    github: &github,
                 },
                 journal,
                 automations,
@@ -245,6 +249,7 @@ impl Node {
                 acp: Arc::new(crate::acp::Acp::open(acp_env(
                     weak, &paths, &bus, &store, &tasks, &shutdown,
                 ))),
+                github,
                 name,
                 paths,
                 config_file,
@@ -613,6 +618,7 @@ struct Shared<'a> {
     shutdown: &'a CancellationToken,
     repos: &'a Arc<Repos>,
     sessions: &'a Arc<crate::session::Registry>,
+    github: &'a Arc<crate::github::Github>,
 }
 
 /// The domain services (`git`, `progress`, `ops`, `automations`, `tailscale`, `ext`), each
@@ -642,6 +648,7 @@ impl Domain {
             repos: sh.repos.clone(),
             sessions: sh.sessions.clone(),
             bus: sh.bus.clone(),
+            github: Some(sh.github.clone() as Arc<dyn crate::git::PrEvidence>),
         });
         let (config, peers) = (node.clone(), node.clone());
         let progress = Arc::new(crate::progress::Progress::with_journal(
@@ -733,6 +740,26 @@ impl Domain {
     }
 }
 
+/// The GitHub service's environment: the `github` config section read afresh, the vault
+/// (its token) and the registered repositories.
+fn github_env(
+    node: &Weak<Node>,
+    vault: &Arc<Vault>,
+    repos: &Arc<Repos>,
+) -> crate::github::GithubEnv {
+    let settings = node.clone();
+    crate::github::GithubEnv {
+        settings: Arc::new(move || {
+            settings
+                .upgrade()
+                .map(|n| crate::github::Settings::from_keys(&n.config().extra))
+                .unwrap_or_default()
+        }),
+        vault: vault.clone(),
+        repos: repos.clone(),
+    }
+}
+
 /// The upstream service's environment: the vault, tasks and shutdown, and the tuning read
 /// from the current config.
 fn upstream_env(
@@ -815,7 +842,9 @@ impl crate::stories::env::Host for PlanningHost {
     }
 
     fn journal(&self, entry: crate::progress::NewEntry) -> Result<(), String> {
-        self.node()?.progress.append(entry)
+        self.node()?
+            .progress
+            .append(entry)
             .map(drop)
             .map_err(|e| e.to_string())
     }
