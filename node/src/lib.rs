@@ -27,6 +27,7 @@ mod events;
 pub mod ext;
 mod fs;
 mod git;
+pub mod github;
 pub mod guard;
 pub mod link;
 pub mod logs;

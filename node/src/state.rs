@@ -117,6 +117,8 @@ pub struct Node {
     pub acp: Arc<crate::acp::Acp>,
     /// Stored reviews, their delivery and landing (`crate::review`).
     pub reviews: Arc<crate::review::Reviews>,
+    /// Pull requests, issues, CI logs and the `github_pr` proof (`crate::github`).
+    pub github: Arc<crate::github::Github>,
 }
 
 impl Node {
@@ -207,6 +209,7 @@ impl Node {
                 paths.upstreams_file(),
                 upstream_env(weak, &vault, &tasks, &shutdown),
             ));
+            let github = Arc::new(crate::github::Github::new(github_env(weak, &vault, &repos)));
             let domain = Domain::new(
                 weak,
                 Shared {
@@ -216,6 +219,7 @@ impl Node {
                     shutdown: &shutdown,
                     repos: &repos,
                     sessions: &sessions,
+                    github: &github,
                 },
                 journal,
                 automations,
@@ -248,6 +252,7 @@ impl Node {
                     &shutdown,
                 )),
                 acp,
+                github,
                 name,
                 paths,
                 config_file,
@@ -644,6 +649,7 @@ struct Shared<'a> {
     shutdown: &'a CancellationToken,
     repos: &'a Arc<Repos>,
     sessions: &'a Arc<crate::session::Registry>,
+    github: &'a Arc<crate::github::Github>,
 }
 
 /// The domain services (`git`, `progress`, `ops`, `automations`, `tailscale`, `ext`), each
@@ -673,6 +679,7 @@ impl Domain {
             repos: sh.repos.clone(),
             sessions: sh.sessions.clone(),
             bus: sh.bus.clone(),
+            github: Some(sh.github.clone() as Arc<dyn crate::git::PrEvidence>),
         });
         let (config, peers) = (node.clone(), node.clone());
         let progress = Arc::new(crate::progress::Progress::with_journal(
@@ -761,6 +768,26 @@ impl Domain {
             tailscale,
             ext,
         }
+    }
+}
+
+/// The GitHub service's environment: the `github` config section read afresh, the vault
+/// (its token) and the registered repositories.
+fn github_env(
+    node: &Weak<Node>,
+    vault: &Arc<Vault>,
+    repos: &Arc<Repos>,
+) -> crate::github::GithubEnv {
+    let settings = node.clone();
+    crate::github::GithubEnv {
+        settings: Arc::new(move || {
+            settings
+                .upgrade()
+                .map(|n| crate::github::Settings::from_keys(&n.config().extra))
+                .unwrap_or_default()
+        }),
+        vault: vault.clone(),
+        repos: repos.clone(),
     }
 }
 

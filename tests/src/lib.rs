@@ -22,6 +22,7 @@ pub mod bench_worktrees;
 pub mod bridge;
 pub mod fake;
 pub mod fed;
+pub mod github_replay;
 pub mod impair;
 pub mod netns;
 pub mod progress;

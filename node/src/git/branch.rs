@@ -10,8 +10,8 @@
 //! `noop_merge` (`git merge-tree` merges cleanly to the target's own tree). The heuristic
 //! `content_superset` (same-subject twin patches ignoring context and hunk coordinates, or every
 //! added line present with its multiplicity in the same regular files at the target tip) needs
-//! an archive ref at the exact tip before deletion. `github_pr` needs GitHub access this node
-//! does not have and is answered as unavailable. A query changes no refs, index or working
+//! an archive ref at the exact tip before deletion. `github_pr` (a merged pull request whose
+//! head is exactly the tip) is added by `query.rs` through the GitHub hook. A query changes no refs, index or working
 //! files (virtual merges may write unreachable objects).
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::{GitError, Runner};
 
-/// How `github_pr` evidence is answered: this node has no GitHub access.
+/// How `github_pr` evidence is answered without the GitHub hook.
 pub(crate) const GITHUB_PR_UNAVAILABLE: &str = "unavailable: no GitHub access";
 
 /// Target commits scanned for squash messages and twin patches, newest first.
@@ -149,8 +149,8 @@ pub(crate) struct Integration {
     pub archive_ref: String,
     /// Every checkout of the branch, the main checkout included.
     pub worktree_paths: Vec<String>,
-    /// GitHub PR evidence.
-    pub github_pr: &'static str,
+    /// GitHub PR evidence (`merged: #N`, `none`, `not needed: <proof>`, `unavailable: …`).
+    pub github_pr: String,
     /// Why no verdict could be established.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -215,7 +215,7 @@ pub(crate) fn classify(
         archived: false,
         archive_ref,
         worktree_paths,
-        github_pr: GITHUB_PR_UNAVAILABLE,
+        github_pr: GITHUB_PR_UNAVAILABLE.into(),
         error: None,
     };
     let (primary, variant) = archive_refs(branch, tip);

@@ -145,6 +145,27 @@ pub struct GitEnv {
     /// `worktree-created`, `worktree-removed`, `session-worktree-declared` and the orphan
     /// dialog's events go here.
     pub bus: Arc<Bus>,
+    /// The `github_pr` proof's evidence (the GitHub service); `None` answers it unavailable.
+    pub github: Option<Arc<dyn PrEvidence>>,
+}
+
+/// GitHub pull-request evidence for the `github_pr` proof, answered by the GitHub service
+/// (`crate::github`) through this hook, so the git service never holds it or the node.
+pub trait PrEvidence: Send + Sync {
+    /// Per `(branch, tip)` of the repository at `root`: the number of a merged pull request
+    /// whose head was exactly `tip`, or `None`. `Err` says why GitHub cannot be asked.
+    /// Blocking (called on the blocking pool).
+    fn merged_prs(
+        &self,
+        root: &Path,
+        branches: &[(String, String)],
+    ) -> Result<Vec<Option<u64>>, String>;
+}
+
+impl std::fmt::Debug for dyn PrEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrEvidence")
+    }
 }
 
 /// The git service: its bounded runner, open orphan dialogs, per-repository mutation locks and

@@ -35,7 +35,7 @@ impl Git {
             }
         }
         let targets = Targets::resolve(git, &r.root);
-        let v: Vec<Integration> = fan_out(&bs, super::GIT_CONCURRENCY, |(b, tip)| {
+        let mut v: Vec<Integration> = fan_out(&bs, super::GIT_CONCURRENCY, |(b, tip)| {
             branch::classify(
                 git,
                 &r.root,
@@ -45,10 +45,64 @@ impl Git {
                 paths.get(b).cloned().unwrap_or_default(),
             )
         });
+        self.github_pr(&r.root, &mut v);
         Ok(match only {
             Some(_) => json!(v[0]),
             None => json!(v),
         })
+    }
+
+    /// The `github_pr` proof: branches no structural proof integrated are asked of GitHub
+    /// (at most [`crate::github::MAX_PR_BRANCHES`]); a merged pull request whose head is
+    /// exactly the tip integrates the branch with proof `github_pr`.
+    fn github_pr(&self, root: &std::path::Path, v: &mut [Integration]) {
+        let Some(hook) = &self.env.github else {
+            return;
+        };
+        let mut ask = Vec::new();
+        for (i, x) in v.iter_mut().enumerate() {
+            match x.proof {
+                Some(p) => x.github_pr = format!("not needed: {p}"),
+                None if x.commit_status == "in_sync" => x.github_pr = "not needed: in_sync".into(),
+                None if x.error.is_none() && ask.len() < crate::github::MAX_PR_BRANCHES => {
+                    ask.push(i);
+                }
+                None => {
+                    x.github_pr = format!(
+                        "unavailable: not asked (at most {} branches per query; query the branch alone)",
+                        crate::github::MAX_PR_BRANCHES
+                    )
+                }
+            }
+        }
+        if ask.is_empty() {
+            return;
+        }
+        let pairs: Vec<(String, String)> = ask
+            .iter()
+            .map(|&i| (v[i].branch.clone(), v[i].tip.clone()))
+            .collect();
+        match hook.merged_prs(root, &pairs) {
+            Ok(found) => {
+                for (&i, pr) in ask.iter().zip(found) {
+                    let x = &mut v[i];
+                    match pr {
+                        Some(n) => {
+                            x.github_pr = format!("merged: #{n}");
+                            x.proof = Some("github_pr");
+                            x.integrated = true;
+                            x.commit_status = "merged";
+                        }
+                        None => x.github_pr = "none".into(),
+                    }
+                }
+            }
+            Err(why) => {
+                for &i in &ask {
+                    v[i].github_pr = format!("unavailable: {why}");
+                }
+            }
+        }
     }
 
     /// `branch_delete`.

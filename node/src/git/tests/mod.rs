@@ -114,6 +114,7 @@ impl Bed {
             repos: repos.clone(),
             sessions: sessions.clone(),
             bus: bus.clone(),
+            github: None,
         });
         Self {
             _store_dir: store_dir,
