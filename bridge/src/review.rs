@@ -14,7 +14,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 use tuic_proto::ipc_http::{Request, Response};
 
-use crate::cli::{Ctx, Failure};
+use crate::ctx::{Ctx, Failure};
 
 fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()

@@ -791,6 +791,29 @@ fn github_env(
     }
 }
 
+/// The planning layer's environment: its two services, the bus, tasks and shutdown, the
+/// session registry and the services beside it, each reached through a weak reference to the
+/// node being built.
+fn planning_env(
+    node: &Weak<Node>,
+    stories: &Arc<crate::stories::Stories>,
+    workflows: &Arc<crate::stories::workflow::Workflows>,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::stories::StoriesEnv {
+    let sessions = node.clone();
+    crate::stories::StoriesEnv {
+        stories: stories.clone(),
+        workflows: workflows.clone(),
+        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        host: Arc::new(PlanningHost(node.clone())),
+    }
+}
+
 /// The upstream service's environment: the vault, tasks and shutdown, and the tuning read
 /// from the current config.
 fn upstream_env(
