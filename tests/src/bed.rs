@@ -38,9 +38,16 @@ pub fn remote_proc_as(
     let (code, _, err) =
         run_with_stdin(binary, &["set-password", "--config-dir", &dir], password).unwrap();
     assert_eq!(code, 0, "{err}");
+    let p = start_remote(binary, &dir, port, extra);
+    (d, p)
+}
+
+/// `binary` on the config dir `dir` with remote access on loopback, asked for `port`, with
+/// `extra` flags (a restart on the same dir, or the start after [`remote_proc_as`]'s setup).
+pub fn start_remote(binary: &str, dir: &str, port: &str, extra: &[&str]) -> NodeProc {
     let args: Vec<&str> = [
         "--config-dir",
-        &dir,
+        dir,
         "--remote-access",
         "--port",
         port,
@@ -51,8 +58,7 @@ pub fn remote_proc_as(
     .chain(extra)
     .copied()
     .collect();
-    let p = NodeProc::start(binary, &args, &[]).unwrap();
-    (d, p)
+    NodeProc::start(binary, &args, &[]).unwrap()
 }
 
 /// A node with the file secret store, [`PASSWORD`] and remote access on loopback.

@@ -294,22 +294,7 @@ async fn desktop_layout_shows_list_and_session_side_by_side() {
 async fn view_reconnects_after_the_node_restarts() {
     let (d, mut node) = remote_node();
     let dir = d.path().to_str().unwrap().to_owned();
-    let start = |port: &str| {
-        NodeProc::start(
-            "tuic-node",
-            &[
-                "--config-dir",
-                &dir,
-                "--remote-access",
-                "--port",
-                port,
-                "--bind",
-                "127.0.0.1",
-            ],
-            &[],
-        )
-        .unwrap()
-    };
+    let start = |port: &str| bed::start_remote("tuic-node", &dir, port, &[]);
     let port = node.tcp.unwrap().port().to_string();
     let base = format!("http://127.0.0.1:{port}");
     let sid = create_session(&node).await;
