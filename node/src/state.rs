@@ -974,6 +974,15 @@ impl crate::link::quic::LinkHost for LinkHost {
 }
 
 impl Node {
+    /// What an agent's send to an address uses (`crate::mail::send`).
+    pub(crate) fn send_env(&self) -> crate::mail::SendEnv<'_> {
+        crate::mail::SendEnv {
+            peer: &self.peer,
+            router: self.ext.mail_router(),
+            wait: std::time::Duration::from_millis(self.config().tuning.peer_send_wait_ms),
+        }
+    }
+
     /// The QUIC listener's handles (`crate::link::quic::listen`).
     pub(crate) fn link_env(self: &Arc<Self>) -> crate::link::quic::LinkEnv {
         crate::link::quic::LinkEnv {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tuic_proto::peer::{
-    AckOutcome, Address, AddressError, ErrorCode, Outbox, OutboxChange, OutboxLimits, Response,
-    SenderOutcome, WireMessage, parse_address,
+    AckOutcome, Address, AddressError, ErrorCode, Outbox, OutboxChange, OutboxLimits, PeerEntry,
+    Response, SenderOutcome, WireMessage, parse_address,
 };
 
 use super::uplink::UPLINK;
@@ -313,4 +313,31 @@ pub(crate) fn error_code(code: ErrorCode) -> &'static str {
         ErrorCode::Unavailable => "unavailable",
         _ => "refused",
     }
+}
+
+/// This node's registered peers as link entries (no address: the hub assigns those).
+pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
+    let peers: Vec<(String, crate::mail::Peer)> = node
+        .mail
+        .lock()
+        .peers
+        .iter()
+        .filter(|(_, p)| path.is_none() || p.path.as_deref() == path)
+        .map(|(k, p)| (k.clone(), p.clone()))
+        .collect();
+    peers
+        .into_iter()
+        .map(|(k, p)| {
+            let live = node.sessions.live(&k).filter(|s| s.tuic_session == k);
+            PeerEntry {
+                tuic_session: k,
+                name: p.name,
+                orchestrator: p.orchestrator,
+                address: None,
+                alias: live.as_ref().map(|s| s.alias.clone()),
+                session_id: live.as_ref().map(|s| s.id.clone()),
+                path: p.path,
+            }
+        })
+        .collect()
 }

@@ -40,12 +40,13 @@ pub(crate) mod trust;
 pub(crate) mod uplink;
 pub(crate) mod wake;
 
-pub use deliver::{LateRefusal, deliver_local, local_id, persist_outbox, post_refusals_later};
+pub use deliver::{
+    LateRefusal, deliver_local, local_entries, local_id, persist_outbox, post_refusals_later,
+};
 pub(crate) use deliver::{
     Route, deliver_batch, error_code, load_outboxes, post_refusals, recipient_retired, route,
 };
-pub use send::local_entries;
-pub(crate) use send::remote_peers;
+pub(crate) use send::{SendEnv, remote_peers};
 pub use uplink::{OutcomeTx, PendingCustody, Queued, Refusal, notify_waiter, outbox_ops};
 pub(crate) use uplink::{PeerState, UPLINK, limits};
 

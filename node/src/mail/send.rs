@@ -7,12 +7,25 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tuic_proto::mail::MAX_MESSAGE_BYTES;
-use tuic_proto::peer::{ErrorCode, OutboxError, PeerEntry, SenderOutcome, WireMessage, Withdrawn};
+use tuic_proto::peer::{ErrorCode, OutboxError, SenderOutcome, WireMessage, Withdrawn};
 
-use super::uplink::{PendingCustody, Queued, Refusal, UPLINK, lock_inner};
+use super::uplink::{PeerState, PendingCustody, Queued, Refusal, UPLINK, lock_inner};
+use crate::ext::MailRouter;
 use crate::link::commit::CommitResult;
 use crate::session::now_ms;
-use crate::state::Node;
+
+/// What an agent's send to an address uses, built by the composition root
+/// (`Node::send_env`): the node's uplink state, the process's mail router when one is
+/// installed (a hub's: its own agents' mail goes through its relay instead), and how long a
+/// sender waits for the verdict (`tuning.peer_send_wait_ms`).
+pub(crate) struct SendEnv<'a> {
+    /// The uplink outbox, waiters and pushed directory.
+    pub(crate) peer: &'a PeerState,
+    /// The installed `ext::MailRouter`, if any.
+    pub(crate) router: Option<&'a Arc<dyn MailRouter>>,
+    /// The verdict wait.
+    pub(crate) wait: Duration,
+}
 
 /// How an `agent send` to an address ended: the peer layer's typed answer. The MCP tool's
 /// rendering is [`Sent::to_json`] (the MCP tool's error rendering of the refusals is
@@ -121,7 +134,7 @@ impl Sent {
 /// committed), `uncertain` (on the wire when the link dropped; committed here, resent with the
 /// same id, never as new mail), or a refusal naming the connection.
 pub(crate) async fn send_to_address(
-    node: &Arc<Node>,
+    env: &SendEnv<'_>,
     from: &str,
     from_name: Option<String>,
     to: &str,
@@ -132,7 +145,7 @@ pub(crate) async fn send_to_address(
             bytes: message.len(),
         });
     }
-    let mut queued = match node.ext.mail_router() {
+    let mut queued = match env.router {
         Some(router) => {
             // A hub's own agent: its relay step commits custody (blocking).
             let (router, from, to) = (router.clone(), from.to_owned(), to.to_owned());
@@ -146,7 +159,7 @@ pub(crate) async fn send_to_address(
                     })
                 })
         }
-        None => queue_uplink(node, from, from_name, to, message),
+        None => queue_uplink(env.peer, from, from_name, to, message),
     }
     .map_err(|refusal| SendError::Refused {
         refusal,
@@ -155,7 +168,7 @@ pub(crate) async fn send_to_address(
     // Whether the next hop said it holds the mail (committed there), so this hop's custody
     // commit is no longer what the answer rests on.
     let mut held_beyond = false;
-    let wait = Duration::from_millis(node.config().tuning.peer_send_wait_ms);
+    let wait = env.wait;
     let mut status = SentStatus::Accepted;
     let mut connection = queued.connection.clone();
     if let Some(why) = &queued.unsaved {
@@ -186,7 +199,7 @@ pub(crate) async fn send_to_address(
                     connection,
                     message,
                 }) => {
-                    forget_waiter(node, &queued.message_id);
+                    forget_waiter(env.peer, &queued.message_id);
                     let r = Refusal {
                         code,
                         connection,
@@ -212,7 +225,7 @@ pub(crate) async fn send_to_address(
             }
         }
     }
-    forget_waiter(node, &queued.message_id);
+    forget_waiter(env.peer, &queued.message_id);
     if status != SentStatus::Delivered
         && !held_beyond
         && let Some(PendingCustody(rx)) = queued.custody.take()
@@ -220,7 +233,7 @@ pub(crate) async fn send_to_address(
         // The answer promises the mail survives a crash: its custody commit first (the
         // committer thread runs the group). A `delivered` verdict needs none: the mail is in
         // the recipient's inbox, its ring committed there.
-        node.peer.committer.wake();
+        env.peer.committer.wake();
         match rx.await {
             Ok(Custody::Durable) => {}
             Ok(Custody::OnItsWay(e)) => {
@@ -263,9 +276,9 @@ pub(crate) async fn send_to_address(
     })
 }
 
-fn forget_waiter(node: &Node, message_id: &str) {
+fn forget_waiter(peer: &PeerState, message_id: &str) {
     // A verdict that raced the end of the wait is reported as a notice later, not lost.
-    node.peer.lock().waiters.remove(message_id);
+    peer.lock().waiters.remove(message_id);
 }
 
 /// What became of a sender's custody commit.
@@ -282,7 +295,7 @@ pub(crate) enum Custody {
 /// A node's own send to an address: into the uplink outbox, the link task told at once (the
 /// mail leaves before its custody commit); the commit is left pending for `send_remote`.
 fn queue_uplink(
-    node: &Arc<Node>,
+    peer: &PeerState,
     from: &str,
     from_name: Option<String>,
     to: &str,
@@ -299,7 +312,7 @@ fn queue_uplink(
         kind: None,
         lifecycle: None,
     };
-    let mut p = node.peer.lock();
+    let mut p = peer.lock();
     match p.uplink.push(m) {
         Ok(_) => {}
         Err(e @ OutboxError::Full { .. }) => {
@@ -330,7 +343,7 @@ fn queue_uplink(
     // out on the committer thread when it has not left yet (nothing is promised that a crash
     // would lose); mail already on its way stays held, and the caller hears it is unsaved.
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let inner = node.peer.inner.clone();
+    let inner = peer.inner.clone();
     let id = message_id.clone();
     p.durable.0.push(Box::new(move |r: CommitResult| {
         let custody = match r {
@@ -367,10 +380,10 @@ fn queue_uplink(
 
 /// Peers reachable through the peer link, as `list_peers` entries with their addresses: on a
 /// hub, every connected node's peers; on a node, what its hub last pushed.
-pub(crate) fn remote_peers(node: &Node, path: Option<&str>) -> Vec<Value> {
-    let entries = match node.ext.mail_router() {
+pub(crate) fn remote_peers(env: &SendEnv<'_>, path: Option<&str>) -> Vec<Value> {
+    let entries = match env.router {
         Some(h) => h.peers(),
-        None => node.peer.lock().directory.clone(),
+        None => env.peer.lock().directory.clone(),
     };
     entries
         .into_iter()
@@ -391,33 +404,6 @@ pub(crate) fn remote_peers(node: &Node, path: Option<&str>) -> Vec<Value> {
                 v["path"] = json!(path);
             }
             Some(v)
-        })
-        .collect()
-}
-
-/// This node's registered peers as link entries (no address: the hub assigns those).
-pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
-    let peers: Vec<(String, crate::mail::Peer)> = node
-        .mail
-        .lock()
-        .peers
-        .iter()
-        .filter(|(_, p)| path.is_none() || p.path.as_deref() == path)
-        .map(|(k, p)| (k.clone(), p.clone()))
-        .collect();
-    peers
-        .into_iter()
-        .map(|(k, p)| {
-            let live = node.sessions.live(&k).filter(|s| s.tuic_session == k);
-            PeerEntry {
-                tuic_session: k,
-                name: p.name,
-                orchestrator: p.orchestrator,
-                address: None,
-                alias: live.as_ref().map(|s| s.alias.clone()),
-                session_id: live.as_ref().map(|s| s.id.clone()),
-                path: p.path,
-            }
         })
         .collect()
 }

@@ -265,7 +265,7 @@ fn list_peers(node: &Arc<Node>, path: Option<&str>) -> Result<Value, ToolError> 
             v
         })
         // Federation hook: peers behind the peer link, with their addresses.
-        .chain(crate::mail::remote_peers(node, path))
+        .chain(crate::mail::remote_peers(&node.send_env(), path))
         .collect();
     Ok(json!({"peers": list}))
 }

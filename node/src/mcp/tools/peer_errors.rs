@@ -59,9 +59,11 @@ pub(super) async fn send_remote(
     to: &str,
     message: String,
 ) -> Result<Value, ToolError> {
-    Ok(peer::send_to_address(node, from, from_name, to, message)
-        .await?
-        .to_json(to))
+    Ok(
+        peer::send_to_address(&node.send_env(), from, from_name, to, message)
+            .await?
+            .to_json(to),
+    )
 }
 
 #[cfg(test)]
