@@ -51,7 +51,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - worktree_list (path): every worktree keyed by branch with lifecycle_status {dirty_files, missing_checkout, commit_status merged|unmerged|in_sync|unknown, removal_safety safe|requires_force|unknown, locked, fingerprint}.\n\
 - worktree_lifecycle (path, branch): the fresh verdict and fingerprint of one worktree.\n\
 - worktree_remove (path, branch, force?, expected_fingerprint?, delete_branch?, override_lock?): refuses dirty work unless force (which needs expected_fingerprint), locked worktrees unless override_lock; returns {ok, warnings}.\n\
-- branch_integrations (path) / branch_integration (path, branch): proofs ancestry, integration_ancestry, patch_equivalence, squash_message, noop_merge, content_superset, github_pr (a merged GitHub pull request whose head is exactly the tip; needs a GitHub token, else github_pr says unavailable and why).\n\
+- branch_integrations (path) / branch_integration (path, branch): proofs ancestry, integration_ancestry, patch_equivalence, squash_message, noop_merge, content_superset, github_pr (needs a token).\n\
 - branch_delete (path, branch, archive?): deletes an integrated local branch not checked out anywhere, keeping its tip under refs/archive/<branch>; archive=true also deletes an unmerged one recoverably.\n\
 - progress_list (path, input?: {blockedOnly?, ptyId?, limit? 1-100 default 8, cursor?}): the project's progress journal, newest first: {entries, total, nextCursor} (nextCursor null on the final page).\n\
 - orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.\n\
