@@ -221,10 +221,7 @@ enum Prelude {
 /// The checks every action shares: removed actions, the action list (the remote rights were
 /// checked at dispatch, `mcp::rights`), then the extension router for an address of another
 /// host (which may wait for the owner).
-async fn prelude(
-    node: &Arc<Node>,
-    args: &Map<String, Value>,
-) -> Result<(&'static str, Prelude), ToolError> {
+async fn prelude(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Prelude, ToolError> {
     if args.get("action").and_then(Value::as_str) == Some("process_stats") {
         return Err(ToolError::removed(
             "session",
@@ -233,17 +230,13 @@ async fn prelude(
         ));
     }
     let a = action("session", ACTIONS, args)?;
-    let a = ACTIONS.iter().copied().find(|x| *x == a).unwrap_or("list");
     // Extension hook (`ext::HostRouter`): an address of another host goes to its owner, and
     // the router may name a session of this host under another name.
-    Ok((
-        a,
-        match node.ext.route_session(a, args).await? {
-            Some(crate::ext::Routed::Answered(v)) => Prelude::Answered(v),
-            Some(crate::ext::Routed::Local(rewritten)) => Prelude::Here(rewritten),
-            None => Prelude::Here(args.clone()),
-        },
-    ))
+    Ok(match node.ext.route_session(a, args).await? {
+        Some(crate::ext::Routed::Answered(v)) => Prelude::Answered(v),
+        Some(crate::ext::Routed::Local(rewritten)) => Prelude::Here(rewritten),
+        None => Prelude::Here(args.clone()),
+    })
 }
 
 /// Every `session` call: the shared checks and a hub's routing (awaited, never on a parked
@@ -254,22 +247,15 @@ async fn serve(
     ctx: CallCtx,
     args: Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let (a, args) = match prelude(&node, &args).await? {
-        (_, Prelude::Answered(v)) => return Ok(v),
-        (a, Prelude::Here(args)) => (a, args),
+    let args = match prelude(&node, &args).await? {
+        Prelude::Answered(v) => return Ok(v),
+        Prelude::Here(args) => args,
     };
-    match a {
-        "submit" | "wait" | "suspend" => {}
-        _ => return crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await,
-    }
     match typed("session", ACTIONS, &args)? {
         Call::Submit(t) => submit(&node, &t, &args).await,
         Call::Wait(w) => wait(&node, w).await,
         Call::Suspend(t) => suspend(&node, &ctx, &t).await,
-        _ => Err(ToolError::new(
-            "internal",
-            format!("session action={a} runs synchronously"),
-        )),
+        _ => crate::mcp::registry::run_here(&node, &ctx, &TOOL, args).await,
     }
 }
 
