@@ -122,6 +122,8 @@ pub(crate) static REMOTE_RIGHTS: &[(&str, &str, Right)] = &[
     ("repo", "worktree_lifecycle", Open),
     ("repo", "branch_integrations", Open),
     ("repo", "branch_integration", Open),
+    ("repo", "diff_summary", Open),
+    ("repo", "diff_file", Open),
     ("repo", "branch_delete", Local(REPO_CHANGES)),
     ("repo", "progress_list", Open),
     ("repo", "orphan_cleanup_answer", Local(REPO_CHANGES)),

@@ -55,8 +55,8 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - branch_delete (path, branch, archive?): deletes an integrated local branch not checked out anywhere, keeping its tip under refs/archive/<branch>; archive=true also deletes an unmerged one recoverably.\n\
 - progress_list (path, input?: {blockedOnly?, ptyId?, limit? 1-100 default 8, cursor?}): the project's progress journal, newest first: {entries, total, nextCursor} (nextCursor null on the final page).\n\
 - orphan_cleanup_answer (path, decision=remove|keep): answer the open orphan cleanup dialog.\n\
-- diff_summary (path: worktree or repository root, branch?, base?, offset?, limit?): changed files against the merge-base with the default branch (or base) with status and +/- counts, the commits, and uncommitted changes apart.\n\
-- diff_file (path, file, branch?, base?, uncommitted?, offset?, limit?): one file's unified diff (renames followed, word highlights); binary and huge files summarised; paged by line.",
+- diff_summary (path: worktree or root, branch?, base?, offset?, limit?): files changed since the merge-base (+/-), commits, uncommitted apart.\n\
+- diff_file (path, file, uncommitted?, ...): one file's diff; binary and huge summarised.",
     actions: ACTIONS,
     schema: || {
         schema(
@@ -72,8 +72,8 @@ pub(super) static TOOL: ToolDef = ToolDef {
                    "decision": {"type": "string", "enum": ["remove", "keep"]},
                    "file": {"type": "string"},
                    "uncommitted": {"type": "boolean"},
-                   "offset": {"type": "integer", "minimum": 0},
-                   "limit": {"type": "integer", "minimum": 1},
+                   "offset": {"type": "integer"},
+                   "limit": {"type": "integer"},
                    "input": crate::progress::list_input_schema()}),
         )
     },

@@ -26,7 +26,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     description: "Reach the user through the connected UIs.\n\
 - toast (message, title?, level=info|warn|error, sound?): sound is true/false or one of question, completion, error, warning, info, attention; true follows the level. Use attention when you are blocked on the user.\n\
 - confirm (message, title?): a yes/no dialog; blocks up to 300 s.\n\
-- tab (url, title?, focus?=true, id?, pinned?): open a tab in every attached UI: tuic://open/<abs path> (file view), tuic://edit/<abs path> (editor saving through the root-gated write route), or an http(s) URL; the path must be inside a registered repository; a focused file tab switches to the repository owning it. Other tuic:// actions and custom schemes are refused (use repo action=add for tuic://open-repo).",
+- tab (url, title?, focus?, id?): tuic://open/<abs path>, tuic://edit/<abs path> or http(s), in every attached UI; the path must be in a registered repository; other tuic:// refused.",
     actions: ACTIONS,
     schema: || {
         schema(
@@ -38,7 +38,6 @@ pub(super) static TOOL: ToolDef = ToolDef {
                 "sound": {"oneOf": [{"type": "boolean"}, {"type": "string", "enum": SOUNDS}]},
                 "url": {"type": "string"},
                 "focus": {"type": "boolean"},
-                "pinned": {"type": "boolean"},
                 "id": {"type": "string"}
             }),
         )

@@ -93,7 +93,6 @@ pub(super) fn tab(
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ToolError::invalid("ui: url is required"))?;
     let focus = args.get("focus").and_then(Value::as_bool).unwrap_or(true);
-    let pinned = args.get("pinned").and_then(Value::as_bool).unwrap_or(false);
     let tab_id = args
         .get("id")
         .and_then(Value::as_str)
@@ -149,7 +148,7 @@ pub(super) fn tab(
         });
     let mut ev = json!({
         "tab_id": tab_id, "kind": kind, "url": url, "title": title,
-        "focus": focus, "pinned": pinned,
+        "focus": focus,
     });
     if let Some(p) = &path {
         ev["path"] = json!(p);
