@@ -155,9 +155,10 @@ pub(super) fn handle(
             let _ = node.git.orphan_scan(path);
             Ok(v)
         }
-        GitCall::WorktreeLifecycle(b) => {
-            node.git.lifecycle(path, &branch(b.branch, a)?).map_err(tool_error)
-        }
+        GitCall::WorktreeLifecycle(b) => node
+            .git
+            .lifecycle(path, &branch(b.branch, a)?)
+            .map_err(tool_error),
         GitCall::WorktreeRemove(r) => {
             let req = RemoveRequest {
                 repo: path.to_owned(),
@@ -170,15 +171,14 @@ pub(super) fn handle(
             node.git.remove(&req).map_err(tool_error)
         }
         GitCall::BranchIntegrations {} => node.git.integrations(path, None).map_err(tool_error),
-        GitCall::BranchIntegration(b) => {
-            node.git.integrations(path, Some(&branch(b.branch, a)?)).map_err(tool_error)
-        }
-        GitCall::BranchDelete(d) => node.git.delete_branch(
-            path,
-            &branch(d.branch, a)?,
-            d.archive.unwrap_or(false),
-        )
-        .map_err(tool_error),
+        GitCall::BranchIntegration(b) => node
+            .git
+            .integrations(path, Some(&branch(b.branch, a)?))
+            .map_err(tool_error),
+        GitCall::BranchDelete(d) => node
+            .git
+            .delete_branch(path, &branch(d.branch, a)?, d.archive.unwrap_or(false))
+            .map_err(tool_error),
         GitCall::OrphanCleanupAnswer(o) => {
             let d = o
                 .decision

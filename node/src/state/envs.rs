@@ -1,0 +1,514 @@
+//! The composition root's wiring: each service's environment cut from what the node has, and
+//! the adapters through which a lower layer reaches a higher one (each holds the node weakly).
+
+use super::*;
+/// The session layer's environment: the node's bus, tasks and shutdown, the child environment,
+/// the tuning read from the current config, and the progress journal's observed `intent:`.
+pub(super) fn session_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::session::SessionEnv {
+    let tuning = node.clone();
+    let intents = node.clone();
+    crate::session::SessionEnv {
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        socket: paths.socket.clone(),
+        instance: paths.instance.id().map(str::to_owned),
+        tuning: Arc::new(move || {
+            tuning
+                .upgrade()
+                .map(|n| crate::session::env::Tuning {
+                    tombstone: Duration::from_secs(n.config().tuning.tombstone_secs),
+                })
+                .unwrap_or_default()
+        }),
+        on_intent: Some(Arc::new(move |s, text| {
+            if let Some(n) = intents.upgrade() {
+                n.progress.observe_intent(s, text);
+            }
+        })),
+        cells: Arc::default(),
+    }
+}
+
+/// The audit log's environment: the store and the bounds of the current tuning.
+pub(super) fn audit_env(node: &Weak<Node>, store: &Arc<Store>) -> crate::audit::AuditEnv {
+    let tuning = node.clone();
+    crate::audit::AuditEnv {
+        store: store.clone(),
+        bounds: Arc::new(move || {
+            let t = tuning
+                .upgrade()
+                .map(|n| n.config().tuning.clone())
+                .unwrap_or_default();
+            crate::audit::Bounds {
+                max_entries: t.audit_max_entries,
+                max_age_ms: t.audit_max_age_days.saturating_mul(86_400_000),
+            }
+        }),
+    }
+}
+
+/// The notification service's environment: the bus, tasks and shutdown, the config's
+/// `notifications` section, this host's name, session context and the vault, each reached
+/// through a weak reference to the node being built.
+pub(super) fn notify_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::notify::NotifyEnv {
+    let config = node.clone();
+    crate::notify::NotifyEnv {
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        config: Arc::new(move || {
+            config
+                .upgrade()
+                .map(|n| n.config().notifications.clone())
+                .unwrap_or_default()
+        }),
+        host: rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+        sessions: Arc::new(NotifySessions(node.clone())),
+        secrets: Arc::new(NotifySecrets(node.clone())),
+        subscriptions_file: paths.config_dir.join("push-subscriptions.json"),
+    }
+}
+
+/// Session context for notifications: alias, name, agent, and the repository and branch of
+/// the session's directory. Holds the node weakly.
+pub(super) struct NotifySessions(pub(super) Weak<Node>);
+
+impl crate::notify::SessionLookup for NotifySessions {
+    fn context(&self, session_id: &str) -> Option<crate::notify::core::Context> {
+        let n = self.0.upgrade()?;
+        let s = n.sessions.resolve(session_id)?;
+        let row = s.row();
+        let (repo, branch) = crate::notify::repo_and_branch(std::path::Path::new(&row.cwd));
+        Some(crate::notify::core::Context {
+            host: n.notify.env().host.clone(),
+            session_id: Some(row.session_id),
+            session: Some(row.alias),
+            name: row.display_name,
+            repo,
+            branch,
+            agent: row.agent_type,
+        })
+    }
+}
+
+/// The vault as the notification service uses it. Holds the node weakly.
+pub(super) struct NotifySecrets(pub(super) Weak<Node>);
+
+impl crate::notify::Secrets for NotifySecrets {
+    fn get(&self, name: &str) -> anyhow::Result<Option<String>> {
+        match self.0.upgrade() {
+            Some(n) => n.vault.get(name),
+            None => Ok(None),
+        }
+    }
+
+    fn get_or_create(&self, name: &str, make: fn() -> String) -> anyhow::Result<String> {
+        let n = self.0.upgrade().context("the node is gone")?;
+        n.vault.get_or_create(name, make)
+    }
+}
+
+/// The ACP service's environment: the bus, store, tasks and shutdown, the settings read from
+/// the current config's `acp_agents` / `ego_executable` / `acp` keys, and the registered
+/// roots.
+pub(super) fn acp_env(
+    node: &Weak<Node>,
+    paths: &Paths,
+    bus: &Arc<Bus>,
+    store: &Arc<Store>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::acp::AcpEnv {
+    let settings = node.clone();
+    let roots = node.clone();
+    let sessions = node.clone();
+    crate::acp::AcpEnv {
+        bus: bus.clone(),
+        store: store.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        settings: Arc::new(move || {
+            settings
+                .upgrade()
+                .map(|n| crate::acp::Settings::from_keys(&n.config().extra))
+                .unwrap_or_default()
+        }),
+        roots: Arc::new(move || roots.upgrade().map(|n| n.repos.roots()).unwrap_or_default()),
+        socket: paths.socket.clone(),
+        instance: paths.instance.id().map(str::to_owned),
+        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+    }
+}
+
+/// Agent mail as reviews use it. Holds the node weakly: the node owns the reviews.
+pub(super) struct ReviewMail(pub(super) Weak<Node>);
+
+impl crate::review::Mailer for ReviewMail {
+    fn registered(&self, identity: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mail.lock().inboxes.is_registered(identity))
+    }
+
+    fn send(&self, identity: &str, text: String) -> Result<String, String> {
+        let n = self.0.upgrade().ok_or("the node is gone")?;
+        crate::mail::Mail::post(
+            &n,
+            identity,
+            "tuic-review",
+            Some("review".into()),
+            text,
+            None,
+            None,
+        )
+        .map(|s| s.message_id)
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Mail's [`crate::mail::Clients`], answered by the MCP endpoint: pushes go to the identity's
+/// `GET /mcp` streams, task handles to the `task` tool's table. Holds the node weakly: the
+/// node owns the mail that owns this.
+#[derive(Debug)]
+pub(super) struct McpClients(pub(super) Weak<Node>);
+
+impl crate::mail::Clients for McpClients {
+    fn push(&self, identity: &str, note: &serde_json::Value) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mcp.sessions.push_to_identity(identity, note))
+    }
+
+    fn open_task(&self, owners: Vec<String>) -> (String, u64) {
+        let poll = crate::mcp::tools::task::POLL_INTERVAL_MS;
+        match self.0.upgrade() {
+            Some(n) => (n.mcp.tasks.create(owners, Instant::now()), poll),
+            // Unreachable while a handler runs (it holds the node); an id nobody can poll.
+            None => (uuid::Uuid::new_v4().to_string(), poll),
+        }
+    }
+
+    fn finish_task(&self, task_id: &str, session_id: &str, exit_code: Option<i32>) {
+        if let Some(n) = self.0.upgrade() {
+            n.mcp.tasks.finish(task_id, session_id, exit_code);
+        }
+    }
+}
+
+/// The MCP reaper's liveness answer: mail's addressability rule
+/// ([`crate::mail::peer_identity_is_addressable`]). Holds the node weakly: the node owns the
+/// MCP state that owns this.
+#[derive(Debug)]
+pub(super) struct Addressable(pub(super) Weak<Node>);
+
+impl crate::mcp::sessions::IdentityLiveness for Addressable {
+    fn is_addressable(&self, tuic_session: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| crate::mail::peer_identity_is_addressable(&n, tuic_session))
+    }
+}
+
+/// What every domain service's environment is cut from.
+pub(super) struct Shared<'a> {
+    pub(super) paths: &'a Paths,
+    pub(super) bus: &'a Arc<Bus>,
+    pub(super) tasks: &'a TaskTracker,
+    pub(super) shutdown: &'a CancellationToken,
+    pub(super) repos: &'a Arc<Repos>,
+    pub(super) sessions: &'a Arc<crate::session::Registry>,
+    pub(super) github: &'a Arc<crate::github::Github>,
+}
+
+/// The domain services (`git`, `progress`, `ops`, `automations`, `tailscale`, `ext`), each
+/// built over its environment. Hooks into the layers above them (mail, the uplink, MCP, the
+/// config) go through a weak reference to the node being built.
+pub(super) struct Domain {
+    pub(super) git: crate::git::Git,
+    pub(super) progress: Arc<crate::progress::Progress>,
+    pub(super) ops: crate::ops::Ops,
+    pub(super) automations: Arc<crate::automations::Automations>,
+    pub(super) scheduler: crate::automations::scheduler::Scheduler,
+    pub(super) tailscale: Arc<crate::tailscale::Tailscale>,
+    pub(super) ext: crate::ext::Extensions,
+}
+
+impl Domain {
+    pub(super) fn new(
+        node: &Weak<Node>,
+        sh: Shared<'_>,
+        journal: crate::progress::Journal,
+        automations: Arc<crate::automations::Automations>,
+        upstreams: &Arc<crate::upstream::Upstreams>,
+        host_trust: &Arc<RwLock<HostTrust>>,
+        started: Instant,
+    ) -> Self {
+        let git = crate::git::Git::new(crate::git::GitEnv {
+            repos: sh.repos.clone(),
+            sessions: sh.sessions.clone(),
+            bus: sh.bus.clone(),
+            github: Some(sh.github.clone() as Arc<dyn crate::git::PrEvidence>),
+        });
+        let (config, peers) = (node.clone(), node.clone());
+        let progress = Arc::new(crate::progress::Progress::with_journal(
+            journal,
+            crate::progress::ProgressEnv {
+                repos: sh.repos.clone(),
+                sessions: sh.sessions.clone(),
+                bus: sh.bus.clone(),
+                config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),
+                peers: Arc::new(move |tuic| {
+                    let n = peers.upgrade()?;
+                    let g = n.mail.lock();
+                    let p = g.peers.get(tuic)?;
+                    Some(crate::progress::PeerFacts {
+                        name: p.name.clone(),
+                        path: p.path.clone(),
+                    })
+                }),
+            },
+        ));
+        let counts = node.clone();
+        let ops = crate::ops::Ops::new(crate::ops::OpsEnv {
+            sessions: sh.sessions.clone(),
+            progress: progress.clone(),
+            upstreams: upstreams.clone(),
+            config_dir: sh.paths.config_dir.clone(),
+            started,
+            counts: Arc::new(move || {
+                let Some(n) = counts.upgrade() else {
+                    return crate::ops::Counts::default();
+                };
+                let (mail_peers, mail_unread) = {
+                    let g = n.mail.lock();
+                    let unread = g.peers.keys().map(|p| g.inboxes.unread(p)).sum();
+                    (g.peers.len(), unread)
+                };
+                crate::ops::Counts {
+                    mail_peers,
+                    mail_unread,
+                    uplink: n.peer.uplink_status(),
+                    mcp_sessions: n.mcp.sessions.len(),
+                }
+            }),
+        });
+        let spawner = node.clone();
+        let scheduler = crate::automations::scheduler::Scheduler::new(
+            crate::automations::scheduler::SchedulerEnv {
+                automations: automations.clone(),
+                bus: sh.bus.clone(),
+                tasks: sh.tasks.clone(),
+                shutdown: sh.shutdown.clone(),
+                spawn_agent: Arc::new(move |req| {
+                    let n = spawner.upgrade().ok_or("the node is shutting down")?;
+                    crate::mail::spawn::spawn(&n, req)
+                }),
+            },
+        );
+        let settings = node.clone();
+        let tailscale = Arc::new(crate::tailscale::Tailscale::new(
+            crate::tailscale::TailscaleEnv {
+                bus: sh.bus.clone(),
+                tasks: sh.tasks.clone(),
+                shutdown: sh.shutdown.clone(),
+                settings: Arc::new(move || {
+                    let c = settings.upgrade().map(|n| n.config()).unwrap_or_default();
+                    crate::tailscale::Settings::of(&c)
+                }),
+                host_trust: host_trust.clone(),
+            },
+        ));
+        let registry = node.clone();
+        let ext = crate::ext::Extensions::new(crate::ext::ExtEnv {
+            sessions: sh.sessions.clone(),
+            install_tools: Arc::new(move |source| {
+                if let Some(n) = registry.upgrade() {
+                    n.mcp.registry.add_source(source);
+                }
+            }),
+        });
+        Self {
+            git,
+            progress,
+            ops,
+            automations,
+            scheduler,
+            tailscale,
+            ext,
+        }
+    }
+}
+
+/// The GitHub service's environment: the `github` config section read afresh, the vault
+/// (its token) and the registered repositories.
+pub(super) fn github_env(
+    node: &Weak<Node>,
+    vault: &Arc<Vault>,
+    repos: &Arc<Repos>,
+) -> crate::github::GithubEnv {
+    let settings = node.clone();
+    crate::github::GithubEnv {
+        settings: Arc::new(move || {
+            settings
+                .upgrade()
+                .map(|n| crate::github::Settings::from_keys(&n.config().extra))
+                .unwrap_or_default()
+        }),
+        vault: vault.clone(),
+        repos: repos.clone(),
+    }
+}
+
+/// The planning layer's environment: its two services, the bus, tasks and shutdown, the
+/// session registry and the services beside it, each reached through a weak reference to the
+/// node being built.
+pub(super) fn planning_env(
+    node: &Weak<Node>,
+    stories: &Arc<crate::stories::Stories>,
+    workflows: &Arc<crate::stories::workflow::Workflows>,
+    bus: &Arc<Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::stories::StoriesEnv {
+    let sessions = node.clone();
+    crate::stories::StoriesEnv {
+        stories: stories.clone(),
+        workflows: workflows.clone(),
+        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+        bus: bus.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        host: Arc::new(PlanningHost(node.clone())),
+    }
+}
+
+/// The upstream service's environment: the vault, tasks and shutdown, and the tuning read
+/// from the current config.
+pub(super) fn upstream_env(
+    node: &Weak<Node>,
+    vault: &Arc<Vault>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> crate::upstream::UpstreamEnv {
+    let tuning = node.clone();
+    crate::upstream::UpstreamEnv {
+        vault: vault.clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+        tuning: Arc::new(move || {
+            tuning
+                .upgrade()
+                .map(|n| n.config().tuning.clone())
+                .unwrap_or_default()
+        }),
+    }
+}
+
+/// What the planning layer asks of mail, progress and git. Holds the node weakly: the node
+/// owns the planning environment that owns this.
+pub(super) struct PlanningHost(pub(super) Weak<Node>);
+
+impl PlanningHost {
+    fn node(&self) -> Result<Arc<Node>, String> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| "the node is shutting down".to_owned())
+    }
+}
+
+impl crate::stories::env::Host for PlanningHost {
+    fn identity_path(&self, tuic: &str) -> Option<String> {
+        let n = self.0.upgrade()?;
+        n.mail.lock().peers.get(tuic).and_then(|p| p.path.clone())
+    }
+
+    fn is_managed(&self, tuic: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.mail.lock().peers.get(tuic).is_some_and(|p| p.managed))
+    }
+
+    fn project_of(&self, dir: &str) -> Option<String> {
+        self.0.upgrade()?.progress.project_of(dir)
+    }
+
+    fn linked_worktrees(&self, main: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
+        let n = self.node()?;
+        let entries = crate::git::worktree::entries(&n.git, main).map_err(|e| e.to_string())?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| !e.main)
+            .map(|e| e.path)
+            .collect())
+    }
+
+    fn spawn_agent(
+        &self,
+        w: crate::stories::env::WorkerSpawn,
+    ) -> Result<serde_json::Value, String> {
+        let owners = w.parent.iter().cloned().collect();
+        crate::mail::spawn::spawn(
+            &self.node()?,
+            crate::mail::spawn::SpawnRequest {
+                command: w.command,
+                args: w.args,
+                cwd: Some(w.cwd),
+                prompt: Some(w.prompt),
+                env: w.env,
+                name: Some(w.name),
+                parent: w.parent,
+                owners,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn journal(&self, entry: crate::progress::NewEntry) -> Result<(), String> {
+        self.node()?
+            .progress
+            .append(entry)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn post_system(
+        &self,
+        recipient: &str,
+        from_name: &str,
+        body: String,
+        kind: &str,
+    ) -> Result<(), String> {
+        let n = self.node()?;
+        {
+            let mut g = n.mail.lock();
+            crate::mail::Mail::ensure(&n, &mut g, recipient);
+        }
+        crate::mail::Mail::post(
+            &n,
+            recipient,
+            "tuic",
+            Some(from_name.to_owned()),
+            body,
+            Some(kind.to_owned()),
+            None,
+        )
+        .map(drop)
+        .map_err(|e| e.to_string())
+    }
+}
