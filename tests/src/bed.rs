@@ -219,3 +219,21 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Runs `git -C dir args` as a fixed test identity and returns its stdout; panics with git's
+/// stderr on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

@@ -11,24 +11,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tuic_tests::bed::git;
 use tuic_tests::progress::{Events, Mcp};
 use tuic_tests::{NodeProc, config_dir, ipc};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn s(p: &Path) -> String {
     p.to_str().unwrap().to_owned()

@@ -5,31 +5,15 @@
 //! (markdown rendered) and an editor whose save goes through the root-gated write route.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tuic_tests::bed::{git, login};
 use tuic_tests::progress::Mcp;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{NodeProc, ipc, run_with_stdin};
 
-const PASSWORD: &str = "phone pass";
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use tuic_tests::bed::PASSWORD;
 
 fn s(p: &Path) -> String {
     p.to_str().unwrap().to_owned()
@@ -38,20 +22,6 @@ fn s(p: &Path) -> String {
 async fn call(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let r = ipc(&node.socket, method, path, body).await.unwrap();
     (r.status, r.json())
-}
-
-async fn login(b: &Browser, base: &str) {
-    b.goto(&format!("{base}/mobile/login?next=%2Fmobile"))
-        .await
-        .unwrap();
-    let pw = b.find("#password").await.unwrap();
-    b.type_text(&pw, PASSWORD).await.unwrap();
-    b.click(&b.find("button[type=submit]").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("location.pathname === '/mobile'", 10_000)
-        .await
-        .unwrap();
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@
 //! official Python MCP SDK client driving the whole flow through `tuic-bridge`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,19 +11,7 @@ use tuic_tests::progress::{Events, Mcp};
 use tuic_tests::{NodeProc, config_dir, ipc};
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    tuic_tests::bed::git(dir, args).trim().to_owned()
 }
 
 /// A repository `repo` on `main` with one commit, inside its own temp dir.
