@@ -14,20 +14,24 @@
 //! It holds no node: the composition root gives it a [`GithubEnv`].
 
 pub mod env;
+mod error;
 pub mod logs;
 mod remote;
+mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, USER_AGENT};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 pub use env::{GithubEnv, Settings};
+pub use error::GithubError;
+use error::iso;
 pub use remote::parse_remote;
+use wire::*;
 
 /// Pages followed at most for one listing (10 × 100 items).
 pub const MAX_PAGES: usize = 10;
@@ -40,110 +44,6 @@ pub const MAX_JOBS: usize = 5;
 
 /// Unproved branches one `branch_integrations` query asks GitHub about at most.
 pub const MAX_PR_BRANCHES: usize = 20;
-
-/// Why a GitHub call gave no answer. Every variant names the problem in its message.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum GithubError {
-    /// No token, the API out of reach, or the token refused (401): `github_unavailable`.
-    #[error("{reason}")]
-    Unavailable {
-        /// Why, and the way out.
-        reason: String,
-        /// GitHub's status, when it answered.
-        github_status: Option<u16>,
-    },
-    /// The rate limit is spent until `reset_at` (Unix seconds).
-    #[error("{message}")]
-    RateLimited {
-        /// When GitHub resets the limit (Unix seconds).
-        reset_at: u64,
-        /// Human message naming the reset time.
-        message: String,
-    },
-    /// GitHub answered 404: the repository (or issue) does not exist, or is private and the
-    /// token cannot see it.
-    #[error("{0}")]
-    NotFound(String),
-    /// The request is malformed or names no GitHub repository.
-    #[error("{0}")]
-    BadRequest(String),
-    /// A check URL's head is not the head the caller named.
-    #[error("{0}")]
-    HeadMismatch(String),
-    /// Any other refusal or failure GitHub answered with.
-    #[error("{message}")]
-    Upstream {
-        /// GitHub's status.
-        status: u16,
-        /// Its message.
-        message: String,
-    },
-}
-
-impl GithubError {
-    /// The stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Unavailable { .. } => "github_unavailable",
-            Self::RateLimited { .. } => "github_rate_limited",
-            Self::NotFound(_) => "github_not_found",
-            Self::BadRequest(_) => "bad_request",
-            Self::HeadMismatch(_) => "head_mismatch",
-            Self::Upstream { .. } => "github_error",
-        }
-    }
-
-    /// The HTTP status the routes answer with. A GitHub 404 is answered 502, never 404: a
-    /// 404 would read as "this route does not exist".
-    pub fn http_status(&self) -> u16 {
-        match self {
-            Self::Unavailable { .. } => 503,
-            Self::RateLimited { .. } => 429,
-            Self::NotFound(_) | Self::Upstream { .. } => 502,
-            Self::BadRequest(_) => 400,
-            Self::HeadMismatch(_) => 409,
-        }
-    }
-
-    /// The JSON body: `{code, error}` plus `reason` (unavailable), `reset_at` and
-    /// `reset_at_iso` (rate limited), `github_status` when GitHub answered.
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({"code": self.code(), "error": self.to_string()});
-        match self {
-            Self::Unavailable {
-                reason,
-                github_status,
-            } => {
-                v["reason"] = json!(reason);
-                if let Some(s) = github_status {
-                    v["github_status"] = json!(s);
-                }
-            }
-            Self::RateLimited { reset_at, .. } => {
-                v["reset_at"] = json!(reset_at);
-                v["reset_at_iso"] = json!(iso(*reset_at));
-                v["github_status"] = json!(403);
-            }
-            Self::NotFound(_) => v["github_status"] = json!(404),
-            Self::Upstream { status, .. } => v["github_status"] = json!(status),
-            _ => {}
-        }
-        v
-    }
-
-    fn unavailable(reason: impl Into<String>) -> Self {
-        Self::Unavailable {
-            reason: reason.into(),
-            github_status: None,
-        }
-    }
-}
-
-fn iso(unix: u64) -> String {
-    chrono::DateTime::from_timestamp(unix as i64, 0)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .unwrap_or_default()
-}
 
 /// A token, wiped when dropped; its `Debug` shows nothing of it.
 struct Token(Zeroizing<String>);
@@ -183,113 +83,6 @@ impl RepoRef {
 pub struct Github {
     env: GithubEnv,
     http: reqwest::Client,
-}
-
-// Typed GitHub answers: only the fields used.
-#[derive(Debug, Deserialize)]
-struct User {
-    login: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct GitRef {
-    #[serde(rename = "ref")]
-    name: String,
-    sha: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct Pull {
-    number: u64,
-    title: String,
-    state: String,
-    #[serde(default)]
-    draft: bool,
-    user: Option<User>,
-    head: GitRef,
-    base: GitRef,
-    html_url: String,
-    created_at: Option<String>,
-    updated_at: Option<String>,
-    merged_at: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Label {
-    name: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct Issue {
-    number: u64,
-    title: String,
-    state: String,
-    state_reason: Option<String>,
-    user: Option<User>,
-    #[serde(default)]
-    labels: Vec<Label>,
-    html_url: String,
-    #[serde(default)]
-    comments: u64,
-    created_at: Option<String>,
-    updated_at: Option<String>,
-    closed_at: Option<String>,
-    /// Present on pull requests (the issues listing includes them).
-    pull_request: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Runs {
-    workflow_runs: Vec<Run>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Run {
-    id: u64,
-    name: Option<String>,
-    head_sha: String,
-    head_branch: Option<String>,
-    status: Option<String>,
-    conclusion: Option<String>,
-    html_url: String,
-    run_number: Option<u64>,
-    created_at: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Jobs {
-    jobs: Vec<Job>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Job {
-    id: u64,
-    run_id: Option<u64>,
-    name: String,
-    head_sha: String,
-    conclusion: Option<String>,
-    html_url: Option<String>,
-    #[serde(default)]
-    steps: Vec<Step>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Step {
-    name: String,
-    number: u64,
-    conclusion: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ErrorBody {
-    message: Option<String>,
-}
-
-fn failed(conclusion: Option<&str>) -> bool {
-    matches!(
-        conclusion,
-        Some("failure" | "timed_out" | "startup_failure")
-    )
 }
 
 impl Github {
@@ -964,80 +757,4 @@ async fn gh_token(s: &Settings) -> Result<Token, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn github_link_header_next_page() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            reqwest::header::LINK,
-            "<https://api.github.com/repositories/1/pulls?page=2>; rel=\"next\", <https://api.github.com/repositories/1/pulls?page=5>; rel=\"last\""
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(
-            next_link(&h).as_deref(),
-            Some("https://api.github.com/repositories/1/pulls?page=2")
-        );
-        h.insert(
-            reqwest::header::LINK,
-            "<https://x/?page=1>; rel=\"prev\"".parse().unwrap(),
-        );
-        assert_eq!(next_link(&h), None);
-    }
-
-    #[test]
-    fn github_token_goes_to_the_api_origin_only() {
-        assert!(
-            same_origin(
-                "https://ghe.example/api/v3",
-                "https://ghe.example/api/v3/x?page=2"
-            )
-            .is_ok()
-        );
-        assert!(same_origin("https://api.github.com", "https://evil.example/x").is_err());
-        assert!(same_origin("http://127.0.0.1:1", "http://127.0.0.1:2/x").is_err());
-    }
-
-    #[test]
-    fn github_check_url_job_id() {
-        assert_eq!(
-            actions_job_id("https://github.com/o/r/actions/runs/11/job/22"),
-            Some(22)
-        );
-        assert_eq!(
-            actions_job_id("https://app.circleci.com/pipelines/gh/o/r/1/workflows/x"),
-            None
-        );
-    }
-
-    #[test]
-    fn github_errors_carry_codes_and_reset_time() {
-        let e = GithubError::RateLimited {
-            reset_at: 1_800_000_000,
-            message: "m".into(),
-        };
-        let v = e.to_json();
-        assert_eq!(e.http_status(), 429);
-        assert_eq!(v["reset_at_iso"], "2027-01-15T08:00:00Z");
-        assert_eq!(GithubError::NotFound("x".into()).http_status(), 502);
-        let u = GithubError::unavailable("no token");
-        assert_eq!(u.http_status(), 503);
-        assert_eq!(u.to_json()["code"], "github_unavailable");
-    }
-
-    #[test]
-    fn github_settings_from_config_keys() {
-        let keys =
-            json!({"github": {"api_base": "https://ghe.example/api/v3/", "gh_fallback": false}});
-        let s = Settings::from_keys(keys.as_object().unwrap());
-        assert_eq!(s.api_base, "https://ghe.example/api/v3");
-        assert!(!s.gh_fallback);
-        assert_eq!(s.gh_hostname().as_deref(), Some("ghe.example"));
-        assert_eq!(
-            Settings::default().gh_hostname().as_deref(),
-            Some("github.com")
-        );
-    }
-}
+mod tests;
