@@ -364,13 +364,16 @@ async fn a_flood_stays_within_the_bound_and_a_malformed_line_is_survived() {
     let turn = until(&mut ws, |f| is(f, "turn_end")).await.unwrap();
     assert_eq!(said(&turn), "survived");
     assert!(bed.node.log_text().contains("not JSON"));
+    // The first turn's `settled` notice follows its `turn_end` frame and may still be on its
+    // way: only a later one is the flood's.
+    let first_end = turn.last().unwrap()["seq"].as_u64().unwrap();
 
     // A slow reader: the stream is opened after the turn, so it reads a backlog.
     let mut events = Events::subscribe(&bed.node.socket, "acp-notice").await;
     let turn_no = bed.prompt(&id, "flood 100000").await;
     events
         .next_matching("acp-notice", Duration::from_secs(300), |v| {
-            v["kind"] == "settled"
+            v["kind"] == "settled" && v["sequence"].as_u64().is_some_and(|s| s > first_end)
         })
         .await
         .expect("the flood turn settles");
