@@ -255,6 +255,12 @@ async fn codex_child_is_launched_trusted_and_gets_its_prompt_typed_after_the_rea
     .await;
     assert_eq!(v["prompt_delivery"], "deferred_pty", "{v}");
     let sid = v["session_id"].as_str().unwrap();
+    // The executable itself selects Codex's parser state (no agent_type was given).
+    let row = ipc(&bed.node.socket, "GET", &format!("/sessions/{sid}"), None)
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(row["agent_type"], "codex", "{row}");
     let t = until(&bed.node, sid, "the deferred prompt", |t| {
         t.contains("got: write tests")
     })
