@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::ws::{Message as AxMsg, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -24,20 +23,10 @@ use tokio_tungstenite::tungstenite::Message as TMsg;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tuic_node::ext::ApiError;
 
-use crate::connections::{Conn, describe};
+use crate::connections::Conn;
 use crate::federation::Federation;
 
-/// Largest relayed request body (the node's own limit).
-const MAX_BODY: usize = 2 * 1024 * 1024;
-
-fn unavailable(id: &str, why: &str) -> Response {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "owner_unavailable",
-        format!("connection {id} is unavailable: {why}"),
-    )
-    .into_response()
-}
+use crate::proxy::unavailable;
 
 fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
@@ -57,7 +46,7 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
                 return ApiError::not_found(format!("unknown connection {host}")).into_response();
             };
             let url = format!("{}/acp/connections", conn.url);
-            return addressed(relay_http(&fed, &conn, req, url).await, &host).await;
+            return addressed(crate::proxy::proxy_http(&fed, conn, req, url).await, &host).await;
         }
         return next.run(req).await;
     }
@@ -103,7 +92,7 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
         return relay_ws(conn, req, url).await;
     }
     let host = host.to_owned();
-    addressed(relay_http(&fed, &conn, req, url).await, &host).await
+    addressed(crate::proxy::proxy_http(&fed, conn, req, url).await, &host).await
 }
 
 /// `host=<connection_id>` of a launch, unless it names the hub itself.
@@ -178,43 +167,6 @@ async fn list(fed: &Federation, req: Request, next: Next) -> Response {
     }
     rows.sort_by_key(|r| r["state"] != "needs_you");
     Json(Value::Array(rows)).into_response()
-}
-
-async fn relay_http(fed: &Federation, conn: &Conn, req: Request, url: String) -> Response {
-    let method = req.method().clone();
-    let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
-    let body: Bytes = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                "request body too large",
-            )
-            .into_response();
-        }
-    };
-    let mut out = fed
-        .http
-        .request(method, url)
-        .header(header::COOKIE, conn.cookie())
-        .body(body);
-    if let Some(ct) = content_type {
-        out = out.header(header::CONTENT_TYPE, ct);
-    }
-    match out.send().await {
-        Ok(r) => {
-            let status = r.status();
-            match r.bytes().await {
-                Ok(b) => (status, [(header::CONTENT_TYPE, "application/json")], b).into_response(),
-                Err(e) => unavailable(&conn.id, &describe(&e)),
-            }
-        }
-        Err(e) => unavailable(&conn.id, &describe(&e)),
-    }
 }
 
 /// Relays the journal stream: the node's refusal (404 for a dropped cursor) is the caller's.

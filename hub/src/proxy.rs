@@ -27,7 +27,7 @@ use crate::federation::Federation;
 /// Largest proxied request body (the node's own limit).
 const MAX_PROXY_BODY: usize = 2 * 1024 * 1024;
 
-fn unavailable(id: &str, why: &str) -> Response {
+pub(crate) fn unavailable(id: &str, why: &str) -> Response {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "owner_unavailable",
@@ -151,7 +151,14 @@ async fn create_remote(fed: &Federation, req: Request, host: &str) -> Response {
     Json(v).into_response()
 }
 
-async fn proxy_http(fed: &Federation, conn: Arc<Conn>, req: Request, url: String) -> Response {
+/// Relays one HTTP request to `conn`'s node with the hub's credential for it: the body bounded,
+/// the node's status, content type and `x-` headers passed back (also the ACP relay's).
+pub(crate) async fn proxy_http(
+    fed: &Federation,
+    conn: Arc<Conn>,
+    req: Request,
+    url: String,
+) -> Response {
     let method = req.method().clone();
     let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
     let body = match http_body_util::Limited::new(req.into_body(), MAX_PROXY_BODY)

@@ -153,6 +153,26 @@ pub async fn create(node: &NodeProc, body: Value) -> String {
     r.json()["session_id"].as_str().unwrap().to_owned()
 }
 
+/// A 24×80 `/bin/sh` session in `cwd` whose every typed byte from now on lands in `file` (the
+/// shell `exec`s `cat > file`): an agent's terminal as a test reads it. Returns its id.
+pub async fn recording_shell(node: &NodeProc, cwd: &Path, file: &Path) -> String {
+    let id = create(
+        node,
+        json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": cwd.to_str().unwrap()}),
+    )
+    .await;
+    let r = crate::ipc(
+        &node.socket,
+        "POST",
+        &format!("/sessions/{id}/write"),
+        Some(json!({"data": format!("exec cat > {}\r", file.display())})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    id
+}
+
 /// A 30×60 `/bin/sh` session on `node`; returns its id.
 pub async fn create_shell(node: &NodeProc) -> String {
     create(node, json!({"rows": 30, "cols": 60, "shell": "/bin/sh"})).await

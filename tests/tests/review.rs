@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tuic_tests::bed::git;
+use tuic_tests::bed::{git, recording_shell};
 use tuic_tests::progress::{Events, Mcp};
 use tuic_tests::{NodeProc, config_dir, ipc};
 
@@ -80,23 +80,7 @@ async fn changes_review_to_pty_and_mail_squash_merge_and_mcp() {
 
     // The agent's PTY: a shell in the worktree that hands everything typed to a file.
     let received = work.path().join("received.bin");
-    let (st, sess) = call(
-        &node,
-        "POST",
-        "/sessions",
-        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": s(&wt)})),
-    )
-    .await;
-    assert_eq!(st, 200, "{sess}");
-    let id = sess["session_id"].as_str().unwrap().to_owned();
-    let (st, _) = call(
-        &node,
-        "POST",
-        &format!("/sessions/{id}/write"),
-        Some(json!({"data": format!("exec cat > {}\r", s(&received))})),
-    )
-    .await;
-    assert_eq!(st, 200);
+    let id = recording_shell(&node, &wt, &received).await;
 
     // Changes by session: the right files, commits, and a diff equal to `git diff`.
     let (st, ch) = call(&node, "GET", &format!("/sessions/{id}/changes"), None).await;
@@ -401,21 +385,7 @@ async fn cli_diff_review_and_merge() {
     let (st, v) = call(&node, "POST", "/repos", Some(json!({"path": s(&root)}))).await;
     assert_eq!(st, 200, "{v}");
     let received = work.path().join("received.bin");
-    let (_, sess) = call(
-        &node,
-        "POST",
-        "/sessions",
-        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": s(&wt)})),
-    )
-    .await;
-    let id = sess["session_id"].as_str().unwrap().to_owned();
-    call(
-        &node,
-        "POST",
-        &format!("/sessions/{id}/write"),
-        Some(json!({"data": format!("exec cat > {}\r", s(&received))})),
-    )
-    .await;
+    let id = recording_shell(&node, &wt, &received).await;
 
     // diff: the list, then one file — plain when piped, equal to `git diff`.
     let (code, out, err) = tuic(&node, &["diff", &s(&wt)], &[]);

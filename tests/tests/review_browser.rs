@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tuic_tests::bed::{git, login};
+use tuic_tests::bed::{git, login, recording_shell};
 use tuic_tests::progress::Mcp;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{NodeProc, ipc, run_with_stdin};
@@ -96,22 +96,7 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
 
     // The agent's terminal hands everything typed into it to a file.
     let received = work.path().join("received.bin");
-    let (st, sess) = call(
-        &node,
-        "POST",
-        "/sessions",
-        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": s(&wt)})),
-    )
-    .await;
-    assert_eq!(st, 200, "{sess}");
-    let id = sess["session_id"].as_str().unwrap().to_owned();
-    call(
-        &node,
-        "POST",
-        &format!("/sessions/{id}/write"),
-        Some(json!({"data": format!("exec cat > {}\r", s(&received))})),
-    )
-    .await;
+    let id = recording_shell(&node, &wt, &received).await;
 
     let b = Browser::launch(390, 844).await.unwrap();
     login(&b, &base).await;
