@@ -42,6 +42,45 @@ pub(crate) struct Targets {
     pub archives: HashMap<String, String>,
 }
 
+/// The repository's default branch and its tip — one rule for every view (integration proofs,
+/// worktree lifecycle, change views, landing): `origin/HEAD`'s branch, else
+/// `init.defaultBranch`, else `main`, `master`, `trunk`, else the checked-out branch; each only
+/// when it exists locally.
+pub(crate) fn default_branch(git: &Runner, root: &Path) -> Option<(String, String)> {
+    let local = |b: &str| {
+        git.out(
+            root,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{b}^{{commit}}"),
+            ],
+        )
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|t| (b.to_owned(), t))
+    };
+    git.out(
+        root,
+        &["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"],
+    )
+    .ok()
+    .and_then(|r| r.strip_prefix("refs/remotes/origin/").map(str::to_owned))
+    .and_then(|b| local(&b))
+    .or_else(|| {
+        git.out(root, &["config", "--get", "init.defaultBranch"])
+            .ok()
+            .and_then(|b| local(&b))
+    })
+    .or_else(|| ["main", "master", "trunk"].iter().find_map(|b| local(b)))
+    .or_else(|| {
+        git.out(root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
+            .ok()
+            .and_then(|b| local(&b))
+    })
+}
+
 impl Targets {
     /// Resolves the targets of the repository at `root`.
     pub(crate) fn resolve(git: &Runner, root: &Path) -> Self {
@@ -58,31 +97,11 @@ impl Targets {
             .ok()
             .filter(|s| !s.is_empty())
         };
-        let local = |b: &str| tip(&format!("refs/heads/{b}")).map(|t| (b.to_owned(), t));
-        let mut default = git
-            .out(
-                root,
-                &["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"],
-            )
-            .ok()
-            .and_then(|r| r.strip_prefix("refs/remotes/origin/").map(str::to_owned))
-            .and_then(|b| local(&b));
-        if default.is_none() {
-            default = git
-                .out(root, &["config", "--get", "init.defaultBranch"])
-                .ok()
-                .and_then(|b| local(&b));
-        }
-        if default.is_none() {
-            default = ["main", "master", "trunk"].iter().find_map(|b| local(b));
-        }
+        let default = default_branch(git, root);
         let current = git
             .out(root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
             .ok()
-            .and_then(|b| local(&b));
-        if default.is_none() {
-            default = current.clone();
-        }
+            .and_then(|b| tip(&format!("refs/heads/{b}")).map(|t| (b, t)));
         let integration = current.filter(|c| default.as_ref().is_none_or(|d| d.0 != c.0));
         let upstream = default.as_ref().and_then(|(b, t)| {
             tip(&format!("refs/remotes/origin/{b}"))

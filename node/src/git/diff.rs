@@ -315,50 +315,11 @@ pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError
     })
 }
 
-/// The default branch: `origin/HEAD`'s branch, else `main`, `master`, `trunk`, else the main
-/// checkout's branch. One `git` process.
+/// The default branch, by the git service's one rule ([`super::branch::default_branch`]).
 pub(crate) fn default_branch(git: &Git, root: &Path) -> Result<String, GitError> {
-    let out = git.out(
-        root,
-        &[
-            "for-each-ref",
-            "--format=%(refname)%00%(symref)",
-            "refs/remotes/origin/HEAD",
-            "refs/heads/main",
-            "refs/heads/master",
-            "refs/heads/trunk",
-        ],
-    )?;
-    let mut heads = Vec::new();
-    for l in out.lines() {
-        let (r, sym) = l.split_once('\0').unwrap_or((l, ""));
-        if r == "refs/remotes/origin/HEAD" {
-            if let Some(b) = sym.strip_prefix("refs/remotes/origin/")
-                && git
-                    .ok(
-                        root,
-                        &[
-                            "rev-parse",
-                            "--verify",
-                            "--quiet",
-                            &format!("refs/heads/{b}"),
-                        ],
-                    )
-                    .unwrap_or(false)
-            {
-                return Ok(b.to_owned());
-            }
-        } else if let Some(b) = r.strip_prefix("refs/heads/") {
-            heads.push(b.to_owned());
-        }
-    }
-    for want in ["main", "master", "trunk"] {
-        if heads.iter().any(|h| h == want) {
-            return Ok(want.to_owned());
-        }
-    }
-    git.out(root, &["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .map_err(|_| {
+    super::branch::default_branch(git, root)
+        .map(|(b, _)| b)
+        .ok_or_else(|| {
             unknown_ref(format!(
                 "{} has no default branch (main, master, trunk or origin/HEAD); pass base",
                 root.display()
