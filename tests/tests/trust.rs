@@ -539,6 +539,20 @@ async fn an_answer_only_link_answers_the_question_and_nothing_else() {
         .unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
     await_output(&n.socket, &id, "answered:y").await;
+    // The answer route reads the screen, which may trail the output ring: wait until the
+    // screen shows the answer too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tuic_tests::bed::screen_lines(&n.socket, &id)
+        .await
+        .iter()
+        .any(|l| l.contains("answered:y"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the screen never showed the answer"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let r = post(format!("/sessions/{id}/answer"), json!({"answer": "y"}))
         .await
         .unwrap();
