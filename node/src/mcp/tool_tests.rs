@@ -634,6 +634,31 @@ async fn typed_arguments_refuse_a_wrong_type_by_name() {
             json!({"action": "list_peers", "path": 1}),
             "path must be a string",
         ),
+        (
+            "ui",
+            json!({"action": "toast", "message": "m", "title": 5}),
+            "title must be a string",
+        ),
+        (
+            "task",
+            json!({"action": "get", "task_id": 5}),
+            "task_id must be a string",
+        ),
+        (
+            "task",
+            json!({"action": "cancel"}),
+            "task: task_id is required",
+        ),
+        (
+            "remote",
+            json!({"action": "status", "connection_id": false}),
+            "connection_id must be a string",
+        ),
+        (
+            "story",
+            json!({"input": {"action": "list"}, "project_path": 3}),
+            "project_path must be a string",
+        ),
     ];
     for (name, args, want) in cases {
         let e = tool(&f, &local(), name, args.clone()).await.unwrap_err();

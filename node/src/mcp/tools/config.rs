@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tuic_proto::events::Event;
 
+use crate::args;
 use crate::config::SaveError;
 use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::state::Node;
@@ -30,14 +32,27 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
+/// The typed arguments of `config`'s actions (`crate::args`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    Get {},
+    Save {
+        #[serde(default)]
+        base: Option<Value>,
+        #[serde(default)]
+        config: Option<Value>,
+    },
+}
+
 fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     // `save` is local-only: the remote rights table (`mcp::rights`) refused it at dispatch.
-    match action("config", ACTIONS, args)? {
-        "get" => Ok(node.config().redacted()),
-        _ => {
+    match args::action(action("config", ACTIONS, args)?, args)? {
+        Call::Get {} => Ok(node.config().redacted()),
+        Call::Save { base, config } => {
             let (Some(base), Some(edited)) = (
-                args.get("base").filter(|v| v.is_object()),
-                args.get("config").filter(|v| v.is_object()),
+                base.filter(Value::is_object),
+                config.filter(Value::is_object),
             ) else {
                 return Err(ToolError::invalid(
                     "config: base and config must be JSON objects",
@@ -45,7 +60,7 @@ fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<V
             };
             let saved = node
                 .config_file
-                .save_delta(base, edited)
+                .save_delta(&base, &edited)
                 .map_err(|e| match e {
                     SaveError::SecretField(_) | SaveError::Invalid(_) => {
                         ToolError::invalid(e.to_string())

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::args;
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
@@ -31,22 +33,37 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
-fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    match action("debug", ACTIONS, args)? {
-        "help" => Ok(json!({"help": HELP})),
-        "mcp_sessions" => Ok(node.mcp.sessions.stats()),
-        _ => {
-            let limit = args
-                .get("limit")
-                .and_then(Value::as_u64)
-                .map(|l| l as usize)
-                .unwrap_or(50)
+/// The typed arguments of `debug`'s actions (`crate::args`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    Help {},
+    McpSessions {},
+    Logs(LogsArgs),
+}
+
+#[derive(Debug, Deserialize)]
+struct LogsArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    source: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    level: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    limit: Option<u64>,
+}
+
+fn handler(node: &Arc<Node>, _: &CallCtx, a: &Map<String, Value>) -> Result<Value, ToolError> {
+    match args::action(action("debug", ACTIONS, a)?, a)? {
+        Call::Help {} => Ok(json!({"help": HELP})),
+        Call::McpSessions {} => Ok(node.mcp.sessions.stats()),
+        Call::Logs(l) => {
+            let limit = l
+                .limit
+                .map_or(50, |l| usize::try_from(l).unwrap_or(usize::MAX))
                 .min(crate::logs::RING_CAPACITY);
-            let records = node.logs.query(
-                args.get("source").and_then(Value::as_str),
-                args.get("level").and_then(Value::as_str),
-                limit,
-            );
+            let records = node
+                .logs
+                .query(l.source.as_deref(), l.level.as_deref(), limit);
             Ok(json!({"records": records}))
         }
     }

@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::args;
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
@@ -22,8 +24,20 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
+/// The typed arguments of `remote`'s actions (`crate::args`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    List {},
+    Status {
+        #[serde(default, deserialize_with = "args::string")]
+        connection_id: Option<String>,
+    },
+}
+
 fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     let a = action("remote", ACTIONS, args)?;
+    let call: Call = args::action(a, args)?;
     let Some(remote) = node.ext.router() else {
         return Err(ToolError::new(
             "not_a_hub",
@@ -31,14 +45,12 @@ fn handler(node: &Arc<Node>, _: &CallCtx, args: &Map<String, Value>) -> Result<V
         ));
     };
     let connections = remote.connections();
-    if a == "list" {
-        return Ok(json!({"connections": connections}));
-    }
-    let id = args
-        .get("connection_id")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| ToolError::invalid("connection_id is required"))?;
+    let id = match call {
+        Call::List {} => return Ok(json!({"connections": connections})),
+        Call::Status { connection_id } => connection_id
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| ToolError::invalid("connection_id is required"))?,
+    };
     connections
         .into_iter()
         .find(|c| c["id"] == id)

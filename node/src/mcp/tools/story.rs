@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::args;
 use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError};
 use crate::state::Node;
 use crate::stories::StoryAction;
@@ -38,18 +40,30 @@ impl From<crate::stories::StoryError> for ToolError {
     }
 }
 
+/// The typed arguments of `story` (`crate::args`): `input` is the story service's own typed
+/// `StoryAction`, read by it so its refusals keep their codes.
+#[derive(Debug, Deserialize)]
+struct StoryArgs {
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default, deserialize_with = "args::string")]
+    project_path: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    session_id: Option<String>,
+}
+
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let input = args
-        .get("input")
+    let a: StoryArgs = args::parse(args)?;
+    let input = a
+        .input
         .ok_or_else(|| ToolError::invalid("story: input is required: {input: {action, ...}}"))?;
-    let action = StoryAction::from_value(input).map_err(ToolError::from)?;
-    let s = |k: &str| args.get(k).and_then(Value::as_str);
+    let action = StoryAction::from_value(&input).map_err(ToolError::from)?;
     let (project, actor) = crate::stories::resolve_caller(
         &node.planning,
         ctx.tuic_session.as_deref(),
         ctx.loopback,
-        s("project_path"),
-        s("session_id"),
+        a.project_path.as_deref(),
+        a.session_id.as_deref(),
     )
     .map_err(ToolError::from)?;
     node.stories

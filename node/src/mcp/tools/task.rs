@@ -9,8 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::args;
 use crate::mcp::registry::{CallCtx, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
@@ -177,18 +179,38 @@ Only the agent that spawned a task can see it. Tasks are kept in memory for 24 h
     passthrough: false,
 };
 
+/// The typed arguments of `task`'s actions (`crate::args`): both name one task.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    Get(TaskId),
+    Cancel(TaskId),
+}
+
+#[derive(Debug, Deserialize)]
+struct TaskId {
+    #[serde(default, deserialize_with = "args::string")]
+    task_id: Option<String>,
+}
+
+impl TaskId {
+    fn required(self) -> Result<String, ToolError> {
+        self.task_id
+            .ok_or_else(|| ToolError::invalid("task: task_id is required"))
+    }
+}
+
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let a = action("task", ACTIONS, args)?;
-    let id = args
-        .get("task_id")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::invalid("task: task_id is required"))?;
     let table = &node.mcp.tasks;
-    let t = table.owned(id, ctx)?;
-    match a {
-        "get" => Ok(view(id, &t)),
-        _ => {
-            let (cancelled, status) = table.cancel(id);
+    match args::action(action("task", ACTIONS, args)?, args)? {
+        Call::Get(t) => {
+            let id = t.required()?;
+            Ok(view(&id, &table.owned(&id, ctx)?))
+        }
+        Call::Cancel(t) => {
+            let id = t.required()?;
+            table.owned(&id, ctx)?;
+            let (cancelled, status) = table.cancel(&id);
             Ok(json!({"task_id": id, "cancelled": cancelled, "status": status.as_str()}))
         }
     }

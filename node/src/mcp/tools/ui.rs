@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tuic_proto::events::Event;
 
+use crate::args;
 use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::state::Node;
 
@@ -71,26 +73,56 @@ pub(crate) fn resolve_sound(
     }
 }
 
+/// The typed arguments of `ui`'s actions (`crate::args`); `tab` reads its own (`ui_tab`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    Toast(ToastArgs),
+    Confirm(ConfirmArgs),
+    Tab {},
+}
+
+#[derive(Debug, Deserialize)]
+struct ToastArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    message: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    title: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    level: Option<String>,
+    /// `true`/`false` or a sound name: checked by [`resolve_sound`].
+    #[serde(default)]
+    sound: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ConfirmArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    message: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    title: Option<String>,
+}
+
+/// A non-empty `message`, which toast and confirm both require.
+fn message(m: Option<String>) -> Result<String, ToolError> {
+    m.filter(|m| !m.is_empty())
+        .ok_or_else(|| ToolError::invalid("ui: message is required"))
+}
+
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let a = action("ui", ACTIONS, args)?;
-    match a {
-        "toast" => {
-            let message = args
-                .get("message")
-                .and_then(Value::as_str)
-                .filter(|m| !m.is_empty())
-                .ok_or_else(|| ToolError::invalid("ui: message is required"))?;
-            let level = args.get("level").and_then(Value::as_str).unwrap_or("info");
-            if !LEVELS.contains(&level) {
+    match args::action(action("ui", ACTIONS, args)?, args)? {
+        Call::Toast(t) => {
+            let message = message(t.message)?;
+            let level = t.level.unwrap_or_else(|| "info".into());
+            if !LEVELS.contains(&level.as_str()) {
                 return Err(ToolError::invalid(format!("ui: unknown level {level}")));
             }
-            let sound = resolve_sound(level, args.get("sound"))?;
-            let title = args.get("title").and_then(Value::as_str).map(str::to_owned);
+            let sound = resolve_sound(&level, t.sound.as_ref())?;
             let origin = caller_origin(node, ctx);
             node.bus.publish(Event::McpToast {
-                title,
-                message: message.to_owned(),
-                level: level.to_owned(),
+                title: t.title,
+                message,
+                level: level.clone(),
                 sound: sound.clone(),
                 origin_repo_path: origin.repo_path,
                 origin_session_id: origin.session_id,
@@ -101,8 +133,8 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             }
             Ok(out)
         }
-        "confirm" => confirm(node, ctx, args),
-        _ => {
+        Call::Confirm(c) => confirm(node, ctx, c),
+        Call::Tab {} => {
             let o = caller_origin(node, ctx);
             super::ui_tab::tab(node, args, o.repo_path, o.session_id)
         }
@@ -135,12 +167,8 @@ fn caller_origin(node: &Node, ctx: &CallCtx) -> Origin {
 
 /// Publishes the question and blocks (on the blocking pool) until a UI answers through
 /// `POST /mcp/confirm-response` or the answer window closes.
-fn confirm(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
-    let message = args
-        .get("message")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| ToolError::invalid("ui: message is required"))?;
+fn confirm(node: &Arc<Node>, ctx: &CallCtx, c: ConfirmArgs) -> Result<Value, ToolError> {
+    let message = message(c.message)?;
     let request_id = uuid::Uuid::new_v4().to_string();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     node.mcp
@@ -150,8 +178,8 @@ fn confirm(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         .insert(request_id.clone(), tx);
     node.bus.publish(Event::McpConfirm {
         request_id: request_id.clone(),
-        message: message.to_owned(),
-        title: args.get("title").and_then(Value::as_str).map(str::to_owned),
+        message,
+        title: c.title,
         origin_session_id: caller_origin(node, ctx).session_id,
     });
     let window = std::time::Duration::from_millis(node.config().tuning.mcp_confirm_timeout_ms);

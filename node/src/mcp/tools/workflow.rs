@@ -41,6 +41,13 @@ pub(super) static RUN_TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
+/// The `input` object of a workflow tool: the stories service reads it into its own typed
+/// request, so its refusals keep their codes.
+fn input<'a>(tool: &str, args: &'a Map<String, Value>) -> Result<&'a Value, ToolError> {
+    args.get("input")
+        .ok_or_else(|| ToolError::invalid(format!("{tool}: input is required")))
+}
+
 fn run_handler(
     node: &Arc<Node>,
     ctx: &CallCtx,
@@ -48,9 +55,11 @@ fn run_handler(
 ) -> Result<Value, ToolError> {
     action("workflow_run", RUN_ACTIONS, args)?;
     let mut input = args.clone();
-    let project_path = input
-        .remove("project_path")
-        .and_then(|v| v.as_str().map(str::to_owned));
+    let project_path = match input.remove("project_path") {
+        None => None,
+        Some(v) => crate::args::from_value::<Option<String>>(v)
+            .map_err(|_| ToolError::invalid("project_path must be a string"))?,
+    };
     let (project, actor) = crate::stories::resolve_caller(
         &node.planning,
         ctx.tuic_session.as_deref(),
@@ -88,9 +97,7 @@ fn report_handler(
     ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let input = args
-        .get("input")
-        .ok_or_else(|| ToolError::invalid("workflow_report: input is required"))?;
+    let input = input("workflow_report", args)?;
     crate::stories::runner::report(&node.planning, ctx.tuic_session.as_deref(), input)
         .map_err(ToolError::from)
 }
@@ -118,9 +125,7 @@ fn launch_handler(
     ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let input = args
-        .get("input")
-        .ok_or_else(|| ToolError::invalid("workflow_launch: input is required"))?;
+    let input = input("workflow_launch", args)?;
     crate::stories::coordinator::launch(
         &node.planning,
         ctx.tuic_session.as_deref(),
@@ -152,9 +157,7 @@ fn story_create_handler(
     ctx: &CallCtx,
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let input = args
-        .get("input")
-        .ok_or_else(|| ToolError::invalid("workflow_story_create: input is required"))?;
+    let input = input("workflow_story_create", args)?;
     crate::stories::coordinator::story_create(
         &node.planning,
         ctx.tuic_session.as_deref(),
