@@ -875,7 +875,7 @@ fn ip_ok(args: &[&str]) -> String {
 /// QUIC lets a connection's client move to a new address (RFC 9000 §9): the hub's address
 /// changing mid-link (its veth re-addressed, the old address removed) keeps the QUIC link —
 /// no reconnect — and mail sent both ways after the change all arrives, in order. (The node
-/// is the QUIC server; a server's address cannot move in QUIC v1: see docs/ARCHITECTURE.md.)
+/// is the QUIC server; a server's address cannot move in QUIC v1: see docs/internals.md, hub `link.rs`.)
 #[tokio::test]
 async fn the_hubs_address_changing_mid_link_keeps_the_quic_link_and_loses_no_mail() {
     let bed = FedBed::start(1).await.unwrap();

@@ -1,6 +1,6 @@
 //! Web Push (RFC 8030) to installed web apps: the node's VAPID key (RFC 8292), the stored
 //! subscriptions, and one encrypted push request per subscription (RFC 8291, `aes128gcm`,
-//! done by `web-push-native`; see `docs/ARCHITECTURE.md` for why that crate).
+//! done by `web-push-native`; see `docs/internals.md` for why that crate).
 //!
 //! A subscription's endpoint is where the node will POST: a TCP caller may not point it at a
 //! loopback, link-local or private address unless `notifications.web_push.allow_private_endpoints`
