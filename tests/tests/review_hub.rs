@@ -190,14 +190,20 @@ async fn phone_reviews_and_squashes_a_remote_agent_s_worktree_through_the_hub() 
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["text"].as_str().unwrap(), want);
+    // The owner's refusal keeps its status and code through the hub: a deleted branch.
     let (st, v) = call(
         hub,
         "GET",
-        &format!("/repo/diff-file?path={}&file=nope.rs", enc(&remote_wt)),
+        &format!(
+            "/repo/diff-summary?path={}&branch=doomed",
+            enc(&format!("nodeb:{}", s(&root)))
+        ),
         None,
     )
     .await;
-    assert!(st >= 400, "{v}");
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["code"], "unknown_ref", "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("nodeb: "), "{v}");
     let mcp = Mcp::start(&hub.socket, None).await;
     let (err, v) = mcp
         .tool(
