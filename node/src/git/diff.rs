@@ -27,6 +27,12 @@ pub(crate) const DEFAULT_FILES_PAGE: usize = 1000;
 pub(crate) const MAX_LINES_PAGE: usize = 20_000;
 /// Default diff lines per page.
 pub(crate) const DEFAULT_LINES_PAGE: usize = 5000;
+/// How long a change view reuses the default branch it found for a repository (see
+/// `Runner::view_defaults`): long enough for a phone's polling, short enough that a changed
+/// `origin/HEAD` or `init.defaultBranch` shows within seconds.
+pub(crate) const VIEW_DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Repositories whose default branch the views remember at most (then forgotten at once).
+const VIEW_DEFAULTS_MAX: usize = 256;
 /// Commits listed at most in a summary.
 pub(crate) const MAX_COMMITS: usize = 500;
 

@@ -95,14 +95,14 @@ pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError
             }
         }
     };
-    let base_ref = match t.base.as_deref().filter(|b| !b.is_empty()) {
+    let (mut base_ref, remembered) = match t.base.as_deref().filter(|b| !b.is_empty()) {
         Some(b) => {
             if b.starts_with('-') {
                 return Err(GitError::UnknownRef(format!("base {b} is not a ref")));
             }
-            b.to_owned()
+            (b.to_owned(), false)
         }
-        None => default_branch(git, &root)?,
+        None => view_default_branch(git, &root)?,
     };
     // One process for the common case; the slow path below names what is missing.
     if let Ok(mb) = git.out(
@@ -119,6 +119,11 @@ pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError
             merge_base: mb,
             checkout,
         });
+    }
+    if remembered {
+        // The remembered default branch may be gone: the rule again, then the slow path.
+        forget_default(git, &root);
+        base_ref = default_branch(git, &root)?;
     }
     let base_commit = verify(&dir, &base_ref).ok_or_else(|| {
         unknown_ref(format!(
@@ -164,6 +169,34 @@ fn head_and_branch(git: &Git, dir: &Path) -> Option<(String, Option<String>)> {
         .and_then(|r| r.strip_prefix("refs/heads/"))
         .map(str::to_owned);
     Some((head, branch))
+}
+
+/// The default branch for a view: the one a view found for `root` within
+/// [`super::VIEW_DEFAULT_TTL`] (then `true`), else the rule afresh (remembered).
+fn view_default_branch(git: &Git, root: &Path) -> Result<(String, bool), GitError> {
+    let now = std::time::Instant::now();
+    {
+        let memo = git.view_defaults.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, b)) = memo.get(root)
+            && now.duration_since(*at) < super::VIEW_DEFAULT_TTL
+        {
+            return Ok((b.clone(), true));
+        }
+    }
+    let b = default_branch(git, root)?;
+    let mut memo = git.view_defaults.lock().unwrap_or_else(|p| p.into_inner());
+    if memo.len() >= super::VIEW_DEFAULTS_MAX {
+        memo.clear();
+    }
+    memo.insert(root.to_owned(), (now, b.clone()));
+    Ok((b, false))
+}
+
+fn forget_default(git: &Git, root: &Path) {
+    git.view_defaults
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(root);
 }
 
 /// The default branch, by the git service's one rule ([`super::super::branch::default_branch`]).
