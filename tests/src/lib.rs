@@ -15,6 +15,7 @@ pub mod bench_notify;
 pub mod bench_outbox;
 pub mod bench_progress;
 pub mod bench_quic;
+pub mod bench_review;
 pub mod bench_stories;
 pub mod bench_upload;
 pub mod bench_upstream;

@@ -6,67 +6,20 @@
 //! dirty, audited; MCP `repo action=diff_summary|diff_file` and `ui action=tab` with its
 //! refusals.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+mod review_support;
 
+use std::process::Command;
+use std::time::Duration;
+
+use review_support::{enc, s, setup, wait_for};
 use serde_json::{Value, json};
 use tuic_tests::bed::{git, recording_shell};
 use tuic_tests::progress::{Events, Mcp};
 use tuic_tests::{NodeProc, config_dir, ipc};
 
-fn s(p: &Path) -> String {
-    p.to_str().unwrap().to_owned()
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 async fn call(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let r = ipc(&node.socket, method, path, body).await.unwrap();
     (r.status, r.json())
-}
-
-/// A registered repository `repo` on `main` and a linked worktree on `feat` with two commits.
-pub fn setup(node_dir: &Path) -> (PathBuf, PathBuf) {
-    let root = node_dir.join("repo");
-    std::fs::create_dir(&root).unwrap();
-    git(&root, &["init", "-q", "-b", "main"]);
-    let body: String = (1..=30).map(|i| format!("fn line_{i}() {{}}\n")).collect();
-    std::fs::write(root.join("lib.rs"), &body).unwrap();
-    std::fs::write(root.join("notes.md"), "# Notes\n\nSome *text*.\n").unwrap();
-    git(&root, &["add", "-A"]);
-    git(&root, &["commit", "-q", "-m", "base"]);
-    let root = root.canonicalize().unwrap();
-    let wt = node_dir.join("repo__wt").join("feat");
-    git(&root, &["worktree", "add", "-q", "-b", "feat", &s(&wt)]);
-    let wt = wt.canonicalize().unwrap();
-    let changed = body
-        .replace("fn line_3() {}", "fn line_three() -> u32 { 3 }")
-        .replace("fn line_20() {}\n", "");
-    std::fs::write(wt.join("lib.rs"), changed).unwrap();
-    git(&wt, &["commit", "-qam", "agent: rename line 3"]);
-    std::fs::write(wt.join("new.txt"), "fresh\n").unwrap();
-    git(&wt, &["add", "new.txt"]);
-    git(&wt, &["commit", "-qm", "agent: add new.txt"]);
-    (root, wt)
-}
-
-async fn wait_for(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
@@ -453,4 +406,110 @@ async fn cli_diff_review_and_merge() {
         err.contains("nothing_to_land") || err.contains("behind"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_50_mb_file_diff_is_summarised_with_bounded_node_memory() {
+    let cfg = config_dir(json!({}));
+    let node = NodeProc::start("tuic-node", &["--config-dir", &s(cfg.path())], &[]).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (root, wt) = setup(work.path());
+    let (st, v) = call(&node, "POST", "/repos", Some(json!({"path": s(&root)}))).await;
+    assert_eq!(st, 200, "{v}");
+    let summary = format!("/repo/diff-summary?path={}", enc(&s(&wt)));
+    let (st, v) = call(&node, "GET", &summary, None).await;
+    assert_eq!(st, 200, "{v}");
+
+    // 50 MB of text generated here (never part of tuic's own repository): committed on the
+    // agent's branch, and a copy left untracked.
+    const SIZE: u64 = 50 * 1024 * 1024;
+    let mut lines = 0u64;
+    {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::new(std::fs::File::create(wt.join("huge.txt")).unwrap());
+        let mut written = 0u64;
+        while written < SIZE {
+            let l = format!("line {lines:08} of a generated fifty megabyte file\n");
+            w.write_all(l.as_bytes()).unwrap();
+            written += l.len() as u64;
+            lines += 1;
+        }
+    }
+    let bytes = std::fs::metadata(wt.join("huge.txt")).unwrap().len();
+    git(&wt, &["add", "huge.txt"]);
+    git(&wt, &["commit", "-qm", "agent: a generated 50 MB file"]);
+    std::fs::copy(wt.join("huge.txt"), wt.join("huge-copy.log")).unwrap();
+
+    let pid = node.child.id();
+    let before = tuic_tests::rss_bytes(pid);
+    let (st, sm) = call(&node, "GET", &summary, None).await;
+    assert_eq!(st, 200, "{sm}");
+    let huge = sm["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "huge.txt")
+        .unwrap_or_else(|| panic!("{sm}"));
+    assert_eq!(huge["added"], lines, "{huge}");
+    let copy = sm["uncommitted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "huge-copy.log")
+        .unwrap_or_else(|| panic!("{sm}"));
+    assert_eq!(copy["status"], "untracked", "{copy}");
+    let (st, f) = call(
+        &node,
+        "GET",
+        &format!("/repo/diff-file?path={}&file=huge.txt", enc(&s(&wt))),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{f}");
+    assert_eq!(f["huge"], true, "{f}");
+    assert_eq!(f["bytes"], bytes);
+    assert_eq!(
+        f["summary"],
+        format!("huge, {bytes} bytes, +{lines} -0: the diff is not shown")
+    );
+    assert_eq!(f["text"], "");
+    assert!(f["lines"].as_array().unwrap().is_empty());
+    let (st, f) = call(
+        &node,
+        "GET",
+        &format!(
+            "/repo/diff-file?path={}&file=huge-copy.log&uncommitted=true",
+            enc(&s(&wt))
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{f}");
+    assert_eq!(f["huge"], true, "{f}");
+    assert_eq!(f["status"], "untracked");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("huge, {bytes} bytes")),
+        "{f}"
+    );
+    // The node never held the file: its peak resident set (`VmHWM`, so a read freed again
+    // still counts) stayed far below the file's size above where it started.
+    let grown = peak_rss_bytes(pid).saturating_sub(before);
+    assert!(
+        grown < 16 * 1024 * 1024,
+        "node peak RSS grew by {grown} bytes over a {bytes}-byte file"
+    );
+}
+
+/// A process's peak resident set in bytes (`VmHWM` of `/proc/<pid>/status`).
+fn peak_rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
 }

@@ -309,3 +309,109 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
         .await;
     assert!(err && v.to_string().contains("repo action=add"), "{v}");
 }
+
+/// The tabs an agent opened with `ui action=tab` survive a page reload and a node restart: the
+/// tab view lists every one (focused or background) in its strip and reads each from the node.
+#[tokio::test]
+async fn agent_tabs_survive_a_reload_and_a_node_restart() {
+    let port = tuic_tests::bed::free_port().to_string();
+    let (d, node) =
+        tuic_tests::bed::remote_proc("tuic-node", json!({"secret_store": "file"}), &port, &[]);
+    let mut node = node;
+    let base = format!("http://{}", node.tcp.unwrap());
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    std::fs::write(root.join("notes.md"), "# Notes\n\nSome *text* here.\n").unwrap();
+    std::fs::write(root.join("lib.rs"), "fn kept() {}\n").unwrap();
+    let root = root.canonicalize().unwrap();
+    let (st, v) = call(&node, "POST", "/repos", Some(json!({"path": s(&root)}))).await;
+    assert_eq!(st, 200, "{v}");
+    let mcp = Mcp::start(&node.socket, None).await;
+
+    let b = Browser::launch(390, 844).await.unwrap();
+    login(&b, &base).await;
+    b.wait_for("document.body.dataset.events === 'open'", 10_000)
+        .await
+        .unwrap();
+    // A background tab first (offered in the banner), then a focused one (opened at once).
+    let (err, v) = mcp
+        .tool(
+            "ui",
+            json!({"action": "tab", "focus": false, "url": format!("tuic://edit{}", s(&root.join("lib.rs")))}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    b.wait_for("!!document.querySelector('#banner a')", 10_000)
+        .await
+        .unwrap();
+    let (err, v) = mcp
+        .tool(
+            "ui",
+            json!({"action": "tab", "url": format!("tuic://open{}", s(&root.join("notes.md")))}),
+        )
+        .await;
+    assert!(!err, "{v}");
+    let notes_shown = "document.querySelector('#file-view h1') && document.querySelector('#file-view h1').textContent === 'Notes'";
+    b.wait_for(notes_shown, 10_000).await.unwrap();
+    let two = "document.querySelectorAll('#agent-tabs .agent-tab').length === 2";
+    b.wait_for(two, 10_000).await.unwrap();
+
+    // A reload keeps both tabs, the focused one current.
+    b.eval("location.reload(); return 1;", json!([]))
+        .await
+        .unwrap();
+    b.wait_for(&format!("({notes_shown}) && ({two})"), 10_000)
+        .await
+        .unwrap();
+    let names = b
+        .eval(
+            "return Array.from(document.querySelectorAll('#agent-tabs .agent-tab')).map(a => [a.textContent, a.getAttribute('aria-current')]);",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names, json!([["lib.rs", null], ["notes.md", "page"]]));
+
+    // The node restarts on the same port: the tabs are still listed and read afresh.
+    let _ = node.child.kill();
+    let _ = node.child.wait();
+    node = tuic_tests::bed::start_remote("tuic-node", &s(d.path()), &port, &[]);
+    b.eval("location.reload(); return 1;", json!([]))
+        .await
+        .unwrap();
+    b.wait_for(&format!("({notes_shown}) && ({two})"), 15_000)
+        .await
+        .unwrap();
+    b.screenshot(&artifacts_dir().join("review-tabs-after-restart-phone.png"))
+        .await
+        .unwrap();
+    // Switching to the background tab opens its editor; closing it leaves one tab.
+    b.click(
+        &b.find("#agent-tabs .agent-tab[data-href*='kind=edit']")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for("document.getElementById('editor') && document.getElementById('editor').value === 'fn kept() {}\\n'", 15_000)
+        .await
+        .unwrap();
+    b.click(
+        &b.find("#agent-tabs .agent-tab[aria-current] + .tab-close")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for(
+        &format!(
+            "({notes_shown}) && document.querySelectorAll('#agent-tabs .agent-tab').length === 1"
+        ),
+        15_000,
+    )
+    .await
+    .unwrap();
+    drop(node);
+}

@@ -35,6 +35,8 @@ export function startEvents() {
     if (t.url && t.kind === "url") q.set("url", t.url);
     const href = `#/tab?${q}`;
     if (t.focus) { location.hash = href; return; }
+    // A background tab is remembered too (the tab view lists it after a reload).
+    import("/assets/tabview.js").then((m) => m.rememberTab(href)).catch(() => {});
     const b = $("banner");
     b.hidden = false;
     b.replaceChildren(Object.assign(document.createElement("a"), { href, textContent: `Agent opened ${t.title}` }));

@@ -2,6 +2,10 @@
 // (markdown rendered, code highlighted), a simple editor that saves through the root-gated
 // `POST /fs/write-external`, or a web page in a frame. Mounted alone by entry.js; also the
 // shared helpers of `changes.js` (element builder, JSON fetch, highlighter).
+//
+// Open tabs are remembered in this browser (`localStorage`, at most MAX_TABS, newest last) so
+// they survive a reload and a node restart: the tab view lists them in a strip to switch
+// between or close. The contents are never stored here; each is read from the node when shown.
 
 export function el(tag, props = {}, ...kids) {
   const { dataset, ...rest } = props;
@@ -104,15 +108,60 @@ export function markdown(src) {
   return out;
 }
 
+const TABS_KEY = "tuic.tabs";
+// Enough for a working set on a phone; older tabs drop off the front.
+const MAX_TABS = 20;
+
+export function storedTabs() {
+  try {
+    const v = JSON.parse(localStorage.getItem(TABS_KEY) ?? "[]");
+    return Array.isArray(v) ? v.filter((h) => typeof h === "string" && h.startsWith("#/tab?")) : [];
+  } catch { return []; }
+}
+
+function saveTabs(tabs) {
+  try { localStorage.setItem(TABS_KEY, JSON.stringify(tabs.slice(-MAX_TABS))); } catch { /* private mode */ }
+}
+
+// Remembers a tab by its address (`#/tab?…`), once.
+export function rememberTab(href) {
+  saveTabs([...storedTabs().filter((h) => h !== href), href]);
+}
+
+function tabName(href) {
+  const q = new URLSearchParams(href.replace(/^#\/tab\??/, ""));
+  return (q.get("path") ?? "").split("/").pop() || q.get("url") || "tab";
+}
+
+function tabStrip(current) {
+  const nav = el("nav", { id: "agent-tabs", className: "agent-tabs", "aria-label": "Open tabs" });
+  for (const href of storedTabs()) {
+    const a = el("a", { className: "agent-tab", href, dataset: { href } }, tabName(href));
+    if (href === current) a.setAttribute("aria-current", "page");
+    const close = el("button", { type: "button", className: "tab-close", "aria-label": `Close ${tabName(href)}` }, "×");
+    close.onclick = () => {
+      const rest = storedTabs().filter((h) => h !== href);
+      saveTabs(rest);
+      if (href === current) location.hash = rest.at(-1) ?? "";
+      else mountTab();
+    };
+    nav.append(el("span", { className: "agent-tab-item" }, a, close));
+  }
+  return nav;
+}
+
 export async function mountTab() {
-  const q = new URLSearchParams(location.hash.replace(/^#\/tab\??/, ""));
+  const href = location.hash;
+  rememberTab(href);
+  const q = new URLSearchParams(href.replace(/^#\/tab\??/, ""));
   const kind = q.get("kind") ?? "file";
   const path = q.get("path") ?? "";
   const name = path.split("/").pop() || q.get("url") || "tab";
   const body = el("main", { id: "tab-body", className: "tab-body", dataset: { kind } });
   const back = el("a", { className: "icon", href: "#", "aria-label": "Back to sessions" }, "‹");
   back.onclick = (e) => { e.preventDefault(); location.hash = ""; };
-  document.body.replaceChildren(el("header", { className: "top" }, back, el("h1", { id: "title" }, name)), body);
+  document.body.replaceChildren(el("header", { className: "top" }, back, el("h1", { id: "title" }, name)),
+    tabStrip(href), body);
   if (kind === "url") {
     body.append(el("iframe", { src: q.get("url"), className: "tab-frame", title: name }));
     return;

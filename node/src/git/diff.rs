@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{GitError, Runner as Git, check_path};
+use super::{GitError, Runner as Git};
 
 /// A file whose either side is bigger than this is summarised, not diffed.
 pub(crate) const HUGE_BYTES: u64 = 4 * 1024 * 1024;
@@ -27,6 +27,12 @@ pub(crate) const DEFAULT_FILES_PAGE: usize = 1000;
 pub(crate) const MAX_LINES_PAGE: usize = 20_000;
 /// Default diff lines per page.
 pub(crate) const DEFAULT_LINES_PAGE: usize = 5000;
+/// How long a change view reuses the default branch it found for a repository (see
+/// `Runner::view_defaults`): long enough for a phone's polling, short enough that a changed
+/// `origin/HEAD` or `init.defaultBranch` shows within seconds.
+pub(crate) const VIEW_DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Repositories whose default branch the views remember at most (then forgotten at once).
+const VIEW_DEFAULTS_MAX: usize = 256;
 /// Commits listed at most in a summary.
 pub(crate) const MAX_COMMITS: usize = 500;
 
@@ -194,139 +200,6 @@ pub(crate) struct FileDiff {
     pub(crate) next_offset: Option<usize>,
 }
 
-fn unknown_ref(msg: String) -> GitError {
-    GitError::UnknownRef(msg)
-}
-
-/// Resolves a target: the path must be a registered repository root or one of its linked
-/// worktrees; a named branch must still exist; the base must exist.
-pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError> {
-    let git = env.git;
-    let p = check_path(&t.path, "path")?;
-    let canon = p.canonicalize().map_err(|e| {
-        GitError::InvalidPath(format!(
-            "path {} does not exist (a worktree removed meanwhile?): {e}",
-            t.path
-        ))
-    })?;
-    let dot = canon.join(".git");
-    let meta = std::fs::symlink_metadata(&dot).map_err(|_| {
-        GitError::InvalidPath(format!(
-            "path {} is not a worktree or repository root (no .git)",
-            t.path
-        ))
-    })?;
-    let root = if meta.is_dir() {
-        canon.clone()
-    } else {
-        super::main_checkout_of_worktree(&canon)
-            .and_then(|m| m.canonicalize().ok())
-            .ok_or_else(|| {
-                GitError::InvalidPath(format!(
-                    "path {} is not a linked worktree of a repository",
-                    t.path
-                ))
-            })?
-    };
-    if !env.roots.contains(&root) {
-        return Err(GitError::NotRegistered(format!(
-            "path {} does not belong to a registered repository; register it with repo action=add (POST /repos)",
-            t.path
-        )));
-    }
-    let verify = |dir: &Path, r: &str| -> Option<String> {
-        git.out(
-            dir,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "--end-of-options",
-                &format!("{r}^{{commit}}"),
-            ],
-        )
-        .ok()
-        .filter(|s| !s.is_empty())
-    };
-    let (dir, head, branch, checkout) = match t.branch.as_deref().filter(|b| !b.is_empty()) {
-        Some(b) => {
-            if b.starts_with('-') || b.contains("..") {
-                return Err(GitError::InvalidBranch(format!("branch {b} is not valid")));
-            }
-            let head = verify(&root, &format!("refs/heads/{b}")).ok_or_else(|| {
-                unknown_ref(format!(
-                    "branch {b} does not exist in {} (deleted meanwhile?)",
-                    root.display()
-                ))
-            })?;
-            (root.clone(), head, Some(b.to_owned()), false)
-        }
-        None => {
-            let branch = git
-                .out(&canon, &["symbolic-ref", "--quiet", "--short", "HEAD"])
-                .ok()
-                .filter(|s| !s.is_empty());
-            let head = verify(&canon, "HEAD").ok_or_else(|| {
-                unknown_ref(match &branch {
-                    Some(b) => format!(
-                        "the branch {b} of {} has no commit (deleted meanwhile?)",
-                        canon.display()
-                    ),
-                    None => format!("{} has no HEAD commit", canon.display()),
-                })
-            })?;
-            (canon.clone(), head, branch, true)
-        }
-    };
-    let base_ref = match t.base.as_deref().filter(|b| !b.is_empty()) {
-        Some(b) => {
-            if b.starts_with('-') {
-                return Err(GitError::UnknownRef(format!("base {b} is not a ref")));
-            }
-            b.to_owned()
-        }
-        None => default_branch(git, &root)?,
-    };
-    let base_commit = verify(&dir, &base_ref).ok_or_else(|| {
-        unknown_ref(format!(
-            "base {base_ref} does not exist in {}",
-            root.display()
-        ))
-    })?;
-    let merge_base = if base_commit == head {
-        head.clone()
-    } else {
-        git.out(&dir, &["merge-base", &base_commit, &head])
-            .map_err(|_| {
-                unknown_ref(format!(
-                    "{} and {base_ref} share no history",
-                    branch.as_deref().unwrap_or("HEAD")
-                ))
-            })?
-    };
-    Ok(Resolved {
-        dir,
-        root,
-        head,
-        branch,
-        base_ref,
-        merge_base,
-        checkout,
-    })
-}
-
-/// The default branch, by the git service's one rule ([`super::branch::default_branch`]).
-pub(crate) fn default_branch(git: &Git, root: &Path) -> Result<String, GitError> {
-    super::branch::default_branch(git, root)
-        .map(|(b, _)| b)
-        .ok_or_else(|| {
-            unknown_ref(format!(
-                "{} has no default branch (main, master, trunk or origin/HEAD); pass base",
-                root.display()
-            ))
-        })
-}
-
 fn status_name(c: u8) -> &'static str {
     match c {
         b'A' => "added",
@@ -441,6 +314,12 @@ fn untracked(git: &Git, dir: &Path) -> Result<Vec<String>, GitError> {
         .collect())
 }
 
+/// A scoped reader's answer; a panic in it is an error, not a crash of the caller.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, GitError>>) -> Result<T, GitError> {
+    h.join()
+        .unwrap_or_else(|_| Err(GitError::Io("a git reader panicked".into())))
+}
+
 /// `diff_summary`: committed changes against the merge-base (paged), the commits, and the
 /// uncommitted changes of a checkout.
 pub(crate) fn summary(
@@ -451,7 +330,38 @@ pub(crate) fn summary(
 ) -> Result<Summary, GitError> {
     let git = env.git;
     let r = resolve(env, t)?;
-    let mut files = changes(git, &r.dir, &[&r.merge_base, &r.head], &[])?;
+    let range = format!("{}..{}", r.merge_base, r.head);
+    let n = (MAX_COMMITS + 1).to_string();
+    // The four reads are independent: run side by side (each in a runner slot), so the answer
+    // costs about the slowest of them rather than their sum.
+    let (files, log, tracked, untracked_files) = std::thread::scope(|s| {
+        let committed = s.spawn(|| changes(git, &r.dir, &[&r.merge_base, &r.head], &[]));
+        let log = s.spawn(|| {
+            run_bytes(
+                git,
+                &r.dir,
+                &[
+                    "log",
+                    "-z",
+                    "--no-color",
+                    "--format=%H%x1f%s%x1f%an%x1f%at",
+                    "-n",
+                    &n,
+                    &range,
+                ],
+            )
+        });
+        let untracked_files = r.checkout.then(|| s.spawn(|| untracked(git, &r.dir)));
+        let tracked = r.checkout.then(|| changes(git, &r.dir, &["HEAD"], &[]));
+        (
+            joined(committed),
+            joined(log),
+            tracked,
+            untracked_files.map(joined),
+        )
+    });
+    let mut files = files?;
+    let log = log?;
     let total_files = files.len();
     let added = files.iter().map(|f| f.added).sum();
     let removed = files.iter().map(|f| f.removed).sum();
@@ -462,20 +372,6 @@ pub(crate) fn summary(
     } else {
         vec![]
     };
-    let n = (MAX_COMMITS + 1).to_string();
-    let log = run_bytes(
-        git,
-        &r.dir,
-        &[
-            "log",
-            "-z",
-            "--no-color",
-            "--format=%H%x1f%s%x1f%an%x1f%at",
-            "-n",
-            &n,
-            &format!("{}..{}", r.merge_base, r.head),
-        ],
-    )?;
     let mut commits: Vec<Commit> = log
         .split(|b| *b == 0)
         .filter(|f| !f.is_empty())
@@ -493,12 +389,16 @@ pub(crate) fn summary(
     let commits_truncated = commits.len() > MAX_COMMITS;
     commits.truncate(MAX_COMMITS);
     let mut uncommitted = Vec::new();
-    if r.checkout {
-        uncommitted = changes(git, &r.dir, &["HEAD"], &[])?;
-        for p in untracked(git, &r.dir)? {
-            let lines = std::fs::read(r.dir.join(&p))
+    if let (Some(tracked), Some(untracked_files)) = (tracked, untracked_files) {
+        uncommitted = tracked?;
+        for p in untracked_files? {
+            // Sized before read: a huge untracked file is listed without its counts, never
+            // read into memory.
+            let f = r.dir.join(&p);
+            let lines = std::fs::symlink_metadata(&f)
                 .ok()
-                .filter(|b| (b.len() as u64) <= HUGE_BYTES)
+                .filter(|m| m.is_file() && m.len() <= HUGE_BYTES)
+                .and_then(|_| std::fs::read(&f).ok())
                 .map(|b| (b.contains(&0), bytecount_lines(&b)));
             uncommitted.push(FileChange {
                 path: p,
@@ -638,24 +538,26 @@ pub(crate) fn file(
     out.status = c.status;
     out.added = c.added;
     out.removed = c.removed;
-    // Sizes without reading contents: blobs through cat-file, the working tree's side by stat.
-    let mut sizes = Vec::new();
-    for (blob, is_new) in [(&c.old_blob, false), (&c.new_blob, true)] {
+    // Sizes without reading contents: blobs through cat-file (both sides at once), the
+    // working tree's side by stat.
+    let size = |blob: &String, is_new: bool| -> Option<u64> {
         if blob == NULL_BLOB || blob.is_empty() {
-            if o.uncommitted
-                && is_new
-                && let Ok(m) = std::fs::metadata(r.dir.join(&c.path))
-            {
-                sizes.push(m.len());
-            }
-            continue;
+            return (o.uncommitted && is_new)
+                .then(|| std::fs::metadata(r.dir.join(&c.path)).ok().map(|m| m.len()))
+                .flatten();
         }
-        let s = git
-            .out(&r.dir, &["cat-file", "-s", blob])
+        git.out(&r.dir, &["cat-file", "-s", blob])
             .ok()
-            .and_then(|s| s.parse::<u64>().ok());
-        sizes.extend(s);
-    }
+            .and_then(|s| s.parse::<u64>().ok())
+    };
+    let sizes: Vec<u64> = std::thread::scope(|s| {
+        let old = s.spawn(|| size(&c.old_blob, false));
+        let new = size(&c.new_blob, true);
+        [old.join().ok().flatten(), new]
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     out.bytes = sizes.iter().copied().max().unwrap_or(0);
     if out.bytes > HUGE_BYTES {
         out.huge = true;
@@ -745,7 +647,10 @@ mod unit;
 
 #[path = "diff/lines.rs"]
 mod lines;
+#[path = "diff/resolve.rs"]
+mod resolve;
 pub(crate) use lines::parse_lines;
+pub(crate) use resolve::resolve;
 
 #[cfg(test)]
 #[path = "diff/real_git.rs"]

@@ -229,6 +229,12 @@ pub struct Runner {
     free: Mutex<usize>,
     /// Signalled when a slot is returned.
     returned: Condvar,
+    /// The default branch a change view last found per repository root, with when: the rule
+    /// costs three `git` processes and a phone polling Changes asks again within seconds, so a
+    /// view reuses it for [`diff::VIEW_DEFAULT_TTL`] (and drops it when the branch is gone).
+    /// Only the change views read it; landing and proofs apply the rule afresh.
+    pub(crate) view_defaults:
+        Mutex<std::collections::HashMap<PathBuf, (std::time::Instant, String)>>,
 }
 
 impl Default for Runner {
@@ -253,6 +259,7 @@ impl Runner {
         Self {
             free: Mutex::new(max.max(1)),
             returned: Condvar::new(),
+            view_defaults: Mutex::default(),
         }
     }
 

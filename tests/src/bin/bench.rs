@@ -170,6 +170,11 @@ fn main() -> anyhow::Result<()> {
                 n, commits, calls,
             ))
         }
+        Some("review-diff") => {
+            let commits = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20_000);
+            let calls = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(50);
+            rt.block_on(tuic_tests::bench_review::review_diff(commits, calls))
+        }
         Some("acp-stream") => {
             let chunks = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
             let stamped = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(500);
@@ -177,7 +182,7 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(tuic_tests::bench_acp::stream(chunks, stamped, idle))
         }
         _ => bail!(
-            "usage: bench acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench review-diff [COMMITS] [CALLS] | acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }
