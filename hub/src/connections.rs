@@ -246,6 +246,9 @@ pub struct Conn {
     /// The QUIC connection of the current link, when it is QUIC: relayed session streams open
     /// their own streams on it.
     pub(crate) quic: std::sync::Mutex<Option<quinn::Connection>>,
+    /// The host's flap damping (fed by the session link, the host's liveness): a host whose
+    /// links come up and end at once is dialled after a growing hold, never in a tight loop.
+    pub(crate) flaps: std::sync::Mutex<tuic_proto::peer::Flaps>,
 }
 
 impl Conn {
@@ -270,6 +273,7 @@ impl Conn {
             pin: std::sync::Mutex::new(config.quic_fingerprint.clone()),
             transport,
             quic: std::sync::Mutex::new(None),
+            flaps: Default::default(),
         }
     }
 
@@ -289,6 +293,11 @@ impl Conn {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .filter(|c| c.close_reason().is_none())
+    }
+
+    /// The host's flap damping.
+    pub(crate) fn flaps(&self) -> std::sync::MutexGuard<'_, tuic_proto::peer::Flaps> {
+        self.flaps.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The cookie header value that authenticates the hub to this node.

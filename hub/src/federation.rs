@@ -195,6 +195,7 @@ impl Federation {
                     "transport": s.transport,
                     "peer_link_ups": s.peer_link_ups,
                     "quic_session_streams": s.quic_session_streams,
+                    "flaps": c.flaps().count(),
                     "transport_preference": c.transport,
                     "quic_fingerprint": *c.pin.lock().unwrap_or_else(|p| p.into_inner()),
                 });
@@ -254,6 +255,7 @@ impl Federation {
             if was_up {
                 tracing::warn!(conn = %conn.id, error = ?ran_ok.as_ref().err(), "connection down");
                 conn.downs.send_modify(|n| *n += 1);
+                conn.flaps().down(tuic_node::ext::mono_ms());
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
@@ -263,10 +265,20 @@ impl Federation {
             }
             // While the host is down it is probed at a short capped interval, so a node that
             // returns after a long outage has its sessions back within about a second.
+            // A flapping host (its links end as soon as they are up) waits a growing hold
+            // instead: it gets at most one dial per hold and never the others' dial slots.
+            let (flaps, hold) = {
+                let f = conn.flaps();
+                (f.count(), Duration::from_millis(f.hold_ms(rand::random())))
+            };
+            if was_up && !hold.is_zero() {
+                tracing::warn!(conn = %conn.id, flaps, hold_ms = hold.as_millis() as u64, "host flapping: its next dial is held back");
+            }
             let delay = backoff
                 .next()
                 .unwrap_or(Duration::from_secs(30))
-                .min(PROBE_WHILE_DOWN);
+                .min(PROBE_WHILE_DOWN)
+                .max(hold);
             tokio::select! {
                 _ = conn.stop.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
@@ -303,6 +315,7 @@ impl Federation {
             s.up = true;
             s.last_error = None;
         });
+        conn.flaps().up(tuic_node::ext::mono_ms());
         conn.ups.send_modify(|n| *n += 1);
         tracing::info!(conn = %conn.id, "connection up");
         let mut events = resp.bytes_stream();

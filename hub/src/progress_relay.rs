@@ -26,7 +26,9 @@ pub async fn relay_progress(http: reqwest::Client, node: Arc<Node>, conn: Arc<Co
             backoff =
                 crate::connections::reconnect_backoff(node.config().tuning.peer_reconnect_max_ms);
         }
-        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+        // A flapping host (the session link's verdict) waits its hold here too.
+        let hold = Duration::from_millis(conn.flaps().hold_ms(rand::random()));
+        let delay = backoff.next().unwrap_or(Duration::from_secs(30)).max(hold);
         tokio::select! {
             _ = conn.stop.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}

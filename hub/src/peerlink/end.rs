@@ -30,6 +30,9 @@ where
         crate::connections::reconnect_backoff(hub.node.config().tuning.peer_reconnect_max_ms);
     let stop = conn.stop.clone();
     let mut ups = conn.ups.subscribe();
+    // This carrier's own flap damping (a node that accepts the mail link and drops it at
+    // once while its session link holds); the host's is on the session link.
+    let mut flaps = tuic_proto::peer::Flaps::default();
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = tokio::time::sleep_until(conn.first_dial) => {}
@@ -94,8 +97,11 @@ where
                     hinted: None,
                     cut: CutThrough::new(wake),
                 };
+                let started = tuic_node::ext::mono_ms();
                 let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
                 if end.end.was_up() {
+                    flaps.up(started);
+                    flaps.down(tuic_node::ext::mono_ms());
                     delays = crate::connections::reconnect_backoff(
                         hub.node.config().tuning.peer_reconnect_max_ms,
                     );
@@ -104,6 +110,14 @@ where
                 if ended == driver::Ended::Stopped {
                     return;
                 }
+            }
+        }
+        let hold = Duration::from_millis(flaps.hold_ms(rand::random()));
+        if !hold.is_zero() {
+            tracing::warn!(conn = %conn.id, flaps = flaps.count(), hold_ms = hold.as_millis() as u64, "peer link flapping: its next dial is held back");
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(hold) => {}
             }
         }
         let delay = delays.next().unwrap_or(Duration::from_secs(30));

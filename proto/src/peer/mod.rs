@@ -29,7 +29,7 @@ pub mod relay;
 pub mod uplink;
 
 pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
-pub use backoff::Backoff;
+pub use backoff::{Backoff, Flaps};
 pub use dedupe::{DedupeError, DedupeRings, Verdict};
 pub use deliver::{Routed, deliver, deliver_stamped, relay};
 pub use frame::{

@@ -211,8 +211,15 @@ impl Relay {
     }
 
     /// A node's `register` over its link: its peers become this connection's shadows,
-    /// addressed `<connection>/<peer>`.
+    /// addressed `<connection>/<peer>`. A node with no peers keeps no entry, so building a
+    /// directory costs the nodes that registered peers, not every connected node (a hub of
+    /// thousands of nodes, most with nobody to address, would otherwise walk them all on
+    /// every link-up and tick).
     pub fn register(&mut self, connection: &str, generation: u64, peers: Vec<PeerEntry>) {
+        if peers.is_empty() {
+            self.shadows.remove(connection);
+            return;
+        }
         let shadows = peers
             .into_iter()
             .map(|mut p| {
