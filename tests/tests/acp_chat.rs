@@ -113,7 +113,8 @@ async fn a_chat_open_refuses_an_unknown_agent_an_executable_and_a_missing_reposi
             Some(json!({"agent": "test", "command": "/bin/sh"})),
         )
         .await;
-    assert_eq!(s, 400, "{v}");
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("command"), "{v}");
     let (s, v) = bed.call("GET", "/acp/connections", None).await;
     assert_eq!((s, v.as_array().unwrap().len()), (200, 0), "{v}");
 
