@@ -61,6 +61,11 @@ const FILES: &[(&str, &str, &str)] = &[
     ),
     ("assets/acp.js", JS, include_str!("../../web/assets/acp.js")),
     (
+        "assets/markdown.js",
+        JS,
+        include_str!("../../web/assets/markdown.js"),
+    ),
+    (
         "assets/upload.js",
         JS,
         include_str!("../../web/assets/upload.js"),

@@ -238,6 +238,30 @@ pub struct ConnectionRow {
     /// The host that runs it (set by a hub for remote rows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The connection's agent-mail identity: the agent's MCP calls (bridge or `/mcp`) act as
+    /// it, and mail sent to it reaches a chat's `tuic://inbox`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuic_session: Option<String>,
+    /// Opened by `POST /acp/chat/open`: a terminal-less peer in agent mail.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chat: bool,
+}
+
+/// `POST /acp/chat/open` body: a conversation with an agent and no terminal tab. The agent
+/// defaults to `ego` (the `ego_executable` setting), the cwd to the first registered
+/// repository.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatOpen {
+    /// A name from `acp_agents`, or `ego` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The working directory: inside a registered repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The display name, also the peer's name in agent mail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A permission request and what became of it.
@@ -330,6 +354,22 @@ mod tests {
             serde_json::to_value(&gap).unwrap(),
             json!({"type":"gap","after":1,"first_seq":9})
         );
+    }
+
+    #[test]
+    fn a_row_and_a_chat_open_decode_both_ways() {
+        let row = json!({"id":"c1","name":"chat","agent":"ego","cwd":"/r","state":"ready","generation":1,
+            "last_seq":3,"pending":0,"created_ms":5,"tuic_session":"0b7c","chat":true});
+        let r: ConnectionRow = serde_json::from_value(row.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&r).unwrap(), row);
+        let old = json!({"id":"c1","name":"n","agent":"a","cwd":"/r","state":"ended","generation":1,
+            "last_seq":0,"pending":0,"created_ms":5});
+        let r: ConnectionRow = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&r).unwrap(), old);
+        let open: ChatOpen = serde_json::from_value(json!({"name":"chat"})).unwrap();
+        assert_eq!(open.agent, None);
+        let r: Result<ChatOpen, _> = serde_json::from_value(json!({"command":"/bin/sh"}));
+        assert!(r.unwrap_err().to_string().contains("command"));
     }
 
     #[test]

@@ -18,10 +18,17 @@ What a prompt's first word asks for:
            exit, read its output, release it; say "term:<exit code>:<output>".
   tools    start the MCP server the client offered in session/new (tuic-bridge) with the
            official MCP SDK and call `session action=list`; say "mcp:<tool>:<is_error>".
+  whoami   connect to the offered MCP server (over HTTP when it is an HTTP one, else stdio)
+           and call `agent action=register`; say "whoami:<http|stdio>:<tuic_session>".
+  inbox    connect likewise, subscribe to tuic://inbox, say "subscribed", wait for
+           notifications/resources/updated, read the resource and say "inbox:<newest message>".
+
+With ACP_TEST_HTTP=1 in its environment it advertises mcpCapabilities.http.
   anything else: echo the text.
 """
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -31,6 +38,7 @@ import acp
 from acp.schema import (
     AgentCapabilities,
     Implementation,
+    McpCapabilities,
     InitializeResponse,
     LoadSessionResponse,
     NewSessionResponse,
@@ -58,7 +66,10 @@ class TestAgent:
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kw):
         return InitializeResponse(
             protocol_version=1,
-            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                mcp_capabilities=McpCapabilities(http=os.environ.get("ACP_TEST_HTTP") == "1"),
+            ),
             agent_info=Implementation(name="tuic-acp-test-agent", version="1.0"),
         )
 
@@ -163,6 +174,12 @@ class TestAgent:
             except BaseException as e:  # noqa: BLE001 - reported to the test as text
                 await self.say(sid, f"mcp-error:{e!r}")
             return PromptResponse(stop_reason="end_turn")
+        if word in ("whoami", "inbox"):
+            try:
+                await getattr(self, word)(sid)
+            except BaseException as e:  # noqa: BLE001 - reported to the test as text
+                await self.say(sid, f"mcp-error:{e!r}")
+            return PromptResponse(stop_reason="end_turn")
         if word == "escape":
             tries = [
                 ("read", os.path.join(cwd, "..", "secret.txt")),
@@ -206,6 +223,56 @@ class TestAgent:
             os._exit(3)
         await self.say(sid, f"echo:{text}")
         return PromptResponse(stop_reason="end_turn")
+
+
+    def mcp_client(self, sid, **kw):
+        """The official MCP SDK client on the server offered in session/new: HTTP (with its
+        headers) when it is an HTTP one, else the stdio command."""
+        from mcp import StdioServerParameters
+        from mcp.client.client import Client
+
+        srv = (self.mcp.get(sid) or [None])[0]
+        if srv is None:
+            raise RuntimeError("no MCP server was offered")
+        if getattr(srv, "url", None):
+            from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+            headers = {h.name: h.value for h in (srv.headers or [])}
+            http = create_mcp_http_client(headers=headers)
+            return "http", Client(streamable_http_client(srv.url, http_client=http), mode="legacy", **kw)
+        env = dict(os.environ)
+        for e in srv.env or []:
+            env[e.name] = e.value
+        params = StdioServerParameters(command=str(srv.command), args=list(srv.args or []), env=env)
+        return "stdio", Client(params, mode="legacy", **kw)
+
+    async def whoami(self, sid):
+        kind, client = self.mcp_client(sid)
+        async with client as c:
+            r = await c.call_tool("agent", {"action": "register"})
+        text = "".join(getattr(x, "text", "") for x in r.content)
+        me = json.loads(text).get("tuic_session")
+        await self.say(sid, f"whoami:{kind}:{me}")
+
+    async def inbox(self, sid):
+        from mcp import types
+
+        updated = asyncio.Event()
+
+        async def on_message(m):
+            n = m.root if hasattr(m, "root") else m
+            if isinstance(n, types.ResourceUpdatedNotification) and str(n.params.uri) == "tuic://inbox":
+                updated.set()
+
+        kind, client = self.mcp_client(sid, message_handler=on_message)
+        async with client as c:
+            await c.subscribe_resource("tuic://inbox")
+            await self.say(sid, "subscribed")
+            await asyncio.wait_for(updated.wait(), 60)
+            r = await c.read_resource("tuic://inbox")
+        body = json.loads(r.contents[0].text)
+        newest = body["messages"][-1]["message"] if body["messages"] else ""
+        await self.say(sid, f"inbox:{newest}")
 
 
 async def main():

@@ -1,5 +1,5 @@
-// ACP connections on the page: their rows in the list ("needs you" first) and the chat view
-// (#/acp/<id>) — streamed agent messages, collapsible thoughts, the plan as a checklist, tool
+// ACP connections on the page: their rows (put in the one session list by list.js) and the chat
+// view (#/acp/<id>) — streamed agent messages rendered as markdown (markdown.js: DOM nodes only), collapsible thoughts, the plan as a checklist, tool
 // calls with their status and diffs, permission requests as cards whose buttons are the agent's
 // own options, a prompt box with photo/file attach (ACP image / resource blocks), and cancel.
 // The view reads the connection's journal stream (`WS /acp/connections/{id}/stream?after=`):
@@ -8,37 +8,20 @@
 
 import { $, desktop } from "/assets/dom.js";
 import { api } from "/assets/api.js";
+import { state } from "/assets/state.js";
+import { renderList } from "/assets/list.js";
+import { renderMarkdown } from "/assets/markdown.js";
 
-export const acpState = { rows: [], view: null };
+export const acpState = { view: null };
 
 function label(st) { return (st ?? "").replaceAll("_", " "); }
 
 export async function refreshAcp() {
   try {
     const r = await api("/acp/connections");
-    acpState.rows = await r.json();
+    state.acp = await r.json();
   } catch { return; }
-  const ul = $("acp-sessions");
-  ul.replaceChildren(...acpState.rows.map((c) => {
-    const li = document.createElement("li");
-    const a = document.createElement("a");
-    a.href = `#/acp/${encodeURIComponent(c.id)}`;
-    a.dataset.acp = c.id;
-    const name = document.createElement("span");
-    name.className = "name";
-    name.textContent = c.name;
-    const badge = document.createElement("span");
-    badge.className = `badge state ${c.state}`;
-    badge.textContent = c.pending ? `${label(c.state)} (${c.pending})` : label(c.state);
-    const meta = document.createElement("span");
-    meta.className = "meta";
-    meta.textContent = [c.host ?? "local", "ACP", c.agent, c.cwd].join(" · ");
-    a.append(name, badge, meta);
-    li.appendChild(a);
-    return li;
-  }));
-  ul.hidden = acpState.rows.length === 0;
-  if (acpState.rows.length) $("empty").hidden = true;
+  renderList();
 }
 
 /** Shows or hides the chat view for the current hash; called by the router. */
@@ -51,7 +34,7 @@ export function routeAcp() {
   $("list-view").hidden = !desktop;
   $("session-view").hidden = true;
   $("back").hidden = desktop;
-  const row = acpState.rows.find((r) => r.id === id);
+  const row = state.acp.find((r) => r.id === id);
   $("title").textContent = row ? row.name : "Agent";
   if (!acpState.view) acpState.view = new AcpView(id);
   return true;
@@ -128,6 +111,12 @@ class AcpView {
   note(text, cls = "note") { this.log.appendChild(el("div", cls, text)); this.msg = null; this.scroll(); }
 
   frame(f) {
+    // Whatever follows a message shows it whole: its pending render runs first.
+    if (this.msg?.timer && !(f.type === "update" && f.update?.sessionUpdate === "agent_message_chunk")) {
+      clearTimeout(this.msg.timer);
+      this.msg.timer = null;
+      renderMarkdown(this.msg.el, this.msg.text);
+    }
     switch (f.type) {
       case "started": this.note(`Starting ${f.agent} (#${f.generation})`); break;
       case "ready": this.note(f.loaded ? "Session resumed" : "Ready"); break;
@@ -181,9 +170,12 @@ class AcpView {
         if (!this.msg || this.msg.kind !== "agent") {
           const b = el("div", "bubble agent");
           this.log.appendChild(b);
-          this.msg = { kind: "agent", el: b };
+          this.msg = { kind: "agent", el: b, text: "" };
         }
-        if (u.content?.type === "text") this.msg.el.textContent += u.content.text;
+        if (u.content?.type === "text") {
+          this.msg.text += u.content.text;
+          this.markdown(this.msg);
+        }
         break;
       }
       case "agent_thought_chunk": {
@@ -237,6 +229,13 @@ class AcpView {
         break;
       }
     }
+  }
+
+  /** Renders a message's markdown at most once per 30 ms while chunks stream in (a long
+   *  message is re-parsed whole, so not once per chunk), and always after the last one. */
+  markdown(m) {
+    if (m.timer) return;
+    m.timer = setTimeout(() => { m.timer = null; renderMarkdown(m.el, m.text); this.scroll(); }, m.el.childNodes.length ? 30 : 0);
   }
 
   toolContent(card, content) {

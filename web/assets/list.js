@@ -1,5 +1,7 @@
-// The session list: rows from GET /sessions (host, agent state, cwd, last activity), grouped by
-// host when a hub shows several.
+// The session list: rows from GET /sessions (host, agent state, cwd, last activity) and the ACP
+// connections of GET /acp/connections beside them (their state, an "ACP" tag, a link to the
+// chat view), grouped by host when a hub shows several; within a host, whatever needs you
+// (a PTY at a question, an agent holding a permission request) comes first.
 
 import { $, ago } from "/assets/dom.js";
 import { api } from "/assets/api.js";
@@ -8,6 +10,29 @@ import { state } from "/assets/state.js";
 export function sessionKey(s) { return s.address ?? s.session_id; }
 
 function hostOf(s) { return s.connection_id ?? "local"; }
+
+/** Whether a row waits on the person: a PTY's `needs_input`, an ACP connection's `needs_you`. */
+function needsYou(r) { return r.state === "needs_input" || r.state === "needs_you"; }
+
+function acpRow(c) {
+  const li = document.createElement("li");
+  li.className = "acp-row";
+  const a = document.createElement("a");
+  a.href = `#/acp/${encodeURIComponent(c.id)}`;
+  a.dataset.acp = c.id;
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = c.name;
+  const badge = document.createElement("span");
+  setStateBadge(badge, c.state);
+  if (c.pending) badge.textContent = `${stateLabel(c.state)} (${c.pending})`;
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  meta.textContent = [c.host ?? "local", c.chat ? "ACP chat" : "ACP", c.agent, c.cwd].join(" · ");
+  a.append(name, badge, meta);
+  li.appendChild(a);
+  return li;
+}
 
 /** The one state of a session as every view shows it (`needs_input` → "needs input"); the node
  *  computes it (`state` on the row), the page only words it. */
@@ -46,11 +71,12 @@ function sessionRow(s) {
 export function renderList() {
   const ul = $("sessions");
   const groups = new Map();
-  for (const s of state.sessions) {
-    const h = hostOf(s);
+  const add = (h, row) => {
     if (!groups.has(h)) groups.set(h, []);
-    groups.get(h).push(s);
-  }
+    groups.get(h).push(row);
+  };
+  for (const s of state.sessions) add(hostOf(s), { pty: s });
+  for (const c of state.acp) add(c.host ?? "local", { acp: c });
   const hosts = [...groups.keys()].sort((a, b) => (a === "local" ? -1 : b === "local" ? 1 : a.localeCompare(b)));
   const grouped = hosts.length > 1 || state.sessions.some((s) => s.connection_id);
   const items = [];
@@ -67,10 +93,12 @@ export function renderList() {
       li.append(n, c);
       items.push(li);
     }
-    for (const s of groups.get(h)) items.push(sessionRow(s));
+    // A stable sort: the rest keep their order.
+    const rows = groups.get(h).sort((a, b) => needsYou(b.pty ?? b.acp) - needsYou(a.pty ?? a.acp));
+    for (const r of rows) items.push(r.pty ? sessionRow(r.pty) : acpRow(r.acp));
   }
   ul.replaceChildren(...items);
-  $("empty").hidden = state.sessions.length > 0;
+  $("empty").hidden = state.sessions.length + state.acp.length > 0;
   renderViewState();
 }
 

@@ -22,6 +22,8 @@ impl Conn {
             created_ms: i.rec.created_ms,
             ended: i.rec.ended.clone(),
             host: None,
+            tuic_session: Some(i.rec.identity.clone()),
+            chat: i.rec.chat,
         }
     }
 

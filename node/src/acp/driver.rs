@@ -37,13 +37,19 @@ pub(crate) async fn run(
     load: Option<String>,
     stop: CancellationToken,
 ) {
-    let cwd = lock(&conn.inner).rec.cwd.clone();
+    let (cwd, identity) = {
+        let i = lock(&conn.inner);
+        (i.rec.cwd.clone(), i.rec.identity.clone())
+    };
     let env = &conn.shared.env;
     let mut cmd = tokio::process::Command::new(&spec.command);
+    // `TUIC_SESSION` is the connection's identity: a `tuic-bridge` the agent starts on its
+    // own (its configured MCP servers) acts as the connection, as the one offered below does.
     cmd.args(&spec.args)
         .envs(&spec.env)
         .env("TUIC_SOCKET", &env.socket)
         .env("TUIC_ACP_CONNECTION", &conn.id)
+        .env("TUIC_SESSION", &identity)
         .current_dir(&cwd)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -338,7 +344,11 @@ async fn start(
     let auth_methods = init["authMethods"].as_array().cloned().unwrap_or_default();
     let protocol_version = init["protocolVersion"].as_u64().unwrap_or(1) as u16;
     let agent_info = init.get("agentInfo").cloned();
-    let mcp = mcp_servers(conn);
+    let http = match caps["mcpCapabilities"]["http"].as_bool() {
+        Some(true) => (conn.shared.env.http)().await,
+        _ => None,
+    };
+    let mcp = mcp_servers(conn, http);
     let (session_id, loaded) = match load.filter(|_| load_session) {
         Some(sid) => {
             let req = LoadSessionRequest::new(sid.clone(), cwd.clone()).mcp_servers(mcp);
@@ -384,9 +394,27 @@ async fn start(
     Ok(())
 }
 
-/// tuic offered to the agent as an MCP server: `tuic-bridge` over stdio (installed beside the
-/// node), bound to the node's socket. None when the bridge is not there.
-fn mcp_servers(conn: &Conn) -> Vec<agent_client_protocol::v1::schema::McpServer> {
+/// tuic offered to the agent as an MCP server, bound to the connection's identity: the node's
+/// `/mcp` over loopback HTTP when the agent advertises `mcpCapabilities.http` and the node
+/// serves one (`x-tuic-session` and the node token's cookie as headers), else `tuic-bridge`
+/// over stdio (installed beside the node) with `TUIC_SESSION`. None when neither is there.
+fn mcp_servers(
+    conn: &Conn,
+    http: Option<super::HttpMcp>,
+) -> Vec<agent_client_protocol::v1::schema::McpServer> {
+    let identity = lock(&conn.inner).rec.identity.clone();
+    if let Some(h) = http {
+        return serde_json::from_value(json!([{
+            "type": "http",
+            "name": "tuic",
+            "url": h.url,
+            "headers": [
+                {"name": tuic_proto::mcp::TUIC_SESSION_HEADER, "value": identity},
+                {"name": "cookie", "value": h.cookie}
+            ]
+        }]))
+        .unwrap_or_default();
+    }
     let Some(bridge) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(|d| d.join("tuic-bridge")))
@@ -398,6 +426,7 @@ fn mcp_servers(conn: &Conn) -> Vec<agent_client_protocol::v1::schema::McpServer>
     let mut vars = vec![
         json!({"name": "TUIC_SOCKET", "value": env.socket.display().to_string()}),
         json!({"name": "TUIC_ACP_CONNECTION", "value": conn.id}),
+        json!({"name": "TUIC_SESSION", "value": identity}),
     ];
     if let Some(i) = &env.instance {
         vars.push(json!({"name": "TUIC_APP_INSTANCE", "value": i}));

@@ -143,6 +143,36 @@ pub struct AcpEnv {
     pub instance: Option<String>,
     /// The PTY sessions `terminal/create` runs commands in (none while the node stops).
     pub sessions: SessionsSource,
+    /// Registers a chat's identity in agent mail as a terminal-less peer.
+    pub peers: PeersSink,
+    /// Where an agent that speaks MCP over HTTP reaches the node's `/mcp`.
+    pub http: HttpSource,
+}
+
+/// Registers `(identity, name, cwd)` in agent mail as a peer without a terminal.
+pub type PeersSink = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
+
+/// The node's `/mcp` over loopback HTTP, when its TCP listener serves one an agent on this
+/// host can reach as a loopback caller (so `x-tuic-session` binds its identity).
+pub type HttpSource =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Option<HttpMcp>> + Send + Sync>;
+
+/// How an agent reaches `/mcp` over HTTP.
+#[derive(Clone)]
+pub struct HttpMcp {
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+    /// The `cookie` header that authenticates it (the node token: a machine credential; it
+    /// goes only into the agent's `session/new`, never into the journal or a log).
+    pub cookie: String,
+}
+
+impl std::fmt::Debug for HttpMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpMcp")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The node's session registry, when it still runs.

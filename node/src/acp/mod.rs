@@ -98,6 +98,13 @@ pub(crate) struct Record {
     turn: u64,
     #[serde(default)]
     ended: Option<String>,
+    /// The agent-mail identity the agent's MCP calls act as (a record from before identities
+    /// gets a fresh one when it is restored).
+    #[serde(default)]
+    identity: String,
+    /// Opened by `POST /acp/chat/open`: a terminal-less peer in agent mail.
+    #[serde(default)]
+    chat: bool,
 }
 
 /// The live agent of a connection.
@@ -197,6 +204,9 @@ impl Acp {
                     let Ok(mut rec) = serde_json::from_slice::<Record>(&rec) else {
                         continue;
                     };
+                    if rec.identity.is_empty() {
+                        rec.identity = uuid::Uuid::new_v4().to_string();
+                    }
                     let last = frames.last().map(|f| f.seq).unwrap_or(0);
                     let mut journal = Journal::restored(frames, last);
                     let mut plan = None;
@@ -282,6 +292,58 @@ impl Acp {
 
     /// Launches a configured agent in `cwd` (`POST /acp/connections`).
     pub fn create(&self, req: tuic_proto::acp::NewConnection) -> Result<Arc<Conn>, AcpError> {
+        self.open_conn(req, false)
+    }
+
+    /// `POST /acp/chat/open`: a connection whose identity is registered in agent mail as a
+    /// terminal-less peer (its name and cwd as the peer's name and path) before the agent
+    /// starts, so mail reaches it at once; the agent reads it through `tuic://inbox`.
+    pub fn chat_open(&self, req: tuic_proto::acp::ChatOpen) -> Result<Arc<Conn>, AcpError> {
+        let cwd = match req.cwd {
+            Some(c) => c,
+            None => (self.shared.env.roots)()
+                .first()
+                .map(|r| r.display().to_string())
+                .ok_or_else(|| {
+                    AcpError::BadInput(
+                        "no cwd given and no repository is registered (POST /repos)".into(),
+                    )
+                })?,
+        };
+        let conn = self.open_conn(
+            tuic_proto::acp::NewConnection {
+                agent: req.agent.unwrap_or_else(|| "ego".into()),
+                cwd,
+                name: req.name,
+            },
+            true,
+        )?;
+        let (identity, name, cwd) = {
+            let i = lock(&conn.inner);
+            (
+                i.rec.identity.clone(),
+                i.rec.name.clone(),
+                i.rec.cwd.clone(),
+            )
+        };
+        (self.shared.env.peers)(&identity, &name, &cwd);
+        Ok(conn)
+    }
+
+    /// Whether `identity` is a chat's (a connection the node still holds): mail keeps such a
+    /// peer addressable after its protocol sessions end.
+    pub fn holds_chat_identity(&self, identity: &str) -> bool {
+        lock(&self.conns).values().any(|c| {
+            let i = lock(&c.inner);
+            i.rec.chat && i.rec.identity == identity
+        })
+    }
+
+    fn open_conn(
+        &self,
+        req: tuic_proto::acp::NewConnection,
+        chat: bool,
+    ) -> Result<Arc<Conn>, AcpError> {
         let settings = self.shared.settings();
         let spec = settings
             .agent(&req.agent)
@@ -308,6 +370,8 @@ impl Acp {
             load_session: false,
             turn: 0,
             ended: None,
+            identity: uuid::Uuid::new_v4().to_string(),
+            chat,
         };
         let conn = Arc::new(Conn {
             id: id.clone(),

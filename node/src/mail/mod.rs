@@ -128,6 +128,9 @@ pub trait Clients: Send + Sync + std::fmt::Debug {
     fn open_task(&self, owners: Vec<String>) -> (String, u64);
     /// The child behind a task handle exited.
     fn finish_task(&self, task_id: &str, session_id: &str, exit_code: Option<i32>);
+    /// Sends `notifications/resources/updated` for `tuic://inbox` to the live streams of
+    /// `identity`'s protocol sessions subscribed to it; whether one took it.
+    fn inbox_updated(&self, identity: &str) -> bool;
 }
 
 /// Agent mail of one node.
@@ -156,6 +159,9 @@ pub struct Sent {
     /// A PTY wake notice was already pending when this message arrived: it joined that
     /// notice (the coalesced orchestrator wake) instead of earning its own.
     pub coalesced: bool,
+    /// A terminal-less recipient subscribed to `tuic://inbox` was told of it
+    /// (`delivery_path` `acp_inbox_resource`).
+    pub inbox_resource: bool,
 }
 
 impl Mail {
@@ -305,14 +311,17 @@ impl Mail {
         node.ops
             .mail_posted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Channel push for a terminal-less client with a live stream: best effort, no lease.
-        let channel = receipt.delivery == DeliveryPath::InboxOnly
-            && !node.sessions.owns_live_pty(recipient)
-            && {
-                let inline = server_authored || !orchestrator;
-                let note = channel::notification(from, &message_id, &body, inline);
-                node.mail.clients.push(recipient, &note)
-            };
+        // A terminal-less peer subscribed to `tuic://inbox` (an ACP chat) is told through the
+        // resource; else the channel push for a client with a live stream. Neither takes the
+        // lease: the inbox stays authoritative.
+        let unowned =
+            receipt.delivery == DeliveryPath::InboxOnly && !node.sessions.owns_live_pty(recipient);
+        let inbox_resource = unowned && node.mail.clients.inbox_updated(recipient);
+        let channel = unowned && !inbox_resource && {
+            let inline = server_authored || !orchestrator;
+            let note = channel::notification(from, &message_id, &body, inline);
+            node.mail.clients.push(recipient, &note)
+        };
         Ok(Sent {
             message_id,
             recipient: recipient.to_owned(),
@@ -320,6 +329,7 @@ impl Mail {
             channel,
             orchestrator,
             coalesced,
+            inbox_resource,
         })
     }
 
@@ -560,7 +570,7 @@ pub(crate) fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, u
 /// sessions, so retention cannot grow without bound. The MCP reaper asks this through the
 /// liveness answer the composition root installs.
 pub(crate) fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
-    if node.sessions.owns_live_pty(tuic) {
+    if node.sessions.owns_live_pty(tuic) || node.acp.holds_chat_identity(tuic) {
         return true;
     }
     let children: Vec<String> = node
@@ -572,6 +582,17 @@ pub(crate) fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
         .map(|(k, _)| k.clone())
         .collect();
     children.iter().any(|c| node.sessions.owns_live_pty(c))
+}
+
+/// Registers a terminal-less peer (an ACP chat, `POST /acp/chat/open`): an inbox and a peer
+/// entry named `name` working in `path`, and no PTY. Its mail is read through `tuic://inbox`.
+pub(crate) fn register_terminal_less(node: &Node, identity: &str, name: &str, path: &str) {
+    let mut g = node.mail.lock();
+    Mail::ensure(node, &mut g, identity);
+    let p = g.peers.entry(identity.to_owned()).or_default();
+    p.name.get_or_insert_with(|| name.to_owned());
+    p.path.get_or_insert_with(|| path.to_owned());
+    tracing::info!(source = "agent_msg", %identity, "registered a terminal-less ACP peer");
 }
 
 /// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox

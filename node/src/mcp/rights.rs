@@ -102,6 +102,7 @@ pub(crate) static REMOTE_RIGHTS: &[(&str, &str, Right)] = &[
     ("session", "declare_worktree", Local(SESSION_CONTROL)),
     ("session", "pause", Local(SESSION_CONTROL)),
     ("session", "resume", Local(SESSION_CONTROL)),
+    ("session", "answer", Local(SESSION_CONTROL)),
     ("agent", "register", Local(AGENT_MAIL)),
     ("agent", "list_peers", Local(AGENT_MAIL)),
     ("agent", "send", Local(AGENT_MAIL)),

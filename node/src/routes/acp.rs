@@ -1,4 +1,4 @@
-//! ACP routes: launch, list, snapshot, prompt, cancel, interactions and their answers,
+//! ACP routes: launch (and `POST /acp/chat/open`, a terminal-less chat), list, snapshot, prompt, cancel, interactions and their answers,
 //! delete, and the journal stream (`WS /acp/connections/{id}/stream?after=SEQ`).
 //!
 //! The service is `crate::acp`; this file only maps HTTP onto it. Only the two launching
@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tuic_proto::acp::{AnswerBody, NewConnection, PromptBody};
+use tuic_proto::acp::{AnswerBody, ChatOpen, NewConnection, PromptBody};
 
 use crate::acp::{AcpError, Conn};
 use crate::error::ApiError;
@@ -31,6 +31,7 @@ const STREAM_BATCH: usize = 512;
 pub(super) fn routes() -> Router<Arc<Node>> {
     Router::new()
         .route("/acp/connections", get(list).post(create))
+        .route("/acp/chat/open", post(chat_open))
         .route("/acp/connections/{id}", get(snapshot).delete(delete))
         .route("/acp/connections/{id}/reconnect", post(reconnect))
         .route("/acp/connections/{id}/prompt", post(prompt))
@@ -77,6 +78,18 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let acp = node.acp.clone();
     let c = tokio::task::spawn_blocking(move || acp.create(req))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok((StatusCode::CREATED, Json(json!(c.row()))).into_response())
+}
+
+/// `POST /acp/chat/open`: an ACP peer without a terminal (see `Acp::chat_open`).
+async fn chat_open(
+    State(node): State<Arc<Node>>,
+    JsonBody(req): JsonBody<ChatOpen>,
+) -> Result<Response, ApiError> {
+    let acp = node.acp.clone();
+    let c = tokio::task::spawn_blocking(move || acp.chat_open(req))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
     Ok((StatusCode::CREATED, Json(json!(c.row()))).into_response())

@@ -138,6 +138,8 @@ pub(super) fn acp_env(
     let settings = node.clone();
     let roots = node.clone();
     let sessions = node.clone();
+    let peers = node.clone();
+    let http = node.clone();
     crate::acp::AcpEnv {
         bus: bus.clone(),
         store: store.clone(),
@@ -153,6 +155,34 @@ pub(super) fn acp_env(
         socket: paths.socket.clone(),
         instance: paths.instance.id().map(str::to_owned),
         sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
+        peers: Arc::new(move |identity, name, cwd| {
+            if let Some(n) = peers.upgrade() {
+                crate::mail::register_terminal_less(&n, identity, name, cwd);
+            }
+        }),
+        http: Arc::new(move || {
+            let node = http.clone();
+            Box::pin(async move {
+                let n = node.upgrade()?;
+                let addr = n.tcp.lock().await.addr()?;
+                // Reached as a loopback caller, or not offered: only then does the node honour
+                // the identity header.
+                let ip = match addr.ip() {
+                    std::net::IpAddr::V4(v) if v.is_unspecified() => {
+                        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+                    }
+                    std::net::IpAddr::V6(v) if v.is_unspecified() => {
+                        std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+                    }
+                    ip if ip.is_loopback() => ip,
+                    _ => return None,
+                };
+                Some(crate::acp::HttpMcp {
+                    url: format!("http://{}/mcp", std::net::SocketAddr::new(ip, addr.port())),
+                    cookie: format!("{}={}", crate::auth::COOKIE_NAME, n.node_token()),
+                })
+            })
+        }),
     }
 }
 
@@ -208,6 +238,12 @@ impl crate::mail::Clients for McpClients {
         if let Some(n) = self.0.upgrade() {
             n.mcp.tasks.finish(task_id, session_id, exit_code);
         }
+    }
+
+    fn inbox_updated(&self, identity: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| crate::mcp::features::resources::inbox_updated(&n, identity))
     }
 }
 

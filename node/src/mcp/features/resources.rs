@@ -5,7 +5,8 @@
 //! inbox (`tuic://inbox`). What agents read is redacted as the output pager redacts it.
 //!
 //! Subscriptions (`resources/subscribe`) need a protocol session: `notifications/resources/
-//! updated` goes to its `GET /mcp` stream. One watcher task per terminal session serves every
+//! updated` goes to its `GET /mcp` stream (for `tuic://inbox`, when mail arrives: agent mail
+//! calls [`inbox_updated`]). One watcher task per terminal session serves every
 //! subscriber of it, coalescing output into at most one notification per [`COALESCE`] per
 //! subscriber; a protocol session holds at most [`MAX_PER_SESSION`] subscriptions and the node
 //! at most [`MAX_TOTAL`].
@@ -438,12 +439,65 @@ fn subscribable(
         Target::Screen(a) | Target::Output(a, _) => a,
         _ => {
             return Err(RpcError::invalid(format!(
-                "{uri} does not change by itself; only session screen and output resources take subscriptions"
+                "{uri} does not change by itself; only session screen and output resources and tuic://inbox take subscriptions"
             )));
         }
     };
     let s = session(node, &alias, &uri)?;
     Ok((uri, sid, s))
+}
+
+/// The subscription key of an identity's `tuic://inbox`: mail tells its subscribers
+/// ([`inbox_updated`]); no watcher task runs for it.
+fn inbox_key(identity: &str) -> String {
+    format!("inbox:{identity}")
+}
+
+/// `(key, uri, protocol session)` when `params` name the caller's own `tuic://inbox` (a
+/// terminal-less peer, such as an ACP chat, reads its mail through it).
+fn inbox_subscription(
+    ctx: &CallCtx,
+    params: &Map<String, Value>,
+    method: &str,
+) -> Result<Option<(String, String, String)>, RpcError> {
+    let UriParams { uri } = parse(method, params)?;
+    if target(&uri)? != Target::Inbox(None) {
+        return Ok(None);
+    }
+    let sid = ctx.mcp_session.clone().ok_or_else(|| {
+        RpcError::invalid(format!(
+            "{method} needs a protocol session (initialize, then open GET /mcp for the updates)"
+        ))
+    })?;
+    let me = ctx.tuic_session.as_deref().ok_or_else(|| {
+        RpcError::invalid(
+            "tuic://inbox is the caller's own inbox: the protocol session has no identity (send x-tuic-session or agent action=register)",
+        )
+    })?;
+    Ok(Some((inbox_key(me), uri, sid)))
+}
+
+/// New mail for `identity`: one `notifications/resources/updated` for `tuic://inbox` to each
+/// subscribed protocol session's `GET /mcp` stream; whether one took it. Subscriptions of
+/// sessions that are gone are dropped.
+pub(crate) fn inbox_updated(node: &Arc<Node>, identity: &str) -> bool {
+    let key = inbox_key(identity);
+    let Some(targets) = node.mcp.features.subs.targets(&key) else {
+        return false;
+    };
+    let mut told = false;
+    for (uri, sids) in targets {
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+            "params": {"uri": uri}});
+        for sid in sids {
+            if node.mcp.sessions.with(&sid, |_| ()).is_none() {
+                node.mcp.features.subs.remove(&key, &uri, &sid);
+                continue;
+            }
+            told |= node.mcp.sessions.push_to_session(&sid, &note);
+        }
+    }
+    told
 }
 
 /// `resources/subscribe`.
@@ -452,6 +506,10 @@ pub(crate) fn subscribe(
     ctx: &CallCtx,
     params: &Map<String, Value>,
 ) -> Result<Value, RpcError> {
+    if let Some((key, uri, sid)) = inbox_subscription(ctx, params, "resources/subscribe")? {
+        node.mcp.features.subs.add(&key, &uri, &sid)?;
+        return Ok(json!({}));
+    }
     let (uri, sid, s) = subscribable(node, ctx, params, "resources/subscribe")?;
     if node.mcp.features.subs.add(&s.id, &uri, &sid)? {
         watch(node, s);
@@ -465,6 +523,10 @@ pub(crate) fn unsubscribe(
     ctx: &CallCtx,
     params: &Map<String, Value>,
 ) -> Result<Value, RpcError> {
+    if let Some((key, uri, sid)) = inbox_subscription(ctx, params, "resources/unsubscribe")? {
+        node.mcp.features.subs.remove(&key, &uri, &sid);
+        return Ok(json!({}));
+    }
     let (uri, sid, s) = subscribable(node, ctx, params, "resources/unsubscribe")?;
     node.mcp.features.subs.remove(&s.id, &uri, &sid);
     Ok(json!({}))

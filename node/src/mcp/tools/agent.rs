@@ -30,7 +30,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     description: "Agents talk through mail. Your identity is bound automatically when your terminal's TUIC_SESSION reaches the server; otherwise call register. register, list_peers, send, inbox: local clients only.\n\
 - register (name?, orchestrator?, path?, tuic_session?, replaces?): declare or rename this agent; returns tuic_session and mail_wake.\n\
 - list_peers (path?): registered agents: {tuic_session, name, orchestrator, alias?, session_id?}; with a hub, agents on other machines too, each with an address (<connection_id>/<tuic_session>, local/<tuic_session> for the hub's own).\n\
-- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub: delivered, accepted (outbox, retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, orchestrator_wake[_coalesced], inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark.\n\
+- send (to, message, urgency?, keep_open?): deliver mail (64 KB max); to accepts a tuic_session, a unique name, a PTY id, an alias, or an address from list_peers (crosses hosts through the hub: delivered, accepted (outbox, retried) or uncertain, or an error naming the connection). Returns delivered, delivery_path (waiter, sse, terminal_or_queued, orchestrator_wake[_coalesced], acp_inbox_resource, inbox_only), recipient_state; urgency=urgent adds urgent_delivered (and urgent_fallback_reason). keep_open changes a managed child's idle-closure mark.\n\
 - inbox (since?, limit?): read mail; {messages: [{message_id, from, from_name?, message, timestamp_ms, kind?}], has_more, next_since, missed_count}.\n\
 - wait (since?, timeout_ms up to 300000, default 60000): block until mail arrives; {met, timed_out, new_messages, next_since}.\n\
 - spawn (command or run_config, args?, model?, cwd?, prompt?, env?, name?, pty_description?, keep_open?): start a child agent in a new terminal; returns session_id, task_id (task action=get), launch_warning?.\n\
@@ -451,6 +451,7 @@ fn send_local(node: &Arc<Node>, send: LocalSend) -> Result<Value, ToolError> {
         }
         DeliveryPath::TerminalOrQueued if sent.orchestrator => "orchestrator_wake",
         DeliveryPath::TerminalOrQueued => "terminal_or_queued",
+        DeliveryPath::InboxOnly if sent.inbox_resource => "acp_inbox_resource",
         DeliveryPath::InboxOnly if sent.channel => "sse",
         DeliveryPath::InboxOnly => "inbox_only",
     };
@@ -475,7 +476,11 @@ fn send_local(node: &Arc<Node>, send: LocalSend) -> Result<Value, ToolError> {
         p.keep_open = k;
         v["keep_open"] = json!(k);
     }
-    if urgent {
+    if urgent && sent.inbox_resource {
+        // The subscribed resource told the terminal-less recipient (spec: urgent send reports
+        // urgent_delivered there too).
+        v["urgent_delivered"] = json!(true);
+    } else if urgent {
         match urgent_notice(node, &me, &recipient, &sent, pty.as_deref()) {
             Ok(()) => v["urgent_delivered"] = json!(true),
             Err(reason) => {

@@ -14,6 +14,7 @@ mod repo_diff;
 mod repo_git;
 mod secret;
 pub(crate) mod session;
+mod session_answer;
 mod story;
 pub(crate) mod task;
 mod ui;

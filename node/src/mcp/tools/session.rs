@@ -38,6 +38,7 @@ const ACTIONS: &[&str] = &[
     "declare_worktree",
     "pause",
     "resume",
+    "answer",
 ];
 
 pub(super) static TOOL: ToolDef = ToolDef {
@@ -52,7 +53,8 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - status: one session's state. wait: until=idle|exited, timeout_ms default 60000, up to 300000 (local clients only).\n\
 - resize (rows, cols: 1-1000 each), rename (name), close, kill, pause/resume: local clients only.\n\
 - suspend: ask the UI to end the PTY and keep the tab restorable; errors when no UI is attached.\n\
-- keep_open (enabled): automatic idle closure of a managed child. declare_worktree (worktree_path): place the caller's own tab.",
+- keep_open (enabled): automatic idle closure of a managed child. declare_worktree (worktree_path): place the caller's own tab.\n\
+- answer (session_id: an ACP connection id, request_id, option_id): answer its held permission request; the first answer wins.",
     actions: ACTIONS,
     schema: || {
         schema(
@@ -75,7 +77,9 @@ pub(super) static TOOL: ToolDef = ToolDef {
                 "shell": {"type": "string"},
                 "name": {"type": "string", "maxLength": 256},
                 "enabled": {"type": "boolean"},
-                "worktree_path": {"type": "string"}
+                "worktree_path": {"type": "string"},
+                "request_id": {"type": "string"},
+                "option_id": {"type": "string"}
             }),
         )
     },
@@ -117,6 +121,7 @@ enum Call {
     DeclareWorktree(DeclareArgs),
     Pause(Target),
     Resume(Target),
+    Answer(super::session_answer::AnswerArgs),
 }
 
 /// An action on one session.
@@ -281,6 +286,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         Call::Resume(t) => pause(node, &t, false),
         Call::KeepOpen(k) => keep_open(node, k),
         Call::DeclareWorktree(d) => declare_worktree(node, ctx, d),
+        Call::Answer(a) => super::session_answer::answer(node, ctx, a),
         // `submit`, `wait` and `suspend` sleep on events: `serve` runs them as futures, never
         // through this synchronous handler.
         Call::Submit(_) | Call::Wait(_) | Call::Suspend(_) => Err(ToolError::new(
