@@ -311,13 +311,30 @@ pub use crate::upstream::client::ProgressSink;
 pub mod mail {
     use super::Node;
     use crate::link::commit::Committer;
-    use tuic_proto::peer::{Outbox, OutboxLimits};
+    use tuic_proto::peer::{Outbox, OutboxLimits, PeerEntry, Response, WireMessage};
 
-    pub use crate::mail::{
-        LateRefusal, OutcomeTx, deliver_local, local_entries, local_id, notify_waiter, outbox_ops,
-        persist_outbox, post_refusals_later,
-    };
+    pub use crate::mail::{LateRefusal, OutcomeTx, notify_waiter, outbox_ops, persist_outbox};
     pub use crate::store::{PeerOp, UPLINK_KEY};
+
+    /// Delivers forwarded mail into one of `node`'s inboxes (`crate::mail::deliver_local`).
+    pub fn deliver_local(node: &Node, connection: &str, m: &WireMessage) -> Response {
+        crate::mail::deliver_local(&node.mail, connection, m)
+    }
+
+    /// `node`'s registered peers as link entries.
+    pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
+        crate::mail::local_entries(&node.mail, path)
+    }
+
+    /// `node`'s identity on a link: the machine's host name.
+    pub fn local_id(node: &Node) -> String {
+        crate::mail::local_id(&node.mail)
+    }
+
+    /// Posts late-refusal notices into the senders' inboxes, on a thread of its own.
+    pub fn post_refusals_later(node: &Node, late: Vec<LateRefusal>) {
+        crate::mail::post_refusals_later(&node.mail, late)
+    }
 
     /// The outbox bounds of `node`'s tuning.
     pub fn limits(node: &Node) -> OutboxLimits {
