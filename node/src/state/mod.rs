@@ -482,6 +482,30 @@ impl Node {
         }
     }
 
+    /// What a process built on this node (the hub) reaches of it: [`crate::ext::NodeApi`].
+    /// The config closures hold the node weakly: the extension it is handed to is owned by
+    /// the node's hooks.
+    pub fn api(self: &Arc<Self>) -> crate::ext::NodeApi {
+        let (config, set_config) = (Arc::downgrade(self), Arc::downgrade(self));
+        crate::ext::NodeApi {
+            ext: self.ext.clone(),
+            bus: self.bus.clone(),
+            tasks: self.tasks.clone(),
+            shutdown: self.shutdown.clone(),
+            vault: self.vault.clone(),
+            config_file: self.config_file.clone(),
+            upstreams: self.upstreams.clone(),
+            mail: self.mail.clone(),
+            store: self.store.clone(),
+            config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),
+            set_config: Arc::new(move |c| {
+                if let Some(n) = set_config.upgrade() {
+                    n.set_config(c);
+                }
+            }),
+        }
+    }
+
     /// The QUIC listener's handles (`crate::link::quic::listen`).
     pub(crate) fn link_env(self: &Arc<Self>) -> crate::link::quic::LinkEnv {
         crate::link::quic::LinkEnv {
