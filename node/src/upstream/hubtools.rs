@@ -48,6 +48,10 @@ pub const PREFIX: &str = "hub.";
 /// What a call's waiter gets back from the link task.
 pub type CallReply = oneshot::Sender<Result<Value, ToolError>>;
 
+/// Pushes a `notifications/progress` message to the stream of a caller's protocol session
+/// (session, the caller's token, the message); whether it went.
+pub type ProgressOut = Arc<dyn Fn(&str, &Value, &Value) -> bool + Send + Sync>;
+
 /// What the hub's tools use of the node, built by the composition root and handed in by the
 /// link task that drives them.
 #[derive(Clone)]
@@ -61,9 +65,8 @@ pub struct HubToolsEnv {
     /// Announces a change of the listed set (`notifications/tools/list_changed` to every
     /// `GET /mcp` stream).
     pub list_changed: Arc<dyn Fn() + Send + Sync>,
-    /// Pushes a `notifications/progress` message to the stream of a caller's protocol session
-    /// (session, the caller's token, the message); whether it went.
-    pub progress_out: Arc<dyn Fn(&str, &Value, &Value) -> bool + Send + Sync>,
+    /// Pushes a caller's progress to its stream ([`ProgressOut`]).
+    pub progress_out: ProgressOut,
 }
 
 impl std::fmt::Debug for HubToolsEnv {
