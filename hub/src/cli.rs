@@ -90,7 +90,7 @@ pub fn main() -> ExitCode {
 
 /// Starts federation on the opened node and returns the router hook that serves it.
 fn federate(
-    node: &Arc<tuic_node::ext::Node>,
+    node: &Arc<tuic_node::ext::NodeApi>,
 ) -> anyhow::Result<Option<tuic_node::ext::RouterHook>> {
     let fed = Federation::new(node.clone())?;
     fed.reconcile();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tuic_node::ext::Node;
+use tuic_node::ext::NodeApi;
 
 use crate::connections::{self, Conn, ConnState, ConnectionConfig, describe};
 use crate::peerlink::PeerHub;
@@ -33,7 +33,7 @@ const MISSES_DOWN: u32 = 3;
 #[derive(Debug)]
 pub struct Federation {
     /// The local node.
-    pub node: Arc<Node>,
+    pub node: Arc<NodeApi>,
     conns: RwLock<HashMap<String, Arc<Conn>>>,
     /// Shared HTTP client (connection pooling; `TCP_NODELAY` on every dialed connection).
     pub(crate) http: reqwest::Client,
@@ -58,7 +58,7 @@ pub(crate) fn spread_window(connections: usize) -> Duration {
 impl Federation {
     /// A federation with no connections yet (stored outboxes loaded, the hub's mail routes
     /// installed on the node); call [`Federation::reconcile`].
-    pub fn new(node: Arc<Node>) -> anyhow::Result<Arc<Self>> {
+    pub fn new(node: Arc<NodeApi>) -> anyhow::Result<Arc<Self>> {
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(5))

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tuic_node::ext::Node;
+use tuic_node::ext::NodeApi;
 use tuic_proto::events::Event;
 
 use crate::connections::{Conn, describe};
@@ -14,7 +14,7 @@ use crate::connections::{Conn, describe};
 /// Relays a node's `progress-recorded` events onto the hub's bus, the connection named, so
 /// a hub subscriber sees a `blocked` entry as soon as the node journals it. Runs until the
 /// connection is removed; reconnects with the hub's backoff.
-pub async fn relay_progress(http: reqwest::Client, node: Arc<Node>, conn: Arc<Conn>) {
+pub async fn relay_progress(http: reqwest::Client, node: Arc<NodeApi>, conn: Arc<Conn>) {
     let mut backoff =
         crate::connections::reconnect_backoff(node.config().tuning.peer_reconnect_max_ms);
     loop {
@@ -37,7 +37,7 @@ pub async fn relay_progress(http: reqwest::Client, node: Arc<Node>, conn: Arc<Co
 }
 
 /// One subscription; whether it got as far as streaming.
-async fn relay_once(http: &reqwest::Client, node: &Node, conn: &Conn) -> bool {
+async fn relay_once(http: &reqwest::Client, node: &NodeApi, conn: &Conn) -> bool {
     let r = http
         .get(format!("{}/events?types=progress-recorded", conn.url))
         .header(reqwest::header::COOKIE, conn.cookie())

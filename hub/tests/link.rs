@@ -74,7 +74,7 @@ fn hub() -> Hub {
         LogRing::default(),
     )
     .unwrap();
-    let relay = PeerHub::load(node.clone()).unwrap();
+    let relay = PeerHub::load(Arc::new(node.api())).unwrap();
     Hub {
         _dir: dir,
         node,
@@ -281,7 +281,7 @@ async fn the_handshake_brings_the_link_up_and_answers_are_matched_to_their_reque
     }
     // Taken into connection c's outbox, committed before `accepted`.
     assert_eq!(h.relay.held("c"), 2);
-    let stored = tuic_node::ext::mail::load_outboxes(&h.node).unwrap();
+    let stored = tuic_node::ext::mail::load_outboxes(&h.node.api()).unwrap();
     assert_eq!(stored.get("c").map(|o| o.len()), Some(2));
 
     stop.cancel();

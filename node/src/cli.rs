@@ -173,7 +173,7 @@ pub const SERVE_ONLY: &str = "--remote-access, --port and --bind belong to `serv
 pub fn run_command(
     name: &'static str,
     cmd: NodeCommand,
-    hook: impl FnOnce(&Arc<Node>) -> anyhow::Result<Option<crate::routes::RouterHook>>,
+    hook: impl FnOnce(&Arc<crate::ext::NodeApi>) -> anyhow::Result<Option<crate::routes::RouterHook>>,
 ) -> anyhow::Result<()> {
     match cmd {
         NodeCommand::Serve(a) => serve(name, a, hook),
@@ -330,13 +330,13 @@ fn colour_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Runs a node in the foreground. `hook` receives the opened node inside the runtime, before
-/// serving: an extension installs its `crate::ext` hooks there, starts its own tasks and may
+/// Runs a node in the foreground. `hook` receives the opened node's extension API
+/// ([`crate::ext::NodeApi`]) inside the runtime, before serving: an extension installs its `crate::ext` hooks there, starts its own tasks and may
 /// return a router hook (the hub does all three).
 pub fn serve(
     name: &'static str,
     args: ServeArgs,
-    hook: impl FnOnce(&Arc<Node>) -> anyhow::Result<Option<crate::routes::RouterHook>>,
+    hook: impl FnOnce(&Arc<crate::ext::NodeApi>) -> anyhow::Result<Option<crate::routes::RouterHook>>,
 ) -> anyhow::Result<()> {
     let logs = LogRing::default();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TUIC_LOG")
@@ -387,7 +387,7 @@ pub fn serve(
         node.sessions.readopt();
     }
     rt.block_on(async move {
-        let hook = hook(&node)?;
+        let hook = hook(&Arc::new(node.api()))?;
         crate::server::run(node, hook).await
     })?;
     if crate::ops::update::restart_requested() {

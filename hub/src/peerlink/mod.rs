@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use tokio::sync::mpsc;
-use tuic_node::ext::Node;
+use tuic_node::ext::NodeApi;
 use tuic_node::ext::mail::{
     LateRefusal, PeerOp, UPLINK_KEY, deliver_local, notify_waiter, outbox_ops, post_refusals_later,
 };
@@ -273,14 +273,14 @@ fn custody_failed(r: &CommitResult, conn: &str, left: bool) -> Option<Relayed> {
 /// The hub's relay: outboxes, shadows and link handles.
 #[derive(Debug)]
 pub struct PeerHub {
-    pub(crate) node: Arc<Node>,
+    pub(crate) node: Arc<NodeApi>,
     inner: Mutex<Inner>,
     me: Weak<PeerHub>,
 }
 
 impl PeerHub {
     /// Loads every stored per-connection outbox from the hub's store.
-    pub fn load(node: Arc<Node>) -> anyhow::Result<Arc<Self>> {
+    pub fn load(node: Arc<NodeApi>) -> anyhow::Result<Arc<Self>> {
         let mut inner = Inner::default();
         for (k, o) in tuic_node::ext::mail::load_outboxes(&node)? {
             if k != UPLINK_KEY {

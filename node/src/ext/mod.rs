@@ -299,41 +299,103 @@ pub use crate::ops::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 /// The header a forwarding process sets to lower the actor a story call runs as.
 pub use crate::routes::stories::FORWARDED_ACTOR_HEADER;
 pub use crate::session::now_ms;
-/// The node a process built on it extends (installed hooks, its store-backed services, its
-/// configuration and tasks); an extension holds it as `Arc<Node>`.
-pub use crate::state::Node;
 /// Where an upstream tool call's progress notifications go.
 pub use crate::upstream::client::ProgressSink;
+
+/// What a process built on a node (the hub) uses of it, built by the composition root
+/// (`Node::api`): the hooks to install, the bus, tasks and shutdown, the config, the vault,
+/// the upstream service, and this node's mail for [`mail`]'s functions. Not the node itself:
+/// no route, store table or service beyond these is reachable through it.
+#[derive(Clone)]
+pub struct NodeApi {
+    /// Where an extension installs its hooks (once, before serving).
+    pub ext: Arc<Extensions>,
+    /// The event bus behind `GET /events`: other hosts' events are published on it.
+    pub bus: Arc<crate::events::Bus>,
+    /// Owner of every background task, so shutdown waits for an extension's too.
+    pub tasks: tokio_util::task::TaskTracker,
+    /// Fired once at shutdown.
+    pub shutdown: tokio_util::sync::CancellationToken,
+    /// The node's secrets (an extension's connection tokens).
+    pub vault: Arc<crate::vault::Vault>,
+    /// `config.json`, for an extension's own sections.
+    pub config_file: crate::config::ConfigFile,
+    /// The upstream MCP servers this node proxies (a relay offers them over its links).
+    pub upstreams: Arc<crate::upstream::Upstreams>,
+    /// This node's mail: inboxes, the uplink state and its group committer.
+    pub(crate) mail: Arc<crate::mail::Mail>,
+    /// The store a relay's outboxes are kept in.
+    pub(crate) store: Arc<crate::store::Store>,
+    /// Reads the config in force.
+    pub(crate) config: Arc<dyn Fn() -> Arc<crate::config::Config> + Send + Sync>,
+    /// Replaces the config in force (`Node::set_config`).
+    pub(crate) set_config: Arc<dyn Fn(crate::config::Config) + Send + Sync>,
+}
+
+impl std::fmt::Debug for NodeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeApi").finish_non_exhaustive()
+    }
+}
+
+impl NodeApi {
+    /// The config in force.
+    pub fn config(&self) -> Arc<crate::config::Config> {
+        (self.config)()
+    }
+
+    /// Replaces the config in force (after an extension saved `config.json`).
+    pub fn set_config(&self, c: crate::config::Config) {
+        (self.set_config)(c)
+    }
+}
 
 /// Cross-host mail pieces a relay runs on its own side of its links (the hub's relay keeps
 /// per-connection outboxes in the same store, through the same group committer, and delivers
 /// `local/<peer>` mail into this node's inboxes).
 pub mod mail {
-    use super::Node;
+    use super::NodeApi;
     use crate::link::commit::Committer;
-    use tuic_proto::peer::{Outbox, OutboxLimits};
+    use tuic_proto::peer::{Outbox, OutboxLimits, PeerEntry, Response, WireMessage};
 
-    pub use crate::mail::{
-        LateRefusal, OutcomeTx, deliver_local, local_entries, local_id, notify_waiter, outbox_ops,
-        persist_outbox, post_refusals_later,
-    };
+    pub use crate::mail::{LateRefusal, OutcomeTx, notify_waiter, outbox_ops, persist_outbox};
     pub use crate::store::{PeerOp, UPLINK_KEY};
 
+    /// Delivers forwarded mail into one of `node`'s inboxes (`crate::mail::deliver_local`).
+    pub fn deliver_local(node: &NodeApi, connection: &str, m: &WireMessage) -> Response {
+        crate::mail::deliver_local(&node.mail, connection, m)
+    }
+
+    /// `node`'s registered peers as link entries.
+    pub fn local_entries(node: &NodeApi, path: Option<&str>) -> Vec<PeerEntry> {
+        crate::mail::local_entries(&node.mail, path)
+    }
+
+    /// `node`'s identity on a link: the machine's host name.
+    pub fn local_id(node: &NodeApi) -> String {
+        crate::mail::local_id(&node.mail)
+    }
+
+    /// Posts late-refusal notices into the senders' inboxes, on a thread of its own.
+    pub fn post_refusals_later(node: &NodeApi, late: Vec<LateRefusal>) {
+        crate::mail::post_refusals_later(&node.mail, late)
+    }
+
     /// The outbox bounds of `node`'s tuning.
-    pub fn limits(node: &Node) -> OutboxLimits {
+    pub fn limits(node: &NodeApi) -> OutboxLimits {
         crate::mail::limits(&node.config().tuning)
     }
 
     /// Every outbox stored in `node`'s store, by key (`UPLINK_KEY` or a connection id).
     pub fn load_outboxes(
-        node: &Node,
+        node: &NodeApi,
     ) -> anyhow::Result<std::collections::BTreeMap<String, Outbox>> {
         crate::mail::load_outboxes(&node.store, limits(node))
     }
 
     /// The group committer of `node`'s link state (a relay adds its outboxes as a source).
-    pub fn committer(node: &Node) -> &Committer {
-        node.peer.committer()
+    pub fn committer(node: &NodeApi) -> &Committer {
+        node.mail.env.peer.committer()
     }
 }
 

@@ -13,7 +13,6 @@ use super::uplink::UPLINK;
 use crate::link::commit;
 use crate::mail::Mail;
 use crate::session::now_ms;
-use crate::state::Node;
 use crate::store::{Store, UPLINK_KEY};
 
 /// A refusal that arrived after its sender stopped waiting: the sender gets a notice in its
@@ -49,7 +48,7 @@ impl LateRefusal {
 /// Posts late-refusal notices (`kind: "delivery_refused"`, from `tuic`) into the senders'
 /// inboxes. Call with no lock held. A sender that is gone (a restart emptied the registry) is
 /// only logged.
-pub(crate) fn post_refusals(node: &Arc<Node>, late: Vec<LateRefusal>) {
+pub(crate) fn post_refusals(mail: &Arc<Mail>, late: Vec<LateRefusal>) {
     for l in late {
         let text = match &l.outcome {
             SenderOutcome::Refused {
@@ -74,8 +73,7 @@ pub(crate) fn post_refusals(node: &Arc<Node>, late: Vec<LateRefusal>) {
             ),
             _ => continue,
         };
-        if let Err(e) = Mail::post(
-            node,
+        if let Err(e) = mail.post(
             &l.sender,
             "tuic",
             Some("tuic".into()),
@@ -90,14 +88,14 @@ pub(crate) fn post_refusals(node: &Arc<Node>, late: Vec<LateRefusal>) {
 
 /// [`post_refusals`] from a waiter on the committer thread, which must not take the mail
 /// lock: on a thread of its own (rare: refusals nobody waited for).
-pub fn post_refusals_later(node: &Arc<Node>, late: Vec<LateRefusal>) {
+pub(crate) fn post_refusals_later(mail: &Arc<Mail>, late: Vec<LateRefusal>) {
     if late.is_empty() {
         return;
     }
-    let node = node.clone();
+    let mail = mail.clone();
     let _ = std::thread::Builder::new()
         .name("late-refusals".into())
-        .spawn(move || post_refusals(&node, late));
+        .spawn(move || post_refusals(&mail, late));
 }
 
 /// Commits an outbox's pending changes (one message record each) in one transaction. On
@@ -155,19 +153,19 @@ pub(crate) fn load_outboxes(
 }
 
 /// A local identity for `hello` and errors: the machine's host name.
-pub fn local_id(node: &Node) -> String {
+pub(crate) fn local_id(mail: &Mail) -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| node.name.to_owned())
+        .unwrap_or_else(|| mail.env.name.to_owned())
 }
 
 /// Delivers forwarded mail (`from` stamped by the link) into a local inbox: recipient check,
 /// dedupe ring, enqueue and ring record under the mail lock, the ring committed to `redb`
 /// before the answer goes back. `connection` names this side in refusals.
-pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Response {
-    deliver_batch(node, connection, vec![m.clone()])
+pub(crate) fn deliver_local(mail: &Arc<Mail>, connection: &str, m: &WireMessage) -> Response {
+    deliver_batch(mail, connection, vec![m.clone()])
         .pop()
         .expect("one answer per message")
 }
@@ -178,7 +176,7 @@ pub fn deliver_local(node: &Arc<Node>, connection: &str, m: &WireMessage) -> Res
 /// no reader, waiter or PTY wake sees the mail before its ring is durable, and no answer
 /// leaves before that.
 pub(crate) fn deliver_batch(
-    node: &Arc<Node>,
+    mail: &Arc<Mail>,
     connection: &str,
     msgs: Vec<WireMessage>,
 ) -> Vec<Response> {
@@ -186,21 +184,21 @@ pub(crate) fn deliver_batch(
         .into_iter()
         .map(|mut m| {
             // `to` may name a live terminal by PTY id or alias; mail goes to its identity.
-            if !node.mail.lock().inboxes.is_registered(&m.to)
-                && let Some(s) = node.sessions.live(&m.to)
+            if !mail.lock().inboxes.is_registered(&m.to)
+                && let Some(s) = mail.env.sessions.live(&m.to)
             {
-                let mut g = node.mail.lock();
-                Mail::ensure(node, &mut g, &s.tuic_session);
+                let mut g = mail.lock();
+                mail.ensure(&mut g, &s.tuic_session);
                 m.to = s.tuic_session.clone();
             }
             m
         })
         .collect();
     let (resps, actions) = {
-        let mut g = node.mail.lock();
+        let mut g = mail.lock();
         let mut committed = None;
         let resps: Vec<Response> = {
-            let mut p = node.peer.lock();
+            let mut p = mail.env.peer.lock();
             // Deadlines and cursors on the deadline clock, the stamp on the wall clock.
             let (now, wall) = (crate::logs::mono_ms(), now_ms());
             let resps: Vec<Response> = msgs
@@ -233,7 +231,7 @@ pub(crate) fn deliver_batch(
         };
         if let Some(rx) = committed {
             // Run the group here: the ring commit is on the mail's critical path.
-            node.peer.committer.commit_now();
+            mail.env.peer.committer.commit_now();
             if let Err(e) = commit::wait(&rx) {
                 // As before group commit: the mail is in the inbox; the ring is written again
                 // with the next group.
@@ -242,7 +240,7 @@ pub(crate) fn deliver_batch(
         }
         (resps, Mail::drain(&mut g))
     };
-    Mail::act(node, actions);
+    mail.act(actions);
     for (m, resp) in msgs.iter().zip(&resps) {
         match resp {
             Response::SendAck { outcome, .. } => {
@@ -265,13 +263,13 @@ pub(crate) fn deliver_batch(
 
 /// A recipient identity retired on this node: its ring goes with it (sender retirement does
 /// not touch rings). Call under the mail lock.
-pub(crate) fn recipient_retired(node: &Node, recipient: &str) {
-    let mut p = node.peer.lock();
+pub(crate) fn recipient_retired(mail: &Mail, recipient: &str) {
+    let mut p = mail.env.peer.lock();
     if p.rings.len(recipient) > 0 {
         p.rings.remove(recipient);
         p.dirty_rings.insert(recipient.to_owned());
         drop(p);
-        node.peer.committer.wake();
+        mail.env.peer.committer.wake();
     }
 }
 
@@ -288,13 +286,13 @@ pub(crate) enum Route {
 
 /// Routes a `to` that is not a local recipient. Empty connection ids and peers are refused
 /// here, before any owner is selected.
-pub(crate) fn route(node: &Node, to: &str) -> Result<Route, AddressError> {
+pub(crate) fn route(mail: &Mail, to: &str) -> Result<Route, AddressError> {
     if !to.contains('/') {
         return Ok(Route::NotAnAddress);
     }
     match parse_address(to) {
         Err(e) => Err(e),
-        Ok(Address::Local(peer)) if node.ext.mail_router().is_some() => {
+        Ok(Address::Local(peer)) if mail.env.ext.mail_router().is_some() => {
             Ok(Route::Local(peer.to_owned()))
         }
         Ok(_) => Ok(Route::Remote),
@@ -316,9 +314,8 @@ pub(crate) fn error_code(code: ErrorCode) -> &'static str {
 }
 
 /// This node's registered peers as link entries (no address: the hub assigns those).
-pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
-    let peers: Vec<(String, crate::mail::Peer)> = node
-        .mail
+pub(crate) fn local_entries(mail: &Mail, path: Option<&str>) -> Vec<PeerEntry> {
+    let peers: Vec<(String, crate::mail::Peer)> = mail
         .lock()
         .peers
         .iter()
@@ -328,7 +325,7 @@ pub fn local_entries(node: &Node, path: Option<&str>) -> Vec<PeerEntry> {
     peers
         .into_iter()
         .map(|(k, p)| {
-            let live = node.sessions.live(&k).filter(|s| s.tuic_session == k);
+            let live = mail.env.sessions.live(&k).filter(|s| s.tuic_session == k);
             PeerEntry {
                 tuic_session: k,
                 name: p.name,

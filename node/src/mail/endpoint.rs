@@ -27,9 +27,8 @@ use tuic_proto::peer::{
 };
 
 use super::uplink::{Attach, LinkHealth, REPLACE_AFTER_MISSED_PINGS};
-use super::{LateRefusal, UPLINK, local_entries, post_refusals, post_refusals_later};
+use super::{LateRefusal, Mail, UPLINK, local_entries, post_refusals, post_refusals_later};
 use crate::link::driver::{self, End, FrameIo};
-use crate::state::Node;
 use crate::upstream::hubtools;
 
 /// Commands to a node link's task.
@@ -59,10 +58,10 @@ pub enum Cmd {
 }
 
 /// Runs the node's end of a link a hub opened, over any frame transport.
-pub(crate) async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
+pub(crate) async fn serve_on(mail: Arc<Mail>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let health = Arc::new(LinkHealth::default());
-    let attached = node.peer.lock().attach(tx, health.clone());
+    let attached = mail.env.peer.lock().attach(tx, health.clone());
     let generation = match attached {
         Attach::Refused { live } => {
             let message = format!(
@@ -74,7 +73,7 @@ pub(crate) async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
             let refusal = tuic_proto::peer::Frame::Error {
                 id: None,
                 code: ErrorCode::Unavailable,
-                connection: super::local_id(&node),
+                connection: super::local_id(&mail),
                 message,
             };
             let _ = io.send(refusal.encode()).await;
@@ -99,12 +98,12 @@ pub(crate) async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
     };
     let link = PeerLink::new(
         crate::logs::mono_ms(),
-        LinkConfig::new(&super::local_id(&node), UPLINK, LinkRole::Node),
+        LinkConfig::new(&super::local_id(&mail), UPLINK, LinkRole::Node),
     );
     let mut end = NodeEnd {
         health,
-        node: node.clone(),
-        me: super::local_id(&node),
+        mail: mail.clone(),
+        me: super::local_id(&mail),
         uplink: Uplink::new(),
         generation,
         hub_name: super::UPLINK.to_owned(),
@@ -113,10 +112,10 @@ pub(crate) async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
         relist: false,
     };
     // Ends at shutdown, and when the token this link authenticated with is rotated away.
-    let stop = node.token_epoch();
+    let stop = (mail.env.token_epoch)();
     tracing::info!(generation, "peer link accepted");
     let ended = driver::run(link, &mut io, &mut end, &mut rx, &stop).await;
-    node.peer.lock().detach(generation);
+    mail.env.peer.lock().detach(generation);
     tracing::debug!(generation, ?ended, "peer link ended");
 }
 
@@ -126,7 +125,8 @@ pub(crate) async fn serve_on(node: Arc<Node>, mut io: impl FrameIo) {
 struct NodeEnd {
     /// This link's liveness, published for a second link that claims the slot.
     health: Arc<LinkHealth>,
-    node: Arc<Node>,
+    /// This node's mail: its inboxes, uplink state and the hub tools' environment.
+    mail: Arc<Mail>,
     /// This node's name in refusals.
     me: String,
     /// The link's sans-IO end.
@@ -162,7 +162,7 @@ impl NodeEnd {
     fn answer(&mut self, link: &mut PeerLink, id: RequestId, request: Request) {
         use tuic_proto::peer::Response as R;
         let resp = match request {
-            Request::ListPeers { path } => R::Peers(local_entries(&self.node, path.as_deref())),
+            Request::ListPeers { path } => R::Peers(local_entries(&self.mail, path.as_deref())),
             // The link refuses both before they surface (a node's agents never register over
             // it: `PeerLink::owner`); refused here too, so no path of this end reads mail.
             Request::Inbox { recipient, .. } | Request::Wait { recipient, .. } => self.refuse(
@@ -189,7 +189,7 @@ impl NodeEnd {
         use tuic_proto::peer::Response as R;
         match event {
             LinkEvent::UpstreamToolsChanged { generation } => {
-                if self.node.peer.hub_tools.hub_generation() != Some(generation) {
+                if self.mail.env.peer.hub_tools.hub_generation() != Some(generation) {
                     self.list_upstream(link);
                 }
             }
@@ -198,11 +198,11 @@ impl NodeEnd {
                 params,
                 coalesced,
             } => {
-                let tools = &self.node.peer.hub_tools;
+                let tools = &self.mail.env.peer.hub_tools;
                 match self.calls.get(&id) {
                     // The caller still waits: its deadline has not passed.
                     Some((reply, Some(relay))) if !reply.is_closed() => {
-                        tools.relay_progress(&self.node, relay, params, coalesced);
+                        tools.relay_progress(&self.mail.env.hub_tools, relay, params, coalesced);
                     }
                     _ => tools.progress_after_caller_left(coalesced),
                 }
@@ -222,10 +222,11 @@ impl NodeEnd {
                             tools = tools.len(),
                             "hub upstream tools listed"
                         );
-                        self.node
-                            .peer
-                            .hub_tools
-                            .install(&self.node, generation, tools);
+                        self.mail.env.peer.hub_tools.install(
+                            &self.mail.env.hub_tools,
+                            generation,
+                            tools,
+                        );
                     }
                     other => {
                         tracing::warn!(answer = ?other, "hub did not list its upstream tools")
@@ -275,28 +276,28 @@ impl NodeEnd {
         }
         if refusals.is_empty() {
             drop(p);
-            post_refusals_later(&self.node, late);
+            post_refusals_later(&self.mail, late);
             return;
         }
-        let node = self.node.clone();
+        let mail = self.mail.clone();
         p.durable.0.push(Box::new(move |r| {
             if let Err(e) = r {
                 tracing::error!(error = %e, "persisting the uplink outbox failed");
             }
             let mut late = Vec::new();
             {
-                let mut p = node.peer.lock();
+                let mut p = mail.env.peer.lock();
                 for ev in refusals {
                     if let Some(o) = p.notify(&ev.message_id, ev.outcome) {
                         late.extend(LateRefusal::of(&ev.from, &ev.message_id, &ev.to, o));
                     }
                 }
             }
-            post_refusals_later(&node, late);
+            post_refusals_later(&mail, late);
         }));
         drop(p);
-        self.node.peer.committer().wake();
-        post_refusals_later(&self.node, late);
+        self.mail.env.peer.committer().wake();
+        post_refusals_later(&self.mail, late);
     }
 
     /// Delivers this step's `send`s together and answers each.
@@ -309,7 +310,7 @@ impl NodeEnd {
         // The ring commit runs on this worker: it is short (one group for the step), and the
         // readers it wakes need it anyway (measured against `block_in_place`: docs/benchmarks.md
         // "Cross-host mail without thread hand-offs").
-        let resps = super::deliver_batch(&self.node, &self.me, msgs);
+        let resps = super::deliver_batch(&self.mail, &self.me, msgs);
         for (id, r) in ids.into_iter().zip(resps) {
             let _ = link.respond(id, r);
         }
@@ -322,7 +323,7 @@ impl End for NodeEnd {
     fn on_event(&mut self, link: &mut PeerLink, event: LinkEvent) {
         use tuic_proto::peer::Response as R;
         // Outcomes are reported under the same lock that changed the outbox, as one step.
-        let mut p = self.node.peer.lock();
+        let mut p = self.mail.env.peer.lock();
         let out = self.uplink.on_event(link, &mut p.uplink, event);
         let out = match out {
             UplinkOutput::Answered {
@@ -359,11 +360,11 @@ impl End for NodeEnd {
                 for (_, (reply, _)) in self.calls.drain() {
                     hubtools::lost(reply, &self.hub_name);
                 }
-                self.node
-                    .peer
+                let env = &self.mail.env;
+                env.peer
                     .hub_tools
-                    .link_down(&self.node, self.generation);
-                self.node.peer.committer().wake();
+                    .link_down(&env.hub_tools, self.generation);
+                env.peer.committer().wake();
                 return;
             }
             UplinkOutput::Directory(peers) => {
@@ -384,7 +385,8 @@ impl End for NodeEnd {
             | UplinkOutput::Nothing => {}
             UplinkOutput::Up { remote_id } => {
                 tracing::info!(hub = %remote_id, "peer link up");
-                self.node
+                self.mail
+                    .env
                     .peer
                     .hub_tools
                     .link_up(self.generation, &remote_id);
@@ -400,13 +402,14 @@ impl End for NodeEnd {
             UplinkOutput::Receipt(r) => {
                 tracing::info!(source = "agent_msg", message_id = %r.message_id, outcome = ?r.outcome, connection = %r.connection, "delivery receipt");
                 let unclaimed = self
-                    .node
+                    .mail
+                    .env
                     .peer
                     .lock()
                     .notify(&r.message_id, SenderOutcome::from_receipt(&r));
                 if let Some(o) = unclaimed {
                     let late = LateRefusal::of(&r.from, &r.message_id, &r.to, o);
-                    post_refusals(&self.node, late.into_iter().collect());
+                    post_refusals(&self.mail, late.into_iter().collect());
                 }
             }
             UplinkOutput::Other(event) => self.on_other(link, *event),
@@ -444,17 +447,17 @@ impl End for NodeEnd {
 
     fn on_tick(&mut self, _link: &mut PeerLink) {
         // Mail a reading recipient behind the hub had no room for goes out again.
-        self.node.peer.lock().uplink.resume_held();
+        self.mail.env.peer.lock().uplink.resume_held();
         // Removals nobody waited for are committed at the latest now.
-        self.node.peer.committer().wake();
+        self.mail.env.peer.committer().wake();
     }
 
     fn pump(&mut self, link: &mut PeerLink) {
         self.health.set(true, link.missed_pings());
         self.deliver_sends(link);
         // Re-register whenever the local peer set changed; hold mail until the hub has it.
-        let peers = local_entries(&self.node, None);
-        let mut p = self.node.peer.lock();
+        let peers = local_entries(&self.mail, None);
+        let mut p = self.mail.env.peer.lock();
         self.uplink.pump(link, peers, &mut p.uplink);
     }
 }

@@ -10,7 +10,8 @@
 //! Channel push (`channel`) and the launch receipt (`receipt`) hang off the same state; the
 //! reaper asks [`peer_identity_is_addressable`] which identities must outlive their protocol
 //! sessions. Mail never imports the MCP layer: it tells it things through [`Clients`], which
-//! the composition root implements.
+//! the composition root implements. Mail holds no node: [`Mail`] runs over a [`MailEnv`] of
+//! handles (sessions, tasks, shutdown, the uplink state, a config reader) built there too.
 //!
 //! Lock order: the mail lock may be taken while the MCP session table is locked (the reaper
 //! asks [`peer_identity_is_addressable`] under it), so the session table is never locked while
@@ -32,6 +33,7 @@
 pub(crate) mod channel;
 pub(crate) mod deliver;
 pub(crate) mod endpoint;
+pub(crate) mod env;
 pub(crate) mod launch;
 pub(crate) mod receipt;
 pub(crate) mod send;
@@ -40,12 +42,12 @@ pub(crate) mod trust;
 pub(crate) mod uplink;
 pub(crate) mod wake;
 
-pub use deliver::{
-    LateRefusal, deliver_local, local_entries, local_id, persist_outbox, post_refusals_later,
-};
+pub use deliver::{LateRefusal, persist_outbox};
 pub(crate) use deliver::{
-    Route, deliver_batch, error_code, load_outboxes, post_refusals, recipient_retired, route,
+    Route, deliver_batch, deliver_local, error_code, load_outboxes, local_entries, local_id,
+    post_refusals, post_refusals_later, recipient_retired, route,
 };
+pub(crate) use env::MailEnv;
 pub(crate) use send::{SendEnv, remote_peers};
 pub use uplink::{OutcomeTx, PendingCustody, Queued, Refusal, notify_waiter, outbox_ops};
 pub(crate) use uplink::{PeerState, UPLINK, limits};
@@ -64,7 +66,6 @@ use tuic_proto::mail::{
 };
 
 use crate::logs::{mono_ms, now_ms};
-use crate::state::Node;
 
 /// One registered peer identity.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -131,6 +132,9 @@ pub trait Clients: Send + Sync + std::fmt::Debug {
     /// Sends `notifications/resources/updated` for `tuic://inbox` to the live streams of
     /// `identity`'s protocol sessions subscribed to it; whether one took it.
     fn inbox_updated(&self, identity: &str) -> bool;
+    /// Whether a holder other than a PTY keeps `identity` addressable (an ACP chat opened by
+    /// `POST /acp/chat/open`).
+    fn holds_identity(&self, identity: &str) -> bool;
 }
 
 /// Agent mail of one node.
@@ -139,8 +143,8 @@ pub struct Mail {
     inner: Mutex<Inner>,
     /// Wakes the timer task when a wait with a possibly earlier deadline is registered.
     pub timer: Notify,
-    /// The client layer's streams and task handles ([`Clients`]).
-    clients: Arc<dyn Clients>,
+    /// What mail uses of its node: sessions, the client layer, tasks, the uplink state, …
+    pub(crate) env: MailEnv,
 }
 
 /// The result of a `send`, with how the recipient was resolved.
@@ -165,18 +169,23 @@ pub struct Sent {
 }
 
 impl Mail {
-    /// Mail that tells `clients` about pushes and task handles.
-    pub fn new(clients: Arc<dyn Clients>) -> Self {
+    /// Mail over `env` (its clients, sessions, tasks and uplink state).
+    pub(crate) fn new(env: MailEnv) -> Self {
         Self {
             inner: Mutex::default(),
             timer: Notify::new(),
-            clients,
+            env,
         }
     }
 
     /// The client layer above mail.
     pub fn clients(&self) -> &dyn Clients {
-        &*self.clients
+        &*self.env.clients
+    }
+
+    /// The config in force.
+    pub(crate) fn config(&self) -> Arc<crate::config::Config> {
+        (self.env.config)()
     }
 
     /// The lock (poison-tolerant).
@@ -244,24 +253,28 @@ impl Mail {
     }
 
     /// Runs drained actions (outside the lock).
-    pub fn act(node: &Arc<Node>, actions: Vec<Action>) {
+    pub fn act(self: &Arc<Self>, actions: Vec<Action>) {
         for a in actions {
             match a {
                 Action::Wake {
                     recipient,
                     generation,
                     cancel,
-                } => wake::start(node, recipient, generation, cancel),
+                } => wake::start(self, recipient, generation, cancel),
             }
         }
     }
 
     /// Makes sure `tuic` has an inbox and a peer entry, attaching its live PTY if it has one.
-    pub fn ensure(node: &Node, g: &mut Inner, tuic: &str) {
+    pub fn ensure(&self, g: &mut Inner, tuic: &str) {
         if !g.inboxes.is_registered(tuic) {
             g.inboxes.register(tuic);
         }
-        let pty = node.sessions.live(tuic).filter(|s| s.tuic_session == tuic);
+        let pty = self
+            .env
+            .sessions
+            .live(tuic)
+            .filter(|s| s.tuic_session == tuic);
         let entry = g.peers.entry(tuic.to_owned()).or_default();
         if let Some(s) = pty {
             if entry.name.is_none() {
@@ -273,7 +286,7 @@ impl Mail {
 
     /// Delivers one message (the recipient must be registered) and runs its actions.
     pub fn post(
-        node: &Arc<Node>,
+        self: &Arc<Self>,
         recipient: &str,
         from: &str,
         from_name: Option<String>,
@@ -288,7 +301,7 @@ impl Mail {
         let server_authored = lifecycle.is_some();
         let body = message.clone();
         let (receipt, orchestrator, coalesced, actions) = {
-            let mut g = node.mail.lock();
+            let mut g = self.lock();
             let coalesced = g.inboxes.wake_pending(recipient);
             // Deadlines and cursors on the deadline clock, the timestamp on the wall clock.
             let r = g.inboxes.send_stamped(
@@ -307,20 +320,20 @@ impl Mail {
             let orch = g.peers.get(recipient).is_some_and(|p| p.orchestrator);
             (r, orch, coalesced, Self::drain(&mut g))
         };
-        Self::act(node, actions);
-        node.ops
-            .mail_posted
+        self.act(actions);
+        self.env
+            .posted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // A terminal-less peer subscribed to `tuic://inbox` (an ACP chat) is told through the
         // resource; else the channel push for a client with a live stream. Neither takes the
         // lease: the inbox stays authoritative.
-        let unowned =
-            receipt.delivery == DeliveryPath::InboxOnly && !node.sessions.owns_live_pty(recipient);
-        let inbox_resource = unowned && node.mail.clients.inbox_updated(recipient);
+        let unowned = receipt.delivery == DeliveryPath::InboxOnly
+            && !self.env.sessions.owns_live_pty(recipient);
+        let inbox_resource = unowned && self.env.clients.inbox_updated(recipient);
         let channel = unowned && !inbox_resource && {
             let inline = server_authored || !orchestrator;
             let note = channel::notification(from, &message_id, &body, inline);
-            node.mail.clients.push(recipient, &note)
+            self.env.clients.push(recipient, &note)
         };
         Ok(Sent {
             message_id,
@@ -335,19 +348,19 @@ impl Mail {
 
     /// `agent action=inbox`.
     pub fn inbox(
-        node: &Arc<Node>,
+        self: &Arc<Self>,
         recipient: &str,
         since: Option<u64>,
         limit: Option<usize>,
     ) -> Result<InboxPage, InboxError> {
         let (page, actions) = {
-            let mut g = node.mail.lock();
-            Self::ensure(node, &mut g, recipient);
+            let mut g = self.lock();
+            self.ensure(&mut g, recipient);
             let p = g.inboxes.inbox(mono_ms(), recipient, since, limit)?;
             g.urgent.retain(|(_, r)| r != recipient);
             (p, Self::drain(&mut g))
         };
-        Self::act(node, actions);
+        self.act(actions);
         Ok(page)
     }
 
@@ -355,14 +368,14 @@ impl Mail {
     /// inbox until mail arrives or the deadline passes. Dropping the future cancels the wait;
     /// an answer that was already resolved but not yet taken is handed back to the inbox.
     pub async fn wait(
-        node: &Arc<Node>,
+        self: &Arc<Self>,
         recipient: &str,
         since: Option<u64>,
         timeout_ms: Option<u64>,
     ) -> Result<WaitOutcome, InboxError> {
         let (rx, id) = {
-            let mut g = node.mail.lock();
-            Self::ensure(node, &mut g, recipient);
+            let mut g = self.lock();
+            self.ensure(&mut g, recipient);
             g.next_wait += 1;
             let id = g.next_wait;
             match g
@@ -373,7 +386,7 @@ impl Mail {
                     g.urgent.retain(|(_, r)| r != recipient);
                     let actions = Self::drain(&mut g);
                     drop(g);
-                    Self::act(node, actions);
+                    self.act(actions);
                     return Ok(o);
                 }
                 WaitStart::Pending { .. } => {
@@ -383,9 +396,9 @@ impl Mail {
                 }
             }
         };
-        node.mail.timer.notify_one();
+        self.timer.notify_one();
         let mut guard = WaitGuard {
-            node: node.clone(),
+            mail: self.clone(),
             recipient: recipient.to_owned(),
             id,
             rx: Some(rx),
@@ -397,7 +410,7 @@ impl Mail {
             Ok(Some(o)) => {
                 // `met` is "carries mail"; a timed-out answer carries none and needs no lock.
                 if o.met {
-                    let mut g = node.mail.lock();
+                    let mut g = self.lock();
                     // Taken by its caller: a concurrent wait whose answer is lost must not
                     // hand this mail back (the recipient has it).
                     g.inboxes.wait_answered(recipient, &o);
@@ -412,10 +425,10 @@ impl Mail {
     }
 
     /// `register replaces=` / identity repair: moves `old`'s mail to `new`, retires `old`.
-    pub fn carry_over(node: &Arc<Node>, g: &mut Inner, old: &str, new: &str) -> usize {
+    pub fn carry_over(&self, g: &mut Inner, old: &str, new: &str) -> usize {
         let n = g.inboxes.carry_over(mono_ms(), old, new).unwrap_or(0);
         // A retired recipient's dedupe ring goes with it (cross-host mail, `deliver`).
-        recipient_retired(node, old);
+        recipient_retired(self, old);
         if let Some(p) = g.peers.remove(old) {
             let e = g.peers.entry(new.to_owned()).or_default();
             if e.name.is_none() {
@@ -427,7 +440,7 @@ impl Mail {
                 p.parent = Some(new.to_owned());
                 // The child's session row names its parent once that is a registered identity.
                 if !new.starts_with(spawn::PENDING_PREFIX)
-                    && let Some(s) = node.sessions.live(child)
+                    && let Some(s) = self.env.sessions.live(child)
                 {
                     s.set_parent_session(Some(new.to_owned()));
                 }
@@ -445,7 +458,7 @@ impl Mail {
 /// Cancels a pending wait when its future is dropped; returns an answer resolved but not
 /// taken to the inbox.
 struct WaitGuard {
-    node: Arc<Node>,
+    mail: Arc<Mail>,
     recipient: String,
     id: WaitId,
     rx: Option<oneshot::Receiver<Option<WaitOutcome>>>,
@@ -457,7 +470,7 @@ impl Drop for WaitGuard {
             return;
         };
         let actions = {
-            let mut g = self.node.mail.lock();
+            let mut g = self.mail.lock();
             g.waiters.remove(&self.id);
             g.inboxes.cancel_wait(&self.recipient, self.id);
             if let Ok(Some(lost)) = rx.try_recv() {
@@ -467,40 +480,40 @@ impl Drop for WaitGuard {
             }
             Mail::drain(&mut g)
         };
-        Mail::act(&self.node, actions);
+        self.mail.act(actions);
     }
 }
 
 /// Starts the wait timer and the PTY-exit watcher; both end at shutdown.
-pub(crate) fn spawn_background(node: &Arc<Node>) {
-    let n = node.clone();
-    node.tasks.spawn(async move {
+pub(crate) fn spawn_background(mail: &Arc<Mail>) {
+    let n = mail.clone();
+    mail.env.tasks.spawn(async move {
         loop {
-            let next = n.mail.lock().inboxes.poll_timeout();
+            let next = n.lock().inboxes.poll_timeout();
             let sleep = match next {
                 Some(d) => Duration::from_millis(d.saturating_sub(mono_ms())),
                 None => Duration::from_secs(3600),
             };
             tokio::select! {
-                _ = n.shutdown.cancelled() => break,
-                _ = n.mail.timer.notified() => continue,
+                _ = n.env.shutdown.cancelled() => break,
+                _ = n.timer.notified() => continue,
                 _ = tokio::time::sleep(sleep) => {}
             }
             let actions = {
-                let mut g = n.mail.lock();
+                let mut g = n.lock();
                 g.inboxes.handle_timeout(mono_ms());
                 Mail::drain(&mut g)
             };
-            Mail::act(&n, actions);
+            n.act(actions);
         }
     });
     // A PTY that exits re-queues the unread mail it owned (same ids, fresh cursors).
-    let n = node.clone();
-    node.tasks.spawn(async move {
-        let mut rx = n.bus.subscribe();
+    let n = mail.clone();
+    mail.env.tasks.spawn(async move {
+        let mut rx = n.env.bus.subscribe();
         loop {
             let ev = tokio::select! {
-                _ = n.shutdown.cancelled() => break,
+                _ = n.env.shutdown.cancelled() => break,
                 ev = rx.recv() => ev,
             };
             let Ok(ev) = ev else {
@@ -510,7 +523,7 @@ pub(crate) fn spawn_background(node: &Arc<Node>) {
                 continue;
             };
             if let Event::PtyExit { session_id, .. } = &ev.event
-                && let Some(s) = n.sessions.resolve(session_id)
+                && let Some(s) = n.env.sessions.resolve(session_id)
             {
                 pty_gone(&n, &s.tuic_session);
             }
@@ -519,9 +532,9 @@ pub(crate) fn spawn_background(node: &Arc<Node>) {
 }
 
 /// The recipient's PTY is gone: re-queue what it owned and drop its pending wake.
-pub(crate) fn pty_gone(node: &Arc<Node>, tuic: &str) {
+pub(crate) fn pty_gone(mail: &Arc<Mail>, tuic: &str) {
     let actions = {
-        let mut g = node.mail.lock();
+        let mut g = mail.lock();
         if !g.inboxes.is_registered(tuic) {
             return;
         }
@@ -531,12 +544,12 @@ pub(crate) fn pty_gone(node: &Arc<Node>, tuic: &str) {
         }
         Mail::drain(&mut g)
     };
-    Mail::act(node, actions);
+    mail.act(actions);
 }
 
 /// The wake task for `recipient` finished (notice written or given up).
-pub(crate) fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
-    let mut g = node.mail.lock();
+pub(crate) fn wake_done(mail: &Mail, recipient: &str, generation: u64) {
+    let mut g = mail.lock();
     if g.wakes
         .get(recipient)
         .is_some_and(|(n, _)| *n == generation)
@@ -548,9 +561,9 @@ pub(crate) fn wake_done(node: &Arc<Node>, recipient: &str, generation: u64) {
 
 /// A lifecycle summary was typed: it acknowledges its own window; mail that coalesced while it
 /// was typed is outside the window and earns its own notice.
-pub(crate) fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, up_to: u64) {
+pub(crate) fn summary_done(mail: &Arc<Mail>, recipient: &str, generation: u64, up_to: u64) {
     let actions = {
-        let mut g = node.mail.lock();
+        let mut g = mail.lock();
         let _ = g.inboxes.acknowledge(recipient, up_to);
         if g.wakes
             .get(recipient)
@@ -562,26 +575,25 @@ pub(crate) fn summary_done(node: &Arc<Node>, recipient: &str, generation: u64, u
         g.inboxes.rearm_pty_wake(recipient);
         Mail::drain(&mut g)
     };
-    Mail::act(node, actions);
+    mail.act(actions);
 }
 
 /// Whether `tuic` is still addressable although its protocol sessions are gone: it owns a
 /// live PTY, or a live managed child records it as its parent. Both are bounded by live
 /// sessions, so retention cannot grow without bound. The MCP reaper asks this through the
 /// liveness answer the composition root installs.
-pub(crate) fn peer_identity_is_addressable(node: &Node, tuic: &str) -> bool {
-    if node.sessions.owns_live_pty(tuic) || node.acp.holds_chat_identity(tuic) {
+pub(crate) fn peer_identity_is_addressable(mail: &Mail, tuic: &str) -> bool {
+    if mail.env.sessions.owns_live_pty(tuic) || mail.env.clients.holds_identity(tuic) {
         return true;
     }
-    let children: Vec<String> = node
-        .mail
+    let children: Vec<String> = mail
         .lock()
         .peers
         .iter()
         .filter(|(_, p)| p.parent.as_deref() == Some(tuic))
         .map(|(k, _)| k.clone())
         .collect();
-    children.iter().any(|c| node.sessions.owns_live_pty(c))
+    children.iter().any(|c| mail.env.sessions.owns_live_pty(c))
 }
 
 /// Registers a terminal-less peer (an ACP chat, `POST /acp/chat/open`): an inbox and a peer
@@ -597,9 +609,9 @@ pub(crate) fn register_terminal_less(node: &Node, identity: &str, name: &str, pa
 
 /// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox
 /// goes, and its children keep no parent.
-pub(crate) fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
+pub(crate) fn forget_pending(mail: &Arc<Mail>, sessions: &[String]) {
     let actions = {
-        let mut g = node.mail.lock();
+        let mut g = mail.lock();
         for sid in sessions {
             let pending = spawn::pending_parent(sid);
             if !g.inboxes.is_registered(&pending) {
@@ -614,22 +626,22 @@ pub(crate) fn forget_pending(node: &Arc<Node>, sessions: &[String]) {
         }
         Mail::drain(&mut g)
     };
-    Mail::act(node, actions);
+    mail.act(actions);
 }
 
 /// Retires the peers of identities whose last protocol session was reaped or deleted, unless
 /// they are still addressable: their inbox goes (pending waits end), they leave `list_peers`,
 /// and mail to them is refused from now on.
-pub(crate) fn evict_peers_for_reaped_mcp_session(node: &Arc<Node>, identities: &[String]) {
+pub(crate) fn evict_peers_for_reaped_mcp_session(mail: &Arc<Mail>, identities: &[String]) {
     let gone: Vec<&String> = identities
         .iter()
-        .filter(|t| !peer_identity_is_addressable(node, t))
+        .filter(|t| !peer_identity_is_addressable(mail, t))
         .collect();
     if gone.is_empty() {
         return;
     }
     let actions = {
-        let mut g = node.mail.lock();
+        let mut g = mail.lock();
         for t in &gone {
             g.peers.remove(*t);
             let dropped = g.inboxes.unregister(t);
@@ -641,5 +653,5 @@ pub(crate) fn evict_peers_for_reaped_mcp_session(node: &Arc<Node>, identities: &
         }
         Mail::drain(&mut g)
     };
-    Mail::act(node, actions);
+    mail.act(actions);
 }

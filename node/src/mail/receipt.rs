@@ -10,13 +10,12 @@
 //! reports an explicit launch-unavailable section.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::Mail;
 use crate::session::now_ms;
-use crate::state::Node;
 
 /// Served instruction texts kept per identity.
 pub(crate) const SERVED_MAX: usize = 4;
@@ -95,23 +94,23 @@ pub struct Receipt {
     pub served: VecDeque<Served>,
 }
 
-fn prune(node: &Node, g: &mut super::Inner) {
+fn prune(mail: &Mail, g: &mut super::Inner) {
     g.receipts
-        .retain(|_, r| node.sessions.resolve(&r.session_id).is_some());
+        .retain(|_, r| mail.env.sessions.resolve(&r.session_id).is_some());
 }
 
 /// Records the launch brief of a spawned child.
-pub(crate) fn launched(node: &Arc<Node>, tuic: &str, session_id: &str, launch: Launch) {
-    let mut g = node.mail.lock();
-    prune(node, &mut g);
+pub(crate) fn launched(mail: &Mail, tuic: &str, session_id: &str, launch: Launch) {
+    let mut g = mail.lock();
+    prune(mail, &mut g);
     let r = g.receipts.entry(tuic.to_owned()).or_default();
     r.session_id = session_id.to_owned();
     r.launch = Some(launch);
 }
 
 /// Moves a deferred prompt to `state`.
-pub(crate) fn prompt_state(node: &Arc<Node>, tuic: &str, state: PromptState) {
-    let mut g = node.mail.lock();
+pub(crate) fn prompt_state(mail: &Mail, tuic: &str, state: PromptState) {
+    let mut g = mail.lock();
     if let Some(l) = g.receipts.get_mut(tuic).and_then(|r| r.launch.as_mut()) {
         l.prompt_state = state;
         if state == PromptState::Delivered {
@@ -122,12 +121,17 @@ pub(crate) fn prompt_state(node: &Arc<Node>, tuic: &str, state: PromptState) {
 
 /// `initialize` served `instructions` to protocol session `sid` bound to `tuic`; kept when
 /// `tuic` owns a live PTY.
-pub(crate) fn served(node: &Arc<Node>, tuic: &str, sid: &str, instructions: &str) {
-    let Some(s) = node.sessions.live(tuic).filter(|s| s.tuic_session == tuic) else {
+pub(crate) fn served(mail: &Mail, tuic: &str, sid: &str, instructions: &str) {
+    let Some(s) = mail
+        .env
+        .sessions
+        .live(tuic)
+        .filter(|s| s.tuic_session == tuic)
+    else {
         return;
     };
-    let mut g = node.mail.lock();
-    prune(node, &mut g);
+    let mut g = mail.lock();
+    prune(mail, &mut g);
     let r = g.receipts.entry(tuic.to_owned()).or_default();
     r.session_id = s.id.clone();
     if r.served.len() == SERVED_MAX {
@@ -141,8 +145,8 @@ pub(crate) fn served(node: &Arc<Node>, tuic: &str, sid: &str, instructions: &str
 }
 
 /// The receipt of PTY `session_id` (identity `tuic`) as the route answers it.
-pub(crate) fn read(node: &Node, session_id: &str, tuic: &str) -> Value {
-    let r = node.mail.lock().receipts.get(tuic).cloned();
+pub(crate) fn read(mail: &Mail, session_id: &str, tuic: &str) -> Value {
+    let r = mail.lock().receipts.get(tuic).cloned();
     let mut v = json!({"session_id": session_id, "tuic_session": tuic});
     match r.as_ref().and_then(|r| r.launch.as_ref()) {
         Some(l) => v["launch"] = json!(l),

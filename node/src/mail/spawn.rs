@@ -22,7 +22,6 @@ use super::receipt::{self, Delivery, Launch, PromptState};
 use super::wake;
 use crate::session::activity::{self, ShellState};
 use crate::session::{CreateRequest, Session};
-use crate::state::Node;
 
 /// Largest derived `pty_description`, in characters.
 pub(crate) const DESCRIPTION_MAX: usize = 160;
@@ -189,12 +188,8 @@ pub(crate) fn pending_parent(sid: &str) -> String {
 }
 
 /// The child's current parent: a registered identity, or a pending one.
-fn current_parent(node: &Node, child: &str) -> Option<String> {
-    node.mail
-        .lock()
-        .peers
-        .get(child)
-        .and_then(|p| p.parent.clone())
+fn current_parent(mail: &Mail, child: &str) -> Option<String> {
+    mail.lock().peers.get(child).and_then(|p| p.parent.clone())
 }
 
 /// Display metadata derived from a prompt: whitespace-normalised, at most 160 characters.
@@ -207,12 +202,12 @@ pub(crate) fn derive_description(prompt: &str) -> Option<String> {
 }
 
 /// Starts the child. Blocking (fork/exec): call off the async workers.
-pub(crate) fn spawn(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, String> {
-    spawn_checked(node, req).map_err(|e| e.message)
+pub(crate) fn spawn(mail: &Arc<Mail>, req: SpawnRequest) -> Result<Value, String> {
+    spawn_checked(mail, req).map_err(|e| e.message)
 }
 
 /// [`spawn`] with the failure's stable code.
-pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value, SpawnFailure> {
+pub(crate) fn spawn_checked(mail: &Arc<Mail>, req: SpawnRequest) -> Result<Value, SpawnFailure> {
     let home = std::env::var_os("HOME")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/".into());
@@ -223,7 +218,7 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         .unwrap_or_else(|| home.clone());
     let cwd = cwd.canonicalize().unwrap_or(cwd);
     let composed = launch::compose(
-        &node.config().agents,
+        &mail.config().agents,
         &SpawnArgs {
             command: Some(req.command.clone()).filter(|c| !c.is_empty()),
             run_config: req.run_config.clone(),
@@ -272,8 +267,8 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
     } else {
         compose_args(&base_args, req.prompt.as_deref())
     };
-    let session = node
-        .sessions
+    let sessions = &mail.env.sessions;
+    let session = sessions
         .create(CreateRequest {
             shell: Some(command.clone()),
             args: args.clone(),
@@ -287,23 +282,23 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         })
         .map_err(|e| SpawnFailure::spawn(e.to_string()))?;
     if description.is_some() {
-        node.sessions.describe(&session, description.clone());
+        sessions.describe(&session, description.clone());
     }
     if composed.answer_claude_trust {
         super::trust::answer_claude(
             super::trust::TrustWatch {
-                tasks: node.tasks.clone(),
-                shutdown: node.shutdown.clone(),
-                capture: node.sessions.capture.clone(),
-                limit: Duration::from_millis(node.config().tuning.mail_prompt_delivery_timeout_ms),
+                tasks: mail.env.tasks.clone(),
+                shutdown: mail.env.shutdown.clone(),
+                capture: sessions.capture.clone(),
+                limit: Duration::from_millis(mail.config().tuning.mail_prompt_delivery_timeout_ms),
             },
             session.clone(),
         );
     }
     let child = session.tuic_session.clone();
     {
-        let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, &child);
+        let mut g = mail.lock();
+        mail.ensure(&mut g, &child);
         let p = g.peers.entry(child.clone()).or_default();
         if req.name.is_some() {
             p.name = req.name.clone();
@@ -312,7 +307,7 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         p.managed = true;
         p.keep_open = req.keep_open;
         if let Some(parent) = &req.parent {
-            Mail::ensure(node, &mut g, parent);
+            mail.ensure(&mut g, parent);
         } else if let Some(pending) = &req.pending_parent
             && !g.inboxes.is_registered(pending)
         {
@@ -327,7 +322,7 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         (Some(_), false, false) => Delivery::Argv,
     };
     receipt::launched(
-        node,
+        mail,
         &child,
         &session.id,
         Launch {
@@ -346,9 +341,9 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         },
     );
     if deferred && let Some(p) = &req.prompt {
-        deliver_prompt(node, session.clone(), p.clone());
+        deliver_prompt(mail, session.clone(), p.clone());
     }
-    let (task_id, poll_interval_ms) = node.mail.clients().open_task(req.owners.clone());
+    let (task_id, poll_interval_ms) = mail.clients().open_task(req.owners.clone());
     tracing::info!(
         source = "agent_spawn",
         session = %session.id,
@@ -357,7 +352,7 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
         env_keys = ?req.env.keys().collect::<Vec<_>>(),
         "spawned a child agent"
     );
-    watch(node, session.clone(), task_id.clone());
+    watch(mail, session.clone(), task_id.clone());
     let mut v = json!({
         "session_id": session.id,
         "tuic_session": child,
@@ -397,11 +392,11 @@ pub(crate) fn spawn_checked(node: &Arc<Node>, req: SpawnRequest) -> Result<Value
 /// Types a deferred prompt once the TUI shows its ready prompt (idle, bare prompt, nothing
 /// typed), under the same claim as a wake notice. The one-shot watchdog gives up after
 /// `mail_prompt_delivery_timeout_ms` and tells the parent once.
-fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String) {
-    let n = node.clone();
+fn deliver_prompt(mail: &Arc<Mail>, s: Arc<Session>, prompt: String) {
+    let n = mail.clone();
     let rt = tokio::runtime::Handle::current();
     let _g = rt.enter();
-    node.tasks.spawn(async move {
+    mail.env.tasks.spawn(async move {
         let limit = Duration::from_millis(n.config().tuning.mail_prompt_delivery_timeout_ms);
         let deadline = tokio::time::Instant::now() + limit;
         let mut out = s.wake();
@@ -425,7 +420,7 @@ fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String) {
             // Re-check on the next output or idle edge, until the watchdog fires.
             let settle = Duration::from_millis(activity::IDLE_AFTER_MS + 50);
             tokio::select! {
-                _ = n.shutdown.cancelled() => return,
+                _ = n.env.shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => break,
                 r = out.changed() => if r.is_err() { return; },
                 _ = tokio::time::sleep(settle) => {}
@@ -436,8 +431,7 @@ fn deliver_prompt(node: &Arc<Node>, s: Arc<Session>, prompt: String) {
         if let Some(p) = current_parent(&n, &s.tuic_session) {
             let body = json!({"child": s.tuic_session, "session_id": s.id, "state": "prompt_delivery_failed", "timeout_ms": limit.as_millis() as u64});
             ensure_parent(&n, &p);
-            let r = Mail::post(
-                &n,
+            let r = n.post(
                 &p,
                 &s.tuic_session,
                 s.display_name(),
@@ -474,7 +468,7 @@ fn quiet_state(s: &Session) -> Option<&'static str> {
 
 /// Posts a `state_change` notice about `child` to `parent`.
 pub(crate) fn notify_parent(
-    node: &Arc<Node>,
+    mail: &Arc<Mail>,
     parent: &str,
     s: &Session,
     state: &str,
@@ -485,9 +479,8 @@ pub(crate) fn notify_parent(
     if state == "exited" {
         body["exit_code"] = json!(code);
     }
-    ensure_parent(node, parent);
-    let r = Mail::post(
-        node,
+    ensure_parent(mail, parent);
+    let r = mail.post(
         parent,
         child,
         s.display_name(),
@@ -505,24 +498,24 @@ pub(crate) fn notify_parent(
 
 /// Makes sure a parent can receive: a registered identity gets its peer entry, a pending one
 /// only its inbox (it is not a peer anyone can list or address).
-fn ensure_parent(node: &Node, parent: &str) {
-    let mut g = node.mail.lock();
+fn ensure_parent(mail: &Mail, parent: &str) {
+    let mut g = mail.lock();
     if parent.starts_with(PENDING_PREFIX) {
         if !g.inboxes.is_registered(parent) {
             g.inboxes.register(parent);
         }
     } else {
-        Mail::ensure(node, &mut g, parent);
+        mail.ensure(&mut g, parent);
     }
 }
 
 /// Follows the child until it exits: lifecycle notices on quiet edges, the task's end state.
 /// The parent is looked up at each notice, so a spawner that registers later receives them.
-fn watch(node: &Arc<Node>, s: Arc<Session>, task_id: String) {
-    let n = node.clone();
+fn watch(mail: &Arc<Mail>, s: Arc<Session>, task_id: String) {
+    let n = mail.clone();
     let rt = tokio::runtime::Handle::current();
     let _g = rt.enter();
-    node.tasks.spawn(async move {
+    mail.env.tasks.spawn(async move {
         let mut out = s.wake();
         let mut last: Option<&'static str> = None;
         let mut completed_since: Option<tokio::time::Instant> = None;
@@ -532,7 +525,7 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, task_id: String) {
                 if let Some(p) = current_parent(&n, &s.tuic_session) {
                     notify_parent(&n, &p, &s, "exited", e.code);
                 }
-                n.mail.clients().finish_task(&task_id, &s.id, e.code);
+                n.clients().finish_task(&task_id, &s.id, e.code);
                 return;
             }
             let s2 = s.clone();
@@ -555,11 +548,11 @@ fn watch(node: &Arc<Node>, s: Arc<Session>, task_id: String) {
             let close_after = Duration::from_millis(n.config().tuning.mail_child_idle_close_ms);
             let close_at = completed_since.map(|t| t + close_after);
             tokio::select! {
-                _ = n.shutdown.cancelled() => return,
+                _ = n.env.shutdown.cancelled() => return,
                 r = out.changed() => if r.is_err() { return; },
                 _ = tokio::time::sleep(Duration::from_millis(activity::IDLE_AFTER_MS + 50)), if busy => {}
                 _ = sleep_until_opt(close_at), if close_at.is_some() => {
-                    let keep = n.mail.lock().peers.get(&s.tuic_session).is_some_and(|p| p.keep_open);
+                    let keep = n.lock().peers.get(&s.tuic_session).is_some_and(|p| p.keep_open);
                     if !keep {
                         tracing::info!(source = "agent_spawn", session = %s.id, "closing a completed managed child after its idle period");
                         s.close();

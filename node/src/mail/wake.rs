@@ -26,9 +26,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tuic_proto::mail::InboxMessage;
 
+use super::Mail;
 use crate::session::activity::{self, AgentState, ShellState};
 use crate::session::{Session, input};
-use crate::state::Node;
 
 /// The notice text (spec "Inter-Agent Messaging"); it carries no payload.
 pub(crate) const NOTICE: &str = "[TUIC] message available — read it with: agent action=inbox";
@@ -118,7 +118,7 @@ pub(crate) fn gate(s: &Session) -> Result<(), Closed> {
 /// Claims the session, re-checks `check` and types `text` + Enter, all in one blocking step.
 /// Blocking: call off the async workers.
 pub(crate) fn claim_and_write(
-    node: &Node,
+    mail: &Mail,
     s: &Session,
     text: &str,
     check: impl FnOnce(&Session) -> Result<(), Closed>,
@@ -132,7 +132,7 @@ pub(crate) fn claim_and_write(
         input::Part::Gap(input::GAP),
         input::Part::Bytes(b"\r".to_vec()),
     ];
-    s.write_parts(&parts, &node.sessions.capture, || {})
+    s.write_parts(&parts, &mail.env.sessions.capture, || {})
         .map_err(|_| Closed::Exited)
 }
 
@@ -168,22 +168,22 @@ pub(crate) fn lifecycle_summary(window: &[(u64, InboxMessage)]) -> Option<String
 /// Waits for the session's next output (the start of a BUSY→IDLE edge). False when the wake
 /// was withdrawn, the node stops, or the session is gone.
 async fn next_output(
-    node: &Node,
+    mail: &Mail,
     cancel: &CancellationToken,
     output: &mut tokio::sync::watch::Receiver<u64>,
 ) -> bool {
     tokio::select! {
         _ = cancel.cancelled() => false,
-        _ = node.shutdown.cancelled() => false,
+        _ = mail.env.shutdown.cancelled() => false,
         r = output.changed() => r.is_ok(),
     }
 }
 
 /// Sleeps `d` unless the wake is withdrawn or the node stops first.
-async fn pause(node: &Node, cancel: &CancellationToken, d: Duration) -> bool {
+async fn pause(mail: &Mail, cancel: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
         _ = cancel.cancelled() => false,
-        _ = node.shutdown.cancelled() => false,
+        _ = mail.env.shutdown.cancelled() => false,
         _ = tokio::time::sleep(d) => true,
     }
 }
@@ -191,21 +191,21 @@ async fn pause(node: &Node, cancel: &CancellationToken, d: Duration) -> bool {
 /// Runs one pending wake for `recipient` until the notice is consumed, withdrawn, its budget is
 /// exhausted, or the PTY goes away.
 pub(crate) fn start(
-    node: &Arc<Node>,
+    mail: &Arc<Mail>,
     recipient: String,
     generation: u64,
     cancel: CancellationToken,
 ) {
-    let n = node.clone();
-    node.tasks.spawn(async move {
-        let Some(s) = n.sessions.live(&recipient) else {
+    let n = mail.clone();
+    mail.env.tasks.spawn(async move {
+        let Some(s) = n.env.sessions.live(&recipient) else {
             super::pty_gone(&n, &recipient);
             return;
         };
         let mut output = s.wake();
         let mut expired = 0u32;
         loop {
-            if cancel.is_cancelled() || n.shutdown.is_cancelled() {
+            if cancel.is_cancelled() || n.env.shutdown.is_cancelled() {
                 return;
             }
             // Readiness first; a busy session is re-checked at its idle edge.
@@ -223,7 +223,7 @@ pub(crate) fn start(
                 }
                 Ok(()) => {}
             }
-            let window = n.mail.lock().inboxes.pty_window(&recipient);
+            let window = n.lock().inboxes.pty_window(&recipient);
             if window.is_empty() {
                 // Everything was observed meanwhile; the withdrawal is on its way.
                 super::wake_done(&n, &recipient, generation);
@@ -275,7 +275,7 @@ pub(crate) fn start(
                     // edge re-arms the attempt.
                     tracing::debug!(source = "agent_msg", recipient = %recipient, refused = ?c, "wake notice not started");
                     if !next_output(&n, &cancel, &mut output).await {
-                        if !cancel.is_cancelled() && !n.shutdown.is_cancelled() {
+                        if !cancel.is_cancelled() && !n.env.shutdown.is_cancelled() {
                             super::pty_gone(&n, &recipient);
                         }
                         return;

@@ -9,6 +9,7 @@
 
 pub(crate) mod features;
 pub(crate) mod fixtures;
+pub(crate) mod hubtools;
 pub(crate) mod instructions;
 pub(crate) mod protocol;
 pub(crate) mod registry;
@@ -229,8 +230,8 @@ pub(crate) fn spawn_background(node: &Arc<Node>) {
                 _ = tokio::time::sleep(every) => {}
             }
             let sweep = n.mcp.sweep(&n.config(), Instant::now());
-            crate::mail::evict_peers_for_reaped_mcp_session(&n, &sweep.retired);
-            crate::mail::forget_pending(&n, &sweep.reaped);
+            crate::mail::evict_peers_for_reaped_mcp_session(&n.mail, &sweep.retired);
+            crate::mail::forget_pending(&n.mail, &sweep.reaped);
         }
     });
     // Config reloads from disk and `PUT /config` both publish or replace the config; the

@@ -670,8 +670,8 @@ pub(crate) async fn delete(State(node): State<Arc<Node>>, headers: HeaderMap) ->
     };
     if let Some(retired) = node.mcp.sessions.end(sid) {
         tracing::info!(source = "mcp", session = %sid, "mcp session deleted");
-        crate::mail::evict_peers_for_reaped_mcp_session(&node, retired.as_slice());
-        crate::mail::forget_pending(&node, &[sid.to_owned()]);
+        crate::mail::evict_peers_for_reaped_mcp_session(&node.mail, retired.as_slice());
+        crate::mail::forget_pending(&node.mail, &[sid.to_owned()]);
         (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response()
     } else {
         ApiError::not_found("no such MCP session").into_response()

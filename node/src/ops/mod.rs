@@ -76,7 +76,7 @@ pub struct Ops {
     /// The `/metrics` collectors.
     pub metrics: metrics::Metrics,
     /// Messages delivered into this node's inboxes (`Mail::post` counts).
-    pub mail_posted: AtomicU64,
+    pub mail_posted: Arc<AtomicU64>,
     /// The previous `/process/stats` sample per session: (when, CPU seconds), for
     /// `cpu_percent` over the interval between two requests.
     cpu_samples: Mutex<HashMap<String, (Instant, f64)>>,
@@ -91,7 +91,7 @@ impl Ops {
     pub fn new(env: OpsEnv) -> Self {
         Self {
             metrics: metrics::Metrics::default(),
-            mail_posted: AtomicU64::new(0),
+            mail_posted: Arc::default(),
             cpu_samples: Mutex::default(),
             activity: Mutex::default(),
             env,

@@ -56,5 +56,5 @@ impl driver::MessageKind<Message> for Axum {
 }
 
 async fn serve(node: Arc<Node>, sock: WebSocket) {
-    crate::mail::endpoint::serve_on(node, driver::WsIo::<_, Axum>::new(sock)).await;
+    crate::mail::endpoint::serve_on(node.mail.clone(), driver::WsIo::<_, Axum>::new(sock)).await;
 }

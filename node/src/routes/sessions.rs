@@ -263,7 +263,7 @@ async fn launch_agent(
 ) -> Result<Json<Value>, ApiError> {
     let req = crate::mail::spawn::SpawnRequest::from_args(args);
     let n = node.clone();
-    tokio::task::spawn_blocking(move || crate::mail::spawn::spawn_checked(&n, req))
+    tokio::task::spawn_blocking(move || crate::mail::spawn::spawn_checked(&n.mail, req))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map(Json)
@@ -557,7 +557,7 @@ async fn prompt_receipt(
 ) -> Result<Json<Value>, ApiError> {
     let s = find(&node, &id)?;
     Ok(Json(crate::mail::receipt::read(
-        &node,
+        &node.mail,
         &s.id,
         &s.tuic_session,
     )))

@@ -566,7 +566,7 @@ fn spawn_background(node: &Arc<Node>) {
     crate::mcp::spawn_background(node);
     crate::upstream::spawn(&node.upstreams);
     crate::mcp::upstreams::announce_changes(node);
-    crate::mail::spawn_background(node);
+    crate::mail::spawn_background(&node.mail);
     node.tailscale.spawn();
     node.scheduler.spawn();
     crate::stories::runner::spawn(&node.planning);

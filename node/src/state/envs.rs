@@ -198,17 +198,17 @@ impl crate::review::Mailer for ReviewMail {
 
     fn send(&self, identity: &str, text: String) -> Result<String, String> {
         let n = self.0.upgrade().ok_or("the node is gone")?;
-        crate::mail::Mail::post(
-            &n,
-            identity,
-            "tuic-review",
-            Some("review".into()),
-            text,
-            None,
-            None,
-        )
-        .map(|s| s.message_id)
-        .map_err(|e| e.to_string())
+        n.mail
+            .post(
+                identity,
+                "tuic-review",
+                Some("review".into()),
+                text,
+                None,
+                None,
+            )
+            .map(|s| s.message_id)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -245,6 +245,12 @@ impl crate::mail::Clients for McpClients {
             .upgrade()
             .is_some_and(|n| crate::mcp::features::resources::inbox_updated(&n, identity))
     }
+
+    fn holds_identity(&self, identity: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|n| n.acp.holds_chat_identity(identity))
+    }
 }
 
 /// The MCP reaper's liveness answer: mail's addressability rule
@@ -257,11 +263,69 @@ impl crate::mcp::sessions::IdentityLiveness for Addressable {
     fn is_addressable(&self, tuic_session: &str) -> bool {
         self.0
             .upgrade()
-            .is_some_and(|n| crate::mail::peer_identity_is_addressable(&n, tuic_session))
+            .is_some_and(|n| crate::mail::peer_identity_is_addressable(&n.mail, tuic_session))
+    }
+}
+
+/// Agent mail's environment: the sessions, bus, tasks and shutdown, the uplink state, the
+/// installed extension hooks and the ops counter it feeds; the MCP endpoint as its
+/// [`crate::mail::Clients`] and the hub tools' hooks into MCP, the config, the binary's name
+/// and the token epoch, each reached through a weak reference to the node being built.
+pub(super) fn mail_env(
+    node: &Weak<Node>,
+    name: &'static str,
+    sh: Shared<'_>,
+    peer: &Arc<crate::mail::PeerState>,
+    domain: &Domain,
+) -> crate::mail::MailEnv {
+    let (config, grace, epoch) = (node.clone(), node.clone(), node.clone());
+    let (changed, progress) = (node.clone(), node.clone());
+    crate::mail::MailEnv {
+        clients: Arc::new(McpClients(node.clone())),
+        sessions: sh.sessions.clone(),
+        peer: peer.clone(),
+        bus: sh.bus.clone(),
+        tasks: sh.tasks.clone(),
+        shutdown: sh.shutdown.clone(),
+        config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),
+        name,
+        token_epoch: Arc::new(move || match epoch.upgrade() {
+            Some(n) => n.token_epoch(),
+            // The node is gone: a link stops at once.
+            None => {
+                let t = CancellationToken::new();
+                t.cancel();
+                t
+            }
+        }),
+        ext: domain.ext.clone(),
+        posted: domain.ops.mail_posted.clone(),
+        hub_tools: crate::upstream::hubtools::HubToolsEnv {
+            tasks: sh.tasks.clone(),
+            shutdown: sh.shutdown.clone(),
+            grace: Arc::new(move || {
+                let ms = grace
+                    .upgrade()
+                    .map(|n| n.config().tuning.hub_tools_grace_ms)
+                    .unwrap_or_else(|| crate::config::Tuning::default().hub_tools_grace_ms);
+                Duration::from_millis(ms)
+            }),
+            list_changed: Arc::new(move || {
+                if let Some(n) = changed.upgrade() {
+                    n.mcp.notify_list_changed();
+                }
+            }),
+            progress_out: Arc::new(move |sid, token, msg| {
+                progress.upgrade().is_some_and(|n| {
+                    crate::mcp::features::streams::progress_out(&n, Some(sid), token, msg)
+                })
+            }),
+        },
     }
 }
 
 /// What every domain service's environment is cut from.
+#[derive(Clone, Copy)]
 pub(super) struct Shared<'a> {
     pub(super) paths: &'a Paths,
     pub(super) bus: &'a Arc<Bus>,
@@ -282,7 +346,7 @@ pub(super) struct Domain {
     pub(super) automations: Arc<crate::automations::Automations>,
     pub(super) scheduler: crate::automations::scheduler::Scheduler,
     pub(super) tailscale: Arc<crate::tailscale::Tailscale>,
-    pub(super) ext: crate::ext::Extensions,
+    pub(super) ext: Arc<crate::ext::Extensions>,
 }
 
 impl Domain {
@@ -353,7 +417,7 @@ impl Domain {
                 shutdown: sh.shutdown.clone(),
                 spawn_agent: Arc::new(move |req| {
                     let n = spawner.upgrade().ok_or("the node is shutting down")?;
-                    crate::mail::spawn::spawn(&n, req)
+                    crate::mail::spawn::spawn(&n.mail, req)
                 }),
             },
         );
@@ -371,14 +435,14 @@ impl Domain {
             },
         ));
         let registry = node.clone();
-        let ext = crate::ext::Extensions::new(crate::ext::ExtEnv {
+        let ext = Arc::new(crate::ext::Extensions::new(crate::ext::ExtEnv {
             sessions: sh.sessions.clone(),
             install_tools: Arc::new(move |source| {
                 if let Some(n) = registry.upgrade() {
                     n.mcp.registry.add_source(source);
                 }
             }),
-        });
+        }));
         Self {
             git,
             progress,
@@ -500,7 +564,7 @@ impl crate::stories::env::Host for PlanningHost {
     ) -> Result<serde_json::Value, String> {
         let owners = w.parent.iter().cloned().collect();
         crate::mail::spawn::spawn(
-            &self.node()?,
+            &self.node()?.mail,
             crate::mail::spawn::SpawnRequest {
                 command: w.command,
                 args: w.args,
@@ -533,18 +597,18 @@ impl crate::stories::env::Host for PlanningHost {
         let n = self.node()?;
         {
             let mut g = n.mail.lock();
-            crate::mail::Mail::ensure(&n, &mut g, recipient);
+            n.mail.ensure(&mut g, recipient);
         }
-        crate::mail::Mail::post(
-            &n,
-            recipient,
-            "tuic",
-            Some(from_name.to_owned()),
-            body,
-            Some(kind.to_owned()),
-            None,
-        )
-        .map(drop)
-        .map_err(|e| e.to_string())
+        n.mail
+            .post(
+                recipient,
+                "tuic",
+                Some(from_name.to_owned()),
+                body,
+                Some(kind.to_owned()),
+                None,
+            )
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }

@@ -86,10 +86,11 @@ pub struct Node {
     pub sessions: Arc<crate::session::Registry>,
     /// The MCP endpoint's protocol sessions, tool registry and task handles.
     pub mcp: crate::mcp::McpState,
-    /// Agent mail: inboxes, peers, waits and PTY wake notices.
-    pub mail: crate::mail::Mail,
-    /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory.
-    pub peer: crate::mail::PeerState,
+    /// Agent mail: inboxes, peers, waits and PTY wake notices (over its `MailEnv`).
+    pub mail: Arc<crate::mail::Mail>,
+    /// Cross-host mail: the outbox towards a hub, dedupe rings, the hub's peer directory
+    /// (shared with mail's environment).
+    pub peer: Arc<crate::mail::PeerState>,
     /// The progress journal and the Progress Flow cursors.
     pub progress: Arc<crate::progress::Progress>,
     /// Native stories, workflow definitions and runs (`crate::stories`).
@@ -107,7 +108,7 @@ pub struct Node {
     /// The upstream MCP servers this node proxies (`mcp-upstreams.json`).
     pub upstreams: Arc<crate::upstream::Upstreams>,
     /// The hooks an extension installed before serving (`crate::ext`; none on a plain node).
-    pub ext: crate::ext::Extensions,
+    pub ext: Arc<crate::ext::Extensions>,
     /// The audit log (`crate::audit`).
     pub audit: Arc<crate::audit::Audit>,
     /// Scoped share links (`crate::share`).
@@ -150,8 +151,10 @@ impl Node {
         let auth = AuthState::with_sessions(store.login_sessions()?);
         let tailscale_name = tailscale_name(&config);
         let store = Arc::new(store);
-        let peer = crate::mail::PeerState::load(&store, &config.tuning)
-            .context("loading cross-host mail state")?;
+        let peer = Arc::new(
+            crate::mail::PeerState::load(&store, &config.tuning)
+                .context("loading cross-host mail state")?,
+        );
         let journal = crate::progress::Journal::open(store.clone())
             .context("opening the progress journal")?;
         let stories = Arc::new(
@@ -213,23 +216,27 @@ impl Node {
                 upstream_env(weak, &vault, &tasks, &shutdown),
             ));
             let github = Arc::new(crate::github::Github::new(github_env(weak, &vault, &repos)));
+            let shared = Shared {
+                paths: &paths,
+                bus: &bus,
+                tasks: &tasks,
+                shutdown: &shutdown,
+                repos: &repos,
+                sessions: &sessions,
+                github: &github,
+            };
             let domain = Domain::new(
                 weak,
-                Shared {
-                    paths: &paths,
-                    bus: &bus,
-                    tasks: &tasks,
-                    shutdown: &shutdown,
-                    repos: &repos,
-                    sessions: &sessions,
-                    github: &github,
-                },
+                shared,
                 journal,
                 automations,
                 &upstreams,
                 &host_trust,
                 started,
             );
+            let mail = Arc::new(crate::mail::Mail::new(mail_env(
+                weak, name, shared, &peer, &domain,
+            )));
             let acp = Arc::new(crate::acp::Acp::open(acp_env(
                 weak, &paths, &bus, &store, &tasks, &shutdown,
             )));
@@ -278,7 +285,7 @@ impl Node {
                 git: domain.git,
                 upload_permits,
                 mcp,
-                mail: crate::mail::Mail::new(Arc::new(McpClients(weak.clone()))),
+                mail,
                 peer,
                 progress: domain.progress,
                 stories,
@@ -461,7 +468,7 @@ impl crate::link::quic::LinkHost for LinkHost {
     }
 
     fn serve_link(&self, io: crate::link::quic::QuicIo) -> futures::future::BoxFuture<'static, ()> {
-        Box::pin(crate::mail::endpoint::serve_on(self.0.clone(), io))
+        Box::pin(crate::mail::endpoint::serve_on(self.0.mail.clone(), io))
     }
 }
 
@@ -472,6 +479,30 @@ impl Node {
             peer: &self.peer,
             router: self.ext.mail_router(),
             wait: std::time::Duration::from_millis(self.config().tuning.peer_send_wait_ms),
+        }
+    }
+
+    /// What a process built on this node (the hub) reaches of it: [`crate::ext::NodeApi`].
+    /// The config closures hold the node weakly: the extension it is handed to is owned by
+    /// the node's hooks.
+    pub fn api(self: &Arc<Self>) -> crate::ext::NodeApi {
+        let (config, set_config) = (Arc::downgrade(self), Arc::downgrade(self));
+        crate::ext::NodeApi {
+            ext: self.ext.clone(),
+            bus: self.bus.clone(),
+            tasks: self.tasks.clone(),
+            shutdown: self.shutdown.clone(),
+            vault: self.vault.clone(),
+            config_file: self.config_file.clone(),
+            upstreams: self.upstreams.clone(),
+            mail: self.mail.clone(),
+            store: self.store.clone(),
+            config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),
+            set_config: Arc::new(move |c| {
+                if let Some(n) = set_config.upgrade() {
+                    n.set_config(c);
+                }
+            }),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The hub's upstream MCP tools offered on this node (issue 17 item 7): a [`ToolSource`] whose
+//! The hub's upstream MCP tools offered on this node (issue 17 item 7): a tool source whose
 //! tools are the ones the hub lists to its own agents (`{upstream}__{tool}`, the hub's
 //! allow/deny filters applied), named here `hub.{upstream}__{tool}` so the name says where the
 //! tool runs. The `.` cannot occur in an upstream name (`[a-z0-9_-]+`), so these names never
@@ -25,23 +25,55 @@
 //! `tuning.hub_tools_grace_ms`.
 //!
 //! It owns no connection: the link task (`endpoint.rs`) sends the requests and hands the
-//! answers back here.
+//! answers back here. It holds no node either: what it tells the layer above (a changed list,
+//! a caller's progress) goes through the [`HubToolsEnv`] the link task hands in, and the
+//! registry's [`crate::mcp::registry::ToolSource`] face is the MCP adapter's
+//! (`mcp/hubtools.rs`), which calls [`HubTools::call_over`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
-use crate::state::Node;
+use crate::mail::endpoint::Cmd;
+use crate::mcp::registry::{CallCtx, ToolError};
 
 /// The prefix that says a tool runs on the hub.
 pub const PREFIX: &str = "hub.";
 
 /// What a call's waiter gets back from the link task.
 pub type CallReply = oneshot::Sender<Result<Value, ToolError>>;
+
+/// Pushes a `notifications/progress` message to the stream of a caller's protocol session
+/// (session, the caller's token, the message); whether it went.
+pub type ProgressOut = Arc<dyn Fn(&str, &Value, &Value) -> bool + Send + Sync>;
+
+/// What the hub's tools use of the node, built by the composition root and handed in by the
+/// link task that drives them.
+#[derive(Clone)]
+pub struct HubToolsEnv {
+    /// Owner of the grace timer started when the link goes down.
+    pub tasks: TaskTracker,
+    /// Fired at shutdown: the grace timer ends on it.
+    pub shutdown: CancellationToken,
+    /// `tuning.hub_tools_grace_ms` in force: how long the list outlives a dropped link.
+    pub grace: Arc<dyn Fn() -> Duration + Send + Sync>,
+    /// Announces a change of the listed set (`notifications/tools/list_changed` to every
+    /// `GET /mcp` stream).
+    pub list_changed: Arc<dyn Fn() + Send + Sync>,
+    /// Pushes a caller's progress to its stream ([`ProgressOut`]).
+    pub progress_out: ProgressOut,
+}
+
+impl std::fmt::Debug for HubToolsEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubToolsEnv").finish_non_exhaustive()
+    }
+}
 
 #[derive(Debug, Default)]
 struct State {
@@ -112,7 +144,7 @@ impl HubTools {
     }
 
     /// Installs the catalogue the hub answered; announces a change of the listed set.
-    pub fn install(&self, node: &Node, hub_generation: u64, tools: Vec<Value>) {
+    pub fn install(&self, env: &HubToolsEnv, hub_generation: u64, tools: Vec<Value>) {
         let changed = {
             let mut g = self.lock();
             g.hub_generation = Some(hub_generation);
@@ -122,13 +154,13 @@ impl HubTools {
         };
         if changed {
             self.generation.fetch_add(1, Ordering::Relaxed);
-            node.mcp.notify_list_changed();
+            (env.list_changed)();
         }
     }
 
     /// The link `link` went down: the catalogue stays for the grace period, then goes unless
     /// a link came back.
-    pub fn link_down(&self, node: &Arc<Node>, link: u64) {
+    pub fn link_down(self: &Arc<Self>, env: &HubToolsEnv, link: u64) {
         let epoch = {
             let mut g = self.lock();
             if g.up != Some(link) {
@@ -138,15 +170,16 @@ impl HubTools {
             g.down_epoch += 1;
             g.down_epoch
         };
-        let grace = Duration::from_millis(node.config().tuning.hub_tools_grace_ms);
-        let n = node.clone();
-        node.tasks.spawn(async move {
+        let grace = (env.grace)();
+        let (tools, shutdown, list_changed) =
+            (self.clone(), env.shutdown.clone(), env.list_changed.clone());
+        env.tasks.spawn(async move {
             tokio::select! {
-                _ = n.shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(grace) => {}
             }
             let cleared = {
-                let mut g = n.peer.hub_tools.lock();
+                let mut g = tools.lock();
                 let gone = g.up.is_none() && g.down_epoch == epoch && !g.tools.is_empty();
                 if gone {
                     g.tools.clear();
@@ -159,8 +192,8 @@ impl HubTools {
                     grace_ms = grace.as_millis() as u64,
                     "hub link stayed down; the hub's upstream tools are withdrawn"
                 );
-                n.peer.hub_tools.generation.fetch_add(1, Ordering::Relaxed);
-                n.mcp.notify_list_changed();
+                tools.generation.fetch_add(1, Ordering::Relaxed);
+                list_changed();
             }
         });
     }
@@ -169,7 +202,7 @@ impl HubTools {
     /// back on it, pushed to the caller's stream (bounded; a full stream drops and counts).
     pub fn relay_progress(
         &self,
-        node: &Node,
+        env: &HubToolsEnv,
         relay: &ProgressRelay,
         mut params: Map<String, Value>,
         coalesced: u64,
@@ -178,12 +211,7 @@ impl HubTools {
             .fetch_add(coalesced, Ordering::Relaxed);
         params.insert("progressToken".into(), relay.token.clone());
         let msg = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
-        if crate::mcp::features::streams::progress_out(
-            node,
-            Some(&relay.mcp_session),
-            &relay.token,
-            &msg,
-        ) {
+        if (env.progress_out)(&relay.mcp_session, &relay.token, &msg) {
             self.progress_relayed.fetch_add(1, Ordering::Relaxed);
         } else {
             self.progress_dropped.fetch_add(1, Ordering::Relaxed);
@@ -229,20 +257,24 @@ impl HubTools {
     }
 }
 
-impl ToolSource for HubTools {
-    fn generation(&self) -> u64 {
+impl HubTools {
+    /// Changes whenever the listed set changes.
+    pub fn tool_generation(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)
     }
 
-    fn listings(&self) -> Vec<Value> {
+    /// The hub's tools as callable here (`hub.{upstream}__{tool}`).
+    pub fn tool_listings(&self) -> Vec<Value> {
         self.lock().tools.iter().filter_map(qualified).collect()
     }
 
-    fn owns(&self, name: &str) -> bool {
+    /// Whether `name` says it runs on the hub.
+    pub fn owns_tool(&self, name: &str) -> bool {
         name.starts_with(PREFIX)
     }
 
-    fn schema(&self, name: &str) -> Result<Value, ToolError> {
+    /// The listing of one hub tool, or why it cannot be called.
+    pub fn tool_schema(&self, name: &str) -> Result<Value, ToolError> {
         let inner = &name[PREFIX.len()..];
         self.lock()
             .tools
@@ -257,51 +289,52 @@ impl ToolSource for HubTools {
             })
     }
 
-    fn call<'a>(
-        &'a self,
-        node: &'a Arc<Node>,
-        ctx: &'a CallCtx,
-        name: &'a str,
+    /// Calls hub tool `name` over the live link task's channel `link` (none: no link is up),
+    /// waiting at most `timeout_ms` (`tuning.hub_tool_call_timeout_ms`).
+    pub async fn call_over(
+        &self,
+        link: Option<mpsc::UnboundedSender<Cmd>>,
+        timeout_ms: u64,
+        ctx: &CallCtx,
+        name: &str,
         args: Map<String, Value>,
-    ) -> futures::future::BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let inner = name[PREFIX.len()..].to_owned();
-            let timeout_ms = node.config().tuning.hub_tool_call_timeout_ms.max(1);
-            let Some(link) = node.peer.link_cmd() else {
-                return Err(self.unavailable(name, "no peer link to a hub is up"));
-            };
-            let (tx, rx) = oneshot::channel();
-            // As for a local upstream: progress needs a token and a stream to carry it.
-            let progress = match (&ctx.progress_token, &ctx.mcp_session) {
-                (Some(token), Some(sid)) => Some(ProgressRelay {
-                    token: token.clone(),
-                    mcp_session: sid.clone(),
-                }),
-                _ => None,
-            };
-            let cmd = crate::mail::endpoint::Cmd::CallUpstream {
-                name: inner,
-                arguments: args,
-                timeout_ms,
-                progress,
-                reply: tx,
-            };
-            if link.send(cmd).is_err() {
-                return Err(self.unavailable(name, "the peer link just ended"));
-            }
-            match tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(_)) => Err(self.unavailable(name, "the peer link ended during the call")),
-                Err(_) => Err(ToolError::new(
-                    "timeout",
-                    format!(
-                        "{name}: {} did not answer within {timeout_ms} ms",
-                        self.hub()
-                    ),
-                )
-                .with("runs_on", json!("hub"))),
-            }
-        })
+    ) -> Result<Value, ToolError> {
+        let inner = name[PREFIX.len()..].to_owned();
+        let timeout_ms = timeout_ms.max(1);
+        let Some(link) = link else {
+            return Err(self.unavailable(name, "no peer link to a hub is up"));
+        };
+        let (tx, rx) = oneshot::channel();
+        // As for a local upstream: progress needs a token and a stream to carry it.
+        let progress = match (&ctx.progress_token, &ctx.mcp_session) {
+            (Some(token), Some(sid)) => Some(ProgressRelay {
+                token: token.clone(),
+                mcp_session: sid.clone(),
+            }),
+            _ => None,
+        };
+        let cmd = Cmd::CallUpstream {
+            name: inner,
+            arguments: args,
+            timeout_ms,
+            progress,
+            reply: tx,
+        };
+        if link.send(cmd).is_err() {
+            return Err(self.unavailable(name, "the peer link just ended"));
+        }
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(self.unavailable(name, "the peer link ended during the call")),
+            Err(_) => Err(ToolError::new(
+                "timeout",
+                format!(
+                    "{name}: {} did not answer within {timeout_ms} ms",
+                    self.hub()
+                ),
+            )
+            .with("runs_on", json!("hub"))),
+        }
     }
 }
 

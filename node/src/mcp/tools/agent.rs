@@ -212,7 +212,9 @@ pub(super) fn wait_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>
             return Err(ToolError::invalid("agent action=wait expected"));
         };
         let me = caller(&node, &ctx)?;
-        let o = Mail::wait(&node, &me, w.since, w.timeout_ms)
+        let o = node
+            .mail
+            .wait(&me, w.since, w.timeout_ms)
             .await
             .map_err(mail_error)?;
         Ok(serde_json::to_value(o).unwrap_or(Value::Null))
@@ -238,7 +240,7 @@ fn caller(node: &Arc<Node>, ctx: &CallCtx) -> Result<String, ToolError> {
         .with("next_step", json!(next)));
     };
     let mut g = node.mail.lock();
-    Mail::ensure(node, &mut g, &me);
+    node.mail.ensure(&mut g, &me);
     Ok(me)
 }
 
@@ -277,7 +279,7 @@ fn resolve(node: &Arc<Node>, to: &str) -> Result<String, ToolError> {
     }
     if let Some(s) = node.sessions.live(to) {
         let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, &s.tuic_session);
+        node.mail.ensure(&mut g, &s.tuic_session);
         return Ok(s.tuic_session.clone());
     }
     let g = node.mail.lock();
@@ -383,7 +385,7 @@ fn plan_send(node: &Arc<Node>, ctx: &CallCtx, args: SendArgs) -> Result<SendPlan
     // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
     let recipient = match resolve(node, to) {
         Ok(r) => r,
-        Err(e) => match crate::mail::route(node, to)? {
+        Err(e) => match crate::mail::route(&node.mail, to)? {
             crate::mail::Route::NotAnAddress => return Err(e),
             crate::mail::Route::Local(peer) => resolve(node, &peer)?,
             crate::mail::Route::Remote if keep_open.is_none() => {
@@ -440,8 +442,10 @@ fn send_local(node: &Arc<Node>, send: LocalSend) -> Result<Value, ToolError> {
             ),
         ));
     }
-    let sent =
-        Mail::post(node, &recipient, &me, from_name, message, None, None).map_err(mail_error)?;
+    let sent = node
+        .mail
+        .post(&recipient, &me, from_name, message, None, None)
+        .map_err(mail_error)?;
     let path = match sent.receipt.delivery {
         DeliveryPath::Waiter => "waiter",
         // An orchestrator's terminal gets the generic inbox wake; a message arriving while
@@ -537,7 +541,7 @@ fn urgent_notice(
         }
         wake::composer_safe(s, false)
     };
-    wake::claim_and_write(node, s, wake::NOTICE, check)
+    wake::claim_and_write(&node.mail, s, wake::NOTICE, check)
         .map_err(|c| wake::urgent_refusal(c).to_owned())?;
     node.mail.lock().urgent.insert(key);
     tracing::info!(source = "agent_msg", from = %me, to = %recipient, "urgent notice written");
@@ -548,7 +552,7 @@ fn inbox(node: &Arc<Node>, ctx: &CallCtx, args: InboxArgs) -> Result<Value, Tool
     let me = caller(node, ctx)?;
     let since = args.since;
     let limit = args.limit.map(|l| l as usize);
-    let page = Mail::inbox(node, &me, since, limit).map_err(mail_error)?;
+    let page = node.mail.inbox(&me, since, limit).map_err(mail_error)?;
     let ids: Vec<&str> = page
         .messages
         .iter()
@@ -582,7 +586,7 @@ fn spawn_child(
     let parent = ctx.tuic_session.clone();
     if let Some(p) = &parent {
         let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, p);
+        node.mail.ensure(&mut g, p);
     }
     let owners: Vec<String> = [ctx.mcp_session.clone(), parent.clone()]
         .into_iter()
@@ -597,5 +601,5 @@ fn spawn_child(
         owners,
         ..spawn::SpawnRequest::from_args(typed)
     };
-    spawn::spawn_checked(node, req).map_err(|e| ToolError::new(e.code, e.message))
+    spawn::spawn_checked(&node.mail, req).map_err(|e| ToolError::new(e.code, e.message))
 }

@@ -78,7 +78,7 @@ pub(super) fn initialize(
     let instructions = crate::mcp::current_instructions(node, collapsed);
     // The launch receipt keeps what was served to a PTY identity, after auto-binding.
     if let Some(t) = req.tuic_session.as_deref().filter(|_| binding.is_some()) {
-        crate::mail::receipt::served(node, t, &sid, &instructions);
+        crate::mail::receipt::served(&node.mail, t, &sid, &instructions);
     }
     *minted = Some(sid);
     Outcome::ok(p::result(
@@ -97,8 +97,8 @@ pub(super) fn initialize(
 pub(super) fn enforce_cap(node: &Arc<Node>) {
     let sweep = node.mcp.enforce_cap(&node.config());
     if !sweep.reaped.is_empty() {
-        crate::mail::evict_peers_for_reaped_mcp_session(node, &sweep.retired);
-        crate::mail::forget_pending(node, &sweep.reaped);
+        crate::mail::evict_peers_for_reaped_mcp_session(&node.mail, &sweep.retired);
+        crate::mail::forget_pending(&node.mail, &sweep.reaped);
     }
 }
 

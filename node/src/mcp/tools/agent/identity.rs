@@ -212,7 +212,7 @@ pub(super) fn register(
     let mut out = Map::new();
     let actions = {
         let mut g = node.mail.lock();
-        Mail::ensure(node, &mut g, &identity);
+        node.mail.ensure(&mut g, &identity);
         g.inboxes.mark_reading(mono_ms(), &identity);
         if let Some(old) = replaces.as_deref().filter(|o| *o != identity) {
             out.insert("superseded_identity".into(), json!(old));
@@ -227,7 +227,7 @@ pub(super) fn register(
                     )),
                 );
             } else if g.inboxes.is_registered(old) {
-                let n = Mail::carry_over(node, &mut g, old, &identity);
+                let n = node.mail.carry_over(&mut g, old, &identity);
                 out.insert("mail_migrated".into(), json!(n));
             } else {
                 out.insert("mail_migrated".into(), json!(0));
@@ -242,7 +242,7 @@ pub(super) fn register(
                 .values()
                 .filter(|p| p.parent.as_deref() == Some(pending.as_str()))
                 .count();
-            let n = Mail::carry_over(node, &mut g, &pending, &identity);
+            let n = node.mail.carry_over(&mut g, &pending, &identity);
             out.insert("children_linked".into(), json!(linked));
             out.insert("lifecycle_migrated".into(), json!(n));
         }
@@ -261,7 +261,7 @@ pub(super) fn register(
         out.insert("orchestrator".into(), json!(p.orchestrator));
         Mail::drain(&mut g)
     };
-    Mail::act(node, actions);
+    node.mail.act(actions);
     out.insert(
         "mail_wake".into(),
         json!(if has_pty(node, &identity) {
