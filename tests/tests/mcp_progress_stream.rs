@@ -2,7 +2,11 @@
 //! upstream tool that reports progress (the SDK's own `MCPServer` over stdio, proxied by a
 //! real node) 200 times over Streamable HTTP and 200 times through `tuic-bridge`: every call
 //! gets all its progress before its result (none dropped by the SDK for arriving late), and
-//! the POST is answered as an event stream carrying progress then the result.
+//! the POST is answered as an event stream carrying progress then the result. The official
+//! TypeScript SDK does the same 200 + 200 calls (`onprogress`); over stdio it drops a progress
+//! notification that it reads in the same chunk as the call's result (notifications are
+//! handled a microtask later, the result at once), which `tuic-bridge` avoids by writing a
+//! result that follows progress only after a short gap (`stdio::PROGRESS_GAP`).
 
 mod mcp_support;
 
