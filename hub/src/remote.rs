@@ -9,7 +9,9 @@
 //! `format=mcp`/`mcp_raw` to the node's own output route, so the node's cursor, paging,
 //! redaction and exited-session contract holds unchanged; `input` and `submit` use the node's
 //! `POST /sessions/{id}/input` and `/submit` (the same code as its MCP actions); `status`
-//! reads the mirrored row. Other actions are refused with the list of routed ones.
+//! reads the mirrored row. Other actions are refused with the list of routed ones. MCP
+//! resources of remote sessions (`tuic://hosts/{connection}/…`) are read with a sessionless
+//! `resources/read` on the owner's `/mcp` (`mcp_request`), so its redaction holds too.
 
 use std::time::Duration;
 
@@ -95,6 +97,28 @@ impl HostRouter for Federation {
 
     fn connections(&self) -> Vec<Value> {
         self.connection_rows()
+    }
+
+    fn mcp_request<'a>(
+        &'a self,
+        connection: &'a str,
+        request: Value,
+    ) -> RouteFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            // The owner's `/mcp`, sessionless, with the node's token (as every routed call).
+            let (status, body) = self
+                .call_owner(connection, "POST", "/mcp", Some(request))
+                .await?;
+            if status == 200 && body.is_object() {
+                return Ok(body);
+            }
+            Err(ToolError::new(
+                "remote_error",
+                format!("{connection}: the owner's /mcp answered {status}"),
+            )
+            .with("connection", json!(connection))
+            .with("status", json!(status)))
+        })
     }
 }
 

@@ -1,17 +1,27 @@
 //! A bounded in-memory ring of recent log records, fed by a `tracing` layer and served at
 //! `GET /logs`. It complements, not replaces, the process's stderr log.
+//!
+//! Records emitted inside a span that carries an `mcp_session` field (the MCP transport opens
+//! one around each call of a protocol session) are tagged with it and also offered to
+//! [`LogRing::tagged`] listeners, which MCP `logging` turns into `notifications/message` for
+//! that session. The offer never waits: a listener that lags loses records, not the logger.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
 
 /// Records kept; older ones are dropped first.
 pub const RING_CAPACITY: usize = 2000;
+/// Session-tagged records waiting for a slow [`LogRing::tagged`] listener; older ones are lost
+/// past it (the listener is told how many).
+pub const TAGGED_CAPACITY: usize = 1024;
 
 /// One log record.
 #[derive(Debug, Clone, Serialize)]
@@ -27,12 +37,26 @@ pub struct Record {
     /// Other fields, rendered.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub fields: serde_json::Map<String, serde_json::Value>,
+    /// The MCP protocol session whose call emitted it (the enclosing span's `mcp_session`).
+    #[serde(skip)]
+    pub mcp_session: Option<String>,
 }
 
 /// Shared handle to the ring.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LogRing {
     inner: Arc<Mutex<VecDeque<Record>>>,
+    /// Session-tagged records, for MCP `notifications/message`.
+    tagged: tokio::sync::broadcast::Sender<Record>,
+}
+
+impl Default for LogRing {
+    fn default() -> Self {
+        Self {
+            inner: Arc::default(),
+            tagged: tokio::sync::broadcast::channel(TAGGED_CAPACITY).0,
+        }
+    }
 }
 
 fn level_rank(l: &str) -> u8 {
@@ -62,7 +86,15 @@ impl LogRing {
         out
     }
 
+    /// Records emitted while serving an MCP protocol session's calls, as they come.
+    pub fn tagged(&self) -> tokio::sync::broadcast::Receiver<Record> {
+        self.tagged.subscribe()
+    }
+
     fn push(&self, r: Record) {
+        if r.mcp_session.is_some() && self.tagged.receiver_count() > 0 {
+            let _ = self.tagged.send(r.clone());
+        }
         let mut ring = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if ring.len() == RING_CAPACITY {
             ring.pop_front();
@@ -120,8 +152,44 @@ impl Visit for Collect {
     }
 }
 
-impl<S: Subscriber> Layer<S> for RingLayer {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+/// The `mcp_session` of a span, kept in its extensions.
+struct McpSession(String);
+
+/// Reads a span's `mcp_session` field.
+#[derive(Default)]
+struct SessionField(Option<String>);
+
+impl Visit for SessionField {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "mcp_session" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "mcp_session" {
+            self.0 = Some(format!("{value:?}").trim_matches('"').to_owned());
+        }
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for RingLayer {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if attrs.metadata().fields().field("mcp_session").is_none() {
+            return;
+        }
+        let mut f = SessionField::default();
+        attrs.record(&mut f);
+        if let (Some(sid), Some(span)) = (f.0, ctx.span(id)) {
+            span.extensions_mut().insert(McpSession(sid));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mcp_session = ctx.event_scope(event).and_then(|scope| {
+            scope
+                .into_iter()
+                .find_map(|span| span.extensions().get::<McpSession>().map(|m| m.0.clone()))
+        });
         let mut c = Collect::default();
         event.record(&mut c);
         let level = match *event.metadata().level() {
@@ -139,6 +207,7 @@ impl<S: Subscriber> Layer<S> for RingLayer {
                 .unwrap_or_else(|| event.metadata().target().to_owned()),
             message: c.message,
             fields: c.fields,
+            mcp_session,
         });
     }
 }
@@ -200,5 +269,29 @@ mod tests {
         assert_eq!(only[0].fields["client"], "x");
         assert_eq!(ring.query(None, Some("warn"), 10).len(), 1);
         assert_eq!(ring.query(None, None, 1)[0].message, "chatter");
+    }
+
+    /// Events inside a span with `mcp_session` (at any depth) are tagged and offered to the
+    /// listeners; others are not.
+    #[test]
+    fn events_in_an_mcp_session_span_are_tagged() {
+        let ring = LogRing::default();
+        let mut rx = ring.tagged();
+        let sub = tracing_subscriber::registry().with(ring.layer());
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!("outside");
+            let call = tracing::info_span!("mcp_call", mcp_session = %"s-1");
+            let _g = call.enter();
+            let inner = tracing::info_span!("work", step = 1);
+            let _i = inner.enter();
+            tracing::warn!(source = "agent_spawn", "inside");
+        });
+        let r = rx.try_recv().unwrap();
+        assert_eq!(
+            (r.message.as_str(), r.mcp_session.as_deref()),
+            ("inside", Some("s-1"))
+        );
+        assert!(rx.try_recv().is_err(), "the untagged event is not offered");
+        assert_eq!(ring.query(None, None, 10).len(), 2);
     }
 }

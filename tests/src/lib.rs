@@ -11,6 +11,7 @@ pub mod bench_acp;
 pub mod bench_attach;
 pub mod bench_fed;
 pub mod bench_floor;
+pub mod bench_mcp;
 pub mod bench_notify;
 pub mod bench_outbox;
 pub mod bench_progress;

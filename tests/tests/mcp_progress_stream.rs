@@ -2,7 +2,11 @@
 //! upstream tool that reports progress (the SDK's own `MCPServer` over stdio, proxied by a
 //! real node) 200 times over Streamable HTTP and 200 times through `tuic-bridge`: every call
 //! gets all its progress before its result (none dropped by the SDK for arriving late), and
-//! the POST is answered as an event stream carrying progress then the result.
+//! the POST is answered as an event stream carrying progress then the result. The official
+//! TypeScript SDK does the same 200 + 200 calls (`onprogress`); over stdio it drops a progress
+//! notification that it reads in the same chunk as the call's result (notifications are
+//! handled a microtask later, the result at once), which `tuic-bridge` avoids by writing a
+//! result that follows progress only after a short gap (`stdio::PROGRESS_GAP`).
 
 mod mcp_support;
 
@@ -152,4 +156,45 @@ async fn progress_comes_on_the_post_stream_before_the_result_over_http_and_the_b
         .env("TUIC_SESSION", "0f8c1d52-7a43-4e29-9a3c-5b6f1e2d7c91"))
     .await;
     check("tuic-bridge", &bridged);
+}
+
+/// The same 200 + 200 calls from the official TypeScript SDK (`onprogress`): every progress
+/// before its result, over Streamable HTTP and through `tuic-bridge` over stdio.
+#[tokio::test]
+async fn typescript_sdk_sees_every_progress_before_the_result_over_http_and_the_bridge() {
+    let tuic_tests::SdkClients { python, ts_dir, .. } = tuic_tests::sdk_clients();
+    let node = node_with_upstream(&python).await;
+    // The ESM import resolves from the script's folder, so the script sits beside node_modules.
+    let script = ts_dir.join("tuic_ts_progress_calls.mjs");
+    std::fs::copy(
+        tuic_tests::clients_dir().join("mcp_ts_progress_calls.mjs"),
+        &script,
+    )
+    .unwrap();
+    let url = node.tcp_forward().await;
+    let http = run(tokio::process::Command::new("node")
+        .arg(&script)
+        .args(["http", &url, "py__progress_steps"])
+        .arg(STEPS.to_string())
+        .arg(CALLS.to_string()))
+    .await;
+    check("TS SDK, HTTP", &http);
+    assert_eq!(http["late"], 0, "{http}");
+
+    let sandbox = tempfile::tempdir().unwrap();
+    let bridge = tuic_tests::bridge::bin("tuic-bridge");
+    let mut cmd: tokio::process::Command =
+        tuic_tests::bridge::clean_command(std::path::Path::new("node"), sandbox.path()).into();
+    let bridged = run(cmd
+        .arg(&script)
+        .arg("bridge")
+        .arg(&bridge)
+        .arg("py__progress_steps")
+        .arg(STEPS.to_string())
+        .arg(CALLS.to_string())
+        .env("TUIC_SOCKET", &node.socket)
+        .env("TUIC_SESSION", "0f8c1d52-7a43-4e29-9a3c-5b6f1e2d7c91"))
+    .await;
+    check("TS SDK, tuic-bridge", &bridged);
+    assert_eq!(bridged["late"], 0, "{bridged}");
 }

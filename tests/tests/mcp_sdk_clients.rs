@@ -29,6 +29,9 @@ const FAMILY: &[&str] = &[
     "plugin_dev_guide",
     "voice",
     "secret",
+    "search_tools",
+    "get_tool_schema",
+    "call_tool",
 ];
 
 fn check(report: &Value) {

@@ -40,6 +40,12 @@ const DELETE_DEADLINE: Duration = Duration::from_secs(2);
 const MAX_LINE: usize = 64 * 1024 * 1024;
 /// Pushed messages held until the client has its initialize response.
 const MAX_EARLY_PUSHES: usize = 64;
+/// How long a response waits after a progress notification written just before it. The
+/// official TypeScript SDK handles a notification in a later microtask but a response at once,
+/// so a progress notification that reaches it in the same read as its call's result is
+/// dropped (the result removed its handler); a gap puts them in separate reads of an idle
+/// client. Only responses that follow progress wait, at most this long.
+const PROGRESS_GAP: Duration = Duration::from_millis(20);
 
 /// How the bridge was configured by its command line and environment.
 #[derive(Debug, Clone)]
@@ -591,15 +597,30 @@ pub async fn run(cfg: BridgeConfig) -> anyhow::Result<()> {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Value>();
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
+        let mut last_progress: Option<Instant> = None;
         // `Null` is the end marker: stray tasks may still hold a sender at shutdown.
         while let Some(msg) = out_rx.recv().await {
             if msg.is_null() {
                 break;
             }
+            let method = msg.get("method").and_then(Value::as_str);
+            if method.is_none()
+                && msg.get("id").is_some()
+                && let Some(at) = last_progress.take()
+            {
+                let wait = PROGRESS_GAP.saturating_sub(at.elapsed());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let progress = method == Some("notifications/progress");
             let mut line = serde_json::to_vec(&msg).expect("a Value always serializes");
             line.push(b'\n');
             if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
                 break;
+            }
+            if progress {
+                last_progress = Some(Instant::now());
             }
         }
     });

@@ -11,7 +11,8 @@
 //!   list the node's own rows, then the source's [`RemoteRow`]s (one list, two serializers).
 //! - [`HostRouter`]: calls addressed to another host. A `session` tool call whose `session_id`
 //!   is an address (has a `/` and names no session here), a repository path of the form
-//!   `<host>:/path`, and the `remote` tool's connection rows.
+//!   `<host>:/path`, the `remote` tool's connection rows, and MCP resource reads of remote
+//!   sessions (`tuic://hosts/{connection}/sessions/{alias}/…`).
 //! - [`MailRouter`]: agent mail from this process's own agents to `<connection>/<peer>`
 //!   addresses, and the peers behind those connections (instead of this node's uplink).
 //! - the tool registry: [`Extensions::add_tools`] installs a [`ToolSource`], listed after the
@@ -142,6 +143,23 @@ pub trait HostRouter: Send + Sync + std::fmt::Debug {
     /// The connections to other hosts, as the `remote` tool lists them (no token, no
     /// credentials).
     fn connections(&self) -> Vec<Value>;
+    /// Sends one sessionless MCP JSON-RPC request (a `resources/read` of the owner's own
+    /// `tuic://` URI) to the owner behind `connection`; its JSON-RPC answer. MCP resources of
+    /// remote sessions (`tuic://hosts/{connection}/…`) are read through it, so the owner's
+    /// redaction and paging apply unchanged. Without an override: refused.
+    fn mcp_request<'a>(
+        &'a self,
+        connection: &'a str,
+        request: Value,
+    ) -> RouteFuture<'a, Result<Value, ToolError>> {
+        let _ = request;
+        Box::pin(async move {
+            Err(ToolError::new(
+                "not_routed",
+                format!("MCP requests to {connection} are not routed by this process"),
+            ))
+        })
+    }
 }
 
 /// Agent mail to other hosts, for a process that holds connections itself (instead of an

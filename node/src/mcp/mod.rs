@@ -221,6 +221,7 @@ pub(crate) fn routes() -> Router<Arc<Node>> {
 /// Starts the reaper and the tool-surface watcher; both end at shutdown.
 pub(crate) fn spawn_background(node: &Arc<Node>) {
     features::resources::spawn_list_changes(node);
+    features::logging::spawn_forwarder(node);
     let n = node.clone();
     node.tasks.spawn(async move {
         loop {

@@ -134,7 +134,10 @@ pub(crate) async fn on_blocking_pool<T: Send + 'static>(
     tool: &str,
     work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
-    match tokio::task::spawn_blocking(work).await {
+    // The caller's span (an MCP call's `mcp_session`) rides along: what the work logs goes
+    // to that protocol session's `notifications/message` too.
+    let span = tracing::Span::current();
+    match tokio::task::spawn_blocking(move || span.in_scope(work)).await {
         Ok(r) => r,
         Err(_) => Err(panicked(tool)),
     }
@@ -411,7 +414,8 @@ impl Registry {
             .cloned()
     }
 
-    /// The `tools/list` array: the full catalogue, or the collapsed surface.
+    /// The `tools/list` array: the full catalogue (then the meta-tools, which are callable
+    /// on every surface), or the collapsed surface.
     pub fn list(&self, cfg: &crate::config::Config, collapsed: bool) -> Vec<Value> {
         if collapsed {
             let mut v = meta_listings();
@@ -424,6 +428,7 @@ impl Registry {
         for src in self.sources() {
             v.extend(src.listings());
         }
+        v.extend(meta_listings());
         v
     }
 

@@ -499,7 +499,8 @@ async fn request_meta_decides_the_surface_and_the_session_flag_is_the_fallback()
         &[("mcp-session-id", &sid)],
     )
     .await;
-    assert_eq!(names(&a), 16, "request _meta wins over the session");
+    // 16 native tools and the three meta-tools.
+    assert_eq!(names(&a), 19, "request _meta wins over the session");
 }
 
 fn boom(

@@ -590,10 +590,19 @@ async fn tools_call(
         .unwrap_or("")
         .to_owned();
     let started = Instant::now();
-    let (r, passthrough) = match node.mcp.registry.call(node, ctx, name, args).await {
-        Err(e) => return Outcome::ok(p::error(id, p::INVALID_PARAMS, e)),
-        Ok(r) => r,
+    // The call's span names its protocol session: the node's own log lines emitted while
+    // serving it also go to that session as `notifications/message` (`features::logging`).
+    let span = match ctx.mcp_session.as_deref() {
+        Some(sid) => tracing::info_span!("mcp_call", mcp_session = %sid, tool = %name),
+        None => tracing::Span::none(),
     };
+    let (r, passthrough) =
+        match tracing::Instrument::instrument(node.mcp.registry.call(node, ctx, name, args), span)
+            .await
+        {
+            Err(e) => return Outcome::ok(p::error(id, p::INVALID_PARAMS, e)),
+            Ok(r) => r,
+        };
     super::features::logging::tool_called(
         node,
         ctx,

@@ -69,6 +69,10 @@ fn main() -> anyhow::Result<()> {
             let calls = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(500);
             rt.block_on(mcp_session_list(n, calls))
         }
+        Some("mcp-resource-read") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2_000);
+            rt.block_on(tuic_tests::bench_mcp::resource_read(n))
+        }
         Some("fed-stream") => {
             let mib = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
             rt.block_on(tuic_tests::bench_fed::stream(mib))
@@ -182,7 +186,7 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(tuic_tests::bench_acp::stream(chunks, stamped, idle))
         }
         _ => bail!(
-            "usage: bench review-diff [COMMITS] [CALLS] | acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench review-diff [COMMITS] [CALLS] | acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mcp-resource-read [READS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }

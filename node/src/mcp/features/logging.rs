@@ -1,8 +1,12 @@
 //! `logging/setLevel` per protocol session and `notifications/message` to that session's
-//! `GET /mcp` stream: the node's own record of each tool call the session makes (tool,
-//! action, duration, outcome; errors at `error`), at or above the level it set. Bounded: a
-//! token bucket of [`BURST`] messages refilled at [`PER_SEC`] a second per session; what does
-//! not fit is counted and said in the next message that does.
+//! `GET /mcp` stream, at or above the level it set: the node's own log lines (`tracing`
+//! events) emitted while serving that session's tool calls — the transport runs each call in
+//! an `mcp_call` span with `mcp_session`, `logs::LogRing::tagged` hands the tagged records to
+//! [`spawn_forwarder`] — and one record of each call (tool, action, duration, outcome; errors
+//! at `error`). Bounded: a token bucket of [`BURST`] messages refilled at [`PER_SEC`] a second
+//! per session; what does not fit is counted and said in the next message that does. Lines
+//! below the process's own filter (`TUIC_LOG`, `info` by default) are never produced, so
+//! `debug` asks for what the node logs, not more.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -172,6 +176,60 @@ pub(crate) fn tool_called(
         &json!({"jsonrpc": "2.0", "method": "notifications/message",
             "params": {"level": level.as_str(), "logger": "tuic", "data": data}}),
     );
+}
+
+/// The MCP level of a log record's level.
+fn level_of(record_level: &str) -> Level {
+    match record_level {
+        "error" => Level::Error,
+        "warn" => Level::Warning,
+        "info" => Level::Info,
+        _ => Level::Debug,
+    }
+}
+
+/// Forwards the node's log lines tagged with a protocol session (emitted while serving its
+/// calls) to that session as `notifications/message`, under its level and bucket. A lag of
+/// the tagged channel loses lines, never blocks the logger.
+pub(crate) fn spawn_forwarder(node: &Arc<Node>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let n = node.clone();
+    let mut rx = node.logs.tagged();
+    node.tasks.spawn(async move {
+        loop {
+            let r = tokio::select! {
+                _ = n.shutdown.cancelled() => break,
+                r = rx.recv() => r,
+            };
+            let rec = match r {
+                Ok(rec) => rec,
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => break,
+            };
+            let Some(sid) = rec.mcp_session.as_deref() else {
+                continue;
+            };
+            let level = level_of(rec.level);
+            let Some(dropped) = n.mcp.features.logging.admit(sid, level, Instant::now()) else {
+                continue;
+            };
+            let mut data = serde_json::Map::new();
+            data.insert("message".into(), json!(rec.message));
+            data.insert("source".into(), json!(rec.source));
+            data.insert("timestamp_ms".into(), json!(rec.timestamp_ms));
+            for (k, v) in &rec.fields {
+                data.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            if dropped > 0 {
+                data.insert("dropped_before".into(), json!(dropped));
+            }
+            n.mcp.sessions.push_to_session(
+                sid,
+                &json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": level.as_str(), "logger": rec.source, "data": data}}),
+            );
+        }
+    });
 }
 
 #[cfg(test)]

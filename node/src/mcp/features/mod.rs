@@ -1,6 +1,7 @@
 //! The MCP server beyond tools: resources (sessions' screens and output, repositories, the
-//! caller's inbox) with subscriptions, prompts, `logging/setLevel` with `notifications/message`,
-//! and `completion/complete` for prompt arguments and resource templates.
+//! caller's inbox; on a hub, other hosts' sessions — [`remote`]) with subscriptions, prompts,
+//! `logging/setLevel` with `notifications/message` (the node's own log lines of the session's
+//! calls), and `completion/complete` for prompt arguments and resource templates.
 //!
 //! The transport hands every method it does not serve itself to [`dispatch`]; params are typed
 //! (`#[derive(Deserialize)]`), bad ones answer `-32602` with a message that says what is wrong.
@@ -12,6 +13,7 @@
 pub(crate) mod completion;
 pub(crate) mod logging;
 pub(crate) mod prompts;
+pub(crate) mod remote;
 pub(crate) mod resources;
 pub(crate) mod streams;
 
@@ -94,9 +96,41 @@ pub(crate) async fn dispatch(
     method: &str,
     params: &Map<String, Value>,
 ) -> Option<Result<Value, RpcError>> {
+    // Other hosts' resources (`tuic://hosts/…`) are read from their owners (async).
+    let remote_uri = params
+        .get("uri")
+        .and_then(Value::as_str)
+        .and_then(remote::parse_uri);
+    Some(match (method, remote_uri) {
+        ("resources/read", Some(r)) => match r {
+            Ok(r) => {
+                let uri = params["uri"].as_str().unwrap_or_default();
+                remote::read(node, uri, &r).await
+            }
+            Err(e) => Err(e),
+        },
+        ("resources/subscribe", Some(_)) => remote::subscribe(node, ctx, params, true).await,
+        ("resources/unsubscribe", Some(_)) => remote::subscribe(node, ctx, params, false).await,
+        (method, _) => return local(node, ctx, method, params),
+    })
+}
+
+/// The methods served from this node's own state (no remote URI).
+fn local(
+    node: &Arc<Node>,
+    ctx: &CallCtx,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Option<Result<Value, RpcError>> {
     Some(match method {
         "resources/list" => resources::list(node, ctx, params),
-        "resources/templates/list" => Ok(resources::templates()),
+        "resources/templates/list" => {
+            let mut t = resources::templates();
+            if let Some(a) = t["resourceTemplates"].as_array_mut() {
+                a.extend(remote::templates(node));
+            }
+            Ok(t)
+        }
         "resources/read" => resources::read(node, ctx, params),
         "resources/subscribe" => resources::subscribe(node, ctx, params),
         "resources/unsubscribe" => resources::unsubscribe(node, ctx, params),

@@ -2,7 +2,8 @@
 //! recent output (`…/output`, paged like `session action=output`, query parameters
 //! `limit`, `from_line`, `since_cursor`, `format`), the registered repositories
 //! (`tuic://repos`, `tuic://repos/{name}` with their declared worktrees) and the caller's own
-//! inbox (`tuic://inbox`). What agents read is redacted as the output pager redacts it.
+//! inbox (`tuic://inbox`). What agents read is redacted as the output pager redacts it. On a
+//! hub, other hosts' sessions are listed too (`tuic://hosts/{host}/…`, see [`super::remote`]).
 //!
 //! Subscriptions (`resources/subscribe`) need a protocol session: `notifications/resources/
 //! updated` goes to its `GET /mcp` stream (for `tuic://inbox`, when mail arrives: agent mail
@@ -81,7 +82,7 @@ pub(crate) fn target(uri: &str) -> Result<Target, RpcError> {
     }
 }
 
-fn decode(s: &str) -> String {
+pub(super) fn decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
         .decode_utf8_lossy()
         .into_owned()
@@ -94,7 +95,7 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-fn encode(s: &str) -> String {
+pub(super) fn encode(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
@@ -138,6 +139,8 @@ pub(crate) fn list(
             "description": "Recent output, paged like session action=output (redacted)"}),
         );
     }
+    // On a hub, other hosts' sessions follow, their host in the URI.
+    all.extend(super::remote::list_rows(node));
     all.push(json!({"uri": format!("{SCHEME}repos"), "name": "repos", "title": "Repositories",
         "mimeType": "application/json", "description": "Registered repositories and their worktrees"}));
     if let Ok(repos) = node.repos.list() {
@@ -327,7 +330,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Subscriptions {
     /// Adds one; `Ok(true)` when the PTY had no watcher yet (the caller starts one).
-    fn add(&self, pty: &str, uri: &str, sid: &str) -> Result<bool, RpcError> {
+    pub(super) fn add(&self, pty: &str, uri: &str, sid: &str) -> Result<bool, RpcError> {
         let mut g = lock(&self.inner);
         let had = g
             .by_pty
@@ -360,7 +363,7 @@ impl Subscriptions {
         Ok(first)
     }
 
-    fn remove(&self, pty: &str, uri: &str, sid: &str) -> bool {
+    pub(super) fn remove(&self, pty: &str, uri: &str, sid: &str) -> bool {
         let mut g = lock(&self.inner);
         let removed = g
             .by_pty
@@ -386,7 +389,7 @@ impl Subscriptions {
 
     /// The subscribers of one PTY's resources, `None` (and the PTY forgotten) when there are
     /// none left: its watcher ends.
-    fn targets(&self, pty: &str) -> Option<Vec<(String, Vec<String>)>> {
+    pub(super) fn targets(&self, pty: &str) -> Option<Vec<(String, Vec<String>)>> {
         let mut g = lock(&self.inner);
         let empty = g.by_pty.get(pty).is_none_or(HashMap::is_empty);
         if empty {
@@ -402,7 +405,7 @@ impl Subscriptions {
     }
 
     /// Drops everything of one PTY (it ended).
-    fn forget_pty(&self, pty: &str) {
+    pub(super) fn forget_pty(&self, pty: &str) {
         let mut g = lock(&self.inner);
         if let Some(u) = g.by_pty.remove(pty) {
             for sid in u.into_values().flatten() {

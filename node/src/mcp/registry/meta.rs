@@ -160,16 +160,19 @@ impl Registry {
     }
 }
 
+/// The meta-tools' listings, trimmed to what a model needs: they are listed on the full
+/// surface too (they are always callable; SDKs warn on a call to an unlisted tool), where
+/// every byte counts against the `tools/list` budget.
 pub(super) fn meta_listings() -> Vec<Value> {
     vec![
         json!({"name": "search_tools",
-            "description": "Search the TUIC tool catalogue by keywords. Returns matching tool names with one-line summaries; fetch a schema with get_tool_schema, then invoke with call_tool.",
-            "inputSchema": {"type": "object", "properties": {"query": {"type": "string", "description": "keywords"}, "limit": {"type": "integer", "description": "most results (10)"}}, "required": ["query"]}}),
+            "description": "Find tools by keywords: names and one-line summaries.",
+            "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["query"]}}),
         json!({"name": "get_tool_schema",
-            "description": "Return the full description and input schema of one tool found with search_tools.",
+            "description": "One tool's description and input schema.",
             "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}),
         json!({"name": "call_tool",
-            "description": "Call a tool by name with its arguments object (same filters and identity as a direct call).",
+            "description": "Call a tool by name with its arguments.",
             "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}}, "required": ["name"]}}),
     ]
 }

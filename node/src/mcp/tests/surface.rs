@@ -37,7 +37,10 @@ async fn filters_apply_at_listing_and_dispatch_and_catalogue_keeps_disabled() {
             "ui",
             "plugin_dev_guide",
             "voice",
-            "secret"
+            "secret",
+            "search_tools",
+            "get_tool_schema",
+            "call_tool"
         ]
     );
     let a = rpc(&f.node, call("debug", json!({"action":"logs"})), &[]).await;
