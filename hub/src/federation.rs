@@ -254,6 +254,7 @@ impl Federation {
             if was_up {
                 tracing::warn!(conn = %conn.id, error = ?ran_ok.as_ref().err(), "connection down");
                 conn.downs.send_modify(|n| *n += 1);
+                crate::notify::host(&self.node, &conn.id, false);
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
@@ -276,7 +277,7 @@ impl Federation {
 
     /// One connected period: subscribe, mirror, probe. Returns when the node is lost.
     async fn session_once(&self, conn: &Conn) -> Result<(), String> {
-        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed";
+        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed,notification";
         // Connects are paced: the stream and the whole list of at most `CONNECTS_AT_ONCE`
         // nodes at a time.
         let permit = self.connects.acquire().await.map_err(|e| e.to_string())?;
@@ -305,6 +306,7 @@ impl Federation {
         });
         conn.ups.send_modify(|n| *n += 1);
         tracing::info!(conn = %conn.id, "connection up");
+        crate::notify::host(&self.node, &conn.id, true);
         let mut events = resp.bytes_stream();
         let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
         let mut ping = tokio::time::interval(PING_EVERY);
@@ -411,6 +413,11 @@ impl Federation {
                 None => self.refresh(conn).await,
             },
             Event::WorktreeRemoved(_) | Event::Lagged { .. } => self.refresh(conn).await,
+            // The hub notifies for its nodes (`crate::notify`).
+            Event::Notification(v) => {
+                crate::notify::relay(&self.node, &conn.id, &v);
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

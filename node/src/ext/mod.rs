@@ -337,6 +337,20 @@ pub mod mail {
     }
 }
 
+/// Notifications a relay sends for the hosts behind it: a hub raises its nodes' notifications
+/// (the `notification` events of their `/events`) and its connections' offline/back on the
+/// node's own service, whose channels are the hub's.
+pub mod notify {
+    use super::Node;
+
+    pub use crate::notify::Notify;
+
+    /// `node`'s notification service.
+    pub fn service(node: &Node) -> &Notify {
+        &node.notify
+    }
+}
+
 /// The process around a node: its command line (shared by `tuic-node` and `tuic-hub`), its
 /// configuration file and its secret store. A binary built on a node enters through here.
 pub mod host {
