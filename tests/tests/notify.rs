@@ -807,7 +807,7 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
     let shown_js = "const done = arguments[arguments.length - 1];
         (async () => {
           const reg = await navigator.serviceWorker.getRegistration('/');
-          for (let i = 0; i < 100; i++) {
+          for (let i = 0; i < 400; i++) {
             const ns = await reg.getNotifications();
             if (ns.length >= arguments[0]) return done(ns.map(n => ({title: n.title, body: n.body, tag: n.tag,
               actions: n.actions.map(a => ({action: a.action, title: a.title})), data: n.data})));
