@@ -1,7 +1,8 @@
 //! The hub's view of its nodes: one driver task per configured connection keeps that node's
 //! session list mirrored and its health known.
 //!
-//! A driver subscribes to the node's `/events` (session lifecycle only), reads `GET /sessions`
+//! A driver subscribes to the node's `/events` (session lifecycle, and the node's
+//! notifications for `crate::notify`), reads `GET /sessions`
 //! once per connected period, then decodes the stream (`proto::sse`, typed `Event`s) and
 //! applies each event as a delta to the mirrored rows (a `lagged` re-reads the list); a health probe every 5 s marks the connection down after 3
 //! misses, and a reset stream marks it down at once. Reconnects back off 1 s → 30 s with

@@ -59,6 +59,29 @@ async fn mail_to_human_notifies_with_the_sender_and_the_subject() {
         .cloned()
         .unwrap();
     assert_eq!(rec["kind"], "mail");
+    // Refusals: over the mail limit, and without an identity; neither notifies.
+    let (failed, v) = a
+        .tool(
+            "agent",
+            json!({"action": "send", "to": "human", "message": "x".repeat(70_000)}),
+        )
+        .await;
+    assert!(failed && v.to_string().contains("too_large"), "{v}");
+    let mut stranger = Client::new(&node).await;
+    let (failed, v) = stranger
+        .tool(
+            "agent",
+            json!({"action": "send", "to": "human", "message": "hi"}),
+        )
+        .await;
+    assert!(failed && v.to_string().contains("not_registered"), "{v}");
+    let mails = get_json(&node, "/notifications").await["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mail")
+        .count();
+    assert_eq!(mails, 1);
     // Nobody's inbox got it: `human` is not a peer.
     let peers = a.agent(json!({"action": "list_peers"})).await;
     assert!(!peers.to_string().contains("\"human\""), "{peers}");

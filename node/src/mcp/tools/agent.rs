@@ -402,6 +402,16 @@ fn plan_send(node: &Arc<Node>, ctx: &CallCtx, args: SendArgs) -> Result<SendPlan
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
     // `to=human` is the person: a notification, not an inbox (docs/mcp-tools.md).
     if to == crate::notify::sources::HUMAN {
+        if message.len() > tuic_proto::mail::MAX_MESSAGE_BYTES {
+            return Err(ToolError::new(
+                "too_large",
+                format!(
+                    "message is {} bytes; mail carries at most {}",
+                    message.len(),
+                    tuic_proto::mail::MAX_MESSAGE_BYTES
+                ),
+            ));
+        }
         return Ok(SendPlan::Human {
             me,
             from_name,
