@@ -20,9 +20,8 @@ use tuic_node::ext::notify::service;
 
 /// A node's `notification` event, seen on connection `conn`'s event stream.
 pub fn relay(node: &Node, conn: &str, event: &Value) {
-    match event.get("op").and_then(Value::as_str) {
-        Some(op @ ("show" | "clear")) => service(node).relay(conn, op, event),
-        _ => {}
+    if let Some(op @ ("show" | "clear")) = event.get("op").and_then(Value::as_str) {
+        service(node).relay(conn, op, event);
     }
 }
 
