@@ -105,6 +105,9 @@ pub(crate) fn run(ctx: &Ctx, args: &NotifyArgs) -> Result<(), Failure> {
                 return Ok(());
             }
             let list = v["notifications"].as_array().cloned().unwrap_or_default();
+            if v["hub_attached"] == json!(true) {
+                println!("a hub is attached: it sends this node's notifications (hub:relayed)");
+            }
             if list.is_empty() {
                 println!("no notifications");
             }

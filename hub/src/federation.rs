@@ -1,7 +1,8 @@
 //! The hub's view of its nodes: one driver task per configured connection keeps that node's
 //! session list mirrored and its health known.
 //!
-//! A driver subscribes to the node's `/events` (session lifecycle only), reads `GET /sessions`
+//! A driver subscribes to the node's `/events` (session lifecycle, and the node's
+//! notifications for `crate::notify`), reads `GET /sessions`
 //! once per connected period, then decodes the stream (`proto::sse`, typed `Event`s) and
 //! applies each event as a delta to the mirrored rows (a `lagged` re-reads the list); a health probe every 5 s marks the connection down after 3
 //! misses, and a reset stream marks it down at once. Reconnects back off 1 s → 30 s with
@@ -256,6 +257,7 @@ impl Federation {
                 tracing::warn!(conn = %conn.id, error = ?ran_ok.as_ref().err(), "connection down");
                 conn.downs.send_modify(|n| *n += 1);
                 conn.flaps().down(tuic_node::ext::mono_ms());
+                crate::notify::host(&self.node, &conn.id, false);
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
@@ -288,7 +290,7 @@ impl Federation {
 
     /// One connected period: subscribe, mirror, probe. Returns when the node is lost.
     async fn session_once(&self, conn: &Conn) -> Result<(), String> {
-        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed";
+        let types = "session-created,session-closed,session-renamed,term-alias-assigned,pty-exit,pty-parsed,session-worktree-declared,worktree-removed,notification";
         // Connects are paced: the stream and the whole list of at most `CONNECTS_AT_ONCE`
         // nodes at a time.
         let permit = self.connects.acquire().await.map_err(|e| e.to_string())?;
@@ -318,6 +320,7 @@ impl Federation {
         conn.flaps().up(tuic_node::ext::mono_ms());
         conn.ups.send_modify(|n| *n += 1);
         tracing::info!(conn = %conn.id, "connection up");
+        crate::notify::host(&self.node, &conn.id, true);
         let mut events = resp.bytes_stream();
         let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
         let mut ping = tokio::time::interval(PING_EVERY);
@@ -424,6 +427,11 @@ impl Federation {
                 None => self.refresh(conn).await,
             },
             Event::WorktreeRemoved(_) | Event::Lagged { .. } => self.refresh(conn).await,
+            // The hub notifies for its nodes (`crate::notify`).
+            Event::Notification(v) => {
+                crate::notify::relay(&self.node, &conn.id, &v);
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

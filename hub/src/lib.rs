@@ -13,6 +13,7 @@ pub mod federation;
 pub mod lastscreen;
 pub mod link;
 pub mod mailroute;
+pub mod notify;
 pub mod ops;
 pub mod peerlink;
 pub mod progress_relay;

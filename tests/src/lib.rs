@@ -28,6 +28,7 @@ pub mod github_replay;
 pub mod impair;
 pub mod netns;
 pub mod progress;
+pub mod receiver;
 pub mod records;
 pub mod term;
 pub mod webdriver;

@@ -262,3 +262,24 @@ impl Drop for Door {
         }
     }
 }
+
+/// A TCP listener on `0.0.0.0:0` inside namespace `ns` (by name), usable from the test's side:
+/// it is bound on a short-lived thread moved into the namespace (`setns` affects only the
+/// calling thread), and a socket keeps the namespace it was made in. For a receiver the
+/// processes in the namespace (and, over the veths, its neighbours) dial.
+pub fn listen_in(ns: &str) -> anyhow::Result<std::net::TcpListener> {
+    let nsf = std::fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("opening namespace {ns}"))?;
+    std::thread::Builder::new()
+        .name("netns-listen".into())
+        .spawn(move || -> anyhow::Result<std::net::TcpListener> {
+            rustix::thread::move_into_link_name_space(
+                nsf.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .context("entering the namespace")?;
+            Ok(std::net::TcpListener::bind("0.0.0.0:0")?)
+        })?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the listening thread panicked"))?
+}

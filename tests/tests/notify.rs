@@ -5,144 +5,12 @@
 //! signed webhook see the same lifecycle; floods are coalesced, quiet hours suppress, a
 //! failing receiver is retried, a hanging one never blocks; bad input is refused.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::service::service_fn;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tuic_tests::receiver::{Hit, Receiver, Reply};
 use tuic_tests::{NodeProc, config_dir, ipc, sdk_clients};
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Hit {
-    method: String,
-    path: String,
-    headers: hyper::HeaderMap,
-    body: Bytes,
-}
-
-impl Hit {
-    fn header(&self, k: &str) -> String {
-        self.headers
-            .get(k)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    }
-}
-
-/// What the receiver answers next (then 201 once the script runs out).
-#[derive(Debug, Clone, Copy)]
-enum Reply {
-    Status(u16),
-    Hang,
-}
-
-/// A real local HTTP receiver standing in for a push service, an ntfy server and a webhook.
-struct Receiver {
-    addr: SocketAddr,
-    hits: mpsc::UnboundedReceiver<Hit>,
-    script: Arc<Mutex<VecDeque<Reply>>>,
-}
-
-impl Receiver {
-    async fn start() -> Self {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let (tx, hits) = mpsc::unbounded_channel();
-        let script: Arc<Mutex<VecDeque<Reply>>> = Arc::default();
-        let s2 = script.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((sock, _)) = l.accept().await else {
-                    break;
-                };
-                let tx = tx.clone();
-                let script = s2.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let tx = tx.clone();
-                        let script = script.clone();
-                        async move {
-                            let method = req.method().to_string();
-                            let path = req.uri().path().to_owned();
-                            let headers = req.headers().clone();
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let next = script.lock().unwrap().pop_front();
-                            let _ = tx.send(Hit {
-                                method,
-                                path,
-                                headers,
-                                body,
-                            });
-                            let status = match next {
-                                Some(Reply::Hang) => {
-                                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                                    200
-                                }
-                                Some(Reply::Status(s)) => s,
-                                None => 201,
-                            };
-                            Ok::<_, std::convert::Infallible>(
-                                hyper::Response::builder()
-                                    .status(status)
-                                    .body(Full::new(Bytes::new()))
-                                    .unwrap(),
-                            )
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
-                        .await;
-                });
-            }
-        });
-        Self { addr, hits, script }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// The next request whose path starts with `prefix` (others are kept for later).
-    async fn next(&mut self, prefix: &str, within: Duration) -> Hit {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.hits.recv()).await {
-                Ok(Some(h)) if h.path.starts_with(prefix) => return h,
-                Ok(Some(_)) => continue,
-                _ => panic!("no request to {prefix} within {within:?}"),
-            }
-        }
-    }
-
-    /// Every request that arrives within `d`.
-    async fn drain(&mut self, d: Duration) -> Vec<Hit> {
-        let deadline = Instant::now() + d;
-        let mut out = Vec::new();
-        while let Ok(Some(h)) = tokio::time::timeout(
-            deadline.saturating_duration_since(Instant::now()),
-            self.hits.recv(),
-        )
-        .await
-        {
-            out.push(h);
-        }
-        out
-    }
-}
 
 fn start(d: &Path) -> NodeProc {
     NodeProc::start("tuic-node", &["--config-dir", d.to_str().unwrap()], &[]).unwrap()
@@ -503,9 +371,13 @@ async fn ntfy_and_webhook_see_show_clear_flood_quiet_retry_and_a_hang_that_block
     assert!(seq.starts_with("tuic-"), "{seq}");
     let click = format!("https://box.example.net:9876/#/s/{alias}");
     assert_eq!(n.header("x-click"), click);
-    assert_eq!(
-        n.header("x-actions"),
-        format!("view, Open session, {click}")
+    // Two choices: ntfy `http` actions that answer (their tokens: see
+    // `ntfy_action_buttons_answer_once_with_a_token_scoped_to_their_question`).
+    let actions = n.header("x-actions");
+    assert!(
+        actions.starts_with("http, Yes, https://box.example.net:9876/notifications/answer/")
+            && actions.contains("/1, method=POST, clear=true; http, No, "),
+        "{actions}"
     );
     assert_eq!(
         String::from_utf8_lossy(&n.body),
@@ -935,7 +807,7 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
     let shown_js = "const done = arguments[arguments.length - 1];
         (async () => {
           const reg = await navigator.serviceWorker.getRegistration('/');
-          for (let i = 0; i < 100; i++) {
+          for (let i = 0; i < 400; i++) {
             const ns = await reg.getNotifications();
             if (ns.length >= arguments[0]) return done(ns.map(n => ({title: n.title, body: n.body, tag: n.tag,
               actions: n.actions.map(a => ({action: a.action, title: a.title})), data: n.data})));
@@ -1000,4 +872,282 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
         .await
         .unwrap();
     assert_eq!(closed, true);
+}
+
+/// Replaces the node's `notifications` settings over its IPC socket (three-way `PUT /config`).
+async fn set_notifications(node: &NodeProc, n: Value) {
+    let base = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    let mut config = base.clone();
+    config["notifications"] = n;
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        "/config",
+        Some(json!({"base": base, "config": config})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// The next ntfy publish (a POST to the topic itself; clears are PUTs below it).
+async fn next_publish(rx: &mut Receiver, topic: &str) -> Hit {
+    loop {
+        let h = rx.next(topic, Duration::from_secs(15)).await;
+        if h.method == "POST" && h.path == topic {
+            return h;
+        }
+    }
+}
+
+/// `X-Actions` split into actions and their comma-separated fields.
+fn actions(h: &Hit) -> Vec<Vec<String>> {
+    h.header("x-actions")
+        .split("; ")
+        .map(|a| a.split(", ").map(str::to_owned).collect())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ntfy_action_buttons_answer_once_with_a_token_scoped_to_their_question() {
+    let mut ntfy = Receiver::start().await;
+    let d = config_dir(json!({}));
+    tuic_tests::set_password(d.path(), "pw-ntfy-actions");
+    let node = tuic_tests::remote_node(d.path());
+    let base = format!("http://{}", node.tcp.unwrap());
+    set_notifications(
+        &node,
+        json!({"coalesce_ms": 0, "clear_grace_ms": 200, "public_url": base,
+               "ntfy": {"url": ntfy.url("/ntfy/t")}}),
+    )
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("answers.txt");
+    let (sid, _) = session(
+        &node,
+        &format!(
+            "printf '{QUESTION} '; read a; echo \"a=$a\" >> {o}; printf 'Delete the cache? (y/n) '; read b; echo \"b=$b\" >> {o}; sleep 60",
+            o = out.display()
+        ),
+        work.path(),
+    )
+    .await;
+
+    // ntfy's documented header format: `http, <label>, <url>, method=POST, clear=true`, one
+    // per choice, separated by `;`.
+    let first = next_publish(&mut ntfy, "/ntfy/t").await;
+    let a1 = actions(&first);
+    assert_eq!(a1.len(), 2, "{a1:?}");
+    for (a, label, choice) in [(&a1[0], "Yes", 1), (&a1[1], "No", 2)] {
+        assert_eq!(a[0], "http");
+        assert_eq!(a[1], label);
+        assert!(
+            a[2].starts_with(&format!("{base}/notifications/answer/")),
+            "{a:?}"
+        );
+        assert!(a[2].ends_with(&format!("/{choice}")), "{a:?}");
+        assert_eq!(a[3..], ["method=POST", "clear=true"]);
+    }
+    let yes1 = a1[0][2].clone();
+    let token1 = yes1.rsplit('/').nth(1).unwrap().to_owned();
+    assert_eq!(token1.len(), 64, "32 random bytes");
+
+    // The action's POST answers without any login: the bytes reach the PTY.
+    let http = reqwest::Client::new();
+    let r = http.post(&yes1).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    wait_file(&out, "a=y").await;
+    // Single use: the same button again is refused.
+    let r = http.post(&yes1).send().await.unwrap();
+    assert_eq!(r.status(), 410);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["code"], "answer_link_spent");
+
+    // The next question has its own token; the first one answers nothing of it.
+    let second = next_publish(&mut ntfy, "/ntfy/t").await;
+    let a2 = actions(&second);
+    let no2 = a2[1][2].clone();
+    assert!(!no2.contains(&token1));
+    let r = http
+        .post(format!("{base}/notifications/answer/{token1}/2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410, "another question's token is refused");
+    // A choice it does not offer is refused and spends nothing.
+    let bad = no2.replace("/2", "/9");
+    let r = http.post(&bad).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    // The token is no login: with it as a bearer, nothing else opens.
+    let token2 = no2.rsplit('/').nth(1).unwrap().to_owned();
+    let r = http
+        .get(format!("{base}/notifications"))
+        .bearer_auth(&token2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // A guessed token is refused like a spent one.
+    let r = http
+        .post(format!("{base}/notifications/answer/{}/1", "0".repeat(64)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410);
+    let r = http.post(&no2).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    wait_file(&out, "b=n").await;
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .ends_with("a=y\nb=n\n")
+    );
+
+    // Both answers are in the audit, with the session.
+    let audit = ipc(
+        &node.socket,
+        "GET",
+        "/audit?kind=notification_answered",
+        None,
+    )
+    .await
+    .unwrap()
+    .json();
+    let rows: Vec<&Value> = audit["entries"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    assert_eq!(rows.len(), 2, "{audit}");
+    assert!(rows.iter().all(|r| r.to_string().contains(&sid)), "{audit}");
+    assert!(
+        !audit.to_string().contains(&token1),
+        "no token in the audit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_phone_settings_set_quiet_hours_and_mutes_and_send_a_test() {
+    use tuic_tests::webdriver::Browser;
+    const PW: &str = "pw-notify-settings";
+    let mut hook = Receiver::start().await;
+    let d = config_dir(json!({"notifications": {"webhook": {"url": hook.url("/hook")}}}));
+    tuic_tests::set_password(d.path(), PW);
+    let node = tuic_tests::remote_node(d.path());
+    let base = format!("http://{}", node.tcp.unwrap());
+    let b = Browser::launch(390, 844).await.unwrap();
+    tuic_tests::bed::login_via(
+        &b,
+        &format!("{base}/mobile/login?next=%2Fmobile"),
+        PW,
+        "location.pathname === '/mobile'",
+    )
+    .await;
+    b.click(&b.find("#notify-toggle").await.unwrap())
+        .await
+        .unwrap();
+    // Quiet hours that do not cover now (UTC, the browser's zone here), so the test goes out.
+    let hour = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600)
+        % 24;
+    let (from, to) = (
+        format!("{:02}:00", (hour + 2) % 24),
+        format!("{:02}:30", (hour + 3) % 24),
+    );
+    b.eval(
+        "document.getElementById('notify-quiet-from').value = arguments[0];
+         document.getElementById('notify-quiet-to').value = arguments[1];",
+        json!([from, to]),
+    )
+    .await
+    .unwrap();
+    for (kind, name) in [("session", "ro-9"), ("host", "otherbox")] {
+        b.eval(
+            "document.getElementById('notify-mute-kind').value = arguments[0];
+             document.getElementById('notify-mute-name').value = arguments[1];",
+            json!([kind, name]),
+        )
+        .await
+        .unwrap();
+        b.click(&b.find("#notify-mute-add").await.unwrap())
+            .await
+            .unwrap();
+    }
+    // Everything fits the phone's width.
+    let wide = b
+        .eval(
+            "return document.getElementById('notify-panel').scrollWidth <= window.innerWidth",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(wide, true);
+    b.click(&b.find("#notify-save").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for(
+        "document.getElementById('notify-status').textContent === 'Settings saved.'",
+        10_000,
+    )
+    .await
+    .unwrap();
+    let c = ipc(&node.socket, "GET", "/config", None)
+        .await
+        .unwrap()
+        .json();
+    let n = &c["notifications"];
+    assert_eq!(n["quiet_hours"]["from"], from);
+    assert_eq!(n["quiet_hours"]["to"], to);
+    assert!(n["quiet_hours"]["timezone"].is_string(), "{n}");
+    assert_eq!(n["muted_sessions"], json!(["ro-9"]));
+    assert_eq!(n["muted_hosts"], json!(["otherbox"]));
+    assert_eq!(
+        n["webhook"]["url"],
+        hook.url("/hook"),
+        "other settings kept"
+    );
+
+    // Unmuting from the list and saving again.
+    b.click(
+        &b.find("button[aria-label='Unmute host otherbox']")
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.click(&b.find("#notify-save").await.unwrap())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = ipc(&node.socket, "GET", "/config", None)
+            .await
+            .unwrap()
+            .json();
+        if c["notifications"]["muted_hosts"] == json!([]) {
+            assert_eq!(c["notifications"]["muted_sessions"], json!(["ro-9"]));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{c}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The test button sends a test notification.
+    b.click(&b.find("#notify-test").await.unwrap())
+        .await
+        .unwrap();
+    let hit = hook.next("/hook", Duration::from_secs(15)).await;
+    let ev: Value = serde_json::from_slice(&hit.body).unwrap();
+    assert_eq!(ev["notification"]["kind"], "test");
+    b.wait_for(
+        "document.getElementById('notify-status').textContent.startsWith('Test sent')",
+        10_000,
+    )
+    .await
+    .unwrap();
 }

@@ -340,6 +340,8 @@ pub struct NodeApi {
     pub config_file: crate::config::ConfigFile,
     /// The upstream MCP servers this node proxies (a relay offers them over its links).
     pub upstreams: Arc<crate::upstream::Upstreams>,
+    /// The notification service (a hub raises its nodes' notifications on it).
+    pub notify: Arc<crate::notify::Notify>,
     /// This node's mail: inboxes, the uplink state and its group committer.
     pub(crate) mail: Arc<crate::mail::Mail>,
     /// The store a relay's outboxes are kept in.
@@ -414,6 +416,20 @@ pub mod mail {
     /// The group committer of `node`'s link state (a relay adds its outboxes as a source).
     pub fn committer(node: &NodeApi) -> &Committer {
         node.mail.env.peer.committer()
+    }
+}
+
+/// Notifications a relay sends for the hosts behind it: a hub raises its nodes' notifications
+/// (the `notification` events of their `/events`) and its connections' offline/back on the
+/// node's own service, whose channels are the hub's.
+pub mod notify {
+    use super::NodeApi;
+
+    pub use crate::notify::Notify;
+
+    /// `node`'s notification service.
+    pub fn service(node: &NodeApi) -> &Notify {
+        &node.notify
     }
 }
 

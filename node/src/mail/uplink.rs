@@ -178,6 +178,15 @@ impl PeerState {
         })
     }
 
+    /// Whether a hub's link is attached and answering (up, fewer than
+    /// [`REPLACE_AFTER_MISSED_PINGS`] pings unanswered): notifications leave it to the hub.
+    pub fn hub_attached(&self) -> bool {
+        self.lock().link.as_ref().is_some_and(|(_, tx, h)| {
+            let (up, missed) = h.get();
+            up && missed < REPLACE_AFTER_MISSED_PINGS && !tx.is_closed()
+        })
+    }
+
     /// The live link task's command channel, if a hub link is attached.
     pub fn link_cmd(&self) -> Option<mpsc::UnboundedSender<endpoint::Cmd>> {
         self.lock().link.as_ref().map(|(_, tx, _)| tx.clone())

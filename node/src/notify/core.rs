@@ -26,7 +26,7 @@ pub const MAX_HELD: usize = 64;
 pub const MAX_OPEN: usize = 4096;
 
 /// What happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A question or permission menu on a PTY.
@@ -39,6 +39,14 @@ pub enum Kind {
     Done,
     /// `POST /notifications/test`.
     Test,
+    /// Agent mail addressed to the person (`agent action=send to=human`).
+    Mail,
+    /// A workflow run is blocked on input (open until it moves) or failed.
+    Workflow,
+    /// An ACP agent asks for a permission (open until it is answered).
+    Acp,
+    /// A host went offline (open until it is back) or came back (a hub's connections).
+    Host,
 }
 
 /// How a choice answers.
@@ -48,6 +56,15 @@ pub enum Answer {
     Keys(String),
     /// The answer to a `ui action=confirm` request.
     Confirm(bool),
+    /// An option of an ACP agent's permission request.
+    Acp {
+        /// The ACP connection.
+        connection: String,
+        /// tuic's id for the request.
+        request: String,
+        /// The agent's option id.
+        option: String,
+    },
 }
 
 /// One answer offered with a notification.
@@ -321,8 +338,13 @@ impl Core {
             cleared_ms: None,
             deliveries: BTreeMap::new(),
         };
-        // Informational notices (an exit, a test) have nothing to answer: they are not open.
-        if matches!(n.kind, Kind::Question | Kind::Confirm | Kind::Done) {
+        // Informational notices (an exit, a test, mail, `news:` keys) have nothing to answer:
+        // they are not open.
+        if matches!(
+            n.kind,
+            Kind::Question | Kind::Confirm | Kind::Done | Kind::Workflow | Kind::Acp | Kind::Host
+        ) && !n.key.starts_with("news:")
+        {
             self.open.insert(n.key.clone(), id);
             self.open_order.push_back(n.key);
             while self.open.len() > MAX_OPEN {
@@ -385,6 +407,27 @@ impl Core {
             out.extend(self.clear(now, &k, now_too));
         }
         out
+    }
+
+    /// Clears every open notice whose key starts with `prefix` (a workflow run's, an ACP
+    /// connection's, a hub connection's).
+    pub fn clear_prefix(&mut self, now: u64, prefix: &str, now_too: bool) -> Vec<Out> {
+        let keys: Vec<String> = self
+            .open
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for k in keys {
+            out.extend(self.clear(now, &k, now_too));
+        }
+        out
+    }
+
+    /// Whether `key` is open (raised and not cleared).
+    pub fn is_open(&self, key: &str) -> bool {
+        self.open.contains_key(key)
     }
 
     fn clear_now(&mut self, now: u64, key: &str) -> Vec<Out> {
@@ -492,6 +535,10 @@ impl Core {
 
 /// The coalescing group: the session, else the host.
 fn group_of(n: &Notice) -> String {
+    // A host's offline/back and a run's states are each their own news: never folded.
+    if matches!(n.kind, Kind::Host | Kind::Workflow) {
+        return format!("k:{}", n.key);
+    }
     match &n.context.session_id {
         Some(s) => format!("s:{s}"),
         None => format!("h:{}", n.context.host),

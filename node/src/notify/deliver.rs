@@ -13,6 +13,9 @@ use super::config::{self, NotifyConfig};
 use super::core::{Delivery, Kind, Record};
 use super::{Notify, webpush};
 
+/// The delivery name of a notification a hub sends for this node.
+pub const HUB: &str = "hub";
+
 /// Jobs a channel queue holds before new ones are dropped.
 const QUEUE: usize = 256;
 
@@ -228,6 +231,10 @@ pub fn title(r: &Record) -> String {
         Kind::Exit => format!("{who} exited"),
         Kind::Done => format!("{who} is done"),
         Kind::Test => "tuic test notification".into(),
+        Kind::Mail => format!("mail for you from {who}"),
+        Kind::Workflow => format!("workflow on {who}"),
+        Kind::Acp => format!("{who} asks for permission"),
+        Kind::Host => format!("host {}", r.context.host),
     };
     if r.count > 1 {
         format!("{t} (+{} more)", r.count - 1)
@@ -417,12 +424,14 @@ async fn ntfy(
     } else {
         let r = &job.record;
         let priority = match r.kind {
-            Kind::Question | Kind::Confirm => cfg.priority,
+            Kind::Question | Kind::Confirm | Kind::Acp => cfg.priority,
             _ => 3,
         };
         let mut tags = cfg.tags.clone();
         tags.push(match r.kind {
-            Kind::Exit => "warning".into(),
+            Kind::Exit | Kind::Host => "warning".into(),
+            Kind::Mail => "envelope".into(),
+            Kind::Workflow => "gear".into(),
             Kind::Done => "white_check_mark".into(),
             _ => "question".into(),
         });
@@ -434,11 +443,16 @@ async fn ntfy(
             .header("X-Sequence-ID", &seq)
             .body(body(r));
         if let Some(base) = &c.public_url {
-            let url = format!("{}{}", base.as_str().trim_end_matches('/'), click_path(r));
-            req = req.header("X-Click", &url).header(
-                "X-Actions",
-                header_text(&format!("view, Open session, {url}")),
-            );
+            let base = base.as_str().trim_end_matches('/');
+            let url = format!("{base}{}", click_path(r));
+            let actions = if (2..=3).contains(&r.choices.len()) {
+                ntfy_answer_actions(base, &n.answer_token(r.id), r)
+            } else {
+                format!("view, Open session, {url}")
+            };
+            req = req
+                .header("X-Click", &url)
+                .header("X-Actions", header_text(&actions));
         }
         req
     };
@@ -447,6 +461,36 @@ async fn ntfy(
         None => req,
     };
     send(req).await
+}
+
+/// ntfy's `X-Actions` for a question with two or three choices: one `http` action per choice
+/// (ntfy allows three) that POSTs to the login-free, single-use answer URL
+/// `/notifications/answer/{token}/{choice}`; `clear=true` dismisses the notification once
+/// the POST succeeds. Labels lose `,` and `;`, the format's separators.
+pub fn ntfy_answer_actions(base: &str, token: &str, r: &Record) -> String {
+    r.choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let label: String = c
+                .label
+                .chars()
+                .map(|ch| {
+                    if matches!(ch, ',' | ';' | '"') {
+                        ' '
+                    } else {
+                        ch
+                    }
+                })
+                .collect();
+            format!(
+                "http, {}, {base}/notifications/answer/{token}/{}, method=POST, clear=true",
+                label.trim(),
+                i + 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Header values carry no line breaks and stay ASCII-safe for ntfy's parser (RFC 2047 is

@@ -13,6 +13,8 @@
 pub mod config;
 pub mod core;
 pub mod deliver;
+pub mod sources;
+pub mod tokens;
 pub mod webpush;
 
 use std::collections::HashMap;
@@ -66,6 +68,14 @@ pub struct NotifyEnv {
     pub secrets: Arc<dyn Secrets>,
     /// `push-subscriptions.json`.
     pub subscriptions_file: PathBuf,
+    /// Whether a hub's peer link is attached right now (the node's link state). While it is,
+    /// the hub notifies for this node (it relays the `notification` events of `/events`) and
+    /// the node's own channels stay silent; when it drops, the node notifies by itself.
+    pub hub_attached: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Workflow runs (blocked or failed runs notify).
+    pub workflows: Arc<dyn sources::WorkflowLookup>,
+    /// ACP connections' pending permission requests.
+    pub acp: Arc<dyn sources::AcpLookup>,
 }
 
 impl std::fmt::Debug for NotifyEnv {
@@ -118,6 +128,8 @@ struct Inner {
     watches: Mutex<HashMap<String, WatchOn>>,
     contexts: Mutex<HashMap<String, Context>>,
     vapid: OnceLock<webpush::Vapid>,
+    /// The ntfy action buttons' answer tokens.
+    tokens: Mutex<tokens::Tokens>,
     /// Tells the loop the next timeout may have moved (a raise from a route).
     wake: tokio::sync::Notify,
     workers: OnceLock<deliver::Workers>,
@@ -142,6 +154,7 @@ impl Notify {
             watches: Mutex::default(),
             contexts: Mutex::default(),
             vapid: OnceLock::new(),
+            tokens: Mutex::default(),
             wake: tokio::sync::Notify::new(),
             workers: OnceLock::new(),
             env,
@@ -285,8 +298,33 @@ impl Notify {
         Ok((r.clone(), c.answer.clone()))
     }
 
+    /// The login-free answer token of notification `id` (issued on first use; revoked when it
+    /// clears or is spent), for ntfy's action buttons.
+    pub fn answer_token(&self, id: u64) -> String {
+        lock(&self.0.tokens).issue(id)
+    }
+
+    /// What answering with `token` and `choice` does; the token is spent on success (the
+    /// caller performs the answer). An unknown, spent or revoked token is `NotFound(0)`.
+    pub fn answer_with_token(
+        &self,
+        token: &str,
+        choice: usize,
+    ) -> Result<(Record, Answer), AnswerError> {
+        let mut tokens = lock(&self.0.tokens);
+        let id = tokens.lookup(token).ok_or(AnswerError::NotFound(0))?;
+        let r = self.answer_of(id, choice)?;
+        tokens.revoke(id);
+        Ok(r)
+    }
+
+    /// Whether a hub's link is attached (the hub notifies for this node meanwhile).
+    pub fn hub_attached(&self) -> bool {
+        (self.0.env.hub_attached)()
+    }
+
     /// Raises a notice from outside the bus loop (tests, `POST /notifications/test`).
-    fn raise_now(&self, n: Notice) -> Option<Record> {
+    pub(crate) fn raise_now(&self, n: Notice) -> Option<Record> {
         let gate = self.gate(&n.context);
         let out = lock(&self.0.core).raise(now_ms(), n, gate);
         let rec = out.first().map(|o| match o {
@@ -317,13 +355,33 @@ impl Notify {
     /// channel workers.
     fn emit(&self, out: Vec<Out>) {
         for o in out {
-            let (op, rec) = match o {
+            let (op, mut rec) = match o {
                 Out::Send(r) => ("show", r),
                 Out::Clear(r) => ("clear", r),
                 Out::Changed(r) => ("update", r),
             };
+            if rec.cleared {
+                lock(&self.0.tokens).revoke(rec.id);
+            }
+            // While a hub is attached it sends this node's notifications (it relays the
+            // event published below); a clear goes where the show went.
+            let relayed = match op {
+                "show" => self.hub_attached(),
+                "clear" => rec.deliveries.keys().all(|k| k == deliver::HUB),
+                _ => true,
+            };
+            if op == "show" && relayed {
+                let d = core::Delivery {
+                    state: "relayed".into(),
+                    attempts: 0,
+                    error: None,
+                };
+                if let Some(r) = lock(&self.0.core).set_delivery(rec.id, deliver::HUB, d) {
+                    rec = r;
+                }
+            }
             self.publish(op, &rec);
-            if op == "update" {
+            if relayed {
                 continue;
             }
             if let Some(w) = self.0.workers.get() {
@@ -451,6 +509,11 @@ impl Notify {
             Event::McpConfirmResolved { request_id, .. } => {
                 lock(&self.0.core).clear(now, &format!("confirm:{request_id}"), true)
             }
+            Event::WorkflowRunChanged { payload, .. } => match payload["runId"].as_str() {
+                Some(run) => self.on_run(now, run),
+                None => Vec::new(),
+            },
+            Event::AcpNotice(n) => self.on_acp(now, n),
             Event::ConfigChanged { .. } => {
                 let c = self.config();
                 lock(&self.0.core).set_intervals(c.coalesce_ms, c.clear_grace_ms);
@@ -597,3 +660,6 @@ pub fn repo_and_branch(dir: &std::path::Path) -> (Option<String>, Option<String>
     }
     (None, None)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,6 @@
 //! `/notifications*`: recent notifications, Web Push subscriptions and the VAPID key, a test,
-//! answering from a notification, watches, and the channel secrets (IPC only). See
+//! answering from a notification (authenticated, or login-free with an ntfy action's
+//! single-use answer token), watches, and the channel secrets (IPC only). See
 //! `docs/http-api.md#notifications`.
 
 use std::sync::Arc;
@@ -12,10 +13,12 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::audit::{actor, record};
 use super::blocking;
+use crate::audit::{Actor, Event as AuditEvent};
 use crate::error::ApiError;
 use crate::guard::Transport;
-use crate::notify::core::Answer;
+use crate::notify::core::{Answer, Record};
 use crate::notify::{AnswerError, WatchOn, config, webpush};
 use crate::routes::JsonBody;
 use crate::state::Node;
@@ -32,13 +35,21 @@ pub(crate) fn routes() -> axum::Router<Arc<Node>> {
         )
         .route("/notifications/subscriptions/{id}", delete(unsubscribe))
         .route("/notifications/{id}/answer", post(answer))
+        // Login-free (`server::boundary::is_public`): the token is the credential.
+        .route(
+            "/notifications/answer/{token}/{choice}",
+            post(answer_with_token),
+        )
         .route("/notifications/watch", post(watch).get(watches))
         .route("/notifications/webhook-key", get(webhook_key))
         .route("/notifications/ntfy-token", put(ntfy_token))
 }
 
 async fn list(State(node): State<Arc<Node>>) -> Json<Value> {
-    Json(json!({"notifications": node.notify.recent()}))
+    Json(json!({
+        "notifications": node.notify.recent(),
+        "hub_attached": node.notify.hub_attached(),
+    }))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,19 +167,60 @@ struct AnswerBody {
     choice: usize,
 }
 
+fn answer_error(e: AnswerError) -> ApiError {
+    let (status, code) = match e {
+        AnswerError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        AnswerError::AlreadyAnswered(_) => (StatusCode::CONFLICT, "already_answered"),
+        AnswerError::BadChoice { .. } => (StatusCode::BAD_REQUEST, "bad_choice"),
+    };
+    ApiError::new(status, code, e.to_string())
+}
+
 async fn answer(
     State(node): State<Arc<Node>>,
     Path(id): Path<u64>,
     JsonBody(b): JsonBody<AnswerBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let (rec, ans) = node.notify.answer_of(id, b.choice).map_err(|e| {
-        let (status, code) = match e {
-            AnswerError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            AnswerError::AlreadyAnswered(_) => (StatusCode::CONFLICT, "already_answered"),
-            AnswerError::BadChoice { .. } => (StatusCode::BAD_REQUEST, "bad_choice"),
-        };
-        ApiError::new(status, code, e.to_string())
-    })?;
+    let (rec, ans) = node.notify.answer_of(id, b.choice).map_err(answer_error)?;
+    perform(&node, &rec, ans).await?;
+    Ok(Json(json!({"ok": true, "id": id, "choice": b.choice})))
+}
+
+/// An ntfy action button: the token answers exactly its notification, once, and never
+/// anything else; refusals say nothing about which notifications exist.
+async fn answer_with_token(
+    State(node): State<Arc<Node>>,
+    who: Option<Extension<Actor>>,
+    Path((token, choice)): Path<(String, usize)>,
+) -> Result<Json<Value>, ApiError> {
+    let who = actor(who);
+    let (rec, ans) = node
+        .notify
+        .answer_with_token(&token, choice)
+        .map_err(|e| match e {
+            AnswerError::BadChoice { .. } => answer_error(e),
+            _ => ApiError::new(
+                StatusCode::GONE,
+                "answer_link_spent",
+                "this answer link was used, expired with its question, or never existed",
+            ),
+        })?;
+    let done = perform(&node, &rec, ans).await;
+    let mut ev = AuditEvent::new("notification_answered", &who)
+        .with("notification", rec.id)
+        .with("choice", choice)
+        .with("via", "answer_link")
+        .with("ok", done.is_ok());
+    if let Some(s) = &rec.context.session_id {
+        ev = ev.session(s);
+    }
+    record(&node, ev).await;
+    done?;
+    Ok(Json(json!({"ok": true, "id": rec.id, "choice": choice})))
+}
+
+/// Performs a notification's answer: keys to the PTY, a confirm's verdict, an ACP option.
+async fn perform(node: &Arc<Node>, rec: &Record, ans: Answer) -> Result<(), ApiError> {
     match ans {
         Answer::Keys(keys) => {
             let sid = rec
@@ -208,8 +260,20 @@ async fn answer(
             };
             let _ = tx.try_send(yes);
         }
+        Answer::Acp {
+            connection,
+            request,
+            option,
+        } => {
+            let c = node.acp.get(&connection).map_err(|e| {
+                ApiError::new(StatusCode::CONFLICT, "already_answered", e.to_string())
+            })?;
+            c.answer(&request, &option, "notification").map_err(|e| {
+                ApiError::new(StatusCode::CONFLICT, "already_answered", e.to_string())
+            })?;
+        }
     }
-    Ok(Json(json!({"ok": true, "id": id, "choice": b.choice})))
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]

@@ -25,16 +25,19 @@ use crate::guard::{self, Transport};
 use crate::state::Node;
 
 /// Routes that answer without credentials (still behind the Host and Origin guards). Logout
-/// acts only on the cookie it is sent, so an expired one can still be cleared.
+/// acts only on the cookie it is sent, so an expired one can still be cleared. An ntfy action's
+/// answer link (`POST /notifications/answer/{token}/{choice}`) carries its own single-use
+/// token, scoped to one notification (`notify::tokens`).
 fn is_public(method: &Method, path: &str) -> bool {
     matches!(
         path,
         "/health" | "/mobile/login" | "/auth/login" | "/auth/logout" | "/favicon.ico"
-    ) || (method == Method::GET
-        && (path.starts_with("/assets/login")
-            || path == "/share.html"
-            || path == "/assets/share.js"
-            || path == "/assets/app.css"))
+    ) || (method == Method::POST && path.starts_with("/notifications/answer/"))
+        || (method == Method::GET
+            && (path.starts_with("/assets/login")
+                || path == "/share.html"
+                || path == "/assets/share.js"
+                || path == "/assets/app.css"))
 }
 
 /// The peer link: only the node token opens it. A person's login (cookie or Basic) is not a
@@ -439,6 +442,9 @@ mod tests {
         assert!(person_only("/auth/token/rotate"));
         assert!(!person_only("/auth/login"));
         assert!(is_public(&Method::POST, "/auth/logout"));
+        assert!(is_public(&Method::POST, "/notifications/answer/t/1"));
+        assert!(!is_public(&Method::GET, "/notifications/answer/t/1"));
+        assert!(!is_public(&Method::POST, "/notifications/1/answer"));
     }
 
     #[test]

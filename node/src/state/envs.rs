@@ -82,6 +82,78 @@ pub(super) fn notify_env(
         sessions: Arc::new(NotifySessions(node.clone())),
         secrets: Arc::new(NotifySecrets(node.clone())),
         subscriptions_file: paths.config_dir.join("push-subscriptions.json"),
+        hub_attached: {
+            let n = node.clone();
+            Arc::new(move || n.upgrade().is_some_and(|n| n.peer.hub_attached()))
+        },
+        workflows: Arc::new(NotifyRuns(node.clone())),
+        acp: Arc::new(NotifyAcp(node.clone())),
+    }
+}
+
+/// Workflow runs as notifications read them. Holds the node weakly.
+pub(super) struct NotifyRuns(pub(super) Weak<Node>);
+
+impl crate::notify::sources::WorkflowLookup for NotifyRuns {
+    fn run(&self, run_id: &str) -> Option<crate::notify::sources::RunView> {
+        let n = self.0.upgrade()?;
+        let r = n.workflows.run(run_id)?;
+        let status = serde_json::to_value(r.status)
+            .ok()?
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        Some(crate::notify::sources::RunView {
+            project: r.project.clone(),
+            status,
+            step: r.step_ids.get(r.step_index).cloned(),
+            pending: r
+                .pending_input
+                .as_ref()
+                .map(|p| (p.activation_id.clone(), p.question.clone())),
+        })
+    }
+}
+
+/// ACP permission requests as notifications read them. Holds the node weakly.
+pub(super) struct NotifyAcp(pub(super) Weak<Node>);
+
+impl crate::notify::sources::AcpLookup for NotifyAcp {
+    fn permission(
+        &self,
+        connection_id: &str,
+        request_id: &str,
+    ) -> Option<crate::notify::sources::PermissionView> {
+        let n = self.0.upgrade()?;
+        let c = n.acp.get(connection_id).ok()?;
+        let i = c
+            .interactions()
+            .into_iter()
+            .find(|i| i.request_id == request_id && i.state == "pending")?;
+        let row = c.row();
+        let (repo, branch) = crate::notify::repo_and_branch(std::path::Path::new(&row.cwd));
+        let title = i
+            .tool_call
+            .get("title")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| "a tool call".to_owned());
+        Some(crate::notify::sources::PermissionView {
+            context: crate::notify::core::Context {
+                host: n.notify.env().host.clone(),
+                name: Some(row.name.clone()),
+                repo,
+                branch,
+                agent: Some(row.agent.clone()),
+                ..Default::default()
+            },
+            text: format!("{} asks to run {title}", row.agent),
+            options: i
+                .options
+                .iter()
+                .map(|o| (o.option_id.clone(), o.name.clone()))
+                .collect(),
+        })
     }
 }
 

@@ -116,7 +116,7 @@ pub struct Node {
     /// The secret tool's service (`crate::secrets`).
     pub secrets: Arc<crate::secrets::Secrets>,
     /// Notifications to the person: Web Push, ntfy, webhook (`crate::notify`).
-    pub notify: crate::notify::Notify,
+    pub notify: Arc<crate::notify::Notify>,
     /// ACP connections to configured agents (`crate::acp`).
     pub acp: Arc<crate::acp::Acp>,
     /// Stored reviews, their delivery and landing (`crate::review`).
@@ -254,13 +254,13 @@ impl Node {
                 secrets,
                 sessions,
                 planning,
-                notify: crate::notify::Notify::new(notify_env(
+                notify: Arc::new(crate::notify::Notify::new(notify_env(
                     weak,
                     &paths_for_notify,
                     &bus,
                     &tasks,
                     &shutdown,
-                )),
+                ))),
                 acp,
                 github,
                 name,
@@ -495,6 +495,7 @@ impl Node {
             vault: self.vault.clone(),
             config_file: self.config_file.clone(),
             upstreams: self.upstreams.clone(),
+            notify: self.notify.clone(),
             mail: self.mail.clone(),
             store: self.store.clone(),
             config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),

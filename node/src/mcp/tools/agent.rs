@@ -316,6 +316,12 @@ const REMOTE_URGENCY: &str = "urgency applies to recipients on this host only; t
 /// from the peer link, no thread waits for it).
 enum SendPlan {
     Local(LocalSend),
+    /// Mail to the person: a notification.
+    Human {
+        me: String,
+        from_name: Option<String>,
+        message: String,
+    },
     Remote {
         me: String,
         to: String,
@@ -361,6 +367,21 @@ pub(super) fn send_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value>
             SendPlan::Local(local) => {
                 on_blocking_pool("agent", move || send_local(&node, local)).await
             }
+            SendPlan::Human {
+                me,
+                from_name,
+                message,
+            } => {
+                let rec = node
+                    .notify
+                    .mail_to_human(&me, from_name.as_deref(), &message)
+                    .await;
+                Ok(json!({
+                    "to": crate::notify::sources::HUMAN,
+                    "status": "notified",
+                    "notification_id": rec.map(|r| r.id),
+                }))
+            }
         }
     })
 }
@@ -381,6 +402,24 @@ fn plan_send(node: &Arc<Node>, ctx: &CallCtx, args: SendArgs) -> Result<SendPlan
     };
     let keep_open = args.keep_open;
     let from_name = node.mail.lock().peers.get(&me).and_then(|p| p.name.clone());
+    // `to=human` is the person: a notification, not an inbox (docs/mcp-tools.md).
+    if to == crate::notify::sources::HUMAN {
+        if message.len() > tuic_proto::mail::MAX_MESSAGE_BYTES {
+            return Err(ToolError::new(
+                "too_large",
+                format!(
+                    "message is {} bytes; mail carries at most {}",
+                    message.len(),
+                    tuic_proto::mail::MAX_MESSAGE_BYTES
+                ),
+            ));
+        }
+        return Ok(SendPlan::Human {
+            me,
+            from_name,
+            message,
+        });
+    }
     // Federation hook (`crate::mail`): a `to` that is no local recipient but an address
     // (`<connection_id>/<peer>`, `local/<peer>`) crosses hosts through the peer link.
     let recipient = match resolve(node, to) {
