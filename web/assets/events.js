@@ -8,6 +8,7 @@ import { state } from "/assets/state.js";
 import { bindNotices } from "/assets/notices.js";
 import { onSuspendRequested } from "/assets/suspend.js";
 import { refreshAcp } from "/assets/acp.js";
+import { rememberTab } from "/assets/tabview.js";
 
 export function startEvents() {
   const es = new EventSource("/events");
@@ -36,7 +37,7 @@ export function startEvents() {
     const href = `#/tab?${q}`;
     if (t.focus) { location.hash = href; return; }
     // A background tab is remembered too (the tab view lists it after a reload).
-    import("/assets/tabview.js").then((m) => m.rememberTab(href)).catch(() => {});
+    rememberTab(href);
     const b = $("banner");
     b.hidden = false;
     b.replaceChildren(Object.assign(document.createElement("a"), { href, textContent: `Agent opened ${t.title}` }));

@@ -598,9 +598,9 @@ pub(crate) fn peer_identity_is_addressable(mail: &Mail, tuic: &str) -> bool {
 
 /// Registers a terminal-less peer (an ACP chat, `POST /acp/chat/open`): an inbox and a peer
 /// entry named `name` working in `path`, and no PTY. Its mail is read through `tuic://inbox`.
-pub(crate) fn register_terminal_less(node: &Node, identity: &str, name: &str, path: &str) {
-    let mut g = node.mail.lock();
-    Mail::ensure(node, &mut g, identity);
+pub(crate) fn register_terminal_less(mail: &Mail, identity: &str, name: &str, path: &str) {
+    let mut g = mail.lock();
+    mail.ensure(&mut g, identity);
     let p = g.peers.entry(identity.to_owned()).or_default();
     p.name.get_or_insert_with(|| name.to_owned());
     p.path.get_or_insert_with(|| path.to_owned());

@@ -229,7 +229,7 @@ pub(super) fn acp_env(
         sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
         peers: Arc::new(move |identity, name, cwd| {
             if let Some(n) = peers.upgrade() {
-                crate::mail::register_terminal_less(&n, identity, name, cwd);
+                crate::mail::register_terminal_less(&n.mail, identity, name, cwd);
             }
         }),
         http: Arc::new(move || {
