@@ -194,7 +194,9 @@ async fn one_list_puts_needs_you_first_and_messages_render_as_safe_markdown() {
         .await
         .unwrap();
 
-    b.goto(&format!("{base}/mobile#/acp/{quiet}")).await.unwrap();
+    b.goto(&format!("{base}/mobile#/acp/{quiet}"))
+        .await
+        .unwrap();
     b.wait_for(
         "[...document.querySelectorAll('#acp-log .note')].some(n => n.textContent === 'Ready')",
         30_000,
@@ -234,10 +236,13 @@ async fn one_list_puts_needs_you_first_and_messages_render_as_safe_markdown() {
     assert_eq!(seen["heading"], "Result", "{seen}");
     assert_eq!(seen["strong"], "build", "{seen}");
     assert_eq!(seen["inline"], "cargo test", "{seen}");
-    assert_eq!(seen["items"], json!(["first item", "second item"]), "{seen}");
     assert_eq!(
-        seen["code"],
-        "fn main() { println!(\"<b>hi</b>\"); }",
+        seen["items"],
+        json!(["first item", "second item"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["code"], "fn main() { println!(\"<b>hi</b>\"); }",
         "{seen}"
     );
     assert_eq!(seen["lang"], "rust", "{seen}");
