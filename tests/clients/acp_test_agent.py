@@ -11,6 +11,8 @@ What a prompt's first word asks for:
   flood N  stream N one-character chunks.
   stamp N  stream N chunks, each "<unix ns>|" taken just before it is sent, 1 ms apart
            (the benchmark's chunk → WebSocket latency), then "done".
+  markdown stream a markdown message (a heading, bold, a list, a code block, a link) that
+           also carries a <script> and an <img onerror>, in small chunks.
   garbage  write a line that is not JSON, then say "survived".
   exit     send one chunk and exit with status 3 mid-turn.
   ask      ask permission (three options) and say what came back.
@@ -211,6 +213,17 @@ class TestAgent:
                 await self.say(sid, f"{time.time_ns()}|")
                 await asyncio.sleep(0.001)
             await self.say(sid, "done")
+            return PromptResponse(stop_reason="end_turn")
+        if word == "markdown":
+            md = (
+                "## Result\n\nThe **build** passed with `cargo test`.\n\n"
+                "- first item\n- second item\n\n"
+                "```rust\nfn main() { println!(\"<b>hi</b>\"); }\n```\n\n"
+                "<script>window.__pwned = 1</script> <img src=x onerror=\"window.__pwned = 2\">\n\n"
+                "See [the docs](https://example.com/docs) and [bad](javascript:alert(1))."
+            )
+            for i in range(0, len(md), 7):
+                await self.say(sid, md[i : i + 7])
             return PromptResponse(stop_reason="end_turn")
         if word == "garbage":
             sys.stdout.write("this is not json {\n")

@@ -111,18 +111,21 @@ mod tests {
                 // 20,100 with the spec's `secret` tool (issue 47: +0.8 KB, 20,007 B measured);
                 // spawn's spec parameters model and run_config (issue 45: +80 B after trimming
                 // send's text); 20,700 with repo diff_summary/diff_file and ui tab's inputs
-                // (issue 43: +0.45 KB after trimming, 20,637 B measured); 21,290 with the three
-                // meta-tools listed on the full surface (issue 44: exactly their 590 B after
-                // trimming their descriptions, `registry::meta::meta_listings`).
-                20_700 + 590,
+                // (issue 43: +0.45 KB after trimming, 20,637 B measured); +206 B for session
+                // answer (ACP permission requests) and delivery_path acp_inbox_resource (issue
+                // 48: 20,638 B before, 20,844 B after); the three meta-tools listed on the full
+                // surface (issue 44: exactly their 590 B after trimming their descriptions,
+                // `registry::meta::meta_listings`).
+                20_906 + 590,
             ),
             (
                 "tools_list.all_enabled",
                 serde_json::to_string(&reg.list(&all, false)).unwrap().len(),
                 // 21,000 with `secret` (issue 47); spawn's model and run_config (issue 45, +80 B);
-                // repo diff actions and ui tab's inputs (issue 43, 21,620 B measured); the
+                // repo diff actions and ui tab's inputs (issue 43, 21,620 B measured); session
+                // answer and acp_inbox_resource (issue 48: +206 B, 21,827 B measured); the
                 // meta-tools on the full surface (issue 44, their 590 B).
-                21_700 + 590,
+                21_906 + 590,
             ),
             (
                 "tools_list.collapsed",

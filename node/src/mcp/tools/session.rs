@@ -54,7 +54,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 - resize (rows, cols: 1-1000 each), rename (name), close, kill, pause/resume: local clients only.\n\
 - suspend: ask the UI to end the PTY and keep the tab restorable; errors when no UI is attached.\n\
 - keep_open (enabled): automatic idle closure of a managed child. declare_worktree (worktree_path): place the caller's own tab.\n\
-- answer (session_id: an ACP connection id, request_id, option_id): answer its held permission request; the first answer wins.",
+- answer (session_id: ACP connection id, request_id, option_id): answer its permission request; first answer wins.",
     actions: ACTIONS,
     schema: || {
         schema(
