@@ -42,6 +42,10 @@ pub struct Federation {
     pub mail: Arc<PeerHub>,
     /// The last screen relayed per remote session, shown while its node is down.
     pub screens: crate::lastscreen::LastScreens,
+    /// Every node's rows as `GET /sessions` lists them (hub addresses, `host_offline` while
+    /// down), with revisions: kept from mirror events (each change re-syncs only its
+    /// connection's rows), so an unchanged list and a change feed cost what changed.
+    feed: std::sync::Mutex<tuic_node::ext::RowFeed>,
     /// Session links connecting at once (event stream opened, whole list read): at most
     /// [`CONNECTS_AT_ONCE`], so the lists of many returning nodes come one batch at a time.
     connects: tokio::sync::Semaphore,
@@ -74,6 +78,7 @@ impl Federation {
             mail,
             screens: Default::default(),
             connects: tokio::sync::Semaphore::new(CONNECTS_AT_ONCE),
+            feed: Default::default(),
         });
         node.ext.set_session_source(fed.clone());
         node.ext.set_router(fed.clone());
@@ -116,6 +121,7 @@ impl Federation {
             });
             if !keep {
                 c.stop.cancel();
+                self.feed().sync(&format!("{id}/"), Vec::new());
                 tracing::info!(conn = %id, "connection removed");
             }
             keep
@@ -167,6 +173,13 @@ impl Federation {
             let mut st = conn.state.write().unwrap_or_else(|p| p.into_inner());
             let before = listed_states(&st);
             f(&mut st);
+            // The merged list follows under the same lock, so the feed's order of changes
+            // is the mirror's: this connection's rows only.
+            let rows = listed_rows(&conn.id, &st)
+                .into_iter()
+                .map(|r| (r.address(), r.to_value()))
+                .collect();
+            self.feed().sync(&format!("{}/", conn.id), rows);
             listing_changes(&conn.id, &before, &st)
         };
         for e in events {
@@ -217,20 +230,15 @@ impl Federation {
     pub fn remote_rows(&self) -> Vec<RemoteRow> {
         let mut rows = Vec::new();
         for c in self.all() {
-            let st = c.snapshot();
-            for r in st.sessions {
-                // The mirror keeps objects only (a node's rows); anything else is skipped.
-                let Value::Object(mut row) = r else { continue };
-                if !st.up {
-                    row.insert("state".into(), json!("host_offline"));
-                }
-                rows.push(RemoteRow {
-                    connection_id: c.id.clone(),
-                    row,
-                });
-            }
+            let st = c.state.read().unwrap_or_else(|p| p.into_inner());
+            rows.extend(listed_rows(&c.id, &st));
         }
         rows
+    }
+
+    /// The merged list's revisions (`GET /sessions?since=`).
+    pub(crate) fn feed(&self) -> std::sync::MutexGuard<'_, tuic_node::ext::RowFeed> {
+        self.feed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn drive(self: Arc<Self>, conn: Arc<Conn>) {
@@ -375,7 +383,7 @@ impl Federation {
                 session_id,
                 pty_description,
             } => {
-                let found = edit_row(conn, &session_id, |o| match &pty_description {
+                let found = edit_row(self, conn, &session_id, |o| match &pty_description {
                     Some(d) => {
                         o.insert("pty_description".into(), json!(d));
                     }
@@ -398,7 +406,7 @@ impl Federation {
                 name,
                 is_custom,
             } => {
-                let found = edit_row(conn, &session_id, |o| {
+                let found = edit_row(self, conn, &session_id, |o| {
                     o.insert("display_name".into(), json!(name));
                     if o.contains_key("display_name_is_custom") {
                         o.insert("display_name_is_custom".into(), json!(is_custom));
@@ -411,7 +419,7 @@ impl Federation {
                 }
             }
             Event::TermAliasAssigned { session_id, alias } => {
-                let found = edit_row(conn, &session_id, |o| {
+                let found = edit_row(self, conn, &session_id, |o| {
                     o.insert("alias".into(), json!(alias));
                 });
                 if found {
@@ -509,6 +517,25 @@ const PROBE_WHILE_DOWN: Duration = Duration::from_secs(1);
 /// some text).
 const MAX_EVENT_BYTES: usize = 1 << 20;
 
+/// A connection's rows as the hub lists them: objects only (a node's rows), `host_offline`
+/// while the node is down.
+fn listed_rows(conn: &str, st: &ConnState) -> Vec<RemoteRow> {
+    st.sessions
+        .iter()
+        .filter_map(|r| {
+            let Value::Object(row) = r else { return None };
+            let mut row = row.clone();
+            if !st.up {
+                row.insert("state".into(), json!("host_offline"));
+            }
+            Some(RemoteRow {
+                connection_id: conn.to_owned(),
+                row,
+            })
+        })
+        .collect()
+}
+
 fn row_is(row: &Value, session_id: &str) -> bool {
     row.get("session_id").and_then(Value::as_str) == Some(session_id)
 }
@@ -576,12 +603,14 @@ fn listing_changes(conn: &str, before: &HashMap<String, String>, st: &ConnState)
 
 /// Edits one mirrored row in place; false when the mirror has no such row.
 fn edit_row(
+    fed: &Federation,
     conn: &Conn,
     session_id: &str,
     f: impl FnOnce(&mut serde_json::Map<String, Value>),
 ) -> bool {
     let mut found = false;
-    conn.set(|s| {
+    // Through `update`, so the merged list's feed sees the edit.
+    fed.update(conn, |s| {
         if let Some(o) = s
             .sessions
             .iter_mut()

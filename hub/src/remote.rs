@@ -84,6 +84,14 @@ impl SessionSource for Federation {
     fn rows(&self) -> Vec<RemoteRow> {
         self.remote_rows()
     }
+
+    fn revision(&self) -> u64 {
+        self.feed().revision()
+    }
+
+    fn changes(&self, since: u64) -> Option<tuic_node::ext::Delta> {
+        self.feed().since(since)
+    }
 }
 
 impl HostRouter for Federation {

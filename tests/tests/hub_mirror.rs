@@ -248,3 +248,114 @@ async fn the_hub_list_answers_304_while_unchanged_and_pages_by_cursor_across_hos
     assert_eq!(gone.json()["code"], "cursor_gone");
     assert!(gone.json()["error"].as_str().unwrap().contains("refetch"));
 }
+
+/// Polls `GET /sessions?since=REV` on the hub (bounded) until `pred` holds for the delta.
+async fn wait_delta(bed: &FedBed, since: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let r = hub_list(bed, &format!("?since={since}"), None).await;
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let d = r.json();
+        if pred(&d) {
+            return d;
+        }
+        assert!(Instant::now() < deadline, "{what}: {d}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn addresses(rows: &Value) -> Vec<String> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["address"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_hub_change_feed_names_added_changed_and_removed_rows_and_an_unknown_revision_is_gone()
+{
+    let bed = FedBed::start(1).await.unwrap();
+    let shell =
+        json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "args": ["-c", "exec sleep 60"]});
+    let keep = bed.create_on_node(0, shell.clone()).await.unwrap();
+    bed.wait_listed(&format!("nodeb/{keep}"), LIMIT)
+        .await
+        .unwrap();
+    let first = hub_list(&bed, "", None).await;
+    let r0 = header(&first, "x-revision").expect("x-revision");
+    assert!(header(&first, "etag").unwrap().contains(&r0));
+
+    // A new row on the node: the delta carries it (and only what changed), with the next
+    // revision.
+    let a = bed.create_on_node(0, shell.clone()).await.unwrap();
+    let addr = format!("nodeb/{a}");
+    let d = wait_delta(&bed, &r0, "the new row never in the feed", |d| {
+        addresses(&d["added"]).contains(&addr)
+    })
+    .await;
+    assert!(
+        !addresses(&d["added"]).contains(&format!("nodeb/{keep}")),
+        "{d}"
+    );
+    assert!(d["removed"].as_array().unwrap().is_empty(), "{d}");
+    let r1 = d["revision"].as_str().unwrap().to_owned();
+    assert_ne!(r1, r0);
+
+    // A rename is a change of that row.
+    let node = bed.nodes[0].proc();
+    let r = ipc(
+        &node.socket,
+        "PUT",
+        &format!("/sessions/{a}/name"),
+        Some(json!({"name": "fed-renamed"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let d = wait_delta(&bed, &r1, "the rename never in the feed", |d| {
+        d["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(d["added"].as_array().unwrap())
+            .any(|r| r["address"] == json!(addr) && r["display_name"] == "fed-renamed")
+    })
+    .await;
+    let r2 = d["revision"].as_str().unwrap().to_owned();
+
+    // A closed row is removed, by address.
+    let r = ipc(&node.socket, "DELETE", &format!("/sessions/{a}"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let d = wait_delta(&bed, &r2, "the closed row never removed", |d| {
+        d["removed"].as_array().unwrap().contains(&json!(addr))
+    })
+    .await;
+    assert!(!addresses(&d["added"]).contains(&addr), "{d}");
+    // Nothing new since the revision now: an empty delta.
+    let now = d["revision"].as_str().unwrap().to_owned();
+    let d = hub_list(&bed, &format!("?since={now}"), None).await.json();
+    if d["revision"] == json!(now) {
+        assert!(d["added"].as_array().unwrap().is_empty(), "{d}");
+        assert!(d["removed"].as_array().unwrap().is_empty(), "{d}");
+    }
+
+    // A revision from another process (or older than the kept window) is gone: refetch.
+    let mut parts: Vec<&str> = r0.split('.').collect();
+    parts[0] = "1";
+    for bad in [
+        parts.join("."),
+        "garbage".to_owned(),
+        "0.0.999999999".to_owned(),
+    ] {
+        let r = hub_list(&bed, &format!("?since={bad}"), None).await;
+        assert_eq!(r.status, 410, "{bad}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.json()["code"], "cursor_gone");
+        assert!(r.json()["error"].as_str().unwrap().contains("refetch"));
+    }
+    // A change feed takes no paging.
+    let r = hub_list(&bed, &format!("?since={r0}&limit=2"), None).await;
+    assert_eq!(r.status, 400);
+}

@@ -93,6 +93,18 @@ impl Serialize for RemoteRow {
 pub trait SessionSource: Send + Sync + std::fmt::Debug {
     /// Every row to list now. Called on each list: keep it a read of ready state.
     fn rows(&self) -> Vec<RemoteRow>;
+
+    /// The revision of the rows (bumped by every change the source keeps incrementally), so
+    /// an unchanged list is known without building it.
+    fn revision(&self) -> u64 {
+        0
+    }
+
+    /// The rows added, changed and removed after `since` (rows serialized as
+    /// [`RemoteRow`]s, removals by address); `None` when `since` is out of the kept window.
+    fn changes(&self, since: u64) -> Option<crate::session::feed::Delta> {
+        (since == 0).then(crate::session::feed::Delta::default)
+    }
 }
 
 /// A `session` tool call whose `session_id` is an address that names no session here.
@@ -243,6 +255,19 @@ impl Extensions {
         self.sessions.get().map(|s| s.rows()).unwrap_or_default()
     }
 
+    /// The other hosts' rows' revision (0 without a source).
+    pub fn remote_revision(&self) -> u64 {
+        self.sessions.get().map_or(0, |s| s.revision())
+    }
+
+    /// The other hosts' rows changed after `since` (see [`SessionSource::changes`]).
+    pub fn remote_changes(&self, since: u64) -> Option<crate::session::feed::Delta> {
+        match self.sessions.get() {
+            Some(s) => s.changes(since),
+            None => (since == 0).then(crate::session::feed::Delta::default),
+        }
+    }
+
     /// The router of calls addressed to other hosts, when installed.
     pub fn router(&self) -> Option<&Arc<dyn HostRouter>> {
         self.router.get()
@@ -316,6 +341,8 @@ pub use crate::logs::mono_ms;
 pub use crate::ops::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 /// The header a forwarding process sets to lower the actor a story call runs as.
 pub use crate::routes::stories::FORWARDED_ACTOR_HEADER;
+/// The session list with revisions (the hub keeps its mirrored rows in one).
+pub use crate::session::feed::{Delta, RowFeed};
 pub use crate::session::now_ms;
 /// Where an upstream tool call's progress notifications go.
 pub use crate::upstream::client::ProgressSink;

@@ -23,6 +23,7 @@ mod repos;
 mod review;
 mod secrets;
 mod sessions;
+mod sessions_list;
 mod share;
 pub mod stories;
 pub mod stream;

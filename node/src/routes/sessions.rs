@@ -27,7 +27,7 @@ use crate::state::Node;
 /// The session route group.
 pub(super) fn routes() -> Router<Arc<Node>> {
     Router::new()
-        .route("/sessions", get(list).post(create))
+        .route("/sessions", get(super::sessions_list::list).post(create))
         .route("/sessions/agent", post(launch_agent))
         .route("/sessions/{id}", get(row).delete(delete))
         .route("/sessions/{id}/write", post(write))
@@ -80,136 +80,6 @@ fn session_error(e: SessionError) -> ApiError {
 fn size_error(e: crate::session::budget::SizeError) -> ApiError {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
     ApiError::new(status, e.code(), e.to_string())
-}
-
-/// `GET /sessions`: this node's rows, then other hosts' rows from the extension's
-/// `ext::SessionSource` (the same two lists MCP `session action=list` gives), one JSON array —
-/// or one page of it.
-struct Listing<'a> {
-    local: &'a [crate::session::SessionRow],
-    remote: &'a [crate::ext::RemoteRow],
-}
-
-impl serde::Serialize for Listing<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = s.serialize_seq(Some(self.local.len() + self.remote.len()))?;
-        for r in self.local {
-            seq.serialize_element(r)?;
-        }
-        for r in self.remote {
-            seq.serialize_element(r)?;
-        }
-        seq.end()
-    }
-}
-
-/// The most rows one page may ask for.
-const PAGE_MAX: usize = 10_000;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    /// Rows per page (1..=10,000); absent: the whole list.
-    limit: Option<usize>,
-    /// The `x-next-cursor` of the previous page: the key of its last row.
-    cursor: Option<String>,
-}
-
-/// Whether an `If-None-Match` value names `etag` (a list of tags, or `*`).
-fn none_match(header: Option<&header::HeaderValue>, etag: &str) -> bool {
-    header.and_then(|v| v.to_str().ok()).is_some_and(|v| {
-        v.split(',')
-            .map(str::trim)
-            .any(|t| t == "*" || t == etag || t.strip_prefix("W/") == Some(etag))
-    })
-}
-
-async fn list(
-    State(node): State<Arc<Node>>,
-    Query(q): Query<ListQuery>,
-    headers: axum::http::HeaderMap,
-) -> Result<Response, ApiError> {
-    if let Some(l) = q.limit
-        && !(1..=PAGE_MAX).contains(&l)
-    {
-        return Err(ApiError::bad_request(format!(
-            "limit must be between 1 and {PAGE_MAX} (got {l})"
-        )));
-    }
-    // Rows are ready state (the monitor probes `/proc` and the screen): a list is a read under
-    // the registry's locks, serialized once straight from the rows. Only a session the monitor
-    // has not probed yet sends the list to the blocking pool.
-    let local = match node.sessions.ready_rows() {
-        Some(rows) => rows,
-        None => {
-            let n = node.clone();
-            tokio::task::spawn_blocking(move || n.sessions.rows())
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))?
-        }
-    };
-    // Extension hook: other hosts' rows, typed, serialized with the local ones.
-    let remote = node.ext.remote_rows();
-    let key = |i: usize| -> String {
-        match local.get(i) {
-            Some(r) => r.session_id.clone(),
-            None => remote[i - local.len()].address(),
-        }
-    };
-    let total = local.len() + remote.len();
-    let start = match &q.cursor {
-        None => 0,
-        Some(c) => (0..total).find(|&i| key(i) == *c).map(|i| i + 1).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::GONE,
-                "cursor_gone",
-                format!("the row {c} the cursor names has left the list: refetch from the first page"),
-            )
-        })?,
-    };
-    let end = q
-        .limit
-        .map_or(total, |l| start.saturating_add(l).min(total));
-    let nl = local.len();
-    let page = Listing {
-        local: &local[start.min(nl)..end.min(nl)],
-        remote: &remote[start.saturating_sub(nl)..end.saturating_sub(nl)],
-    };
-    let body = serde_json::to_vec(&page).map_err(|e| ApiError::internal(e.to_string()))?;
-    // The tag is the page's content: a client that polls with `If-None-Match` gets a 304 and
-    // no body while nothing it would see changed.
-    let etag = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        body.hash(&mut h);
-        format!("\"{:016x}\"", h.finish())
-    };
-    let mut resp = if none_match(headers.get(header::IF_NONE_MATCH), &etag) {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        (
-            [(header::CONTENT_TYPE, "application/json")],
-            Bytes::from(body),
-        )
-            .into_response()
-    };
-    let h = resp.headers_mut();
-    if let Ok(v) = header::HeaderValue::from_str(&etag) {
-        h.insert(header::ETAG, v);
-    }
-    // A browser keeps the list but asks again each time, with the tag: a page polling the
-    // list gets 304s from the node and the kept copy from its cache.
-    h.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-cache"),
-    );
-    if end < total
-        && let Ok(v) = header::HeaderValue::from_str(&key(end - 1))
-    {
-        h.insert(header::HeaderName::from_static("x-next-cursor"), v);
-    }
-    Ok(resp)
 }
 
 /// `GET /sessions/{id}`: one live session's row, as `GET /sessions` lists it (the hub's mirror

@@ -17,6 +17,7 @@ pub mod capture;
 pub mod cleanlog;
 pub mod drive;
 pub mod env;
+pub mod feed;
 pub mod grid;
 pub mod held;
 pub mod holder;

@@ -114,6 +114,9 @@ pub struct Registry {
     holders: std::sync::OnceLock<HolderConfig>,
     /// What the registry uses of its node: bus, tasks, shutdown, child environment, tuning.
     env: SessionEnv,
+    /// The local rows as the list last served them, with revisions (`GET /sessions?since=`):
+    /// diffed against the rows at each list, which costs this host's own sessions only.
+    pub feed: std::sync::Mutex<super::feed::RowFeed>,
 }
 
 /// Counts of the registry for `/stats` and `/metrics`.
@@ -150,6 +153,7 @@ impl Registry {
             placements: RwLock::default(),
             holders: std::sync::OnceLock::new(),
             env,
+            feed: std::sync::Mutex::new(super::feed::RowFeed::stamped(super::now_ms())),
         }
     }
 
