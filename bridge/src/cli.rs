@@ -198,6 +198,12 @@ enum Cmd {
         /// Entries to show (100; at most 1,000).
         #[arg(long)]
         limit: Option<usize>,
+        /// On a hub: only this host's entries (`local`, or a connection id).
+        #[arg(long)]
+        host: Option<String>,
+        /// On a hub: the next page (the `more: --cursor` a page printed).
+        #[arg(long)]
+        cursor: Option<String>,
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
@@ -684,6 +690,8 @@ pub fn main() -> ExitCode {
             session,
             since_ms,
             limit,
+            host,
+            cursor,
             json,
         } => crate::trust::audit(
             &ctx,
@@ -691,6 +699,8 @@ pub fn main() -> ExitCode {
             session.as_deref(),
             *since_ms,
             *limit,
+            host.as_deref(),
+            cursor.as_deref(),
             *json,
         ),
         Cmd::Share {

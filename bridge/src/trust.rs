@@ -43,6 +43,8 @@ pub(crate) fn audit(
     session: Option<&str>,
     since_ms: Option<u64>,
     limit: Option<usize>,
+    host: Option<&str>,
+    cursor: Option<&str>,
     as_json: bool,
 ) -> Result<(), Failure> {
     let mut q = Vec::new();
@@ -58,6 +60,12 @@ pub(crate) fn audit(
     if let Some(l) = limit {
         q.push(format!("limit={l}"));
     }
+    if let Some(h) = host {
+        q.push(format!("host={}", enc(h)));
+    }
+    if let Some(c) = cursor {
+        q.push(format!("cursor={}", enc(c)));
+    }
     let path = if q.is_empty() {
         "/audit".to_owned()
     } else {
@@ -70,8 +78,14 @@ pub(crate) fn audit(
     }
     for e in v["entries"].as_array().into_iter().flatten() {
         let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("-");
+        // On a hub each entry names its host (`local` for the hub's own).
+        let host = e
+            .get("host")
+            .and_then(Value::as_str)
+            .map(|h| format!("{h:<10} "))
+            .unwrap_or_default();
         outln!(
-            "{:>8} {} {:<16} {:<24} {:<4} {:<15} {:<10} {}",
+            "{host}{:>8} {} {:<16} {:<24} {:<4} {:<15} {:<10} {}",
             e["seq"],
             e["at_ms"],
             s("kind"),
@@ -89,6 +103,17 @@ pub(crate) fn audit(
         v["max_age_days"],
         v["dropped"]
     );
+    for h in v["hosts"].as_array().into_iter().flatten() {
+        if let Some(e) = h.get("error").and_then(Value::as_str) {
+            outln!(
+                "host {} unavailable: {e}",
+                h["host"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    if let Some(c) = v.get("next_cursor").and_then(Value::as_str) {
+        outln!("more: --cursor {c}");
+    }
     Ok(())
 }
 

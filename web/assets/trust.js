@@ -42,8 +42,13 @@ function when(ms) {
 
 async function refresh() {
   const [a, s, k] = await Promise.all([json("/audit?limit=200"), json("/shares"), json("/secrets")]);
-  summary.textContent = `${a.total} entries held (bound ${a.max_entries}, ${a.max_age_days} days), ${a.dropped} dropped`;
-  audit.replaceChildren(...a.entries.map((e) => el("li", { className: "audit-entry", dataset: { kind: e.kind } },
+  // On a hub the page holds every connected node's entries too, each with its host.
+  const down = (a.hosts ?? []).filter((h) => h.error).map((h) => `${h.host}: ${h.error}`);
+  summary.textContent = `${a.total} entries held (bound ${a.max_entries}, ${a.max_age_days} days), ${a.dropped} dropped`
+    + (a.hosts ? ` · hosts ${a.hosts.map((h) => h.host).join(", ")}` : "")
+    + (down.length ? ` · unavailable: ${down.join("; ")}` : "");
+  audit.replaceChildren(...a.entries.map((e) => el("li", { className: "audit-entry", dataset: { kind: e.kind, host: e.host ?? "" } },
+    e.host ? el("b", { className: "audit-host", textContent: `[${e.host}] ` }) : "",
     `${when(e.at_ms)} ${e.kind} · ${e.who} (${e.via}${e.address ? " " + e.address : ""})${e.session ? " · " + e.session : ""}`,
     e.detail ? el("code", { textContent: " " + JSON.stringify(e.detail) }) : "")));
   shares.replaceChildren(...s.shares.map((l) => {

@@ -305,6 +305,12 @@ pub use crate::state::Node;
 /// Where an upstream tool call's progress notifications go.
 pub use crate::upstream::client::ProgressSink;
 
+/// The audit log's types, for a process that records its own acts (a hub's connections) or
+/// shows other hosts' logs beside this node's (`Node::audit`).
+pub mod audit {
+    pub use crate::audit::{Actor, Entry, Event, FORWARDED_USER_HEADER, Page, Query};
+}
+
 /// Cross-host mail pieces a relay runs on its own side of its links (the hub's relay keeps
 /// per-connection outboxes in the same store, through the same group committer, and delivers
 /// `local/<peer>` mail into this node's inboxes).

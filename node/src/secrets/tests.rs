@@ -5,6 +5,7 @@ fn secrets(dir: &std::path::Path) -> Secrets {
         vault: Arc::new(Vault::open(dir, dir.join("secrets.json"), false)),
         store: Arc::new(Store::open(&dir.join("state.redb")).unwrap()),
         bus: Arc::new(Bus::default()),
+        redactions: Arc::default(),
     })
     .unwrap()
 }

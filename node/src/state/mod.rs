@@ -174,11 +174,13 @@ impl Node {
         ));
         let mcp = crate::mcp::McpState::new(&config);
         let bus = Arc::new(Bus::default());
+        let redactions = Arc::new(crate::session::valuemask::Redactions::default());
         let secrets = Arc::new(
             crate::secrets::Secrets::open(crate::secrets::SecretsEnv {
                 vault: vault.clone(),
                 store: store.clone(),
                 bus: bus.clone(),
+                redactions: redactions.clone(),
             })
             .context("opening the secret names")?,
         );
@@ -205,7 +207,7 @@ impl Node {
             let audit = Arc::new(crate::audit::Audit::new(audit_env(weak, &store)));
             let sessions = Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
-                session_env(weak, &paths, &bus, &tasks, &shutdown),
+                session_env(weak, &paths, &bus, &tasks, &shutdown, &redactions),
             ));
             let planning = planning_env(weak, &stories, &workflows, &bus, &tasks, &shutdown);
             let upstreams = Arc::new(crate::upstream::Upstreams::new(
