@@ -268,11 +268,12 @@ enum Cmd {
         message: Option<String>,
     },
     /// Secrets for agents' `secret` tool: list | set NAME | rm NAME | answer (values are
-    /// typed with echo off and never shown).
+    /// typed with echo off and never shown) | approve NAME | deny NAME (a run waiting for
+    /// consent) | forget ID (an approved command).
     Secret {
-        /// list, set, rm or answer.
+        /// list, set, rm, answer, approve, deny or forget.
         cmd: String,
-        /// The secret's name (set, rm).
+        /// The secret's name (set, rm, approve, deny) or an approved command's id (forget).
         name: Option<String>,
     },
     /// Upstream MCP servers behind the node.

@@ -236,6 +236,69 @@ pub(crate) fn secret(ctx: &Ctx, cmd: &str, name: Option<&str>) -> Result<(), Fai
                     f["reason"].as_str().unwrap_or("")
                 );
             }
+            for c in v["consents"].as_array().into_iter().flatten() {
+                outln!(
+                    "{} asks to run {} in {} with {} (`tuic secret approve|deny {}`)",
+                    c["requested_by"].as_str().unwrap_or("?"),
+                    argv_text(&c["argv"]),
+                    c["cwd"].as_str().unwrap_or("(the node's directory)"),
+                    c["name"].as_str().unwrap_or("?"),
+                    c["name"].as_str().unwrap_or("?"),
+                );
+            }
+            for t in v["templates"].as_array().into_iter().flatten() {
+                outln!(
+                    "approved {}: {} with {} in {} (`tuic secret forget {}`)",
+                    t["id"].as_str().unwrap_or("?"),
+                    argv_text(&t["argv"]),
+                    t["name"].as_str().unwrap_or("?"),
+                    t["cwd"].as_str().unwrap_or("(the node's directory)"),
+                    t["id"].as_str().unwrap_or("?"),
+                );
+            }
+            Ok(())
+        }
+        (verb @ ("approve" | "deny"), Some(n)) => {
+            // The oldest open consent request for secret `n`, shown exactly before it is answered.
+            let v = answer(&ctx.send(&Request::new("GET", "/secrets"))?, "GET /secrets")?;
+            let Some(c) = v["consents"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["name"] == n)
+                .cloned()
+            else {
+                outln!("no run with {n} waits for consent");
+                return Ok(());
+            };
+            eprintln!(
+                "{} asks to run {} in {}",
+                c["requested_by"].as_str().unwrap_or("?"),
+                argv_text(&c["argv"]),
+                c["cwd"].as_str().unwrap_or("(the node's directory)")
+            );
+            let body = json!({"nonce": c["nonce"], "allow": verb == "approve"});
+            answer(
+                &ctx.send(&Request::new("POST", "/secrets/consent").json(&body))?,
+                "POST /secrets/consent",
+            )?;
+            outln!(
+                "{} that exact run with {n}",
+                if verb == "approve" {
+                    "approved"
+                } else {
+                    "denied"
+                }
+            );
+            Ok(())
+        }
+        ("forget", Some(id)) => {
+            let path = format!("/secrets/templates/{}", enc(id));
+            answer(
+                &ctx.send(&Request::new("DELETE", &path))?,
+                &format!("DELETE {path}"),
+            )?;
+            outln!("forgot approved command {id}");
             Ok(())
         }
         ("set", Some(n)) => {
@@ -281,7 +344,28 @@ pub(crate) fn secret(ctx: &Ctx, cmd: &str, name: Option<&str>) -> Result<(), Fai
             Ok(())
         }
         _ => Err(Failure::Usage(
-            "tuic secret list | set NAME | rm NAME | answer".into(),
+            "tuic secret list | set NAME | rm NAME | answer | approve NAME | deny NAME | forget ID"
+                .into(),
         )),
     }
+}
+
+/// An argv as one line (each argument quoted when it needs to be).
+fn argv_text(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            let a = a.as_str().unwrap_or("");
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c))
+            {
+                a.to_owned()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

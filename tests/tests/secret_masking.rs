@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tuic_tests::{NodeProc, config_dir, ipc};
@@ -38,7 +38,7 @@ async fn ws(socket: &Path, id: &str, query: &str) -> Ws {
 }
 
 /// Every frame of `ws` (text and binary, as bytes) until one contains `marker` (bounded).
-async fn frames_until(ws: &mut Ws, marker: &str) -> Vec<u8> {
+async fn frames_until(ws: &mut Ws, marker: &str, screen: bool) -> Vec<u8> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     let mut got = Vec::new();
     loop {
@@ -49,7 +49,15 @@ async fn frames_until(ws: &mut Ws, marker: &str) -> Vec<u8> {
             .unwrap();
         let bytes = match msg {
             Message::Binary(b) => b.to_vec(),
-            Message::Text(t) => t.as_bytes().to_vec(),
+            Message::Text(t) => {
+                // A screen stream's frames are acknowledged, as a screen client does.
+                let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                if screen && let Some(seq) = v["seq"].as_u64() {
+                    let ack = json!({"type": "ack", "seq": seq}).to_string();
+                    ws.send(Message::Text(ack.into())).await.unwrap();
+                }
+                t.as_bytes().to_vec()
+            }
             _ => continue,
         };
         got.extend_from_slice(&bytes);
@@ -95,10 +103,13 @@ async fn print_and_collect(n: &NodeProc, files: &Path, round: u32) -> Vec<(Strin
     )
     .await;
     let mut places = vec![
-        ("ws raw".to_owned(), frames_until(&mut raw, &marker).await),
+        (
+            "ws raw".to_owned(),
+            frames_until(&mut raw, &marker, false).await,
+        ),
         (
             "ws screen".to_owned(),
-            frames_until(&mut screen, &marker).await,
+            frames_until(&mut screen, &marker, true).await,
         ),
     ];
     for fmt in ["raw", "text", "log", "mcp"] {
@@ -190,6 +201,6 @@ async fn a_secret_value_printed_into_a_terminal_reaches_no_surface_even_after_a_
         ),
     )
     .await;
-    let got = frames_until(&mut raw, "done-42").await;
+    let got = frames_until(&mut raw, "done-42", false).await;
     assert!(hits(&got, VALUE) >= 1, "{}", String::from_utf8_lossy(&got));
 }

@@ -25,6 +25,7 @@ const audit = el("ol", { id: "audit", className: "audit" });
 const shares = el("ul", { id: "shares", className: "sessions" });
 const secrets = el("ul", { id: "secrets", className: "sessions" });
 const forms = el("ul", { id: "secret-forms", className: "sessions" });
+const templates = el("ul", { id: "secret-templates", className: "sessions" });
 const summary = el("p", { id: "audit-summary", className: "empty" });
 document.body.replaceChildren(
   el("header", { className: "top" },
@@ -33,6 +34,7 @@ document.body.replaceChildren(
   el("main", { className: "trust" },
     el("h2", { textContent: "Secret requests" }), forms,
     el("h2", { textContent: "Secrets" }), secrets,
+    el("h2", { textContent: "Approved commands" }), templates,
     el("h2", { textContent: "Share links" }), shares,
     el("h2", { textContent: "Audit log" }), summary, audit));
 
@@ -69,7 +71,15 @@ async function refresh() {
       onclick: () => json(`/secrets/${encodeURIComponent(x.name)}`, { method: "DELETE" }).then(refresh),
     }))));
   forms.replaceChildren(...k.forms.map((f) => el("li", {},
-    el("a", { href: f.path, textContent: `${f.name}: ${f.reason || "(no reason)"} — answer` }))));
+    el("a", { href: f.path, textContent: `${f.name}: ${f.reason || "(no reason)"} — answer` }))),
+    ...(k.consents ?? []).map((c) => el("li", { className: "secret-consent" },
+      el("a", { href: c.path, textContent: `${c.name}: run ${c.argv.join(" ")} — approve or deny` }))));
+  templates.replaceChildren(...(k.templates ?? []).map((t) => el("li", { className: "secret-template", dataset: { id: t.id } },
+    `${t.name} · ${t.argv.join(" ")}${t.cwd ? " · in " + t.cwd : ""} `,
+    el("button", {
+      type: "button", textContent: "Delete", className: "delete",
+      onclick: () => json(`/secrets/templates/${encodeURIComponent(t.id)}`, { method: "DELETE" }).then(refresh),
+    }))));
 }
 
 refresh();

@@ -125,12 +125,18 @@ impl Masker {
             }
             mask_occurrences(&mut buf, p);
         }
+        // A value's beginning of MIN_HOLD bytes or more at the end — counting bytes already
+        // ingested (a value typed out byte by byte) — keeps this read's part of it back.
+        let mut joined = Zeroizing::new(Vec::with_capacity(self.tail.len() + buf.len()));
+        joined.extend_from_slice(&self.tail);
+        joined.extend_from_slice(&buf);
         let hold = pats
             .iter()
             .filter_map(|p| {
                 (MIN_HOLD..p.len())
                     .rev()
-                    .find(|k| buf.len() >= *k && buf.ends_with(&p[..*k]))
+                    .find(|k| joined.ends_with(&p[..*k]))
+                    .map(|k| k.min(buf.len()))
             })
             .max()
             .unwrap_or(0);
