@@ -40,6 +40,11 @@ async fn each_branch_deletion_is_audited_with_its_fields_and_a_refusal_is_not() 
     git(&root, &["branch", "merged-http"]);
     git(&root, &["branch", "merged-mcp"]);
 
+    let reg = ipc(&n.socket, "POST", "/repos", Some(json!({"path": r})))
+        .await
+        .unwrap();
+    assert_eq!(reg.status, 200, "{}", String::from_utf8_lossy(&reg.body));
+
     // HTTP, over IPC.
     let ok = ipc(
         &n.socket,

@@ -169,13 +169,13 @@ impl Secrets {
 
     /// Deletes template `id`; whether it existed. Blocking.
     pub fn forget(&self, id: &str) -> Result<bool, SecretError> {
-        let drop = || -> anyhow::Result<bool> {
+        let delete = || -> anyhow::Result<bool> {
             let tx = self.env.store.database().begin_write()?;
             let had = tx.open_table(SECRET_CONSENTS)?.remove(id)?.is_some();
             tx.commit()?;
             Ok(had)
         };
-        drop().map_err(internal)
+        delete().map_err(internal)
     }
 
     /// Opens (or points at the open) consent request for this exact run, announced on the bus.
