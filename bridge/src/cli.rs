@@ -696,12 +696,14 @@ pub fn main() -> ExitCode {
             json,
         } => crate::trust::audit(
             &ctx,
-            kind.as_deref(),
-            session.as_deref(),
-            *since_ms,
-            *limit,
-            host.as_deref(),
-            cursor.as_deref(),
+            &[
+                ("kind", kind.clone()),
+                ("session", session.clone()),
+                ("since_ms", since_ms.map(|t| t.to_string())),
+                ("limit", limit.map(|l| l.to_string())),
+                ("host", host.clone()),
+                ("cursor", cursor.clone()),
+            ],
             *json,
         ),
         Cmd::Share {

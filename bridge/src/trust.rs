@@ -36,36 +36,17 @@ fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// `tuic audit`: a page of the audit log, newest first.
+/// `tuic audit`: a page of the audit log, newest first. `filters` are the query's
+/// `(key, value)` pairs as given (`kind`, `session`, `since_ms`, `limit`, `host`, `cursor`).
 pub(crate) fn audit(
     ctx: &Ctx,
-    kind: Option<&str>,
-    session: Option<&str>,
-    since_ms: Option<u64>,
-    limit: Option<usize>,
-    host: Option<&str>,
-    cursor: Option<&str>,
+    filters: &[(&str, Option<String>)],
     as_json: bool,
 ) -> Result<(), Failure> {
-    let mut q = Vec::new();
-    if let Some(k) = kind {
-        q.push(format!("kind={}", enc(k)));
-    }
-    if let Some(s) = session {
-        q.push(format!("session={}", enc(s)));
-    }
-    if let Some(t) = since_ms {
-        q.push(format!("since_ms={t}"));
-    }
-    if let Some(l) = limit {
-        q.push(format!("limit={l}"));
-    }
-    if let Some(h) = host {
-        q.push(format!("host={}", enc(h)));
-    }
-    if let Some(c) = cursor {
-        q.push(format!("cursor={}", enc(c)));
-    }
+    let q: Vec<String> = filters
+        .iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={}", enc(v))))
+        .collect();
     let path = if q.is_empty() {
         "/audit".to_owned()
     } else {
