@@ -198,6 +198,12 @@ enum Cmd {
         /// Entries to show (100; at most 1,000).
         #[arg(long)]
         limit: Option<usize>,
+        /// On a hub: only this host's entries (`local`, or a connection id).
+        #[arg(long)]
+        host: Option<String>,
+        /// On a hub: the next page (the `more: --cursor` a page printed).
+        #[arg(long)]
+        cursor: Option<String>,
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
@@ -262,11 +268,12 @@ enum Cmd {
         message: Option<String>,
     },
     /// Secrets for agents' `secret` tool: list | set NAME | rm NAME | answer (values are
-    /// typed with echo off and never shown).
+    /// typed with echo off and never shown) | approve NAME | deny NAME (a run waiting for
+    /// consent) | forget ID (an approved command).
     Secret {
-        /// list, set, rm or answer.
+        /// list, set, rm, answer, approve, deny or forget.
         cmd: String,
-        /// The secret's name (set, rm).
+        /// The secret's name (set, rm, approve, deny) or an approved command's id (forget).
         name: Option<String>,
     },
     /// Upstream MCP servers behind the node.
@@ -684,13 +691,19 @@ pub fn main() -> ExitCode {
             session,
             since_ms,
             limit,
+            host,
+            cursor,
             json,
         } => crate::trust::audit(
             &ctx,
-            kind.as_deref(),
-            session.as_deref(),
-            *since_ms,
-            *limit,
+            &[
+                ("kind", kind.clone()),
+                ("session", session.clone()),
+                ("since_ms", since_ms.map(|t| t.to_string())),
+                ("limit", limit.map(|l| l.to_string())),
+                ("host", host.clone()),
+                ("cursor", cursor.clone()),
+            ],
             *json,
         ),
         Cmd::Share {

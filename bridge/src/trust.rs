@@ -36,28 +36,17 @@ fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// `tuic audit`: a page of the audit log, newest first.
+/// `tuic audit`: a page of the audit log, newest first. `filters` are the query's
+/// `(key, value)` pairs as given (`kind`, `session`, `since_ms`, `limit`, `host`, `cursor`).
 pub(crate) fn audit(
     ctx: &Ctx,
-    kind: Option<&str>,
-    session: Option<&str>,
-    since_ms: Option<u64>,
-    limit: Option<usize>,
+    filters: &[(&str, Option<String>)],
     as_json: bool,
 ) -> Result<(), Failure> {
-    let mut q = Vec::new();
-    if let Some(k) = kind {
-        q.push(format!("kind={}", enc(k)));
-    }
-    if let Some(s) = session {
-        q.push(format!("session={}", enc(s)));
-    }
-    if let Some(t) = since_ms {
-        q.push(format!("since_ms={t}"));
-    }
-    if let Some(l) = limit {
-        q.push(format!("limit={l}"));
-    }
+    let q: Vec<String> = filters
+        .iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={}", enc(v))))
+        .collect();
     let path = if q.is_empty() {
         "/audit".to_owned()
     } else {
@@ -70,8 +59,14 @@ pub(crate) fn audit(
     }
     for e in v["entries"].as_array().into_iter().flatten() {
         let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("-");
+        // On a hub each entry names its host (`local` for the hub's own).
+        let host = e
+            .get("host")
+            .and_then(Value::as_str)
+            .map(|h| format!("{h:<10} "))
+            .unwrap_or_default();
         outln!(
-            "{:>8} {} {:<16} {:<24} {:<4} {:<15} {:<10} {}",
+            "{host}{:>8} {} {:<16} {:<24} {:<4} {:<15} {:<10} {}",
             e["seq"],
             e["at_ms"],
             s("kind"),
@@ -89,6 +84,17 @@ pub(crate) fn audit(
         v["max_age_days"],
         v["dropped"]
     );
+    for h in v["hosts"].as_array().into_iter().flatten() {
+        if let Some(e) = h.get("error").and_then(Value::as_str) {
+            outln!(
+                "host {} unavailable: {e}",
+                h["host"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    if let Some(c) = v.get("next_cursor").and_then(Value::as_str) {
+        outln!("more: --cursor {c}");
+    }
     Ok(())
 }
 
@@ -211,6 +217,69 @@ pub(crate) fn secret(ctx: &Ctx, cmd: &str, name: Option<&str>) -> Result<(), Fai
                     f["reason"].as_str().unwrap_or("")
                 );
             }
+            for c in v["consents"].as_array().into_iter().flatten() {
+                outln!(
+                    "{} asks to run {} in {} with {} (`tuic secret approve|deny {}`)",
+                    c["requested_by"].as_str().unwrap_or("?"),
+                    argv_text(&c["argv"]),
+                    c["cwd"].as_str().unwrap_or("(the node's directory)"),
+                    c["name"].as_str().unwrap_or("?"),
+                    c["name"].as_str().unwrap_or("?"),
+                );
+            }
+            for t in v["templates"].as_array().into_iter().flatten() {
+                outln!(
+                    "approved {}: {} with {} in {} (`tuic secret forget {}`)",
+                    t["id"].as_str().unwrap_or("?"),
+                    argv_text(&t["argv"]),
+                    t["name"].as_str().unwrap_or("?"),
+                    t["cwd"].as_str().unwrap_or("(the node's directory)"),
+                    t["id"].as_str().unwrap_or("?"),
+                );
+            }
+            Ok(())
+        }
+        (verb @ ("approve" | "deny"), Some(n)) => {
+            // The oldest open consent request for secret `n`, shown exactly before it is answered.
+            let v = answer(&ctx.send(&Request::new("GET", "/secrets"))?, "GET /secrets")?;
+            let Some(c) = v["consents"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["name"] == n)
+                .cloned()
+            else {
+                outln!("no run with {n} waits for consent");
+                return Ok(());
+            };
+            eprintln!(
+                "{} asks to run {} in {}",
+                c["requested_by"].as_str().unwrap_or("?"),
+                argv_text(&c["argv"]),
+                c["cwd"].as_str().unwrap_or("(the node's directory)")
+            );
+            let body = json!({"nonce": c["nonce"], "allow": verb == "approve"});
+            answer(
+                &ctx.send(&Request::new("POST", "/secrets/consent").json(&body))?,
+                "POST /secrets/consent",
+            )?;
+            outln!(
+                "{} that exact run with {n}",
+                if verb == "approve" {
+                    "approved"
+                } else {
+                    "denied"
+                }
+            );
+            Ok(())
+        }
+        ("forget", Some(id)) => {
+            let path = format!("/secrets/templates/{}", enc(id));
+            answer(
+                &ctx.send(&Request::new("DELETE", &path))?,
+                &format!("DELETE {path}"),
+            )?;
+            outln!("forgot approved command {id}");
             Ok(())
         }
         ("set", Some(n)) => {
@@ -256,7 +325,28 @@ pub(crate) fn secret(ctx: &Ctx, cmd: &str, name: Option<&str>) -> Result<(), Fai
             Ok(())
         }
         _ => Err(Failure::Usage(
-            "tuic secret list | set NAME | rm NAME | answer".into(),
+            "tuic secret list | set NAME | rm NAME | answer | approve NAME | deny NAME | forget ID"
+                .into(),
         )),
     }
+}
+
+/// An argv as one line (each argument quoted when it needs to be).
+fn argv_text(v: &Value) -> String {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            let a = a.as_str().unwrap_or("");
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c))
+            {
+                a.to_owned()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -117,6 +117,10 @@ fn federate(
                 fed.clone(),
                 crate::acp::intercept,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                fed.clone(),
+                crate::audit::intercept,
+            ))
     });
     Ok(Some(hook))
 }

@@ -112,20 +112,40 @@ impl Federation {
         let wanted: Vec<ConnectionConfig> = connections::from_config(&self.node.config().extra);
         let default_transport = connections::default_transport(&self.node.config().extra);
         let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
+        let mut acts = Vec::new();
         conns.retain(|id, c| {
-            let keep = wanted.iter().any(|w| {
-                &w.id == id
-                    && w.url == c.url
+            let listed = wanted.iter().find(|w| &w.id == id);
+            let same = listed.is_some_and(|w| {
+                w.url == c.url
                     && w.transport.unwrap_or(default_transport) == c.transport
                     && w.quic_fingerprint == *c.pin.lock().unwrap_or_else(|p| p.into_inner())
             });
+            // A new token for the same connection (`tuic-hub connect` again): redial with it.
+            let rotated = listed.is_some()
+                && self
+                    .node
+                    .vault
+                    .get(&connections::token_key(id))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|t| t != c.token);
+            let keep = same && !rotated;
             if !keep {
                 c.stop.cancel();
                 self.feed().sync(&format!("{id}/"), Vec::new());
                 tracing::info!(conn = %id, "connection removed");
+                let kind = match (rotated, listed.is_some()) {
+                    (true, _) => "token_rotated",
+                    (false, true) => "hub_connection_changed",
+                    (false, false) => "hub_connection_removed",
+                };
+                acts.push((kind, id.clone(), c.url.clone()));
             }
             keep
         });
+        for (kind, id, url) in &acts {
+            crate::audit::record_blocking(self, kind, id, url);
+        }
         let new = wanted.iter().filter(|w| !conns.contains_key(&w.id)).count();
         let window = spread_window(new);
         let now = tokio::time::Instant::now();
@@ -266,6 +286,8 @@ impl Federation {
                 conn.downs.send_modify(|n| *n += 1);
                 conn.flaps().down(tuic_node::ext::mono_ms());
                 crate::notify::host(&self.node, &conn.id, false);
+                let why = ran_ok.as_ref().err().map(String::as_str);
+                crate::audit::record(&self, "hub_disconnected", &conn, why).await;
             }
             if ran_ok.is_ok() {
                 // A clean end after being up: start over from the smallest delay.
@@ -329,6 +351,7 @@ impl Federation {
         conn.ups.send_modify(|n| *n += 1);
         tracing::info!(conn = %conn.id, "connection up");
         crate::notify::host(&self.node, &conn.id, true);
+        crate::audit::record(self, "hub_connected", conn, None).await;
         let mut events = resp.bytes_stream();
         let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
         let mut ping = tokio::time::interval(PING_EVERY);

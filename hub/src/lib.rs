@@ -7,6 +7,7 @@
 //! PTYs and never asks a node to start a process.
 
 pub mod acp;
+pub mod audit;
 pub mod cli;
 pub mod connections;
 pub mod federation;

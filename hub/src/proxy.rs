@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as TMsg;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tuic_node::ext::ApiError;
+use tuic_node::ext::audit::FORWARDED_USER_HEADER;
 
 use crate::connections::{Conn, describe};
 use crate::federation::Federation;
@@ -161,6 +162,7 @@ pub(crate) async fn proxy_http(
 ) -> Response {
     let method = req.method().clone();
     let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+    let user = crate::audit::forwarded_user(&req);
     let body = match http_body_util::Limited::new(req.into_body(), MAX_PROXY_BODY)
         .collect()
         .await
@@ -183,6 +185,9 @@ pub(crate) async fn proxy_http(
         .body(body);
     if let Some(ct) = content_type {
         out = out.header(header::CONTENT_TYPE, ct);
+    }
+    if let Some(u) = user.and_then(|u| HeaderValue::from_str(&u).ok()) {
+        out = out.header(FORWARDED_USER_HEADER, u);
     }
     match out.send().await {
         Ok(r) => {
@@ -271,6 +276,7 @@ async fn open_upstream(
     sid: &str,
     rest: &str,
     query: Option<&str>,
+    user: Option<String>,
 ) -> Result<Upstream, Response> {
     use tuic_node::link::quic_stream::{self, OpenError, Request as StreamRequest};
     if rest == "/stream"
@@ -279,6 +285,7 @@ async fn open_upstream(
         let req = StreamRequest {
             session: sid.to_owned(),
             query: query.map(str::to_owned),
+            forwarded_user: user.clone(),
         };
         match quic_stream::open(&link, req).await {
             Ok(up) => {
@@ -301,6 +308,9 @@ async fn open_upstream(
     };
     if let Ok(v) = HeaderValue::from_str(&conn.cookie()) {
         upstream_req.headers_mut().insert(header::COOKIE, v);
+    }
+    if let Some(u) = user.and_then(|u| HeaderValue::from_str(&u).ok()) {
+        upstream_req.headers_mut().insert(FORWARDED_USER_HEADER, u);
     }
     let upstream = match tokio_tungstenite::connect_async(upstream_req).await {
         Ok((ws, _)) => ws,
@@ -349,13 +359,15 @@ async fn proxy_ws(
     follow: Option<(Arc<Federation>, String)>,
 ) -> Response {
     let query = req.uri().query().map(str::to_owned);
+    let user = crate::audit::forwarded_user(&req);
     let (mut parts, _body) = req.into_parts();
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
     // Open upstream before upgrading, so an unreachable owner is a 503, not an empty socket.
-    let (mut up_tx, mut up_rx) = match open_upstream(&conn, sid, rest, query.as_deref()).await {
+    let (mut up_tx, mut up_rx) = match open_upstream(&conn, sid, rest, query.as_deref(), user).await
+    {
         Ok(up) => up,
         Err(answer) => return answer,
     };

@@ -171,6 +171,7 @@ const OWN_ENTRIES: &[&str] = &[
     "config.json.lock",
     "state.redb",
     "secrets.json",
+    "secrets.key",
     "node.lock",
     "mcp.sock",
     "mcp-upstreams.json",

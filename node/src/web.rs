@@ -39,6 +39,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/assets/secret-form.js"),
     ),
     (
+        "assets/secret-consent.js",
+        JS,
+        include_str!("../../web/assets/secret-consent.js"),
+    ),
+    (
         "assets/share.js",
         JS,
         include_str!("../../web/assets/share.js"),

@@ -738,14 +738,61 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
     assert_eq!(again.status, 403);
     assert_eq!(again.json()["code"], "bad_nonce");
 
-    // The agent runs with it: the hash proves it was there; the value never comes back.
-    let (err, out) = agent
-        .tool(
-            "secret",
-            json!({"action": "run", "name": "TOKEN",
-                   "command": ["sh", "-c", "echo $TOKEN | sha256sum; echo \"leak:$TOKEN\""]}),
+    // The spec's consent templates: the first run waits for the person's approval of this
+    // exact argv and directory, on the phone.
+    let run = json!({"action": "run", "name": "TOKEN", "cwd": "/tmp",
+                     "command": ["sh", "-c", "echo $TOKEN | sha256sum; echo \"leak:$TOKEN\""]});
+    let (err, v) = agent.tool("secret", run.clone()).await;
+    assert!(err, "{v}");
+    assert_eq!(v["code"], "consent_required", "{v}");
+    assert!(
+        !v.to_string().contains("nonce"),
+        "the agent never gets the consent's capability"
+    );
+    let listed = ipc_ok(&n.socket, "GET", "/secrets", None).await;
+    let consent = listed["consents"][0]["path"].as_str().unwrap().to_owned();
+    assert!(
+        consent.starts_with("/index.html#/secret-consent?nonce="),
+        "{consent}"
+    );
+    b.goto(&format!("{base}{consent}")).await.unwrap();
+    b.wait_for(
+        "document.getElementById('consent-command') && document.getElementById('consent-command').textContent.includes('sha256sum')",
+        10_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        b.eval(
+            "return document.getElementById('consent-cwd').textContent",
+            json!([])
         )
-        .await;
+        .await
+        .unwrap(),
+        json!("in /tmp")
+    );
+    b.click(&b.find("#consent-allow").await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("!document.getElementById('consent-done').hidden", 10_000)
+        .await
+        .unwrap();
+    b.screenshot(&artifacts_dir().join("secret-consent-phone.png"))
+        .await
+        .unwrap();
+    // The template matches only the exact run: another directory, another argv, another
+    // name each need their own consent.
+    for (k, other) in [
+        ("cwd", json!("/")),
+        ("command", json!(["sh", "-c", "echo $TOKEN | sha256sum"])),
+    ] {
+        let mut r = run.clone();
+        r[k] = other;
+        let (err, v) = agent.tool("secret", r).await;
+        assert!(err && v["code"] == "consent_required", "{k}: {v}");
+    }
+    // The agent runs with it: the hash proves it was there; the value never comes back.
+    let (err, out) = agent.tool("secret", run.clone()).await;
     assert!(!err, "{out}");
     let want = sha256_hex(format!("{value}\n").as_bytes());
     assert!(out["stdout"].as_str().unwrap().contains(&want), "{out}");
@@ -827,6 +874,34 @@ async fn a_secret_typed_into_the_phone_form_is_used_by_the_agent_and_appears_now
             .count();
         assert_eq!(hits, 0, "the secret appears in the {what}");
     }
+    let templates = ipc_ok(&n.socket, "GET", "/secrets", None).await["templates"].clone();
+    assert_eq!(templates.as_array().unwrap().len(), 1, "{templates}");
+    assert_eq!(templates[0]["cwd"], "/tmp");
+    assert_eq!(templates[0]["argv"][0], "sh");
+    find(&audit(&n.socket, "").await, "secret_consent_requested");
+    let granted = audit(&n.socket, "&kind=secret_consent_granted").await;
+    assert_eq!(granted[0]["detail"]["name"], "TOKEN");
+    assert_eq!(granted[0]["detail"]["program"], "sh");
+    // A forged consent nonce is refused; a deleted template stops the run again.
+    let r = ipc(
+        &n.socket,
+        "POST",
+        "/secrets/consent",
+        Some(json!({"nonce": "forged", "allow": true})),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["code"], "bad_nonce");
+    let id = templates[0]["id"].as_str().unwrap();
+    ipc_ok(
+        &n.socket,
+        "DELETE",
+        &format!("/secrets/templates/{id}"),
+        None,
+    )
+    .await;
+    let (err, v) = agent.tool("secret", run.clone()).await;
+    assert!(err && v["code"] == "consent_required", "{v}");
     let used = audit(&n.socket, "&kind=secret_used").await;
     assert_eq!(used[0]["detail"]["name"], "TOKEN");
     find(&audit(&n.socket, "").await, "secret_requested");

@@ -569,9 +569,10 @@ async fn oauth_discovery_pkce_callback_refresh_and_401_recovery_against_a_real_s
             assert!(!body.contains(s.as_str()), "{name} leaks a token");
         }
     }
-    let vault: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("secrets.json")).unwrap()).unwrap();
-    let cred: Value = serde_json::from_str(vault["mcp_upstream:prot-1"].as_str().unwrap()).unwrap();
+    // The file store is encrypted (`vault`): read the entry through it.
+    let vault = tuic_node::vault::Vault::open(dir, dir.join("secrets.json"), false);
+    let cred: Value =
+        serde_json::from_str(&vault.get("mcp_upstream:prot-1").unwrap().unwrap()).unwrap();
     assert_eq!(cred["type"], "oauth2");
     assert_eq!(cred["origin"], format!("http://127.0.0.1:{rs_port}"));
     let _ = std::fs::remove_file(&log);

@@ -5,11 +5,13 @@
 // `#/trust` (the audit log, share links, secrets) mounts alone the same way.
 // `#/changes/<session>` (review an agent's changes) and `#/tab?…` (a tab an agent opened with
 // `ui action=tab`) mount alone too.
-const alone = ["#/secret-form", "#/trust", "#/changes/", "#/tab"];
+const alone = ["#/secret-form", "#/secret-consent", "#/trust", "#/changes/", "#/tab"];
 const isForm = () => alone.some((p) => location.hash.startsWith(p));
 const mountedForm = isForm();
 if (location.hash.startsWith("#/secret-form")) {
   import("/assets/secret-form.js");
+} else if (location.hash.startsWith("#/secret-consent")) {
+  import("/assets/secret-consent.js");
 } else if (location.hash.startsWith("#/trust")) {
   import("/assets/trust.js");
 } else if (location.hash.startsWith("#/changes/")) {

@@ -25,6 +25,7 @@ const audit = el("ol", { id: "audit", className: "audit" });
 const shares = el("ul", { id: "shares", className: "sessions" });
 const secrets = el("ul", { id: "secrets", className: "sessions" });
 const forms = el("ul", { id: "secret-forms", className: "sessions" });
+const templates = el("ul", { id: "secret-templates", className: "sessions" });
 const summary = el("p", { id: "audit-summary", className: "empty" });
 document.body.replaceChildren(
   el("header", { className: "top" },
@@ -33,6 +34,7 @@ document.body.replaceChildren(
   el("main", { className: "trust" },
     el("h2", { textContent: "Secret requests" }), forms,
     el("h2", { textContent: "Secrets" }), secrets,
+    el("h2", { textContent: "Approved commands" }), templates,
     el("h2", { textContent: "Share links" }), shares,
     el("h2", { textContent: "Audit log" }), summary, audit));
 
@@ -42,8 +44,13 @@ function when(ms) {
 
 async function refresh() {
   const [a, s, k] = await Promise.all([json("/audit?limit=200"), json("/shares"), json("/secrets")]);
-  summary.textContent = `${a.total} entries held (bound ${a.max_entries}, ${a.max_age_days} days), ${a.dropped} dropped`;
-  audit.replaceChildren(...a.entries.map((e) => el("li", { className: "audit-entry", dataset: { kind: e.kind } },
+  // On a hub the page holds every connected node's entries too, each with its host.
+  const down = (a.hosts ?? []).filter((h) => h.error).map((h) => `${h.host}: ${h.error}`);
+  summary.textContent = `${a.total} entries held (bound ${a.max_entries}, ${a.max_age_days} days), ${a.dropped} dropped`
+    + (a.hosts ? ` · hosts ${a.hosts.map((h) => h.host).join(", ")}` : "")
+    + (down.length ? ` · unavailable: ${down.join("; ")}` : "");
+  audit.replaceChildren(...a.entries.map((e) => el("li", { className: "audit-entry", dataset: { kind: e.kind, host: e.host ?? "" } },
+    e.host ? el("b", { className: "audit-host", textContent: `[${e.host}] ` }) : "",
     `${when(e.at_ms)} ${e.kind} · ${e.who} (${e.via}${e.address ? " " + e.address : ""})${e.session ? " · " + e.session : ""}`,
     e.detail ? el("code", { textContent: " " + JSON.stringify(e.detail) }) : "")));
   shares.replaceChildren(...s.shares.map((l) => {
@@ -64,7 +71,15 @@ async function refresh() {
       onclick: () => json(`/secrets/${encodeURIComponent(x.name)}`, { method: "DELETE" }).then(refresh),
     }))));
   forms.replaceChildren(...k.forms.map((f) => el("li", {},
-    el("a", { href: f.path, textContent: `${f.name}: ${f.reason || "(no reason)"} — answer` }))));
+    el("a", { href: f.path, textContent: `${f.name}: ${f.reason || "(no reason)"} — answer` }))),
+    ...(k.consents ?? []).map((c) => el("li", { className: "secret-consent" },
+      el("a", { href: c.path, textContent: `${c.name}: run ${c.argv.join(" ")} — approve or deny` }))));
+  templates.replaceChildren(...(k.templates ?? []).map((t) => el("li", { className: "secret-template", dataset: { id: t.id } },
+    `${t.name} · ${t.argv.join(" ")}${t.cwd ? " · in " + t.cwd : ""} `,
+    el("button", {
+      type: "button", textContent: "Delete", className: "delete",
+      onclick: () => json(`/secrets/templates/${encodeURIComponent(t.id)}`, { method: "DELETE" }).then(refresh),
+    }))));
 }
 
 refresh();

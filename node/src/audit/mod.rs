@@ -34,6 +34,11 @@ const AUDIT_META: TableDefinition<'_, &str, u64> = TableDefinition::new("audit_m
 /// passes (a user name and a user agent are the client's choice).
 pub const MAX_FIELD_CHARS: usize = 200;
 
+/// The header a hub sets on a call it relays to a node: the caller's `who` on the hub. The
+/// node believes it only from a caller holding its node token (the hub), and records such an
+/// act as `via: hub`, `who: hub:<user>`.
+pub const FORWARDED_USER_HEADER: &str = "x-tuic-hub-user";
+
 /// Most entries one `GET /audit` page returns.
 pub const MAX_PAGE: usize = 1_000;
 

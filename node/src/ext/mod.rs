@@ -369,6 +369,8 @@ pub struct NodeApi {
     pub upstreams: Arc<crate::upstream::Upstreams>,
     /// The notification service (a hub raises its nodes' notifications on it).
     pub notify: Arc<crate::notify::Notify>,
+    /// The audit log (a hub records its connections' acts and shows its nodes' beside it).
+    pub audit: Arc<crate::audit::Audit>,
     /// This node's mail: inboxes, the uplink state and its group committer.
     pub(crate) mail: Arc<crate::mail::Mail>,
     /// The store a relay's outboxes are kept in.
@@ -395,6 +397,10 @@ impl NodeApi {
     pub fn set_config(&self, c: crate::config::Config) {
         (self.set_config)(c)
     }
+/// The audit log's types, for a process that records its own acts (a hub's connections) or
+/// shows other hosts' logs beside this node's (`NodeApi::audit`).
+pub mod audit {
+    pub use crate::audit::{Actor, Entry, Event, FORWARDED_USER_HEADER, Page, Query};
 }
 
 /// Cross-host mail pieces a relay runs on its own side of its links (the hub's relay keeps

@@ -81,6 +81,10 @@ pub struct Request {
     /// The stream's query string (`format=text`, `mode=screen`, ...), as the route takes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
+    /// The hub's user this stream is opened for (the node's audit records the attach as
+    /// `via: hub`, `who: hub:<user>`); the link itself is the hub's node token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded_user: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -314,6 +318,7 @@ mod tests {
             session_stream: Request {
                 session: "12".into(),
                 query: Some("mode=screen".into()),
+                forwarded_user: None,
             },
         };
         assert_eq!(

@@ -236,7 +236,8 @@ pub(super) async fn branch_delete(
 ) -> Result<Json<Value>, ApiError> {
     let ev = crate::audit::Event::new("branch_deleted", &super::audit::actor(who))
         .with("path", b.path.as_str())
-        .with("branch", b.branch.as_str());
+        .with("branch", b.branch.as_str())
+        .with("archive", b.archive);
     let out = blocking(&node, move |n| {
         n.git.delete_branch(&b.path, &b.branch, b.archive)
     })

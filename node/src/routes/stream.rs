@@ -46,8 +46,30 @@ impl crate::link::quic_stream::StreamHook for QuicStreams {
                 message: e.message,
             })?;
         let node = self.0.clone();
+        // The link is the hub's node token; the attach is the hub user's.
+        let who = Actor {
+            who: format!(
+                "hub:{}",
+                request.forwarded_user.as_deref().unwrap_or("node-token")
+            ),
+            via: "hub".into(),
+            address: None,
+        };
+        let attach = AuditEvent::new("attach", &who)
+            .session(&opened.s.id)
+            .with("mode", "read_write")
+            .with(
+                "stream",
+                if matches!(opened.kind, Kind::Screen) {
+                    "screen"
+                } else {
+                    "bytes"
+                },
+            )
+            .with("carrier", "quic");
         Ok(Box::new(move |(tx, rx): Carrier| {
             Box::pin(async move {
+                super::audit::record(&node, attach).await;
                 let tx = tx.with(|m: Message| {
                     futures::future::ready(Ok::<_, std::io::Error>(match m {
                         Message::Text(t) => Frame::Text(t.as_str().to_owned()),

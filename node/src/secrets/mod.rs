@@ -5,7 +5,7 @@
 //! captured from pipes, capped, and masked of the value before anything serializes it — or
 //! `remove` it. No action reads a value.
 //!
-//! Values live in the vault (keyring, else the 0600 file) under `secret/<name>`, and in
+//! Values live in the vault (keyring, else the encrypted file) under `secret/<name>`, and in
 //! memory only in `Zeroizing` buffers for the moment of a store or a run. The names (never
 //! the values) are indexed in the store's `secret_names` table so a person can list them.
 //! While a form is open, [`Secrets::form_open`] is the pre-call gate the MCP layer consults.
@@ -28,6 +28,7 @@ use crate::events::Bus;
 use crate::store::Store;
 use crate::vault::Vault;
 
+pub mod consent;
 #[cfg(test)]
 mod tests;
 
@@ -72,6 +73,16 @@ pub enum SecretError {
     /// Too many forms are open.
     #[error("{MAX_FORMS} secret forms are already open; answer or let some expire")]
     TooManyForms,
+    /// No template of the person's allows this exact run (`consent`).
+    #[error(
+        "the person has not approved this exact run (secret {name}, this argv, this directory); they were asked — call run again once they approved"
+    )]
+    ConsentRequired {
+        /// The secret.
+        name: String,
+        /// When the person's request expires, unix ms.
+        expires_ms: u64,
+    },
     /// No secret of that name is stored.
     #[error("no secret named {0} is stored; ask the person with secret action=request")]
     Missing(String),
@@ -93,6 +104,7 @@ impl SecretError {
             Self::BadNonce => "bad_nonce",
             Self::TooManyForms => "too_many_forms",
             Self::Missing(_) => "secret_missing",
+            Self::ConsentRequired { .. } => "consent_required",
             Self::BadCommand(_) => "invalid_command",
             Self::Internal(_) => "internal",
         }
@@ -163,6 +175,10 @@ pub struct SecretsEnv {
     pub store: Arc<Store>,
     /// Where form requests are announced to the person's UIs.
     pub bus: Arc<Bus>,
+    /// The values masked out of terminal output (`session::valuemask`): this service adds
+    /// each stored value and drops removed ones, so an agent that prints a value by another
+    /// path than `run` (a `cat` of a file holding it) never puts it on a screen.
+    pub redactions: Arc<crate::session::valuemask::Redactions>,
 }
 
 /// The secret service.
@@ -171,6 +187,8 @@ pub struct Secrets {
     env: SecretsEnv,
     /// Open forms by sha256(nonce).
     forms: Mutex<HashMap<String, Form>>,
+    /// Runs waiting for the person's consent (`consent`), by sha256(nonce).
+    consents: Mutex<consent::Pending>,
 }
 
 /// Checks a secret name: an environment variable name, so it also carries no path.
@@ -201,11 +219,25 @@ impl Secrets {
     pub fn open(env: SecretsEnv) -> anyhow::Result<Self> {
         let tx = env.store.database().begin_write()?;
         tx.open_table(SECRET_NAMES)?;
+        tx.open_table(consent::SECRET_CONSENTS)?;
         tx.commit()?;
-        Ok(Self {
+        let s = Self {
             env,
             forms: Mutex::new(HashMap::new()),
-        })
+            consents: Mutex::new(HashMap::new()),
+        };
+        // Publish the stored values for redaction; an unreadable vault entry is skipped (its
+        // run fails with the vault's error instead).
+        for info in s.list().map_err(|e| anyhow::anyhow!("{e}"))? {
+            match s.env.vault.get(&vault_key(&info.name)) {
+                Ok(Some(v)) => s.env.redactions.set(&info.name, &Zeroizing::new(v)),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(name = %info.name, error = %format!("{e:#}"), "secret not readable for redaction")
+                }
+            }
+        }
+        Ok(s)
     }
 
     fn forms(&self) -> std::sync::MutexGuard<'_, HashMap<String, Form>> {
@@ -344,6 +376,7 @@ impl Secrets {
             .vault
             .set(&vault_key(name), value)
             .map_err(internal)?;
+        self.env.redactions.set(name, value);
         let info = SecretInfo {
             name: name.to_owned(),
             stored_ms: now_ms,
@@ -377,6 +410,7 @@ impl Secrets {
     pub fn remove(&self, name: &str) -> Result<bool, SecretError> {
         check_name(name)?;
         let had = self.env.vault.remove(&vault_key(name)).map_err(internal)?;
+        self.env.redactions.remove(name);
         let dropped = || -> anyhow::Result<bool> {
             let tx = self.env.store.database().begin_write()?;
             let had = tx.open_table(SECRET_NAMES)?.remove(name)?.is_some();

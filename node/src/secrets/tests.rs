@@ -5,6 +5,7 @@ fn secrets(dir: &std::path::Path) -> Secrets {
         vault: Arc::new(Vault::open(dir, dir.join("secrets.json"), false)),
         store: Arc::new(Store::open(&dir.join("state.redb")).unwrap()),
         bus: Arc::new(Bus::default()),
+        redactions: Arc::default(),
     })
     .unwrap()
 }
@@ -126,4 +127,80 @@ fn forms_expire() {
             .code(),
         "bad_nonce"
     );
+}
+
+#[test]
+fn a_consent_template_matches_only_its_exact_name_argv_and_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let s = secrets(d.path());
+    let argv: Vec<String> = ["sh", "-c", "echo $T"].map(String::from).to_vec();
+    assert!(!s.consented("T", &argv, Some("/tmp")).unwrap());
+    let req = s
+        .request_consent("T", &argv, Some("/tmp"), "agent:x", 1)
+        .unwrap();
+    // A repeated request points at the open one.
+    assert_eq!(
+        s.request_consent("T", &argv, Some("/tmp"), "agent:x", 2)
+            .unwrap()
+            .nonce,
+        req.nonce
+    );
+    assert!(matches!(
+        s.answer_consent("forged", true, "local", 3),
+        Err(SecretError::BadNonce)
+    ));
+    let (_, t) = s.answer_consent(&req.nonce, true, "local", 3).unwrap();
+    let t = t.unwrap();
+    assert!(s.consented("T", &argv, Some("/tmp")).unwrap());
+    // Answered once.
+    assert!(s.answer_consent(&req.nonce, true, "local", 4).is_err());
+    // Each part must match exactly.
+    let mut longer = argv.clone();
+    longer.push("x".into());
+    assert!(!s.consented("T", &longer, Some("/tmp")).unwrap());
+    assert!(!s.consented("T", &argv[..2], Some("/tmp")).unwrap());
+    assert!(!s.consented("T", &argv, Some("/tmp/")).unwrap());
+    assert!(!s.consented("T", &argv, None).unwrap());
+    assert!(!s.consented("U", &argv, Some("/tmp")).unwrap());
+    // A refused request stores nothing; a forgotten template stops matching.
+    let other = s.request_consent("T", &longer, None, "agent:x", 5).unwrap();
+    let (_, none) = s.answer_consent(&other.nonce, false, "local", 6).unwrap();
+    assert!(none.is_none());
+    assert!(!s.consented("T", &longer, None).unwrap());
+    assert!(s.forget(&t.id).unwrap());
+    assert!(!s.consented("T", &argv, Some("/tmp")).unwrap());
+    // Bad input.
+    assert!(s.allow("../x", &argv, None, "local", 7).is_err());
+    assert!(s.allow("T", &[], None, "local", 7).is_err());
+}
+
+#[test]
+fn a_stored_value_is_published_for_redaction_and_withdrawn_on_remove() {
+    let d = tempfile::tempdir().unwrap();
+    let red = Arc::new(crate::session::valuemask::Redactions::default());
+    let open = || {
+        Secrets::open(SecretsEnv {
+            vault: Arc::new(Vault::open(d.path(), d.path().join("secrets.json"), false)),
+            store: Arc::new(Store::open(&d.path().join("state.redb")).unwrap()),
+            bus: Arc::new(Bus::default()),
+            redactions: red.clone(),
+        })
+        .unwrap()
+    };
+    let s = open();
+    s.store("TOKEN", "value-to-hide-123", 1).unwrap();
+    let mut out = b"a value-to-hide-123 b".to_vec();
+    red.mask_complete(&mut out);
+    assert_eq!(out, b"a ***************** b".to_vec());
+    drop(s);
+    // A fresh service over the same vault publishes it again.
+    red.remove("TOKEN");
+    let s = open();
+    let mut out = b"value-to-hide-123".to_vec();
+    red.mask_complete(&mut out);
+    assert_eq!(out, vec![b'*'; 17]);
+    s.remove("TOKEN").unwrap();
+    let mut out = b"value-to-hide-123".to_vec();
+    red.mask_complete(&mut out);
+    assert_eq!(out, b"value-to-hide-123".to_vec());
 }

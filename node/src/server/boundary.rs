@@ -158,7 +158,19 @@ pub(crate) async fn boundary(
         {
             Ok((r, who)) => {
                 refresh_cookie = r;
-                actor.who = who;
+                // A hub relaying its user's call: believed only from the node token.
+                let relayed = req
+                    .headers()
+                    .get(crate::audit::FORWARDED_USER_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|_| who == "node-token");
+                actor.who = match relayed {
+                    Some(user) => {
+                        actor.via = "hub".into();
+                        format!("hub:{user}")
+                    }
+                    None => who,
+                };
             }
             Err(resp) => return with_cors(resp, origin.as_deref()),
         }

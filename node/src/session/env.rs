@@ -60,6 +60,9 @@ pub struct SessionEnv {
     pub on_intent: Option<IntentHook>,
     /// The screen cells all live sessions share (`budget`).
     pub cells: Arc<super::budget::CellBudget>,
+    /// The stored secrets' values, masked out of output as it is read (`valuemask`); the
+    /// secret service publishes them.
+    pub redactions: Arc<super::valuemask::Redactions>,
 }
 
 impl SessionEnv {
@@ -75,6 +78,7 @@ impl SessionEnv {
             tuning: Arc::new(Tuning::default),
             on_intent: None,
             cells: Arc::default(),
+            redactions: Arc::default(),
         }
     }
 

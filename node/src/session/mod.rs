@@ -34,6 +34,7 @@ pub mod screensync;
 pub mod stderr;
 pub mod submit;
 pub mod utf8;
+pub mod valuemask;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

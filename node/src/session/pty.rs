@@ -21,6 +21,7 @@ use tracing::{debug, warn};
 
 use super::backlog::Backlog;
 use super::capture::{Capture, Direction};
+use super::valuemask::Masker;
 use super::{Exit, LOG_LINES, Name, Screen, Session, lock, now_ms};
 
 /// Read buffer size: large enough that bulk output costs few wakeups.
@@ -51,6 +52,8 @@ pub(super) struct Spawn {
     pub(super) charge: super::budget::Charge,
     /// Where the program's stderr goes instead of the terminal (`stderr`), when asked.
     pub(super) stderr_file: Option<std::path::PathBuf>,
+    /// The secret values masked out of its output (`valuemask`).
+    pub(super) redactions: Arc<super::valuemask::Redactions>,
 }
 
 impl Spawn {
@@ -226,6 +229,7 @@ pub(super) fn spawn(
     let reader = pair.master.try_clone_reader()?;
     let writer = pair.master.take_writer()?;
     let killer = child.clone_killer();
+    let masker = Masker::new(s.redactions.clone());
     let session = new_session(
         s,
         Parts {
@@ -244,7 +248,7 @@ pub(super) fn spawn(
         .name(format!("pty-read-{}", rs.id))
         .stack_size(256 * 1024)
         .spawn(move || {
-            read_loop(&rs, reader, &capture);
+            read_loop(&rs, reader, &capture, masker);
             let _ = drained_tx.send(());
         })?;
     let ws = session.clone();
@@ -327,6 +331,10 @@ pub(super) fn adopt(
     capture: Arc<Capture>,
     on_exit: impl FnOnce(&Arc<Session>) + Send + 'static,
 ) -> anyhow::Result<Arc<Session>> {
+    // The holder keeps the raw bytes: the adopted ring is masked like any read.
+    let mut a = a;
+    s.redactions.mask_complete(&mut a.ring);
+    let masker = Masker::new(s.redactions.clone());
     let mut stream = Backlog::starting_at(a.header.total - a.ring.len() as u64);
     stream.push(&a.ring);
     let writer: Box<dyn Write + Send> = match &a.master {
@@ -363,7 +371,7 @@ pub(super) fn adopt(
         .spawn(move || {
             let code = match early {
                 Some(x) => x.code,
-                None => held_loop(&rs, conn, &capture),
+                None => held_loop(&rs, conn, &capture, masker),
             };
             finish_screen(&rs);
             publish_exit(&rs, code, on_exit);
@@ -372,13 +380,17 @@ pub(super) fn adopt(
 }
 
 /// Reads a holder's output frames until its exit frame (or until it vanishes: no code).
-fn held_loop(s: &Session, conn: UnixStream, capture: &Capture) -> Option<i32> {
+fn held_loop(s: &Session, conn: UnixStream, capture: &Capture, mut masker: Masker) -> Option<i32> {
     let mut r = std::io::BufReader::with_capacity(READ_BUF + 8, conn);
     let mut yielding = Yielding::new(Instant::now());
     loop {
         match super::holder::read_frame(&mut r) {
-            Ok(Some((b'O', bytes))) => ingest(s, &bytes, capture, &mut yielding),
+            Ok(Some((b'O', bytes))) => {
+                let out = masker.pass(&bytes);
+                ingest(s, &out, capture, &mut yielding);
+            }
             Ok(Some((b'X', p))) => {
+                ingest(s, &masker.finish(), capture, &mut yielding);
                 return serde_json::from_slice::<super::holder::ExitFrame>(&p)
                     .ok()
                     .and_then(|x| x.code);
@@ -395,7 +407,7 @@ fn held_loop(s: &Session, conn: UnixStream, capture: &Capture) -> Option<i32> {
 /// Reads the PTY: each read goes to the raw ring, then the screen (which holds bulk plain text
 /// back cheaply, see `screen`), then subscribers are woken once. The emulator's answers to
 /// queries are written back to the PTY.
-fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
+fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture, mut masker: Masker) {
     let mut buf = vec![0u8; READ_BUF];
     let mut yielding = Yielding::new(Instant::now());
     loop {
@@ -406,14 +418,19 @@ fn read_loop(s: &Session, mut reader: Box<dyn Read + Send>, capture: &Capture) {
             // EIO: every holder of the slave side closed it.
             Err(_) => break,
         };
-        ingest(s, &buf[..n], capture, &mut yielding);
+        let out = masker.pass(&buf[..n]);
+        ingest(s, &out, capture, &mut yielding);
     }
+    ingest(s, &masker.finish(), capture, &mut yielding);
     finish_screen(s);
 }
 
 /// One read of output: raw ring, screen, then subscribers are woken.
 fn ingest(s: &Session, bytes: &[u8], capture: &Capture, yielding: &mut Yielding) {
     let n = bytes.len();
+    if n == 0 {
+        return;
+    }
     yielding.observe(n, Instant::now());
     capture.record(&s.id, Direction::Output, bytes);
     lock(&s.stream).push(bytes);
@@ -607,6 +624,7 @@ mod tests {
                 parent_session: None,
                 charge: Arc::new(super::super::budget::CellBudget::default()).adopt(24, 80),
                 stderr_file: None,
+                redactions: Arc::default(),
             },
             Arc::new(Capture::new(CaptureDir::Dir(dir.path().to_path_buf()))),
             move |_| {

@@ -439,6 +439,7 @@ impl Registry {
             },
             parent_session: req.parent_session.clone(),
             charge,
+            redactions: self.env.redactions.clone(),
         };
         let spawned = match self.holders.get() {
             Some(cfg) => pty::spawn_held(spec, cfg, self.capture.clone(), on_exit),
@@ -640,6 +641,7 @@ impl Registry {
             // It exists already: counted, never refused.
             charge: self.env.cells.adopt(rec.rows, rec.cols),
             stderr_file: super::stderr::existing(&self.env.socket, &rec.id),
+            redactions: self.env.redactions.clone(),
         };
         let mut rec = rec;
         rec.alias = alias.clone();

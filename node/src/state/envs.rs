@@ -10,6 +10,7 @@ pub(super) fn session_env(
     bus: &Arc<Bus>,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
+    redactions: &Arc<crate::session::valuemask::Redactions>,
 ) -> crate::session::SessionEnv {
     let tuning = node.clone();
     let intents = node.clone();
@@ -33,6 +34,7 @@ pub(super) fn session_env(
             }
         })),
         cells: Arc::default(),
+        redactions: redactions.clone(),
     }
 }
 

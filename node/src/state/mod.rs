@@ -177,11 +177,13 @@ impl Node {
         ));
         let mcp = crate::mcp::McpState::new(&config);
         let bus = Arc::new(Bus::default());
+        let redactions = Arc::new(crate::session::valuemask::Redactions::default());
         let secrets = Arc::new(
             crate::secrets::Secrets::open(crate::secrets::SecretsEnv {
                 vault: vault.clone(),
                 store: store.clone(),
                 bus: bus.clone(),
+                redactions: redactions.clone(),
             })
             .context("opening the secret names")?,
         );
@@ -208,7 +210,7 @@ impl Node {
             let audit = Arc::new(crate::audit::Audit::new(audit_env(weak, &store)));
             let sessions = Arc::new(crate::session::Registry::new(
                 &paths.config_dir,
-                session_env(weak, &paths, &bus, &tasks, &shutdown),
+                session_env(weak, &paths, &bus, &tasks, &shutdown, &redactions),
             ));
             let planning = planning_env(weak, &stories, &workflows, &bus, &tasks, &shutdown);
             let upstreams = Arc::new(crate::upstream::Upstreams::new(
@@ -496,6 +498,7 @@ impl Node {
             config_file: self.config_file.clone(),
             upstreams: self.upstreams.clone(),
             notify: self.notify.clone(),
+            audit: self.audit.clone(),
             mail: self.mail.clone(),
             store: self.store.clone(),
             config: Arc::new(move || config.upgrade().map(|n| n.config()).unwrap_or_default()),

@@ -175,10 +175,22 @@ pub(super) fn handle(
             .git
             .integrations(path, Some(&branch(b.branch, a)?))
             .map_err(tool_error),
-        GitCall::BranchDelete(d) => node
-            .git
-            .delete_branch(path, &branch(d.branch, a)?, d.archive.unwrap_or(false))
-            .map_err(tool_error),
+        GitCall::BranchDelete(d) => {
+            let b = branch(d.branch, a)?;
+            let archive = d.archive.unwrap_or(false);
+            let v = node
+                .git
+                .delete_branch(path, &b, archive)
+                .map_err(tool_error)?;
+            // Audited once done, before the answer (the HTTP route records the same).
+            node.audit.record_or_warn(
+                crate::audit::Event::new("branch_deleted", &super::secret::caller(ctx))
+                    .with("path", path)
+                    .with("branch", b.as_str())
+                    .with("archive", archive),
+            );
+            Ok(v)
+        }
         GitCall::OrphanCleanupAnswer(o) => {
             let d = o
                 .decision

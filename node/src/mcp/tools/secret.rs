@@ -24,7 +24,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     summary: "Use a credential the person typed, without ever seeing it",
     description: "Use credentials without seeing them.\n\
 - request (name, reason): ask the person (status pending|stored).\n\
-- run (name, command, cwd?, timeout_ms?): argv or sh -c string, with $name set; output masked.\n\
+- run (name, command, cwd?, timeout_ms?): argv or sh -c string, with $name set; output masked. The person approves each exact argv+cwd once (consent_required: retry after).\n\
 - remove (name).",
     actions: ACTIONS,
     schema: || {
@@ -97,7 +97,7 @@ impl From<SecretError> for ToolError {
 }
 
 /// The caller as the audit names it.
-fn caller(ctx: &CallCtx) -> Actor {
+pub(super) fn caller(ctx: &CallCtx) -> Actor {
     Actor {
         who: ctx
             .tuic_session
@@ -141,6 +141,31 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             let timeout =
                 Duration::from_millis(r.timeout_ms.unwrap_or(DEFAULT_RUN_MS).min(MAX_RUN_MS));
             let program = Zeroizing::new(argv.first().cloned().unwrap_or_default());
+            if !node.secrets.list()?.iter().any(|i| i.name == r.name) {
+                return Err(SecretError::Missing(r.name).into());
+            }
+            // The spec's consent templates: only a run the person approved exactly.
+            if !node.secrets.consented(&r.name, &argv, r.cwd.as_deref())? {
+                let req = node.secrets.request_consent(
+                    &r.name,
+                    &argv,
+                    r.cwd.as_deref(),
+                    &who.who,
+                    now,
+                )?;
+                node.audit.record_or_warn(
+                    Event::new("secret_consent_requested", &who)
+                        .with("name", r.name.as_str())
+                        .with("program", program.as_str())
+                        .with("args", argv.len())
+                        .with("cwd", r.cwd.as_deref().map_or(Value::Null, Value::from)),
+                );
+                return Err(SecretError::ConsentRequired {
+                    name: r.name,
+                    expires_ms: req.expires_ms,
+                }
+                .into());
+            }
             let out = node
                 .secrets
                 .run(&r.name, &argv, r.cwd.as_deref(), timeout)?;
