@@ -397,6 +397,8 @@ impl NodeApi {
     pub fn set_config(&self, c: crate::config::Config) {
         (self.set_config)(c)
     }
+}
+
 /// The audit log's types, for a process that records its own acts (a hub's connections) or
 /// shows other hosts' logs beside this node's (`NodeApi::audit`).
 pub mod audit {
