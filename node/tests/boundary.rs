@@ -624,12 +624,14 @@ async fn with_cookie(app: &axum::Router, path: &str, cookie: &str) -> StatusCode
     send(app, lan(), r).await.status()
 }
 
-/// The node token as the file vault holds it (the fixture uses `secret_store: file`).
+/// The node token as the file vault holds it (the fixture uses `secret_store: file`; the file
+/// is encrypted, so it is read through the vault).
 fn file_token(f: &Fixture) -> String {
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(f._dir.path().join("secrets.json")).unwrap())
-            .unwrap();
-    v["session_token"].as_str().unwrap().to_owned()
+    let dir = f._dir.path();
+    tuic_node::vault::Vault::open(dir, dir.join("secrets.json"), false)
+        .get("session_token")
+        .unwrap()
+        .unwrap()
 }
 
 #[tokio::test]

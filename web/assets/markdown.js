@@ -24,10 +24,12 @@ function safeHref(url) {
 /** Inline markup of one block's text, appended to `parent`. */
 function inline(parent, text) {
   let at = 0;
-  INLINE.lastIndex = 0;
-  for (let m; (m = INLINE.exec(text)); ) {
+  // Its own cursor: the recursion into bold, italic and link text runs its own scan, which
+  // must not move this one (a shared `lastIndex` would restart it: an endless loop).
+  const re = new RegExp(INLINE.source, INLINE.flags);
+  for (let m; (m = re.exec(text)); ) {
     if (m.index > at) parent.appendChild(document.createTextNode(text.slice(at, m.index)));
-    at = INLINE.lastIndex;
+    at = re.lastIndex;
     if (m[1]) parent.appendChild(el("code", "", m[2].replace(/^ (.*) $/, "$1")));
     else if (m[3] !== undefined || m[4] !== undefined) inline(parent.appendChild(el("strong")), m[3] ?? m[4]);
     else if (m[5] !== undefined || m[6] !== undefined) inline(parent.appendChild(el("em")), m[5] ?? m[6]);

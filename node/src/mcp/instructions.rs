@@ -115,8 +115,9 @@ mod tests {
                 // answer (ACP permission requests) and delivery_path acp_inbox_resource (issue
                 // 48: 20,638 B before, 20,844 B after); the three meta-tools listed on the full
                 // surface (issue 44: exactly their 590 B after trimming their descriptions,
-                // `registry::meta::meta_listings`).
-                20_906 + 590,
+                // `registry::meta::meta_listings`); secret run's consent sentence (issue 47,
+                // the spec's consent templates: 78 B).
+                20_906 + 590 + 78,
             ),
             (
                 "tools_list.all_enabled",
@@ -124,8 +125,9 @@ mod tests {
                 // 21,000 with `secret` (issue 47); spawn's model and run_config (issue 45, +80 B);
                 // repo diff actions and ui tab's inputs (issue 43, 21,620 B measured); session
                 // answer and acp_inbox_resource (issue 48: +206 B, 21,827 B measured); the
-                // meta-tools on the full surface (issue 44, their 590 B).
-                21_906 + 590,
+                // meta-tools on the full surface (issue 44, their 590 B); secret run's consent
+                // sentence (issue 47, 78 B).
+                21_906 + 590 + 78,
             ),
             (
                 "tools_list.collapsed",

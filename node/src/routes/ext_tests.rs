@@ -322,7 +322,17 @@ async fn an_extensions_tools_are_listed_after_the_native_ones_and_called_through
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names.last(), Some(&"ext.echo"), "{names:?}");
+    // The extension's tools follow the native ones; the meta-tools close the full list.
+    let ext = names
+        .iter()
+        .position(|n| *n == "ext.echo")
+        .expect("ext.echo listed");
+    assert_eq!(
+        names[ext + 1..],
+        ["search_tools", "get_tool_schema", "call_tool"],
+        "{names:?}"
+    );
+    assert_eq!(names[ext - 1], "secret", "{names:?}");
     assert!(names.contains(&"session"), "{names:?}");
     let (err, v) = tool(&node, "ext.echo", json!({"x": 1})).await;
     assert!(!err, "{v}");
