@@ -17,27 +17,11 @@ use anyhow::{Context, bail};
 use serde_json::json;
 
 use crate::bench_worktrees::build_repo;
+use crate::bench_worktrees::{enc, pct};
 use crate::{NodeProc, config_dir, ipc};
 
 /// Lines of the big file.
 const BIG_LINES: usize = 2_000;
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
 
 fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     let o = Command::new("git")

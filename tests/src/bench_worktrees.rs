@@ -20,12 +20,14 @@ use serde_json::json;
 
 use crate::{NodeProc, config_dir, ipc};
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+/// The `p` quantile of `v` (sorted here).
+pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn enc(s: &str) -> String {
+/// Percent-encodes a query value.
+pub(crate) fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
