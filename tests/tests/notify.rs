@@ -785,22 +785,25 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
         let b = &b;
         let base = base.clone();
         async move {
-            // Registration ids are small integers in a fresh profile; the one that exists takes it.
+            // Registration ids are small integers in a fresh profile, but which one is the
+            // page's depends on how its registrations went (one interrupted by a navigation
+            // under load is dropped and the next takes a new id). DevTools accepts any numeric
+            // id and drops a push for an id that does not exist, so the message goes to each of
+            // the first ids: only the existing registration receives it.
             b.cdp("ServiceWorker.enable", json!({})).await.unwrap();
             let mut errors = Vec::new();
-            for id in 0..8 {
+            for id in 0..16 {
                 let r = b
                     .cdp(
                         "ServiceWorker.deliverPushMessage",
                         json!({"origin": base, "registrationId": id.to_string(), "data": data}),
                     )
                     .await;
-                match r {
-                    Ok(_) => return,
-                    Err(e) => errors.push(format!("{e:#}")),
+                if let Err(e) = r {
+                    errors.push(format!("{e:#}"));
                 }
             }
-            panic!("no service worker registration took the push: {errors:?}");
+            assert!(errors.len() < 16, "no registration took the push: {errors:?}");
         }
     };
     deliver(msg.to_string()).await;
