@@ -803,7 +803,10 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
                     errors.push(format!("{e:#}"));
                 }
             }
-            assert!(errors.len() < 16, "no registration took the push: {errors:?}");
+            assert!(
+                errors.len() < 16,
+                "no registration took the push: {errors:?}"
+            );
         }
     };
     deliver(msg.to_string()).await;
@@ -856,10 +859,7 @@ async fn the_service_worker_shows_answers_and_closes_the_notification() {
 /// has no event for "a worker showed a notification", so each WebDriver call watches for at
 /// most 2 s (well inside the driver's script timeout, however loaded the machine) and the
 /// calls repeat until a 60 s deadline.
-async fn worker_notifications(
-    b: &tuic_tests::webdriver::Browser,
-    count: usize,
-) -> Value {
+async fn worker_notifications(b: &tuic_tests::webdriver::Browser, count: usize) -> Value {
     const WATCH: &str = "const done = arguments[arguments.length - 1];
         (async () => {
           const reg = await navigator.serviceWorker.getRegistration('/');

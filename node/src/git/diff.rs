@@ -320,22 +320,12 @@ fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, GitError>>) -> Resul
         .unwrap_or_else(|_| Err(GitError::Io("a git reader panicked".into())))
 }
 
-/// `diff_summary`: committed changes against the merge-base (paged), the commits, and the
-/// uncommitted changes of a checkout.
-pub(crate) fn summary(
-    env: DiffEnv<'_>,
-    t: &Target,
-    offset: usize,
-    limit: Option<usize>,
-) -> Result<Summary, GitError> {
-    let git = env.git;
-    let r = resolve(env, t)?;
+/// The committed half of a summary: `merge_base..head`'s changed files and commits (two
+/// reads side by side).
+fn committed_range(git: &Git, r: &Resolved) -> Result<memo::Committed, GitError> {
     let range = format!("{}..{}", r.merge_base, r.head);
     let n = (MAX_COMMITS + 1).to_string();
-    // The four reads are independent: run side by side (each in a runner slot), so the answer
-    // costs about the slowest of them rather than their sum.
-    let (files, log, tracked, untracked_files) = std::thread::scope(|s| {
-        let committed = s.spawn(|| changes(git, &r.dir, &[&r.merge_base, &r.head], &[]));
+    let (files, log) = std::thread::scope(|s| {
         let log = s.spawn(|| {
             run_bytes(
                 git,
@@ -351,28 +341,10 @@ pub(crate) fn summary(
                 ],
             )
         });
-        let untracked_files = r.checkout.then(|| s.spawn(|| untracked(git, &r.dir)));
-        let tracked = r.checkout.then(|| changes(git, &r.dir, &["HEAD"], &[]));
-        (
-            joined(committed),
-            joined(log),
-            tracked,
-            untracked_files.map(joined),
-        )
+        let files = changes(git, &r.dir, &[&r.merge_base, &r.head], &[]);
+        (files, joined(log))
     });
-    let mut files = files?;
-    let log = log?;
-    let total_files = files.len();
-    let added = files.iter().map(|f| f.added).sum();
-    let removed = files.iter().map(|f| f.removed).sum();
-    let limit = limit.unwrap_or(DEFAULT_FILES_PAGE).clamp(1, MAX_FILES_PAGE);
-    let end = offset.saturating_add(limit).min(total_files);
-    let page: Vec<FileChange> = if offset < total_files {
-        files.drain(offset..end).collect()
-    } else {
-        vec![]
-    };
-    let mut commits: Vec<Commit> = log
+    let mut commits: Vec<Commit> = log?
         .split(|b| *b == 0)
         .filter(|f| !f.is_empty())
         .map(|f| {
@@ -388,6 +360,57 @@ pub(crate) fn summary(
         .collect();
     let commits_truncated = commits.len() > MAX_COMMITS;
     commits.truncate(MAX_COMMITS);
+    Ok(memo::Committed {
+        files: files?,
+        commits,
+        commits_truncated,
+    })
+}
+
+/// `diff_summary`: committed changes against the merge-base (paged), the commits, and the
+/// uncommitted changes of a checkout.
+pub(crate) fn summary(
+    env: DiffEnv<'_>,
+    t: &Target,
+    offset: usize,
+    limit: Option<usize>,
+) -> Result<Summary, GitError> {
+    let git = env.git;
+    let r = resolve(env, t)?;
+    let remembered = git.view_memo.range(&r.root, &r.merge_base, &r.head);
+    // The reads are independent: run side by side (each in a runner slot), so the answer
+    // costs about the slowest of them rather than their sum. The committed half is fixed by
+    // the two commit ids, so it is read once ([`memo`]); uncommitted work every time.
+    let (committed, tracked, untracked_files) = std::thread::scope(|s| {
+        let committed = remembered
+            .is_none()
+            .then(|| s.spawn(|| committed_range(git, &r)));
+        let untracked_files = r.checkout.then(|| s.spawn(|| untracked(git, &r.dir)));
+        let tracked = r.checkout.then(|| changes(git, &r.dir, &["HEAD"], &[]));
+        (committed.map(joined), tracked, untracked_files.map(joined))
+    });
+    let committed = match (remembered, committed) {
+        (Some(c), _) => c,
+        (None, Some(c)) => {
+            let c = std::sync::Arc::new(c?);
+            git.view_memo
+                .put_range(&r.root, &r.merge_base, &r.head, c.clone());
+            c
+        }
+        (None, None) => unreachable!("the committed range is read when not remembered"),
+    };
+    let total_files = committed.files.len();
+    let added = committed.files.iter().map(|f| f.added).sum();
+    let removed = committed.files.iter().map(|f| f.removed).sum();
+    let limit = limit.unwrap_or(DEFAULT_FILES_PAGE).clamp(1, MAX_FILES_PAGE);
+    let end = offset.saturating_add(limit).min(total_files);
+    let page: Vec<FileChange> = if offset < total_files {
+        committed.files[offset..end].to_vec()
+    } else {
+        vec![]
+    };
+    let commits = committed.commits.clone();
+    let commits_truncated = committed.commits_truncated;
     let mut uncommitted = Vec::new();
     if let (Some(tracked), Some(untracked_files)) = (tracked, untracked_files) {
         uncommitted = tracked?;
@@ -480,6 +503,34 @@ pub(crate) fn file(
             "uncommitted changes exist only for a checkout, not a named branch".into(),
         ));
     }
+    if o.uncommitted {
+        return Ok(page(&whole_file(git, &r, name, true)?, o));
+    }
+    // A committed file diff is fixed by the two commit ids: computed once ([`memo`]).
+    let whole = match git.view_memo.file(&r.root, &r.merge_base, &r.head, name) {
+        Some(d) => d,
+        None => {
+            let d = std::sync::Arc::new(whole_file(git, &r, name, false)?);
+            git.view_memo
+                .put_file(&r.root, &r.merge_base, &r.head, name, d.clone());
+            d
+        }
+    };
+    Ok(page(&whole, o))
+}
+
+/// One file's whole diff (every line; [`page`] cuts the asked page), summarised when binary
+/// or huge.
+fn whole_file(
+    git: &Git,
+    r: &Resolved,
+    name: &str,
+    uncommitted: bool,
+) -> Result<FileDiff, GitError> {
+    let o = FileOpts {
+        uncommitted,
+        ..FileOpts::default()
+    };
     let range: Vec<&str> = if o.uncommitted {
         vec!["HEAD"]
     } else {
@@ -617,28 +668,51 @@ pub(crate) fn file(
         out.text = text;
         return Ok(out);
     }
-    let all = parse_lines(&text);
-    out.total_lines = all.len();
+    out.lines = parse_lines(&text);
+    out.total_lines = out.lines.len();
+    out.text = text;
+    Ok(out)
+}
+
+/// The asked page of a whole file diff: the whole of it when it fits (text exactly as git
+/// printed it), else the page's lines and their text.
+fn page(d: &FileDiff, o: FileOpts) -> FileDiff {
+    let n = d.lines.len();
     let limit = o
         .limit
         .unwrap_or(DEFAULT_LINES_PAGE)
         .clamp(1, MAX_LINES_PAGE);
-    let end = o.offset.saturating_add(limit).min(all.len());
-    if o.offset == 0 && end == all.len() {
-        out.text = text;
-        out.lines = all;
-    } else if o.offset < all.len() {
-        let page: Vec<Line> = all[o.offset..end].to_vec();
-        let mut t = String::new();
-        for l in &page {
-            t.push_str(&l.text);
-            t.push('\n');
-        }
-        out.text = t;
-        out.lines = page;
-        out.next_offset = (end < out.total_lines).then_some(end);
+    let end = o.offset.saturating_add(limit).min(n);
+    if o.offset == 0 && end == n {
+        return d.clone();
     }
-    Ok(out)
+    let mut out = FileDiff {
+        file: d.file.clone(),
+        old_path: d.old_path.clone(),
+        status: d.status,
+        uncommitted: d.uncommitted,
+        head: d.head.clone(),
+        merge_base: d.merge_base.clone(),
+        added: d.added,
+        removed: d.removed,
+        summary: d.summary.clone(),
+        binary: d.binary,
+        huge: d.huge,
+        bytes: d.bytes,
+        text: String::new(),
+        lines: vec![],
+        total_lines: d.total_lines,
+        next_offset: None,
+    };
+    if o.offset < n {
+        out.lines = d.lines[o.offset..end].to_vec();
+        for l in &out.lines {
+            out.text.push_str(&l.text);
+            out.text.push('\n');
+        }
+        out.next_offset = (end < n).then_some(end);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -647,6 +721,8 @@ mod unit;
 
 #[path = "diff/lines.rs"]
 mod lines;
+#[path = "diff/memo.rs"]
+pub(crate) mod memo;
 #[path = "diff/resolve.rs"]
 mod resolve;
 pub(crate) use lines::parse_lines;

@@ -235,6 +235,9 @@ pub struct Runner {
     /// Only the change views read it; landing and proofs apply the rule afresh.
     pub(crate) view_defaults:
         Mutex<std::collections::HashMap<PathBuf, (std::time::Instant, String)>>,
+    /// What the change views remember by commit ids (merge-bases, committed ranges, file
+    /// diffs): see [`diff::memo`].
+    pub(crate) view_memo: diff::memo::ViewMemo,
 }
 
 impl Default for Runner {
@@ -260,6 +263,7 @@ impl Runner {
             free: Mutex::new(max.max(1)),
             returned: Condvar::new(),
             view_defaults: Mutex::default(),
+            view_memo: diff::memo::ViewMemo::default(),
         }
     }
 

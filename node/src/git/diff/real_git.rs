@@ -338,3 +338,79 @@ fn binary_huge_deleted_branch_and_bad_input() {
     assert!(e.to_string().contains("does not exist"), "{e}");
     drop(d);
 }
+
+/// What the views remember is keyed by commit ids: a new commit, a moved base and new
+/// uncommitted work all show on the next call, and a remembered file diff pages like a fresh one.
+#[test]
+fn remembered_views_follow_new_commits_and_fresh_uncommitted_work() {
+    let git = Git::new(crate::git::GIT_CONCURRENCY);
+    let (_d, root, wt) = fixture();
+    let roots = vec![root.clone()];
+    let env = DiffEnv {
+        git: &git,
+        roots: &roots,
+    };
+    std::fs::write(wt.join("a.txt"), "first\n").unwrap();
+    let head1 = commit_all(&wt, "one");
+    let s1 = summary(env, &target(&wt), 0, None).unwrap();
+    assert_eq!(s1.commits.len(), 1);
+    assert!(git.view_memo.range(&root, &s1.merge_base, &head1).is_some());
+    let f1 = file(env, &target(&wt), "a.txt", FileOpts::default()).unwrap();
+    assert!(
+        git.view_memo
+            .file(&root, &s1.merge_base, &head1, "a.txt")
+            .is_some()
+    );
+    // Asked again: the same answer, and a page of it equals git's lines.
+    let again = file(env, &target(&wt), "a.txt", FileOpts::default()).unwrap();
+    assert_eq!(again.text, f1.text);
+    let paged = file(
+        env,
+        &target(&wt),
+        "a.txt",
+        FileOpts {
+            offset: 1,
+            limit: Some(2),
+            ..FileOpts::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(paged.lines.len(), 2);
+    assert_eq!(paged.next_offset, Some(3));
+    let want: String = f1
+        .text
+        .lines()
+        .skip(1)
+        .take(2)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(paged.text, want);
+
+    // Uncommitted work is read afresh each time.
+    std::fs::write(wt.join("scratch.txt"), "s\n").unwrap();
+    let s2 = summary(env, &target(&wt), 0, None).unwrap();
+    assert_eq!(s2.uncommitted.len(), 1);
+    assert_eq!(s2.commits.len(), 1);
+
+    // A new commit: a new head, so new answers.
+    std::fs::write(wt.join("a.txt"), "second\n").unwrap();
+    let head2 = commit_all(&wt, "two");
+    let s3 = summary(env, &target(&wt), 0, None).unwrap();
+    assert_eq!(s3.head, head2);
+    assert_eq!(s3.commits.len(), 2);
+    assert!(s3.uncommitted.is_empty());
+    let f3 = file(env, &target(&wt), "a.txt", FileOpts::default()).unwrap();
+    assert!(f3.text.contains("+second"), "{}", f3.text);
+
+    // The base moves and the branch merges it: a new merge-base.
+    std::fs::write(root.join("main_only.txt"), "m\n").unwrap();
+    commit_all(&root, "main moves");
+    sh_git(&wt, &["merge", "-q", "--no-edit", "main"]);
+    let s4 = summary(env, &target(&wt), 0, None).unwrap();
+    assert_ne!(s4.merge_base, s3.merge_base);
+    assert!(
+        !s4.files.iter().any(|f| f.path == "main_only.txt"),
+        "{:?}",
+        s4.files
+    );
+}

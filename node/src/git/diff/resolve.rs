@@ -61,11 +61,39 @@ pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError
         .ok()
         .filter(|s| !s.is_empty())
     };
-    let (dir, head, branch, checkout) = match t.branch.as_deref().filter(|b| !b.is_empty()) {
+    let named = t.branch.as_deref().filter(|b| !b.is_empty());
+    if let Some(b) = named
+        && (b.starts_with('-') || b.contains(".."))
+    {
+        return Err(GitError::InvalidBranch(format!("branch {b} is not valid")));
+    }
+    // A base error is reported after the branch's own (the slow path), as before.
+    let base = match t.base.as_deref().filter(|b| !b.is_empty()) {
+        Some(b) if b.starts_with('-') => {
+            Err(GitError::UnknownRef(format!("base {b} is not a ref")))
+        }
+        Some(b) => Ok((b.to_owned(), false)),
+        None => view_default_branch(git, &root),
+    };
+    // The common case in one process: head, branch and the base's commit; the merge-base of
+    // two commit ids is remembered. Anything missing takes the slow path below, which names it.
+    if let Ok((base_ref, _)) = &base
+        && let Some((dir, head, branch, checkout, base_commit)) =
+            heads(git, &canon, &root, named, base_ref)
+        && let Some(merge_base) = merge_base(git, &dir, &base_commit, &head)
+    {
+        return Ok(Resolved {
+            dir,
+            root,
+            head,
+            branch,
+            base_ref: base_ref.clone(),
+            merge_base,
+            checkout,
+        });
+    }
+    let (dir, head, branch, checkout) = match named {
         Some(b) => {
-            if b.starts_with('-') || b.contains("..") {
-                return Err(GitError::InvalidBranch(format!("branch {b} is not valid")));
-            }
             let head = verify(&root, &format!("refs/heads/{b}")).ok_or_else(|| {
                 unknown_ref(format!(
                     "branch {b} does not exist in {} (deleted meanwhile?)",
@@ -95,16 +123,8 @@ pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError
             }
         }
     };
-    let (mut base_ref, remembered) = match t.base.as_deref().filter(|b| !b.is_empty()) {
-        Some(b) => {
-            if b.starts_with('-') {
-                return Err(GitError::UnknownRef(format!("base {b} is not a ref")));
-            }
-            (b.to_owned(), false)
-        }
-        None => view_default_branch(git, &root)?,
-    };
-    // One process for the common case; the slow path below names what is missing.
+    // Slow path: one merge-base by name, then each piece on its own to name what is missing.
+    let (mut base_ref, remembered) = base?;
     if let Ok(mb) = git.out(
         &dir,
         &["merge-base", &format!("{base_ref}^{{commit}}"), &head],
@@ -151,6 +171,68 @@ pub(crate) fn resolve(env: DiffEnv<'_>, t: &Target) -> Result<Resolved, GitError
         merge_base,
         checkout,
     })
+}
+
+/// Head, branch, the base's commit (and where git runs) in one `rev-parse`: for a named
+/// branch its tip in the main checkout, else the checkout's `HEAD`. `None` when any is
+/// missing (the slow path says which).
+fn heads(
+    git: &Git,
+    canon: &Path,
+    root: &Path,
+    named: Option<&str>,
+    base_ref: &str,
+) -> Option<(std::path::PathBuf, String, Option<String>, bool, String)> {
+    let base = format!("{base_ref}^{{commit}}");
+    match named {
+        Some(b) => {
+            let tip = format!("refs/heads/{b}^{{commit}}");
+            let out = git.out(root, &["rev-parse", &tip, &base]).ok()?;
+            let mut it = out.lines();
+            let head = it.next().filter(|h| h.len() >= 40)?.to_owned();
+            let base = it.next().filter(|h| h.len() >= 40)?.to_owned();
+            Some((root.to_owned(), head, Some(b.to_owned()), false, base))
+        }
+        None => {
+            let out = git
+                .out(
+                    canon,
+                    &[
+                        "rev-parse",
+                        "HEAD^{commit}",
+                        &base,
+                        "--symbolic-full-name",
+                        "HEAD",
+                    ],
+                )
+                .ok()?;
+            let mut it = out.lines();
+            let head = it.next().filter(|h| h.len() >= 40)?.to_owned();
+            let base = it.next().filter(|h| h.len() >= 40)?.to_owned();
+            let branch = it
+                .next()
+                .and_then(|r| r.strip_prefix("refs/heads/"))
+                .map(str::to_owned);
+            Some((canon.to_owned(), head, branch, true, base))
+        }
+    }
+}
+
+/// The merge-base of two commit ids (remembered: it never changes); `None` when they share
+/// no history.
+fn merge_base(git: &Git, dir: &Path, base: &str, head: &str) -> Option<String> {
+    if base == head {
+        return Some(head.to_owned());
+    }
+    if let Some(mb) = git.view_memo.merge_base(base, head) {
+        return Some(mb);
+    }
+    let mb = git
+        .out(dir, &["merge-base", base, head])
+        .ok()
+        .filter(|s| !s.is_empty())?;
+    git.view_memo.put_merge_base(base, head, &mb);
+    Some(mb)
 }
 
 /// A checkout's `HEAD` commit and its branch (`None` when detached) in one process; `None`
