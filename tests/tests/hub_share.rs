@@ -422,7 +422,8 @@ async fn a_nodes_session_shared_on_the_hub_is_viewed_read_only_through_it_and_re
     assert_eq!(gone["who"], "hub:local");
     // Refusals: the owner's (a route in the session's view but out of scope) and the hub's
     // own (any other route), neither with the token.
-    let write = format!("/sessions/{sid}/write");
+    // (The hub asks for the owner's id percent-encoded: `pty%2D…`.)
+    let write = format!("/sessions/{}/write", sid.replace('-', "%2D"));
     let owners = await_entry(hub, "host=nodeb&kind=share_refused", |e| {
         e["detail"]["route"] == write.as_str()
     })
