@@ -172,6 +172,28 @@ async fn a_nodes_session_shared_on_the_hub_is_viewed_read_only_through_it_and_re
         printed.starts_with(&format!("http://{hub_addr}/share.html#nodeb/shr_")),
         "{printed}"
     );
+    // That answer-only link reaches the answer route (no question shows: the node's 409) and
+    // nothing that writes.
+    let answer_tok = printed
+        .trim()
+        .split_once('#')
+        .unwrap()
+        .1
+        .replace('/', "%2F");
+    let http = reqwest::Client::new();
+    for (route, body, want) in [
+        ("answer", json!({"answer": "y"}), 409),
+        ("write", json!({"data": "x"}), 403),
+        ("input", json!({"data": "x"}), 403),
+    ] {
+        let r = http
+            .post(format!("{base}/sessions/{enc}/{route}?share={answer_tok}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), want, "{route}");
+    }
     let out = tuic_tests::bridge::tuic(
         sandbox.path(),
         &["share", "--list", "-H", "nodeb"],
@@ -183,7 +205,6 @@ async fn a_nodes_session_shared_on_the_hub_is_viewed_read_only_through_it_and_re
     assert!(lines.lines().all(|l| l.starts_with("nodeb/")), "{lines}");
 
     // Every other route refuses the token, on the hub (before asking) or on the owner.
-    let http = reqwest::Client::new();
     let tok = token.replace('/', "%2F");
     let call = |m: &str, p: &str| {
         let sep = if p.contains('?') { '&' } else { '?' };
