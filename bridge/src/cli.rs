@@ -227,6 +227,10 @@ enum Cmd {
         /// Revoke link ID (its viewers are cut at once).
         #[arg(long, value_name = "ID")]
         revoke: Option<String>,
+        /// On a hub: the connection whose node runs SESSION (same as `HOST/SESSION`); the
+        /// link is on the hub's address. With --list: only that host's links.
+        #[arg(short = 'H', long)]
+        host: Option<String>,
     },
     /// What a session or worktree changed against its base (`[host/]SESSION` or an absolute
     /// worktree path); with FILE, its diff (coloured on a terminal, plain when piped).
@@ -713,8 +717,10 @@ pub fn main() -> ExitCode {
             ttl,
             list,
             revoke,
+            host,
         } => crate::trust::share(
             &ctx,
+            host.as_deref(),
             session.as_deref(),
             *answer,
             ttl,

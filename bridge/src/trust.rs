@@ -98,9 +98,12 @@ pub(crate) fn audit(
     Ok(())
 }
 
-/// `tuic share SESSION [--read-only|--answer] [--ttl D]`, `--list [SESSION]`, `--revoke ID`.
+/// `tuic share [-H HOST] SESSION [--read-only|--answer] [--ttl D]`, `--list [SESSION]`,
+/// `--revoke ID`. On a hub, `HOST` (or `HOST/SESSION`) names a node's session: the hub has
+/// that node make the link, named `HOST/ID`.
 pub(crate) fn share(
     ctx: &Ctx,
+    host: Option<&str>,
     session: Option<&str>,
     answer_only: bool,
     ttl: &str,
@@ -116,13 +119,19 @@ pub(crate) fn share(
         outln!("revoked {id}");
         return Ok(());
     }
+    let addressed = match (host, session) {
+        (Some(h), Some(s)) => Some(format!("{h}/{s}")),
+        (_, s) => s.map(str::to_owned),
+    };
+    let session = addressed.as_deref();
     if list {
         let path = match session {
             Some(s) => format!("/shares?session={}", enc(s)),
             None => "/shares".to_owned(),
         };
         let v = answer(&ctx.send(&Request::new("GET", &path))?, "GET /shares")?;
-        for l in v["shares"].as_array().into_iter().flatten() {
+        let of_host = |l: &&Value| host.is_none_or(|h| l["host"].as_str().unwrap_or("local") == h);
+        for l in v["shares"].as_array().into_iter().flatten().filter(of_host) {
             let viewers: Vec<String> = l["viewers"]
                 .as_array()
                 .into_iter()

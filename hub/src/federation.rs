@@ -82,6 +82,8 @@ impl Federation {
         });
         node.ext.set_session_source(fed.clone());
         node.ext.set_router(fed.clone());
+        node.ext
+            .set_share_relay(Arc::new(crate::share::HubShares(fed.clone())));
         Ok(fed)
     }
 

@@ -21,4 +21,5 @@ pub mod progress_relay;
 pub mod proxy;
 pub mod remote;
 pub mod remote_git;
+pub mod share;
 pub mod stories;

@@ -37,8 +37,25 @@ pub(crate) fn unavailable(id: &str, why: &str) -> Response {
     .into_response()
 }
 
+/// Whose credential a relayed call or stream carries to the node.
+#[derive(Debug, Clone)]
+pub(crate) enum Via {
+    /// The hub's token for the connection, with the caller the hub forwards for.
+    Hub {
+        /// The caller's `who` on the hub, for the node's audit.
+        user: Option<String>,
+    },
+    /// A share link's viewer (`crate::share`): no credential of the hub's, the owner's share
+    /// token in the query, so the owner applies the link's scope. Never over QUIC: a stream on
+    /// the link is the hub's own (authenticated by the link), not the viewer's.
+    Share,
+}
+
+/// Longest wait for the owner's answer to a share viewer's call.
+const SHARE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Splits `/sessions/<id>[/rest]` into the percent-decoded id and the rest.
-fn session_target(path: &str) -> Option<(String, &str)> {
+pub(crate) fn session_target(path: &str) -> Option<(String, &str)> {
     let after = path.strip_prefix("/sessions/")?;
     let (raw_id, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
     let id = percent_encoding::percent_decode_str(raw_id)
@@ -87,7 +104,7 @@ pub async fn intercept(State(fed): State<Arc<Federation>>, req: Request, next: N
         let sid = sid.to_owned();
         return if is_ws {
             let follow = screen_stream.then(|| (fed.clone(), id.clone()));
-            proxy_ws(conn, req, &sid, &rest, follow).await
+            proxy_ws(conn, req, &sid, &rest, follow, None).await
         } else {
             let url = target_url(&conn, &sid, &rest, req.uri().query());
             proxy_http(&fed, conn, req, url).await
@@ -110,7 +127,7 @@ fn rewrite(mut req: Request, sid: &str, rest: &str) -> Request {
     req
 }
 
-fn target_url(conn: &Conn, sid: &str, rest: &str, query: Option<&str>) -> String {
+pub(crate) fn target_url(conn: &Conn, sid: &str, rest: &str, query: Option<&str>) -> String {
     let enc = percent_encoding::utf8_percent_encode(sid, percent_encoding::NON_ALPHANUMERIC);
     let q = query.map(|q| format!("?{q}")).unwrap_or_default();
     format!("{}/sessions/{enc}{rest}{q}", conn.url)
@@ -160,9 +177,20 @@ pub(crate) async fn proxy_http(
     req: Request,
     url: String,
 ) -> Response {
+    let user = crate::audit::forwarded_user(&req);
+    relay_http(fed, conn, req, url, Via::Hub { user }).await
+}
+
+/// [`proxy_http`] with the credential `via` says.
+pub(crate) async fn relay_http(
+    fed: &Federation,
+    conn: Arc<Conn>,
+    req: Request,
+    url: String,
+    via: Via,
+) -> Response {
     let method = req.method().clone();
     let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
-    let user = crate::audit::forwarded_user(&req);
     let body = match http_body_util::Limited::new(req.into_body(), MAX_PROXY_BODY)
         .collect()
         .await
@@ -177,17 +205,20 @@ pub(crate) async fn proxy_http(
             .into_response();
         }
     };
-    // The caller's credential stays here; the node sees the hub's token for this connection.
-    let mut out = fed
-        .http
-        .request(method, url)
-        .header(header::COOKIE, conn.cookie())
-        .body(body);
+    // The caller's credential stays here; the node sees the hub's token for this connection
+    // (or, for a share viewer, only the owner's share token in the URL).
+    let mut out = fed.http.request(method, url).body(body);
+    match via {
+        Via::Hub { user } => {
+            out = out.header(header::COOKIE, conn.cookie());
+            if let Some(u) = user.and_then(|u| HeaderValue::from_str(&u).ok()) {
+                out = out.header(FORWARDED_USER_HEADER, u);
+            }
+        }
+        Via::Share => out = out.timeout(SHARE_TIMEOUT),
+    }
     if let Some(ct) = content_type {
         out = out.header(header::CONTENT_TYPE, ct);
-    }
-    if let Some(u) = user.and_then(|u| HeaderValue::from_str(&u).ok()) {
-        out = out.header(FORWARDED_USER_HEADER, u);
     }
     match out.send().await {
         Ok(r) => {
@@ -276,10 +307,15 @@ async fn open_upstream(
     sid: &str,
     rest: &str,
     query: Option<&str>,
-    user: Option<String>,
+    via: &Via,
 ) -> Result<Upstream, Response> {
     use tuic_node::link::quic_stream::{self, OpenError, Request as StreamRequest};
+    let user = match via {
+        Via::Hub { user } => user.clone(),
+        Via::Share => None,
+    };
     if rest == "/stream"
+        && let Via::Hub { .. } = via
         && let Some(link) = conn.quic_link()
     {
         let req = StreamRequest {
@@ -306,7 +342,9 @@ async fn open_upstream(
         Ok(r) => r,
         Err(_) => return Err(ApiError::bad_request("invalid session address").into_response()),
     };
-    if let Ok(v) = HeaderValue::from_str(&conn.cookie()) {
+    if let Via::Hub { .. } = via
+        && let Ok(v) = HeaderValue::from_str(&conn.cookie())
+    {
         upstream_req.headers_mut().insert(header::COOKIE, v);
     }
     if let Some(u) = user.and_then(|u| HeaderValue::from_str(&u).ok()) {
@@ -350,23 +388,35 @@ async fn open_upstream(
 }
 
 /// `follow`: for a screen stream, the store and the session's address, so the last screen
-/// relayed is kept when the relay ends.
-async fn proxy_ws(
+/// relayed is kept when the relay ends. `share`: a share viewer's stream, with the query to
+/// send the owner (its share token in place of the viewer's): relayed without the hub's
+/// credential, and read-only here too (nothing the viewer sends that would reach the PTY is
+/// passed on; the owner drops it as well).
+pub(crate) async fn proxy_ws(
     conn: Arc<Conn>,
     req: Request,
     sid: &str,
     rest: &str,
     follow: Option<(Arc<Federation>, String)>,
+    share: Option<String>,
 ) -> Response {
-    let query = req.uri().query().map(str::to_owned);
-    let user = crate::audit::forwarded_user(&req);
+    let read_only = share.is_some();
+    let (query, via) = match share {
+        Some(q) => (Some(q), Via::Share),
+        None => (
+            req.uri().query().map(str::to_owned),
+            Via::Hub {
+                user: crate::audit::forwarded_user(&req),
+            },
+        ),
+    };
     let (mut parts, _body) = req.into_parts();
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
     // Open upstream before upgrading, so an unreachable owner is a 503, not an empty socket.
-    let (mut up_tx, mut up_rx) = match open_upstream(&conn, sid, rest, query.as_deref(), user).await
+    let (mut up_tx, mut up_rx) = match open_upstream(&conn, sid, rest, query.as_deref(), &via).await
     {
         Ok(up) => up,
         Err(answer) => return answer,
@@ -380,10 +430,13 @@ async fn proxy_ws(
             .map(|_| crate::lastscreen::Follower::default());
         let to_node = async {
             while let Some(Ok(m)) = cl_rx.next().await {
-                match m {
+                match &m {
                     AxMsg::Text(_) | AxMsg::Binary(_) => {}
                     AxMsg::Close(_) => break,
                     _ => continue,
+                }
+                if read_only && !viewer_may_send(&m) {
+                    continue;
                 }
                 if up_tx.send(m).await.is_err() {
                     break;
@@ -423,6 +476,21 @@ async fn proxy_ws(
         }
         let _ = cl_tx.close().await;
     })
+}
+
+/// What a read-only viewer's message may carry to the node: a screen client's acks, view-only
+/// resizes and scrolls; never input, a paste, an applied resize or a byte stream's text.
+fn viewer_may_send(m: &AxMsg) -> bool {
+    use tuic_proto::screen::ClientFrame;
+    match m {
+        AxMsg::Text(t) => matches!(
+            serde_json::from_str::<ClientFrame>(t.as_str()),
+            Ok(ClientFrame::Ack { .. }
+                | ClientFrame::Scroll { .. }
+                | ClientFrame::Resize { apply: false, .. })
+        ),
+        _ => false,
+    }
 }
 
 trait TcpRef {
@@ -472,6 +540,31 @@ mod tests {
         );
         assert_eq!(session_target("/sessions/12"), Some(("12".into(), "")));
         assert_eq!(session_target("/sessionsx"), None);
+    }
+
+    #[test]
+    fn a_share_viewer_sends_only_what_changes_nothing_on_the_node() {
+        for (m, may) in [
+            (AxMsg::Text(r#"{"type":"ack","seq":3}"#.into()), true),
+            (AxMsg::Text(r#"{"type":"scroll","offset":10}"#.into()), true),
+            (
+                AxMsg::Text(r#"{"type":"resize","rows":40,"cols":90}"#.into()),
+                true,
+            ),
+            (
+                AxMsg::Text(r#"{"type":"resize","rows":40,"cols":90,"apply":true}"#.into()),
+                false,
+            ),
+            (
+                AxMsg::Text(r#"{"type":"input","data":"ls\r"}"#.into()),
+                false,
+            ),
+            (AxMsg::Text(r#"{"type":"paste","data":"ls"}"#.into()), false),
+            (AxMsg::Text("echo typed\n".into()), false),
+            (AxMsg::Binary(b"ls\r".to_vec().into()), false),
+        ] {
+            assert_eq!(viewer_may_send(&m), may, "{m:?}");
+        }
     }
 }
 

@@ -54,12 +54,14 @@ async function refresh() {
     `${when(e.at_ms)} ${e.kind} · ${e.who} (${e.via}${e.address ? " " + e.address : ""})${e.session ? " · " + e.session : ""}`,
     e.detail ? el("code", { textContent: " " + JSON.stringify(e.detail) }) : "")));
   shares.replaceChildren(...s.shares.map((l) => {
-    const li = el("li", { className: "share-link", dataset: { id: l.id } },
+    // On a hub, a node's links are named `<host>/<id>` and revoked on that node.
+    const li = el("li", { className: "share-link", dataset: { id: l.id, host: l.host ?? "" } },
+      l.host ? el("b", { className: "audit-host", textContent: `[${l.host}] ` }) : "",
       `${l.session_id} · ${l.scope} · ${l.state} · viewers ${l.viewers.length} `);
     if (l.state === "active") {
       li.append(el("button", {
         type: "button", textContent: "Revoke", className: "revoke",
-        onclick: () => json(`/shares/${l.id}`, { method: "DELETE" }).then(refresh),
+        onclick: () => json(`/shares/${encodeURIComponent(l.id)}`, { method: "DELETE" }).then(refresh),
       }));
     }
     return li;

@@ -18,6 +18,11 @@
 //! - the tool registry: [`Extensions::add_tools`] installs a [`ToolSource`], listed after the
 //!   native tools and this node's upstreams, filtered at listing and dispatch like them.
 //!
+//! - [`ShareRelay`] (`share.rs`): share links to other hosts' sessions. The node's share routes
+//!   consult it for `<connection>/…` addresses and link ids, and the request boundary hands it
+//!   a request whose share token is another host's, whole (the one request a hook serves, as
+//!   it is decided before authentication: the owner authenticates it).
+//!
 //! Deliberately absent: routes. An HTTP extension layers its own routes and middleware onto
 //! the node's router through `routes::RouterHook`, inside the request boundary, so guards and
 //! authentication apply to it unchanged.
@@ -37,6 +42,9 @@ pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
 pub use crate::routes::RouterHook;
 /// The process's descriptor budget, which the hub's dials consult too.
 pub use crate::server::fds;
+pub use share::{NewShare, ShareRelay};
+
+mod share;
 
 /// A session row owned by another host, as its owner lists it, with where it lives.
 ///
@@ -215,6 +223,7 @@ pub struct Extensions {
     sessions: OnceLock<Arc<dyn SessionSource>>,
     router: OnceLock<Arc<dyn HostRouter>>,
     mail: OnceLock<Arc<dyn MailRouter>>,
+    share: OnceLock<Arc<dyn ShareRelay>>,
     env: ExtEnv,
 }
 
@@ -225,6 +234,7 @@ impl Extensions {
             sessions: OnceLock::new(),
             router: OnceLock::new(),
             mail: OnceLock::new(),
+            share: OnceLock::new(),
             env,
         }
     }
@@ -242,6 +252,24 @@ impl Extensions {
     /// Installs the router of mail to other hosts (once, before serving).
     pub fn set_mail_router(&self, m: Arc<dyn MailRouter>) {
         let _ = self.mail.set(m);
+    }
+
+    /// Installs the relay of share links to other hosts' sessions (once, before serving).
+    pub fn set_share_relay(&self, r: Arc<dyn ShareRelay>) {
+        let _ = self.share.set(r);
+    }
+
+    /// The relay of share links to other hosts, when installed.
+    pub fn share_relay(&self) -> Option<&Arc<dyn ShareRelay>> {
+        self.share.get()
+    }
+
+    /// `<connection>/<rest>` naming a host the share relay reaches (an address, a link id, a
+    /// share token of that host): the relay, the connection and the rest.
+    pub fn share_target<'a>(&self, s: &'a str) -> Option<(&Arc<dyn ShareRelay>, &'a str, &'a str)> {
+        let relay = self.share_relay()?;
+        let (connection, rest) = s.split_once('/')?;
+        (!rest.is_empty() && relay.knows(connection)).then_some((relay, connection, rest))
     }
 
     /// Installs a tool source: its tools are listed after the native tools and the ones

@@ -1,7 +1,9 @@
 //! Share links (`crate::share`): `POST /shares` (create), `GET /shares?session=` (list, with
 //! live viewers), `DELETE /shares/{id}` (revoke), `GET /share/info` (what a share token opens)
 //! and `POST /sessions/{id}/answer` (answer the question a session shows: the one act an
-//! answer-only link may do). The boundary has already applied the link's scope.
+//! answer-only link may do). The boundary has already applied the link's scope. On a hub, links
+//! to other hosts' sessions (`<connection>/…`) are made, listed and revoked on their owners
+//! through `crate::ext::ShareRelay`.
 
 use std::sync::Arc;
 
@@ -46,7 +48,6 @@ async fn create(
     JsonBody(b): JsonBody<CreateBody>,
 ) -> Result<Json<Value>, ApiError> {
     let who = actor(who);
-    let s = super::sessions::find(&node, &b.session)?;
     let ttl_ms = match b.ttl.as_deref() {
         None => 3_600_000,
         Some(t) => crate::share::parse_ttl(t).ok_or_else(|| {
@@ -65,6 +66,26 @@ async fn create(
         ));
     }
     let scope = b.scope.unwrap_or(Scope::ReadOnly);
+    let s = match super::sessions::find(&node, &b.session) {
+        Ok(s) => s,
+        // A session of another host: its owner makes the link; the link is on this address.
+        Err(e) => {
+            let Some((relay, connection, session)) = node.ext.share_target(&b.session) else {
+                return Err(e);
+            };
+            let share = crate::ext::NewShare {
+                session: session.to_owned(),
+                scope,
+                ttl: b.ttl.clone().unwrap_or_else(|| "1h".to_owned()),
+            };
+            let mut v = relay.create(connection, share, &who.who).await?;
+            let token = v["token"].as_str().unwrap_or_default().to_owned();
+            let (path, url) = link_at(&node, &token).await;
+            v["path"] = json!(path);
+            v["url"] = json!(url);
+            return Ok(Json(v));
+        }
+    };
     let shares = node.shares.clone();
     let (sid, aliases, by) = (
         s.id.clone(),
@@ -86,13 +107,7 @@ async fn create(
             .with("expires_ms", link.expires_ms),
     )
     .await;
-    let path = format!("/share.html#{token}");
-    let url = node
-        .tcp
-        .lock()
-        .await
-        .addr()
-        .map(|a| format!("http://{a}{path}"));
+    let (path, url) = link_at(&node, &token).await;
     Ok(Json(json!({
         "id": link.id,
         "session_id": link.session_id,
@@ -102,6 +117,19 @@ async fn create(
         "path": path,
         "url": url,
     })))
+}
+
+/// The share page's path for `token`, and its URL on this node's TCP address (none while
+/// remote access is off).
+async fn link_at(node: &Node, token: &str) -> (String, Option<String>) {
+    let path = format!("/share.html#{token}");
+    let url = node
+        .tcp
+        .lock()
+        .await
+        .addr()
+        .map(|a| format!("http://{a}{path}"));
+    (path, url)
 }
 
 fn scope_name(s: Scope) -> &'static str {
@@ -118,7 +146,7 @@ struct ListQuery {
 
 async fn list(State(node): State<Arc<Node>>, Query(q): Query<ListQuery>) -> Json<Value> {
     let now = crate::logs::now_ms();
-    let rows: Vec<Value> = node
+    let mut rows: Vec<Value> = node
         .shares
         .list(q.session.as_deref())
         .into_iter()
@@ -143,6 +171,10 @@ async fn list(State(node): State<Arc<Node>>, Query(q): Query<ListQuery>) -> Json
             })
         })
         .collect();
+    // Other hosts' links, through the relay (a hub), after this node's own.
+    if let Some(relay) = node.ext.share_relay() {
+        rows.extend(relay.list(q.session.as_deref()).await);
+    }
     Json(json!({ "shares": rows }))
 }
 
@@ -151,18 +183,28 @@ async fn revoke(
     who: Option<Extension<Actor>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let who = actor(who);
     let shares = node.shares.clone();
     let rid = id.clone();
-    let link = super::blocking(move || {
+    let found = super::blocking(move || {
         shares
             .revoke(&rid, crate::logs::now_ms())
             .map_err(|e| ApiError::internal(format!("{e:#}")))
     })
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("no share link {id}")))?;
+    .await?;
+    let link = match found {
+        Some(link) => link,
+        // `<connection>/<id>`: a link on another host, revoked (and audited) by its owner.
+        None => {
+            let Some((relay, connection, rest)) = node.ext.share_target(&id) else {
+                return Err(ApiError::not_found(format!("no share link {id}")));
+            };
+            return relay.revoke(connection, rest, &who.who).await.map(Json);
+        }
+    };
     record(
         &node,
-        Event::new("share_revoked", &actor(who))
+        Event::new("share_revoked", &who)
             .session(&link.session_id)
             .with("link", link.id.as_str()),
     )

@@ -120,6 +120,13 @@ pub(crate) async fn boundary(
     };
     // A share token opens its session's view routes and nothing else (`crate::share`).
     if let Some(tok) = query_param(req.uri().query(), "share") {
+        // Another host's token (`<connection>/<token>`): its owner checks it; the relay
+        // carries the request there, and no route of this node sees it.
+        if let Some((relay, _, _)) = node.ext.share_target(&tok) {
+            let relay = relay.clone();
+            req.extensions_mut().insert(actor);
+            return with_cors(relay.serve(req).await, origin.as_deref());
+        }
         return match admit_share(&node, &tok, req.method(), req.uri().path()) {
             Ok(grant) => {
                 actor.who = format!("share:{}", grant.link);
