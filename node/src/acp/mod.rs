@@ -456,6 +456,13 @@ impl Acp {
         Ok(conn)
     }
 
+    /// Waits (blocking, up to `limit`) until every journal write queued so far is committed;
+    /// whether it was. The node's shutdown calls it once its tasks (the drivers journaling
+    /// `node_stopped`) have drained.
+    pub fn flush(&self, limit: Duration) -> bool {
+        self.shared.writer.flush(limit)
+    }
+
     /// Ends the agent and forgets the connection and its journal; a chat's identity leaves
     /// agent mail.
     pub fn delete(&self, id: &str) -> Result<(), AcpError> {
