@@ -82,7 +82,10 @@ class TestAgent:
         return NewSessionResponse(session_id=sid)
 
     async def load_session(self, cwd, session_id, mcp_servers=None, **kw):
+        # A loaded session uses the MCP servers the client offers now (ACP: session/load
+        # carries them as session/new does).
         self.cwd[session_id] = cwd
+        self.mcp[session_id] = list(mcp_servers or [])
         return LoadSessionResponse()
 
     async def authenticate(self, method_id, **kw):

@@ -41,6 +41,26 @@ pub fn agent_config(acp: Value) -> Value {
     })
 }
 
+/// The flood agent (`clients/acp_flood_agent.py`: the ACP handshake by hand, then a prompt
+/// "flood N" answered with N pre-serialized one-character chunks written at once) as an
+/// `acp_agents` entry named `flood`.
+pub fn flood_agent() -> Value {
+    json!({
+        "name": "flood",
+        "command": sdk_clients().python,
+        "args": [clients_dir().join("acp_flood_agent.py").display().to_string()],
+    })
+}
+
+/// [`agent_config`] with the [`flood_agent`] configured beside the test agent.
+pub fn agent_config_with_flood(acp: Value) -> Value {
+    let mut cfg = agent_config(acp);
+    if let Some(list) = cfg["acp_agents"].as_array_mut() {
+        list.push(flood_agent());
+    }
+    cfg
+}
+
 impl Bed {
     /// A node (IPC only) with the test agent and a repository.
     pub async fn start(acp: Value) -> Self {
@@ -80,11 +100,16 @@ impl Bed {
 
     /// Launches the test agent in the repository; returns the connection id.
     pub async fn launch(&self) -> String {
+        self.launch_agent("test").await
+    }
+
+    /// Launches the configured agent `agent` in the repository; returns the connection id.
+    pub async fn launch_agent(&self, agent: &str) -> String {
         let (s, v) = self
             .call(
                 "POST",
                 "/acp/connections",
-                Some(json!({"agent": "test", "cwd": self.repo.display().to_string()})),
+                Some(json!({"agent": agent, "cwd": self.repo.display().to_string()})),
             )
             .await;
         assert_eq!(s, 201, "{v}");

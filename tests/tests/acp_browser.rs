@@ -40,9 +40,10 @@ async fn the_phone_chat_shows_the_turn_and_a_tapped_option_reaches_the_agent() {
     .await
     .unwrap();
     b.goto(&format!("{base}/mobile#/acp/{id}")).await.unwrap();
+    // The agent starts (a Python SDK process): as long as a stream frame may take.
     b.wait_for(
         "[...document.querySelectorAll('#acp-log .note')].some(n => n.textContent === 'Ready')",
-        30_000,
+        60_000,
     )
     .await
     .unwrap();
@@ -197,9 +198,10 @@ async fn one_list_puts_needs_you_first_and_messages_render_as_safe_markdown() {
     b.goto(&format!("{base}/mobile#/acp/{quiet}"))
         .await
         .unwrap();
+    // The agent starts (a Python SDK process): as long as a stream frame may take.
     b.wait_for(
         "[...document.querySelectorAll('#acp-log .note')].some(n => n.textContent === 'Ready')",
-        30_000,
+        60_000,
     )
     .await
     .unwrap();

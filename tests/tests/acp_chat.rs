@@ -82,8 +82,9 @@ async fn a_chat_peer_has_no_terminal_and_reads_its_mail_through_the_inbox_resour
     assert!(said(&turn).ends_with("inbox:hello chat"), "{turn:?}");
 
     // The agent's client has gone: later mail is inbox-only again (its stream closes a
-    // moment after the turn ends, hence the deadline).
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // moment after the turn ends, hence the deadline: a frame's wait, as long as a loaded
+    // machine may take to end the agent's MCP client).
+    let deadline = Instant::now() + tuic_tests::acp::FRAME_WAIT;
     loop {
         let later = sender.send(&me, "after the subscription").await;
         if later["delivery_path"] == "inbox_only" {
@@ -231,4 +232,111 @@ async fn an_mcp_client_answers_a_permission_request_and_a_second_answer_names_it
         .await;
     assert_eq!(s, 409, "{v}");
     assert!(v["error"].as_str().unwrap().contains(&format!("mcp:{who}")));
+}
+
+/// The chat's peer row in `list_peers`, if any.
+async fn peer_row(sender: &mut Agent, me: &str) -> Option<Value> {
+    let peers = sender.ok(json!({"action": "list_peers"})).await;
+    peers["peers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{peers}"))
+        .iter()
+        .find(|p| p["tuic_session"] == me)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_chat_retires_its_peer_in_agent_mail() {
+    let bed = Bed::start(json!({})).await;
+    let (s, row) = bed
+        .call(
+            "POST",
+            "/acp/chat/open",
+            Some(json!({"agent": "test", "name": "chat-gone"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{row}");
+    let id = row["id"].as_str().unwrap().to_owned();
+    let me = row["tuic_session"].as_str().unwrap().to_owned();
+    let (mut sender, _) = Agent::new(&bed.node.socket, "mail-sender").await;
+    assert!(peer_row(&mut sender, &me).await.is_some());
+    let sent = sender.send(&me, "before the delete").await;
+    assert_eq!(sent["delivered"], true, "{sent}");
+
+    let (s, v) = bed
+        .call("DELETE", &format!("/acp/connections/{id}"), None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    // Gone from the peers, by identity and by name, and mail to it is refused.
+    assert_eq!(peer_row(&mut sender, &me).await, None);
+    for to in [me.as_str(), "chat-gone"] {
+        let (err, v) = sender
+            .call(json!({"action": "send", "to": to, "message": "after the delete"}))
+            .await;
+        assert!(err, "{v}");
+        assert!(v.to_string().contains("unknown_recipient"), "{v}");
+    }
+    assert!(
+        bed.node
+            .log_text()
+            .contains("retired a peer whose ACP chat was deleted")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_registers_its_chats_again_and_a_reconnected_chat_reads_its_mail() {
+    let mut bed = Bed::start(json!({})).await;
+    let (s, row) = bed
+        .call(
+            "POST",
+            "/acp/chat/open",
+            Some(json!({"agent": "test", "name": "chat-kept"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{row}");
+    let id = row["id"].as_str().unwrap().to_owned();
+    let me = row["tuic_session"].as_str().unwrap().to_owned();
+    let mut ws = bed.stream(&id, 0).await.unwrap();
+    until(&mut ws, |f| is(f, "ready")).await.unwrap();
+    drop(ws);
+
+    bed.node.terminate().unwrap();
+    bed.node = start_node(bed.dir.path(), false);
+    let (_, snap) = bed
+        .call("GET", &format!("/acp/connections/{id}"), None)
+        .await;
+    assert_eq!(
+        (&snap["state"], &snap["chat"], &snap["tuic_session"]),
+        (&json!("ended"), &json!(true), &json!(me)),
+        "{snap}"
+    );
+    // Still a peer (the connection exists), named as before and with no terminal; mail to it
+    // queues while it is ended.
+    let (mut sender, _) = Agent::new(&bed.node.socket, "mail-sender").await;
+    let peer = peer_row(&mut sender, &me)
+        .await
+        .expect("the restored chat is a peer");
+    assert_eq!(peer["name"], "chat-kept", "{peer}");
+    assert!(peer.get("session_id").is_none(), "no terminal: {peer}");
+    let queued = sender.send("chat-kept", "while ended").await;
+    assert_eq!(
+        (&queued["delivered"], &queued["delivery_path"]),
+        (&json!(true), &json!("inbox_only")),
+        "{queued}"
+    );
+
+    // Reconnected, the agent reads its mail through `tuic://inbox` as the same identity.
+    let (s, v) = bed
+        .call("POST", &format!("/acp/connections/{id}/reconnect"), None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let last = snap["last_seq"].as_u64().unwrap();
+    let mut ws = bed.stream(&id, last).await.unwrap();
+    until(&mut ws, |f| is(f, "ready")).await.unwrap();
+    bed.prompt(&id, "inbox").await;
+    until_said(&mut ws, "subscribed").await;
+    let sent = sender.send(&me, "after the restart").await;
+    assert_eq!(sent["delivery_path"], "acp_inbox_resource", "{sent}");
+    let turn = until(&mut ws, |f| is(f, "turn_end")).await.unwrap();
+    assert!(said(&turn).ends_with("inbox:after the restart"), "{turn:?}");
 }

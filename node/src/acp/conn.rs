@@ -74,6 +74,18 @@ impl Conn {
 
     /// Appends a frame, persists it and wakes the streams. Returns its sequence.
     pub(super) fn push(&self, body: FrameBody) -> u64 {
+        self.push_with(body, |_, _| ()).0
+    }
+
+    /// [`Conn::push`] that also runs `f` on the connection's state (with the frame's sequence)
+    /// under the same lock, before any stream is woken: a reader that acts on the frame (the
+    /// phone answering a `permission` at once, a test reading the snapshot) never meets the
+    /// state from before it.
+    pub(super) fn push_with<R>(
+        &self,
+        body: FrameBody,
+        f: impl FnOnce(&mut Inner, u64) -> R,
+    ) -> (u64, R) {
         let (max_bytes, max_age) = *lock(&self.shared.bounds);
         let mut i = lock(&self.inner);
         if let FrameBody::Update { update } = &body
@@ -83,10 +95,11 @@ impl Conn {
         }
         let a = i.journal.append(body, now_ms(), max_bytes, max_age);
         let seq = a.kept.frame.seq;
+        let r = f(&mut i, seq);
         drop(i);
         self.shared.persist_frame(&self.id, &a);
         self.seq.send_replace(seq);
-        seq
+        (seq, r)
     }
 
     pub(super) fn notice(&self, kind: &str, sequence: u64, request_id: Option<String>) {
@@ -285,13 +298,12 @@ impl Conn {
 
     /// Journals the outcome and updates the interaction and the state.
     pub(super) fn settle(&self, rid: &str, option_id: Option<String>, by: &str) -> Interaction {
-        let seq = self.push(FrameBody::PermissionOutcome {
+        let outcome = FrameBody::PermissionOutcome {
             request_id: rid.to_owned(),
             option_id: option_id.clone(),
             by: by.to_owned(),
-        });
-        let out = {
-            let mut i = lock(&self.inner);
+        };
+        let (seq, out) = self.push_with(outcome, |i, _| {
             let mut out = None;
             if let Some(x) = i.interactions.iter_mut().find(|x| x.request_id == rid) {
                 x.state = if option_id.is_some() {
@@ -313,7 +325,7 @@ impl Conn {
                 };
             }
             out
-        };
+        });
         self.notice("interaction_settled", seq, Some(rid.to_owned()));
         out.unwrap_or(Interaction {
             request_id: rid.to_owned(),
@@ -366,13 +378,14 @@ impl Conn {
                 options: options.iter().map(|o| o.option_id.clone()).collect(),
             },
         );
-        let seq = self.push(FrameBody::Permission {
+        let frame = FrameBody::Permission {
             request_id: rid.clone(),
             tool_call: tool_call.clone(),
             options: options.clone(),
-        });
-        {
-            let mut i = lock(&self.inner);
+        };
+        // The interaction is pending and the state `needs_you` by the time a reader sees the
+        // frame, so an answer that comes at once finds it.
+        let (seq, ()) = self.push_with(frame, |i, seq| {
             i.interactions.push_back(Interaction {
                 request_id: rid.clone(),
                 tool_call,
@@ -393,7 +406,7 @@ impl Conn {
             if i.state != ConnState::Ended {
                 i.state = ConnState::NeedsYou;
             }
-        }
+        });
         self.notice("interaction_pending", seq, Some(rid.clone()));
         let timeout = self.shared.settings().permission_timeout;
         let conn = self.clone();

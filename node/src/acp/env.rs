@@ -143,14 +143,26 @@ pub struct AcpEnv {
     pub instance: Option<String>,
     /// The PTY sessions `terminal/create` runs commands in (none while the node stops).
     pub sessions: SessionsSource,
-    /// Registers a chat's identity in agent mail as a terminal-less peer.
+    /// Registers a chat's identity in agent mail as a terminal-less peer, and retires it.
     pub peers: PeersSink,
     /// Where an agent that speaks MCP over HTTP reaches the node's `/mcp`.
     pub http: HttpSource,
 }
 
-/// Registers `(identity, name, cwd)` in agent mail as a peer without a terminal.
-pub type PeersSink = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
+/// A chat's identity in agent mail (`POST /acp/chat/open`): a peer without a terminal that
+/// stays addressable while the node holds the connection — from the open, across a restart
+/// (the node re-registers the chats it restores), until `DELETE` retires it.
+pub trait ChatPeers: Send + Sync {
+    /// Registers `identity` as a peer without a terminal, named `name`, working in `cwd`
+    /// (an identity already registered keeps its inbox, name and path).
+    fn register(&self, identity: &str, name: &str, cwd: &str);
+    /// Retires `identity`: its peer entry and inbox go (pending waits end) and mail to it is
+    /// refused from now on.
+    fn retire(&self, identity: &str);
+}
+
+/// Where the service registers and retires its chats' identities.
+pub type PeersSink = Arc<dyn ChatPeers>;
 
 /// The node's `/mcp` over loopback HTTP, when its TCP listener serves one an agent on this
 /// host can reach as a loopback caller (so `x-tuic-session` binds its identity).

@@ -202,6 +202,8 @@ pub(crate) enum Op {
     Trim(String, u64, u64),
     /// Remove a connection and all its frames.
     Forget(String),
+    /// Answered once every op queued before it is committed ([`Writer::flush`]).
+    Flush(mpsc::Sender<()>),
 }
 
 /// The store thread's queue. Dropping every sender ends the thread after its last commit.
@@ -226,6 +228,11 @@ impl Writer {
                     if let Err(e) = commit(&store, &batch) {
                         tracing::warn!(source = "acp", error = %format!("{e:#}"), "writing the acp journal");
                     }
+                    for op in batch {
+                        if let Op::Flush(done) = op {
+                            let _ = done.send(());
+                        }
+                    }
                 }
             })
             .map(|_| ())
@@ -236,6 +243,14 @@ impl Writer {
     /// Queues one op (never blocks).
     pub(crate) fn send(&self, op: Op) {
         let _ = self.0.send(op);
+    }
+
+    /// Waits (blocking, up to `limit`) until every op queued before the call is committed;
+    /// whether it was. The thread is never joined, so a stopping node calls this last: a frame
+    /// journaled before the stop (an agent's exit, a turn's end) is on disk when it exits.
+    pub(crate) fn flush(&self, limit: Duration) -> bool {
+        let (tx, rx) = mpsc::channel();
+        self.0.send(Op::Flush(tx)).is_ok() && rx.recv_timeout(limit).is_ok()
     }
 }
 
@@ -257,6 +272,7 @@ fn commit(store: &Store, ops: &[Op]) -> anyhow::Result<()> {
                         frames.remove((id.as_str(), seq))?;
                     }
                 }
+                Op::Flush(_) => {}
                 Op::Forget(id) => {
                     conns.remove(id.as_str())?;
                     let seqs: Vec<u64> = frames

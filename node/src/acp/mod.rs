@@ -326,8 +326,31 @@ impl Acp {
                 i.rec.cwd.clone(),
             )
         };
-        (self.shared.env.peers)(&identity, &name, &cwd);
+        self.shared.env.peers.register(&identity, &name, &cwd);
         Ok(conn)
+    }
+
+    /// Registers every chat the node holds in agent mail again (its peers live in memory, so
+    /// a restarted node has none until this runs): a restored chat stays addressable, as it
+    /// was before the restart, and reads the mail that queued while it was ended once it
+    /// reconnects. Called once the node is built (the sink reaches mail through it).
+    pub fn register_chat_peers(&self) {
+        let chats: Vec<(String, String, String)> = lock(&self.conns)
+            .values()
+            .filter_map(|c| {
+                let i = lock(&c.inner);
+                i.rec.chat.then(|| {
+                    (
+                        i.rec.identity.clone(),
+                        i.rec.name.clone(),
+                        i.rec.cwd.clone(),
+                    )
+                })
+            })
+            .collect();
+        for (identity, name, cwd) in chats {
+            self.shared.env.peers.register(&identity, &name, &cwd);
+        }
     }
 
     /// Whether `identity` is a chat's (a connection the node still holds): mail keeps such a
@@ -433,14 +456,30 @@ impl Acp {
         Ok(conn)
     }
 
-    /// Ends the agent and forgets the connection and its journal.
+    /// Waits (blocking, up to `limit`) until every journal write queued so far is committed;
+    /// whether it was. The node's shutdown calls it once its tasks (the drivers journaling
+    /// `node_stopped`) have drained.
+    pub fn flush(&self, limit: Duration) -> bool {
+        self.shared.writer.flush(limit)
+    }
+
+    /// Ends the agent and forgets the connection and its journal; a chat's identity leaves
+    /// agent mail.
     pub fn delete(&self, id: &str) -> Result<(), AcpError> {
         let conn = lock(&self.conns)
             .remove(id)
             .ok_or_else(|| AcpError::UnknownConnection(id.to_owned()))?;
         conn.cancel_all_held("deleted");
-        lock(&conn.inner).stop.cancel();
+        let (chat, identity) = {
+            let i = lock(&conn.inner);
+            i.stop.cancel();
+            (i.rec.chat, i.rec.identity.clone())
+        };
         self.shared.writer.send(Op::Forget(id.to_owned()));
+        // Out of `conns` already, so mail no longer counts the identity as held.
+        if chat {
+            self.shared.env.peers.retire(&identity);
+        }
         Ok(())
     }
 }

@@ -607,6 +607,17 @@ pub(crate) fn register_terminal_less(mail: &Mail, identity: &str, name: &str, pa
     tracing::info!(source = "agent_msg", %identity, "registered a terminal-less ACP peer");
 }
 
+/// Retires a terminal-less peer whose ACP chat was deleted: unless it is still addressable
+/// (as [`peer_identity_is_addressable`] says), its peer entry and inbox go, pending waits end
+/// and mail to it is refused from now on.
+pub(crate) fn retire_terminal_less(mail: &Arc<Mail>, identity: &str) {
+    retire(
+        mail,
+        &[identity.to_owned()],
+        "retired a peer whose ACP chat was deleted",
+    );
+}
+
 /// A protocol session ended (reaped or deleted) before registering: its pending-parent inbox
 /// goes, and its children keep no parent.
 pub(crate) fn forget_pending(mail: &Arc<Mail>, sessions: &[String]) {
@@ -633,6 +644,15 @@ pub(crate) fn forget_pending(mail: &Arc<Mail>, sessions: &[String]) {
 /// they are still addressable: their inbox goes (pending waits end), they leave `list_peers`,
 /// and mail to them is refused from now on.
 pub(crate) fn evict_peers_for_reaped_mcp_session(mail: &Arc<Mail>, identities: &[String]) {
+    retire(
+        mail,
+        identities,
+        "retired a peer whose protocol session ended",
+    );
+}
+
+/// Retires `identities` that are no longer addressable (logging `why`).
+fn retire(mail: &Arc<Mail>, identities: &[String], why: &'static str) {
     let gone: Vec<&String> = identities
         .iter()
         .filter(|t| !peer_identity_is_addressable(mail, t))
@@ -649,7 +669,7 @@ pub(crate) fn evict_peers_for_reaped_mcp_session(mail: &Arc<Mail>, identities: &
                 c.cancel();
             }
             g.urgent.retain(|(s, r)| s != *t && r != *t);
-            tracing::info!(source = "agent_msg", identity = %t, dropped_messages = dropped.len(), "retired a peer whose protocol session ended");
+            tracing::info!(source = "agent_msg", identity = %t, dropped_messages = dropped.len(), "{why}");
         }
         Mail::drain(&mut g)
     };

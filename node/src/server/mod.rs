@@ -121,6 +121,15 @@ pub(crate) async fn run(
     let _ = tokio::task::spawn_blocking(move || n.sessions.end_with_node(keep)).await;
     node.tasks.close();
     let _ = tokio::time::timeout(drain, node.tasks.wait()).await;
+    // The ACP journal's writer thread is never joined: what it still holds is committed now,
+    // or a restart would lose the newest frames (an agent's exit, a turn's end).
+    let n = node.clone();
+    if !tokio::task::spawn_blocking(move || n.acp.flush(drain))
+        .await
+        .unwrap_or(false)
+    {
+        warn!("the acp journal was not flushed before the stop");
+    }
     info!("stopped");
     Ok(())
 }

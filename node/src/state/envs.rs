@@ -229,11 +229,7 @@ pub(super) fn acp_env(
         socket: paths.socket.clone(),
         instance: paths.instance.id().map(str::to_owned),
         sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
-        peers: Arc::new(move |identity, name, cwd| {
-            if let Some(n) = peers.upgrade() {
-                crate::mail::register_terminal_less(&n.mail, identity, name, cwd);
-            }
-        }),
+        peers: Arc::new(ChatMail(peers)),
         http: Arc::new(move || {
             let node = http.clone();
             Box::pin(async move {
@@ -257,6 +253,24 @@ pub(super) fn acp_env(
                 })
             })
         }),
+    }
+}
+
+/// Agent mail as the ACP service's chats use it. Holds the node weakly: the node owns the
+/// service that owns this.
+struct ChatMail(Weak<Node>);
+
+impl crate::acp::ChatPeers for ChatMail {
+    fn register(&self, identity: &str, name: &str, cwd: &str) {
+        if let Some(n) = self.0.upgrade() {
+            crate::mail::register_terminal_less(&n.mail, identity, name, cwd);
+        }
+    }
+
+    fn retire(&self, identity: &str) {
+        if let Some(n) = self.0.upgrade() {
+            crate::mail::retire_terminal_less(&n.mail, identity);
+        }
     }
 }
 

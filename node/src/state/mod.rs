@@ -323,6 +323,8 @@ impl Node {
                 }
             }));
         node.git.load_placements();
+        // Restored chats are peers in agent mail again (mail's peers live in memory).
+        node.acp.register_chat_peers();
         // The reaper keeps identities that own a live PTY or parent a live child; mail answers.
         *node.mcp.liveness.write().unwrap_or_else(|p| p.into_inner()) =
             Arc::new(Addressable(Arc::downgrade(&node)));
