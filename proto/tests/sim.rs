@@ -18,14 +18,13 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use common::sim::{Answer, Pipe, Relayed};
+use common::sim::{Answer, Relayed};
 use common::{Rng, peer_entry as entry};
 use tuic_proto::mail::Inboxes;
 use tuic_proto::peer::{
-    Backoff, CutThroughWaits, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxEvent, OutboxLimits, PeerEntry, PeerLink, Receipt, ReceiptOutcome,
-    Relay, RelayEnd, RelayOutput, Request, Response, SenderOutcome, Settled, Step, Uplink,
-    UplinkOutput, WireMessage, deliver,
+    Backoff, CutThroughWaits, DedupeRings, ErrorCode, LinkEvent, LinkState, Outbox, OutboxError,
+    OutboxEvent, OutboxLimits, PeerEntry, Receipt, ReceiptOutcome, Relay, RelayOutput, Request,
+    Response, SenderOutcome, Settled, Step, UplinkOutput, WireMessage, deliver,
 };
 
 const NODES: [&str; 2] = ["b", "c"];
@@ -42,17 +41,8 @@ const SETTLE_MS: u64 = 30 * 60_000;
 /// `accepted` (the hub's `CUT_THROUGH`).
 const CUT_THROUGH_MS: u64 = 20;
 
-struct Conn {
-    hub: PeerLink,
-    node: PeerLink,
-    /// The hub's end of this link: the real one the hub runs.
-    hub_end: RelayEnd,
-    /// The node's end of this link: the real one the node runs (its register-before-send
-    /// gate, vouching, settling).
-    uplink: Uplink,
-    to_node: Pipe<String>,
-    to_hub: Pipe<String>,
-}
+/// A connection whose frames travel as text (WebSocket).
+type Conn = common::sim::Conn<String>;
 
 struct Node {
     name: &'static str,
@@ -216,17 +206,8 @@ struct Sim {
 impl Sim {
     fn new(seed: u64) -> Self {
         let mut rng = Rng::new(seed);
-        // Most seeds use tight bounds so refusals and the dispatch window are exercised; every
-        // fourth uses the spec's bounds.
-        let limits = if seed.is_multiple_of(4) {
-            OutboxLimits::default()
-        } else {
-            OutboxLimits {
-                max_messages: 10 + rng.below(40) as usize,
-                max_bytes: 2_000 + rng.below(6_000),
-                max_in_flight_per_recipient: 1 + rng.below(16),
-            }
-        };
+        // Most seeds use tight bounds; every fourth uses the spec's.
+        let limits = common::sim::seeded_limits(seed.is_multiple_of(4), &mut rng);
         let nodes = NODES
             .iter()
             .map(|&name| {
@@ -338,15 +319,8 @@ impl Sim {
             }
             for (name, c) in &self.conns {
                 let held = self.partitioned_until.get(name).copied().unwrap_or(0);
-                for p in [&c.to_node, &c.to_hub] {
-                    if let Some(at) = p.next_at() {
-                        t = t.min(at.max(held));
-                    }
-                }
-                for l in [&c.hub, &c.node] {
-                    if let Some(x) = l.poll_timeout() {
-                        t = t.min(x);
-                    }
+                if let Some(at) = c.next_at(held) {
+                    t = t.min(at);
                 }
             }
             if self.hub.up {
@@ -738,14 +712,7 @@ impl Sim {
             let reachable = self.nodes[Self::node_ix(x)].up && !self.partitioned(x);
             if reachable {
                 let generation = self.hub.relay.attach(x);
-                let c = Conn {
-                    hub: PeerLink::new(self.now, LinkConfig::new("hub", x, LinkRole::Hub)),
-                    node: PeerLink::new(self.now, LinkConfig::new(x, x, LinkRole::Node)),
-                    hub_end: RelayEnd::new(x, generation),
-                    uplink: Uplink::new(),
-                    to_node: Pipe::new(self.reorder),
-                    to_hub: Pipe::new(self.reorder),
-                };
+                let c = Conn::dial(self.now, x, generation, self.reorder);
                 self.conns.insert(x.to_owned(), c);
             } else {
                 let delay = self
@@ -801,14 +768,7 @@ impl Sim {
         let names: Vec<String> = self.conns.keys().cloned().collect();
         for x in names {
             let partitioned = self.partitioned(&x);
-            let c = self.conns.get_mut(&x).expect("conn");
-            let hub_down = c.hub.state() == LinkState::Down;
-            let node_down = c.node.state() == LinkState::Down;
-            if (hub_down || node_down) && !partitioned {
-                c.hub.reset();
-                c.node.reset();
-            }
-            if c.hub.state() == LinkState::Down && c.node.state() == LinkState::Down {
+            if self.conns.get_mut(&x).expect("conn").reap(partitioned) {
                 let c = self.conns.remove(&x).expect("conn");
                 self.settle_conn(&x, c);
             }
@@ -975,13 +935,7 @@ impl Sim {
                 self.hub.backoff.get_mut(x).expect("backoff").reset();
             }
             RelayOutput::Request { id, request } => {
-                let resp = match request {
-                    Request::ListPeers { path } => {
-                        c.hub_end
-                            .list_peers(&self.hub.relay, Hub::entries(), path.as_deref())
-                    }
-                    _ => Response::Peers(vec![]),
-                };
+                let resp = common::sim::answer_request(c, &self.hub.relay, request, Hub::entries);
                 c.hub.respond(id, resp).expect("respond");
             }
             RelayOutput::Answered { settled, .. } => self.settled(false, settled),

@@ -24,14 +24,14 @@ mod common;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use common::sim::{Answer, Pipe, Relayed};
+use common::sim::{Answer, Relayed};
 use common::{Rng, peer_entry as entry};
 use tuic_proto::mail::Inboxes;
 use tuic_proto::peer::Relay;
 use tuic_proto::peer::{
-    Backoff, CutThroughWaits, DedupeRings, Frame, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxEvent, OutboxLimits, PeerEntry, PeerLink, Receipt, RelayEnd,
-    RelayOutput, Request, Response, Settled, Uplink, UplinkOutput, WireMessage, deliver,
+    Backoff, CutThroughWaits, DedupeRings, Frame, LinkEvent, LinkState, Outbox, OutboxError,
+    OutboxEvent, OutboxLimits, PeerEntry, Receipt, RelayOutput, Response, Settled, UplinkOutput,
+    WireMessage, deliver,
 };
 
 /// A small inbox, so bursts fill it and the hub holds mail (`recipient_full`).
@@ -62,14 +62,8 @@ fn agent(ix: usize) -> String {
     format!("n{ix}a")
 }
 
-struct Conn {
-    hub: PeerLink,
-    node: PeerLink,
-    hub_end: RelayEnd,
-    uplink: Uplink,
-    to_node: Pipe<Frame>,
-    to_hub: Pipe<Frame>,
-}
+/// A connection whose frames travel typed (QUIC streams carry them decoded here).
+type Conn = common::sim::Conn<Frame>;
 
 struct Node {
     up: bool,
@@ -181,15 +175,7 @@ struct Sim {
 impl Sim {
     fn new(seed: u64, n: usize, traffic_ms: u64) -> Self {
         let mut rng = Rng::new(seed);
-        let limits = if seed.is_multiple_of(2) {
-            OutboxLimits::default()
-        } else {
-            OutboxLimits {
-                max_messages: 10 + rng.below(40) as usize,
-                max_bytes: 2_000 + rng.below(6_000),
-                max_in_flight_per_recipient: 1 + rng.below(16),
-            }
-        };
+        let limits = common::sim::seeded_limits(seed.is_multiple_of(2), &mut rng);
         let talkers: Vec<usize> = (0..n).filter(|i| i % TALKER_EVERY == 0).collect();
         let nodes = (0..n)
             .map(|ix| {
@@ -418,18 +404,7 @@ impl Sim {
             return;
         };
         let held = self.partitioned_until[ix];
-        let mut t = u64::MAX;
-        for p in [&c.to_node, &c.to_hub] {
-            if let Some(at) = p.next_at() {
-                t = t.min(at.max(held));
-            }
-        }
-        for l in [&c.hub, &c.node] {
-            if let Some(x) = l.poll_timeout() {
-                t = t.min(x);
-            }
-        }
-        let t = t.max(self.now);
+        let t = c.next_at(held).unwrap_or(u64::MAX).max(self.now);
         if t != u64::MAX && t < self.wake_at[ix] {
             self.wake_at[ix] = t;
             self.at(t, Ev::Wake(ix));
@@ -601,12 +576,7 @@ impl Sim {
                 self.stats.link_ups += 1;
             }
             RelayOutput::Request { id, request } => {
-                let resp = match request {
-                    Request::ListPeers { path } => {
-                        c.hub_end.list_peers(&self.relay, local(), path.as_deref())
-                    }
-                    _ => Response::Peers(vec![]),
-                };
+                let resp = common::sim::answer_request(c, &self.relay, request, local);
                 c.hub.respond(id, resp).expect("respond");
             }
             RelayOutput::Answered { settled, .. } => self.settled(false, settled),
@@ -674,13 +644,7 @@ impl Sim {
         let Some(c) = self.conns[ix].as_mut() else {
             return;
         };
-        let hub_down = c.hub.state() == LinkState::Down;
-        let node_down = c.node.state() == LinkState::Down;
-        if (hub_down || node_down) && !partitioned {
-            c.hub.reset();
-            c.node.reset();
-        }
-        if c.hub.state() == LinkState::Down && c.node.state() == LinkState::Down {
+        if c.reap(partitioned) {
             let c = self.conns[ix].take().expect("conn");
             self.settle_conn(ix, c);
         }
@@ -721,14 +685,7 @@ impl Sim {
         if self.nodes[ix].up && !self.partitioned(ix) {
             let me = name(ix);
             let generation = self.relay.attach(&me);
-            self.conns[ix] = Some(Conn {
-                hub: PeerLink::new(self.now, LinkConfig::new("hub", &me, LinkRole::Hub)),
-                node: PeerLink::new(self.now, LinkConfig::new(&me, &me, LinkRole::Node)),
-                hub_end: RelayEnd::new(&me, generation),
-                uplink: Uplink::new(),
-                to_node: Pipe::default(),
-                to_hub: Pipe::default(),
-            });
+            self.conns[ix] = Some(Conn::dial(self.now, &me, generation, false));
             self.dirty.insert(ix);
         } else {
             let delay = self.hub_backoff[ix].next_delay(self.rng.next_u64());

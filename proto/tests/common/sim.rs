@@ -6,9 +6,26 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use tuic_proto::peer::{
-    AckOutcome, CutThroughWaits, ErrorCode, OutboxEvent, Receipt, Relay, Response, Route,
-    SenderOutcome, Settled, Step, WireMessage,
+    AckOutcome, CutThroughWaits, ErrorCode, LinkConfig, LinkRole, LinkState, OutboxEvent,
+    OutboxLimits, PeerEntry, PeerLink, Receipt, Relay, RelayEnd, Request, Response, Route,
+    SenderOutcome, Settled, Step, Uplink, WireMessage,
 };
+
+use super::Rng;
+
+/// A run's outbox bounds: the spec's with `spec`, else tight ones drawn from `rng`, so
+/// refusals and the dispatch window are exercised.
+pub fn seeded_limits(spec: bool, rng: &mut Rng) -> OutboxLimits {
+    if spec {
+        OutboxLimits::default()
+    } else {
+        OutboxLimits {
+            max_messages: 10 + rng.below(40) as usize,
+            max_bytes: 2_000 + rng.below(6_000),
+            max_in_flight_per_recipient: 1 + rng.below(16),
+        }
+    }
+}
 
 /// One direction of a connection: frames with their arrival times. In order, like a
 /// WebSocket or a QUIC stream; with `reorder`, frames take independent latencies and may
@@ -64,6 +81,71 @@ impl<F> Pipe<F> {
 
     pub fn is_empty(&self) -> bool {
         self.q.is_empty()
+    }
+}
+
+/// One connection between the hub and node `x`: both link ends, the hub's `RelayEnd` and the
+/// node's `Uplink` (the real ends the processes run: the relay's side, and the node's
+/// register-before-send gate, vouching and settling), and the wire each way.
+pub struct Conn<F> {
+    pub hub: PeerLink,
+    pub node: PeerLink,
+    pub hub_end: RelayEnd,
+    pub uplink: Uplink,
+    pub to_node: Pipe<F>,
+    pub to_hub: Pipe<F>,
+}
+
+impl<F> Conn<F> {
+    /// The hub dials node `x` at `now`: the relay's link `generation`.
+    pub fn dial(now: u64, x: &str, generation: u64, reorder: bool) -> Self {
+        Self {
+            hub: PeerLink::new(now, LinkConfig::new("hub", x, LinkRole::Hub)),
+            node: PeerLink::new(now, LinkConfig::new(x, x, LinkRole::Node)),
+            hub_end: RelayEnd::new(x, generation),
+            uplink: Uplink::new(),
+            to_node: Pipe::new(reorder),
+            to_hub: Pipe::new(reorder),
+        }
+    }
+
+    /// When something next happens on this connection: a frame arriving (held until `held`
+    /// while partitioned) or an end's timer.
+    pub fn next_at(&self, held: u64) -> Option<u64> {
+        let frames = [&self.to_node, &self.to_hub]
+            .into_iter()
+            .filter_map(|p| p.next_at().map(|at| at.max(held)));
+        let timers = [&self.hub, &self.node]
+            .into_iter()
+            .filter_map(PeerLink::poll_timeout);
+        frames.chain(timers).min()
+    }
+
+    /// One end down while the path is open resets the other (the FIN/RST reaches it); across
+    /// a partition the other end finds out by its own liveness. Whether both ends are down:
+    /// then the connection goes.
+    pub fn reap(&mut self, partitioned: bool) -> bool {
+        let hub_down = self.hub.state() == LinkState::Down;
+        let node_down = self.node.state() == LinkState::Down;
+        if (hub_down || node_down) && !partitioned {
+            self.hub.reset();
+            self.node.reset();
+        }
+        self.hub.state() == LinkState::Down && self.node.state() == LinkState::Down
+    }
+}
+
+/// The hub's answer to a node's request: `list_peers` from the relay's shadows and the hub's
+/// own peers (`local`), nothing else asked in the simulators.
+pub fn answer_request<F>(
+    c: &Conn<F>,
+    relay: &Relay,
+    request: Request,
+    local: impl FnOnce() -> Vec<PeerEntry>,
+) -> Response {
+    match request {
+        Request::ListPeers { path } => c.hub_end.list_peers(relay, local(), path.as_deref()),
+        _ => Response::Peers(vec![]),
     }
 }
 
