@@ -6,7 +6,7 @@
 
 use serde_json::json;
 use tuic_tests::bed::review::{
-    call, changed_files, comment_twice_and_send, pasted, s, setup_of, shown_diff, wide_lib,
+    call, comment_twice_and_send, pasted, phone_on_changes, s, setup_of, shown_diff, wide_lib,
 };
 use tuic_tests::bed::{git, login, phone_node, recording_shell};
 use tuic_tests::progress::Mcp;
@@ -38,16 +38,7 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
     let received = work.path().join("received.bin");
     let id = recording_shell(&node, &wt, &received).await;
 
-    let b = Browser::launch(390, 844).await.unwrap();
-    login(&b, &base).await;
-    b.goto(&format!("{base}/mobile#/changes/{id}"))
-        .await
-        .unwrap();
-    let (files, commits) = changed_files(&b).await;
-    assert!(
-        files.contains("lib.rs") && files.contains("+1 −2"),
-        "{files}"
-    );
+    let (b, files, commits) = phone_on_changes(&base, &id).await;
     assert!(files.contains("new.txt"), "{files}");
     assert!(
         commits.contains("agent: rename") && commits.contains("agent: add new.txt"),

@@ -11,15 +11,15 @@ use std::time::Duration;
 
 use serde_json::json;
 use tuic_tests::bed::review::{
-    call, changed_files, comment_twice_and_send, pasted, repo_with_worktree, s, shown_diff,
+    call, comment_twice_and_send, pasted, phone_on_changes, repo_with_worktree, s, shown_diff,
     wait_for,
 };
-use tuic_tests::bed::{PASSWORD, create, git, login};
+use tuic_tests::bed::{PASSWORD, create, git};
 use tuic_tests::enc;
 use tuic_tests::fed::FedBed;
 use tuic_tests::netns::Door;
 use tuic_tests::progress::Mcp;
-use tuic_tests::webdriver::{Browser, artifacts_dir};
+use tuic_tests::webdriver::artifacts_dir;
 
 #[tokio::test]
 async fn phone_reviews_and_squashes_a_remote_agent_s_worktree_through_the_hub() {
@@ -74,16 +74,7 @@ async fn phone_reviews_and_squashes_a_remote_agent_s_worktree_through_the_hub() 
         .unwrap();
 
     // The phone, on the hub's page: Changes of the remote session.
-    let b = Browser::launch(390, 844).await.unwrap();
-    login(&b, &base).await;
-    b.goto(&format!("{base}/mobile#/changes/{}", enc(&address)))
-        .await
-        .unwrap();
-    let (files, commits) = changed_files(&b).await;
-    assert!(
-        files.contains("lib.rs") && files.contains("+1 −2"),
-        "{files}"
-    );
+    let (b, files, commits) = phone_on_changes(&base, &address).await;
     assert!(
         files.contains("new.txt") && files.contains("+1 −0"),
         "{files}"

@@ -115,9 +115,16 @@ pub async fn pasted(file: &Path) -> String {
     String::from_utf8_lossy(&std::fs::read(file).unwrap()).into_owned()
 }
 
-/// On the phone's Changes page: waits for the two changed files and returns the file list's
-/// text and the commit list's.
-pub async fn changed_files(b: &Browser) -> (String, String) {
+/// A phone (390×844) logged in to `base` on the Changes page of `session` (an id, or a
+/// hub's `<connection>/<id>` address): waits for [`setup_of`]'s two changed files, checks
+/// `lib.rs` shows `+1 −2`, and returns the browser with the file list's and the commit
+/// list's text.
+pub async fn phone_on_changes(base: &str, session: &str) -> (Browser, String, String) {
+    let b = Browser::launch(390, 844).await.unwrap();
+    super::login(&b, base).await;
+    b.goto(&format!("{base}/mobile#/changes/{}", crate::enc(session)))
+        .await
+        .unwrap();
     b.wait_for(
         "document.querySelectorAll('#files .file').length === 2",
         STEP_MS,
@@ -126,7 +133,11 @@ pub async fn changed_files(b: &Browser) -> (String, String) {
     .unwrap();
     let files = b.text(&b.find("#files").await.unwrap()).await.unwrap();
     let commits = b.text(&b.find("#commits").await.unwrap()).await.unwrap();
-    (files, commits)
+    assert!(
+        files.contains("lib.rs") && files.contains("+1 −2"),
+        "{files}"
+    );
+    (b, files, commits)
 }
 
 /// Opens `file`'s diff on the Changes page and returns its lines as shown, one per line (what
