@@ -37,9 +37,11 @@ pub(crate) fn from_value<T: DeserializeOwned>(v: Value) -> Result<T, ArgError> {
             })
             .next_back();
         let inner = e.into_inner().to_string();
+        // serde's refusal of a key already names it (`unknown field `x`, expected ...`).
+        let names_itself = inner.starts_with("unknown field");
         ArgError(match field {
-            Some(f) => format!("{f} {inner}"),
-            None => inner,
+            Some(f) if !names_itself => format!("{f} {inner}"),
+            _ => inner,
         })
     })
 }

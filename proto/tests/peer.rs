@@ -1,22 +1,14 @@
 //! Peer-link state machine, outbox, dedupe rings and backoff, one behaviour per test.
 
+mod common;
+
 use tuic_proto::peer::{
     AckOutcome, Backoff, DedupeError, DedupeRings, DownReason, ErrorCode, Frame, LinkConfig,
-    LinkEvent, LinkRole, LinkState, Outbox, OutboxChange, OutboxError, OutboxLimits, PeerEntry,
-    PeerLink, Pushed, Request, Response, SenderOutcome, Verdict, WireMessage, Withdrawn,
+    LinkEvent, LinkRole, LinkState, Outbox, OutboxChange, OutboxError, OutboxLimits, PeerLink,
+    Pushed, Request, Response, SenderOutcome, Verdict, WireMessage, Withdrawn,
 };
 
-fn peer(id: &str) -> PeerEntry {
-    PeerEntry {
-        tuic_session: id.into(),
-        name: None,
-        orchestrator: false,
-        address: None,
-        alias: None,
-        session_id: None,
-        path: None,
-    }
-}
+use common::peer_entry as peer;
 
 fn wire(id: &str, from: &str, to: &str, body: &str) -> WireMessage {
     WireMessage {
@@ -69,7 +61,7 @@ fn events(l: &mut PeerLink) -> Vec<LinkEvent> {
 
 fn register(hub: &mut PeerLink, node: &mut PeerLink, peers: &[&str]) {
     node.request(Request::Register {
-        peers: peers.iter().map(|p| peer(p)).collect(),
+        peers: peers.iter().map(|p| peer(*p)).collect(),
     })
     .expect("up");
     shuttle(0, node, hub);

@@ -18,13 +18,13 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use common::Rng;
+use common::sim::{Answer, Relayed};
+use common::{Rng, peer_entry as entry};
 use tuic_proto::mail::Inboxes;
 use tuic_proto::peer::{
-    AckOutcome, Backoff, DedupeRings, ErrorCode, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxEvent, OutboxLimits, PeerEntry, PeerLink, Receipt, ReceiptOutcome,
-    Relay, RelayEnd, RelayOutput, Request, Response, Route, SenderOutcome, Settled, Step, Uplink,
-    UplinkOutput, WireMessage, deliver,
+    Backoff, CutThroughWaits, DedupeRings, ErrorCode, LinkEvent, LinkState, Outbox, OutboxError,
+    OutboxEvent, OutboxLimits, PeerEntry, Receipt, ReceiptOutcome, Relay, RelayOutput, Request,
+    Response, SenderOutcome, Settled, Step, UplinkOutput, WireMessage, deliver,
 };
 
 const NODES: [&str; 2] = ["b", "c"];
@@ -41,48 +41,8 @@ const SETTLE_MS: u64 = 30 * 60_000;
 /// `accepted` (the hub's `CUT_THROUGH`).
 const CUT_THROUGH_MS: u64 = 20;
 
-#[derive(Default)]
-struct Pipe {
-    q: VecDeque<(u64, String)>,
-    last: u64,
-    /// Frames take independent latencies and may overtake each other (a reordering proxy, or
-    /// a future transport with several streams); otherwise in order, as on a WebSocket.
-    reorder: bool,
-}
-
-impl Pipe {
-    fn new(reorder: bool) -> Self {
-        Self {
-            q: VecDeque::new(),
-            last: 0,
-            reorder,
-        }
-    }
-
-    fn push(&mut self, now: u64, latency: u64, frame: String) {
-        if self.reorder {
-            let at = now + latency;
-            let i = self.q.partition_point(|(t, _)| *t <= at);
-            self.q.insert(i, (at, frame));
-        } else {
-            let at = (now + latency).max(self.last);
-            self.last = at;
-            self.q.push_back((at, frame));
-        }
-    }
-}
-
-struct Conn {
-    hub: PeerLink,
-    node: PeerLink,
-    /// The hub's end of this link: the real one the hub runs.
-    hub_end: RelayEnd,
-    /// The node's end of this link: the real one the node runs (its register-before-send
-    /// gate, vouching, settling).
-    uplink: Uplink,
-    to_node: Pipe,
-    to_hub: Pipe,
-}
+/// A connection whose frames travel as text (WebSocket).
+type Conn = common::sim::Conn<String>;
 
 struct Node {
     name: &'static str,
@@ -140,18 +100,6 @@ impl Hub {
     }
 }
 
-fn entry(tuic_session: String) -> PeerEntry {
-    PeerEntry {
-        tuic_session,
-        name: None,
-        orchestrator: false,
-        address: None,
-        alias: None,
-        session_id: None,
-        path: None,
-    }
-}
-
 /// Counts over one or many seeds.
 #[derive(Debug, Default, Clone)]
 struct Stats {
@@ -171,6 +119,8 @@ struct Stats {
     receipts_delivered: u64,
     /// Destination answers a waiting relay step passed straight back (cut-through).
     cut_through: u64,
+    /// Relay steps whose wait ran out: answered `accepted`, the answer became a receipt.
+    cut_through_expired: u64,
     /// `recipient_full` answers: a destination held forwarded mail at the previous hop.
     held: u64,
     /// Unread mail evicted from a reading recipient's inbox (must stay 0).
@@ -206,6 +156,7 @@ impl Stats {
         self.reposts += o.reposts;
         self.receipts_delivered += o.receipts_delivered;
         self.cut_through += o.cut_through;
+        self.cut_through_expired += o.cut_through_expired;
         self.held += o.held;
         self.missed += o.missed;
         self.reads += o.reads;
@@ -248,25 +199,15 @@ struct Sim {
     /// Receipts the relay routed this step, sent once the connections are all in place.
     receipts: Vec<(String, Receipt)>,
     /// Relay steps waiting for the destination's answer (cut-through), by message id: the
-    /// previous hop's connection, link generation and request id, and when the step gives up
-    /// and answers `accepted`.
-    cut_through: BTreeMap<String, (String, u64, u64, u64)>,
+    /// previous hop's connection, link generation and request id.
+    cut_through: CutThroughWaits<(String, u64, u64)>,
 }
 
 impl Sim {
     fn new(seed: u64) -> Self {
         let mut rng = Rng::new(seed);
-        // Most seeds use tight bounds so refusals and the dispatch window are exercised; every
-        // fourth uses the spec's bounds.
-        let limits = if seed.is_multiple_of(4) {
-            OutboxLimits::default()
-        } else {
-            OutboxLimits {
-                max_messages: 10 + rng.below(40) as usize,
-                max_bytes: 2_000 + rng.below(6_000),
-                max_in_flight_per_recipient: 1 + rng.below(16),
-            }
-        };
+        // Most seeds use tight bounds; every fourth uses the spec's.
+        let limits = common::sim::seeded_limits(seed.is_multiple_of(4), &mut rng);
         let nodes = NODES
             .iter()
             .map(|&name| {
@@ -334,7 +275,7 @@ impl Sim {
                 ..Stats::default()
             },
             receipts: Vec::new(),
-            cut_through: BTreeMap::new(),
+            cut_through: CutThroughWaits::new(),
         }
     }
 
@@ -373,20 +314,13 @@ impl Sim {
             }
             // Agents keep reading, and held mail is retried, in both phases.
             t = t.min(next_read).min(next_resume);
-            for &(_, _, _, at) in self.cut_through.values() {
+            if let Some(at) = self.cut_through.poll_timeout() {
                 t = t.min(at);
             }
             for (name, c) in &self.conns {
                 let held = self.partitioned_until.get(name).copied().unwrap_or(0);
-                for p in [&c.to_node, &c.to_hub] {
-                    if let Some(&(at, _)) = p.q.front() {
-                        t = t.min(at.max(held));
-                    }
-                }
-                for l in [&c.hub, &c.node] {
-                    if let Some(x) = l.poll_timeout() {
-                        t = t.min(x);
-                    }
+                if let Some(at) = c.next_at(held) {
+                    t = t.min(at);
                 }
             }
             if self.hub.up {
@@ -471,7 +405,7 @@ impl Sim {
             && self
                 .conns
                 .values()
-                .all(|c| c.to_hub.q.is_empty() && c.to_node.q.is_empty())
+                .all(|c| c.to_hub.is_empty() && c.to_node.is_empty())
     }
 
     fn heal(&mut self) {
@@ -717,7 +651,7 @@ impl Sim {
             }
         }
         // Relay steps waiting for an answer die with the process (their nodes resend).
-        self.cut_through.clear();
+        self.cut_through = CutThroughWaits::new();
         let retained: usize = (0..AGENTS)
             .map(|a| self.hub.inboxes.peek(&format!("h{a}")).len())
             .sum();
@@ -778,14 +712,7 @@ impl Sim {
             let reachable = self.nodes[Self::node_ix(x)].up && !self.partitioned(x);
             if reachable {
                 let generation = self.hub.relay.attach(x);
-                let c = Conn {
-                    hub: PeerLink::new(self.now, LinkConfig::new("hub", x, LinkRole::Hub)),
-                    node: PeerLink::new(self.now, LinkConfig::new(x, x, LinkRole::Node)),
-                    hub_end: RelayEnd::new(x, generation),
-                    uplink: Uplink::new(),
-                    to_node: Pipe::new(self.reorder),
-                    to_hub: Pipe::new(self.reorder),
-                };
+                let c = Conn::dial(self.now, x, generation, self.reorder);
                 self.conns.insert(x.to_owned(), c);
             } else {
                 let delay = self
@@ -808,13 +735,11 @@ impl Sim {
             let Some(c) = self.conns.get_mut(x) else {
                 continue;
             };
-            while c.to_node.q.front().is_some_and(|(at, _)| *at <= now) {
-                let (_, f) = c.to_node.q.pop_front().expect("front");
+            while let Some(f) = c.to_node.pop_due(now) {
                 c.node.handle_text(now, &f);
                 self.stats.frames += 1;
             }
-            while c.to_hub.q.front().is_some_and(|(at, _)| *at <= now) {
-                let (_, f) = c.to_hub.q.pop_front().expect("front");
+            while let Some(f) = c.to_hub.pop_due(now) {
                 c.hub.handle_text(now, &f);
                 self.stats.frames += 1;
             }
@@ -843,14 +768,7 @@ impl Sim {
         let names: Vec<String> = self.conns.keys().cloned().collect();
         for x in names {
             let partitioned = self.partitioned(&x);
-            let c = self.conns.get_mut(&x).expect("conn");
-            let hub_down = c.hub.state() == LinkState::Down;
-            let node_down = c.node.state() == LinkState::Down;
-            if (hub_down || node_down) && !partitioned {
-                c.hub.reset();
-                c.node.reset();
-            }
-            if c.hub.state() == LinkState::Down && c.node.state() == LinkState::Down {
+            if self.conns.get_mut(&x).expect("conn").reap(partitioned) {
                 let c = self.conns.remove(&x).expect("conn");
                 self.settle_conn(&x, c);
             }
@@ -974,20 +892,20 @@ impl Sim {
         if c.hub.state() == LinkState::Up {
             // The node's `send`s of this step, relayed together.
             for (id, m) in c.hub_end.take_sends() {
-                let resp = match self.hub.relay.relay(&m, true) {
-                    Step::Answered {
-                        custody: Some(_), ..
-                    } => {
-                        // Held for the destination's answer, as the hub's relay step waits.
-                        let at = self.now + CUT_THROUGH_MS;
-                        let g = c.hub_end.generation();
-                        self.cut_through
-                            .insert(m.message_id.clone(), (x.to_owned(), g, id, at));
-                        continue;
-                    }
-                    Step::Answered { response, .. } => response,
-                    Step::Local(m) => {
-                        let h = &mut self.hub;
+                // Held for the destination's answer, as the hub's relay step waits.
+                let step = (x.to_owned(), c.hub_end.generation(), id);
+                let at = self.now + CUT_THROUGH_MS;
+                let h = &mut self.hub;
+                let resp = match common::sim::relay_send(
+                    &mut h.relay,
+                    &mut self.cut_through,
+                    &m,
+                    step,
+                    at,
+                ) {
+                    Relayed::Waits(_) => continue,
+                    Relayed::Answer(response) => response,
+                    Relayed::Local(m) => {
                         let r = deliver(&mut h.inboxes, &mut h.dedupe, self.now, "local", &m);
                         count_delivery(&r, &m, &mut self.delivered, &mut self.stats);
                         r
@@ -1017,13 +935,7 @@ impl Sim {
                 self.hub.backoff.get_mut(x).expect("backoff").reset();
             }
             RelayOutput::Request { id, request } => {
-                let resp = match request {
-                    Request::ListPeers { path } => {
-                        c.hub_end
-                            .list_peers(&self.hub.relay, Hub::entries(), path.as_deref())
-                    }
-                    _ => Response::Peers(vec![]),
-                };
+                let resp = common::sim::answer_request(c, &self.hub.relay, request, Hub::entries);
                 c.hub.respond(id, resp).expect("respond");
             }
             RelayOutput::Answered { settled, .. } => self.settled(false, settled),
@@ -1041,59 +953,34 @@ impl Sim {
     /// (receipts to the origin's link). A commit here is instant (every outbox is
     /// serialized at a crash), so refusals waiting for theirs go on at once.
     fn settled(&mut self, origin: bool, s: Settled) {
-        let Settled {
-            connection,
-            now,
-            after_commit,
-        } = s;
-        for e in now.into_iter().chain(after_commit) {
-            self.tally(origin, &e);
-            if origin {
-                continue;
-            }
-            match self.hub.relay.route(&connection, e) {
-                Route::Receipt { origin, receipt } => self.receipts.push((origin, receipt)),
-                Route::CutThrough {
-                    message_id,
-                    response,
-                } => {
-                    let step = self
-                        .cut_through
-                        .remove(&message_id)
-                        .expect("a waiting step");
-                    self.stats.cut_through += 1;
-                    self.answer_step(step, response);
-                }
-                Route::Sender { .. } | Route::Dropped { .. } => {}
-            }
+        for e in s.now.iter().chain(&s.after_commit) {
+            self.tally(origin, e);
+        }
+        if origin {
+            return;
+        }
+        let h = &mut self.hub;
+        let answers =
+            common::sim::route_settled(&mut h.relay, &mut self.cut_through, &mut self.receipts, s);
+        for (step, response) in answers {
+            self.stats.cut_through += 1;
+            self.answer_step(step, response);
         }
     }
 
     /// Relay steps whose wait ran out answer `accepted` (the hub holds the mail); their
     /// destination's answer becomes a receipt again.
     fn end_cut_through(&mut self) {
-        let due: Vec<String> = self
-            .cut_through
-            .iter()
-            .filter(|(_, s)| s.3 <= self.now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        self.hub
-            .relay
-            .end_cut_through(due.iter().map(String::as_str));
-        for id in due {
-            let step = self.cut_through.remove(&id).expect("due");
-            let accepted = Response::SendAck {
-                message_id: id,
-                outcome: AckOutcome::Accepted,
-            };
+        let h = &mut self.hub;
+        for (step, accepted) in
+            common::sim::end_cut_through(&mut h.relay, &mut self.cut_through, self.now)
+        {
+            self.stats.cut_through_expired += 1;
             self.answer_step(step, accepted);
         }
     }
 
-    /// Answers a waiting relay step over the previous hop's link, when that link is still the
-    /// one that asked (a reset lost the request: the node resends).
-    fn answer_step(&mut self, (conn, generation, id, _): (String, u64, u64, u64), r: Response) {
+    fn answer_step(&mut self, (conn, generation, id): (String, u64, u64), r: Response) {
         if let Some(c) = self.conns.get_mut(&conn)
             && c.hub_end.generation() == generation
             && c.hub.state() == LinkState::Up
@@ -1123,25 +1010,9 @@ impl Sim {
     }
 
     fn tally(&mut self, origin: bool, e: &OutboxEvent) {
-        match &e.outcome {
-            SenderOutcome::Refused { .. } => {
-                assert!(
-                    origin,
-                    "seed {}: the hub refused {} after taking custody",
-                    self.seed, e.message_id
-                );
-                self.refused.insert(e.message_id.clone());
-            }
-            SenderOutcome::Uncertain { .. } => self.stats.uncertain_reports += 1,
-            SenderOutcome::RefusedOnRetry { .. } => {
-                assert!(
-                    origin,
-                    "seed {}: the hub refused {} after taking custody",
-                    self.seed, e.message_id
-                );
-                self.uncertain_final.insert(e.message_id.clone());
-            }
-            SenderOutcome::Accepted | SenderOutcome::Delivered => {}
+        let (refused, uncertain) = (&mut self.refused, &mut self.uncertain_final);
+        if common::sim::tally(self.seed, origin, e, refused, uncertain) {
+            self.stats.uncertain_reports += 1;
         }
     }
 
@@ -1203,27 +1074,17 @@ impl Sim {
     }
 }
 
-/// Tallies a destination's answer: fresh deliveries per id, absorbed resends.
+/// Tallies a destination's answer: fresh deliveries per id, absorbed resends, held mail.
 fn count_delivery(
     resp: &Response,
     m: &WireMessage,
     delivered: &mut BTreeMap<String, u32>,
     stats: &mut Stats,
 ) {
-    match resp {
-        Response::SendAck {
-            outcome: AckOutcome::Delivered,
-            ..
-        } => *delivered.entry(m.message_id.clone()).or_default() += 1,
-        Response::SendAck {
-            outcome: AckOutcome::Duplicate,
-            ..
-        } => stats.duplicate_acks += 1,
-        Response::Error {
-            code: ErrorCode::RecipientFull,
-            ..
-        } => stats.held += 1,
-        other => panic!("destination refused {}: {other:?}", m.message_id),
+    match common::sim::count_delivery(resp, m, delivered) {
+        Answer::Delivered => {}
+        Answer::Duplicate => stats.duplicate_acks += 1,
+        Answer::Held => stats.held += 1,
     }
 }
 
@@ -1253,7 +1114,7 @@ fn federated_mail_survives_faults_across_seeds() {
     eprintln!(
         "sim: seeds={} sent={} accepted={} refused_at_send={} refused_later={} delivered={} \
          lost_before_delivery={} duplicated={} delivered_then_lost_with_memory={} \
-         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} cut_through={} held={} missed={} reads={} frames={} reordered_seeds={} \
+         duplicate_acks={} uncertain={} forged_rejected={} reposts={} receipts_delivered={} cut_through={} cut_through_expired={} held={} missed={} reads={} frames={} reordered_seeds={} \
          refused_on_retry_delivered={} refused_on_retry_undelivered={} resets={} partitions={} node_crashes={} \
          hub_crashes={} max_outbox_len={} virtual_s={}",
         total.seeds,
@@ -1271,6 +1132,7 @@ fn federated_mail_survives_faults_across_seeds() {
         total.reposts,
         total.receipts_delivered,
         total.cut_through,
+        total.cut_through_expired,
         total.held,
         total.missed,
         total.reads,
@@ -1307,6 +1169,10 @@ fn federated_mail_survives_faults_across_seeds() {
     assert!(
         total.cut_through > 0,
         "destinations answered waiting relay steps directly"
+    );
+    assert!(
+        total.cut_through_expired > 0,
+        "waits ran out (the hub's `CutThroughWaits` deadlines) and answered accepted"
     );
 }
 

@@ -22,15 +22,15 @@
 mod common;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use common::Rng;
+use common::sim::{Answer, Relayed};
+use common::{Rng, peer_entry as entry};
 use tuic_proto::mail::Inboxes;
 use tuic_proto::peer::Relay;
 use tuic_proto::peer::{
-    AckOutcome, Backoff, DedupeRings, ErrorCode, Frame, LinkConfig, LinkEvent, LinkRole, LinkState,
-    Outbox, OutboxError, OutboxEvent, OutboxLimits, PeerEntry, PeerLink, Receipt, RelayEnd,
-    RelayOutput, Request, Response, Route, SenderOutcome, Settled, Step, Uplink, UplinkOutput,
+    Backoff, CutThroughWaits, DedupeRings, Frame, LinkEvent, LinkState, Outbox, OutboxError,
+    OutboxEvent, OutboxLimits, PeerEntry, Receipt, RelayOutput, Response, Settled, UplinkOutput,
     WireMessage, deliver,
 };
 
@@ -62,41 +62,8 @@ fn agent(ix: usize) -> String {
     format!("n{ix}a")
 }
 
-fn entry(tuic_session: String) -> PeerEntry {
-    PeerEntry {
-        tuic_session,
-        name: None,
-        orchestrator: false,
-        address: None,
-        alias: None,
-        session_id: None,
-        path: None,
-    }
-}
-
-/// An ordered pipe of frames with arrival times (a WebSocket or a QUIC stream).
-#[derive(Default)]
-struct Pipe {
-    q: VecDeque<(u64, Frame)>,
-    last: u64,
-}
-
-impl Pipe {
-    fn push(&mut self, now: u64, latency: u64, f: Frame) {
-        let at = (now + latency).max(self.last);
-        self.last = at;
-        self.q.push_back((at, f));
-    }
-}
-
-struct Conn {
-    hub: PeerLink,
-    node: PeerLink,
-    hub_end: RelayEnd,
-    uplink: Uplink,
-    to_node: Pipe,
-    to_hub: Pipe,
-}
+/// A connection whose frames travel typed (QUIC streams carry them decoded here).
+type Conn = common::sim::Conn<Frame>;
 
 struct Node {
     up: bool,
@@ -194,7 +161,9 @@ struct Sim {
     last_shadows: Vec<PeerEntry>,
     dirty: BTreeSet<usize>,
     receipts: Vec<(String, Receipt)>,
-    cut_through: BTreeMap<String, (usize, u64, u64, u64)>,
+    /// Relay steps waiting for the destination's answer (cut-through), by message id: the
+    /// previous hop's link, its generation and the request id.
+    cut_through: CutThroughWaits<(usize, u64, u64)>,
     accepted: BTreeSet<String>,
     refused: BTreeSet<String>,
     uncertain_final: BTreeSet<String>,
@@ -206,15 +175,7 @@ struct Sim {
 impl Sim {
     fn new(seed: u64, n: usize, traffic_ms: u64) -> Self {
         let mut rng = Rng::new(seed);
-        let limits = if seed.is_multiple_of(2) {
-            OutboxLimits::default()
-        } else {
-            OutboxLimits {
-                max_messages: 10 + rng.below(40) as usize,
-                max_bytes: 2_000 + rng.below(6_000),
-                max_in_flight_per_recipient: 1 + rng.below(16),
-            }
-        };
+        let limits = common::sim::seeded_limits(seed.is_multiple_of(2), &mut rng);
         let talkers: Vec<usize> = (0..n).filter(|i| i % TALKER_EVERY == 0).collect();
         let nodes = (0..n)
             .map(|ix| {
@@ -262,7 +223,7 @@ impl Sim {
             last_shadows: Vec::new(),
             dirty: BTreeSet::new(),
             receipts: Vec::new(),
-            cut_through: BTreeMap::new(),
+            cut_through: CutThroughWaits::new(),
             accepted: BTreeSet::new(),
             refused: BTreeSet::new(),
             uncertain_final: BTreeSet::new(),
@@ -422,13 +383,11 @@ impl Sim {
     fn wake(&mut self, ix: usize) {
         if let Some(c) = self.conns[ix].as_mut() {
             if self.partitioned_until[ix] <= self.now {
-                while c.to_node.q.front().is_some_and(|(at, _)| *at <= self.now) {
-                    let (_, f) = c.to_node.q.pop_front().expect("front");
+                while let Some(f) = c.to_node.pop_due(self.now) {
                     c.node.handle_frame(self.now, f);
                     self.stats.frames += 1;
                 }
-                while c.to_hub.q.front().is_some_and(|(at, _)| *at <= self.now) {
-                    let (_, f) = c.to_hub.q.pop_front().expect("front");
+                while let Some(f) = c.to_hub.pop_due(self.now) {
                     c.hub.handle_frame(self.now, f);
                     self.stats.frames += 1;
                 }
@@ -445,18 +404,7 @@ impl Sim {
             return;
         };
         let held = self.partitioned_until[ix];
-        let mut t = u64::MAX;
-        for p in [&c.to_node, &c.to_hub] {
-            if let Some(&(at, _)) = p.q.front() {
-                t = t.min(at.max(held));
-            }
-        }
-        for l in [&c.hub, &c.node] {
-            if let Some(x) = l.poll_timeout() {
-                t = t.min(x);
-            }
-        }
-        let t = t.max(self.now);
+        let t = c.next_at(held).unwrap_or(u64::MAX).max(self.now);
         if t != u64::MAX && t < self.wake_at[ix] {
             self.wake_at[ix] = t;
             self.at(t, Ev::Wake(ix));
@@ -577,21 +525,18 @@ impl Sim {
         }
         if c.hub.state() == LinkState::Up {
             for (id, m) in c.hub_end.take_sends() {
-                let resp = match self.relay.relay(&m, true) {
-                    Step::Answered {
-                        custody: Some(dest),
-                        ..
-                    } => {
-                        let at = self.now + CUT_THROUGH_MS;
-                        let g = c.hub_end.generation();
-                        self.cut_through
-                            .insert(m.message_id.clone(), (ix, g, id, at));
+                let step = (ix, c.hub_end.generation(), id);
+                let at = self.now + CUT_THROUGH_MS;
+                let relayed =
+                    common::sim::relay_send(&mut self.relay, &mut self.cut_through, &m, step, at);
+                let resp = match relayed {
+                    Relayed::Waits(dest) => {
                         self.at(at, Ev::CutThrough);
                         self.dirty.insert(ix_of(&dest));
                         continue;
                     }
-                    Step::Answered { response, .. } => response,
-                    Step::Local(m) => {
+                    Relayed::Answer(response) => response,
+                    Relayed::Local(m) => {
                         let r = deliver(
                             &mut self.hub_inboxes,
                             &mut self.hub_dedupe,
@@ -631,12 +576,7 @@ impl Sim {
                 self.stats.link_ups += 1;
             }
             RelayOutput::Request { id, request } => {
-                let resp = match request {
-                    Request::ListPeers { path } => {
-                        c.hub_end.list_peers(&self.relay, local(), path.as_deref())
-                    }
-                    _ => Response::Peers(vec![]),
-                };
+                let resp = common::sim::answer_request(c, &self.relay, request, local);
                 c.hub.respond(id, resp).expect("respond");
             }
             RelayOutput::Answered { settled, .. } => self.settled(false, settled),
@@ -650,53 +590,33 @@ impl Sim {
     }
 
     fn settled(&mut self, origin: bool, s: Settled) {
-        let Settled {
-            connection,
-            now,
-            after_commit,
-        } = s;
-        for e in now.into_iter().chain(after_commit) {
-            self.tally(origin, &e);
-            if origin {
-                continue;
-            }
-            match self.relay.route(&connection, e) {
-                Route::Receipt { origin, receipt } => self.receipts.push((origin, receipt)),
-                Route::CutThrough {
-                    message_id,
-                    response,
-                } => {
-                    let step = self
-                        .cut_through
-                        .remove(&message_id)
-                        .expect("a waiting step");
-                    self.stats.cut_through += 1;
-                    self.answer_step(step, response);
-                }
-                Route::Sender { .. } | Route::Dropped { .. } => {}
-            }
+        for e in s.now.iter().chain(&s.after_commit) {
+            self.tally(origin, e);
+        }
+        if origin {
+            return;
+        }
+        let answers = common::sim::route_settled(
+            &mut self.relay,
+            &mut self.cut_through,
+            &mut self.receipts,
+            s,
+        );
+        for (step, response) in answers {
+            self.stats.cut_through += 1;
+            self.answer_step(step, response);
         }
     }
 
     fn end_cut_through(&mut self) {
-        let due: Vec<String> = self
-            .cut_through
-            .iter()
-            .filter(|(_, s)| s.3 <= self.now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        self.relay.end_cut_through(due.iter().map(String::as_str));
-        for id in due {
-            let step = self.cut_through.remove(&id).expect("due");
-            let accepted = Response::SendAck {
-                message_id: id,
-                outcome: AckOutcome::Accepted,
-            };
+        for (step, accepted) in
+            common::sim::end_cut_through(&mut self.relay, &mut self.cut_through, self.now)
+        {
             self.answer_step(step, accepted);
         }
     }
 
-    fn answer_step(&mut self, (ix, generation, id, _): (usize, u64, u64, u64), r: Response) {
+    fn answer_step(&mut self, (ix, generation, id): (usize, u64, u64), r: Response) {
         if let Some(c) = self.conns[ix].as_mut()
             && c.hub_end.generation() == generation
             && c.hub.state() == LinkState::Up
@@ -724,13 +644,7 @@ impl Sim {
         let Some(c) = self.conns[ix].as_mut() else {
             return;
         };
-        let hub_down = c.hub.state() == LinkState::Down;
-        let node_down = c.node.state() == LinkState::Down;
-        if (hub_down || node_down) && !partitioned {
-            c.hub.reset();
-            c.node.reset();
-        }
-        if c.hub.state() == LinkState::Down && c.node.state() == LinkState::Down {
+        if c.reap(partitioned) {
             let c = self.conns[ix].take().expect("conn");
             self.settle_conn(ix, c);
         }
@@ -771,14 +685,7 @@ impl Sim {
         if self.nodes[ix].up && !self.partitioned(ix) {
             let me = name(ix);
             let generation = self.relay.attach(&me);
-            self.conns[ix] = Some(Conn {
-                hub: PeerLink::new(self.now, LinkConfig::new("hub", &me, LinkRole::Hub)),
-                node: PeerLink::new(self.now, LinkConfig::new(&me, &me, LinkRole::Node)),
-                hub_end: RelayEnd::new(&me, generation),
-                uplink: Uplink::new(),
-                to_node: Pipe::default(),
-                to_hub: Pipe::default(),
-            });
+            self.conns[ix] = Some(Conn::dial(self.now, &me, generation, false));
             self.dirty.insert(ix);
         } else {
             let delay = self.hub_backoff[ix].next_delay(self.rng.next_u64());
@@ -917,7 +824,7 @@ impl Sim {
         for ix in 0..self.n {
             self.tear_down(ix);
         }
-        self.cut_through.clear();
+        self.cut_through = CutThroughWaits::new();
         self.stats.delivered_then_lost_with_memory += self.hub_inboxes.peek("h0").len() as u64;
         self.hub_persisted = Some((
             self.relay
@@ -1003,23 +910,8 @@ impl Sim {
     }
 
     fn tally(&mut self, origin: bool, e: &OutboxEvent) {
-        match &e.outcome {
-            SenderOutcome::Refused { .. } | SenderOutcome::RefusedOnRetry { .. } => {
-                assert!(
-                    origin,
-                    "seed {}: the hub refused {} after taking custody",
-                    self.seed, e.message_id
-                );
-                if matches!(e.outcome, SenderOutcome::Refused { .. }) {
-                    self.refused.insert(e.message_id.clone());
-                } else {
-                    self.uncertain_final.insert(e.message_id.clone());
-                }
-            }
-            SenderOutcome::Uncertain { .. }
-            | SenderOutcome::Accepted
-            | SenderOutcome::Delivered => {}
-        }
+        let (refused, uncertain) = (&mut self.refused, &mut self.uncertain_final);
+        common::sim::tally(self.seed, origin, e, refused, uncertain);
     }
 
     /// The count and byte bounds of the outboxes a step touched.
@@ -1109,27 +1001,11 @@ fn count_delivery(
     delivered: &mut BTreeMap<String, u32>,
     stats: &mut Stats,
 ) -> bool {
-    match resp {
-        Response::SendAck {
-            outcome: AckOutcome::Delivered,
-            ..
-        } => {
-            *delivered.entry(m.message_id.clone()).or_default() += 1;
-            true
-        }
-        Response::SendAck {
-            outcome: AckOutcome::Duplicate,
-            ..
-        } => false,
-        Response::Error {
-            code: ErrorCode::RecipientFull,
-            ..
-        } => {
-            stats.held += 1;
-            false
-        }
-        other => panic!("destination refused {}: {other:?}", m.message_id),
+    let a = common::sim::count_delivery(resp, m, delivered);
+    if a == Answer::Held {
+        stats.held += 1;
     }
+    a == Answer::Delivered
 }
 
 fn env_u64(key: &str, default: u64) -> u64 {

@@ -1,6 +1,7 @@
 //! Shared end-to-end beds, so test files do not paste them: a password-protected node (or
 //! hub) with remote access on loopback, a hub connected to such a node, the browser's login
-//! form, a plain shell session, and the upstream MCP server packages the upstream tests share.
+//! form, a plain shell session, and the upstream MCP server packages the upstream tests share;
+//! [`review`] the review tests' repository fixture and phone steps.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,6 +10,8 @@ use serde_json::{Value, json};
 
 use crate::webdriver::Browser;
 use crate::{NodeProc, run_with_stdin};
+
+pub mod review;
 
 /// The password the phone-sized browser beds log in with.
 pub const PASSWORD: &str = "phone pass";

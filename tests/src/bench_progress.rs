@@ -16,23 +16,11 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tuic_node::progress::journal::{Journal, Kind, NewEntry, Origin};
 
-use crate::{NodeProc, config_dir, ipc};
+use crate::{NodeProc, config_dir, enc, ipc};
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// `bench progress-journal [N]`.

@@ -16,9 +16,8 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::json;
 
-use crate::bench_worktrees::build_repo;
-use crate::bench_worktrees::{enc, pct};
-use crate::{NodeProc, config_dir, ipc};
+use crate::bench_worktrees::{build_repo, pct};
+use crate::{NodeProc, config_dir, enc, ipc};
 
 /// Lines of the big file.
 const BIG_LINES: usize = 2_000;

@@ -18,25 +18,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::json;
 
-use crate::{NodeProc, config_dir, ipc};
+use crate::{NodeProc, config_dir, enc, ipc};
 
 /// The `p` quantile of `v` (sorted here).
 pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// Percent-encodes a query value.
-pub(crate) fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tuic_tests::progress::{Events, Mcp, fake_agent, tcp_forward, wait_agent};
-use tuic_tests::{NodeProc, config_dir, ipc};
+use tuic_tests::{NodeProc, config_dir, enc, ipc};
 
 fn arg(d: &Path) -> String {
     d.to_str().unwrap().to_owned()
@@ -35,7 +35,7 @@ async fn add_repo(node: &NodeProc, path: &Path) -> String {
 }
 
 async fn list(node: &NodeProc, path: &str, input: Value) -> (u16, Value) {
-    let q = tuic_tests_enc(path);
+    let q = enc(path);
     let r = ipc(
         &node.socket,
         "POST",
@@ -45,18 +45,6 @@ async fn list(node: &NodeProc, path: &str, input: Value) -> (u16, Value) {
     .await
     .unwrap();
     (r.status, r.json())
-}
-
-fn tuic_tests_enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Reads a whole journal page by page; returns (texts newest first, totals per page).
@@ -236,15 +224,15 @@ async fn journal_pages_filters_refuses_bad_input_and_survives_a_restart() {
     // Bad input: a clear 400, nothing changes.
     for (q, body) in [
         (
-            format!("/progress/list?path={}", tuic_tests_enc(&project)),
+            format!("/progress/list?path={}", enc(&project)),
             json!({"limit": "x"}),
         ),
         (
-            format!("/progress/list?path={}", tuic_tests_enc(&project)),
+            format!("/progress/list?path={}", enc(&project)),
             json!({"blocked_only": true}),
         ),
         (
-            format!("/progress/list?path={}", tuic_tests_enc(&project)),
+            format!("/progress/list?path={}", enc(&project)),
             json!({"cursor": "later"}),
         ),
         ("/progress/list".to_owned(), json!({})),

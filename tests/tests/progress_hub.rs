@@ -9,26 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tuic_tests::fed::FedBed;
-use tuic_tests::ipc;
 use tuic_tests::progress::{Events, tcp_forward};
+use tuic_tests::{enc, ipc};
 
 /// Milliseconds since the epoch, the clock journal entries are stamped with.
 fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 async fn hub_pages(bed: &FedBed, project: &str, limit: u64) -> (Vec<Value>, Vec<Value>) {

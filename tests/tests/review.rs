@@ -6,21 +6,14 @@
 //! dirty, audited; MCP `repo action=diff_summary|diff_file` and `ui action=tab` with its
 //! refusals.
 
-mod review_support;
-
 use std::process::Command;
 use std::time::Duration;
 
-use review_support::{enc, s, setup, wait_for};
-use serde_json::{Value, json};
+use serde_json::json;
+use tuic_tests::bed::review::{call, s, setup, wait_for};
 use tuic_tests::bed::{git, recording_shell};
 use tuic_tests::progress::{Events, Mcp};
-use tuic_tests::{NodeProc, config_dir, ipc};
-
-async fn call(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let r = ipc(&node.socket, method, path, body).await.unwrap();
-    (r.status, r.json())
-}
+use tuic_tests::{NodeProc, config_dir, enc};
 
 #[tokio::test]
 async fn changes_review_to_pty_and_mail_squash_merge_and_mcp() {

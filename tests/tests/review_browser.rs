@@ -4,93 +4,33 @@
 //! sends (asserted at the agent's PTY); then an agent's `ui action=tab` opens a file view
 //! (markdown rendered) and an editor whose save goes through the root-gated write route.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-use serde_json::{Value, json};
-use tuic_tests::bed::{git, login, recording_shell};
+use serde_json::json;
+use tuic_tests::bed::review::{
+    call, comment_twice_and_send, pasted, phone_on_changes, s, setup_of, shown_diff, wide_lib,
+};
+use tuic_tests::bed::{git, login, phone_node, recording_shell};
 use tuic_tests::progress::Mcp;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
-use tuic_tests::{NodeProc, ipc, run_with_stdin};
 
-use tuic_tests::bed::PASSWORD;
-
-fn s(p: &Path) -> String {
-    p.to_str().unwrap().to_owned()
-}
-
-async fn call(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let r = ipc(&node.socket, method, path, body).await.unwrap();
-    (r.status, r.json())
+/// Opens the phone's main page, waits for its event stream, and has an agent open `url` as a
+/// tab.
+async fn agent_tab(b: &Browser, base: &str, mcp: &Mcp, url: String) {
+    b.goto(&format!("{base}/mobile")).await.unwrap();
+    b.wait_for("document.body.dataset.events === 'open'", 10_000)
+        .await
+        .unwrap();
+    let (err, v) = mcp.tool("ui", json!({"action": "tab", "url": url})).await;
+    assert!(!err, "{v}");
 }
 
 #[tokio::test]
 async fn phone_reviews_changes_and_opens_agent_tabs() {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("config.json"),
-        json!({"secret_store": "file"}).to_string(),
-    )
-    .unwrap();
-    let dir = s(d.path());
-    let (code, _, err) = run_with_stdin(
-        "tuic-node",
-        &["set-password", "--config-dir", &dir],
-        PASSWORD,
-    )
-    .unwrap();
-    assert_eq!(code, 0, "{err}");
-    let node = NodeProc::start(
-        "tuic-node",
-        &[
-            "--config-dir",
-            &dir,
-            "--remote-access",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-        ],
-        &[],
-    )
-    .unwrap();
+    let (_d, node) = phone_node();
     let base = format!("http://{}", node.tcp.unwrap());
 
-    // A repository and an agent's worktree with two commits.
+    // A repository and an agent's worktree with two commits, its lines wider than the phone.
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("repo");
-    std::fs::create_dir(&root).unwrap();
-    git(&root, &["init", "-q", "-b", "main"]);
-    let body: String = (1..=30)
-        .map(|i| {
-            format!(
-                "fn line_{i}() {{ let value_{i} = \"a fairly long string literal number {i}\"; }}\n"
-            )
-        })
-        .collect();
-    std::fs::write(root.join("lib.rs"), &body).unwrap();
-    std::fs::write(
-        root.join("notes.md"),
-        "# Notes\n\nSome *text* here.\n\n- one\n- two\n",
-    )
-    .unwrap();
-    git(&root, &["add", "-A"]);
-    git(&root, &["commit", "-q", "-m", "base"]);
-    let root = root.canonicalize().unwrap();
-    let wt = work.path().join("repo__wt").join("feat");
-    git(&root, &["worktree", "add", "-q", "-b", "feat", &s(&wt)]);
-    let wt = wt.canonicalize().unwrap();
-    let changed = body
-        .replace("fn line_3() {", "fn line_three() -> u32 {")
-        .replace(
-            "fn line_20() { let value_20 = \"a fairly long string literal number 20\"; }\n",
-            "",
-        );
-    std::fs::write(wt.join("lib.rs"), changed).unwrap();
-    git(&wt, &["commit", "-qam", "agent: rename"]);
-    std::fs::write(wt.join("new.txt"), "fresh\n").unwrap();
-    git(&wt, &["add", "new.txt"]);
-    git(&wt, &["commit", "-qm", "agent: add new.txt"]);
+    let (root, wt) = setup_of(work.path(), &wide_lib());
     let (st, v) = call(&node, "POST", "/repos", Some(json!({"path": s(&root)}))).await;
     assert_eq!(st, 200, "{v}");
 
@@ -98,24 +38,8 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
     let received = work.path().join("received.bin");
     let id = recording_shell(&node, &wt, &received).await;
 
-    let b = Browser::launch(390, 844).await.unwrap();
-    login(&b, &base).await;
-    b.goto(&format!("{base}/mobile#/changes/{id}"))
-        .await
-        .unwrap();
-    b.wait_for(
-        "document.querySelectorAll('#files .file').length === 2",
-        10_000,
-    )
-    .await
-    .unwrap();
-    let files = b.text(&b.find("#files").await.unwrap()).await.unwrap();
-    assert!(
-        files.contains("lib.rs") && files.contains("+1 −2"),
-        "{files}"
-    );
+    let (b, files, commits) = phone_on_changes(&base, &id).await;
     assert!(files.contains("new.txt"), "{files}");
-    let commits = b.text(&b.find("#commits").await.unwrap()).await.unwrap();
     assert!(
         commits.contains("agent: rename") && commits.contains("agent: add new.txt"),
         "{commits}"
@@ -128,24 +52,9 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
     );
 
     // The diff: the text equals `git diff`, wrapped (no sideways scrolling).
-    b.click(&b.find("#files .file[data-file='lib.rs']").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("document.querySelectorAll('#diff .dl').length > 5", 10_000)
-        .await
-        .unwrap();
-    let shown = b
-        .eval(
-            "return Array.from(document.querySelectorAll('#diff .dl .code')).map(e => e.textContent).join('\\n') + '\\n';",
-            json!([]),
-        )
-        .await
-        .unwrap();
+    let shown = shown_diff(&b, "lib.rs").await;
     let mb = git(&wt, &["merge-base", "main", "HEAD"]).trim().to_owned();
-    assert_eq!(
-        shown.as_str().unwrap(),
-        git(&wt, &["diff", &mb, "HEAD", "--", "lib.rs"])
-    );
+    assert_eq!(shown, git(&wt, &["diff", &mb, "HEAD", "--", "lib.rs"]));
     let widths = b
         .eval(
             "const m = document.querySelector('.changes'); return [document.documentElement.scrollWidth, innerWidth, m.scrollWidth, m.clientWidth];",
@@ -177,46 +86,8 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
         .unwrap();
 
     // Comment on two lines (an added one and a removed one), then send.
-    for (sel, text, n) in [
-        (
-            "#diff .dl.add[data-new='3']",
-            "call it line_three_fn",
-            "1 comment",
-        ),
-        ("#diff .dl.del[data-old='20']", "keep line 20", "2 comments"),
-    ] {
-        b.click(&b.find(sel).await.unwrap()).await.unwrap();
-        let ta = b.find(".comment-form textarea").await.unwrap();
-        b.type_text(&ta, text).await.unwrap();
-        b.click(&b.find(".comment-add").await.unwrap())
-            .await
-            .unwrap();
-        b.wait_for(
-            &format!("document.getElementById('comment-count').textContent === '{n}'"),
-            10_000,
-        )
-        .await
-        .unwrap();
-    }
-    b.click(&b.find("#send-review").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for(
-        "document.getElementById('review-status').textContent.includes('sent via pty')",
-        10_000,
-    )
-    .await
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let text = loop {
-        let got =
-            String::from_utf8_lossy(&std::fs::read(&received).unwrap_or_default()).into_owned();
-        if got.contains("\u{1b}[201~") {
-            break got;
-        }
-        assert!(Instant::now() < deadline, "no review at the PTY: {got:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    comment_twice_and_send(&b).await;
+    let text = pasted(&received).await;
     assert_eq!(
         text.matches("Review of your changes").count(),
         1,
@@ -232,17 +103,7 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
     // ui action=tab from an MCP client: the attached page opens the file view.
     let mcp = Mcp::start(&node.socket, None).await;
     let notes = root.join("notes.md");
-    b.goto(&format!("{base}/mobile")).await.unwrap();
-    b.wait_for("document.body.dataset.events === 'open'", 10_000)
-        .await
-        .unwrap();
-    let (err, v) = mcp
-        .tool(
-            "ui",
-            json!({"action": "tab", "url": format!("tuic://open{}", s(&notes))}),
-        )
-        .await;
-    assert!(!err, "{v}");
+    agent_tab(&b, &base, &mcp, format!("tuic://open{}", s(&notes))).await;
     b.wait_for("document.querySelector('#file-view h1') && document.querySelector('#file-view h1').textContent === 'Notes'", 10_000)
         .await
         .unwrap();
@@ -262,17 +123,7 @@ async fn phone_reviews_changes_and_opens_agent_tabs() {
         .unwrap();
 
     // An edit tab saves through the gate.
-    b.goto(&format!("{base}/mobile")).await.unwrap();
-    b.wait_for("document.body.dataset.events === 'open'", 10_000)
-        .await
-        .unwrap();
-    let (err, v) = mcp
-        .tool(
-            "ui",
-            json!({"action": "tab", "url": format!("tuic://edit{}", s(&notes))}),
-        )
-        .await;
-    assert!(!err, "{v}");
+    agent_tab(&b, &base, &mcp, format!("tuic://edit{}", s(&notes))).await;
     b.wait_for("document.getElementById('editor') && document.getElementById('editor').value.startsWith('# Notes')", 10_000)
         .await
         .unwrap();

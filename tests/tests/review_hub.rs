@@ -7,23 +7,19 @@
 //! views and worktree removal of `<connection>:/path` through the hub's routes and MCP
 //! (`hub/src/remote_git.rs`), removal refused while dirty.
 
-mod review_support;
-
 use std::time::Duration;
 
-use review_support::{enc, pasted, repo_with_worktree, s, wait_for};
-use serde_json::{Value, json};
-use tuic_tests::bed::{PASSWORD, create, git, login};
+use serde_json::json;
+use tuic_tests::bed::review::{
+    call, comment_twice_and_send, pasted, phone_on_changes, repo_with_worktree, s, shown_diff,
+    wait_for,
+};
+use tuic_tests::bed::{PASSWORD, create, git};
+use tuic_tests::enc;
 use tuic_tests::fed::FedBed;
 use tuic_tests::netns::Door;
 use tuic_tests::progress::Mcp;
-use tuic_tests::webdriver::{Browser, artifacts_dir};
-use tuic_tests::{NodeProc, ipc};
-
-async fn call(p: &NodeProc, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let r = ipc(&p.socket, method, path, body).await.unwrap();
-    (r.status, r.json())
-}
+use tuic_tests::webdriver::artifacts_dir;
 
 #[tokio::test]
 async fn phone_reviews_and_squashes_a_remote_agent_s_worktree_through_the_hub() {
@@ -78,79 +74,22 @@ async fn phone_reviews_and_squashes_a_remote_agent_s_worktree_through_the_hub() 
         .unwrap();
 
     // The phone, on the hub's page: Changes of the remote session.
-    let b = Browser::launch(390, 844).await.unwrap();
-    login(&b, &base).await;
-    b.goto(&format!("{base}/mobile#/changes/{}", enc(&address)))
-        .await
-        .unwrap();
-    b.wait_for(
-        "document.querySelectorAll('#files .file').length === 2",
-        15_000,
-    )
-    .await
-    .unwrap();
-    let files = b.text(&b.find("#files").await.unwrap()).await.unwrap();
-    assert!(
-        files.contains("lib.rs") && files.contains("+1 −2"),
-        "{files}"
-    );
+    let (b, files, commits) = phone_on_changes(&base, &address).await;
     assert!(
         files.contains("new.txt") && files.contains("+1 −0"),
         "{files}"
     );
-    let commits = b.text(&b.find("#commits").await.unwrap()).await.unwrap();
     assert!(
         commits.contains("agent: rename line 3, add new.txt"),
         "{commits}"
     );
-    b.click(&b.find("#files .file[data-file='lib.rs']").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for("document.querySelectorAll('#diff .dl').length > 5", 15_000)
-        .await
-        .unwrap();
-    let shown = b
-        .eval(
-            "return Array.from(document.querySelectorAll('#diff .dl .code')).map(e => e.textContent).join('\\n') + '\\n';",
-            json!([]),
-        )
-        .await
-        .unwrap();
+    let shown = shown_diff(&b, "lib.rs").await;
     let mb = git(&wt, &["merge-base", "main", "HEAD"]).trim().to_owned();
     let want = git(&wt, &["diff", &mb, "HEAD", "--", "lib.rs"]);
-    assert_eq!(shown.as_str().unwrap(), want);
+    assert_eq!(shown, want);
 
     // Two comments, one review, sent: one paste at the agent's PTY naming both positions.
-    for (sel, text, n) in [
-        (
-            "#diff .dl.add[data-new='3']",
-            "call it line_three_fn",
-            "1 comment",
-        ),
-        ("#diff .dl.del[data-old='20']", "keep line 20", "2 comments"),
-    ] {
-        b.click(&b.find(sel).await.unwrap()).await.unwrap();
-        let ta = b.find(".comment-form textarea").await.unwrap();
-        b.type_text(&ta, text).await.unwrap();
-        b.click(&b.find(".comment-add").await.unwrap())
-            .await
-            .unwrap();
-        b.wait_for(
-            &format!("document.getElementById('comment-count').textContent === '{n}'"),
-            15_000,
-        )
-        .await
-        .unwrap();
-    }
-    b.click(&b.find("#send-review").await.unwrap())
-        .await
-        .unwrap();
-    b.wait_for(
-        "document.getElementById('review-status').textContent.includes('sent via pty')",
-        15_000,
-    )
-    .await
-    .unwrap();
+    comment_twice_and_send(&b).await;
     let text = pasted(&received).await;
     assert_eq!(
         text.matches("\u{1b}[200~").count(),

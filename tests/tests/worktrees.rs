@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tuic_tests::progress::{Events, Mcp};
-use tuic_tests::{NodeProc, config_dir, ipc};
+use tuic_tests::{NodeProc, config_dir, enc, ipc};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     tuic_tests::bed::git(dir, args).trim().to_owned()
@@ -68,18 +68,6 @@ async fn post(node: &NodeProc, path: &str, body: Value) -> (u16, Value) {
 async fn get(node: &NodeProc, path: &str) -> (u16, Value) {
     let r = ipc(&node.socket, "GET", path, None).await.unwrap();
     (r.status, r.json())
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 async fn shell_in(node: &NodeProc, cwd: &Path, tuic: Option<&str>) -> Value {

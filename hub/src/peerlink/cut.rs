@@ -1,11 +1,12 @@
 //! Cut-through: a node link's relay steps that wait, briefly, for the destinations' answers
-//! before answering the node (see [`CutThrough`]).
+//! before answering the node (see [`CutThrough`]). The waits and their deadlines are the
+//! sans-IO [`CutThroughWaits`] the seeded simulator drives; this is its IO shell (the answer
+//! channel, the hub lock, the link).
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc as std_mpsc;
 
 use tokio::sync::mpsc;
-use tuic_proto::peer::{PeerLink, RequestId, Response};
+use tuic_proto::peer::{CutThroughWaits, PeerLink, RequestId, Response};
 
 use super::{CutSink, Held, HubCmd, PeerHub};
 
@@ -33,12 +34,8 @@ pub struct WaitingRelay {
 pub(super) struct CutThrough {
     pub(super) sink: CutSink,
     answers: std_mpsc::Receiver<(String, Response)>,
-    /// By message id.
-    waiting: HashMap<String, WaitingRelay>,
-    /// When each wait ends (mono ms), in the order the mail came: the deadlines never
-    /// decrease, so the earliest is the first one still waiting. An answered message's entry
-    /// is dropped when it reaches the front.
-    deadlines: VecDeque<(u64, String)>,
+    /// The waiting steps by message id, with their deadlines (mono ms).
+    waits: CutThroughWaits<WaitingRelay>,
 }
 
 impl CutThrough {
@@ -47,8 +44,7 @@ impl CutThrough {
         Self {
             sink: CutSink { answers: tx, wake },
             answers,
-            waiting: HashMap::new(),
-            deadlines: VecDeque::new(),
+            waits: CutThroughWaits::new(),
         }
     }
 
@@ -56,34 +52,21 @@ impl CutThrough {
     /// earlier than the last one's, after `peer_cut_through_ms` was shortened, waits as long
     /// as the mail before it).
     pub(super) fn hold(&mut self, w: WaitingRelay, deadline: u64) {
-        let deadline = self
-            .deadlines
-            .back()
-            .map_or(deadline, |(d, _)| deadline.max(*d));
-        let id = w.held.message_id.clone();
-        self.deadlines.push_back((deadline, id.clone()));
-        self.waiting.insert(id, w);
+        self.waits.hold(w.held.message_id.clone(), w, deadline);
     }
 
     /// Answers the waiting mail the destinations answered.
     pub(super) fn answer(&mut self, link: &mut PeerLink) {
         while let Ok((id, r)) = self.answers.try_recv() {
-            if let Some(w) = self.waiting.remove(&id) {
+            if let Some(w) = self.waits.answer(&id) {
                 let _ = link.respond(w.rid, r);
             }
-        }
-        while self
-            .deadlines
-            .front()
-            .is_some_and(|(_, id)| !self.waiting.contains_key(id))
-        {
-            self.deadlines.pop_front();
         }
     }
 
     /// The earliest deadline (mono ms).
     pub(super) fn deadline(&self) -> Option<u64> {
-        self.deadlines.front().map(|(d, _)| *d)
+        self.waits.poll_timeout()
     }
 
     /// Ends the cut-through of the mail whose deadline passed (all of it with `now = None`,
@@ -95,16 +78,7 @@ impl CutThrough {
         now: Option<u64>,
         link: &mut PeerLink,
     ) -> Vec<WaitingRelay> {
-        let mut due = Vec::new();
-        while let Some((d, _)) = self.deadlines.front() {
-            if now.is_some_and(|t| *d > t) {
-                break;
-            }
-            let (_, id) = self.deadlines.pop_front().expect("a front entry");
-            if self.waiting.contains_key(&id) {
-                due.push(id);
-            }
-        }
+        let due = self.waits.expire(now);
         if due.is_empty() {
             return Vec::new();
         }
@@ -118,8 +92,6 @@ impl CutThrough {
             }
         }
         self.answer(link);
-        due.iter()
-            .filter_map(|id| self.waiting.remove(id))
-            .collect()
+        due.iter().filter_map(|id| self.waits.answer(id)).collect()
     }
 }

@@ -659,6 +659,82 @@ async fn typed_arguments_refuse_a_wrong_type_by_name() {
             json!({"input": {"action": "list"}, "project_path": 3}),
             "project_path must be a string",
         ),
+        (
+            "repo",
+            json!({"action": "status", "path": 5}),
+            "path must be a string",
+        ),
+        (
+            "repo",
+            json!({"action": "diff_summary", "path": f.dir.path(), "limit": -1}),
+            "limit must be a non-negative integer",
+        ),
+        (
+            "repo",
+            json!({"action": "diff_file", "path": f.dir.path(), "file": "a", "uncommitted": "yes"}),
+            "uncommitted must be a boolean",
+        ),
+        (
+            "repo",
+            json!({"action": "diff_file", "path": f.dir.path(), "branch": ["b"]}),
+            "branch must be a string",
+        ),
+        (
+            "ui",
+            json!({"action": "tab", "url": "https://example.com", "focus": "no"}),
+            "focus must be a boolean",
+        ),
+        (
+            "ui",
+            json!({"action": "tab", "url": 1}),
+            "url must be a string",
+        ),
+        (
+            "secret",
+            json!({"action": "run", "name": "T", "command": 5}),
+            "secret action=run: command must be a string or an array of strings",
+        ),
+        (
+            "secret",
+            json!({"action": "run", "name": "T", "command": ["ls", 1]}),
+            "secret action=run: command must be a string or an array of strings",
+        ),
+        (
+            "secret",
+            json!({"action": "run", "name": "T", "command": "ls", "timeout_ms": "9"}),
+            "secret action=run: timeout_ms must be a non-negative integer",
+        ),
+        (
+            "secret",
+            json!({"action": "run", "name": "T", "command": "ls", "reason": "r"}),
+            "secret action=run: unknown field `reason`, expected one of `name`, `command`, `cwd`, `timeout_ms`",
+        ),
+        (
+            "secret",
+            json!({"action": "remove"}),
+            "secret action=remove: missing field `name`",
+        ),
+        (
+            "secret",
+            json!({"action": "request", "name": 7}),
+            "secret action=request: name must be a string",
+        ),
+        (
+            "search_tools",
+            json!({"query": "x", "limit": 0}),
+            "limit must be an integer 1..=100",
+        ),
+        (
+            "search_tools",
+            json!({"query": 3}),
+            "query must be a string",
+        ),
+        ("get_tool_schema", json!({}), "name is required"),
+        (
+            "call_tool",
+            json!({"name": "voice", "arguments": [1]}),
+            "arguments must be an object",
+        ),
     ];
     for (name, args, want) in cases {
         let e = tool(&f, &local(), name, args.clone()).await.unwrap_err();

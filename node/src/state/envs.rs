@@ -428,7 +428,7 @@ pub(super) struct Shared<'a> {
 /// built over its environment. Hooks into the layers above them (mail, the uplink, MCP, the
 /// config) go through a weak reference to the node being built.
 pub(super) struct Domain {
-    pub(super) git: crate::git::Git,
+    pub(super) git: Arc<crate::git::Git>,
     pub(super) progress: Arc<crate::progress::Progress>,
     pub(super) ops: crate::ops::Ops,
     pub(super) automations: Arc<crate::automations::Automations>,
@@ -447,12 +447,12 @@ impl Domain {
         host_trust: &Arc<RwLock<HostTrust>>,
         started: Instant,
     ) -> Self {
-        let git = crate::git::Git::new(crate::git::GitEnv {
+        let git = Arc::new(crate::git::Git::new(crate::git::GitEnv {
             repos: sh.repos.clone(),
             sessions: sh.sessions.clone(),
             bus: sh.bus.clone(),
             github: Some(sh.github.clone() as Arc<dyn crate::git::PrEvidence>),
-        });
+        }));
         let (config, peers) = (node.clone(), node.clone());
         let progress = Arc::new(crate::progress::Progress::with_journal(
             journal,
@@ -563,26 +563,25 @@ pub(super) fn github_env(
     }
 }
 
-/// The planning layer's environment: its two services, the bus, tasks and shutdown, the
-/// session registry and the services beside it, each reached through a weak reference to the
-/// node being built.
+/// The planning layer's environment: its two services, the session registry, the services
+/// beside it that it asks (mail, progress, git), and the bus, tasks and shutdown.
 pub(super) fn planning_env(
-    node: &Weak<Node>,
     stories: &Arc<crate::stories::Stories>,
     workflows: &Arc<crate::stories::workflow::Workflows>,
-    bus: &Arc<Bus>,
-    tasks: &TaskTracker,
-    shutdown: &CancellationToken,
+    sh: Shared<'_>,
+    mail: &Arc<crate::mail::Mail>,
+    domain: &Domain,
 ) -> crate::stories::StoriesEnv {
-    let sessions = node.clone();
     crate::stories::StoriesEnv {
         stories: stories.clone(),
         workflows: workflows.clone(),
-        sessions: Arc::new(move || sessions.upgrade().map(|n| n.sessions.clone())),
-        bus: bus.clone(),
-        tasks: tasks.clone(),
-        shutdown: shutdown.clone(),
-        host: Arc::new(PlanningHost(node.clone())),
+        sessions: sh.sessions.clone(),
+        mail: mail.clone(),
+        progress: domain.progress.clone(),
+        git: domain.git.clone(),
+        bus: sh.bus.clone(),
+        tasks: sh.tasks.clone(),
+        shutdown: sh.shutdown.clone(),
     }
 }
 
@@ -605,98 +604,5 @@ pub(super) fn upstream_env(
                 .map(|n| n.config().tuning.clone())
                 .unwrap_or_default()
         }),
-    }
-}
-
-/// What the planning layer asks of mail, progress and git. Holds the node weakly: the node
-/// owns the planning environment that owns this.
-pub(super) struct PlanningHost(pub(super) Weak<Node>);
-
-impl PlanningHost {
-    fn node(&self) -> Result<Arc<Node>, String> {
-        self.0
-            .upgrade()
-            .ok_or_else(|| "the node is shutting down".to_owned())
-    }
-}
-
-impl crate::stories::env::Host for PlanningHost {
-    fn identity_path(&self, tuic: &str) -> Option<String> {
-        let n = self.0.upgrade()?;
-        n.mail.lock().peers.get(tuic).and_then(|p| p.path.clone())
-    }
-
-    fn is_managed(&self, tuic: &str) -> bool {
-        self.0
-            .upgrade()
-            .is_some_and(|n| n.mail.lock().peers.get(tuic).is_some_and(|p| p.managed))
-    }
-
-    fn project_of(&self, dir: &str) -> Option<String> {
-        self.0.upgrade()?.progress.project_of(dir)
-    }
-
-    fn linked_worktrees(&self, main: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
-        let n = self.node()?;
-        let entries = crate::git::worktree::entries(&n.git, main).map_err(|e| e.to_string())?;
-        Ok(entries
-            .into_iter()
-            .filter(|e| !e.main)
-            .map(|e| e.path)
-            .collect())
-    }
-
-    fn spawn_agent(
-        &self,
-        w: crate::stories::env::WorkerSpawn,
-    ) -> Result<serde_json::Value, String> {
-        let owners = w.parent.iter().cloned().collect();
-        crate::mail::spawn::spawn(
-            &self.node()?.mail,
-            crate::mail::spawn::SpawnRequest {
-                command: w.command,
-                args: w.args,
-                cwd: Some(w.cwd),
-                prompt: Some(w.prompt),
-                env: w.env,
-                name: Some(w.name),
-                parent: w.parent,
-                owners,
-                ..Default::default()
-            },
-        )
-    }
-
-    fn journal(&self, entry: crate::progress::NewEntry) -> Result<(), String> {
-        self.node()?
-            .progress
-            .append(entry)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    fn post_system(
-        &self,
-        recipient: &str,
-        from_name: &str,
-        body: String,
-        kind: &str,
-    ) -> Result<(), String> {
-        let n = self.node()?;
-        {
-            let mut g = n.mail.lock();
-            n.mail.ensure(&mut g, recipient);
-        }
-        n.mail
-            .post(
-                recipient,
-                "tuic",
-                Some(from_name.to_owned()),
-                body,
-                Some(kind.to_owned()),
-                None,
-            )
-            .map(drop)
-            .map_err(|e| e.to_string())
     }
 }

@@ -78,8 +78,9 @@ pub struct Node {
     pub tasks: TaskTracker,
     /// Registered repositories (the roots of every file route).
     pub repos: Arc<Repos>,
-    /// The git service's bounded runner and open orphan dialogs (`crate::git`).
-    pub git: crate::git::Git,
+    /// The git service's bounded runner and open orphan dialogs (`crate::git`; shared with the
+    /// planning layer's environment).
+    pub git: Arc<crate::git::Git>,
     /// Concurrent uploads allowed; a permit is held through extraction.
     pub upload_permits: Arc<tokio::sync::Semaphore>,
     /// PTY sessions and their exit tombstones.
@@ -212,7 +213,6 @@ impl Node {
                 &paths.config_dir,
                 session_env(weak, &paths, &bus, &tasks, &shutdown, &redactions),
             ));
-            let planning = planning_env(weak, &stories, &workflows, &bus, &tasks, &shutdown);
             let upstreams = Arc::new(crate::upstream::Upstreams::new(
                 paths.upstreams_file(),
                 upstream_env(weak, &vault, &tasks, &shutdown),
@@ -239,6 +239,7 @@ impl Node {
             let mail = Arc::new(crate::mail::Mail::new(mail_env(
                 weak, name, shared, &peer, &domain,
             )));
+            let planning = planning_env(&stories, &workflows, shared, &mail, &domain);
             let acp = Arc::new(crate::acp::Acp::open(acp_env(
                 weak, &paths, &bus, &store, &tasks, &shutdown,
             )));

@@ -94,7 +94,7 @@ fn bound_caller(
     if !loopback {
         return Err(forbidden(tool, "a remote caller"));
     }
-    let managed = env.host.is_managed(c);
+    let managed = env.is_managed(c);
     if !env.owns_live_pty(c) || !managed {
         return Err(forbidden(
             tool,
@@ -173,7 +173,6 @@ fn check_worktree(env: &StoriesEnv, project: &str, path: &str) -> Result<String,
         )));
     }
     let linked = env
-        .host
         .linked_worktrees(main)
         .map_err(|e| StoryError::Invalid(format!("listing the worktrees of {project}: {e}")))?;
     let known = linked
@@ -350,7 +349,7 @@ pub fn launch(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let spawned = env.host.spawn_agent(super::env::WorkerSpawn {
+    let spawned = env.spawn_agent(super::env::WorkerSpawn {
         command: ld.agent.command.clone(),
         args: ld.agent.args.clone(),
         cwd: worktree.clone(),
@@ -563,10 +562,7 @@ pub fn notify(env: &StoriesEnv, run: &Run, story_id: &str, sequence: u64) {
         return;
     };
     let body = json!({"type": "workflow_event", "runId": run.run_id, "storyId": story_id, "sequence": sequence});
-    if let Err(e) = env
-        .host
-        .post_system(&c, "TUIC workflow", body.to_string(), "workflow_event")
-    {
+    if let Err(e) = env.post_system(&c, "TUIC workflow", body.to_string(), "workflow_event") {
         tracing::warn!(run = %run.run_id, coordinator = %c, error = %e, "workflow_event not delivered");
     }
 }

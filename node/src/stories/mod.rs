@@ -221,12 +221,12 @@ fn identity_dir(env: &StoriesEnv, tuic: &str) -> Option<String> {
     if let Some(s) = env.live_session(tuic).filter(|s| s.exit().is_none()) {
         return Some(s.cwd.clone());
     }
-    env.host.identity_path(tuic)
+    env.identity_path(tuic)
 }
 
 /// The registered project of an identity or an explicit path.
 fn project_for(env: &StoriesEnv, dir: &str) -> Result<String, StoryError> {
-    env.host.project_of(dir).ok_or_else(|| {
+    env.project_of(dir).ok_or_else(|| {
         StoryError::NoProject(format!(
             "{dir} is not inside a registered repository; register it with repo action=add"
         ))

@@ -218,7 +218,7 @@ fn spawn_worker(env: &StoriesEnv, run: &Run, att: &Attempt) -> Result<Value, Str
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    env.host.spawn_agent(super::env::WorkerSpawn {
+    env.spawn_agent(super::env::WorkerSpawn {
         command: step.agent.command.clone(),
         args: step.agent.args.clone(),
         cwd: run.project.clone(),

@@ -11,14 +11,17 @@
 //! - [`relay`](mod@relay): the hub's side of its links (outboxes, shadows, directory, routing
 //!   of outcomes) as link events in, frames and typed outputs out.
 //! - [`uplink`]: the node's side of its link to a hub (register gate, vouching, settling).
+//! - [`cut`]: the relay steps of a node link waiting for their destinations' answers
+//!   (cut-through), with their deadlines.
 //!
-//! None of these touch a socket, a clock or a random source; a simulator in
-//! `proto/tests/sim.rs` drives them with virtual time.
+//! None of these touch a socket, a clock or a random source; the simulators in
+//! `proto/tests/sim.rs` and `sim_scale.rs` drive them with virtual time.
 
 #![warn(missing_docs)]
 
 pub mod address;
 pub mod backoff;
+pub mod cut;
 pub mod dedupe;
 pub mod deliver;
 pub mod frame;
@@ -30,6 +33,7 @@ pub mod uplink;
 
 pub use address::{Address, AddressError, LOCAL, format_address, parse_address};
 pub use backoff::{Backoff, Flaps};
+pub use cut::CutThroughWaits;
 pub use dedupe::{DedupeError, DedupeRings, Verdict};
 pub use deliver::{Routed, deliver, deliver_stamped, relay};
 pub use frame::{

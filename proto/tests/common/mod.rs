@@ -1,8 +1,25 @@
 //! Helpers shared by the integration tests: a tiny seeded PRNG (SplitMix64), so every random
-//! interleaving is reproducible from its seed without a dependency; and the golden-sample files
-//! under `tests/data/<dir>/`.
+//! interleaving is reproducible from its seed without a dependency; a directory entry; the
+//! golden-sample files under `tests/data/<dir>/`; and the simulators' harness ([`sim`]).
 
 #![allow(dead_code, unreachable_pub)]
+
+pub mod sim;
+
+use tuic_proto::peer::PeerEntry;
+
+/// A directory entry that names only the peer.
+pub fn peer_entry(tuic_session: impl Into<String>) -> PeerEntry {
+    PeerEntry {
+        tuic_session: tuic_session.into(),
+        name: None,
+        orchestrator: false,
+        address: None,
+        alias: None,
+        session_id: None,
+        path: None,
+    }
+}
 
 /// SplitMix64: small, fast, good enough for test schedules.
 #[derive(Debug, Clone)]

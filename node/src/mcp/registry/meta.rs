@@ -2,7 +2,55 @@
 //! only when the tool set changed), `get_tool_schema` and `call_tool`, which dispatches with
 //! the same filters and identity as a direct call.
 
+use serde::Deserialize;
+use serde::de::Error as _;
+
 use super::*;
+
+/// `search_tools`' typed arguments (`crate::args`).
+#[derive(Debug, Deserialize)]
+struct SearchArgs {
+    #[serde(default, deserialize_with = "crate::args::string")]
+    query: Option<String>,
+    #[serde(default, deserialize_with = "limit")]
+    limit: Option<usize>,
+}
+
+/// `get_tool_schema`'s and `call_tool`'s typed arguments (`crate::args`); only `call_tool`
+/// has `arguments`.
+#[derive(Debug, Deserialize)]
+struct ToolArgs {
+    #[serde(default, deserialize_with = "crate::args::string")]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "object")]
+    arguments: Option<Map<String, Value>>,
+}
+
+/// A required string argument of a meta-tool.
+fn required(v: Option<String>, k: &str) -> Result<String, ToolError> {
+    v.ok_or_else(|| ToolError::invalid(format!("{k} is required")))
+}
+
+/// `search_tools`' `limit`: an integer 1..=100.
+fn limit<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=100).contains(n))
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| D::Error::custom("must be an integer 1..=100")),
+    }
+}
+
+/// `call_tool`'s `arguments`: an object (absent or null: none).
+fn object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Map<String, Value>>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(D::Error::custom("must be an object")),
+    }
+}
 
 impl Registry {
     /// `search_tools`: the BM25 ranking over every callable tool (native, run-time and
@@ -88,75 +136,56 @@ impl Registry {
         args: Map<String, Value>,
     ) -> Result<Dispatched, ToolError> {
         let cfg = node.config();
-        let tool_arg = |k: &str| {
-            args.get(k)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| ToolError::invalid(format!("{k} is required")))
-        };
-        match name {
-            "search_tools" => {
-                let q = tool_arg("query")?;
-                let limit = match args.get("limit") {
-                    None | Some(Value::Null) => 10,
-                    Some(v) => v
-                        .as_u64()
-                        .filter(|n| (1..=100).contains(n))
-                        .ok_or_else(|| ToolError::invalid("limit must be an integer 1..=100"))?
-                        as usize,
-                };
-                let hits = if q.trim().is_empty() {
-                    // No keywords: the catalogue's first rows, so the agent sees what exists.
-                    let mut all: Vec<Value> = self
-                        .visible(&cfg)
-                        .iter()
-                        .map(|t| json!({"name": t.name, "summary": t.summary}))
-                        .collect();
-                    all.truncate(limit);
-                    all
-                } else {
-                    self.search(&cfg, &q, limit)
-                };
-                Ok((Ok(Answer::Value(json!({"tools": hits}))), false))
-            }
-            "get_tool_schema" => {
-                let n = tool_arg("name")?;
-                if META_TOOLS.contains(&n.as_str()) {
-                    return Err(ToolError::invalid(format!("{n} is a meta-tool")));
-                }
-                if let Some(src) = self.owner(&n) {
-                    return src.schema(&n).map(|l| (Ok(Answer::Value(l)), false));
-                }
-                self.find(&cfg, &n)
-                    .map(|t| (Ok(Answer::Value(t.listing())), false))
-                    .ok_or_else(|| ToolError::invalid(format!("no such tool: {n}")))
-            }
-            _ => {
-                let n = tool_arg("name")?;
-                if META_TOOLS.contains(&n.as_str()) {
-                    return Err(ToolError::invalid("call_tool cannot call a meta-tool"));
-                }
-                let inner = match args.get("arguments") {
-                    None | Some(Value::Null) => Map::new(),
-                    Some(Value::Object(m)) => m.clone(),
-                    Some(_) => return Err(ToolError::invalid("arguments must be an object")),
-                };
-                // The proxied tools' filters apply here too: discovery does not gate dispatch.
-                if let Some(src) = self.owner(&n) {
-                    return Ok((
-                        src.call(node, ctx, &n, inner).await.map(Answer::Value),
-                        true,
-                    ));
-                }
-                let Some(def) = self.find(&cfg, &n) else {
-                    return Err(ToolError::invalid(format!(
-                        "no such tool (or disabled): {n}"
-                    )));
-                };
-                let passthrough = def.passthrough;
-                Ok((run(node, ctx, def, inner).await, passthrough))
-            }
+        if name == "search_tools" {
+            let a: SearchArgs = crate::args::parse(&args)?;
+            let q = required(a.query, "query")?;
+            let limit = a.limit.unwrap_or(10);
+            let hits = if q.trim().is_empty() {
+                // No keywords: the catalogue's first rows, so the agent sees what exists.
+                let mut all: Vec<Value> = self
+                    .visible(&cfg)
+                    .iter()
+                    .map(|t| json!({"name": t.name, "summary": t.summary}))
+                    .collect();
+                all.truncate(limit);
+                all
+            } else {
+                self.search(&cfg, &q, limit)
+            };
+            return Ok((Ok(Answer::Value(json!({"tools": hits}))), false));
         }
+        let a: ToolArgs = crate::args::parse(&args)?;
+        let n = required(a.name, "name")?;
+        if name == "get_tool_schema" {
+            if META_TOOLS.contains(&n.as_str()) {
+                return Err(ToolError::invalid(format!("{n} is a meta-tool")));
+            }
+            if let Some(src) = self.owner(&n) {
+                return src.schema(&n).map(|l| (Ok(Answer::Value(l)), false));
+            }
+            return self
+                .find(&cfg, &n)
+                .map(|t| (Ok(Answer::Value(t.listing())), false))
+                .ok_or_else(|| ToolError::invalid(format!("no such tool: {n}")));
+        }
+        if META_TOOLS.contains(&n.as_str()) {
+            return Err(ToolError::invalid("call_tool cannot call a meta-tool"));
+        }
+        let inner = a.arguments.unwrap_or_default();
+        // The proxied tools' filters apply here too: discovery does not gate dispatch.
+        if let Some(src) = self.owner(&n) {
+            return Ok((
+                src.call(node, ctx, &n, inner).await.map(Answer::Value),
+                true,
+            ));
+        }
+        let Some(def) = self.find(&cfg, &n) else {
+            return Err(ToolError::invalid(format!(
+                "no such tool (or disabled): {n}"
+            )));
+        };
+        let passthrough = def.passthrough;
+        Ok((run(node, ctx, def, inner).await, passthrough))
     }
 }
 

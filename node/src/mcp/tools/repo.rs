@@ -8,8 +8,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::args;
 use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, ToolFuture, action, schema};
 use crate::repos::{AddError, Repo};
 use crate::state::Node;
@@ -127,9 +129,9 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
         "list" => Ok(json!({"repos": repos(node)?})),
         "status" => {
             let path = path_arg(args)?;
-            let canon = std::fs::canonicalize(path)
+            let canon = std::fs::canonicalize(&path)
                 .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| path.to_owned());
+                .unwrap_or_else(|_| path.clone());
             let repo = repos(node)?
                 .into_iter()
                 .find(|r| r.path == canon)
@@ -156,12 +158,20 @@ fn progress_list(node: &Node, args: &Map<String, Value>) -> Result<Value, ToolEr
         e => ToolError::new("store_error", e.to_string()),
     };
     let input = crate::progress::ListInput::from_value(args.get("input")).map_err(err)?;
-    node.progress.list(path, &input).map_err(err)
+    node.progress.list(&path, &input).map_err(err)
 }
 
-pub(super) fn path_arg(args: &Map<String, Value>) -> Result<&str, ToolError> {
-    args.get("path")
-        .and_then(Value::as_str)
+/// The `path` every `repo` action reads (`crate::args`): a repository root, or a worktree.
+#[derive(Debug, Deserialize)]
+struct PathArg {
+    #[serde(default, deserialize_with = "args::string")]
+    path: Option<String>,
+}
+
+/// The required, non-empty `path` of a `repo` call.
+pub(super) fn path_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
+    args::parse::<PathArg>(args)?
+        .path
         .filter(|p| !p.is_empty())
         .ok_or_else(|| ToolError::invalid("path is required (an absolute directory)"))
 }
@@ -176,7 +186,7 @@ fn add(node: &Arc<Node>, args: &Map<String, Value>) -> Result<Value, ToolError> 
     let path = path_arg(args)?;
     let outcome = node
         .repos
-        .add(path, &node.bus, crate::logs::now_ms())
+        .add(&path, &node.bus, crate::logs::now_ms())
         .map_err(|e| match e {
             AddError::InvalidPath(_) => ToolError::new("invalid_path", e.to_string()),
             AddError::Persist(_) => ToolError::new("persist_failed", e.to_string()),

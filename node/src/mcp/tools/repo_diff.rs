@@ -5,27 +5,46 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::args;
 use crate::git::diff::{self, DiffEnv, FileOpts, Target};
 use crate::mcp::registry::ToolError;
 use crate::state::Node;
 
-fn opt_str(args: &Map<String, Value>, k: &str) -> Option<String> {
-    args.get(k)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
+/// What both change views read (`crate::args`): the branch and base compared, and the page.
+#[derive(Debug, Deserialize)]
+struct View {
+    #[serde(default, deserialize_with = "args::string")]
+    branch: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    base: Option<String>,
+    #[serde(default, deserialize_with = "args::uint")]
+    offset: Option<u64>,
+    #[serde(default, deserialize_with = "args::uint")]
+    limit: Option<u64>,
 }
 
-fn opt_usize(args: &Map<String, Value>, k: &str) -> Result<Option<usize>, ToolError> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| ToolError::invalid(format!("{k} must be a non-negative integer"))),
-    }
+/// The view's own arguments.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Call {
+    DiffSummary {},
+    DiffFile(FileArgs),
+}
+
+#[derive(Debug, Deserialize)]
+struct FileArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    file: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    uncommitted: Option<bool>,
+}
+
+/// An empty string is an absent one.
+fn given(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
 }
 
 /// Serves `diff_summary` and `diff_file`.
@@ -35,30 +54,29 @@ pub(super) fn handle(
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
     let path = super::repo::path_arg(args)?;
+    let view: View = args::parse(args)?;
+    let call: Call = args::action(a, args)?;
     let t = Target {
-        path: path.to_owned(),
-        branch: opt_str(args, "branch"),
-        base: opt_str(args, "base"),
+        path,
+        branch: given(view.branch),
+        base: given(view.base),
     };
     let roots = node.repos.roots();
     let env = DiffEnv {
         git: &node.git,
         roots: &roots,
     };
-    let offset = opt_usize(args, "offset")?.unwrap_or(0);
-    let limit = opt_usize(args, "limit")?;
-    let v = match a {
-        "diff_summary" => serde_json::to_value(
+    let offset = view.offset.unwrap_or(0) as usize;
+    let limit = view.limit.map(|n| n as usize);
+    let v = match call {
+        Call::DiffSummary {} => serde_json::to_value(
             diff::summary(env, &t, offset, limit).map_err(super::repo_git::tool_error)?,
         ),
-        _ => {
-            let file = opt_str(args, "file")
+        Call::DiffFile(f) => {
+            let file = given(f.file)
                 .ok_or_else(|| ToolError::invalid("file is required (repository-relative)"))?;
             let o = FileOpts {
-                uncommitted: args
-                    .get("uncommitted")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                uncommitted: f.uncommitted.unwrap_or(false),
                 offset,
                 limit,
             };

@@ -109,7 +109,7 @@ pub(super) async fn route(
         return None;
     }
     let path = super::repo::path_arg(args).ok()?;
-    let (host, remote_path) = node.ext.repo_target(path)?;
+    let (host, remote_path) = node.ext.repo_target(&path)?;
     let call = crate::ext::RepoCall {
         host,
         path: remote_path,
@@ -134,6 +134,7 @@ pub(super) fn handle(
         }
     }
     let path = super::repo::path_arg(args)?;
+    let path = path.as_str();
     match args::action(a, args)? {
         GitCall::WorktreeCreate(c) => {
             let req = CreateRequest {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
 use serde_json::{Map, Value, json};
 use zeroize::Zeroizing;
 
+use crate::args;
 use crate::audit::{Actor, Event};
 use crate::mcp::registry::{CallCtx, Exec, ToolDef, ToolError, action, schema};
 use crate::secrets::{DEFAULT_RUN_MS, SecretError};
@@ -48,46 +50,72 @@ pub(super) static TOOL: ToolDef = ToolDef {
     passthrough: false,
 };
 
+/// The typed arguments of `secret`'s actions (`crate::args`). Each action refuses another
+/// action's fields (`deny_unknown_fields`): a `reason` on `run` is a mistake worth naming.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RequestArgs {
-    name: String,
-    #[serde(default)]
-    reason: String,
+#[serde(rename_all = "snake_case")]
+enum Call {
+    Request(RequestArgs),
+    Run(RunArgs),
+    Remove(RemoveArgs),
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Command {
-    Shell(String),
-    Argv(Vec<String>),
+#[serde(deny_unknown_fields)]
+struct RequestArgs {
+    #[serde(deserialize_with = "name")]
+    name: String,
+    #[serde(default, deserialize_with = "args::string")]
+    reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunArgs {
+    #[serde(deserialize_with = "name")]
     name: String,
-    command: Command,
-    #[serde(default)]
+    /// An argv, or a string run by `sh -c`.
+    #[serde(deserialize_with = "command")]
+    command: Vec<String>,
+    #[serde(default, deserialize_with = "args::string")]
     cwd: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "args::uint")]
     timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RemoveArgs {
+    #[serde(deserialize_with = "name")]
     name: String,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
-    a: &str,
-    args: &Map<String, Value>,
-) -> Result<T, ToolError> {
+/// The required secret name (checked for shape by `crate::secrets::check_name`).
+fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    args::string(d)?.ok_or_else(|| D::Error::custom("is required (a secret name)"))
+}
+
+/// `command`: an argv, or a string run as `sh -c <string>`.
+fn command<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let bad = || D::Error::custom("must be a string or an array of strings");
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(vec!["sh".into(), "-c".into(), s]),
+        Value::Array(v) => v
+            .into_iter()
+            .map(|a| match a {
+                Value::String(s) => Ok(s),
+                _ => Err(bad()),
+            })
+            .collect(),
+        _ => Err(bad()),
+    }
+}
+
+/// Reads action `a`'s arguments; a refusal names the action (`secret action=run: ...`).
+fn parse(a: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
     let mut m = args.clone();
     m.remove("action");
-    serde_json::from_value(Value::Object(m))
-        .map_err(|e| ToolError::invalid(format!("secret action={a}: {e}")))
+    args::action(a, &m).map_err(|e| ToolError::invalid(format!("secret action={a}: {e}")))
 }
 
 impl From<SecretError> for ToolError {
@@ -112,18 +140,18 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
     let a = action("secret", ACTIONS, args)?;
     let now = crate::logs::now_ms();
     let who = caller(ctx);
-    match a {
-        "request" => {
-            let r: RequestArgs = parse(a, args)?;
+    match parse(a, args)? {
+        Call::Request(r) => {
+            let reason = r.reason.unwrap_or_default();
             crate::secrets::check_name(&r.name)?;
             if node.secrets.list()?.iter().any(|i| i.name == r.name) {
                 return Ok(json!({"status": "stored", "name": r.name}));
             }
-            let form = node.secrets.request(&r.name, &r.reason, &who.who, now)?;
+            let form = node.secrets.request(&r.name, &reason, &who.who, now)?;
             node.audit.record_or_warn(
                 Event::new("secret_requested", &who)
                     .with("name", r.name.as_str())
-                    .with("reason", r.reason.as_str()),
+                    .with("reason", reason.as_str()),
             );
             Ok(json!({
                 "status": "pending",
@@ -132,12 +160,8 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
                 "message": "the person was asked through the UI (or `tuic secret`); call run once they answered",
             }))
         }
-        "run" => {
-            let r: RunArgs = parse(a, args)?;
-            let argv = match r.command {
-                Command::Shell(s) => vec!["sh".into(), "-c".into(), s],
-                Command::Argv(v) => v,
-            };
+        Call::Run(r) => {
+            let argv = r.command;
             let timeout =
                 Duration::from_millis(r.timeout_ms.unwrap_or(DEFAULT_RUN_MS).min(MAX_RUN_MS));
             let program = Zeroizing::new(argv.first().cloned().unwrap_or_default());
@@ -178,8 +202,7 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             );
             Ok(json!(out))
         }
-        _ => {
-            let r: RemoveArgs = parse(a, args)?;
+        Call::Remove(r) => {
             let removed = node.secrets.remove(&r.name)?;
             node.audit
                 .record_or_warn(Event::new("secret_removed", &who).with("name", r.name.as_str()));

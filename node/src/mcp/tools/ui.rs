@@ -73,13 +73,13 @@ pub(crate) fn resolve_sound(
     }
 }
 
-/// The typed arguments of `ui`'s actions (`crate::args`); `tab` reads its own (`ui_tab`).
+/// The typed arguments of `ui`'s actions (`crate::args`); `tab`'s are `ui_tab::TabArgs`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Call {
     Toast(ToastArgs),
     Confirm(ConfirmArgs),
-    Tab {},
+    Tab(super::ui_tab::TabArgs),
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,9 +134,9 @@ fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result
             Ok(out)
         }
         Call::Confirm(c) => confirm(node, ctx, c),
-        Call::Tab {} => {
+        Call::Tab(t) => {
             let o = caller_origin(node, ctx);
-            super::ui_tab::tab(node, args, o.repo_path, o.session_id)
+            super::ui_tab::tab(node, t, o.repo_path, o.session_id)
         }
     }
 }

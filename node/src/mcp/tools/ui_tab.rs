@@ -12,9 +12,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Value, json};
 use tuic_proto::events::Event;
 
+use crate::args;
 use crate::mcp::registry::ToolError;
 use crate::state::Node;
 
@@ -80,24 +82,35 @@ fn gate(roots: &[PathBuf], path: &str) -> Result<PathBuf, ToolError> {
     Ok(root)
 }
 
+/// The typed arguments of `ui action=tab` (`crate::args`).
+#[derive(Debug, Deserialize)]
+pub(super) struct TabArgs {
+    #[serde(default, deserialize_with = "args::string")]
+    url: Option<String>,
+    #[serde(default, deserialize_with = "args::string")]
+    title: Option<String>,
+    #[serde(default, deserialize_with = "args::boolean")]
+    focus: Option<bool>,
+    #[serde(default, deserialize_with = "args::string")]
+    id: Option<String>,
+}
+
 /// `ui action=tab`.
 pub(super) fn tab(
     node: &Arc<Node>,
-    args: &Map<String, Value>,
+    args: TabArgs,
     origin_repo: Option<String>,
     origin_session: Option<String>,
 ) -> Result<Value, ToolError> {
     let url = args
-        .get("url")
-        .and_then(Value::as_str)
+        .url
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ToolError::invalid("ui: url is required"))?;
-    let focus = args.get("focus").and_then(Value::as_bool).unwrap_or(true);
+    let url = url.as_str();
+    let focus = args.focus.unwrap_or(true);
     let tab_id = args
-        .get("id")
-        .and_then(Value::as_str)
+        .id
         .filter(|s| !s.is_empty())
-        .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let roots = node.repos.roots();
     let caller_repo = origin_repo.as_deref().and_then(|o| {
@@ -128,9 +141,7 @@ pub(super) fn tab(
         Tab::Url(_) => ("url", None, caller_repo.clone()),
     };
     let title = args
-        .get("title")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+        .title
         .or_else(|| {
             path.as_deref()
                 .and_then(|p| std::path::Path::new(p).file_name())

@@ -315,7 +315,7 @@ fn journal(env: &StoriesEnv, run: &Run, r: &AttemptReport) {
         Outcome::Completed => crate::progress::Kind::Done,
         _ => crate::progress::Kind::Blocked,
     };
-    let e = env.host.journal(crate::progress::NewEntry {
+    let e = env.journal(crate::progress::NewEntry {
         project: run.project.clone(),
         kind,
         text: r.summary.clone(),
