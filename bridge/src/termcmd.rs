@@ -25,7 +25,9 @@ fn rows(ctx: &Ctx) -> Result<Vec<Value>, Failure> {
     let as_rows = |path: &str, v: Value| -> Result<Vec<Value>, Failure> {
         match v {
             Value::Array(a) => Ok(a),
-            _ => Err(Failure::Failed(format!("GET {path}: expected a JSON array"))),
+            _ => Err(Failure::Failed(format!(
+                "GET {path}: expected a JSON array"
+            ))),
         }
     };
     for _ in 0..3 {
@@ -52,7 +54,10 @@ fn rows(ctx: &Ctx) -> Result<Vec<Value>, Failure> {
                 })?
             } else {
                 // The same answers as a plain read (404: no terminal core; others: failed).
-                return as_rows("/sessions", ctx.get_json(&path, "the terminal core (sessions)")?);
+                return as_rows(
+                    "/sessions",
+                    ctx.get_json(&path, "the terminal core (sessions)")?,
+                );
             };
             all.extend(as_rows(&path, v)?);
             match next {

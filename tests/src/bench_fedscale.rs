@@ -47,7 +47,10 @@ impl Client {
             b = b.header(*k, *v);
         }
         self.0.ready().await?;
-        let resp = self.0.send_request(b.body(Full::new(Bytes::new()))?).await?;
+        let resp = self
+            .0
+            .send_request(b.body(Full::new(Bytes::new()))?)
+            .await?;
         let h = |k: &str| {
             resp.headers()
                 .get(k)
@@ -201,7 +204,10 @@ async fn deltas(
 
 /// The bench.
 pub async fn run(n: usize, per_node: usize, holders: bool) -> anyhow::Result<()> {
-    ensure!(n >= 1 && per_node >= 1, "N and SESSIONS_PER_NODE must be at least 1");
+    ensure!(
+        n >= 1 && per_node >= 1,
+        "N and SESSIONS_PER_NODE must be at least 1"
+    );
     let t = Instant::now();
     let mut bed = ScaleBed::start(n, holders).await?;
     let started = t.elapsed();

@@ -94,8 +94,7 @@ impl ScaleBed {
     /// `POST /hub/reload` to apply them.
     pub fn connect_all(&self, hub_dir: &Path) -> anyhow::Result<()> {
         let file = tuic_node::config::ConfigFile::new(hub_dir.join("config.json"));
-        let vault =
-            tuic_node::vault::Vault::open(hub_dir, hub_dir.join("secrets.json"), false);
+        let vault = tuic_node::vault::Vault::open(hub_dir, hub_dir.join("secrets.json"), false);
         for (i, node) in self.nodes.iter().enumerate() {
             let addr = node.tcp.context("the node serves no TCP")?;
             tuic_hub::connections::connect(
@@ -172,8 +171,10 @@ pub async fn create_idle(socket: &Path) -> anyhow::Result<String> {
         socket,
         "POST",
         "/sessions",
-        Some(json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
-            "args": ["-c", "exec sleep 100000"]})),
+        Some(
+            json!({"rows": 24, "cols": 80, "shell": "/bin/sh", "cwd": "/tmp",
+            "args": ["-c", "exec sleep 100000"]}),
+        ),
     )
     .await?;
     ensure!(r.status == 200, "create: {} {:?}", r.status, r.body);

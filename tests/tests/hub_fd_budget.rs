@@ -37,13 +37,11 @@ fn set_soft_limit(pid: u32, soft: u64) {
 /// each must answer within its bound. Returns how many rounds passed.
 async fn probe(socket: std::path::PathBuf, stop: Arc<AtomicBool>, rounds: Arc<AtomicUsize>) {
     while !stop.load(Ordering::Relaxed) {
-        let health = tokio::time::timeout(
-            Duration::from_secs(5),
-            ipc(&socket, "GET", "/health", None),
-        )
-        .await
-        .expect("/health answers within 5 s")
-        .expect("/health answers");
+        let health =
+            tokio::time::timeout(Duration::from_secs(5), ipc(&socket, "GET", "/health", None))
+                .await
+                .expect("/health answers within 5 s")
+                .expect("/health answers");
         assert_eq!(health.status, 200, "{:?}", health.body);
         let s = socket.clone();
         let ls = tokio::time::timeout(
@@ -141,7 +139,8 @@ async fn a_hub_short_of_descriptors_refuses_new_links_with_a_reason_and_keeps_an
     let metrics = ipc(&hub.socket, "GET", "/metrics", None).await.unwrap();
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(
-        text.lines().any(|l| l == format!("tuic_open_fds_limit {LIMIT}")),
+        text.lines()
+            .any(|l| l == format!("tuic_open_fds_limit {LIMIT}")),
         "{text}"
     );
     let health = ipc(&hub.socket, "GET", "/health", None)
@@ -149,6 +148,19 @@ async fn a_hub_short_of_descriptors_refuses_new_links_with_a_reason_and_keeps_an
         .unwrap()
         .json();
     assert_eq!(health["fds"]["limit"], LIMIT, "{health}");
+
+    // `tuic ls` names the reason on each refused host's line.
+    let ls = std::process::Command::new(tuic_tests::bin("tuic"))
+        .arg("ls")
+        .env("TUIC_SOCKET", &hub.socket)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&ls.stdout);
+    assert!(
+        out.lines()
+            .any(|l| l.contains(": offline (refusing a new session link: ")),
+        "{out}"
+    );
 
     // Room again: the refused links come up, the others never went down.
     set_soft_limit(hub.pid(), 4096);
@@ -188,10 +200,7 @@ async fn a_hub_short_of_descriptors_refuses_new_links_with_a_reason_and_keeps_an
         .lines()
         .filter(|l| l.contains("refusing a new session link"))
     {
-        if let Some(id) = l
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("conn="))
-        {
+        if let Some(id) = l.split_whitespace().find_map(|w| w.strip_prefix("conn=")) {
             *per_conn.entry(id).or_default() += 1;
         }
     }

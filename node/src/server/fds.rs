@@ -176,7 +176,10 @@ mod tests {
     fn a_claim_counts_until_dropped_and_the_last_room_is_refused() {
         // The rule: promised descriptors count like open ones.
         assert!(fits(100, 10, 256));
-        assert!(!fits(200, 24, 256), "200 open + 24 promised + 32 kept reaches 256");
+        assert!(
+            !fits(200, 24, 256),
+            "200 open + 24 promised + 32 kept reaches 256"
+        );
         assert!(!fits(u64::MAX, 1, u64::MAX));
         // A small claim is held while it lives (other tests of this binary may claim too,
         // so only a lower bound is read) and a refusal names its reason.

@@ -264,7 +264,11 @@ mod tests {
         // A cursor naming no row of the list (its row left) is refused, not guessed.
         let e = rendered(n, &ctx, json!({"limit": 2, "cursor": "no-such-row"})).unwrap_err();
         assert_eq!(e.code, "cursor_gone", "{e:?}");
-        for bad in [json!({"limit": 0}), json!({"limit": 10_001}), json!({"limit": "x"})] {
+        for bad in [
+            json!({"limit": 0}),
+            json!({"limit": 10_001}),
+            json!({"limit": "x"}),
+        ] {
             let e = rendered(n, &ctx, bad.clone()).unwrap_err();
             assert_eq!(e.code, "invalid_arguments", "{bad}: {e:?}");
         }
