@@ -14,12 +14,64 @@ use crate::keys::{self, DetachKey};
 use crate::target::{self, Resolved};
 use crate::tty;
 
-/// `GET /sessions`, as rows.
+/// Rows per page of `GET /sessions` read by [`rows`].
+const PAGE: usize = 1_000;
+
+/// `GET /sessions`, as rows, read in pages of [`PAGE`] (`limit`, `cursor`), so no one answer of
+/// a hub with thousands of rows is built or held whole. A page whose cursor row left the list
+/// meanwhile (410) starts the read over, at most twice; a node that predates paging (400)
+/// is read whole.
 fn rows(ctx: &Ctx) -> Result<Vec<Value>, Failure> {
-    let v = ctx.get_json("/sessions", "the terminal core (sessions)")?;
-    v.as_array()
-        .cloned()
-        .ok_or_else(|| Failure::Failed("GET /sessions: expected a JSON array".into()))
+    let as_rows = |path: &str, v: Value| -> Result<Vec<Value>, Failure> {
+        match v {
+            Value::Array(a) => Ok(a),
+            _ => Err(Failure::Failed(format!(
+                "GET {path}: expected a JSON array"
+            ))),
+        }
+    };
+    for _ in 0..3 {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        let restart = loop {
+            let path = match &cursor {
+                None => format!("/sessions?limit={PAGE}"),
+                Some(c) => format!("/sessions?limit={PAGE}&cursor={}", encode_id(c)),
+            };
+            let resp = ctx.send(&Request::new("GET", &path))?;
+            match resp.status() {
+                410 => break true,
+                400 if cursor.is_none() => {
+                    let v = ctx.get_json("/sessions", "the terminal core (sessions)")?;
+                    return as_rows("/sessions", v);
+                }
+                _ => {}
+            }
+            let next = resp.head.header("x-next-cursor").map(str::to_owned);
+            let v = if (200..300).contains(&resp.status()) {
+                resp.json().map_err(|e| {
+                    Failure::Failed(format!("GET {path}: the node sent invalid JSON: {e}"))
+                })?
+            } else {
+                // The same answers as a plain read (404: no terminal core; others: failed).
+                return as_rows(
+                    "/sessions",
+                    ctx.get_json(&path, "the terminal core (sessions)")?,
+                );
+            };
+            all.extend(as_rows(&path, v)?);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break false,
+            }
+        };
+        if !restart {
+            return Ok(all);
+        }
+    }
+    Err(Failure::Failed(
+        "GET /sessions: the list kept changing under its pages; try again".into(),
+    ))
 }
 
 /// The hub's connections, or `None` on a plain node.

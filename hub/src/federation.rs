@@ -328,10 +328,22 @@ impl Federation {
         let permit = self.connects.acquire().await.map_err(|e| e.to_string())?;
         // Near the descriptor limit no new link is opened: the hub's IPC socket and the links
         // already up keep the last descriptors (`server::fds`).
-        if let Err(why) = tuic_node::ext::fds::admit("session link") {
-            tracing::warn!(conn = %conn.id, "{why}");
-            return Err(why);
-        }
+        // The claim holds the link's two descriptors (its event stream, the list's read)
+        // until they are open, so a burst of connects cannot overshoot the budget.
+        let claim = match tuic_node::ext::fds::claim("session link", 2) {
+            Ok(c) => c,
+            Err(why) => {
+                // Once per run of refusals: the connection's `last_error` keeps the reason.
+                let again = conn
+                    .snapshot()
+                    .last_error
+                    .is_some_and(|e| tuic_node::ext::fds::is_refusal(&e));
+                if !again {
+                    tracing::warn!(conn = %conn.id, "{why}");
+                }
+                return Err(why);
+            }
+        };
         let resp = self
             .node_get(conn, &format!("/events?types={types}"))
             .send()
@@ -344,7 +356,7 @@ impl Federation {
             ));
         }
         self.refresh(conn).await?;
-        drop(permit);
+        drop((permit, claim));
         self.update(conn, |s| {
             s.up = true;
             s.last_error = None;

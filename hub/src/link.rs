@@ -296,7 +296,9 @@ pub async fn dial(
     skip_quic_until: &std::sync::Mutex<Option<Instant>>,
 ) -> Result<LinkIo, String> {
     // Near the descriptor limit no new link is opened (`server::fds`).
-    tuic_node::ext::fds::admit("peer link")?;
+    // The claim holds the link's descriptor (a WebSocket's; a QUIC link rides the shared
+    // UDP socket) until the dial ends.
+    let _claim = tuic_node::ext::fds::claim("peer link", 1)?;
     let pref = conn.transport;
     let skip = pref == TransportPref::Auto
         && skip_quic_until

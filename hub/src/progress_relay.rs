@@ -38,6 +38,15 @@ pub async fn relay_progress(http: reqwest::Client, node: Arc<NodeApi>, conn: Arc
 
 /// One subscription; whether it got as far as streaming.
 async fn relay_once(http: &reqwest::Client, node: &NodeApi, conn: &Conn) -> bool {
+    // Near the descriptor limit no new stream is opened (`server::fds`); the session link
+    // logs the host's refusal.
+    let claim = match tuic_node::ext::fds::claim("progress relay", 1) {
+        Ok(c) => c,
+        Err(why) => {
+            tracing::debug!(conn = %conn.id, "{why}");
+            return false;
+        }
+    };
     let r = http
         .get(format!("{}/events?types=progress-recorded", conn.url))
         .header(reqwest::header::COOKIE, conn.cookie())
@@ -54,6 +63,7 @@ async fn relay_once(http: &reqwest::Client, node: &NodeApi, conn: &Conn) -> bool
             return false;
         }
     };
+    drop(claim);
     let mut dec = tuic_proto::sse::SseDecoder::new(1 << 20);
     let mut body = resp.bytes_stream();
     while let Some(chunk) = body.next().await {

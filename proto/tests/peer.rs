@@ -222,6 +222,36 @@ fn pings_every_five_seconds_and_down_after_three_misses() {
 }
 
 #[test]
+fn a_probe_pings_at_once_and_takes_a_silent_link_down_at_its_deadline() {
+    // A silent far side (a hub killed without a word): down at the probe's deadline, long
+    // before the pings' interval would tell.
+    let (_hub, mut node) = connected();
+    node.probe(1_000, 1_500);
+    assert!(matches!(node.poll_transmit(), Some(Frame::Ping { .. })));
+    assert_eq!(node.poll_timeout(), Some(2_500));
+    node.handle_timeout(2_499);
+    assert_eq!(node.state(), LinkState::Up);
+    node.handle_timeout(2_500);
+    assert_eq!(node.state(), LinkState::Down);
+    assert!(matches!(
+        node.poll_event(),
+        Some(LinkEvent::Down {
+            reason: DownReason::PingTimeout,
+            ..
+        })
+    ));
+
+    // A live far side answers: the probe ends and the link stays up past its deadline.
+    let (mut hub, mut node) = connected();
+    node.probe(1_000, 1_500);
+    shuttle(1_010, &mut node, &mut hub);
+    shuttle(1_020, &mut hub, &mut node);
+    assert_eq!(node.poll_timeout(), Some(5_000));
+    node.handle_timeout(2_600);
+    assert_eq!(node.state(), LinkState::Up);
+}
+
+#[test]
 fn missed_pings_count_the_silence_and_any_frame_heard_resets_them() {
     let (mut hub, mut node) = connected();
     assert_eq!(hub.missed_pings(), 0);

@@ -10,6 +10,7 @@ pub mod bed;
 pub mod bench_acp;
 pub mod bench_attach;
 pub mod bench_fed;
+pub mod bench_fedscale;
 pub mod bench_floor;
 pub mod bench_mcp;
 pub mod bench_notify;
@@ -30,6 +31,7 @@ pub mod netns;
 pub mod progress;
 pub mod receiver;
 pub mod records;
+pub mod scale;
 pub mod term;
 pub mod webdriver;
 

@@ -42,6 +42,8 @@ pub enum Cmd {
     Kick,
     /// A newer link took over: close this one.
     Replaced,
+    /// A second link was refused while this one looked live: prove it (`PeerLink::probe`).
+    Probe,
     /// An agent calls one of the hub's upstream tools.
     CallUpstream {
         /// `{upstream}__{tool}` as the hub names it.
@@ -57,6 +59,10 @@ pub enum Cmd {
     },
 }
 
+/// How long a live link has to answer [`Cmd::Probe`] (a round trip, with room for a loaded
+/// or distant hub) before it counts as dead.
+const PROBE_WITHIN_MS: u64 = 1_500;
+
 /// Runs the node's end of a link a hub opened, over any frame transport.
 pub(crate) async fn serve_on(mail: Arc<Mail>, mut io: impl FrameIo) {
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -69,6 +75,11 @@ pub(crate) async fn serve_on(mail: Arc<Mail>, mut io: impl FrameIo) {
                 REPLACE_AFTER_MISSED_PINGS
             );
             tracing::warn!(live, "refused a second peer link: {message}");
+            // A hub killed and restarted sends nothing on its old link: prove that link now,
+            // so the hub's next dial finds the slot free instead of waiting out the pings.
+            if let Some(old) = mail.env.peer.link_cmd() {
+                let _ = old.send(Cmd::Probe);
+            }
             // No hello: the far side's link goes down on this error with the reason.
             let refusal = tuic_proto::peer::Frame::Error {
                 id: None,
@@ -420,6 +431,7 @@ impl End for NodeEnd {
         match cmd {
             Cmd::Kick => {}
             Cmd::Replaced => link.close(),
+            Cmd::Probe => link.probe(crate::logs::mono_ms(), PROBE_WITHIN_MS),
             Cmd::CallUpstream {
                 name,
                 arguments,

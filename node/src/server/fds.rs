@@ -66,9 +66,14 @@ pub fn limit() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
-/// Descriptors open now (`/proc/self/fd`, less the one the count itself holds).
+/// Descriptors open now (`/proc/self/fd`, less the one the count itself holds). A process
+/// out of descriptors cannot open the directory to count them: that is the limit reached.
 pub fn used() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count().saturating_sub(1) as u64)
+    match std::fs::read_dir("/proc/self/fd") {
+        Ok(d) => d.count().saturating_sub(1) as u64,
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::MFILE.raw_os_error()) => limit(),
+        Err(_) => 0,
+    }
 }
 
 /// Descriptors kept back for the IPC socket and the links already open: an eighth of the
@@ -85,19 +90,64 @@ pub fn refused_total() -> u64 {
     REFUSED.load(Ordering::Relaxed)
 }
 
-/// `Err(reason)` when a new TCP client or outbound link (`what`) would eat into the reserve;
-/// counts the refusal. The caller logs the reason (at most once per run of refusals).
+/// Descriptors promised to links being opened ([`claim`]) and not yet counted in [`used`].
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// `Err(reason)` when a new TCP client (already accepted) or outbound link (`what`) would eat
+/// into the reserve; counts the refusal. The caller logs the reason (at most once per run of
+/// refusals).
 pub fn admit(what: &str) -> Result<(), String> {
+    check(what, 0)
+}
+
+/// [`admit`] for a link about to open `fds` descriptors: while the returned [`Claim`] lives
+/// they count as used, so the links of a burst of dials (a hub's start, many nodes back at
+/// once) are admitted against what the ones before them will hold, not against what is open
+/// at the instant each asks. Drop the claim once the link's descriptors are open (or failed).
+pub fn claim(what: &str, fds: u64) -> Result<Claim, String> {
+    check(what, fds)?;
+    Ok(Claim(fds))
+}
+
+/// Descriptors promised to a link being opened ([`claim`]); given back on drop.
+#[derive(Debug)]
+#[must_use = "the descriptors are promised only while the claim lives"]
+pub struct Claim(u64);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        PENDING.fetch_sub(self.0, Ordering::AcqRel);
+    }
+}
+
+/// Admits `fds` more descriptors (added to [`PENDING`] when admitted) or refuses with the
+/// reason.
+fn check(what: &str, fds: u64) -> Result<(), String> {
     let limit = limit();
     let used = used();
-    let keep = reserve(limit);
-    if used.saturating_add(keep) < limit {
+    // Claimed first, then checked with every claim counted: two dials at once cannot both
+    // take the last room.
+    let pending = PENDING.fetch_add(fds, Ordering::AcqRel).saturating_add(fds);
+    if fits(used, pending, limit) {
         return Ok(());
     }
+    PENDING.fetch_sub(fds, Ordering::AcqRel);
     REFUSED.fetch_add(1, Ordering::Relaxed);
     Err(format!(
-        "refusing a new {what}: {used} of {limit} file descriptors in use, the last {keep} are kept for the IPC socket and open links"
+        "refusing a new {what}: {used} of {limit} file descriptors in use, the last {} are kept for the IPC socket and open links",
+        reserve(limit)
     ))
+}
+
+/// Whether `used` open and `pending` promised descriptors leave the reserve of `limit` free.
+fn fits(used: u64, pending: u64, limit: u64) -> bool {
+    used.saturating_add(pending).saturating_add(reserve(limit)) < limit
+}
+
+/// Whether `error` is a refusal of [`admit`] or [`claim`] (a caller logs only the first of a
+/// run).
+pub fn is_refusal(error: &str) -> bool {
+    error.starts_with("refusing a new ") && error.contains("file descriptors in use")
 }
 
 #[cfg(test)]
@@ -120,5 +170,24 @@ mod tests {
         assert!(limit() > used());
         // The test process is far below its limit.
         assert_eq!(admit("test"), Ok(()));
+    }
+
+    #[test]
+    fn a_claim_counts_until_dropped_and_the_last_room_is_refused() {
+        // The rule: promised descriptors count like open ones.
+        assert!(fits(100, 10, 256));
+        assert!(
+            !fits(200, 24, 256),
+            "200 open + 24 promised + 32 kept reaches 256"
+        );
+        assert!(!fits(u64::MAX, 1, u64::MAX));
+        // A small claim is held while it lives (other tests of this binary may claim too,
+        // so only a lower bound is read) and a refusal names its reason.
+        let c = claim("test link", 3).unwrap();
+        assert!(PENDING.load(Ordering::Acquire) >= 3);
+        drop(c);
+        let e = "refusing a new test link: 250 of 256 file descriptors in use, the last 32 are kept for the IPC socket and open links";
+        assert!(is_refusal(e));
+        assert!(!is_refusal("connection refused"));
     }
 }

@@ -17,6 +17,7 @@
 //! cargo run -p tuic-tests --release --bin bench -- worktree-list [WORKTREES] [COMMITS] [CALLS]
 //! cargo run -p tuic-tests --release --bin bench -- branch-integrations [BRANCHES] [COMMITS] [CALLS]
 //! cargo run -p tuic-tests --release --bin bench -- acp-stream [CHUNKS] [STAMPED] [IDLE]
+//! cargo run -p tuic-tests --release --bin bench -- fed-scale [N] [SESSIONS_PER_NODE] [--holders]
 //! ```
 //!
 //! Every workload also measures the bare-PTY floor in the same run (a child writing into a PTY
@@ -92,6 +93,13 @@ fn main() -> anyhow::Result<()> {
         }
         Some("floor-echo" | "floor-relay" | "floor-client") => {
             rt.block_on(tuic_tests::bench_floor::role(&args))
+        }
+        Some("fed-scale") => {
+            let holders = args.iter().any(|a| a == "--holders");
+            let nums: Vec<usize> = args[1..].iter().filter_map(|s| s.parse().ok()).collect();
+            let n = nums.first().copied().unwrap_or(50);
+            let per_node = nums.get(1).copied().unwrap_or(4);
+            rt.block_on(tuic_tests::bench_fedscale::run(n, per_node, holders))
         }
         Some("fed-mail") => {
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
@@ -186,7 +194,7 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(tuic_tests::bench_acp::stream(chunks, stamped, idle))
         }
         _ => bail!(
-            "usage: bench review-diff [COMMITS] [CALLS] | acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mcp-resource-read [READS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
+            "usage: bench review-diff [COMMITS] [CALLS] | acp-stream [CHUNKS] [STAMPED] [IDLE] | worktree-list [WORKTREES] [COMMITS] [CALLS] | branch-integrations [BRANCHES] [COMMITS] [CALLS] | progress-journal [N] | stories-list [N] | workflow-events [STEPS] | metrics-scrape [SESSIONS] | pty-throughput [MiB] | keystroke-latency [N] | screen-keystroke [N] [GAP_MS] | idle-rss [N] | mcp-session-list [N] [CALLS] | mcp-resource-read [READS] | mail-latency [N] | upload-copy | upload-copy-netns | fed-stream [MiB] | fed-keystroke [N] | attach-keystroke [N] | fed-mail [N] [SENDERS] | fed-scale [N] [SESSIONS_PER_NODE] [--holders] | fed-mail-quic [N] [LOSS_PERCENT] | fed-impaired [N] [LOSS_PERCENT] [DELAY_MS] | outbox-store [N] [KiB] | upstream-call [N] | hub-upstream-call [N] | hub-upstream-progress [N] [ROUNDS] | tool-search [TOOLS] [Q] | surface-bytes [UPSTREAM_TOOLS]"
         ),
     }
 }

@@ -15,6 +15,7 @@ mod repo_git;
 mod secret;
 pub(crate) mod session;
 mod session_answer;
+mod session_list;
 mod story;
 pub(crate) mod task;
 mod ui;

@@ -45,7 +45,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     name: "session",
     summary: "List, create, drive and read this node's terminal sessions",
     description: "Terminal sessions (PTYs) on this node. session_id accepts the PTY id, the tuic_session or the alias (tu-1).\n\
-- list: every session with alias, tuic_session, shell_state, agent_state, is_caller.\n\
+- list: every session with alias, tuic_session, shell_state, agent_state, is_caller; limit/cursor page it.\n\
 - create: start a shell (rows, cols: 1-1000 each, cwd, shell, name). Local clients only.\n\
 - input: raw write (input text and/or special_key); proves the write only, never a submission. Local clients only.\n\
 - submit: one-call submission of input to a confirmed-idle agent with an empty composer; returns {ok, retry_safe, ack, ack_ms?, turn_epoch}; busy or half-typed sessions are refused before the first byte. timeout_ms 250-10000 (3000). Local clients only.\n\
@@ -70,6 +70,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
                 "from_line": {"type": "integer", "minimum": 0},
                 "from_byte": {"type": "integer", "minimum": 0},
                 "since_cursor": {"type": "integer", "minimum": 0},
+                "cursor": {"type": "string"},
                 "until": {"type": "string", "enum": ["idle", "exited"]},
                 "rows": {"type": "integer", "minimum": 1, "maximum": 1000},
                 "cols": {"type": "integer", "minimum": 1, "maximum": 1000},
@@ -86,7 +87,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
     handler,
     exec: &[
         ("*", Exec::Async(serve_async)),
-        ("list", Exec::Rendered(list_rendered)),
+        ("list", Exec::Rendered(super::session_list::list_rendered)),
         ("create", Exec::Blocking),
         ("input", Exec::Blocking),
         ("close", Exec::Blocking),
@@ -105,7 +106,7 @@ pub(super) static TOOL: ToolDef = ToolDef {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Call {
-    List {},
+    List(super::session_list::ListArgs),
     Create(CreateArgs),
     Input(Target),
     Submit(Target),
@@ -273,7 +274,7 @@ pub(super) fn serve_async(node: Arc<Node>, ctx: CallCtx, args: Map<String, Value
 /// for a `local/<id>` address).
 fn handler(node: &Arc<Node>, ctx: &CallCtx, args: &Map<String, Value>) -> Result<Value, ToolError> {
     match typed("session", ACTIONS, args)? {
-        Call::List {} => Ok(list(node, ctx)),
+        Call::List(a) => super::session_list::list(node, ctx, &a),
         Call::Create(c) => create(node, c),
         Call::Input(t) => input(node, &t, args),
         Call::Output(o) => output(node, o),
@@ -348,66 +349,6 @@ fn row_json(node: &Node, s: &Session, ctx: &CallCtx) -> Value {
     let mut v = json!(node.sessions.placed_row(s));
     v["is_caller"] = json!(ctx.tuic_session.as_deref() == Some(s.tuic_session.as_str()));
     v
-}
-
-fn list(node: &Arc<Node>, ctx: &CallCtx) -> Value {
-    // The registry renders a plain list (`list_rendered`); this serves a list whose
-    // session_id went through the router first.
-    crate::mcp::registry::Answer::Json(list_json(node, ctx)).into_value()
-}
-
-/// `session action=list` rendered straight from the ready rows: each row is serialized once
-/// from its struct (no `Value` per row), then other hosts' rows from the extension's
-/// `ext::SessionSource`, if any.
-pub(super) fn list_rendered(
-    node: &Arc<Node>,
-    ctx: &CallCtx,
-    args: &Map<String, Value>,
-) -> Option<Result<String, ToolError>> {
-    // An address of another host in session_id goes through the router like every action
-    // (`serve`, which may wait for the owner); the plain list is a read of ready rows.
-    if node.ext.session_address(args).is_some() {
-        return None;
-    }
-    Some(Ok(list_json(node, ctx)))
-}
-
-fn list_json(node: &Arc<Node>, ctx: &CallCtx) -> String {
-    #[derive(serde::Serialize)]
-    struct Row<'a> {
-        #[serde(flatten)]
-        row: &'a crate::session::SessionRow,
-        is_caller: bool,
-    }
-    let local = node.sessions.rows();
-    // Extension hook (`ext::SessionSource`): other hosts' rows with their addresses.
-    let remote = node.ext.remote_rows();
-    let caller = ctx.tuic_session.as_deref();
-    let mut out = Vec::with_capacity(256 + local.len() * 320);
-    out.extend_from_slice(b"{\"count\":");
-    out.extend_from_slice((local.len() + remote.len()).to_string().as_bytes());
-    out.extend_from_slice(b",\"sessions\":[");
-    let mut first = true;
-    for r in &local {
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
-        let row = Row {
-            row: r,
-            is_caller: caller == Some(r.tuic_session.as_str()),
-        };
-        // Writing into a Vec cannot fail; the rows always serialize.
-        let _ = serde_json::to_writer(&mut out, &row);
-    }
-    for v in &remote {
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
-        let _ = serde_json::to_writer(&mut out, v);
-    }
-    out.extend_from_slice(b"]}");
-    // serde_json output and ASCII framing are UTF-8.
-    String::from_utf8(out).unwrap_or_default()
 }
 
 fn create(node: &Arc<Node>, c: CreateArgs) -> Result<Value, ToolError> {
@@ -679,64 +620,4 @@ fn declare_worktree(node: &Arc<Node>, ctx: &CallCtx, d: DeclareArgs) -> Result<V
         .as_deref()
         .ok_or_else(|| ToolError::invalid("worktree_path is required (an absolute path)"))?;
     super::repo_git::declare(node, t, &own.id, &own.cwd, path)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The rendered list is the rows as values with `is_caller`, and counts them.
-    #[test]
-    fn rendered_list_equals_the_rows_as_values() {
-        let f = crate::mcp::tool_tests::fixture();
-        let (dir, n) = (&f.dir, &f.node);
-        let made: Vec<_> = (0..3)
-            .map(|i| {
-                n.sessions
-                    .create(CreateRequest {
-                        shell: Some("/bin/sh".into()),
-                        cwd: Some(dir.path().display().to_string()),
-                        name: Some(format!("row \"{i}\" \\ ✓")),
-                        ..CreateRequest::default()
-                    })
-                    .unwrap()
-            })
-            .collect();
-        let ctx = CallCtx {
-            tuic_session: Some(made[1].tuic_session.clone()),
-            ..CallCtx::default()
-        };
-        // Fresh shells change state while they start (prompt, foreground process): compare
-        // reads taken while the rows stood still (the same rows before and after), bounded.
-        let as_values = || -> Vec<Value> {
-            n.sessions
-                .rows()
-                .into_iter()
-                .map(|r| {
-                    let mut v = json!(r);
-                    v["is_caller"] = json!(r.tuic_session == made[1].tuic_session);
-                    v
-                })
-                .collect()
-        };
-        let mut tries = 0;
-        let (got, want, listed) = loop {
-            let before = as_values();
-            let got: Value =
-                serde_json::from_str(&list_rendered(n, &ctx, &Map::new()).unwrap().unwrap())
-                    .unwrap();
-            let listed = list(n, &ctx);
-            let want = as_values();
-            tries += 1;
-            if before == want || tries == 1_000 {
-                break (got, want, listed);
-            }
-            std::thread::yield_now();
-        };
-        assert_eq!(got, json!({"count": 3, "sessions": want}));
-        assert_eq!(listed, got);
-        for s in made {
-            s.kill();
-        }
-    }
 }

@@ -21,6 +21,10 @@ impl PeerLink {
                 }
             }
             LinkState::Up => {
+                if self.probe_deadline.is_some_and(|d| now >= d) {
+                    self.go_down(DownReason::PingTimeout);
+                    return;
+                }
                 while now >= self.next_ping && self.state == LinkState::Up {
                     if self.unanswered_pings >= self.config.max_missed_pings {
                         self.go_down(DownReason::PingTimeout);
@@ -42,8 +46,27 @@ impl PeerLink {
         match self.state {
             LinkState::Down => None,
             LinkState::Handshaking => Some(self.handshake_deadline),
-            LinkState::Up => Some(self.next_ping),
+            LinkState::Up => Some(
+                self.probe_deadline
+                    .map_or(self.next_ping, |d| d.min(self.next_ping)),
+            ),
         }
+    }
+
+    /// Asks the far side for a sign of life now: a ping goes out at once and, unless any
+    /// frame is heard within `within_ms`, the link goes down (`PingTimeout`). A node uses it
+    /// when a second link from its hub arrives while this one looks live: a hub that was
+    /// killed sends nothing, so only a probe tells a dead link from a live one before the
+    /// pings' interval does. Ignored unless the link is up or while a probe runs.
+    pub fn probe(&mut self, now: u64, within_ms: u64) {
+        if self.state != LinkState::Up || self.probe_deadline.is_some() {
+            return;
+        }
+        self.ping_nonce += 1;
+        self.transmit.push_back(Frame::Ping {
+            nonce: self.ping_nonce,
+        });
+        self.probe_deadline = Some(now + within_ms);
     }
 
     /// Pings sent since anything was last heard from the far side: a live link answers each
@@ -54,5 +77,6 @@ impl PeerLink {
 
     pub(super) fn heard(&mut self) {
         self.unanswered_pings = 0;
+        self.probe_deadline = None;
     }
 }

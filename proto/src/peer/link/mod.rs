@@ -192,6 +192,8 @@ pub struct PeerLink {
     remote_id: Option<String>,
     next_ping: u64,
     unanswered_pings: u32,
+    /// A probe's deadline ([`PeerLink::probe`]): nothing heard by then, the link is down.
+    probe_deadline: Option<u64>,
     handshake_deadline: u64,
     ping_nonce: u64,
 }
@@ -216,6 +218,7 @@ impl PeerLink {
             remote_id: None,
             next_ping: now + config.ping_interval_ms,
             unanswered_pings: 0,
+            probe_deadline: None,
             handshake_deadline,
             ping_nonce: 0,
             config,
