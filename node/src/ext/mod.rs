@@ -18,7 +18,8 @@
 //! - the tool registry: [`Extensions::add_tools`] installs a [`ToolSource`], listed after the
 //!   native tools and this node's upstreams, filtered at listing and dispatch like them.
 //!
-//! - [`ShareRelay`] (`share.rs`): share links to other hosts' sessions. The node's share routes
+//! - [`ShareRelay`] (`server/share_relay.rs`, beside the request boundary that calls it: it
+//!   carries axum requests): share links to other hosts' sessions. The node's share routes
 //!   consult it for `<connection>/…` addresses and link ids, and the request boundary hands it
 //!   a request whose share token is another host's, whole (the one request a hook serves, as
 //!   it is decided before authentication: the owner authenticates it).
@@ -42,9 +43,8 @@ pub use crate::mcp::registry::{CallCtx, ToolError, ToolSource};
 pub use crate::routes::RouterHook;
 /// The process's descriptor budget, which the hub's dials consult too.
 pub use crate::server::fds;
-pub use share::{NewShare, ShareRelay};
+pub use crate::server::share_relay::{NewShare, ShareRelay};
 
-mod share;
 
 /// A session row owned by another host, as its owner lists it, with where it lives.
 ///

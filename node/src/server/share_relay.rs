@@ -18,7 +18,7 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::RouteFuture;
+use crate::ext::RouteFuture;
 use crate::error::ApiError;
 
 /// What a link to another host's session is made with (`POST /shares` on the owner).
