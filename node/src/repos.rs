@@ -134,6 +134,8 @@ pub struct Repos {
     lock: Arc<Mutex<()>>,
     /// Running watchers by repository path; dropping one stops it.
     watchers: Mutex<HashMap<String, notify::RecommendedWatcher>>,
+    /// Metadata re-reads the watchers ran (each forks three `git` processes).
+    metadata_reads: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Repos {
@@ -152,6 +154,7 @@ impl Repos {
             table: Table(store),
             lock: Arc::new(Mutex::new(())),
             watchers: Mutex::new(HashMap::new()),
+            metadata_reads: Arc::default(),
         })
     }
 
@@ -250,14 +253,19 @@ impl Repos {
         let table = self.table.clone();
         let lock = self.lock.clone();
         let root_owned = root.to_path_buf();
+        let reads = self.metadata_reads.clone();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            // Only HEAD (a branch switch) and config (remotes) change what the record holds;
-            // everything else Git writes under `.git` (index, refs, worktrees) would only fork
-            // `git` for nothing.
+            // Only a write of HEAD (a branch switch) or config (remotes) changes what the
+            // record holds; everything else Git writes under `.git` (index, refs, worktrees)
+            // would only fork `git` for nothing. Reads are not changes: every `git` command
+            // opens HEAD and config, and reacting to those opens made each git command in the
+            // repository (the change views', the metadata read's own) fork three more.
             let relevant = res.as_ref().is_ok_and(|ev| {
-                ev.paths
-                    .iter()
-                    .any(|p| p.file_name().is_some_and(|n| n == "HEAD" || n == "config"))
+                !matches!(ev.kind, notify::EventKind::Access(_))
+                    && ev
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name().is_some_and(|n| n == "HEAD" || n == "config"))
             });
             if !relevant {
                 return;
@@ -268,6 +276,7 @@ impl Repos {
             };
             // Git runs outside the lock; the write re-reads under it, so a declaration made
             // meanwhile is kept.
+            reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let fresh = read_metadata(&root_owned, seen.added_ms);
             let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
             if let Ok(Some(mut repo)) = table.get(&key)
@@ -434,6 +443,69 @@ mod tests {
             repos.add(file.to_str().unwrap(), &bus, 4),
             Err(AddError::InvalidPath(_))
         ));
+    }
+
+    /// Git commands that only read (every one opens HEAD and config) cause no metadata
+    /// re-read; a branch switch does.
+    #[test]
+    fn git_reads_in_a_repository_fork_no_metadata_reads() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&d.path().join("s.redb")).unwrap());
+        let repos = Repos::open(store).unwrap();
+        let bus = Bus::default();
+        let work = tempfile::tempdir().unwrap();
+        git(work.path(), &["init", "-q", "-b", "trunk"]);
+        git(
+            work.path(),
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@e",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "x",
+            ],
+        );
+        let p = work.path().to_str().unwrap();
+        repos.add(p, &bus, 1).unwrap();
+        for _ in 0..20 {
+            git(work.path(), &["rev-parse", "HEAD"]);
+            git(work.path(), &["remote", "-v"]);
+        }
+        // The switch comes after the reads on the watcher's one ordered event stream: once
+        // the record shows it, every earlier event has been handled.
+        git(work.path(), &["checkout", "-q", "-b", "other"]);
+        let key = work
+            .path()
+            .canonicalize()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while repos
+            .table
+            .get(&key)
+            .unwrap()
+            .and_then(|r| r.branch)
+            .as_deref()
+            != Some("other")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the branch switch never showed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let reads = repos
+            .metadata_reads
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            (1..=4).contains(&reads),
+            "{reads} metadata reads for 40 git reads and one switch"
+        );
     }
 
     #[test]

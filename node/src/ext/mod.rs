@@ -45,7 +45,6 @@ pub use crate::routes::RouterHook;
 pub use crate::server::fds;
 pub use crate::server::share_relay::{NewShare, ShareRelay};
 
-
 /// A session row owned by another host, as its owner lists it, with where it lives.
 ///
 /// Serialized flat: the owner's fields, then `is_remote: true`, `connection_id` and

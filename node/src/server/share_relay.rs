@@ -18,8 +18,8 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ext::RouteFuture;
 use crate::error::ApiError;
+use crate::ext::RouteFuture;
 
 /// What a link to another host's session is made with (`POST /shares` on the owner).
 #[derive(Debug, Clone, Serialize)]
