@@ -8,7 +8,7 @@
 pub(crate) mod boundary;
 mod conn;
 pub mod fds;
-pub mod share_relay;
+pub(crate) mod share_relay;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
