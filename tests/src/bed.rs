@@ -210,6 +210,37 @@ pub async fn screen_lines(socket: &Path, id: &str) -> Vec<String> {
     serde_json::from_value(v["lines"].clone()).unwrap()
 }
 
+/// Follows a session's text stream on `socket` from its first byte until `needle` shows
+/// (bounded, 20 s): no polling sleeps. `address` may name another host's session
+/// (`conn/id`, relayed by a hub); its `/` is encoded.
+pub async fn await_output(socket: &Path, address: &str, needle: &str) {
+    use futures::StreamExt;
+    let stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let enc = address.replace('/', "%2F");
+    let (mut ws, _) = tokio_tungstenite::client_async(
+        format!("ws://localhost/sessions/{enc}/stream?format=text&from_byte=0"),
+        stream,
+    )
+    .await
+    .unwrap();
+    let mut seen = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some(Ok(m)) = ws.next().await {
+            if let Ok(t) = m.to_text()
+                && let Ok(v) = serde_json::from_str::<Value>(t)
+                && let Some(d) = v["data"].as_str()
+            {
+                seen.push_str(d);
+                if seen.contains(needle) {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{needle:?} never appeared; saw {seen:?}"));
+}
+
 /// `@modelcontextprotocol/server-everything`, installed once from the npm registry into a
 /// cache under `target/` (shared by every upstream test).
 pub fn npm_everything() -> PathBuf {

@@ -43,34 +43,6 @@ async fn await_entry(socket: &Path, query: &str, want: impl Fn(&Value) -> bool) 
     }
 }
 
-/// Follows the session's text through the hub (its owner's stream, relayed) until `needle`.
-async fn await_output(hub: &Path, address: &str, needle: &str) {
-    let stream = tokio::net::UnixStream::connect(hub).await.unwrap();
-    let enc = address.replace('/', "%2F");
-    let (mut ws, _) = tokio_tungstenite::client_async(
-        format!("ws://localhost/sessions/{enc}/stream?format=text&from_byte=0"),
-        stream,
-    )
-    .await
-    .unwrap();
-    let mut seen = String::new();
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(Ok(m)) = ws.next().await {
-            if let Ok(t) = m.to_text()
-                && let Ok(v) = serde_json::from_str::<Value>(t)
-                && let Some(d) = v["data"].as_str()
-            {
-                seen.push_str(d);
-                if seen.contains(needle) {
-                    return;
-                }
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{needle:?} never appeared; saw {seen:?}"));
-}
-
 /// A hub (password, remote access) with one node, a shell on the node listed on the hub, and
 /// a door to the hub's TCP listener: the bed, the door, the hub's base URL through it and the
 /// session's hub address.
@@ -357,7 +329,7 @@ async fn a_nodes_session_shared_on_the_hub_is_viewed_read_only_through_it_and_re
         Some(json!({"data": "echo owner-typed-$((1400+14))\n"})),
     )
     .await;
-    await_output(hub, &address, "owner-typed-1414").await;
+    tuic_tests::bed::await_output(hub, &address, "owner-typed-1414").await;
     let text = ipc_ok(
         node,
         "GET",

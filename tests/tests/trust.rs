@@ -94,34 +94,6 @@ async fn shell(socket: &Path) -> String {
         .to_owned()
 }
 
-/// Waits (bounded) until the session's text output contains `needle`, by following its
-/// stream: no polling sleeps.
-async fn await_output(socket: &Path, id: &str, needle: &str) {
-    let stream = tokio::net::UnixStream::connect(socket).await.unwrap();
-    let (mut ws, _) = tokio_tungstenite::client_async(
-        format!("ws://localhost/sessions/{id}/stream?format=text&from_byte=0"),
-        stream,
-    )
-    .await
-    .unwrap();
-    let mut seen = String::new();
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(Ok(m)) = ws.next().await {
-            if let Ok(t) = m.to_text()
-                && let Ok(v) = serde_json::from_str::<Value>(t)
-                && let Some(d) = v["data"].as_str()
-            {
-                seen.push_str(d);
-                if seen.contains(needle) {
-                    return;
-                }
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{needle:?} never appeared; saw {seen:?}"));
-}
-
 /// Subscribes to `GET /events?types=kind` (subscribed once the answer's head arrives).
 async fn subscribe(socket: &Path, kind: &str) -> hyper::body::Incoming {
     let stream = tokio::net::UnixStream::connect(socket).await.unwrap();
@@ -186,7 +158,7 @@ async fn each_act_writes_its_audit_entry_and_never_the_bytes_even_across_kill_9(
     ))
     .await
     .unwrap();
-    await_output(&n.socket, &id, "ws-typed-2718").await;
+    tuic_tests::bed::await_output(&n.socket, &id, "ws-typed-2718").await;
     ws.close(None).await.unwrap();
     drop(ws);
     // Config change (key names only), token rotation, logout.
@@ -403,7 +375,7 @@ async fn a_share_token_opens_only_its_sessions_view_and_each_refusal_has_its_cod
         Some(json!({"data": "echo owner-typed-1414\n"})),
     )
     .await;
-    await_output(&n.socket, &id, "owner-typed-1414").await;
+    tuic_tests::bed::await_output(&n.socket, &id, "owner-typed-1414").await;
     let text = ipc_ok(
         &n.socket,
         "GET",
@@ -500,7 +472,7 @@ async fn an_answer_only_link_answers_the_question_and_nothing_else() {
         .as_str()
         .unwrap()
         .to_owned();
-    await_output(&n.socket, &id, "Deploy now?").await;
+    tuic_tests::bed::await_output(&n.socket, &id, "Deploy now?").await;
     // The session's monitor detects the question: its `pty-parsed` event says so.
     await_event(parsed, "Deploy now?").await;
     let tok = ipc_ok(
@@ -538,7 +510,7 @@ async fn an_answer_only_link_answers_the_question_and_nothing_else() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    await_output(&n.socket, &id, "answered:y").await;
+    tuic_tests::bed::await_output(&n.socket, &id, "answered:y").await;
     // The answer route reads the screen, which may trail the output ring: wait until the
     // screen shows the answer too.
     let deadline = Instant::now() + Duration::from_secs(10);
