@@ -210,6 +210,18 @@ pub async fn screen_lines(socket: &Path, id: &str) -> Vec<String> {
     serde_json::from_value(v["lines"].clone()).unwrap()
 }
 
+/// One IPC request that must answer 200: its JSON (the status and body name a failure).
+pub async fn ipc_ok(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Value {
+    let r = crate::ipc(socket, method, path, body).await.unwrap();
+    assert_eq!(
+        r.status,
+        200,
+        "{method} {path}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r.json()
+}
+
 /// Follows a session's text stream on `socket` from its first byte until `needle` shows
 /// (bounded, 20 s): no polling sleeps. `address` may name another host's session
 /// (`conn/id`, relayed by a hub); its `/` is encoded.

@@ -13,22 +13,11 @@ use std::time::{Duration, Instant};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-use tuic_tests::bed::{PASSWORD, login};
+use tuic_tests::bed::{PASSWORD, ipc_ok, login};
 use tuic_tests::fed::FedBed;
 use tuic_tests::ipc;
 use tuic_tests::netns::Door;
 use tuic_tests::webdriver::{Browser, artifacts_dir};
-
-async fn ipc_ok(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Value {
-    let r = ipc(socket, method, path, body).await.unwrap();
-    assert_eq!(
-        r.status,
-        200,
-        "{method} {path}: {}",
-        String::from_utf8_lossy(&r.body)
-    );
-    r.json()
-}
 
 /// Waits (bounded) until `GET /audit?query` on `socket` holds an entry satisfying `want`.
 async fn await_entry(socket: &Path, query: &str, want: impl Fn(&Value) -> bool) -> Value {

@@ -10,23 +10,13 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
+use tuic_tests::bed::ipc_ok;
 use tuic_tests::{NodeProc, config_dir, ipc};
 
 const VALUE: &str = "tok-4b1d2c3e9f8a-PRINTED";
 
 fn start(dir: &Path) -> NodeProc {
     NodeProc::start("tuic-node", &["--config-dir", dir.to_str().unwrap()], &[]).unwrap()
-}
-
-async fn ok(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Value {
-    let r = ipc(socket, method, path, body).await.unwrap();
-    assert_eq!(
-        r.status,
-        200,
-        "{method} {path}: {}",
-        String::from_utf8_lossy(&r.body)
-    );
-    r.json()
 }
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>;
@@ -78,7 +68,7 @@ fn hits(hay: &[u8], needle: &str) -> usize {
 /// with other text) and collects every surface.
 async fn print_and_collect(n: &NodeProc, files: &Path, round: u32) -> Vec<(String, Vec<u8>)> {
     let socket = &n.socket;
-    let id = ok(
+    let id = ipc_ok(
         socket,
         "POST",
         "/sessions",
@@ -95,7 +85,7 @@ async fn print_and_collect(n: &NodeProc, files: &Path, round: u32) -> Vec<(Strin
     let cmd = format!(
         "cat {dir}/whole; cat {dir}/head; sleep 0.3; cat {dir}/tail; echo \"x=$(cat {dir}/whole)=y\"; echo done-$((40+{round}))\n"
     );
-    ok(
+    ipc_ok(
         socket,
         "POST",
         &format!("/sessions/{id}/write"),
@@ -155,7 +145,7 @@ async fn a_secret_value_printed_into_a_terminal_reaches_no_surface_even_after_a_
     std::fs::write(files.path().join("tail"), format!("{tail}\n")).unwrap();
 
     let mut n = start(d.path());
-    ok(
+    ipc_ok(
         &n.socket,
         "PUT",
         "/secrets/DEPLOY_TOKEN",
@@ -180,8 +170,8 @@ async fn a_secret_value_printed_into_a_terminal_reaches_no_surface_even_after_a_
     }
 
     // Removed: no longer a secret, so no longer masked.
-    ok(&n.socket, "DELETE", "/secrets/DEPLOY_TOKEN", None).await;
-    let id = ok(
+    ipc_ok(&n.socket, "DELETE", "/secrets/DEPLOY_TOKEN", None).await;
+    let id = ipc_ok(
         &n.socket,
         "POST",
         "/sessions",
@@ -192,7 +182,7 @@ async fn a_secret_value_printed_into_a_terminal_reaches_no_surface_even_after_a_
         .unwrap()
         .to_owned();
     let mut raw = ws(&n.socket, &id, "").await;
-    ok(
+    ipc_ok(
         &n.socket,
         "POST",
         &format!("/sessions/{id}/write"),

@@ -11,7 +11,7 @@ use hyper::body::Bytes;
 use serde_json::{Value, json};
 use sha2::Digest;
 use tuic_tests::agent::Agent;
-use tuic_tests::bed::login_via;
+use tuic_tests::bed::{ipc_ok, login_via};
 use tuic_tests::webdriver::{Browser, artifacts_dir};
 use tuic_tests::{NodeProc, Reply, config_dir, ipc_request, remote_node, set_password};
 
@@ -35,17 +35,6 @@ async fn ipc(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Re
     ipc_request(socket, b.body(Full::new(Bytes::from(body))).unwrap())
         .await
         .unwrap()
-}
-
-async fn ipc_ok(socket: &Path, method: &str, path: &str, body: Option<Value>) -> Value {
-    let r = ipc(socket, method, path, body).await;
-    assert_eq!(
-        r.status,
-        200,
-        "{method} {path}: {}",
-        String::from_utf8_lossy(&r.body)
-    );
-    r.json()
 }
 
 async fn login(base: &str, pw: &str) -> Option<String> {
