@@ -389,15 +389,16 @@ pub(crate) fn summary(
         let tracked = r.checkout.then(|| changes(git, &r.dir, &["HEAD"], &[]));
         (committed.map(joined), tracked, untracked_files.map(joined))
     });
-    let committed = match (remembered, committed) {
-        (Some(c), _) => c,
-        (None, Some(c)) => {
+    let committed = match remembered {
+        Some(c) => c,
+        None => {
+            // Read above whenever it was not remembered.
+            let c = committed.unwrap_or_else(|| committed_range(git, &r));
             let c = std::sync::Arc::new(c?);
             git.view_memo
                 .put_range(&r.root, &r.merge_base, &r.head, c.clone());
             c
         }
-        (None, None) => unreachable!("the committed range is read when not remembered"),
     };
     let total_files = committed.files.len();
     let added = committed.files.iter().map(|f| f.added).sum();

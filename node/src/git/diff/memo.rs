@@ -107,7 +107,7 @@ impl ViewMemo {
 
     /// Remembers one file's whole committed diff (not when it is big).
     pub(crate) fn put_file(&self, root: &Path, mb: &str, head: &str, name: &str, d: Arc<FileDiff>) {
-        let bytes = d.text.len() + name.len();
+        let bytes = weight(&d, name);
         if bytes > MAX_ONE_FILE_BYTES {
             return;
         }
@@ -121,10 +121,21 @@ impl ViewMemo {
             name.to_owned(),
         );
         if let Some(old) = m.files.insert(key, d) {
-            m.file_bytes -= old.text.len() + name.len();
+            m.file_bytes -= weight(&old, name);
         }
         m.file_bytes += bytes;
     }
+}
+
+/// What a remembered file diff holds in memory: its text, and its parsed lines (each a copy of
+/// its text plus the line's own fields).
+fn weight(d: &FileDiff, name: &str) -> usize {
+    d.text.len()
+        + name.len()
+        + d.lines
+            .iter()
+            .map(|l| l.text.len() + std::mem::size_of::<super::Line>())
+            .sum::<usize>()
 }
 
 #[cfg(test)]
@@ -174,12 +185,7 @@ mod tests {
         // The same key again replaces, and the byte count follows.
         m.put_file(root, "m", "h", "f19", diff("short"));
         assert_eq!(m.file(root, "m", "h", "f19").unwrap().text, "short");
-        let expect: usize = m
-            .lock()
-            .files
-            .iter()
-            .map(|((_, n), d)| d.text.len() + n.len())
-            .sum();
+        let expect: usize = m.lock().files.iter().map(|((_, n), d)| weight(d, n)).sum();
         assert_eq!(m.lock().file_bytes, expect);
     }
 
